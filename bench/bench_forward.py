@@ -1,0 +1,121 @@
+"""Forward-pass speed with attentions: vitviz against Hugging Face, timm and torchvision.
+
+ViT-B/16 at 224x224 on the CPU, random weights (no downloads). All contenders run
+interleaved in one process, so machine noise hits each alike; we report medians and
+ratios to vitviz. Also measures vitviz's bf16 autocast mode: speed-up and its largest
+attention and probability error against fp32.
+
+    python bench/bench_forward.py --repeats 7 --batches 1 8 --out bench/results/forward.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import timm
+import torch
+import torchvision
+from transformers import ViTConfig as HFViTConfig
+from transformers import ViTForImageClassification
+
+import vitviz
+
+
+def build_contenders() -> dict:
+    torch.manual_seed(0)
+    reference = torchvision.models.vit_b_16().eval()
+    torch.nn.init.normal_(reference.heads.head.weight, std=0.05)  # a non-zero head, so probabilities differ
+    ours = vitviz.from_torchvision(reference)
+
+    hf = ViTForImageClassification(
+        HFViTConfig(num_labels=1000, layer_norm_eps=1e-6, attn_implementation="eager")
+    ).eval()
+
+    tm = timm.create_model("vit_base_patch16_224", pretrained=False).eval()
+    captured: list[torch.Tensor] = []
+    for block in tm.blocks:
+        block.attn.fused_attn = False  # the explicit path, so the weights exist to be captured
+        block.attn.attn_drop.register_forward_hook(lambda module, args, out: captured.append(out))
+
+    def timm_with_hooks(x):
+        captured.clear()
+        logits = tm(x)
+        return logits, list(captured)
+
+    def ours_bf16(x):
+        with vitviz.autocast("bf16"):
+            return ours(x, output_attentions=True)
+
+    return {
+        "vitviz (attentions)": lambda x: ours(x, output_attentions=True),
+        "vitviz bf16 (attentions)": ours_bf16,
+        "huggingface eager (attentions)": lambda x: hf(x, output_attentions=True),
+        "timm + hooks (attentions)": timm_with_hooks,
+        "torchvision (no attentions)": reference,
+        "vitviz (no attentions)": lambda x: ours(x),
+        "_ours": ours,
+    }
+
+
+def time_interleaved(contenders: dict, batch: int, repeats: int) -> dict[str, list[float]]:
+    x = torch.randn(batch, 3, 224, 224)
+    times: dict[str, list[float]] = {name: [] for name in contenders if not name.startswith("_")}
+    with torch.inference_mode():
+        for name in times:  # warm-up: first calls allocate and pick kernels
+            contenders[name](x)
+        for _ in range(repeats):
+            for name in times:
+                start = time.perf_counter()
+                contenders[name](x)
+                times[name].append(time.perf_counter() - start)
+    return times
+
+
+def bf16_error(model: vitviz.ViT, batch: int = 8) -> dict[str, float]:
+    torch.manual_seed(1)
+    x = torch.randn(batch, 3, 224, 224)
+    with torch.inference_mode():
+        exact = model(x, output_attentions=True)
+        with vitviz.autocast("bf16"):
+            fast = model(x, output_attentions=True)
+    attention_error = max((a - b).abs().max().item() for a, b in zip(exact.attentions, fast.attentions))
+    probs_exact, probs_fast = exact.logits.softmax(-1), fast.logits.float().softmax(-1)
+    return {
+        "max_abs_attention_error": attention_error,
+        "max_abs_probability_error": (probs_exact - probs_fast).abs().max().item(),
+        "top1_agreement": (probs_exact.argmax(-1) == probs_fast.argmax(-1)).float().mean().item(),
+    }
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=7, help="timed calls per contender and batch size")
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 8], help="batch sizes to time")
+    parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
+    args = parser.parse_args(argv)
+
+    contenders = build_contenders()
+    results: dict = {"threads": torch.get_num_threads(), "torch": torch.__version__, "batches": {}}
+    for batch in args.batches:
+        times = time_interleaved(contenders, batch, args.repeats)
+        medians = {name: statistics.median(t) for name, t in times.items()}
+        ours = medians["vitviz (attentions)"]
+        print(f"\nViT-B/16, 224x224, batch {batch}, {args.repeats} interleaved repeats, {results['threads']} threads")
+        print(f"{'contender':34s} {'median ms':>10s} {'ratio vitviz/it':>16s}")
+        for name, median in medians.items():
+            print(f"{name:34s} {1000 * median:10.1f} {ours / median:16.2f}")
+        results["batches"][batch] = {"median_s": medians, "all_s": times}
+    results["bf16_error"] = bf16_error(contenders["_ours"])
+    print("\nbf16 autocast against fp32:", json.dumps(results["bf16_error"], indent=1))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(results, indent=1))
+    return results
+
+
+if __name__ == "__main__":
+    main()

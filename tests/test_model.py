@@ -1,0 +1,175 @@
+"""The from-scratch ViT: block shapes, both attention paths, attentions, any input size."""
+
+import pytest
+import torch
+
+from vitviz.model import MLP, Attention, Block, PatchEmbedding, ViT, ViTConfig, autocast
+
+TINY = dict(image_size=32, patch_size=8, hidden_size=32, num_layers=3, num_heads=4, mlp_size=64, num_classes=5)
+
+
+def tiny_vit(**overrides) -> ViT:
+    torch.manual_seed(0)
+    model = ViT(ViTConfig(**{**TINY, **overrides})).eval()
+    with torch.no_grad():  # the head starts at zero; randomise it so logits differ between images
+        if model.head is not None:
+            model.head.weight.normal_(std=0.5)
+    return model
+
+
+def test_shapes_of_every_block():
+    config = ViTConfig(**TINY)
+    B, T, D = 2, 17, config.hidden_size
+    images = torch.randn(B, 3, 32, 32)
+    assert PatchEmbedding(config)(images).shape == (B, 16, D)  # (B, C, H, W) -> (B, N, D)
+    tokens = torch.randn(B, T, D)
+    out, weights = Attention(config)(tokens, need_weights=True)
+    assert out.shape == (B, T, D) and weights.shape == (B, config.num_heads, T, T)
+    assert MLP(config)(tokens).shape == (B, T, D)
+    assert Block(config)(tokens)[0].shape == (B, T, D)
+    model = ViT(config)
+    encoded = tokens
+    for block in model.blocks:
+        encoded, _ = block(encoded)
+    assert encoded.shape == (B, T, D)
+    output = model(images)
+    assert output.logits.shape == (B, config.num_classes)
+    assert output.last_hidden_state.shape == (B, T, D) and output.pooled.shape == (B, D)
+
+
+@pytest.mark.parametrize("pooling,registers", [("cls", 0), ("cls", 2), ("mean", 0), ("mean", 4)])
+def test_fused_and_explicit_attention_agree(pooling, registers):
+    model = tiny_vit(pooling=pooling, num_register_tokens=registers)
+    images = torch.randn(3, 3, 32, 32)
+    with torch.no_grad():
+        fused = model(images)
+        explicit = model(images, output_attentions=True)
+    assert fused.attentions is None
+    torch.testing.assert_close(fused.logits, explicit.logits, atol=1e-5, rtol=0)
+    torch.testing.assert_close(fused.last_hidden_state, explicit.last_hidden_state, atol=1e-5, rtol=0)
+
+
+def test_attentions_are_post_softmax_rows_for_every_block():
+    model = tiny_vit(num_register_tokens=1)
+    output = model(torch.randn(2, 3, 32, 48), output_attentions=True)
+    T = 2 + 4 * 6
+    assert output.grid_size == (4, 6) and output.num_prefix_tokens == 2
+    assert len(output.attentions) == model.config.num_layers
+    for weights in output.attentions:
+        assert weights.shape == (2, 4, T, T)
+        assert (weights >= 0).all()
+        torch.testing.assert_close(weights.sum(-1), torch.ones(2, 4, T))
+
+
+def test_attention_weights_match_a_manual_computation():
+    config = ViTConfig(**TINY)
+    attention = Attention(config)
+    x = torch.randn(1, 5, config.hidden_size)
+    _, weights = attention(x, need_weights=True)
+    q, k, _ = attention.qkv(x).split(config.hidden_size, dim=-1)
+    head = 2
+    hd = config.hidden_size // config.num_heads
+    qh, kh = q[0, :, head * hd : (head + 1) * hd], k[0, :, head * hd : (head + 1) * hd]
+    expected = torch.softmax(qh @ kh.T / hd**0.5, dim=-1)
+    torch.testing.assert_close(weights[0, head], expected)
+
+
+def test_returned_weights_are_taken_before_dropout():
+    model = tiny_vit(attention_dropout=0.5).train()
+    output = model(torch.randn(2, 3, 32, 32), output_attentions=True)
+    for weights in output.attentions:
+        torch.testing.assert_close(weights.sum(-1), torch.ones_like(weights[..., 0]))
+
+
+def test_attentions_carry_gradients_for_class_specific_maps():
+    model = tiny_vit()
+    output = model(torch.randn(1, 3, 32, 32), output_attentions=True)
+    grads = torch.autograd.grad(output.logits[0, 1], output.attentions)
+    assert all(g.shape == a.shape for g, a in zip(grads, output.attentions))
+    assert all(g.abs().sum() > 0 for g in grads)
+
+
+def test_non_square_input_interpolates_position_embeddings():
+    model = tiny_vit()
+    # training grid 4x4 -> 3x5 for a 24x40 image; the patch part is resampled, prefix kept
+    pos = model.position_embeddings(3, 5)
+    assert pos.shape == (1, 1 + 15, 32)
+    torch.testing.assert_close(pos[:, 0], model.pos_embed[:, 0])
+    assert model.position_embeddings(4, 4) is model.pos_embed
+    output = model(torch.randn(1, 3, 24, 40), output_attentions=True)
+    assert output.grid_size == (3, 5) and output.attentions[0].shape[-1] == 16
+
+
+def test_constant_position_embeddings_stay_constant_when_interpolated():
+    model = tiny_vit()
+    with torch.no_grad():
+        model.pos_embed[:, 1:] = 0.25
+    torch.testing.assert_close(model.position_embeddings(7, 3)[:, 1:], torch.full((1, 21, 32), 0.25))
+
+
+def test_non_square_training_size():
+    model = tiny_vit(image_size=(16, 40))
+    assert model.config.grid_size == (2, 5)
+    output = model(torch.randn(2, 3, 16, 40), output_attentions=True)
+    assert output.logits.shape == (2, 5) and output.attentions[0].shape == (2, 4, 11, 11)
+
+
+def test_backbone_returns_features_and_attentions():
+    model = tiny_vit(num_classes=0)
+    output = model(torch.randn(2, 3, 32, 32), output_attentions=True)
+    assert output.logits is None
+    assert output.pooled.shape == (2, 32)
+    assert len(output.attentions) == 3
+
+
+def test_mean_pooling_averages_patch_tokens_only():
+    model = tiny_vit(pooling="mean", num_register_tokens=2)
+    output = model(torch.randn(2, 3, 32, 32))
+    torch.testing.assert_close(output.pooled, output.last_hidden_state[:, 3:].mean(1))
+    model = tiny_vit(pooling="mean", class_token=False)
+    output = model(torch.randn(2, 3, 32, 32), output_attentions=True)
+    assert output.num_prefix_tokens == 0 and output.attentions[0].shape[-1] == 16
+
+
+def test_bf16_autocast_is_close_to_fp32_and_keeps_fp32_attentions():
+    model = tiny_vit()
+    images = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        exact = model(images, output_attentions=True)
+        with autocast("bf16"):
+            fast = model(images, output_attentions=True)
+    assert fast.attentions[0].dtype == torch.float32
+    torch.testing.assert_close(fast.attentions[-1].sum(-1), torch.ones(2, 4, 17))
+    assert (fast.attentions[-1] - exact.attentions[-1]).abs().max() < 0.02
+    torch.testing.assert_close(fast.logits.float().softmax(-1), exact.logits.softmax(-1), atol=0.03, rtol=0)
+    with pytest.raises(ValueError, match="'fp32', 'bf16'"):
+        autocast("fp8")
+
+
+@pytest.mark.parametrize(
+    "shape,message",
+    [((2, 1, 32, 32), r"\(B, 3, H, W\)"), ((3, 32, 32), r"\(B, 3, H, W\)"), ((1, 3, 30, 32), "multiple of the patch")],
+)
+def test_bad_inputs_get_clear_errors(shape, message):
+    with pytest.raises(ValueError, match=message):
+        tiny_vit()(torch.randn(*shape))
+
+
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (dict(num_heads=5), "not divisible by num_heads"),
+        (dict(image_size=30), "not a multiple of patch_size"),
+        (dict(pooling="max"), "pooling must be"),
+        (dict(class_token=False), "needs class_token"),
+    ],
+)
+def test_bad_configs_are_refused(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        ViTConfig(**{**TINY, **overrides})
+
+
+def test_config_from_dict_names_unknown_fields():
+    with pytest.raises(ValueError, match="unknown ViTConfig fields \\['depth'\\]"):
+        ViTConfig.from_dict({**TINY, "depth": 3})
+    assert ViTConfig.from_dict({**TINY, "image_size": [16, 24]}).image_size == (16, 24)

@@ -1,0 +1,21 @@
+"""vitviz: see what a Vision Transformer looks at."""
+
+from vitviz.checkpoint import ModelLoadError, load_checkpoint, save_checkpoint
+from vitviz.convert import from_huggingface, from_torchvision
+from vitviz.images import Preprocessing
+from vitviz.load import load_model
+from vitviz.model import ViT, ViTConfig, ViTOutput, autocast
+
+__all__ = [
+    "ModelLoadError",
+    "Preprocessing",
+    "ViT",
+    "ViTConfig",
+    "ViTOutput",
+    "autocast",
+    "from_huggingface",
+    "from_torchvision",
+    "load_checkpoint",
+    "load_model",
+    "save_checkpoint",
+]

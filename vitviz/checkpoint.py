@@ -1,0 +1,143 @@
+"""The vitviz checkpoint: a plain dict that opens without executing code.
+
+    {"format": "vitviz-checkpoint", "version": 1,
+     "config": asdict(ViTConfig), "state_dict": {...}, "class_names": [...],
+     "preprocessing": Preprocessing.to_dict(), "training": {...}}
+
+It is read with ``torch.load(..., weights_only=True)``: only tensors and plain containers
+can come back, so a hostile file cannot run code when it is opened.
+"""
+
+from __future__ import annotations
+
+import pickle
+import zipfile
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from vitviz.images import Preprocessing
+from vitviz.model import ViT, ViTConfig
+
+FORMAT = "vitviz-checkpoint"
+VERSION = 1
+
+
+class ModelLoadError(ValueError):
+    """A model could not be loaded; the message names the problem and, where possible, the fix."""
+
+
+def build_model(config: ViTConfig, state_dict: dict[str, torch.Tensor], source: str) -> ViT:
+    """A ViT with exactly these weights, or an error listing missing, unexpected and misshapen ones."""
+    model = ViT(config)
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(state_dict))
+    unexpected = sorted(set(state_dict) - set(expected))
+    misshapen = [
+        f"{name}: {tuple(state_dict[name].shape)} in file, {tuple(expected[name].shape)} expected"
+        for name in sorted(set(expected) & set(state_dict))
+        if state_dict[name].shape != expected[name].shape
+    ]
+    problems = []
+    if missing:
+        problems.append(f"missing weights {_shorten(missing)}")
+    if unexpected:
+        problems.append(f"unexpected weights {_shorten(unexpected)}")
+    if misshapen:
+        problems.append(f"shape mismatches {_shorten(misshapen)}")
+    if problems:
+        raise ModelLoadError(f"{source} does not match its config: " + "; ".join(problems))
+    model.load_state_dict({name: tensor.float() for name, tensor in state_dict.items()})
+    return model.eval()
+
+
+def save_checkpoint(
+    path: str | Path,
+    model: ViT,
+    class_names: list[str],
+    preprocessing: Preprocessing,
+    training: dict[str, Any] | None = None,
+    half: bool = False,
+) -> None:
+    """Write a vitviz checkpoint; ``half=True`` stores weights as fp16 (half the size)."""
+    if len(class_names) != model.config.num_classes:
+        raise ValueError(f"{len(class_names)} class names for a model with {model.config.num_classes} classes")
+    state_dict = {name: t.detach().cpu() for name, t in model.state_dict().items()}
+    if half:
+        state_dict = {name: t.half() for name, t in state_dict.items()}
+    checkpoint = {
+        "format": FORMAT,
+        "version": VERSION,
+        "config": asdict(model.config),
+        "state_dict": state_dict,
+        "class_names": list(class_names),
+        "preprocessing": preprocessing.to_dict(),
+        "training": training or {},
+    }
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(checkpoint, tmp)
+    tmp.replace(path)  # atomic: an interrupted save never leaves half a checkpoint
+
+
+def read_checkpoint(path: str | Path) -> dict[str, Any]:
+    """Open and validate a vitviz checkpoint file without executing any code in it."""
+    path = Path(path)
+    if not path.is_file():
+        raise ModelLoadError(f"checkpoint {path} does not exist or is not a file")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        if not _looks_like_pickle(path):
+            raise ModelLoadError(f"{path} is not a readable PyTorch file (corrupt or not a checkpoint)") from None
+        # a real pickle that weights_only refused: it holds objects beyond tensors and plain data
+        detail = next((line.strip() for line in str(error).splitlines() if "Unsupported global" in line), "")
+        raise ModelLoadError(
+            f"{path} holds objects other than tensors and plain data, so it was not opened "
+            f"(loading it could run code). {detail}".strip()
+        ) from None
+    except Exception as error:  # torch raises many kinds for damaged files (RuntimeError, EOFError, IndexError...)
+        raise ModelLoadError(f"{path} is not a readable PyTorch file (corrupt or truncated?): {error}") from None
+    if not isinstance(checkpoint, dict) or checkpoint.get("format") != FORMAT:
+        raise ModelLoadError(
+            f"{path} is a PyTorch file but not a vitviz checkpoint (no 'format': '{FORMAT}' entry); "
+            "to use torchvision or Hugging Face weights, see vitviz.convert"
+        )
+    if checkpoint.get("version") != VERSION:
+        raise ModelLoadError(f"{path} is checkpoint version {checkpoint.get('version')}; this vitviz reads {VERSION}")
+    for key, kind in [("config", dict), ("state_dict", dict), ("class_names", list), ("preprocessing", dict)]:
+        if not isinstance(checkpoint.get(key), kind):
+            raise ModelLoadError(f"{path}: entry '{key}' is missing or not a {kind.__name__}")
+    return checkpoint
+
+
+def load_checkpoint(path: str | Path) -> ViT:
+    """A ready ViT (eval mode) with ``.class_names`` and ``.transform`` from a vitviz checkpoint."""
+    checkpoint = read_checkpoint(path)
+    try:
+        config = ViTConfig.from_dict(checkpoint["config"])
+        preprocessing = Preprocessing.from_dict(checkpoint["preprocessing"])
+    except (TypeError, ValueError) as error:
+        raise ModelLoadError(f"{path}: {error}") from None
+    class_names = [str(name) for name in checkpoint["class_names"]]
+    if len(class_names) != config.num_classes:
+        raise ModelLoadError(f"{path}: {len(class_names)} class names for {config.num_classes} classes")
+    model = build_model(config, checkpoint["state_dict"], source=str(path))
+    model.class_names = class_names
+    model.transform = preprocessing
+    model.training_info = checkpoint.get("training", {})
+    return model
+
+
+def _looks_like_pickle(path: Path) -> bool:
+    """torch.save writes a zip archive; older files are a bare pickle (protocol 2+ starts with 0x80)."""
+    with open(path, "rb") as f:
+        return zipfile.is_zipfile(f) or f.seek(0) == 0 and f.read(1) == b"\x80"
+
+
+def _shorten(items: list[str], limit: int = 5) -> str:
+    more = f" and {len(items) - limit} more" if len(items) > limit else ""
+    return ", ".join(items[:limit]) + more

@@ -1,0 +1,74 @@
+"""From a PIL image to the tensor a model expects.
+
+``Preprocessing`` is the per-model recipe (resize, crop, normalise). It is a plain
+dataclass so a checkpoint can store it as a dict, and it is callable, so
+``model.transform(image)`` gives the (3, H, W) input tensor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Literal
+
+import torch
+from PIL import Image
+from torchvision.transforms import InterpolationMode
+from torchvision.transforms import functional as TF
+
+Interpolation = Literal["nearest", "bilinear", "bicubic"]
+_INTERPOLATIONS: dict[str, InterpolationMode] = {
+    "nearest": InterpolationMode.NEAREST,
+    "bilinear": InterpolationMode.BILINEAR,
+    "bicubic": InterpolationMode.BICUBIC,
+}
+
+
+@dataclass(frozen=True)
+class Preprocessing:
+    """Resize, centre-crop, scale to [0, 1] and normalise, in torchvision's conventions."""
+
+    resize: int | tuple[int, int] | None = 224  # int: shorter side to this; (h, w): exactly this
+    crop: int | tuple[int, int] | None = None  # centre crop after resizing; None keeps the resized image
+    mean: tuple[float, ...] = (0.485, 0.456, 0.406)
+    std: tuple[float, ...] = (0.229, 0.224, 0.225)
+    interpolation: Interpolation = "bilinear"
+
+    def __post_init__(self) -> None:
+        # tuples, not lists, so the object stays hashable after a round trip through a dict
+        for name in ("resize", "crop", "mean", "std"):
+            value = getattr(self, name)
+            if isinstance(value, list):
+                object.__setattr__(self, name, tuple(value))
+        if self.interpolation not in _INTERPOLATIONS:
+            raise ValueError(f"interpolation must be one of {sorted(_INTERPOLATIONS)}; got {self.interpolation!r}")
+        if len(self.mean) != len(self.std) or any(s <= 0 for s in self.std):
+            raise ValueError(f"mean {self.mean} and std {self.std} must have one positive std per channel")
+
+    def __call__(self, image: Image.Image) -> torch.Tensor:
+        """PIL image -> float tensor (C, H, W), normalised."""
+        if self.resize is not None:
+            size = [self.resize] if isinstance(self.resize, int) else list(self.resize)
+            image = TF.resize(image, size, interpolation=_INTERPOLATIONS[self.interpolation], antialias=True)
+        if self.crop is not None:
+            image = TF.center_crop(image, [self.crop] if isinstance(self.crop, int) else list(self.crop))
+        tensor = TF.pil_to_tensor(image).float().div_(255)  # (C, H, W) in [0, 1]
+        return TF.normalize(tensor, mean=list(self.mean), std=list(self.std))
+
+    @property
+    def output_size(self) -> tuple[int, int] | None:
+        """(height, width) of every output, or None when it depends on the image's shape."""
+        fixed = self.crop if self.crop is not None else self.resize
+        if fixed is None or (fixed is self.resize and isinstance(fixed, int)):
+            return None
+        return (fixed, fixed) if isinstance(fixed, int) else fixed
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> Preprocessing:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown preprocessing fields {unknown}; known fields are {sorted(known)}")
+        return cls(**values)

@@ -1,0 +1,130 @@
+"""``load_model(spec)``: one entry point for every model vitviz can show.
+
+    "default"                          the checkpoint shipped in checkpoints/
+    "torchvision:vit_b_16"             torchvision weights (DEFAULT), downloaded once into torch's cache
+    "torchvision:vit_b_16:IMAGENET1K_SWAG_E2E_V1"   ... naming the weights
+    "path/to/model.pt"                 a vitviz checkpoint
+    "path/to/hf-folder"                a Hugging Face ViT saved with save_pretrained
+
+Every model comes back in eval mode with ``.class_names`` and ``.transform``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import torch
+
+from vitviz.checkpoint import ModelLoadError, load_checkpoint
+from vitviz.convert import TORCHVISION_ARCHS, from_torchvision, load_huggingface_folder
+from vitviz.images import Preprocessing
+from vitviz.model import ViT
+
+DEFAULT_CHECKPOINT = Path(__file__).resolve().parent.parent / "checkpoints" / "default.pt"
+DOWNLOAD_TIMEOUT_S = 10.0  # per network operation: connecting, or waiting for the next bytes
+
+
+def load_model(spec: str | Path = "default") -> ViT:
+    """Load a model by spec (see the module docstring); errors are ``ModelLoadError``."""
+    spec = str(spec).strip()
+    if spec == "default":
+        if not DEFAULT_CHECKPOINT.is_file():
+            raise ModelLoadError(
+                f"no default checkpoint is shipped yet ({DEFAULT_CHECKPOINT} is missing); train one with "
+                "`python -m vitviz.train`, or load 'torchvision:vit_b_16' or a checkpoint path instead"
+            )
+        return load_checkpoint(DEFAULT_CHECKPOINT)
+    if spec.startswith("torchvision:"):
+        return load_torchvision(spec.removeprefix("torchvision:"))
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        return load_huggingface_folder(path)
+    if path.is_file():
+        return load_checkpoint(path)
+    raise ModelLoadError(
+        f"model {spec!r} not found: give 'default', 'torchvision:<arch>[:<weights>]' with arch one of "
+        f"{', '.join(TORCHVISION_ARCHS)}, a vitviz checkpoint file, or a Hugging Face model folder"
+    )
+
+
+def load_torchvision(name: str) -> ViT:
+    """``"vit_b_16"`` or ``"vit_b_16:IMAGENET1K_V1"`` -> converted model with ImageNet class names.
+
+    Weights come from torch's hub cache when present; otherwise they are downloaded with
+    a timeout, so an offline machine gets an error in seconds instead of a hang.
+    """
+    from torchvision import models
+
+    arch, _, weights_name = name.partition(":")
+    if arch not in TORCHVISION_ARCHS:
+        raise ModelLoadError(f"unknown torchvision ViT {arch!r}; choose one of {', '.join(TORCHVISION_ARCHS)}")
+    weights_enum = models.get_model_weights(arch)
+    weights_name = weights_name.removeprefix(f"{weights_enum.__name__}.") or "DEFAULT"
+    try:
+        weights = weights_enum[weights_name]
+    except KeyError:
+        choices = ", ".join(["DEFAULT", *(w.name for w in weights_enum)])
+        raise ModelLoadError(f"{arch} has no weights {weights_name!r}; choose one of {choices}") from None
+
+    state_dict = _cached_download(weights.url)
+    image_size = weights.meta["min_size"][0]
+    tv_model = models.get_model(arch, weights=None, image_size=image_size, num_classes=len(weights.meta["categories"]))
+    tv_model.load_state_dict(state_dict)
+    model = from_torchvision(tv_model)
+    model.class_names = list(weights.meta["categories"])
+    model.transform = preprocessing_from_torchvision(weights.transforms())
+    return model
+
+
+def preprocessing_from_torchvision(transform) -> Preprocessing:
+    """The same resize/crop/normalisation as a torchvision ``ImageClassification`` preset."""
+    return Preprocessing(
+        resize=transform.resize_size[0],
+        crop=transform.crop_size[0],
+        mean=tuple(transform.mean),
+        std=tuple(transform.std),
+        interpolation=transform.interpolation.value,
+    )
+
+
+def _cached_download(url: str, timeout: float = DOWNLOAD_TIMEOUT_S) -> dict[str, torch.Tensor]:
+    """State dict from torch's hub cache, downloading it there first if needed."""
+    path = Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(url)
+    if not path.is_file():
+        download(url, path, timeout)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # a damaged cache file: say where it is so it can be deleted
+        raise ModelLoadError(f"cached weights {path} could not be read ({error}); delete the file and retry") from None
+
+
+def download(url: str, path: Path, timeout: float = DOWNLOAD_TIMEOUT_S) -> None:
+    """Download ``url`` to ``path`` atomically, checking torchvision's hash prefix in the name.
+
+    ``timeout`` bounds each connect and each read, so a dead network fails fast.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".partial")
+    digest = hashlib.sha256()
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response, open(tmp, "wb") as out:
+            while chunk := response.read(1 << 20):
+                digest.update(chunk)
+                out.write(chunk)
+    except (urllib.error.URLError, OSError, TimeoutError) as error:
+        tmp.unlink(missing_ok=True)
+        reason = getattr(error, "reason", error)
+        raise ModelLoadError(
+            f"could not download {url} ({reason}). Is this machine offline? Weights are cached in "
+            f"{path.parent} after the first download; copy the file there to use it offline."
+        ) from None
+    expected = re.search(r"-([a-f0-9]{6,})\.", path.name)  # torchvision names files <arch>-<sha256 prefix>.pth
+    if expected and not digest.hexdigest().startswith(expected[1]):
+        tmp.unlink(missing_ok=True)
+        raise ModelLoadError(f"download of {url} is corrupt (sha256 does not match {expected[1]}); try again")
+    tmp.replace(path)
