@@ -1,5 +1,7 @@
-"""From a PIL image to the tensor a model expects.
+"""Bytes in, safe RGB image out; image in, model tensor out.
 
+``load_image`` is the one intake for uploads and files: it refuses what is not an image
+(or is too large to decode safely) with an ``ImageError`` that names the problem.
 ``Preprocessing`` is the per-model recipe (resize, crop, normalise). It is a plain
 dataclass so a checkpoint can store it as a dict, and it is callable, so
 ``model.transform(image)`` gives the (3, H, W) input tensor.
@@ -7,13 +9,55 @@ dataclass so a checkpoint can store it as a dict, and it is callable, so
 
 from __future__ import annotations
 
+import io
 from dataclasses import asdict, dataclass, fields
 from typing import Literal
 
 import torch
-from PIL import Image
+from PIL import Image, ImageOps
 from torchvision.transforms import InterpolationMode
 from torchvision.transforms import functional as TF
+
+MAX_PIXELS = 89_478_485  # PIL's own decompression-bomb threshold (about 89 Mpx)
+FORMATS = ("JPEG", "PNG", "WEBP", "BMP", "GIF", "TIFF")
+
+
+class ImageError(ValueError):
+    """The bytes are not an image vitviz can use; the message says why."""
+
+
+def load_image(data: bytes, background: tuple[int, int, int] = (255, 255, 255)) -> Image.Image:
+    """Decode bytes into an RGB image: EXIF orientation applied, transparency on ``background``.
+
+    Refuses empty, unknown, oversized (> MAX_PIXELS, checked before decoding) and corrupt
+    files with ``ImageError``. Animated images give their first frame.
+    """
+    if not data:
+        raise ImageError("the file is empty")
+    try:
+        image = Image.open(io.BytesIO(data), formats=FORMATS)
+    except Image.UnidentifiedImageError:
+        raise ImageError(f"not an image in a supported format ({', '.join(FORMATS)})") from None
+    except Image.DecompressionBombError as error:
+        raise ImageError(f"image too large to decode safely: {error}") from None
+    width, height = image.size
+    if width * height > MAX_PIXELS:
+        raise ImageError(
+            f"image is {width}x{height} = {width * height / 1e6:.1f} Mpx, above the limit of {MAX_PIXELS / 1e6:.0f} Mpx"
+        )
+    try:
+        image.seek(0)
+        image.load()  # decode now, so a truncated file fails here rather than later
+        image = ImageOps.exif_transpose(image)
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as error:
+        raise ImageError(f"the {image.format} file is corrupt or truncated: {error}") from None
+    if image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info):
+        rgba = image.convert("RGBA")
+        canvas = Image.new("RGB", rgba.size, background)
+        canvas.paste(rgba, mask=rgba.getchannel("A"))
+        return canvas
+    return image.convert("RGB")
+
 
 Interpolation = Literal["nearest", "bilinear", "bicubic"]
 _INTERPOLATIONS: dict[str, InterpolationMode] = {
