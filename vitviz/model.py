@@ -144,8 +144,9 @@ class Attention(nn.Module):
         if need_weights:
             # explicit path: the weights exist as a tensor, so they can be returned. The softmax
             # runs in fp32 even under bf16 autocast, so returned rows sum to 1 to fp32 precision.
-            scores = (q * self.scale) @ k.transpose(-2, -1)  # (B, heads, T, T)
-            weights = scores.float().softmax(dim=-1)
+            # One expression, so the pre-softmax scores are freed at once: keeping them alive
+            # makes the allocator hand back and re-fault memory, slowing the whole block.
+            weights = ((q * self.scale) @ k.transpose(-2, -1)).float().softmax(dim=-1)  # (B, heads, T, T)
             out = F.dropout(weights, dropout_p, self.training) @ v  # (B, heads, T, head_dim)
         else:
             # fast path: fused kernel, never materialises the T x T matrix

@@ -1,0 +1,133 @@
+"""Training and evaluation CLIs on a tiny generated image folder."""
+
+import json
+
+import pytest
+import torch
+from PIL import Image
+
+from vitviz import load_model
+from vitviz.evaluate import main as evaluate_main
+from vitviz.metrics import classification_metrics, confusion_matrix
+from vitviz.train import main as train_main
+
+CLASSES = {"blue": (20, 40, 230), "green": (30, 200, 40), "red": (230, 30, 30)}
+SMALL_MODEL = ["--image-size", "16", "--patch-size", "4", "--hidden-size", "32", "--num-layers", "2",
+               "--num-heads", "2", "--mlp-size", "64", "--workers", "0", "--precision", "fp32", "--batch-size", "8",
+               "--augment", "none", "--lr", "3e-3", "--warmup-epochs", "0", "--drop-path", "0"]  # fmt: skip
+
+
+def make_folder(root, per_class=8, classes=CLASSES):
+    generator = torch.Generator().manual_seed(len(str(root)))
+    for name, color in classes.items():
+        (root / name).mkdir(parents=True)
+        for i in range(per_class):
+            noise = torch.randint(-40, 40, (16, 16, 3), generator=generator)
+            pixels = (torch.tensor(color) + noise).clamp(0, 255).to(torch.uint8).numpy()
+            Image.fromarray(pixels).save(root / name / f"{i}.png")
+    return root
+
+
+@pytest.fixture()
+def folders(tmp_path):
+    return make_folder(tmp_path / "train"), make_folder(tmp_path / "val", per_class=4)
+
+
+def train(folders, out, *extra):
+    train_dir, val_dir = folders
+    argv = ["--dataset", "imagefolder", "--train-dir", str(train_dir), "--val-dir", str(val_dir), "--out", str(out)]
+    return train_main(argv + SMALL_MODEL + list(extra))
+
+
+def test_training_lowers_the_loss_and_writes_metrics(folders, tmp_path):
+    result = train(folders, tmp_path / "run", "--epochs", "4")
+    losses = [record["train_loss"] for record in result["history"]]
+    assert losses[-1] < losses[0] * 0.9
+    lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [line["epoch"] for line in lines] == [1, 2, 3, 4]
+    for key in ("train_loss", "val_loss", "val_top1", "val_macro_precision", "val_macro_recall", "val_macro_f1"):
+        assert all(0 <= line[key] < 10 for line in lines)
+    assert {p.name for p in (tmp_path / "run").iterdir()} >= {"best.pt", "last.pt", "metrics.jsonl"}
+
+
+def test_trained_checkpoint_loads_and_predicts(folders, tmp_path):
+    result = train(folders, tmp_path / "run", "--epochs", "6", "--lr", "5e-3")
+    model = load_model(tmp_path / "run" / "best.pt")
+    assert model.class_names == sorted(CLASSES)
+    assert model.training_info["epoch"] >= 1 and model.training_info["args"]["dataset"] == "imagefolder"
+    pixels = model.transform(Image.new("RGB", (40, 40), CLASSES["red"]))
+    with torch.no_grad():
+        probabilities = model(pixels[None]).logits.softmax(-1)[0]
+    assert probabilities.shape == (3,)
+    assert result["best_top1"] == max(r["val_top1"] for r in result["history"])
+
+
+def test_resume_continues_from_the_saved_epoch_and_step(folders, tmp_path, capsys):
+    first = train(folders, tmp_path / "run", "--epochs", "3", "--max-steps-per-epoch", "2")
+    assert first["history"][-1]["step"] == 6
+    # pretend the run stopped after epoch 2: rewrite last.pt from an interrupted run
+    interrupted = train(folders, tmp_path / "cut", "--epochs", "3", "--max-steps-per-epoch", "2", "--lr", "1e-3")
+    resumed = train(folders, tmp_path / "cut", "--epochs", "5", "--max-steps-per-epoch", "2", "--lr", "1e-3",
+                    "--resume", str(tmp_path / "cut" / "last.pt"))  # fmt: skip
+    assert "resumed from" in capsys.readouterr().out
+    assert [r["epoch"] for r in resumed["history"]] == [4, 5]
+    assert [r["step"] for r in resumed["history"]] == [8, 10]
+    epochs = [json.loads(line)["epoch"] for line in (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()]
+    assert epochs == [1, 2, 3, 4, 5] and interrupted["history"][-1]["epoch"] == 3
+
+
+def test_resume_refuses_a_different_model(folders, tmp_path):
+    train(folders, tmp_path / "run", "--epochs", "1", "--max-steps-per-epoch", "1")
+    with pytest.raises(SystemExit, match="trained with config"):
+        train(folders, tmp_path / "run", "--epochs", "2", "--num-layers", "3", "--resume", str(tmp_path / "run" / "last.pt"))
+
+
+def test_evaluate_writes_accuracy_and_confusion_matrix(folders, tmp_path, capsys):
+    train(folders, tmp_path / "run", "--epochs", "2")
+    scores = evaluate_main([str(tmp_path / "run" / "best.pt"), "--val-dir", str(folders[1]), "--out", str(tmp_path / "eval"),
+                            "--workers", "0"])  # fmt: skip
+    printed = capsys.readouterr().out
+    assert "top-1 accuracy" in printed and "confusion matrix" in printed
+    matrix = scores["confusion_matrix"]
+    assert sum(map(sum, matrix)) == 12 and [sum(row) for row in matrix] == [4, 4, 4]
+    csv_rows = (tmp_path / "eval" / "confusion_matrix.csv").read_text().splitlines()
+    assert csv_rows[0].split(",")[1:] == sorted(CLASSES) and len(csv_rows) == 4
+    saved = json.loads((tmp_path / "eval" / "metrics.json").read_text())
+    assert saved["accuracy"] == pytest.approx(sum(matrix[i][i] for i in range(3)) / 12)
+
+
+def test_bad_arguments_exit_with_a_message(folders, tmp_path, capsys):
+    train_dir, val_dir = folders
+    (tmp_path / "empty").mkdir()
+    make_folder(tmp_path / "one", classes={"only": (1, 2, 3)})
+    cases = [
+        (["--dataset", "imagefolder", "--val-dir", str(val_dir)], "needs --train-dir"),
+        (["--dataset", "imagefolder", "--train-dir", str(tmp_path / "nope"), "--val-dir", str(val_dir)], "is not a folder"),
+        (["--dataset", "imagefolder", "--train-dir", str(tmp_path / "empty"), "--val-dir", str(val_dir)],
+         "Couldn't find any class folder"),
+        (["--dataset", "imagefolder", "--train-dir", str(tmp_path / "one"), "--val-dir", str(val_dir)],
+         "at least 2 are needed"),
+        (["--dataset", "imagefolder", "--train-dir", str(train_dir), "--val-dir", str(val_dir), "--num-heads", "5"],
+         "not divisible by num_heads"),
+    ]  # fmt: skip
+    for argv, message in cases:
+        with pytest.raises(SystemExit, match=message):
+            train_main(argv + ["--workers", "0"])
+    with pytest.raises(SystemExit) as exit_info:
+        train_main(["--epochs", "0"])
+    assert exit_info.value.code == 2 and "--epochs must be at least 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="not found"):
+        evaluate_main([str(tmp_path / "missing.pt"), "--val-dir", str(val_dir)])
+
+
+def test_metrics_known_answer():
+    targets = torch.tensor([0, 0, 1, 1, 2, 2])
+    predictions = torch.tensor([0, 1, 1, 1, 2, 0])
+    assert confusion_matrix(predictions, targets, 3).tolist() == [[1, 1, 0], [0, 2, 0], [1, 0, 1]]
+    scores = classification_metrics(predictions, targets, 3)
+    assert scores["accuracy"] == pytest.approx(4 / 6)
+    assert scores["per_class_accuracy"] == pytest.approx([0.5, 1.0, 0.5])
+    # precision: class 0 1/2, class 1 2/3, class 2 1/1
+    assert scores["macro_precision"] == pytest.approx((0.5 + 2 / 3 + 1) / 3)
+    f1 = [2 * p * r / (p + r) for p, r in [(0.5, 0.5), (2 / 3, 1.0), (1.0, 0.5)]]
+    assert scores["macro_f1"] == pytest.approx(sum(f1) / 3)

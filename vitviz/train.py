@@ -1,0 +1,317 @@
+"""Train a vitviz ViT: `python -m vitviz.train --help`.
+
+Example (the shipped CIFAR-10 default; see checkpoints/README.md for the exact command):
+
+    python -m vitviz.train --dataset imagefolder --train-dir /tmp/cifar10/train \
+        --val-dir /tmp/cifar10/test --preset cifar --epochs 200 --out runs/cifar10
+
+Writes best.pt and last.pt (vitviz checkpoints) and metrics.jsonl (one line per epoch)
+into --out. `--resume runs/cifar10/last.pt` continues from the saved epoch and step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, Dataset
+from torchvision import datasets
+from torchvision.transforms import v2
+from tqdm import tqdm
+
+from vitviz.checkpoint import ModelLoadError, read_checkpoint, save_checkpoint
+from vitviz.images import Preprocessing
+from vitviz.metrics import classification_metrics
+from vitviz.model import ViT, ViTConfig
+
+# Model presets for small images (patch 4 on 32x32 gives an 8x8 grid of 64 patches).
+PRESETS: dict[str, dict] = {
+    "tiny": dict(patch_size=4, hidden_size=192, num_layers=6, num_heads=6, mlp_size=384),
+    "small": dict(patch_size=4, hidden_size=256, num_layers=8, num_heads=8, mlp_size=512),
+    "cifar": dict(patch_size=4, hidden_size=384, num_layers=7, num_heads=12, mlp_size=768),
+}
+# Per-channel statistics of each dataset's training images, for normalisation.
+DATASET_STATS = {
+    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+    "cifar100": ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
+    "mnist": ((0.1307, 0.1307, 0.1307), (0.3081, 0.3081, 0.3081)),
+    "imagefolder": ((0.5, 0.5, 0.5), (0.25, 0.25, 0.25)),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m vitviz.train", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    data = p.add_argument_group("data")
+    data.add_argument("--dataset", choices=["cifar10", "cifar100", "mnist", "imagefolder"], default="cifar10",
+                      help="torchvision dataset (downloaded into --data-dir when online) or a folder of class folders")
+    data.add_argument("--data-dir", type=Path, default=Path("data"), help="where torchvision datasets live")
+    data.add_argument("--train-dir", type=Path, help="imagefolder: training images, one sub-folder per class")
+    data.add_argument("--val-dir", type=Path, help="imagefolder: validation images, same class folders")
+    data.add_argument("--image-size", type=int, default=32, help="side the images are resized to")
+    data.add_argument("--workers", type=int, default=2, help="data-loading worker processes")
+    data.add_argument("--preload", action=argparse.BooleanOptionalAction, default=None,
+                      help="imagefolder: decode every image once into memory (default: on for --image-size <= 64)")
+    model = p.add_argument_group("model")
+    model.add_argument("--preset", choices=sorted(PRESETS), default="tiny", help="model size preset")
+    for name in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_size"):
+        model.add_argument(f"--{name.replace('_', '-')}", type=int, help=f"override the preset's {name}")
+    model.add_argument("--pooling", choices=["cls", "mean"], default="cls", help="classify from [CLS] or mean token")
+    model.add_argument("--dropout", type=float, default=0.0, help="dropout rate")
+    model.add_argument("--drop-path", type=float, default=0.1, help="stochastic depth rate of the last block")
+    opt = p.add_argument_group("optimisation")
+    opt.add_argument("--epochs", type=int, default=100, help="training epochs")
+    opt.add_argument("--batch-size", type=int, default=128, help="images per step")
+    opt.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (AdamW)")
+    opt.add_argument("--weight-decay", type=float, default=0.05, help="AdamW weight decay (not on norms, biases)")
+    opt.add_argument("--warmup-epochs", type=float, default=5, help="linear warm-up, then cosine decay to 0")
+    opt.add_argument("--label-smoothing", type=float, default=0.1, help="cross-entropy label smoothing")
+    opt.add_argument("--augment", choices=["none", "basic", "trivialaugment", "randaugment"], default="trivialaugment",
+                     help="basic: random crop with padding + flip; the others add that policy")
+    opt.add_argument("--mixup", type=float, default=0.0, help="MixUp alpha (0: off)")
+    opt.add_argument("--cutmix", type=float, default=0.0, help="CutMix alpha (0: off)")
+    opt.add_argument("--precision", choices=["fp32", "bf16"], default="bf16", help="bf16 autocast (CPU and GPU)")
+    opt.add_argument("--compile", action="store_true", help="torch.compile the model")
+    opt.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="torch device")
+    opt.add_argument("--max-steps-per-epoch", type=int, help="cut epochs short (for quick checks)")
+    run = p.add_argument_group("run")
+    run.add_argument("--out", type=Path, default=Path("runs/vit"), help="folder for checkpoints and metrics")
+    run.add_argument("--resume", type=Path, help="continue from this last.pt")
+    run.add_argument("--seed", type=int, default=0, help="random seed")
+    run.add_argument("--half-checkpoints", action="store_true", help="store best.pt weights in fp16")
+    return p
+
+
+def build_datasets(args: argparse.Namespace) -> tuple[Dataset, Dataset, list[str], Preprocessing]:
+    mean, std = DATASET_STATS[args.dataset]
+    size = args.image_size
+    augment: list = [v2.RandomCrop(size, padding=size // 8, padding_mode="reflect")] if args.augment != "none" else []
+    if args.augment != "none" and args.dataset != "mnist":  # digits are not mirror-symmetric
+        augment.append(v2.RandomHorizontalFlip())
+    augment += {"trivialaugment": [v2.TrivialAugmentWide()], "randaugment": [v2.RandAugment()]}.get(args.augment, [])
+    to_tensor = [v2.ToImage(), v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean, std)]
+    base = [v2.RGB(), v2.Resize((size, size), antialias=True)]
+    train_tf, val_tf = v2.Compose(base + augment + to_tensor), v2.Compose(base + to_tensor)
+    if args.dataset == "imagefolder":
+        train, val = _image_folder(args.train_dir, "--train-dir"), _image_folder(args.val_dir, "--val-dir")
+        if train.classes != val.classes:
+            raise SystemExit(f"error: --train-dir classes {train.classes} differ from --val-dir classes {val.classes}")
+        classes = train.classes
+        if args.preload if args.preload is not None else size <= 64:
+            decode = v2.Compose(base + [v2.ToImage()])  # uint8 (3, size, size), augmented later per epoch
+            train = InMemoryImages(train, decode, v2.Compose(augment + to_tensor))
+            val = InMemoryImages(val, decode, v2.Compose(to_tensor))
+        else:
+            train.transform, val.transform = train_tf, val_tf
+    else:
+        cls = {"cifar10": datasets.CIFAR10, "cifar100": datasets.CIFAR100, "mnist": datasets.MNIST}[args.dataset]
+        try:
+            train = cls(args.data_dir, train=True, transform=train_tf, download=True)
+            val = cls(args.data_dir, train=False, transform=val_tf, download=True)
+        except (OSError, RuntimeError) as error:  # offline and not yet downloaded
+            raise SystemExit(f"error: could not get {args.dataset} into {args.data_dir} ({error}); "
+                             "download it once online, or use --dataset imagefolder") from None
+        classes = list(train.classes)
+    return train, val, classes, Preprocessing(resize=(size, size), crop=None, mean=mean, std=std)
+
+
+def _image_folder(path: Path | None, flag: str) -> datasets.ImageFolder:
+    if path is None:
+        raise SystemExit(f"error: --dataset imagefolder needs {flag}")
+    if not path.is_dir():
+        raise SystemExit(f"error: {flag} {path} is not a folder")
+    try:
+        folder = datasets.ImageFolder(str(path))
+    except (FileNotFoundError, RuntimeError) as error:
+        raise SystemExit(f"error: {flag} {path}: {error}") from None
+    if len(folder.classes) < 2:
+        raise SystemExit(f"error: {flag} {path} has {len(folder.classes)} class folder(s); at least 2 are needed")
+    return folder
+
+
+class InMemoryImages(Dataset):
+    """A small-image folder decoded once into one uint8 tensor, so epochs skip JPEG decoding.
+
+    CIFAR-10's 50,000 training images take 150 MB this way; the per-epoch transform
+    (augmentation, scaling, normalisation) still runs on every access.
+    """
+
+    def __init__(self, folder: datasets.ImageFolder, decode, transform):
+        samples = tqdm(folder.samples, desc=f"decoding {folder.root}", disable=None, leave=False, file=sys.stderr)
+        images = [decode(folder.loader(path)) for path, _ in samples]
+        self.images = torch.stack(images)  # (N, 3, size, size) uint8
+        self.targets = torch.tensor(folder.targets)
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.targets)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        return self.transform(self.images[index]), int(self.targets[index])
+
+
+def build_config(args: argparse.Namespace, num_classes: int) -> ViTConfig:
+    values = dict(PRESETS[args.preset])
+    for name in values:
+        if getattr(args, name) is not None:
+            values[name] = getattr(args, name)
+    try:
+        return ViTConfig(image_size=args.image_size, num_classes=num_classes, pooling=args.pooling,
+                         dropout=args.dropout, drop_path=args.drop_path, **values)  # fmt: skip
+    except ValueError as error:
+        raise SystemExit(f"error: {error}") from None
+
+
+def build_optimizer(model: ViT, args: argparse.Namespace, total_steps: int, warmup_steps: int):
+    # no weight decay on biases, norms, tokens and position embeddings (1-D or prefix parameters)
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "pos_embed" not in n and "token" not in n]
+    no_decay = [p for n, p in model.named_parameters() if not (p.ndim >= 2 and "pos_embed" not in n and "token" not in n)]
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}], lr=args.lr
+    )
+
+    def schedule(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+        return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+
+
+def evaluate_loader(model: torch.nn.Module, loader: DataLoader, device: str, precision: str):
+    """Mean loss, predictions and targets over a loader (no augmentation, no grad)."""
+    model.eval()
+    losses, predictions, targets = [], [], []
+    with torch.inference_mode(), torch.autocast(device.split(":")[0], torch.bfloat16, enabled=precision == "bf16"):
+        for images, labels in loader:
+            images, labels = images.to(device), labels.to(device)
+            logits = model(images).logits.float()
+            losses.append(F.cross_entropy(logits, labels, reduction="sum").item())
+            predictions.append(logits.argmax(-1).cpu())
+            targets.append(labels.cpu())
+    return sum(losses) / max(1, len(loader.dataset)), torch.cat(predictions), torch.cat(targets)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    for flag in ("epochs", "batch_size", "image_size"):
+        if getattr(args, flag) < 1:
+            parser.error(f"--{flag.replace('_', '-')} must be at least 1")
+    if args.workers < 0 or not 0 <= args.label_smoothing < 1 or args.lr <= 0:
+        parser.error("--workers must be >= 0, --label-smoothing in [0, 1) and --lr > 0")
+    torch.manual_seed(args.seed)
+    random.seed(args.seed)
+
+    train_set, val_set, classes, preprocessing = build_datasets(args)
+    loader_kwargs = dict(batch_size=args.batch_size, num_workers=args.workers, persistent_workers=args.workers > 0)
+    train_loader = DataLoader(train_set, shuffle=True, drop_last=len(train_set) > args.batch_size, **loader_kwargs)
+    val_loader = DataLoader(val_set, shuffle=False, **loader_kwargs)
+    config = build_config(args, len(classes))
+    model = ViT(config).to(args.device)
+    steps_per_epoch = min(len(train_loader), args.max_steps_per_epoch or len(train_loader))
+    total_steps = steps_per_epoch * args.epochs
+    optimizer, scheduler = build_optimizer(model, args, total_steps, int(args.warmup_epochs * steps_per_epoch))
+    mixers = [v2.MixUp(alpha=args.mixup, num_classes=len(classes))] if args.mixup > 0 else []
+    mixers += [v2.CutMix(alpha=args.cutmix, num_classes=len(classes))] if args.cutmix > 0 else []
+    mix = v2.RandomChoice(mixers) if mixers else None
+
+    start_epoch, step, best_top1 = 0, 0, -1.0
+    if args.resume:
+        start_epoch, step, best_top1 = _resume(args.resume, model, optimizer, scheduler, config)
+    forward = torch.compile(model) if args.compile else model
+    args.out.mkdir(parents=True, exist_ok=True)
+    metrics_path = args.out / "metrics.jsonl"
+    hyper = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    started = time.time()
+    history = []
+    for epoch in range(start_epoch, args.epochs):
+        model.train()
+        seen, loss_sum, correct = 0, 0.0, 0
+        bar = tqdm(train_loader, total=steps_per_epoch, desc=f"epoch {epoch + 1}/{args.epochs}", leave=False,
+                   disable=None, file=sys.stderr)  # fmt: skip
+        for batch_index, (images, labels) in enumerate(bar):
+            if batch_index >= steps_per_epoch:
+                break
+            images, labels = images.to(args.device), labels.to(args.device)
+            targets = labels
+            if mix is not None:
+                images, targets = mix(images, labels)
+            with torch.autocast(args.device.split(":")[0], torch.bfloat16, enabled=args.precision == "bf16"):
+                logits = forward(images).logits.float()
+            loss = F.cross_entropy(logits, targets, label_smoothing=args.label_smoothing)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            scheduler.step()
+            step += 1
+            seen += len(labels)
+            loss_sum += loss.item() * len(labels)
+            correct += (logits.argmax(-1) == labels).sum().item()
+            bar.set_postfix(loss=f"{loss_sum / seen:.3f}", acc=f"{correct / seen:.3f}", lr=f"{scheduler.get_last_lr()[0]:.2e}")
+        val_loss, predictions, val_targets = evaluate_loader(model, val_loader, args.device, args.precision)
+        scores = classification_metrics(predictions, val_targets, len(classes))
+        record = {
+            "epoch": epoch + 1, "step": step, "train_loss": loss_sum / max(1, seen), "train_top1": correct / max(1, seen),
+            "val_loss": val_loss, "val_top1": scores["accuracy"], "val_macro_precision": scores["macro_precision"],
+            "val_macro_recall": scores["macro_recall"], "val_macro_f1": scores["macro_f1"],
+            "lr": scheduler.get_last_lr()[0], "elapsed_s": time.time() - started,
+        }  # fmt: skip
+        history.append(record)
+        with open(metrics_path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+        print(
+            f"epoch {epoch + 1}/{args.epochs}: train loss {record['train_loss']:.4f} acc {record['train_top1']:.4f} | "
+            f"val loss {val_loss:.4f} top-1 {scores['accuracy']:.4f} macro-F1 {scores['macro_f1']:.4f}",
+            flush=True,
+        )
+        training = {"args": hyper, "epoch": epoch + 1, "step": step, "metrics": record,
+                    "device": args.device, "torch": str(torch.__version__)}  # fmt: skip
+        if scores["accuracy"] > best_top1:
+            best_top1 = scores["accuracy"]
+            save_checkpoint(args.out / "best.pt", model, classes, preprocessing, training, half=args.half_checkpoints)
+        _save_last(args.out / "last.pt", model, classes, preprocessing, training, optimizer, scheduler, best_top1)
+    return {"history": history, "best_top1": best_top1, "out": str(args.out)}
+
+
+def _save_last(path, model, classes, preprocessing, training, optimizer, scheduler, best_top1) -> None:
+    """last.pt: a vitviz checkpoint plus what --resume needs (plain tensors and dicts only)."""
+    save_checkpoint(path, model, classes, preprocessing, training)
+    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    checkpoint["resume"] = {
+        "epoch": training["epoch"], "step": training["step"], "best_top1": best_top1,
+        "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+    }  # fmt: skip
+    torch.save(checkpoint, path)
+
+
+def _resume(path: Path, model: ViT, optimizer, scheduler, config: ViTConfig) -> tuple[int, int, float]:
+    try:
+        checkpoint = read_checkpoint(path)
+    except ModelLoadError as error:
+        raise SystemExit(f"error: --resume: {error}") from None
+    if "resume" not in checkpoint:
+        raise SystemExit(f"error: --resume {path} has no optimizer state; resume from a last.pt written by train")
+    if checkpoint["config"] != asdict(config):
+        raise SystemExit(f"error: --resume {path} was trained with config {checkpoint['config']}, not {asdict(config)}")
+    model.load_state_dict(checkpoint["state_dict"])
+    optimizer.load_state_dict(checkpoint["resume"]["optimizer"])
+    scheduler.load_state_dict(checkpoint["resume"]["scheduler"])
+    state = checkpoint["resume"]
+    print(f"resumed from {path}: epoch {state['epoch']}, step {state['step']}", flush=True)
+    return state["epoch"], state["step"], state["best_top1"]
+
+
+if __name__ == "__main__":
+    main()
