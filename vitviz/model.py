@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass, fields
+from collections.abc import Callable
 from typing import Literal
 
 import torch
@@ -257,10 +258,18 @@ class ViT(nn.Module):
         patch_pos = patch_pos.permute(0, 2, 3, 1).reshape(1, rows * cols, D)  # (1, N, D)
         return torch.cat([prefix_pos, patch_pos], dim=1)
 
-    def forward(self, pixel_values: torch.Tensor, output_attentions: bool = False) -> ViTOutput:
+    def forward(
+        self,
+        pixel_values: torch.Tensor,
+        output_attentions: bool = False,
+        attention_sink: Callable[[int, torch.Tensor], None] | None = None,
+    ) -> ViTOutput:
         """Classify a batch of images, shape (B, C, H, W) with H and W multiples of the patch size.
 
         Any such size works, non-square too: position embeddings are interpolated to the grid.
+        ``attention_sink(block_index, weights)``, if given, receives each block's attention
+        weights (B, heads, T, T) as soon as they exist; unless ``output_attentions`` is also set
+        they are not kept, so statistics can be streamed without holding every T x T matrix.
         """
         self._check_input(pixel_values)
         B, _, H, W = pixel_values.shape
@@ -271,8 +280,11 @@ class ViT(nn.Module):
         x = self.pos_dropout(x + self.position_embeddings(*grid))
 
         attentions = []
-        for block in self.blocks:
-            x, weights = block(x, need_weights=output_attentions)
+        need_weights = output_attentions or attention_sink is not None
+        for index, block in enumerate(self.blocks):
+            x, weights = block(x, need_weights=need_weights)
+            if attention_sink is not None:
+                attention_sink(index, weights)
             if output_attentions:
                 attentions.append(weights)
         x = self.norm(x)  # (B, T, D)
