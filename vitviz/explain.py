@@ -467,3 +467,11 @@ def fraction_replaced(steps: int = 10) -> torch.Tensor:
     """The x axis of a perturbation curve: 0, 1/steps, ..., 1."""
     return torch.linspace(0, 1, steps + 1)
 
+
+
+if __name__ == "__main__":  # `python -m vitviz.explain`: the batch CLI lives in explain_cli.py
+    import sys
+
+    from vitviz.explain_cli import main
+
+    sys.exit(main())

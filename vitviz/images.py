@@ -98,6 +98,27 @@ class Preprocessing:
         tensor = TF.pil_to_tensor(image).float().div_(255)  # (C, H, W) in [0, 1]
         return TF.normalize(tensor, mean=list(self.mean), std=list(self.std))
 
+    def crop_box(self, width: int, height: int) -> tuple[float, float, float, float]:
+        """The region of the original image the model sees, as (left, top, right, bottom) in its pixels.
+
+        Follows torchvision's resize and centre-crop arithmetic, so a patch map drawn into this
+        box lands on the pixels that produced it, even when the preset crops the photo.
+        """
+        resized_w, resized_h = width, height
+        if isinstance(self.resize, int):
+            short, long = min(width, height), max(width, height)
+            new_short, new_long = self.resize, int(self.resize * long / short)
+            resized_w, resized_h = (new_short, new_long) if width <= height else (new_long, new_short)
+        elif self.resize is not None:
+            resized_h, resized_w = self.resize
+        left, top, right, bottom = 0.0, 0.0, float(resized_w), float(resized_h)
+        if self.crop is not None:
+            crop_h, crop_w = (self.crop, self.crop) if isinstance(self.crop, int) else self.crop
+            top, left = float(round((resized_h - crop_h) / 2.0)), float(round((resized_w - crop_w) / 2.0))
+            right, bottom = left + crop_w, top + crop_h
+        sx, sy = width / resized_w, height / resized_h
+        return left * sx, top * sy, right * sx, bottom * sy
+
     @property
     def output_size(self) -> tuple[int, int] | None:
         """(height, width) of every output, or None when it depends on the image's shape."""

@@ -1,0 +1,84 @@
+"""`python -m vitviz.explain` on a temporary folder of generated images."""
+
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from vitviz import Preprocessing, ViT, ViTConfig, save_checkpoint
+from vitviz.explain_cli import main
+
+NAMES = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta"]
+
+
+@pytest.fixture()
+def checkpoint(tmp_path):
+    torch.manual_seed(0)
+    model = ViT(ViTConfig(image_size=32, patch_size=8, hidden_size=32, num_layers=2, num_heads=4, mlp_size=64,
+                          num_classes=6))  # fmt: skip
+    with torch.no_grad():
+        model.head.weight.normal_()
+    path = tmp_path / "model.pt"
+    save_checkpoint(path, model, NAMES, Preprocessing(resize=32, crop=32, mean=(0.5,) * 3, std=(0.25,) * 3))
+    return path
+
+
+@pytest.fixture()
+def images(tmp_path):
+    folder = tmp_path / "photos"
+    (folder / "nested").mkdir(parents=True)
+    Image.effect_mandelbrot((64, 48), (-2, -1, 1, 1), 30).convert("RGB").save(folder / "wide.png")
+    Image.new("RGB", (40, 70), (10, 200, 30)).save(folder / "nested" / "tall.jpg")
+    Image.new("RGB", (20, 20), (1, 2, 3)).save(folder / "nested" / "wide.bmp")  # same stem as wide.png
+    (folder / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n not really")
+    return folder
+
+
+def test_cli_writes_overlays_maps_and_predictions(checkpoint, images, tmp_path, capsys):
+    out = tmp_path / "out"
+    status = main([str(images), "--model", str(checkpoint), "--out", str(out),
+                   "--methods", "rollout", "cls", "relevance", "grad-rollout"])  # fmt: skip
+    assert status == 1  # broken.png was skipped and reported
+    assert "skipped" in capsys.readouterr().err
+    # inputs in sorted path order: nested/wide.bmp is "wide", then wide.png becomes "wide-2", not overwriting it
+    assert Image.open(out / "wide_cls.png").size == (20, 20)
+    assert Image.open(out / "wide-2_rollout.png").size == (64, 48)  # the photo's own resolution
+    assert Image.open(out / "tall_relevance.png").size == (40, 70)
+    maps = np.load(out / "tall.npz")
+    assert set(maps.files) == {"probabilities", "rollout", "cls", "relevance", "grad-rollout", "target"}
+    assert maps["rollout"].shape == (4, 4) and maps["probabilities"].shape == (6,)
+    assert int(maps["target"]) == int(maps["probabilities"].argmax())
+    rows = list(csv.reader(open(out / "predictions.csv")))
+    assert len(rows) == 4 and len(rows[0]) == 11
+    for row in rows[1:]:
+        probabilities = [float(v) for v in row[2::2]]
+        assert probabilities == sorted(probabilities, reverse=True) and row[1] in NAMES
+
+
+def test_cli_target_and_bad_arguments(checkpoint, images, tmp_path):
+    out = tmp_path / "out"
+    assert main([str(images / "wide.png"), "--model", str(checkpoint), "--out", str(out), "--target", "4",
+                 "--methods", "relevance"]) == 0  # fmt: skip
+    assert int(np.load(out / "wide.npz")["target"]) == 4
+    with pytest.raises(SystemExit, match="does not exist"):
+        main([str(tmp_path / "nothing"), "--model", str(checkpoint), "--out", str(out)])
+    with pytest.raises(SystemExit, match="not found"):
+        main([str(images), "--model", str(tmp_path / "missing.pt"), "--out", str(out)])
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(images), "--model", str(checkpoint), "--out", str(out), "--target", "99"])
+    assert exit_info.value.code == 2
+
+
+def test_module_entry_point_runs(checkpoint, images, tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "vitviz.explain", str(images / "wide.png"), "--model", str(checkpoint),
+         "--out", str(tmp_path / "out"), "--methods", "rollout"],
+        capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "out" / "wide_rollout.png").exists()

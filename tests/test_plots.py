@@ -1,0 +1,91 @@
+"""Rendering: exact upsampling, overlays on the photo's own pixels, masks, figures."""
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from vitviz.images import Preprocessing
+from vitviz.plots import (
+    colormap_table,
+    grid_figure,
+    heatmap_figure,
+    overlay,
+    predictions_figure,
+    top_mass_mask,
+    upsample,
+)
+
+
+def test_upsample_is_bilinear_with_half_pixel_centres():
+    out = upsample(np.array([[0.0, 1.0]]), 1, 4)
+    np.testing.assert_allclose(out, [[0.0, 0.25, 0.75, 1.0]])
+    assert upsample(np.full((3, 5), 2.0), 30, 50).shape == (30, 50)
+
+
+def test_colormaps_and_their_validation():
+    table = colormap_table("inferno")
+    assert table.shape == (256, 3) and tuple(table[0]) == (0, 0, 4) and tuple(table[-1]) == (252, 255, 164)
+    with pytest.raises(ValueError, match="colormap must be one of inferno, viridis"):
+        colormap_table("rainbow")
+
+
+def test_overlay_keeps_the_photo_resolution_and_blends_exactly():
+    photo = Image.new("RGB", (93, 62), (100, 150, 200))  # 31-pixel patches: one pixel sits at each centre
+    patch_map = np.array([[0.0, 1.0, 0.0], [0.0, 0.0, 0.0]])
+    assert overlay(photo, patch_map).size == (93, 62)
+    untouched = np.asarray(overlay(photo, patch_map, alpha=0.0))
+    np.testing.assert_array_equal(untouched, np.asarray(photo))
+    full = np.asarray(overlay(photo, patch_map, colormap="greys", alpha=1.0))
+    top = colormap_table("greys")[255]
+    np.testing.assert_array_equal(full[15, 46], top)  # centre of the hot patch (row 0, col 1)
+    with pytest.raises(ValueError, match="alpha must be in"):
+        overlay(photo, patch_map, alpha=2)
+
+
+def test_overlay_dims_what_the_model_did_not_see():
+    photo = Image.new("RGB", (100, 50), (200, 200, 200))
+    out = np.asarray(overlay(photo, np.ones((2, 2)), alpha=0.0, box=(25, 0, 75, 50)))
+    np.testing.assert_array_equal(out[10, 50], [200, 200, 200])
+    assert out[10, 5].max() < 100 and out[10, 95].max() < 100
+
+
+def test_crop_box_matches_torchvision_resize_and_centre_crop():
+    # encode each pixel's x and y in the red and green channels, push it through the preset,
+    # and read back which original pixels the output's corners came from
+    width, height = 400, 300
+    x = np.linspace(0, 255, width)[None, :].repeat(height, 0)
+    y = np.linspace(0, 255, height)[:, None].repeat(width, 1)
+    image = Image.fromarray(np.stack([x, y, np.zeros_like(x)], -1).round().astype(np.uint8))
+    prep = Preprocessing(resize=256, crop=224, mean=(0, 0, 0), std=(1, 1, 1))
+    pixels = prep(image) * 255  # (3, 224, 224) back in 0..255
+    left, top, right, bottom = prep.crop_box(width, height)
+    to_x, to_y = 255 / (width - 1), 255 / (height - 1)
+    assert abs(float(pixels[0, :, 0].mean()) - left * to_x) < 2.0
+    assert abs(float(pixels[0, :, -1].mean()) - (right - 1) * to_x) < 2.0
+    assert abs(float(pixels[1, 0, :].mean()) - top * to_y) < 2.0
+    assert abs(float(pixels[1, -1, :].mean()) - (bottom - 1) * to_y) < 2.0
+    assert Preprocessing(resize=(32, 48), crop=None).crop_box(100, 70) == (0, 0, 100, 70)
+
+
+def test_top_mass_mask_known_answer():
+    patch_map = np.array([[0.1, 0.5], [0.3, 0.1]])
+    np.testing.assert_array_equal(top_mass_mask(patch_map, 0.6), [[False, True], [True, False]])
+    np.testing.assert_array_equal(top_mass_mask(patch_map, 0.5), [[False, True], [False, False]])
+    assert top_mass_mask(patch_map, 1.0).all()
+    with pytest.raises(ValueError, match="mass must be in"):
+        top_mass_mask(patch_map, 0)
+
+
+def test_figures_carry_the_exact_values():
+    values = torch.arange(6.0).reshape(2, 3)
+    heat = heatmap_figure(values, "title")
+    np.testing.assert_array_equal(np.asarray(heat.data[0].z), values.numpy())
+    maps = torch.rand(4, 2, 3)
+    grid = grid_figure(maps, [f"head {i}" for i in range(4)], columns=2)
+    assert len(grid.data) == 4
+    np.testing.assert_allclose(np.asarray(grid.data[3].customdata), maps[3].numpy(), rtol=1e-6)
+    bars = predictions_figure(np.array([0.1, 0.6, 0.3]), ["a", "b", "c"], top_k=2)
+    assert list(bars.data[0].y) == ["c", "b"]  # highest drawn last, i.e. on top
+    with pytest.raises(ValueError, match="3 titles for 4 maps"):
+        grid_figure(maps, ["a", "b", "c"], columns=2)

@@ -1,0 +1,146 @@
+"""Batch explanations from the command line: `python -m vitviz.explain --help`.
+
+    python -m vitviz.explain photos/ --model default --methods rollout relevance --out maps/
+
+For every image: one overlay PNG per method (drawn on the photo at its own resolution), one
+.npz with the raw patch maps and the class probabilities, and a row in predictions.csv with
+the top-5 classes. Unreadable images are reported and skipped; the exit status is 1 if any were.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from vitviz import explain
+from vitviz.checkpoint import ModelLoadError
+from vitviz.images import ImageError, load_image
+from vitviz.load import load_model
+from vitviz.model import ViT, autocast
+from vitviz.plots import COLORMAPS, overlay
+
+METHODS = ("rollout", "cls", "relevance", "grad-rollout")
+CLASS_SPECIFIC = {"relevance", "grad-rollout"}
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m vitviz.explain", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("images", nargs="+", type=Path, help="image files and/or folders of images")
+    p.add_argument("--model", default="default", help="model spec for vitviz.load_model (default: %(default)s)")
+    p.add_argument("--methods", nargs="+", choices=METHODS, default=["rollout", "cls", "relevance"],
+                   help="rollout: attention rollout; cls: last block's [CLS] attention; relevance: Chefer et al. "
+                        "2021 class-specific map; grad-rollout: gradient-weighted rollout")  # fmt: skip
+    p.add_argument("--out", type=Path, required=True, help="output folder")
+    p.add_argument("--target", type=int, help="class index for class-specific maps (default: top prediction)")
+    p.add_argument("--head-fusion", choices=explain.HEAD_FUSIONS, default="mean", help="rollout head fusion")
+    p.add_argument("--discard-ratio", type=float, default=0.0, help="rollout: fraction of weakest weights dropped")
+    p.add_argument("--start-layer", type=int, default=0, help="rollout: first block multiplied in")
+    p.add_argument("--colormap", choices=COLORMAPS, default="inferno", help="overlay colours")
+    p.add_argument("--alpha", type=float, default=0.5, help="overlay opacity in [0, 1]")
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="inference precision")
+    return p
+
+
+def find_images(paths: list[Path]) -> list[Path]:
+    found = []
+    for path in paths:
+        if path.is_dir():
+            found += sorted(p for p in path.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+        elif path.is_file():
+            found.append(path)
+        else:
+            raise SystemExit(f"error: {path} does not exist")
+    if not found:
+        raise SystemExit(f"error: no images ({', '.join(sorted(IMAGE_SUFFIXES))}) in {', '.join(map(str, paths))}")
+    return found
+
+
+def explain_image(model: ViT, pixels: torch.Tensor, args: argparse.Namespace) -> tuple[np.ndarray, dict]:
+    """Class probabilities (num_classes,) and one (rows, cols) map per requested method."""
+    needs_gradients = bool(CLASS_SPECIFIC & set(args.methods))
+    with autocast(args.precision), torch.set_grad_enabled(needs_gradients):
+        output = model(pixels, output_attentions=True)
+        probabilities = output.logits.float().softmax(-1)[0].detach()
+        target = args.target if args.target is not None else int(probabilities.argmax())
+        gradients = torch.autograd.grad(output.logits[0, target], output.attentions) if needs_gradients else None
+    attentions = [a.detach().float() for a in output.attentions]
+    shared = dict(num_prefix_tokens=output.num_prefix_tokens, grid_size=output.grid_size)
+    pooling = "cls" if model.config.pooling == "cls" else "mean"
+    maps = {}
+    for method in args.methods:
+        if method == "rollout":
+            maps[method] = explain.attention_rollout(attentions, args.head_fusion, args.discard_ratio, args.start_layer,
+                                                     pooling=pooling, **shared)  # fmt: skip
+        elif method == "cls":
+            maps[method] = explain.cls_attention(attentions, layer=-1, head="mean", **shared)
+        elif method == "relevance":
+            maps[method] = explain.gradient_weighted_attention(attentions, gradients, **shared)
+        else:
+            maps[method] = explain.gradient_weighted_rollout(attentions, gradients, **shared)
+    return probabilities.numpy(), {name: m[0].numpy() for name, m in maps.items()} | {"target": np.array(target)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not 0 <= args.alpha <= 1:
+        parser.error("--alpha must be in [0, 1]")
+    paths = find_images(args.images)
+    try:
+        model = load_model(args.model)
+    except ModelLoadError as error:
+        raise SystemExit(f"error: {error}") from None
+    if model.config.num_classes == 0:
+        raise SystemExit("error: this model has no classification head; vitviz.explain needs a classifier")
+    if args.target is not None and not 0 <= args.target < model.config.num_classes:
+        parser.error(f"--target must be in [0, {model.config.num_classes - 1}]")
+    if not 0 <= args.start_layer < model.config.num_layers:
+        parser.error(f"--start-layer must be in [0, {model.config.num_layers - 1}]")
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    failures, used_names = [], set()
+    with open(args.out / "predictions.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["image"] + [f"{kind}{rank}" for rank in range(1, 6) for kind in ("class", "probability")])
+        for path in tqdm(paths, desc="explaining", unit="image", disable=None, file=sys.stderr):
+            try:
+                image = load_image(path.read_bytes())
+            except (ImageError, OSError) as error:
+                failures.append(f"{path}: {error}")
+                continue
+            probabilities, maps = explain_image(model, model.transform(image)[None], args)
+            name = _unique_name(path, used_names)
+            box = model.transform.crop_box(*image.size)
+            for method in args.methods:
+                overlay(image, maps[method], args.colormap, args.alpha, box).save(args.out / f"{name}_{method}.png")
+            np.savez_compressed(args.out / f"{name}.npz", probabilities=probabilities, **maps)
+            top = np.argsort(probabilities)[::-1][:5]
+            writer.writerow([str(path)] + [v for i in top for v in (model.class_names[i], f"{probabilities[i]:.6f}")])
+    explained = len(paths) - len(failures)
+    print(f"explained {explained} of {len(paths)} images into {args.out}")
+    for failure in failures:
+        print(f"skipped {failure}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+def _unique_name(path: Path, used: set[str]) -> str:
+    """The file's stem, numbered when two inputs share it (photos/a.jpg and other/a.png)."""
+    name, counter = path.stem, 1
+    while name in used:
+        counter += 1
+        name = f"{path.stem}-{counter}"
+    used.add(name)
+    return name
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,195 @@
+"""Rendering: patch maps in, PIL overlays and plotly figures out. No streamlit here.
+
+Maps arrive as (rows, cols) arrays at patch resolution. They are upsampled bilinearly onto
+the original photo at its own resolution (not onto the model's small input), inside the box
+of the photo the model actually saw (``Preprocessing.crop_box``).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+import plotly.colors
+import plotly.graph_objects as go
+import torch
+import torch.nn.functional as F
+from plotly.subplots import make_subplots
+from PIL import Image
+
+COLORMAPS = ("inferno", "viridis", "magma", "plasma", "turbo", "jet", "hot", "greys")
+
+
+def _as_array(values) -> np.ndarray:
+    return values.detach().cpu().float().numpy() if isinstance(values, torch.Tensor) else np.asarray(values, np.float32)
+
+
+@lru_cache(maxsize=len(COLORMAPS))
+def colormap_table(name: str) -> np.ndarray:
+    """(256, 3) uint8 RGB lookup table for one of ``COLORMAPS``."""
+    if name not in COLORMAPS:
+        raise ValueError(f"colormap must be one of {', '.join(COLORMAPS)}; got {name!r}")
+    scale = plotly.colors.get_colorscale(name)
+    samples = plotly.colors.sample_colorscale(scale, list(np.linspace(0, 1, 256)), colortype="rgb")
+    return np.array([plotly.colors.unlabel_rgb(color) for color in samples]).round().astype(np.uint8)
+
+
+def rescale(patch_map) -> np.ndarray:
+    """Min-max scale to [0, 1] for display (a constant map becomes all zeros)."""
+    values = _as_array(patch_map)
+    low, high = float(values.min()), float(values.max())
+    return (values - low) / (high - low) if high > low else np.zeros_like(values)
+
+
+def upsample(patch_map, height: int, width: int) -> np.ndarray:
+    """(rows, cols) -> (height, width) by bilinear interpolation (align_corners=False)."""
+    values = torch.as_tensor(_as_array(patch_map))[None, None]
+    return F.interpolate(values, size=(height, width), mode="bilinear", align_corners=False)[0, 0].numpy()
+
+
+def colorize(values: np.ndarray, colormap: str = "inferno") -> np.ndarray:
+    """[0, 1] values (H, W) -> (H, W, 3) uint8 colours."""
+    indices = np.clip(np.rint(values * 255), 0, 255).astype(np.uint8)
+    return colormap_table(colormap)[indices]
+
+
+def overlay(
+    image: Image.Image,
+    patch_map,
+    colormap: str = "inferno",
+    alpha: float = 0.5,
+    box: tuple[float, float, float, float] | None = None,
+) -> Image.Image:
+    """Blend a coloured patch map onto the photo at the photo's own resolution.
+
+    ``box`` (left, top, right, bottom) is where the model's input came from; outside it the photo
+    is shown dimmed, since the model never saw those pixels. Default: the whole photo.
+    """
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha must be in [0, 1]; got {alpha}")
+    photo = np.asarray(image.convert("RGB"), dtype=np.float32)
+    height, width = photo.shape[:2]
+    left, top, right, bottom = box or (0, 0, width, height)
+    x0, y0 = max(0, int(round(left))), max(0, int(round(top)))
+    x1, y1 = min(width, int(round(right))), min(height, int(round(bottom)))
+    if x1 <= x0 or y1 <= y0:
+        raise ValueError(f"box {box} does not overlap the {width}x{height} image")
+    out = photo * 0.35  # dim everything, then blend inside the box
+    colours = colorize(upsample(rescale(patch_map), y1 - y0, x1 - x0), colormap).astype(np.float32)
+    out[y0:y1, x0:x1] = (1 - alpha) * photo[y0:y1, x0:x1] + alpha * colours
+    return Image.fromarray(np.clip(out, 0, 255).astype(np.uint8))
+
+
+def top_mass_mask(patch_map, mass: float = 0.6) -> np.ndarray:
+    """DINO-style mask: the fewest patches holding at least ``mass`` of the (non-negative) total."""
+    if not 0.0 < mass <= 1.0:
+        raise ValueError(f"mass must be in (0, 1]; got {mass}")
+    values = np.clip(_as_array(patch_map), 0, None)
+    flat = values.flatten()
+    order = np.argsort(-flat, kind="stable")
+    cumulative = np.cumsum(flat[order]) / max(flat.sum(), np.finfo(np.float32).tiny)
+    keep = np.zeros(flat.size, dtype=bool)
+    keep[order[: int(np.searchsorted(cumulative, mass - 1e-9)) + 1]] = True
+    return keep.reshape(values.shape)
+
+
+def masked_image(
+    image: Image.Image, mask: np.ndarray, box: tuple[float, float, float, float] | None = None
+) -> Image.Image:
+    """The photo with patches outside ``mask`` (rows, cols) darkened."""
+    photo = np.asarray(image.convert("RGB"), dtype=np.float32)
+    height, width = photo.shape[:2]
+    left, top, right, bottom = box or (0, 0, width, height)
+    keep = np.zeros((height, width), dtype=bool)
+    x0, y0, x1, y1 = (int(round(v)) for v in (left, top, right, bottom))
+    x0, y0, x1, y1 = max(0, x0), max(0, y0), min(width, x1), min(height, y1)
+    resized = Image.fromarray(mask.astype(np.uint8) * 255).resize((x1 - x0, y1 - y0), Image.NEAREST)
+    keep[y0:y1, x0:x1] = np.asarray(resized) > 0
+    return Image.fromarray(np.where(keep[..., None], photo, photo * 0.2).astype(np.uint8))
+
+
+# --- plotly figures ----------------------------------------------------------------------------
+
+
+def heatmap_figure(patch_map, title: str = "", colormap: str = "inferno") -> go.Figure:
+    """The raw patch grid with its exact values on hover (row 0 at the top, square cells)."""
+    values = _as_array(patch_map)
+    figure = go.Figure(
+        go.Heatmap(z=values, colorscale=colormap, hovertemplate="row %{y}, col %{x}<br>%{z:.5f}<extra></extra>")
+    )
+    figure.update_layout(title=title, margin=dict(l=0, r=0, t=40 if title else 0, b=0))
+    figure.update_yaxes(autorange="reversed", scaleanchor="x", showticklabels=False)
+    figure.update_xaxes(showticklabels=False, constrain="domain")
+    return figure
+
+
+def grid_figure(maps, titles: list[str], columns: int, colormap: str = "inferno", rescale_each: bool = True) -> go.Figure:
+    """Small multiples: one heatmap per map in ``maps`` (n, rows, cols), ``columns`` to a row.
+
+    With ``rescale_each`` every map uses its own colour range (patterns comparable); otherwise
+    all share one range (magnitudes comparable).
+    """
+    values = _as_array(maps)
+    count = values.shape[0]
+    if len(titles) != count:
+        raise ValueError(f"{len(titles)} titles for {count} maps")
+    row_count = -(-count // columns)
+    figure = make_subplots(rows=row_count, cols=columns, subplot_titles=titles,
+                           horizontal_spacing=0.01, vertical_spacing=0.06 / max(1, row_count - 1) + 0.02)  # fmt: skip
+    low, high = float(values.min()), float(values.max())
+    for index in range(count):
+        z = rescale(values[index]) if rescale_each else values[index]
+        figure.add_trace(
+            go.Heatmap(z=z, colorscale=colormap, showscale=False, zmin=0 if rescale_each else low,
+                       zmax=1 if rescale_each else high, customdata=values[index],
+                       hovertemplate=f"{titles[index]}<br>row %{{y}}, col %{{x}}: %{{customdata:.5f}}<extra></extra>"),
+            row=index // columns + 1, col=index % columns + 1,
+        )  # fmt: skip
+    figure.update_yaxes(autorange="reversed", scaleanchor="x", showticklabels=False)
+    figure.update_xaxes(showticklabels=False)
+    figure.update_layout(margin=dict(l=0, r=0, t=30, b=0), height=max(220, 150 * row_count))
+    return figure
+
+
+def predictions_figure(probabilities, class_names: list[str], top_k: int = 5) -> go.Figure:
+    """Horizontal bars of the top-k classes, highest on top."""
+    values = _as_array(probabilities)
+    order = np.argsort(values)[::-1][:top_k][::-1]
+    figure = go.Figure(go.Bar(x=values[order], y=[class_names[i] for i in order], orientation="h",
+                              text=[f"{values[i]:.1%}" for i in order], textposition="auto"))  # fmt: skip
+    figure.update_layout(height=60 + 32 * len(order), margin=dict(l=0, r=0, t=10, b=0), xaxis_range=[0, 1],
+                         xaxis_tickformat=".0%")  # fmt: skip
+    return figure
+
+
+def attention_distance_figure(mean_distance) -> go.Figure:
+    """Mean attention distance against depth, one dot per head (ViT paper, Fig. 7 right)."""
+    values = _as_array(mean_distance)  # (layers, heads)
+    layers, heads = values.shape
+    figure = go.Figure()
+    for head in range(heads):
+        figure.add_trace(go.Scatter(x=np.arange(layers), y=values[:, head], mode="markers", name=f"head {head}",
+                                    hovertemplate="layer %{x}: %{y:.1f} px<extra>head " + str(head) + "</extra>"))  # fmt: skip
+    figure.update_layout(xaxis_title="layer (depth)", yaxis_title="mean attention distance (pixels)",
+                         margin=dict(l=0, r=0, t=10, b=0), showlegend=heads <= 16)  # fmt: skip
+    return figure
+
+
+def layer_head_figure(values, title: str, colorbar: str) -> go.Figure:
+    """A (layers, heads) table as a heatmap, e.g. attention entropy."""
+    table = _as_array(values)
+    figure = go.Figure(go.Heatmap(z=table, colorscale="viridis", colorbar_title=colorbar,
+                                  hovertemplate="layer %{y}, head %{x}: %{z:.3f}<extra></extra>"))  # fmt: skip
+    figure.update_layout(title=title, xaxis_title="head", yaxis_title="layer", margin=dict(l=0, r=0, t=40, b=0))
+    figure.update_yaxes(autorange="reversed")
+    return figure
+
+
+def perturbation_figure(curves: dict[str, tuple[np.ndarray, np.ndarray]]) -> go.Figure:
+    """Probability against fraction of patches replaced; ``curves`` maps a label to (x, y)."""
+    figure = go.Figure()
+    for label, (x, y) in curves.items():
+        figure.add_trace(go.Scatter(x=_as_array(x), y=_as_array(y), mode="lines+markers", name=label))
+    figure.update_layout(xaxis_title="fraction of patches replaced", yaxis_title="target probability",
+                         xaxis_tickformat=".0%", yaxis_range=[0, 1], margin=dict(l=0, r=0, t=10, b=0))  # fmt: skip
+    return figure
