@@ -359,3 +359,16 @@ def test_streaming_equals_keeping_everything(registers, fusion, discard):
         streamed["mean_distance"], mean_attention_distance(output.attentions, grid, 8, prefix)
     )
     torch.testing.assert_close(streamed["entropy"], attention_entropy(output.attentions))
+
+
+def test_streaming_keeps_no_full_attention_matrix_alive():
+    model = tiny_model()
+    streamer = StreamingExplainer(model.config.grid_size, 8, 1)
+    with torch.no_grad():
+        model(torch.randn(2, 3, 16, 24), attention_sink=streamer)
+    results = streamer.results()
+    # every kept tensor owns only its own numbers, not a slice of a (B, heads, T, T) block
+    for name, tensor in results.items():
+        assert tensor.untyped_storage().nbytes() == tensor.numel() * tensor.element_size(), name
+    for rows in streamer._cls_rows:
+        assert rows.untyped_storage().nbytes() == rows.numel() * rows.element_size()

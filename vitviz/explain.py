@@ -212,7 +212,8 @@ class StreamingExplainer:
         blocks = [attention]
         _check_attentions(blocks, self.num_prefix_tokens, self.grid_size)
         p = self.num_prefix_tokens
-        self._cls_rows.append(attention[:, :, 0, p:] if p > 0 else attention[:, :, p:, p:].mean(dim=2))
+        # clone: a slice would keep this block's whole (B, heads, T, T) storage alive
+        self._cls_rows.append(attention[:, :, 0, p:].clone() if p > 0 else attention[:, :, p:, p:].mean(dim=2))
         self._distance.append(mean_attention_distance(blocks, self.grid_size, self.patch_size, p)[:, 0])
         self._entropy.append(attention_entropy(blocks)[:, 0])
         if layer >= self.start_layer:
