@@ -228,7 +228,7 @@ class StreamingExplainer:
         if self._rollout is None:
             raise ValueError("no attention was streamed: pass the explainer as model(x, attention_sink=...)")
         p = self.num_prefix_tokens
-        rollout = self._rollout[:, 0, p:] if p > 0 else self._rollout[:, p:, p:].mean(dim=1)
+        rollout = self._rollout[:, 0, p:].clone() if p > 0 else self._rollout[:, p:, p:].mean(dim=1)
         return {
             "rollout": _as_map(rollout, self.grid_size),
             "cls_attention": _as_map(torch.stack(self._cls_rows, dim=1), self.grid_size),
