@@ -5,7 +5,14 @@ The page only: widgets, layout and cached calls. All computation lives in vitviz
 
 from __future__ import annotations
 
+import hashlib
+import io
+import os
+import random
+import tempfile
+import zipfile
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import plotly.graph_objects as go
@@ -13,21 +20,34 @@ import streamlit as st
 import torch
 
 import vitviz
+from vitviz import explain, plots
+from vitviz.analysis import ImageAnalysis, analyse_image, class_maps, head_statistics
 from vitviz.convert import TORCHVISION_ARCHS
 from vitviz.images import ImageError, load_image
 
-MODEL_CHOICES = ["default", *(f"torchvision:{arch}" for arch in TORCHVISION_ARCHS), "path..."]
+MODEL_CHOICES = ["default", *(f"torchvision:{arch}" for arch in TORCHVISION_ARCHS), "path or upload..."]
 UPLOAD_TYPES = ["jpg", "jpeg", "png", "webp", "bmp", "gif", "tif", "tiff"]
+MAX_CHECKPOINT_MB = 400
+HERE = Path(__file__).resolve().parent
+# Where a local copy of the CIFAR-10 test set may be, for sample images before any upload;
+# VITVIZ_SAMPLES (zip paths separated by os.pathsep, or empty for none) overrides the list.
+SAMPLE_ZIPS = [HERE / "data" / "cifar10_test.zip", HERE.parent / "shared" / "data" / "cifar10" / "cifar10_test.zip"]
+if "VITVIZ_SAMPLES" in os.environ:
+    SAMPLE_ZIPS = [Path(p) for p in os.environ["VITVIZ_SAMPLES"].split(os.pathsep) if p]
 
 
 @dataclass(frozen=True)
-class Analysis:
-    probabilities: np.ndarray  # (num_classes,)
-    cls_attention: np.ndarray  # (layers, heads, rows, cols): what [CLS] attends to, per patch
-    grid_size: tuple[int, int]
+class Settings:
+    model_spec: str
+    precision: str
+    colormap: str
+    alpha: float
 
 
-@st.cache_resource(max_entries=3, show_spinner="Loading model...")
+# --- cached computations -----------------------------------------------------------------------
+
+
+@st.cache_resource(max_entries=3, show_spinner="Loading the model...")
 def get_model(spec: str) -> vitviz.ViT:
     return vitviz.load_model(spec)
 
@@ -37,28 +57,77 @@ def decode(image_bytes: bytes):
     return load_image(image_bytes)
 
 
-@st.cache_data(max_entries=64, show_spinner="Running the ViT...")
-def analyse(_model: vitviz.ViT, model_spec: str, image_bytes: bytes, precision: str) -> Analysis:
-    """One forward pass per (model, image, precision); moving a control never re-runs it."""
-    pixels = _model.transform(decode(image_bytes))[None]  # (1, 3, H, W)
-    with torch.inference_mode(), vitviz.autocast(precision):
-        output = _model(pixels, output_attentions=True)
-    rows, cols = output.grid_size
-    prefix = output.num_prefix_tokens
-    # row 0 is [CLS]'s query; columns after the prefix are the patches, in row-major order
-    cls_rows = torch.stack([a[0, :, 0, prefix:] for a in output.attentions])  # (L, heads, N)
-    return Analysis(
-        probabilities=output.logits[0].float().softmax(-1).numpy(),
-        cls_attention=cls_rows.reshape(len(output.attentions), -1, rows, cols).numpy(),
-        grid_size=(rows, cols),
-    )
+@st.cache_resource(max_entries=32, show_spinner="Running the ViT...")
+def analyse(_model: vitviz.ViT, model_spec: str, image_bytes: bytes, precision: str) -> ImageAnalysis:
+    """One forward pass per (model, image, precision): controls never re-run the model."""
+    return analyse_image(_model, decode(image_bytes), precision)
 
 
-def choose_model() -> str:
-    choice = st.sidebar.selectbox("Model", MODEL_CHOICES, help="torchvision weights download once when online")
-    if choice == "path...":
-        return st.sidebar.text_input("vitviz checkpoint file or Hugging Face folder", "")
-    return choice
+@st.cache_resource(max_entries=64, show_spinner="Computing class-specific maps (forward + backward)...")
+def relevance_maps(_model, model_spec: str, image_bytes: bytes, precision: str, target: int) -> dict:
+    return class_maps(_model, analyse(_model, model_spec, image_bytes, precision), target, precision)
+
+
+@st.cache_resource(max_entries=32, show_spinner="Replacing patches and re-running the model...")
+def faithfulness_curves(_model, model_spec: str, image_bytes: bytes, precision: str, target: int, baseline: str):
+    analysis = analyse(_model, model_spec, image_bytes, precision)
+    maps = {
+        "rollout": explain.attention_rollout(analysis.attentions, **analysis.maps_args)[0],
+        "[CLS] attention (last layer)": explain.cls_attention(analysis.attentions, -1, **analysis.maps_args)[0],
+        "relevance (Chefer et al.)": torch.from_numpy(
+            relevance_maps(_model, model_spec, image_bytes, precision, target)["relevance"]),
+    }  # fmt: skip
+    with vitviz.autocast(precision):
+        return {name: explain.faithfulness(_model, analysis.pixel_values, m, target, baseline) for name, m in maps.items()}
+
+
+@st.cache_data(max_entries=4, show_spinner=False)
+def sample_images(zips: tuple[Path, ...], count: int = 10) -> list[tuple[str, bytes]]:
+    """One random image per class from a local CIFAR-10 test zip, if there is one."""
+    for path in zips:
+        if path.is_file():
+            with zipfile.ZipFile(path) as archive:
+                names = [n for n in archive.namelist() if n.lower().endswith((".jpg", ".png"))]
+                by_class: dict[str, list[str]] = {}
+                for name in names:
+                    by_class.setdefault(name.split("/")[-2], []).append(name)
+                rng = random.Random(0)
+                picks = [rng.choice(files) for _, files in sorted(by_class.items())][:count]
+                return [(name.split("/")[-2] + " " + name.split("/")[-1], archive.read(name)) for name in picks]
+    return []
+
+
+# --- sidebar -----------------------------------------------------------------------------------
+
+
+def sidebar() -> Settings:
+    st.sidebar.header("Model")
+    choice = st.sidebar.selectbox("Model", MODEL_CHOICES, label_visibility="collapsed",
+                                  help="torchvision weights are downloaded once, when online")  # fmt: skip
+    spec = choice
+    if choice == "path or upload...":
+        spec = st.sidebar.text_input("vitviz checkpoint file or Hugging Face folder", "")
+        uploaded = st.sidebar.file_uploader("...or upload a vitviz checkpoint (.pt)", type=["pt", "pth"])
+        if uploaded is not None:
+            spec = save_uploaded_checkpoint(uploaded)
+    st.sidebar.header("Display")
+    precision = st.sidebar.radio("Precision", ["fp32", "bf16"], horizontal=True,
+                                 help="bf16 runs about 2x faster on CPUs with bf16 units; maps differ by < 1e-3")  # fmt: skip
+    colormap = st.sidebar.selectbox("Colormap", plots.COLORMAPS)
+    alpha = st.sidebar.slider("Overlay opacity", 0.0, 1.0, 0.55, 0.05)
+    return Settings(spec, precision, colormap, alpha)
+
+
+def save_uploaded_checkpoint(uploaded) -> str:
+    """Store an uploaded checkpoint under its content hash; it is opened with weights_only=True."""
+    data = uploaded.getvalue()
+    if len(data) > MAX_CHECKPOINT_MB * 2**20:
+        st.sidebar.error(f"{uploaded.name} is {len(data) / 2**20:.0f} MB; the limit is {MAX_CHECKPOINT_MB} MB")
+        return ""
+    path = Path(tempfile.gettempdir()) / f"vitviz-upload-{hashlib.sha256(data).hexdigest()[:16]}.pt"
+    if not path.exists():
+        path.write_bytes(data)
+    return str(path)
 
 
 def describe_model(model: vitviz.ViT, spec: str) -> None:
@@ -66,70 +135,257 @@ def describe_model(model: vitviz.ViT, spec: str) -> None:
     rows, cols = c.grid_size
     st.sidebar.caption(
         f"**{spec}**: {c.num_layers} layers x {c.num_heads} heads, patch {c.patch_size}, "
-        f"trained at {c.image_hw[0]}x{c.image_hw[1]} ({rows}x{cols} patches), {len(model.class_names)} classes"
+        f"input {c.image_hw[0]}x{c.image_hw[1]} ({rows}x{cols} patches), {len(model.class_names)} classes"
     )
+    with st.sidebar.expander("Classes"):
+        st.write(", ".join(model.class_names) if model.class_names else "none (a backbone)")
 
 
-def show_predictions(analysis: Analysis, class_names: list[str], top_k: int) -> None:
-    order = np.argsort(analysis.probabilities)[::-1][:top_k]
-    figure = go.Figure(
-        go.Bar(
-            x=analysis.probabilities[order][::-1],
-            y=[class_names[i] for i in order][::-1],
-            orientation="h",
-            text=[f"{p:.1%}" for p in analysis.probabilities[order][::-1]],
+# --- images ------------------------------------------------------------------------------------
+
+
+def choose_image() -> tuple[str, bytes] | None:
+    """Uploads, camera, earlier images of this session, or samples; returns (name, bytes)."""
+    if "history" not in st.session_state:
+        st.session_state.history = {}
+    uploads = st.file_uploader("Upload photos", type=UPLOAD_TYPES, accept_multiple_files=True)
+    with st.expander("Take a photo with the camera"):
+        camera = st.camera_input("Camera", label_visibility="collapsed")
+    for item in [*(uploads or []), *([camera] if camera is not None else [])]:
+        st.session_state.history[item.name] = item.getvalue()
+    samples = dict(sample_images(tuple(SAMPLE_ZIPS)))
+    options = list(st.session_state.history) + [f"sample: {name}" for name in samples]
+    if not options:
+        st.info(
+            "Upload one or more photos (JPEG, PNG, WebP, BMP, GIF, TIFF) to see what the model predicts and "
+            "where it looks: attention rollout, [CLS] attention per layer and head, what any patch attends to, "
+            "class-specific relevance, head statistics and faithfulness curves."
         )
-    )
-    figure.update_layout(height=60 + 28 * len(order), margin=dict(l=0, r=0, t=10, b=0), xaxis_range=[0, 1])
-    st.plotly_chart(figure)
+        return None
+    newest = (uploads[-1].name if uploads else None) or (camera.name if camera is not None else None)
+    index = options.index(newest) if newest in options else 0
+    name = st.selectbox("Image", options, index=index, help="every image of this session stays here")
+    data = samples[name.removeprefix("sample: ")] if name.startswith("sample: ") else st.session_state.history[name]
+    return name, data
 
 
-def show_cls_attention(analysis: Analysis, layer: int, head: int | None) -> None:
-    maps = analysis.cls_attention[layer]  # (heads, rows, cols)
-    patch_map = maps.mean(0) if head is None else maps[head]
-    label = "mean over heads" if head is None else f"head {head}"
-    figure = go.Figure(go.Heatmap(z=patch_map, colorscale="Viridis", hovertemplate="row %{y}, col %{x}: %{z:.4f}"))
-    figure.update_layout(
-        title=f"[CLS] attention, layer {layer}, {label}", yaxis_autorange="reversed", yaxis_scaleanchor="x",
-        margin=dict(l=0, r=0, t=40, b=0),
-    )  # fmt: skip
-    st.plotly_chart(figure)
+# --- tabs --------------------------------------------------------------------------------------
+
+
+def overview_tab(model, analysis: ImageAnalysis, photo, settings: Settings) -> dict[str, np.ndarray]:
+    left, right = st.columns([3, 2])
+    with right:
+        st.subheader("Predictions")
+        top_k = st.slider("Top-k", 1, min(10, len(model.class_names)), min(5, len(model.class_names)))
+        st.plotly_chart(plots.predictions_figure(analysis.probabilities, model.class_names, top_k))
+        st.subheader("Rollout settings")
+        fusion = st.selectbox("Head fusion", explain.HEAD_FUSIONS)
+        discard = st.slider("Discard ratio", 0.0, 0.95, 0.0, 0.05, help="weakest patch-to-patch weights dropped")
+        start = st.slider("Start layer", 0, model.config.num_layers - 1, 0)
+    rollout = explain.attention_rollout(analysis.attentions, fusion, discard, start, **analysis.maps_args,
+                                        pooling="cls" if model.config.class_token else "mean")[0].numpy()  # fmt: skip
+    with left:
+        st.subheader("Attention rollout")
+        a, b = st.columns(2)
+        a.image(plots.overlay(photo, rollout, settings.colormap, settings.alpha, analysis.box), width="stretch",
+                caption=f"on the photo ({photo.width}x{photo.height})")  # fmt: skip
+        b.plotly_chart(plots.heatmap_figure(rollout, "patch grid (hover for values)", settings.colormap))
+    return {"rollout": rollout}
+
+
+def heads_tab(model, analysis: ImageAnalysis, photo, settings: Settings) -> dict[str, np.ndarray]:
+    c = model.config
+    layer = st.slider("Layer", 0, c.num_layers - 1, c.num_layers - 1, key="heads_layer")
+    maps = explain.cls_attention_all(analysis.attentions, **analysis.maps_args)[0]  # (L, H, rows, cols)
+    st.subheader(f"[CLS] attention of every head in layer {layer}")
+    st.plotly_chart(plots.grid_figure(maps[layer], [f"head {h}" for h in range(c.num_heads)], min(c.num_heads, 6),
+                                      settings.colormap))  # fmt: skip
+    st.subheader("Compare two (layer, head) choices")
+    columns = st.columns(2)
+    chosen = {}
+    for side, column in zip("AB", columns):
+        with column:
+            pick_layer = st.number_input(f"{side}: layer", 0, c.num_layers - 1, c.num_layers - 1 if side == "A" else 0)
+            pick_head = st.selectbox(f"{side}: head", ["mean", "max", "min", *range(c.num_heads)], key=f"head_{side}")
+            patch_map = explain.cls_attention(analysis.attentions, int(pick_layer), pick_head, **analysis.maps_args)[0]
+            chosen[f"cls_layer{pick_layer}_head{pick_head}"] = patch_map.numpy()
+            st.image(plots.overlay(photo, patch_map, settings.colormap, settings.alpha, analysis.box), width="stretch",
+                     caption=f"layer {pick_layer}, head {pick_head}")  # fmt: skip
+    with st.expander("All layers x heads", expanded=c.num_layers * c.num_heads <= 64):
+        flat = maps.reshape(-1, *maps.shape[-2:])
+        titles = [f"L{l} H{h}" for l in range(c.num_layers) for h in range(c.num_heads)]
+        st.plotly_chart(plots.grid_figure(flat, titles, c.num_heads, settings.colormap))
+    return chosen | {"cls_all_layers_heads": maps.numpy()}
+
+
+def patch_tab(model, analysis: ImageAnalysis, photo, settings: Settings) -> dict[str, np.ndarray]:
+    rows, cols = analysis.grid_size
+    if "patch" not in st.session_state:
+        st.session_state.patch = (rows // 2, cols // 2)
+    row, col = st.session_state.patch
+    row, col = min(row, rows - 1), min(col, cols - 1)
+    layer = st.slider("Layer", 0, model.config.num_layers - 1, model.config.num_layers - 1, key="patch_layer")
+    left, right = st.columns(2)
+    with left:
+        st.caption("Click a patch (or set row and column below) to see what it attends to.")
+        event = st.plotly_chart(patch_picker_figure(photo, analysis, (row, col)), on_select="rerun",
+                                selection_mode="points", key="patch_picker")  # fmt: skip
+        points = [p for p in (event.selection.points if event else []) if p.get("curve_number") == 1]
+        clicked = int(points[0]["point_index"]) if points else None
+        # act on a new click only: the chart keeps reporting its last selection on every rerun
+        if clicked is not None and clicked != st.session_state.get("last_click"):
+            st.session_state.last_click = clicked
+            st.session_state.patch = (clicked // cols, clicked % cols)
+            st.rerun()
+        a, b = st.columns(2)
+        new_row = a.number_input("Row", 0, rows - 1, row)
+        new_col = b.number_input("Column", 0, cols - 1, col)
+        if (new_row, new_col) != (row, col):
+            st.session_state.patch = (int(new_row), int(new_col))
+            st.rerun()
+    fused = explain.query_attention(analysis.attentions, layer, (row, col), "mean", **analysis.maps_args)[0]
+    with right:
+        st.image(plots.overlay(photo, fused, settings.colormap, settings.alpha, analysis.box), width="stretch",
+                 caption=f"patch ({row}, {col}), layer {layer}, mean over heads")  # fmt: skip
+    per_head = torch.stack([explain.query_attention(analysis.attentions, layer, (row, col), h, **analysis.maps_args)[0]
+                            for h in range(model.config.num_heads)])  # fmt: skip
+    st.plotly_chart(plots.grid_figure(per_head, [f"head {h}" for h in range(len(per_head))],
+                                      min(len(per_head), 6), settings.colormap))  # fmt: skip
+    return {f"patch_{row}_{col}_layer{layer}": fused.numpy()}
+
+
+def patch_picker_figure(photo, analysis: ImageAnalysis, selected: tuple[int, int]) -> go.Figure:
+    """The photo with one (nearly) transparent marker per patch: plotly selections fire for scatter
+    points, not for heatmap cells or images."""
+    rows, cols = analysis.grid_size
+    left, top, right, bottom = analysis.box
+    xs = left + (np.arange(cols) + 0.5) * (right - left) / cols
+    ys = top + (np.arange(rows) + 0.5) * (bottom - top) / rows
+    grid_x, grid_y = np.meshgrid(xs, ys)  # row-major, like the patch tokens
+    figure = go.Figure(go.Image(z=np.asarray(photo), hoverinfo="skip"))
+    figure.add_trace(go.Scatter(x=grid_x.ravel(), y=grid_y.ravel(), mode="markers",
+                                marker=dict(size=max(6, min(30, 400 / max(rows, cols))), opacity=0.05, color="white"),
+                                customdata=[(r, c) for r in range(rows) for c in range(cols)],
+                                hovertemplate="patch (%{customdata[0]}, %{customdata[1]})<extra></extra>"))  # fmt: skip
+    figure.add_trace(go.Scatter(x=[xs[selected[1]]], y=[ys[selected[0]]], mode="markers", hoverinfo="skip",
+                                marker=dict(size=14, color="rgba(0,0,0,0)", line=dict(color="cyan", width=3))))  # fmt: skip
+    figure.update_layout(margin=dict(l=0, r=0, t=0, b=0), showlegend=False, dragmode=False, clickmode="event+select")
+    figure.update_xaxes(visible=False)
+    figure.update_yaxes(visible=False)
+    return figure
+
+
+def class_tab(model, analysis: ImageAnalysis, photo, settings: Settings, image_bytes: bytes) -> dict[str, np.ndarray]:
+    order = list(np.argsort(analysis.probabilities)[::-1])
+    target = st.selectbox("Explain the class", order, index=0,
+                          format_func=lambda i: f"{model.class_names[i]} ({analysis.probabilities[i]:.1%})")  # fmt: skip
+    maps = relevance_maps(model, settings.model_spec, image_bytes, settings.precision, int(target))
+    columns = st.columns(len(maps))
+    for column, (name, patch_map) in zip(columns, maps.items()):
+        column.image(plots.overlay(photo, patch_map, settings.colormap, settings.alpha, analysis.box), width="stretch",
+                     caption=f"{name} for '{model.class_names[target]}'")  # fmt: skip
+        column.plotly_chart(plots.heatmap_figure(patch_map, "", settings.colormap), key=f"class_{name}")
+    return {f"{name.replace(' ', '_')}_class{target}": m for name, m in maps.items()}
+
+
+def anatomy_tab(model, analysis: ImageAnalysis, settings: Settings) -> None:
+    stats = head_statistics(analysis, model.config.patch_size)
+    left, right = st.columns(2)
+    left.subheader("Mean attention distance")
+    left.plotly_chart(plots.attention_distance_figure(stats["mean_distance"]))
+    right.subheader("Attention entropy")
+    right.plotly_chart(plots.layer_head_figure(stats["entropy"], "", "nats"))
+    rows, cols = model.config.grid_size
+    similarity = explain.position_embedding_similarity(model.pos_embed.detach(), (rows, cols), model.config.num_prefix_tokens)
+    left.subheader("Position-embedding similarity")
+    step = max(1, max(rows, cols) // 7)  # at most about 7 x 7 small maps
+    picks = [(r, c) for r in range(0, rows, step) for c in range(0, cols, step)]
+    left.plotly_chart(plots.grid_figure(torch.stack([similarity[r, c] for r, c in picks]),
+                                        [f"({r},{c})" for r, c in picks], len(range(0, cols, step)), "viridis",
+                                        rescale_each=False))  # fmt: skip
+    right.subheader("Patch-embedding filters: principal components")
+    components, explained = explain.patch_embedding_components(model.patch_embed.proj.weight, count=16)
+    pictures = components[:, :3].permute(0, 2, 3, 1) if components.shape[1] >= 3 else components[:, :1].permute(0, 2, 3, 1)
+    pictures = [(plots.rescale(p) * 255).astype(np.uint8) for p in pictures.numpy()]
+    right.image([p if p.shape[-1] == 3 else p[..., 0] for p in pictures], width=64,
+                caption=[f"{100 * v:.1f}%" for v in explained.tolist()])  # fmt: skip
+
+
+def faithfulness_tab(model, analysis: ImageAnalysis, settings: Settings, image_bytes: bytes) -> None:
+    target = int(np.argmax(analysis.probabilities))
+    st.caption(f"Patches are replaced 10 % at a time, most- or least-relevant first, and the probability of "
+               f"'{model.class_names[target]}' is recorded. A faithful map drops fast when its top patches go "
+               "(small area, most-relevant first) and slowly when its bottom patches go (large area).")  # fmt: skip
+    baseline = st.radio("Replace patches by", ["mean", "blur"], horizontal=True,
+                        format_func=lambda b: {"mean": "the mean colour", "blur": "a blur"}[b])  # fmt: skip
+    if not st.toggle("Run the perturbation test (7 batched forward passes)", key="run_faithfulness"):
+        return
+    results = faithfulness_curves(model, settings.model_spec, image_bytes, settings.precision, target, baseline)
+    x = explain.fraction_replaced()
+    curves = {}
+    for name, result in results.items():
+        curves[f"{name}, most first"] = (x, result["most_first"])
+        curves[f"{name}, least first"] = (x, result["least_first"])
+    st.plotly_chart(plots.perturbation_figure(curves))
+    st.table({"map": list(results), "area, most-relevant first (lower is better)":
+              [f"{r['auc_most_first']:.3f}" for r in results.values()],
+              "area, least-relevant first (higher is better)": [f"{r['auc_least_first']:.3f}" for r in results.values()]})  # fmt: skip
+
+
+def downloads(photo, analysis: ImageAnalysis, maps: dict[str, np.ndarray], settings: Settings, name: str) -> None:
+    buffer = io.BytesIO()
+    plots.overlay(photo, maps["rollout"], settings.colormap, settings.alpha, analysis.box).save(buffer, format="PNG")
+    arrays = io.BytesIO()
+    np.savez_compressed(arrays, probabilities=analysis.probabilities, **maps)
+    stem = Path(name).stem.replace(" ", "_")
+    left, right = st.columns(2)
+    left.download_button("Download rollout overlay (PNG)", buffer.getvalue(), f"{stem}_rollout.png", "image/png")
+    right.download_button("Download maps (.npz)", arrays.getvalue(), f"{stem}_maps.npz", "application/octet-stream")
+
+
+# --- page --------------------------------------------------------------------------------------
 
 
 def main() -> None:
-    st.set_page_config(page_title="vitviz", layout="wide")
+    st.set_page_config(page_title="vitviz", page_icon="🔍", layout="wide")
     st.title("vitviz: what does the Vision Transformer look at?")
-    spec = choose_model()
-    if not spec:
-        st.info("Enter the path of a vitviz checkpoint or a Hugging Face ViT folder in the sidebar.")
+    settings = sidebar()
+    if not settings.model_spec:
+        st.info("Enter the path of a vitviz checkpoint or a Hugging Face ViT folder, or upload a checkpoint.")
         return
     try:
-        model = get_model(spec)
+        model = get_model(settings.model_spec)
     except vitviz.ModelLoadError as error:
-        st.error(f"Could not load model `{spec}`: {error}")
+        st.error(f"Could not load model `{settings.model_spec}`: {error}")
         return
-    describe_model(model, spec)
-    precision = st.sidebar.radio("Precision", ["fp32", "bf16"], horizontal=True, help="bf16 is faster on most CPUs")
-    layer = st.sidebar.slider("Layer", 0, model.config.num_layers - 1, model.config.num_layers - 1)
-    head_choice = st.sidebar.selectbox("Head", ["mean", *range(model.config.num_heads)])
-    top_k = st.sidebar.slider("Top-k predictions", 1, min(10, len(model.class_names)), min(5, len(model.class_names)))
-
-    upload = st.file_uploader("Upload a photo", type=UPLOAD_TYPES)
-    if upload is None:
-        st.info("Upload a photo to see the model's predictions and where its [CLS] token attends, layer by layer.")
+    describe_model(model, settings.model_spec)
+    if model.config.num_classes == 0:
+        st.error("This model has no classification head (a backbone); vitviz needs a classifier to explain.")
         return
+    chosen = choose_image()
+    if chosen is None:
+        return
+    name, image_bytes = chosen
     try:
-        analysis = analyse(model, spec, upload.getvalue(), precision)
+        photo = decode(image_bytes)
+        analysis = analyse(model, settings.model_spec, image_bytes, settings.precision)
     except ImageError as error:
-        st.error(f"Could not read {upload.name}: {error}")
+        st.error(f"Could not read {name}: {error}")
         return
-    left, middle, right = st.columns(3)
-    with left:
-        st.image(decode(upload.getvalue()), caption=upload.name, width="stretch")
-    with middle:
-        show_predictions(analysis, model.class_names, top_k)
-    with right:
-        show_cls_attention(analysis, layer, None if head_choice == "mean" else int(head_choice))
+    tabs = st.tabs(["Overview", "Heads & layers", "Click a patch", "Class-specific", "Model anatomy", "Faithfulness"])
+    with tabs[0]:
+        maps = overview_tab(model, analysis, photo, settings)
+    with tabs[1]:
+        maps |= heads_tab(model, analysis, photo, settings)
+    with tabs[2]:
+        maps |= patch_tab(model, analysis, photo, settings)
+    with tabs[3]:
+        maps |= class_tab(model, analysis, photo, settings, image_bytes)
+    with tabs[4]:
+        anatomy_tab(model, analysis, settings)
+    with tabs[5]:
+        faithfulness_tab(model, analysis, settings, image_bytes)
+    downloads(photo, analysis, maps, settings, name)
 
 
 main()

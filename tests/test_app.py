@@ -1,8 +1,10 @@
-"""The page through Streamlit's AppTest: model loading, uploads, controls, errors."""
+"""The page through Streamlit's AppTest: model loading, uploads, every tab, controls, errors."""
 
 import io
+import zipfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 import streamlit as st
 import torch
@@ -13,66 +15,132 @@ import vitviz.load
 from vitviz import Preprocessing, ViT, ViTConfig, save_checkpoint
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
+NAMES = ["cat", "dog", "bird"]
 
 
 @pytest.fixture(autouse=True)
-def fresh_caches():
+def fresh_caches(monkeypatch):
     # AppTest runs every page in this process, so Streamlit's caches outlive a test
     st.cache_resource.clear()
     st.cache_data.clear()
+    monkeypatch.setenv("VITVIZ_SAMPLES", "")  # no local sample images unless a test provides some
+
+
+def tiny_checkpoint(path: Path) -> Path:
+    torch.manual_seed(0)
+    model = ViT(ViTConfig(image_size=32, patch_size=8, hidden_size=32, num_layers=2, num_heads=4, mlp_size=64,
+                          num_classes=3))  # fmt: skip
+    with torch.no_grad():
+        for param in model.parameters():
+            param.normal_(std=0.3)
+    save_checkpoint(path, model, NAMES, Preprocessing(resize=32, crop=32, mean=(0.5,) * 3, std=(0.25,) * 3))
+    return path
 
 
 @pytest.fixture()
 def default_model(tmp_path, monkeypatch):
     """A small checkpoint standing in for the shipped default (AppTest runs the page in this process)."""
-    torch.manual_seed(0)
-    model = ViT(ViTConfig(image_size=32, patch_size=8, hidden_size=32, num_layers=2, num_heads=4, mlp_size=64,
-                          num_classes=3))  # fmt: skip
-    with torch.no_grad():
-        model.head.weight.normal_()
-    save_checkpoint(tmp_path / "default.pt", model, ["cat", "dog", "bird"], Preprocessing(resize=(32, 32)))
-    monkeypatch.setattr(vitviz.load, "DEFAULT_CHECKPOINT", tmp_path / "default.pt")
+    monkeypatch.setattr(vitviz.load, "DEFAULT_CHECKPOINT", tiny_checkpoint(tmp_path / "default.pt"))
 
 
-def png_bytes(color=(200, 30, 30), size=(64, 48)) -> bytes:
+def png_bytes(size=(64, 48)) -> bytes:
     buffer = io.BytesIO()
-    image = Image.new("RGB", size, color)
+    image = Image.new("RGB", size, (200, 30, 30))
     image.paste((20, 20, 220), (0, 0, size[0] // 2, size[1] // 2))
     image.save(buffer, format="PNG")
     return buffer.getvalue()
 
 
 def started_app() -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=60)
+    at = AppTest.from_file(APP, default_timeout=120)
     at.run()
     assert not at.exception
     return at
 
 
-def test_app_starts_on_the_default_model(default_model):
+def uploaded_app(name="photo.png", content=None) -> AppTest:
+    at = started_app()
+    at.file_uploader[0].set_value((name, content if content is not None else png_bytes(), "image/png")).run()
+    assert not at.exception, at.exception
+    return at
+
+
+def chart_specs(at) -> str:
+    return " ".join(chart.proto.spec for chart in at.get("plotly_chart"))
+
+
+def test_app_starts_on_the_default_model_and_explains_what_to_do(default_model):
     at = started_app()
     assert not at.error
-    assert "2 layers x 4 heads" in at.sidebar.caption[0].value and "3 classes" in at.sidebar.caption[0].value
-    assert "Upload a photo" in at.info[0].value
+    caption = at.sidebar.caption[0].value
+    assert "2 layers x 4 heads" in caption and "3 classes" in caption and "input 32x32" in caption
+    assert "Upload one or more photos" in at.info[0].value
 
 
-def test_upload_renders_predictions_and_attention_and_controls_change_it(default_model):
-    at = started_app()
-    at.file_uploader[0].set_value(("photo.png", png_bytes(), "image/png")).run()
-    assert not at.exception and not at.error
-    charts = at.get("plotly_chart")
-    assert len(charts) == 2
-    assert "layer 1, mean over heads" in charts[1].proto.spec
-    at.sidebar.slider[0].set_value(0).run()
-    at.sidebar.selectbox[1].set_value(2).run()
-    assert "layer 0, head 2" in at.get("plotly_chart")[1].proto.spec
+def test_upload_renders_predictions_overlays_and_every_tab(default_model):
+    at = uploaded_app()
+    assert not at.error
+    assert [tab.label for tab in at.tabs] == ["Overview", "Heads & layers", "Click a patch", "Class-specific",
+                                              "Model anatomy", "Faithfulness"]  # fmt: skip
+    specs = chart_specs(at)
+    for name in NAMES:
+        assert name in specs  # the prediction bars
+    assert "mean attention distance" in specs and "nats" in specs
+    assert len(at.get("image")) >= 5  # rollout, two comparisons, query patch, two class maps...
+    assert [b.proto.label for b in at.get("download_button")] == ["Download rollout overlay (PNG)",
+                                                                   "Download maps (.npz)"]  # fmt: skip
+
+
+def image_urls(at) -> list:
+    return [img.proto.imgs[0].url for img in at.get("image")]
+
+
+def test_controls_change_what_is_drawn(default_model):
+    at = uploaded_app()
+    before = image_urls(at)
+    at.sidebar.selectbox[1].set_value("viridis").run()  # colormap
+    after_colormap = image_urls(at)
+    assert after_colormap[0] != before[0]
+    at.sidebar.slider[0].set_value(0.9).run()  # opacity
+    assert image_urls(at)[0] != after_colormap[0]
+    rollout_before = image_urls(at)[0]
+    discard = next(s for s in at.slider if s.label == "Discard ratio")
+    discard.set_value(0.5).run()
+    assert image_urls(at)[0] != rollout_before
+    assert not at.exception
+
+
+def test_query_patch_follows_row_and_column(default_model):
+    at = uploaded_app()
+    assert any("patch (2, 2), layer 1" in (img.proto.imgs[0].caption or "") for img in at.get("image"))
+    next(n for n in at.number_input if n.label == "Row").set_value(0).run()
+    next(n for n in at.number_input if n.label == "Column").set_value(3).run()
+    assert any("patch (0, 3), layer 1" in (img.proto.imgs[0].caption or "") for img in at.get("image"))
+
+
+def test_class_picker_changes_the_class_specific_map(default_model):
+    at = uploaded_app()
+    picker = next(s for s in at.selectbox if s.label == "Explain the class")
+    first = [img.proto.imgs[0] for img in at.get("image") if "relevance for" in (img.proto.imgs[0].caption or "")][0]
+    assert len(picker.options) == 3  # the picker offers every class
+    picker.select_index(2).run()
+    second = [img.proto.imgs[0] for img in at.get("image") if "relevance for" in (img.proto.imgs[0].caption or "")][0]
+    assert first.caption != second.caption and first.url != second.url
+
+
+def test_faithfulness_tab_runs_on_request(default_model):
+    at = uploaded_app()
+    assert "most first" not in chart_specs(at)
+    at.toggle(key="run_faithfulness").set_value(True).run()
+    assert not at.exception
+    assert "most first" in chart_specs(at)
+    table = at.table[0].value
+    assert len(table) == 3
 
 
 @pytest.mark.parametrize("content", [b"", b"<html>not an image</html>", png_bytes()[:60]])
 def test_bad_upload_shows_an_error_not_an_exception(default_model, content):
-    at = started_app()
-    at.file_uploader[0].set_value(("broken.png", content, "image/png")).run()
-    assert not at.exception
+    at = uploaded_app("broken.png", content)
     assert at.error and "Could not read broken.png" in at.error[0].value
 
 
@@ -80,3 +148,28 @@ def test_missing_model_shows_an_error(tmp_path, monkeypatch):
     monkeypatch.setattr(vitviz.load, "DEFAULT_CHECKPOINT", tmp_path / "nothing.pt")
     at = started_app()
     assert "no default checkpoint" in at.error[0].value
+
+
+def test_checkpoint_by_path_and_a_bad_path(default_model, tmp_path):
+    at = started_app()
+    at.sidebar.selectbox[0].set_value("path or upload...").run()
+    at.sidebar.text_input[0].set_value(str(tiny_checkpoint(tmp_path / "other.pt"))).run()
+    assert not at.error and "other.pt" in at.sidebar.caption[0].value
+    (tmp_path / "bad.pt").write_bytes(b"garbage")
+    at.sidebar.text_input[0].set_value(str(tmp_path / "bad.pt")).run()
+    assert not at.exception and "not a readable PyTorch file" in at.error[0].value
+
+
+def test_sample_images_are_offered_before_any_upload(default_model, tmp_path, monkeypatch):
+    archive = tmp_path / "samples.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        for label in ("cat", "dog"):
+            buffer = io.BytesIO()
+            Image.fromarray(np.random.default_rng(0).integers(0, 255, (32, 32, 3), dtype=np.uint8)).save(buffer, "PNG")
+            z.writestr(f"test/{label}/0001.png", buffer.getvalue())
+    monkeypatch.setenv("VITVIZ_SAMPLES", str(archive))
+    at = started_app()
+    assert not at.error
+    image_picker = next(s for s in at.selectbox if s.label == "Image")
+    assert image_picker.options == ["sample: cat 0001.png", "sample: dog 0001.png"]
+    assert "cat" in chart_specs(at)

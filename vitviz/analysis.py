@@ -1,0 +1,70 @@
+"""One image through one model, with everything the dashboard draws from it.
+
+``analyse_image`` runs the forward pass once and keeps the attentions; every map the page shows
+afterwards is a cheap function of that result (see vitviz.explain), so moving a slider never
+re-runs the model. Class-specific maps need gradients, so ``class_maps`` runs its own pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from PIL import Image
+
+from vitviz import explain
+from vitviz.model import Precision, ViT, autocast
+
+
+@dataclass(frozen=True)
+class ImageAnalysis:
+    probabilities: np.ndarray  # (num_classes,)
+    attentions: tuple[torch.Tensor, ...]  # per block (1, heads, T, T), float32
+    grid_size: tuple[int, int]  # (rows, cols) of this input
+    num_prefix_tokens: int
+    box: tuple[float, float, float, float]  # where in the photo the model's input came from
+    pixel_values: torch.Tensor  # (1, 3, H, W), the model's input, for faithfulness runs
+
+    @property
+    def maps_args(self) -> dict:
+        return {"num_prefix_tokens": self.num_prefix_tokens, "grid_size": self.grid_size}
+
+
+def analyse_image(model: ViT, image: Image.Image, precision: Precision = "fp32") -> ImageAnalysis:
+    """Preprocess with the model's own recipe, run once with attentions, keep the results."""
+    pixels = model.transform(image)[None]
+    with torch.inference_mode(), autocast(precision):
+        output = model(pixels, output_attentions=True)
+    probabilities = output.logits[0].float().softmax(-1).numpy() if output.logits is not None else np.zeros(0)
+    return ImageAnalysis(
+        probabilities=probabilities,
+        attentions=tuple(a.float() for a in output.attentions),
+        grid_size=output.grid_size,
+        num_prefix_tokens=output.num_prefix_tokens,
+        box=model.transform.crop_box(*image.size),
+        pixel_values=pixels,
+    )
+
+
+def class_maps(model: ViT, analysis: ImageAnalysis, target: int, precision: Precision = "fp32") -> dict[str, np.ndarray]:
+    """Chefer et al.'s relevance and gradient-weighted rollout for ``target``, each (rows, cols)."""
+    with autocast(precision):
+        output, gradients = explain.attention_gradients(model, analysis.pixel_values, target)
+    attentions = [a.detach().float() for a in output.attentions]
+    gradients = [g.float() for g in gradients]
+    args = analysis.maps_args
+    return {
+        "relevance": explain.gradient_weighted_attention(attentions, gradients, **args)[0].numpy(),
+        "gradient rollout": explain.gradient_weighted_rollout(attentions, gradients, **args)[0].numpy(),
+    }
+
+
+def head_statistics(analysis: ImageAnalysis, patch_size: int) -> dict[str, np.ndarray]:
+    """Mean attention distance (pixels) and entropy (nats), each (layers, heads)."""
+    return {
+        "mean_distance": explain.mean_attention_distance(
+            analysis.attentions, analysis.grid_size, patch_size, analysis.num_prefix_tokens
+        )[0].numpy(),
+        "entropy": explain.attention_entropy(analysis.attentions)[0].numpy(),
+    }
