@@ -25,7 +25,10 @@ from vitviz.convert import TORCHVISION_ARCHS, from_torchvision, load_huggingface
 from vitviz.images import Preprocessing
 from vitviz.model import ViT
 
-DEFAULT_CHECKPOINT = Path(__file__).resolve().parent.parent / "checkpoints" / "default.pt"
+# VITVIZ_DEFAULT_CHECKPOINT points "default" at another vitviz checkpoint (e.g. your own model)
+DEFAULT_CHECKPOINT = Path(
+    os.environ.get("VITVIZ_DEFAULT_CHECKPOINT") or Path(__file__).resolve().parent.parent / "checkpoints" / "default.pt"
+)
 DOWNLOAD_TIMEOUT_S = 10.0  # per network operation: connecting, or waiting for the next bytes
 
 
