@@ -177,7 +177,7 @@ def overview_tab(model, analysis: ImageAnalysis, photo, settings: Settings) -> d
     with right:
         st.subheader("Predictions")
         top_k = st.slider("Top-k", 1, min(10, len(model.class_names)), min(5, len(model.class_names)))
-        st.plotly_chart(plots.predictions_figure(analysis.probabilities, model.class_names, top_k))
+        st.plotly_chart(plots.predictions_figure(analysis.probabilities, model.class_names, top_k), theme=None)
         st.subheader("Rollout settings")
         fusion = st.selectbox("Head fusion", explain.HEAD_FUSIONS)
         discard = st.slider("Discard ratio", 0.0, 0.95, 0.0, 0.05, help="weakest patch-to-patch weights dropped")
@@ -189,7 +189,7 @@ def overview_tab(model, analysis: ImageAnalysis, photo, settings: Settings) -> d
         a, b = st.columns(2)
         a.image(plots.overlay(photo, rollout, settings.colormap, settings.alpha, analysis.box), width="stretch",
                 caption=f"on the photo ({photo.width}x{photo.height})")  # fmt: skip
-        b.plotly_chart(plots.heatmap_figure(rollout, "patch grid (hover for values)", settings.colormap))
+        b.plotly_chart(plots.heatmap_figure(rollout, "patch grid (hover for values)", settings.colormap), theme=None)
     return {"rollout": rollout}
 
 
@@ -199,7 +199,7 @@ def heads_tab(model, analysis: ImageAnalysis, photo, settings: Settings) -> dict
     maps = explain.cls_attention_all(analysis.attentions, **analysis.maps_args)[0]  # (L, H, rows, cols)
     st.subheader(f"[CLS] attention of every head in layer {layer}")
     st.plotly_chart(plots.grid_figure(maps[layer], [f"head {h}" for h in range(c.num_heads)], min(c.num_heads, 6),
-                                      settings.colormap))  # fmt: skip
+                                      settings.colormap), theme=None)  # fmt: skip
     st.subheader("Compare two (layer, head) choices")
     columns = st.columns(2)
     chosen = {}
@@ -214,7 +214,7 @@ def heads_tab(model, analysis: ImageAnalysis, photo, settings: Settings) -> dict
     with st.expander("All layers x heads", expanded=c.num_layers * c.num_heads <= 64):
         flat = maps.reshape(-1, *maps.shape[-2:])
         titles = [f"L{l} H{h}" for l in range(c.num_layers) for h in range(c.num_heads)]
-        st.plotly_chart(plots.grid_figure(flat, titles, c.num_heads, settings.colormap))
+        st.plotly_chart(plots.grid_figure(flat, titles, c.num_heads, settings.colormap), theme=None)
     return chosen | {"cls_all_layers_heads": maps.numpy()}
 
 
@@ -229,7 +229,7 @@ def patch_tab(model, analysis: ImageAnalysis, photo, settings: Settings) -> dict
     with left:
         st.caption("Click a patch (or set row and column below) to see what it attends to.")
         event = st.plotly_chart(patch_picker_figure(photo, analysis, (row, col)), on_select="rerun",
-                                selection_mode="points", key="patch_picker")  # fmt: skip
+                                selection_mode="points", key="patch_picker", theme=None)  # fmt: skip
         points = [p for p in (event.selection.points if event else []) if p.get("curve_number") == 1]
         clicked = int(points[0]["point_index"]) if points else None
         # act on a new click only: the chart keeps reporting its last selection on every rerun
@@ -250,7 +250,7 @@ def patch_tab(model, analysis: ImageAnalysis, photo, settings: Settings) -> dict
     per_head = torch.stack([explain.query_attention(analysis.attentions, layer, (row, col), h, **analysis.maps_args)[0]
                             for h in range(model.config.num_heads)])  # fmt: skip
     st.plotly_chart(plots.grid_figure(per_head, [f"head {h}" for h in range(len(per_head))],
-                                      min(len(per_head), 6), settings.colormap))  # fmt: skip
+                                      min(len(per_head), 6), settings.colormap), theme=None)  # fmt: skip
     return {f"patch_{row}_{col}_layer{layer}": fused.numpy()}
 
 
@@ -284,7 +284,7 @@ def class_tab(model, analysis: ImageAnalysis, photo, settings: Settings, image_b
     for column, (name, patch_map) in zip(columns, maps.items()):
         column.image(plots.overlay(photo, patch_map, settings.colormap, settings.alpha, analysis.box), width="stretch",
                      caption=f"{name} for '{model.class_names[target]}'")  # fmt: skip
-        column.plotly_chart(plots.heatmap_figure(patch_map, "", settings.colormap), key=f"class_{name}")
+        column.plotly_chart(plots.heatmap_figure(patch_map, "", settings.colormap), key=f"class_{name}", theme=None)
     return {f"{name.replace(' ', '_')}_class{target}": m for name, m in maps.items()}
 
 
@@ -292,9 +292,9 @@ def anatomy_tab(model, analysis: ImageAnalysis, settings: Settings) -> None:
     stats = head_statistics(analysis, model.config.patch_size)
     left, right = st.columns(2)
     left.subheader("Mean attention distance")
-    left.plotly_chart(plots.attention_distance_figure(stats["mean_distance"]))
+    left.plotly_chart(plots.attention_distance_figure(stats["mean_distance"]), theme=None)
     right.subheader("Attention entropy")
-    right.plotly_chart(plots.layer_head_figure(stats["entropy"], "", "nats"))
+    right.plotly_chart(plots.layer_head_figure(stats["entropy"], "", "nats"), theme=None)
     rows, cols = model.config.grid_size
     similarity = explain.position_embedding_similarity(model.pos_embed.detach(), (rows, cols), model.config.num_prefix_tokens)
     left.subheader("Position-embedding similarity")
@@ -302,7 +302,7 @@ def anatomy_tab(model, analysis: ImageAnalysis, settings: Settings) -> None:
     picks = [(r, c) for r in range(0, rows, step) for c in range(0, cols, step)]
     left.plotly_chart(plots.grid_figure(torch.stack([similarity[r, c] for r, c in picks]),
                                         [f"({r},{c})" for r, c in picks], len(range(0, cols, step)), "viridis",
-                                        rescale_each=False))  # fmt: skip
+                                        rescale_each=False), theme=None)  # fmt: skip
     right.subheader("Patch-embedding filters: principal components")
     components, explained = explain.patch_embedding_components(model.patch_embed.proj.weight, count=16)
     pictures = components[:, :3].permute(0, 2, 3, 1) if components.shape[1] >= 3 else components[:, :1].permute(0, 2, 3, 1)
@@ -326,7 +326,7 @@ def faithfulness_tab(model, analysis: ImageAnalysis, settings: Settings, image_b
     for name, result in results.items():
         curves[f"{name}, most first"] = (x, result["most_first"])
         curves[f"{name}, least first"] = (x, result["least_first"])
-    st.plotly_chart(plots.perturbation_figure(curves))
+    st.plotly_chart(plots.perturbation_figure(curves), theme=None)
     st.table({"map": list(results), "area, most-relevant first (lower is better)":
               [f"{r['auc_most_first']:.3f}" for r in results.values()],
               "area, least-relevant first (higher is better)": [f"{r['auc_least_first']:.3f}" for r in results.values()]})  # fmt: skip

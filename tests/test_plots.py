@@ -89,3 +89,10 @@ def test_figures_carry_the_exact_values():
     assert list(bars.data[0].y) == ["c", "b"]  # highest drawn last, i.e. on top
     with pytest.raises(ValueError, match="3 titles for 4 maps"):
         grid_figure(maps, ["a", "b", "c"], columns=2)
+
+
+def test_heatmaps_use_the_overlay_colours_without_hex_codes():
+    # Streamlit rewrites hex colours #000001..#0000xx (theme placeholders); inferno starts at #000004
+    scale = heatmap_figure(np.ones((2, 2)), colormap="inferno").data[0].colorscale
+    assert scale[0][1] == "rgb(0, 0, 4)" and scale[-1][1] == "rgb(252, 255, 164)"
+    assert not any(color.startswith("#") for _, color in scale)

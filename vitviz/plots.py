@@ -34,6 +34,17 @@ def colormap_table(name: str) -> np.ndarray:
     return np.array([plotly.colors.unlabel_rgb(color) for color in samples]).round().astype(np.uint8)
 
 
+@lru_cache(maxsize=len(COLORMAPS))
+def plotly_colorscale(name: str) -> tuple[tuple[float, str], ...]:
+    """The same colours as ``colormap_table`` as a plotly colorscale of "rgb(r, g, b)" strings.
+
+    Hex codes are avoided on purpose: Streamlit's front end rewrites colours "#000001".."#0000xx"
+    (its theme placeholders), which turns the dark end of inferno/magma (#000004) purple.
+    """
+    table = colormap_table(name)
+    return tuple((i / 32, "rgb({}, {}, {})".format(*table[min(255, i * 8)])) for i in range(33))
+
+
 def rescale(patch_map) -> np.ndarray:
     """Min-max scale to [0, 1] for display (a constant map becomes all zeros)."""
     values = _as_array(patch_map)
@@ -115,7 +126,7 @@ def heatmap_figure(patch_map, title: str = "", colormap: str = "inferno") -> go.
     """The raw patch grid with its exact values on hover (row 0 at the top, square cells)."""
     values = _as_array(patch_map)
     figure = go.Figure(
-        go.Heatmap(z=values, colorscale=colormap, hovertemplate="row %{y}, col %{x}<br>%{z:.5f}<extra></extra>")
+        go.Heatmap(z=values, colorscale=plotly_colorscale(colormap), hovertemplate="row %{y}, col %{x}<br>%{z:.5f}<extra></extra>")
     )
     figure.update_layout(title=title, margin=dict(l=0, r=0, t=40 if title else 0, b=0))
     figure.update_yaxes(autorange="reversed", scaleanchor="x", showticklabels=False)
@@ -140,7 +151,7 @@ def grid_figure(maps, titles: list[str], columns: int, colormap: str = "inferno"
     for index in range(count):
         z = rescale(values[index]) if rescale_each else values[index]
         figure.add_trace(
-            go.Heatmap(z=z, colorscale=colormap, showscale=False, zmin=0 if rescale_each else low,
+            go.Heatmap(z=z, colorscale=plotly_colorscale(colormap), showscale=False, zmin=0 if rescale_each else low,
                        zmax=1 if rescale_each else high, customdata=values[index],
                        hovertemplate=f"{titles[index]}<br>row %{{y}}, col %{{x}}: %{{customdata:.5f}}<extra></extra>"),
             row=index // columns + 1, col=index % columns + 1,
@@ -178,7 +189,7 @@ def attention_distance_figure(mean_distance) -> go.Figure:
 def layer_head_figure(values, title: str, colorbar: str) -> go.Figure:
     """A (layers, heads) table as a heatmap, e.g. attention entropy."""
     table = _as_array(values)
-    figure = go.Figure(go.Heatmap(z=table, colorscale="viridis", colorbar_title=colorbar,
+    figure = go.Figure(go.Heatmap(z=table, colorscale=plotly_colorscale("viridis"), colorbar_title=colorbar,
                                   hovertemplate="layer %{y}, head %{x}: %{z:.3f}<extra></extra>"))  # fmt: skip
     figure.update_layout(title=title, xaxis_title="head", yaxis_title="layer", margin=dict(l=0, r=0, t=40, b=0))
     figure.update_yaxes(autorange="reversed")
