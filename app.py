@@ -5,6 +5,8 @@ The page only: widgets, layout and cached calls. All computation lives in vitviz
 
 from __future__ import annotations
 
+import base64
+import dataclasses
 import hashlib
 import io
 import os
@@ -28,6 +30,7 @@ from vitviz.images import ImageError, load_image
 MODEL_CHOICES = ["default", *(f"torchvision:{arch}" for arch in TORCHVISION_ARCHS), "path or upload..."]
 UPLOAD_TYPES = ["jpg", "jpeg", "png", "webp", "bmp", "gif", "tif", "tiff"]
 MAX_CHECKPOINT_MB = 400
+MAX_DISPLAY_SIDE = 1024
 HERE = Path(__file__).resolve().parent
 # Where a local copy of the CIFAR-10 test set may be, for sample images before any upload;
 # VITVIZ_SAMPLES (zip paths separated by os.pathsep, or empty for none) overrides the list.
@@ -44,6 +47,12 @@ class Settings:
     alpha: float
 
 
+@dataclass(frozen=True)
+class Photo:
+    image: object  # PIL image at display size (at most MAX_DISPLAY_SIDE on its long side)
+    key: str  # digest of the uploaded bytes: a cheap cache key for everything drawn on it
+
+
 # --- cached computations -----------------------------------------------------------------------
 
 
@@ -55,6 +64,35 @@ def get_model(spec: str) -> vitviz.ViT:
 @st.cache_data(max_entries=64, show_spinner=False)
 def decode(image_bytes: bytes):
     return load_image(image_bytes)
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def display_photo(image_bytes: bytes):
+    """The photo at most MAX_DISPLAY_SIDE pixels on its long side: what overlays are drawn on for the
+    page (downloads use the full resolution)."""
+    photo = decode(image_bytes).copy()
+    photo.thumbnail((MAX_DISPLAY_SIDE, MAX_DISPLAY_SIDE))
+    return photo
+
+
+@st.cache_data(max_entries=256, show_spinner=False)
+def _overlay_jpeg(key: str, patch_map: np.ndarray, box: tuple, colormap: str, alpha: float, _image) -> bytes:
+    buffer = io.BytesIO()
+    plots.overlay(_image, patch_map, colormap, alpha, box).save(buffer, format="JPEG", quality=90)
+    return buffer.getvalue()
+
+
+def overlay_picture(photo: Photo, patch_map, box, settings: Settings) -> bytes:
+    """The overlay as JPEG bytes, cached: redrawing after an unrelated control change costs nothing."""
+    values = np.asarray(patch_map.numpy() if isinstance(patch_map, torch.Tensor) else patch_map, dtype=np.float32)
+    return _overlay_jpeg(photo.key, values, tuple(box), settings.colormap, settings.alpha, _image=photo.image)
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def _photo_data_uri(key: str, _image) -> str:
+    buffer = io.BytesIO()
+    _image.save(buffer, format="JPEG", quality=85)
+    return "data:image/jpeg;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 
 @st.cache_resource(max_entries=32, show_spinner="Running the ViT...")
@@ -79,6 +117,20 @@ def faithfulness_curves(_model, model_spec: str, image_bytes: bytes, precision: 
     }  # fmt: skip
     with vitviz.autocast(precision):
         return {name: explain.faithfulness(_model, analysis.pixel_values, m, target, baseline) for name, m in maps.items()}
+
+
+@st.cache_resource(max_entries=32, show_spinner=False)
+def statistics(_model, model_spec: str, image_bytes: bytes, precision: str) -> dict[str, np.ndarray]:
+    return head_statistics(analyse(_model, model_spec, image_bytes, precision), _model.config.patch_size)
+
+
+@st.cache_resource(max_entries=3, show_spinner=False)
+def model_anatomy(_model, model_spec: str) -> dict:
+    """Weights-only views, computed once per model."""
+    c = _model.config
+    similarity = explain.position_embedding_similarity(_model.pos_embed.detach(), c.grid_size, c.num_prefix_tokens)
+    components, explained = explain.patch_embedding_components(_model.patch_embed.proj.weight, count=16)
+    return {"similarity": similarity, "components": components, "explained": explained}
 
 
 @st.cache_data(max_entries=4, show_spinner=False)
@@ -172,7 +224,7 @@ def choose_image() -> tuple[str, bytes] | None:
 # --- tabs --------------------------------------------------------------------------------------
 
 
-def overview_tab(model, analysis: ImageAnalysis, photo, settings: Settings) -> dict[str, np.ndarray]:
+def overview_tab(model, analysis: ImageAnalysis, photo, settings: Settings, full_size) -> dict[str, np.ndarray]:
     left, right = st.columns([3, 2])
     with right:
         st.subheader("Predictions")
@@ -187,8 +239,8 @@ def overview_tab(model, analysis: ImageAnalysis, photo, settings: Settings) -> d
     with left:
         st.subheader("Attention rollout")
         a, b = st.columns(2)
-        a.image(plots.overlay(photo, rollout, settings.colormap, settings.alpha, analysis.box), width="stretch",
-                caption=f"on the photo ({photo.width}x{photo.height})")  # fmt: skip
+        a.image(overlay_picture(photo, rollout, analysis.box, settings), width="stretch",
+                caption=f"on the photo ({full_size[0]}x{full_size[1]}; full resolution in the PNG download)")  # fmt: skip
         b.plotly_chart(plots.heatmap_figure(rollout, "patch grid (hover for values)", settings.colormap), theme=None)
     return {"rollout": rollout}
 
@@ -209,9 +261,10 @@ def heads_tab(model, analysis: ImageAnalysis, photo, settings: Settings) -> dict
             pick_head = st.selectbox(f"{side}: head", ["mean", "max", "min", *range(c.num_heads)], key=f"head_{side}")
             patch_map = explain.cls_attention(analysis.attentions, int(pick_layer), pick_head, **analysis.maps_args)[0]
             chosen[f"cls_layer{pick_layer}_head{pick_head}"] = patch_map.numpy()
-            st.image(plots.overlay(photo, patch_map, settings.colormap, settings.alpha, analysis.box), width="stretch",
+            st.image(overlay_picture(photo, patch_map, analysis.box, settings), width="stretch",
                      caption=f"layer {pick_layer}, head {pick_head}")  # fmt: skip
-    with st.expander("All layers x heads", expanded=c.num_layers * c.num_heads <= 64):
+    # a figure of layers x heads heatmaps is slow to build for big models, so only on request
+    if st.toggle("Show every layer x head", value=c.num_layers * c.num_heads <= 64, key="all_layers_heads"):
         flat = maps.reshape(-1, *maps.shape[-2:])
         titles = [f"L{l} H{h}" for l in range(c.num_layers) for h in range(c.num_heads)]
         st.plotly_chart(plots.grid_figure(flat, titles, c.num_heads, settings.colormap), theme=None)
@@ -245,7 +298,7 @@ def patch_tab(model, analysis: ImageAnalysis, photo, settings: Settings) -> dict
             st.rerun()
     fused = explain.query_attention(analysis.attentions, layer, (row, col), "mean", **analysis.maps_args)[0]
     with right:
-        st.image(plots.overlay(photo, fused, settings.colormap, settings.alpha, analysis.box), width="stretch",
+        st.image(overlay_picture(photo, fused, analysis.box, settings), width="stretch",
                  caption=f"patch ({row}, {col}), layer {layer}, mean over heads")  # fmt: skip
     per_head = torch.stack([explain.query_attention(analysis.attentions, layer, (row, col), h, **analysis.maps_args)[0]
                             for h in range(model.config.num_heads)])  # fmt: skip
@@ -254,7 +307,7 @@ def patch_tab(model, analysis: ImageAnalysis, photo, settings: Settings) -> dict
     return {f"patch_{row}_{col}_layer{layer}": fused.numpy()}
 
 
-def patch_picker_figure(photo, analysis: ImageAnalysis, selected: tuple[int, int]) -> go.Figure:
+def patch_picker_figure(photo: Photo, analysis: ImageAnalysis, selected: tuple[int, int]) -> go.Figure:
     """The photo with one (nearly) transparent marker per patch: plotly selections fire for scatter
     points, not for heatmap cells or images."""
     rows, cols = analysis.grid_size
@@ -262,7 +315,8 @@ def patch_picker_figure(photo, analysis: ImageAnalysis, selected: tuple[int, int
     xs = left + (np.arange(cols) + 0.5) * (right - left) / cols
     ys = top + (np.arange(rows) + 0.5) * (bottom - top) / rows
     grid_x, grid_y = np.meshgrid(xs, ys)  # row-major, like the patch tokens
-    figure = go.Figure(go.Image(z=np.asarray(photo), hoverinfo="skip"))
+    # the photo as a JPEG data URI: a pixel array would be millions of numbers in the page's JSON
+    figure = go.Figure(go.Image(source=_photo_data_uri(photo.key, photo.image), hoverinfo="skip"))
     figure.add_trace(go.Scatter(x=grid_x.ravel(), y=grid_y.ravel(), mode="markers",
                                 marker=dict(size=max(6, min(30, 400 / max(rows, cols))), opacity=0.05, color="white"),
                                 customdata=[(r, c) for r in range(rows) for c in range(cols)],
@@ -282,21 +336,22 @@ def class_tab(model, analysis: ImageAnalysis, photo, settings: Settings, image_b
     maps = relevance_maps(model, settings.model_spec, image_bytes, settings.precision, int(target))
     columns = st.columns(len(maps))
     for column, (name, patch_map) in zip(columns, maps.items()):
-        column.image(plots.overlay(photo, patch_map, settings.colormap, settings.alpha, analysis.box), width="stretch",
+        column.image(overlay_picture(photo, patch_map, analysis.box, settings), width="stretch",
                      caption=f"{name} for '{model.class_names[target]}'")  # fmt: skip
         column.plotly_chart(plots.heatmap_figure(patch_map, "", settings.colormap), key=f"class_{name}", theme=None)
     return {f"{name.replace(' ', '_')}_class{target}": m for name, m in maps.items()}
 
 
-def anatomy_tab(model, analysis: ImageAnalysis, settings: Settings) -> None:
-    stats = head_statistics(analysis, model.config.patch_size)
+def anatomy_tab(model, settings: Settings, image_bytes: bytes) -> None:
+    stats = statistics(model, settings.model_spec, image_bytes, settings.precision)
+    anatomy = model_anatomy(model, settings.model_spec)
     left, right = st.columns(2)
     left.subheader("Mean attention distance")
     left.plotly_chart(plots.attention_distance_figure(stats["mean_distance"]), theme=None)
     right.subheader("Attention entropy")
     right.plotly_chart(plots.layer_head_figure(stats["entropy"], "", "nats"), theme=None)
     rows, cols = model.config.grid_size
-    similarity = explain.position_embedding_similarity(model.pos_embed.detach(), (rows, cols), model.config.num_prefix_tokens)
+    similarity = anatomy["similarity"]
     left.subheader("Position-embedding similarity")
     step = max(1, max(rows, cols) // 7)  # at most about 7 x 7 small maps
     picks = [(r, c) for r in range(0, rows, step) for c in range(0, cols, step)]
@@ -304,7 +359,7 @@ def anatomy_tab(model, analysis: ImageAnalysis, settings: Settings) -> None:
                                         [f"({r},{c})" for r, c in picks], len(range(0, cols, step)), "viridis",
                                         rescale_each=False), theme=None)  # fmt: skip
     right.subheader("Patch-embedding filters: principal components")
-    components, explained = explain.patch_embedding_components(model.patch_embed.proj.weight, count=16)
+    components, explained = anatomy["components"], anatomy["explained"]
     pictures = components[:, :3].permute(0, 2, 3, 1) if components.shape[1] >= 3 else components[:, :1].permute(0, 2, 3, 1)
     pictures = [(plots.rescale(p) * 255).astype(np.uint8) for p in pictures.numpy()]
     right.image([p if p.shape[-1] == 3 else p[..., 0] for p in pictures], width=64,
@@ -333,14 +388,22 @@ def faithfulness_tab(model, analysis: ImageAnalysis, settings: Settings, image_b
 
 
 def downloads(photo, analysis: ImageAnalysis, maps: dict[str, np.ndarray], settings: Settings, name: str) -> None:
-    buffer = io.BytesIO()
-    plots.overlay(photo, maps["rollout"], settings.colormap, settings.alpha, analysis.box).save(buffer, format="PNG")
-    arrays = io.BytesIO()
-    np.savez_compressed(arrays, probabilities=analysis.probabilities, **maps)
+    """Files are built only when a button is clicked (deferred data), not on every rerun."""
+
+    def overlay_png() -> bytes:
+        buffer = io.BytesIO()
+        plots.overlay(photo, maps["rollout"], settings.colormap, settings.alpha, analysis.box).save(buffer, format="PNG")
+        return buffer.getvalue()
+
+    def maps_npz() -> bytes:
+        buffer = io.BytesIO()
+        np.savez_compressed(buffer, probabilities=analysis.probabilities, **maps)
+        return buffer.getvalue()
+
     stem = Path(name).stem.replace(" ", "_")
     left, right = st.columns(2)
-    left.download_button("Download rollout overlay (PNG)", buffer.getvalue(), f"{stem}_rollout.png", "image/png")
-    right.download_button("Download maps (.npz)", arrays.getvalue(), f"{stem}_maps.npz", "application/octet-stream")
+    left.download_button("Download rollout overlay (PNG)", overlay_png, f"{stem}_rollout.png", "image/png")
+    right.download_button("Download maps (.npz)", maps_npz, f"{stem}_maps.npz", "application/octet-stream")
 
 
 # --- page --------------------------------------------------------------------------------------
@@ -367,25 +430,28 @@ def main() -> None:
         return
     name, image_bytes = chosen
     try:
-        photo = decode(image_bytes)
+        full_photo = decode(image_bytes)
         analysis = analyse(model, settings.model_spec, image_bytes, settings.precision)
     except ImageError as error:
         st.error(f"Could not read {name}: {error}")
         return
+    photo = Photo(display_photo(image_bytes), hashlib.sha256(image_bytes).hexdigest())
+    scale = photo.image.width / full_photo.width
+    shown = dataclasses.replace(analysis, box=tuple(v * scale for v in analysis.box))  # the box on the shown photo
     tabs = st.tabs(["Overview", "Heads & layers", "Click a patch", "Class-specific", "Model anatomy", "Faithfulness"])
     with tabs[0]:
-        maps = overview_tab(model, analysis, photo, settings)
+        maps = overview_tab(model, shown, photo, settings, full_photo.size)
     with tabs[1]:
-        maps |= heads_tab(model, analysis, photo, settings)
+        maps |= heads_tab(model, shown, photo, settings)
     with tabs[2]:
-        maps |= patch_tab(model, analysis, photo, settings)
+        maps |= patch_tab(model, shown, photo, settings)
     with tabs[3]:
-        maps |= class_tab(model, analysis, photo, settings, image_bytes)
+        maps |= class_tab(model, shown, photo, settings, image_bytes)
     with tabs[4]:
-        anatomy_tab(model, analysis, settings)
+        anatomy_tab(model, settings, image_bytes)
     with tabs[5]:
         faithfulness_tab(model, analysis, settings, image_bytes)
-    downloads(photo, analysis, maps, settings, name)
+    downloads(full_photo, analysis, maps, settings, name)
 
 
 main()

@@ -83,8 +83,13 @@ def test_figures_carry_the_exact_values():
     np.testing.assert_array_equal(np.asarray(heat.data[0].z), values.numpy())
     maps = torch.rand(4, 2, 3)
     grid = grid_figure(maps, [f"head {i}" for i in range(4)], columns=2)
-    assert len(grid.data) == 4
-    np.testing.assert_allclose(np.asarray(grid.data[3].customdata), maps[3].numpy(), rtol=1e-6)
+    assert len(grid.data) == 1  # one tiled heatmap, fast for 144 heads
+    raw = np.asarray(grid.data[0].customdata, dtype=np.float32)
+    assert raw.shape == (2 * 3 - 1, 2 * 4 - 1)  # two tile rows of 2, two tile columns of 3, one-cell gaps
+    np.testing.assert_allclose(raw[3:5, 4:7], maps[3].numpy(), rtol=1e-6)  # map 3: second row, second column
+    assert np.isnan(raw[2]).all() and np.isnan(raw[:, 3]).all()
+    assert np.asarray(grid.data[0].text)[4, 6] == "head 3, row 1, col 2"
+    assert [a.text for a in grid.layout.annotations] == [f"head {i}" for i in range(4)]
     bars = predictions_figure(np.array([0.1, 0.6, 0.3]), ["a", "b", "c"], top_k=2)
     assert list(bars.data[0].y) == ["c", "b"]  # highest drawn last, i.e. on top
     with pytest.raises(ValueError, match="3 titles for 4 maps"):

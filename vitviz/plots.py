@@ -14,7 +14,6 @@ import plotly.colors
 import plotly.graph_objects as go
 import torch
 import torch.nn.functional as F
-from plotly.subplots import make_subplots
 from PIL import Image
 
 COLORMAPS = ("inferno", "viridis", "magma", "plasma", "turbo", "jet", "hot", "greys")
@@ -135,30 +134,42 @@ def heatmap_figure(patch_map, title: str = "", colormap: str = "inferno") -> go.
 
 
 def grid_figure(maps, titles: list[str], columns: int, colormap: str = "inferno", rescale_each: bool = True) -> go.Figure:
-    """Small multiples: one heatmap per map in ``maps`` (n, rows, cols), ``columns`` to a row.
+    """Small multiples: the maps (n, rows, cols) tiled ``columns`` to a row in one heatmap.
 
-    With ``rescale_each`` every map uses its own colour range (patterns comparable); otherwise
-    all share one range (magnitudes comparable).
+    One trace with gaps (not one subplot per map) keeps big grids, such as 12 x 12 heads,
+    fast to build and to draw. With ``rescale_each`` every map uses its own colour range
+    (patterns comparable); otherwise all share one range (magnitudes comparable). Hover shows
+    each cell's map, row, column and raw value.
     """
     values = _as_array(maps)
-    count = values.shape[0]
+    count, rows, cols = values.shape
     if len(titles) != count:
         raise ValueError(f"{len(titles)} titles for {count} maps")
-    row_count = -(-count // columns)
-    figure = make_subplots(rows=row_count, cols=columns, subplot_titles=titles,
-                           horizontal_spacing=0.01, vertical_spacing=0.06 / max(1, row_count - 1) + 0.02)  # fmt: skip
-    low, high = float(values.min()), float(values.max())
+    columns = max(1, min(columns, count))
+    tile_rows = -(-count // columns)
+    height, width = tile_rows * (rows + 1) - 1, columns * (cols + 1) - 1
+    shown = np.full((height, width), np.nan, dtype=np.float32)  # gaps stay NaN, drawn as background
+    raw = np.full((height, width), np.nan, dtype=np.float32)
+    labels = np.full((height, width), "", dtype=object)
+    annotations = []
     for index in range(count):
-        z = rescale(values[index]) if rescale_each else values[index]
-        figure.add_trace(
-            go.Heatmap(z=z, colorscale=plotly_colorscale(colormap), showscale=False, zmin=0 if rescale_each else low,
-                       zmax=1 if rescale_each else high, customdata=values[index],
-                       hovertemplate=f"{titles[index]}<br>row %{{y}}, col %{{x}}: %{{customdata:.5f}}<extra></extra>"),
-            row=index // columns + 1, col=index % columns + 1,
-        )  # fmt: skip
-    figure.update_yaxes(autorange="reversed", scaleanchor="x", showticklabels=False)
-    figure.update_xaxes(showticklabels=False)
-    figure.update_layout(margin=dict(l=0, r=0, t=30, b=0), height=max(220, 150 * row_count))
+        top, left = (index // columns) * (rows + 1), (index % columns) * (cols + 1)
+        shown[top : top + rows, left : left + cols] = rescale(values[index]) if rescale_each else values[index]
+        raw[top : top + rows, left : left + cols] = values[index]
+        labels[top : top + rows, left : left + cols] = [
+            [f"{titles[index]}, row {r}, col {c}" for c in range(cols)] for r in range(rows)
+        ]
+        annotations.append(dict(x=left + (cols - 1) / 2, y=top - 0.5, text=titles[index], showarrow=False,
+                                yanchor="bottom", font=dict(size=11)))  # fmt: skip
+    figure = go.Figure(
+        go.Heatmap(z=shown, customdata=raw, text=labels, colorscale=plotly_colorscale(colormap), showscale=False,
+                   hovertemplate="%{text}: %{customdata:.5f}<extra></extra>", hoverongaps=False)  # fmt: skip
+    )
+    figure.update_layout(annotations=annotations, margin=dict(l=0, r=0, t=22, b=0),
+                         height=max(160, int(tile_rows * 130 * max(1.0, 6 / columns) * rows / max(rows, cols)) + 30),
+                         plot_bgcolor="rgba(0,0,0,0)")  # fmt: skip
+    figure.update_yaxes(autorange="reversed", scaleanchor="x", visible=False)
+    figure.update_xaxes(visible=False, constrain="domain")
     return figure
 
 
