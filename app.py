@@ -196,8 +196,8 @@ def describe_model(model: vitviz.ViT, spec: str) -> None:
 # --- images ------------------------------------------------------------------------------------
 
 
-def choose_image() -> tuple[str, bytes] | None:
-    """Uploads, camera, earlier images of this session, or samples; returns (name, bytes)."""
+def choose_image() -> tuple[str, dict[str, bytes]] | None:
+    """Uploads, camera, earlier images of this session, or samples: (chosen name, every image by name)."""
     if "history" not in st.session_state:
         st.session_state.history = {}
     uploads = st.file_uploader("Upload photos", type=UPLOAD_TYPES, accept_multiple_files=True)
@@ -217,8 +217,8 @@ def choose_image() -> tuple[str, bytes] | None:
     newest = (uploads[-1].name if uploads else None) or (camera.name if camera is not None else None)
     index = options.index(newest) if newest in options else 0
     name = st.selectbox("Image", options, index=index, help="every image of this session stays here")
-    data = samples[name.removeprefix("sample: ")] if name.startswith("sample: ") else st.session_state.history[name]
-    return name, data
+    images = st.session_state.history | {f"sample: {n}": data for n, data in samples.items()}
+    return name, images
 
 
 # --- tabs --------------------------------------------------------------------------------------
@@ -245,24 +245,30 @@ def overview_tab(model, analysis: ImageAnalysis, photo, settings: Settings, full
     return {"rollout": rollout}
 
 
-def heads_tab(model, analysis: ImageAnalysis, photo, settings: Settings) -> dict[str, np.ndarray]:
+def heads_tab(model, analysis: ImageAnalysis, photo, settings: Settings, images: dict[str, bytes], current: str,
+              prepare) -> dict[str, np.ndarray]:  # fmt: skip
     c = model.config
     layer = st.slider("Layer", 0, c.num_layers - 1, c.num_layers - 1, key="heads_layer")
     maps = explain.cls_attention_all(analysis.attentions, **analysis.maps_args)[0]  # (L, H, rows, cols)
     st.subheader(f"[CLS] attention of every head in layer {layer}")
     st.plotly_chart(plots.grid_figure(maps[layer], [f"head {h}" for h in range(c.num_heads)], min(c.num_heads, 6),
                                       settings.colormap), theme=None)  # fmt: skip
-    st.subheader("Compare two (layer, head) choices")
+    st.subheader("Compare two (image, layer, head) choices")
     columns = st.columns(2)
     chosen = {}
+    names = list(images)
     for side, column in zip("AB", columns):
         with column:
+            image_name = st.selectbox(f"{side}: image", names, index=names.index(current), key=f"image_{side}")
+            side_photo, side_analysis = (photo, analysis) if image_name == current else prepare(images[image_name])
             pick_layer = st.number_input(f"{side}: layer", 0, c.num_layers - 1, c.num_layers - 1 if side == "A" else 0)
             pick_head = st.selectbox(f"{side}: head", ["mean", "max", "min", *range(c.num_heads)], key=f"head_{side}")
-            patch_map = explain.cls_attention(analysis.attentions, int(pick_layer), pick_head, **analysis.maps_args)[0]
-            chosen[f"cls_layer{pick_layer}_head{pick_head}"] = patch_map.numpy()
-            st.image(overlay_picture(photo, patch_map, analysis.box, settings), width="stretch",
-                     caption=f"layer {pick_layer}, head {pick_head}")  # fmt: skip
+            patch_map = explain.cls_attention(side_analysis.attentions, int(pick_layer), pick_head,
+                                              **side_analysis.maps_args)[0]  # fmt: skip
+            if image_name == current:
+                chosen[f"cls_layer{pick_layer}_head{pick_head}"] = patch_map.numpy()
+            st.image(overlay_picture(side_photo, patch_map, side_analysis.box, settings), width="stretch",
+                     caption=f"{image_name}: layer {pick_layer}, head {pick_head}")  # fmt: skip
     # a figure of layers x heads heatmaps is slow to build for big models, so only on request
     if st.toggle("Show every layer x head", value=c.num_layers * c.num_heads <= 64, key="all_layers_heads"):
         flat = maps.reshape(-1, *maps.shape[-2:])
@@ -406,6 +412,14 @@ def downloads(photo, analysis: ImageAnalysis, maps: dict[str, np.ndarray], setti
     right.download_button("Download maps (.npz)", maps_npz, f"{stem}_maps.npz", "application/octet-stream")
 
 
+def _readable(data: bytes) -> bool:
+    try:
+        decode(data)
+        return True
+    except ImageError:
+        return False
+
+
 # --- page --------------------------------------------------------------------------------------
 
 
@@ -428,21 +442,29 @@ def main() -> None:
     chosen = choose_image()
     if chosen is None:
         return
-    name, image_bytes = chosen
+    name, images = chosen
+    image_bytes = images[name]
+
+    def prepare(data: bytes) -> tuple[Photo, ImageAnalysis]:
+        """The display photo and its analysis, with the model's box scaled onto the shown photo."""
+        analysis = analyse(model, settings.model_spec, data, settings.precision)
+        photo = Photo(display_photo(data), hashlib.sha256(data).hexdigest())
+        scale = photo.image.width / decode(data).width
+        return photo, dataclasses.replace(analysis, box=tuple(v * scale for v in analysis.box))
+
     try:
         full_photo = decode(image_bytes)
         analysis = analyse(model, settings.model_spec, image_bytes, settings.precision)
+        photo, shown = prepare(image_bytes)
     except ImageError as error:
         st.error(f"Could not read {name}: {error}")
         return
-    photo = Photo(display_photo(image_bytes), hashlib.sha256(image_bytes).hexdigest())
-    scale = photo.image.width / full_photo.width
-    shown = dataclasses.replace(analysis, box=tuple(v * scale for v in analysis.box))  # the box on the shown photo
+    readable = {n: data for n, data in images.items() if n == name or _readable(data)}
     tabs = st.tabs(["Overview", "Heads & layers", "Click a patch", "Class-specific", "Model anatomy", "Faithfulness"])
     with tabs[0]:
         maps = overview_tab(model, shown, photo, settings, full_photo.size)
     with tabs[1]:
-        maps |= heads_tab(model, shown, photo, settings)
+        maps |= heads_tab(model, shown, photo, settings, readable, name, prepare)
     with tabs[2]:
         maps |= patch_tab(model, shown, photo, settings)
     with tabs[3]:

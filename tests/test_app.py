@@ -173,3 +173,18 @@ def test_sample_images_are_offered_before_any_upload(default_model, tmp_path, mo
     image_picker = next(s for s in at.selectbox if s.label == "Image")
     assert image_picker.options == ["sample: cat 0001.png", "sample: dog 0001.png"]
     assert "cat" in chart_specs(at)
+
+
+def test_two_images_side_by_side(default_model):
+    at = started_app()
+    at.file_uploader[0].set_value([("first.png", png_bytes((64, 48)), "image/png"),
+                                   ("second.png", png_bytes((30, 60)), "image/png")]).run()  # fmt: skip
+    assert not at.exception and not at.error
+    image_b = next(s for s in at.selectbox if s.key == "image_B")
+    assert image_b.options == ["first.png", "second.png"]
+    image_b.set_value("first.png" if image_b.value == "second.png" else "second.png").run()
+    captions = [img.proto.imgs[0].caption for img in at.get("image")]
+    shown = next(s for s in at.selectbox if s.label == "Image").value
+    other = "first.png" if shown == "second.png" else "second.png"
+    assert any(c.startswith(f"{shown}: layer") for c in captions)
+    assert any(c.startswith(f"{other}: layer") for c in captions)
