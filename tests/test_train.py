@@ -131,3 +131,10 @@ def test_metrics_known_answer():
     assert scores["macro_precision"] == pytest.approx((0.5 + 2 / 3 + 1) / 3)
     f1 = [2 * p * r / (p + r) for p, r in [(0.5, 0.5), (2 / 3, 1.0), (1.0, 0.5)]]
     assert scores["macro_f1"] == pytest.approx(sum(f1) / 3)
+
+
+def test_elapsed_time_accumulates_across_resumes(folders, tmp_path):
+    first = train(folders, tmp_path / "run", "--epochs", "1", "--max-steps-per-epoch", "1")
+    resumed = train(folders, tmp_path / "run", "--epochs", "2", "--max-steps-per-epoch", "1",
+                    "--resume", str(tmp_path / "run" / "last.pt"))  # fmt: skip
+    assert resumed["history"][0]["elapsed_s"] > first["history"][0]["elapsed_s"]

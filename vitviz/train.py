@@ -226,14 +226,14 @@ def main(argv: list[str] | None = None) -> dict:
     mixers += [v2.CutMix(alpha=args.cutmix, num_classes=len(classes))] if args.cutmix > 0 else []
     mix = v2.RandomChoice(mixers) if mixers else None
 
-    start_epoch, step, best_top1 = 0, 0, -1.0
+    start_epoch, step, best_top1, elapsed = 0, 0, -1.0, 0.0
     if args.resume:
-        start_epoch, step, best_top1 = _resume(args.resume, model, optimizer, scheduler, config)
+        start_epoch, step, best_top1, elapsed = _resume(args.resume, model, optimizer, scheduler, config)
     forward = torch.compile(model) if args.compile else model
     args.out.mkdir(parents=True, exist_ok=True)
     metrics_path = args.out / "metrics.jsonl"
     hyper = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
-    started = time.time()
+    started = time.time() - elapsed  # elapsed_s counts training time across resumes
     history = []
     for epoch in range(start_epoch, args.epochs):
         model.train()
@@ -296,7 +296,7 @@ def _save_last(path, model, classes, preprocessing, training, optimizer, schedul
     torch.save(checkpoint, path)
 
 
-def _resume(path: Path, model: ViT, optimizer, scheduler, config: ViTConfig) -> tuple[int, int, float]:
+def _resume(path: Path, model: ViT, optimizer, scheduler, config: ViTConfig) -> tuple[int, int, float, float]:
     try:
         checkpoint = read_checkpoint(path)
     except ModelLoadError as error:
@@ -310,7 +310,8 @@ def _resume(path: Path, model: ViT, optimizer, scheduler, config: ViTConfig) -> 
     scheduler.load_state_dict(checkpoint["resume"]["scheduler"])
     state = checkpoint["resume"]
     print(f"resumed from {path}: epoch {state['epoch']}, step {state['step']}", flush=True)
-    return state["epoch"], state["step"], state["best_top1"]
+    elapsed = float(checkpoint.get("training", {}).get("metrics", {}).get("elapsed_s", 0.0))
+    return state["epoch"], state["step"], state["best_top1"], elapsed
 
 
 if __name__ == "__main__":
