@@ -3,6 +3,7 @@
 import io
 import zlib
 
+import numpy as np
 import pytest
 import torch
 from PIL import Image
@@ -100,3 +101,46 @@ def test_load_image_refuses_truncated_files_and_bombs():
     bomb = header[: ihdr - 4] + (13).to_bytes(4, "big") + body + zlib.crc32(body).to_bytes(4, "big") + header[ihdr + 21 :]
     with pytest.raises(ImageError, match="too large|above the limit"):
         load_image(bomb)
+
+
+def test_sixteen_bit_and_float_greyscale_are_scaled_not_clipped():
+    dark = Image.fromarray(np.full((4, 4), 1000, dtype=np.uint16))  # 1000 / 65535 of full scale
+    image = load_image(encode(dark, "PNG"))
+    assert image.mode == "RGB" and image.getpixel((0, 0)) == (4, 4, 4)  # rint(1000 / 65535 * 255)
+    ramp = Image.fromarray(np.linspace(0.0, 1.0, 16, dtype=np.float32).reshape(4, 4), mode="F")
+    image = load_image(encode(ramp, "TIFF"))
+    assert image.getpixel((0, 0)) == (0, 0, 0) and image.getpixel((3, 3)) == (255, 255, 255)
+    wide = Image.fromarray(np.array([[-500, 0], [250, 1500]], dtype=np.int32), mode="I")
+    image = load_image(encode(wide, "TIFF"))
+    assert image.getpixel((0, 0)) == (0, 0, 0) and image.getpixel((1, 1)) == (255, 255, 255)
+    assert image.getpixel((0, 1)) == (96,) * 3  # (250 + 500) / 2000 * 255
+
+
+def test_cmyk_and_palette_transparency_and_first_frames():
+    cmyk = load_image(encode(Image.new("CMYK", (6, 6), (0, 255, 255, 0)), "JPEG"))
+    red, green, blue = cmyk.getpixel((3, 3))
+    assert red > 200 and green < 60 and blue < 60
+    palette = Image.new("P", (4, 4), 1)
+    palette.putpalette([0, 255, 0, 255, 0, 0] + [0] * 762)  # index 1 is red, but transparent
+    palette.info["transparency"] = 1
+    assert load_image(encode(palette, "PNG", transparency=1)).getpixel((1, 1)) == (255, 255, 255)
+    frames = [Image.new("RGB", (8, 8), c) for c in ((250, 0, 0), (0, 0, 250))]
+    gif = io.BytesIO()
+    frames[0].save(gif, "GIF", save_all=True, append_images=frames[1:])
+    assert load_image(gif.getvalue()).getpixel((4, 4))[0] > 200  # the first frame, red
+
+
+def test_huge_jpeg_is_decoded_in_draft_mode():
+    # 12000 x 9000 = 108 Mpx, above the 89 Mpx limit for other formats: decoded at a reduced scale
+    big = Image.new("RGB", (12000, 9000), (10, 120, 200))
+    data = encode(big, "JPEG", quality=50)
+    del big
+    image = load_image(data)
+    assert image.size in {(6000, 4500), (3000, 2250), (1500, 1125)}
+    assert image.width * image.height <= 16_000_000
+    assert abs(image.getpixel((10, 10))[2] - 200) < 8
+
+
+def test_tiny_and_extreme_aspect_images():
+    assert load_image(encode(Image.new("RGB", (1, 1), (9, 8, 7)), "PNG")).getpixel((0, 0)) == (9, 8, 7)
+    assert load_image(encode(Image.new("RGB", (5000, 1), (1, 2, 3)), "PNG")).size == (5000, 1)

@@ -10,15 +10,20 @@ dataclass so a checkpoint can store it as a dict, and it is callable, so
 from __future__ import annotations
 
 import io
+import math
+import warnings
 from dataclasses import asdict, dataclass, fields
 from typing import Literal
 
+import numpy as np
 import torch
 from PIL import Image, ImageOps
 from torchvision.transforms import InterpolationMode
 from torchvision.transforms import functional as TF
 
 MAX_PIXELS = 89_478_485  # PIL's own decompression-bomb threshold (about 89 Mpx)
+WORKING_PIXELS = 16_000_000  # larger JPEGs are decoded at a reduced scale (draft mode)
+MAX_JPEG_PIXELS = 2 * MAX_PIXELS  # above this PIL itself refuses to open a file (a decompression bomb)
 FORMATS = ("JPEG", "PNG", "WEBP", "BMP", "GIF", "TIFF")
 
 
@@ -29,19 +34,33 @@ class ImageError(ValueError):
 def load_image(data: bytes, background: tuple[int, int, int] = (255, 255, 255)) -> Image.Image:
     """Decode bytes into an RGB image: EXIF orientation applied, transparency on ``background``.
 
-    Refuses empty, unknown, oversized (> MAX_PIXELS, checked before decoding) and corrupt
-    files with ``ImageError``. Animated images give their first frame.
+    Refuses empty, unknown, oversized (checked before decoding) and corrupt files with
+    ``ImageError``. Animated images give their first frame. JPEGs above WORKING_PIXELS are
+    decoded at a reduced scale (JPEG draft mode), so a 100-megapixel photo loads quickly.
+    16-bit and 32-bit greyscale are scaled to 8 bits by their range instead of being clipped.
     """
     if not data:
         raise ImageError("the file is empty")
     try:
-        image = Image.open(io.BytesIO(data), formats=FORMATS)
+        with warnings.catch_warnings():  # sizes are checked below, with a message of our own
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            image = Image.open(io.BytesIO(data), formats=FORMATS)
     except Image.UnidentifiedImageError:
         raise ImageError(f"not an image in a supported format ({', '.join(FORMATS)})") from None
     except Image.DecompressionBombError as error:
         raise ImageError(f"image too large to decode safely: {error}") from None
+    except (OSError, ValueError, SyntaxError) as error:
+        raise ImageError(f"the file is corrupt: {error}") from None
     width, height = image.size
-    if width * height > MAX_PIXELS:
+    if width < 1 or height < 1:
+        raise ImageError(f"image has no pixels ({width}x{height})")
+    if image.format == "JPEG" and width * height > WORKING_PIXELS and width * height <= MAX_JPEG_PIXELS:
+        # decode at 1/2, 1/4 or 1/8 scale straight from the DCT: fast, and never the full bitmap
+        # draft picks the strongest reduction that still covers the requested size, so asking for
+        # half the working scale gives between a quarter of WORKING_PIXELS and all of it
+        scale = math.sqrt(WORKING_PIXELS / (width * height)) / 2
+        image.draft("RGB", (max(1, int(width * scale)), max(1, int(height * scale))))
+    elif width * height > MAX_PIXELS:
         raise ImageError(
             f"image is {width}x{height} = {width * height / 1e6:.1f} Mpx, above the limit of {MAX_PIXELS / 1e6:.0f} Mpx"
         )
@@ -49,13 +68,27 @@ def load_image(data: bytes, background: tuple[int, int, int] = (255, 255, 255)) 
         image.seek(0)
         image.load()  # decode now, so a truncated file fails here rather than later
         image = ImageOps.exif_transpose(image)
-    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as error:
+    except (OSError, ValueError, SyntaxError, EOFError, Image.DecompressionBombError) as error:
         raise ImageError(f"the {image.format} file is corrupt or truncated: {error}") from None
-    if image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info):
-        rgba = image.convert("RGBA")
+    return _to_rgb(image, background)
+
+
+def _to_rgb(image: Image.Image, background: tuple[int, int, int]) -> Image.Image:
+    if image.mode in ("RGBA", "LA", "PA", "RGBa", "La") or (image.mode == "P" and "transparency" in image.info):
+        rgba = image.convert("RGBA")  # colours under transparent pixels are hidden by the composite
         canvas = Image.new("RGB", rgba.size, background)
         canvas.paste(rgba, mask=rgba.getchannel("A"))
         return canvas
+    if image.mode.startswith("I;16"):
+        values = np.asarray(image, dtype=np.float64) / 65535.0  # 16-bit: by the type's full range
+        return Image.fromarray(np.rint(values * 255).astype(np.uint8)).convert("RGB")
+    if image.mode in ("I", "F"):
+        values = np.asarray(image, dtype=np.float64)
+        finite = values[np.isfinite(values)]
+        low, high = (0.0, 1.0) if image.mode == "F" and finite.size and finite.min() >= 0 and finite.max() <= 1 else (
+            (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0))  # fmt: skip
+        scaled = (np.nan_to_num(values, nan=low) - low) / (high - low) if high > low else np.zeros_like(values)
+        return Image.fromarray(np.rint(np.clip(scaled, 0, 1) * 255).astype(np.uint8)).convert("RGB")
     return image.convert("RGB")
 
 
