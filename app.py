@@ -29,7 +29,7 @@ from vitviz.images import ImageError, load_image
 
 MODEL_CHOICES = ["default", *(f"torchvision:{arch}" for arch in TORCHVISION_ARCHS), "path or upload..."]
 UPLOAD_TYPES = ["jpg", "jpeg", "png", "webp", "bmp", "gif", "tif", "tiff"]
-MAX_CHECKPOINT_MB = 400
+MAX_CHECKPOINT_MB = 50  # .streamlit/config.toml's maxUploadSize; larger checkpoints: give their path
 MAX_DISPLAY_SIDE = 1024
 HERE = Path(__file__).resolve().parent
 # Where a local copy of the CIFAR-10 test set may be, for sample images before any upload;
@@ -61,8 +61,9 @@ def get_model(spec: str) -> vitviz.ViT:
     return vitviz.load_model(spec)
 
 
-@st.cache_data(max_entries=64, show_spinner=False)
+@st.cache_resource(max_entries=64, show_spinner=False)
 def decode(image_bytes: bytes):
+    """The decoded photo, shared (not copied) between reruns: never modify it in place."""
     return load_image(image_bytes)
 
 
@@ -95,7 +96,7 @@ def _photo_data_uri(key: str, _image) -> str:
     return "data:image/jpeg;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 
-@st.cache_resource(max_entries=32, show_spinner="Running the ViT...")
+@st.cache_resource(max_entries=8, show_spinner="Running the ViT...")  # attentions are big: few entries
 def analyse(_model: vitviz.ViT, model_spec: str, image_bytes: bytes, precision: str) -> ImageAnalysis:
     """One forward pass per (model, image, precision): controls never re-run the model."""
     return analyse_image(_model, decode(image_bytes), precision)
@@ -109,12 +110,12 @@ def relevance_maps(_model, model_spec: str, image_bytes: bytes, precision: str, 
 @st.cache_resource(max_entries=32, show_spinner="Replacing patches and re-running the model...")
 def faithfulness_curves(_model, model_spec: str, image_bytes: bytes, precision: str, target: int, baseline: str):
     analysis = analyse(_model, model_spec, image_bytes, precision)
-    maps = {
-        "rollout": explain.attention_rollout(analysis.attentions, **analysis.maps_args)[0],
-        "[CLS] attention (last layer)": explain.cls_attention(analysis.attentions, -1, **analysis.maps_args)[0],
-        "relevance (Chefer et al.)": torch.from_numpy(
-            relevance_maps(_model, model_spec, image_bytes, precision, target)["relevance"]),
-    }  # fmt: skip
+    maps = {"rollout": explain.attention_rollout(analysis.attentions, **analysis.maps_args,
+                                                 pooling=_model.config.pooling)[0]}  # fmt: skip
+    if _model.config.class_token:
+        maps["[CLS] attention (last layer)"] = explain.cls_attention(analysis.attentions, -1, **analysis.maps_args)[0]
+    maps["relevance (Chefer et al.)"] = torch.from_numpy(
+        relevance_maps(_model, model_spec, image_bytes, precision, target)["relevance"])  # fmt: skip
     with vitviz.autocast(precision):
         return {name: explain.faithfulness(_model, analysis.pixel_values, m, target, baseline) for name, m in maps.items()}
 
@@ -142,10 +143,11 @@ def sample_images(zips: tuple[Path, ...], count: int = 10) -> list[tuple[str, by
                 names = [n for n in archive.namelist() if n.lower().endswith((".jpg", ".png"))]
                 by_class: dict[str, list[str]] = {}
                 for name in names:
-                    by_class.setdefault(name.split("/")[-2], []).append(name)
+                    parts = name.split("/")
+                    by_class.setdefault(parts[-2] if len(parts) > 1 else "", []).append(name)
                 rng = random.Random(0)
                 picks = [rng.choice(files) for _, files in sorted(by_class.items())][:count]
-                return [(name.split("/")[-2] + " " + name.split("/")[-1], archive.read(name)) for name in picks]
+                return [(" ".join(name.split("/")[-2:]), archive.read(name)) for name in picks]
     return []
 
 
@@ -159,7 +161,8 @@ def sidebar() -> Settings:
     spec = choice
     if choice == "path or upload...":
         spec = st.sidebar.text_input("vitviz checkpoint file or Hugging Face folder", "")
-        uploaded = st.sidebar.file_uploader("...or upload a vitviz checkpoint (.pt)", type=["pt", "pth"])
+        uploaded = st.sidebar.file_uploader(f"...or upload a vitviz checkpoint (.pt, up to {MAX_CHECKPOINT_MB} MB)",
+                                            type=["pt", "pth"])  # fmt: skip
         if uploaded is not None:
             spec = save_uploaded_checkpoint(uploaded)
     st.sidebar.header("Display")
@@ -221,6 +224,13 @@ def choose_image() -> tuple[str, dict[str, bytes]] | None:
     return name, images
 
 
+def index_slider(label: str, count: int, default: int, key: str | None = None) -> int:
+    """A slider over 0..count-1; with a single choice there is nothing to slide (Streamlit refuses min == max)."""
+    if count <= 1:
+        return 0
+    return st.slider(label, 0, count - 1, default, key=key)
+
+
 # --- tabs --------------------------------------------------------------------------------------
 
 
@@ -228,14 +238,15 @@ def overview_tab(model, analysis: ImageAnalysis, photo, settings: Settings, full
     left, right = st.columns([3, 2])
     with right:
         st.subheader("Predictions")
-        top_k = st.slider("Top-k", 1, min(10, len(model.class_names)), min(5, len(model.class_names)))
+        most = min(10, len(model.class_names))
+        top_k = st.slider("Top-k", 1, most, min(5, most)) if most > 1 else 1
         st.plotly_chart(plots.predictions_figure(analysis.probabilities, model.class_names, top_k), theme=None)
         st.subheader("Rollout settings")
         fusion = st.selectbox("Head fusion", explain.HEAD_FUSIONS)
         discard = st.slider("Discard ratio", 0.0, 0.95, 0.0, 0.05, help="weakest patch-to-patch weights dropped")
-        start = st.slider("Start layer", 0, model.config.num_layers - 1, 0)
+        start = index_slider("Start layer", model.config.num_layers, 0)
     rollout = explain.attention_rollout(analysis.attentions, fusion, discard, start, **analysis.maps_args,
-                                        pooling="cls" if model.config.class_token else "mean")[0].numpy()  # fmt: skip
+                                        pooling=model.config.pooling)[0].numpy()  # fmt: skip
     with left:
         st.subheader("Attention rollout")
         a, b = st.columns(2)
@@ -248,7 +259,11 @@ def overview_tab(model, analysis: ImageAnalysis, photo, settings: Settings, full
 def heads_tab(model, analysis: ImageAnalysis, photo, settings: Settings, images: dict[str, bytes], current: str,
               prepare) -> dict[str, np.ndarray]:  # fmt: skip
     c = model.config
-    layer = st.slider("Layer", 0, c.num_layers - 1, c.num_layers - 1, key="heads_layer")
+    if not c.class_token:
+        st.info("This model has no [CLS] token, so there is no [CLS] attention to show; "
+                "see 'Click a patch' for what each patch attends to.")  # fmt: skip
+        return {}
+    layer = index_slider("Layer", c.num_layers, c.num_layers - 1, key="heads_layer")
     maps = explain.cls_attention_all(analysis.attentions, **analysis.maps_args)[0]  # (L, H, rows, cols)
     st.subheader(f"[CLS] attention of every head in layer {layer}")
     st.plotly_chart(plots.grid_figure(maps[layer], [f"head {h}" for h in range(c.num_heads)], min(c.num_heads, 6),
@@ -283,17 +298,18 @@ def patch_tab(model, analysis: ImageAnalysis, photo, settings: Settings) -> dict
         st.session_state.patch = (rows // 2, cols // 2)
     row, col = st.session_state.patch
     row, col = min(row, rows - 1), min(col, cols - 1)
-    layer = st.slider("Layer", 0, model.config.num_layers - 1, model.config.num_layers - 1, key="patch_layer")
+    layer = index_slider("Layer", model.config.num_layers, model.config.num_layers - 1, key="patch_layer")
     left, right = st.columns(2)
     with left:
         st.caption("Click a patch (or set row and column below) to see what it attends to.")
+        # the chart's key names the image and the patch, so after any change of patch a fresh chart
+        # (with no stale selection) is drawn, and clicking a previously clicked patch works again
         event = st.plotly_chart(patch_picker_figure(photo, analysis, (row, col)), on_select="rerun",
-                                selection_mode="points", key="patch_picker", theme=None)  # fmt: skip
+                                selection_mode="points", key=f"patch_picker_{photo.key[:12]}_{row}_{col}",
+                                theme=None)  # fmt: skip
         points = [p for p in (event.selection.points if event else []) if p.get("curve_number") == 1]
-        clicked = int(points[0]["point_index"]) if points else None
-        # act on a new click only: the chart keeps reporting its last selection on every rerun
-        if clicked is not None and clicked != st.session_state.get("last_click"):
-            st.session_state.last_click = clicked
+        if points:
+            clicked = int(points[0]["point_index"])
             st.session_state.patch = (clicked // cols, clicked % cols)
             st.rerun()
         a, b = st.columns(2)
@@ -412,9 +428,10 @@ def downloads(photo, analysis: ImageAnalysis, maps: dict[str, np.ndarray], setti
     right.download_button("Download maps (.npz)", maps_npz, f"{stem}_maps.npz", "application/octet-stream")
 
 
+@st.cache_data(max_entries=256, show_spinner=False)
 def _readable(data: bytes) -> bool:
     try:
-        decode(data)
+        load_image(data)
         return True
     except ImageError:
         return False

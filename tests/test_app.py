@@ -188,3 +188,18 @@ def test_two_images_side_by_side(default_model):
     other = "first.png" if shown == "second.png" else "second.png"
     assert any(c.startswith(f"{shown}: layer") for c in captions)
     assert any(c.startswith(f"{other}: layer") for c in captions)
+
+
+def test_one_layer_model_without_cls_token_renders_every_tab(tmp_path, monkeypatch):
+    # mean pooling, registers instead of [CLS], one block, two classes: every slider has one choice or two
+    torch.manual_seed(0)
+    model = ViT(ViTConfig(image_size=32, patch_size=8, hidden_size=32, num_layers=1, num_heads=4, mlp_size=64,
+                          num_classes=2, class_token=False, pooling="mean", num_register_tokens=2))  # fmt: skip
+    save_checkpoint(tmp_path / "odd.pt", model, ["yes", "no"], Preprocessing(resize=(32, 32)))
+    monkeypatch.setattr(vitviz.load, "DEFAULT_CHECKPOINT", tmp_path / "odd.pt")
+    at = uploaded_app()
+    assert not at.error
+    assert any("no [CLS] token" in info.value for info in at.info)
+    assert any("relevance for" in (img.proto.imgs[0].caption or "") for img in at.get("image"))
+    at.toggle(key="run_faithfulness").set_value(True).run()
+    assert not at.exception and len(at.table[0].value) == 2  # rollout and relevance; no [CLS] map to test

@@ -164,3 +164,22 @@ def test_unknown_weights_and_unsupported_models_are_named(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(reference.config.to_dict()))
     with pytest.raises(ModelLoadError, match="not a safetensors file"):
         load_huggingface_folder(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "config_change,preprocessor,message",
+    [
+        ({"image_size": [224]}, None, "not a usable Hugging Face ViT folder|cannot describe"),
+        ({}, {"size": {"longest_edge": 32}}, "not a usable Hugging Face ViT folder"),
+        ({}, {"image_mean": None}, "not a usable Hugging Face ViT folder"),
+    ],
+)
+def test_malformed_huggingface_folders_get_a_message(tmp_path, config_change, preprocessor, message):
+    reference = random_hf_classifier()
+    reference.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, **config_change}))
+    if preprocessor is not None:
+        (tmp_path / "preprocessor_config.json").write_text(json.dumps(preprocessor))
+    with pytest.raises(ModelLoadError, match=message):
+        load_huggingface_folder(tmp_path)

@@ -372,3 +372,22 @@ def test_streaming_keeps_no_full_attention_matrix_alive():
         assert tensor.untyped_storage().nbytes() == tensor.numel() * tensor.element_size(), name
     for rows in streamer._cls_rows:
         assert rows.untyped_storage().nbytes() == rows.numel() * rows.element_size()
+
+
+def test_mean_pooled_models_read_the_mean_patch_row():
+    attentions = random_attentions(prefix=2)
+    gradients = [torch.rand_like(a) for a in attentions]
+    cls_row = gradient_weighted_attention(attentions, gradients, num_prefix_tokens=2)
+    mean_row = gradient_weighted_attention(attentions, gradients, num_prefix_tokens=2, pooling="mean")
+    relevance = torch.eye(8).repeat(2, 1, 1)
+    for a, g in zip(attentions, gradients):
+        relevance = relevance + (g * a).clamp(min=0).mean(1) @ relevance
+    torch.testing.assert_close(mean_row, relevance[:, 2:, 2:].mean(1))
+    assert not torch.allclose(cls_row, mean_row)
+    no_cls = random_attentions(prefix=0)
+    with pytest.raises(ValueError, match="no \\[CLS\\] token"):
+        cls_attention(no_cls, layer=0, num_prefix_tokens=0)
+    with pytest.raises(ValueError, match="needs a \\[CLS\\] token"):
+        gradient_weighted_rollout(no_cls, [torch.rand_like(a) for a in no_cls], num_prefix_tokens=0)
+    out = gradient_weighted_rollout(no_cls, [torch.rand_like(a) for a in no_cls], num_prefix_tokens=0, pooling="mean")
+    assert out.shape == (2, 6)

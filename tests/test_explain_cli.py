@@ -82,3 +82,20 @@ def test_module_entry_point_runs(checkpoint, images, tmp_path):
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "out" / "wide_rollout.png").exists()
+
+
+def test_cli_on_a_mean_pooled_model_without_cls(images, tmp_path):
+    torch.manual_seed(0)
+    model = ViT(ViTConfig(image_size=32, patch_size=8, hidden_size=32, num_layers=2, num_heads=4, mlp_size=64,
+                          num_classes=6, class_token=False, pooling="mean"))  # fmt: skip
+    save_checkpoint(tmp_path / "mean.pt", model, NAMES, Preprocessing(resize=(32, 32)))
+    out = tmp_path / "out"
+    assert main([str(images / "wide.png"), "--model", str(tmp_path / "mean.pt"), "--out", str(out),
+                 "--methods", "rollout", "relevance", "grad-rollout"]) == 0  # fmt: skip
+    assert np.load(out / "wide.npz")["relevance"].shape == (4, 4)
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(images / "wide.png"), "--model", str(tmp_path / "mean.pt"), "--out", str(out), "--methods", "cls"])
+    assert exit_info.value.code == 2
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(images / "wide.png"), "--model", str(tmp_path / "mean.pt"), "--out", str(out), "--discard-ratio", "1"])
+    assert exit_info.value.code == 2

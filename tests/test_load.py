@@ -184,3 +184,17 @@ def test_torchvision_weights_from_the_cache_need_no_network(tmp_path, monkeypatc
     with torch.no_grad():
         expected = reference(pixels[None])
         assert (model(pixels[None]).logits - expected).abs().max() <= 1e-4
+
+
+def test_a_tiny_file_asking_for_a_gigantic_model_is_refused_without_allocating(tmp_path):
+    saved_checkpoint(tmp_path / "model.pt")
+    checkpoint = read_checkpoint(tmp_path / "model.pt")
+    checkpoint["config"]["mlp_size"] = 10**9  # would be 32 * 1e9 * 2 floats: 256 GB
+    torch.save(checkpoint, tmp_path / "huge.pt")
+    with pytest.raises(ModelLoadError, match="shape mismatches"):
+        load_model(tmp_path / "huge.pt")
+    checkpoint["state_dict"]["norm.bias"] = "not a tensor"
+    checkpoint["config"]["mlp_size"] = 64
+    torch.save(checkpoint, tmp_path / "odd.pt")
+    with pytest.raises(ModelLoadError, match="not tensors: norm.bias"):
+        load_model(tmp_path / "odd.pt")

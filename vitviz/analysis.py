@@ -53,7 +53,7 @@ def class_maps(model: ViT, analysis: ImageAnalysis, target: int, precision: Prec
         output, gradients = explain.attention_gradients(model, analysis.pixel_values, target)
     attentions = [a.detach().float() for a in output.attentions]
     gradients = [g.float() for g in gradients]
-    args = analysis.maps_args
+    args = analysis.maps_args | {"pooling": model.config.pooling}  # the row the head actually reads
     return {
         "relevance": explain.gradient_weighted_attention(attentions, gradients, **args)[0].numpy(),
         "gradient rollout": explain.gradient_weighted_rollout(attentions, gradients, **args)[0].numpy(),

@@ -30,9 +30,16 @@ class ModelLoadError(ValueError):
 
 
 def build_model(config: ViTConfig, state_dict: dict[str, torch.Tensor], source: str) -> ViT:
-    """A ViT with exactly these weights, or an error listing missing, unexpected and misshapen ones."""
-    model = ViT(config)
-    expected = model.state_dict()
+    """A ViT with exactly these weights, or an error listing missing, unexpected and misshapen ones.
+
+    Shapes are checked on a model built on the meta device (no memory), so a tiny hostile file
+    whose config asks for a gigantic model is refused before anything is allocated.
+    """
+    not_tensors = sorted(name for name, t in state_dict.items() if not isinstance(t, torch.Tensor))
+    if not_tensors:
+        raise ModelLoadError(f"{source}: state_dict entries that are not tensors: {_shorten(not_tensors)}")
+    with torch.device("meta"):
+        expected = ViT(config).state_dict()
     missing = sorted(set(expected) - set(state_dict))
     unexpected = sorted(set(state_dict) - set(expected))
     misshapen = [
@@ -49,6 +56,7 @@ def build_model(config: ViTConfig, state_dict: dict[str, torch.Tensor], source: 
         problems.append(f"shape mismatches {_shorten(misshapen)}")
     if problems:
         raise ModelLoadError(f"{source} does not match its config: " + "; ".join(problems))
+    model = ViT(config)
     model.load_state_dict({name: tensor.float() for name, tensor in state_dict.items()})
     return model.eval()
 
@@ -60,8 +68,12 @@ def save_checkpoint(
     preprocessing: Preprocessing,
     training: dict[str, Any] | None = None,
     half: bool = False,
+    extra: dict[str, Any] | None = None,
 ) -> None:
-    """Write a vitviz checkpoint; ``half=True`` stores weights as fp16 (half the size)."""
+    """Write a vitviz checkpoint; ``half=True`` stores weights as fp16 (half the size).
+
+    ``extra`` adds entries (plain data and tensors only), e.g. the optimizer state for resuming.
+    """
     if len(class_names) != model.config.num_classes:
         raise ValueError(f"{len(class_names)} class names for a model with {model.config.num_classes} classes")
     state_dict = {name: t.detach().cpu() for name, t in model.state_dict().items()}
@@ -75,6 +87,7 @@ def save_checkpoint(
         "class_names": list(class_names),
         "preprocessing": preprocessing.to_dict(),
         "training": training or {},
+        **(extra or {}),
     }
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -125,7 +138,12 @@ def load_checkpoint(path: str | Path) -> ViT:
     class_names = [str(name) for name in checkpoint["class_names"]]
     if len(class_names) != config.num_classes:
         raise ModelLoadError(f"{path}: {len(class_names)} class names for {config.num_classes} classes")
-    model = build_model(config, checkpoint["state_dict"], source=str(path))
+    try:
+        model = build_model(config, checkpoint["state_dict"], source=str(path))
+    except ModelLoadError:
+        raise
+    except Exception as error:  # e.g. a config that cannot be built; never a traceback for a bad file
+        raise ModelLoadError(f"{path}: cannot build the model it describes: {error}") from None
     model.class_names = class_names
     model.transform = preprocessing
     model.training_info = checkpoint.get("training", {})

@@ -148,11 +148,15 @@ def load_huggingface_folder(folder: str | Path) -> ViT:
             raise ModelLoadError(f"{folder / 'pytorch_model.bin'} could not be read safely: {error}") from None
     else:
         raise ModelLoadError(f"{folder} has neither model.safetensors nor pytorch_model.bin (sharded weights?)")
-    model = from_huggingface(state_dict, config)
-    labels = config.get("id2label") or {}
-    names = [str(labels.get(str(i), labels.get(i, f"class {i}"))) for i in range(model.config.num_classes)]
-    model.class_names = names
-    model.transform = _huggingface_preprocessing(folder / "preprocessor_config.json")
+    try:
+        model = from_huggingface(state_dict, config)
+        labels = config.get("id2label") or {}
+        model.class_names = [str(labels.get(str(i), labels.get(i, f"class {i}"))) for i in range(model.config.num_classes)]
+        model.transform = _huggingface_preprocessing(folder / "preprocessor_config.json")
+    except ModelLoadError:
+        raise
+    except Exception as error:  # malformed configs or weights: a message, never a traceback
+        raise ModelLoadError(f"{folder} is not a usable Hugging Face ViT folder: {error!r}") from None
     return model
 
 
@@ -165,6 +169,8 @@ def read_safetensors(path: str | Path) -> dict[str, torch.Tensor]:
     try:
         (header_size,) = struct.unpack("<Q", data[:8])
         header = json.loads(data[8 : 8 + header_size])
+        if not isinstance(header, dict):
+            raise ValueError("header is not a JSON object")
     except (struct.error, ValueError, UnicodeDecodeError):
         raise ModelLoadError(f"{path} is not a safetensors file (unreadable header)") from None
     body = memoryview(data)[8 + header_size :]
@@ -172,12 +178,15 @@ def read_safetensors(path: str | Path) -> dict[str, torch.Tensor]:
     for name, info in header.items():
         if name == "__metadata__":
             continue
-        start, end = info["data_offsets"]
-        if info["dtype"] not in dtypes or not 0 <= start <= end <= len(body):
-            raise ModelLoadError(f"{path}: tensor {name} has an unsupported dtype or lies outside the file")
-        flat = torch.frombuffer(bytearray(body[start:end]), dtype=dtypes[info["dtype"]]) if end > start else None
-        shape = info["shape"]
-        tensors[name] = flat.reshape(shape) if flat is not None else torch.empty(shape, dtype=dtypes[info["dtype"]])
+        try:
+            start, end = info["data_offsets"]
+            dtype, shape = dtypes[info["dtype"]], [int(n) for n in info["shape"]]
+            if not 0 <= start <= end <= len(body):
+                raise ValueError("data lies outside the file")
+            flat = torch.frombuffer(bytearray(body[start:end]), dtype=dtype) if end > start else torch.empty(0, dtype=dtype)
+            tensors[name] = flat.reshape(shape)
+        except (KeyError, TypeError, ValueError, RuntimeError) as error:
+            raise ModelLoadError(f"{path}: tensor {name} is malformed ({error!r})") from None
     return tensors
 
 

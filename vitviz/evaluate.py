@@ -20,6 +20,7 @@ from torchvision import datasets
 from tqdm import tqdm
 
 from vitviz.checkpoint import ModelLoadError
+from vitviz.images import load_image
 from vitviz.load import load_model
 from vitviz.metrics import classification_metrics
 from vitviz.model import autocast
@@ -39,15 +40,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.batch_size < 1 or args.workers < 0:
+        parser.error("--batch-size must be at least 1 and --workers at least 0")
     try:
         model = load_model(args.checkpoint)
     except ModelLoadError as error:
         raise SystemExit(f"error: {error}") from None
+    if model.config.num_classes == 0:
+        raise SystemExit("error: this model has no classification head (a backbone); nothing to evaluate")
     if not args.val_dir.is_dir():
         raise SystemExit(f"error: --val-dir {args.val_dir} is not a folder")
     try:
-        folder = datasets.ImageFolder(str(args.val_dir), transform=lambda image: model.transform(image.convert("RGB")))
+        # the same intake as the app (EXIF orientation, transparency, greyscale depth), so scores match what it shows
+        folder = datasets.ImageFolder(str(args.val_dir), transform=model.transform,
+                                      loader=read_image)  # fmt: skip
     except (FileNotFoundError, RuntimeError) as error:
         raise SystemExit(f"error: --val-dir {args.val_dir}: {error}") from None
     unknown = sorted(set(folder.classes) - set(model.class_names))
@@ -67,6 +75,11 @@ def main(argv: list[str] | None = None) -> dict:
     if args.out:
         save(scores, model.class_names, args.out)
     return scores
+
+
+def read_image(path: str):
+    """ImageFolder's loader: vitviz's own intake (a module-level function, so worker processes can use it)."""
+    return load_image(Path(path).read_bytes())
 
 
 def report(scores: dict, class_names: list[str], count: int) -> None:

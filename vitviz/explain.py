@@ -85,6 +85,17 @@ def discard_weakest(fused: torch.Tensor, discard_ratio: float, num_prefix_tokens
     return out
 
 
+def _readout(matrix: torch.Tensor, pooling: Pooling, num_prefix_tokens: int) -> torch.Tensor:
+    """The row the classifier reads, over the patches: [CLS]'s (token 0), or the mean of the patch rows."""
+    _check_choice("pooling", pooling, ("cls", "mean"))
+    p = num_prefix_tokens
+    if pooling == "cls":
+        if p == 0:
+            raise ValueError("pooling='cls' needs a [CLS] token (num_prefix_tokens >= 1); use pooling='mean'")
+        return matrix[:, 0, p:]
+    return matrix[:, p:, p:].mean(dim=1)
+
+
 def _rollout(fused: Sequence[torch.Tensor], start_layer: int, pooling: Pooling, num_prefix_tokens: int) -> torch.Tensor:
     """Shared rollout loop: R = prod_l normalize_rows(A_l + I), later layers on the left; (B, N)."""
     if not 0 <= start_layer < len(fused):
@@ -97,12 +108,7 @@ def _rollout(fused: Sequence[torch.Tensor], start_layer: int, pooling: Pooling, 
         with_residual = matrix + eye  # the skip connection carries each token to itself
         with_residual = with_residual / with_residual.sum(dim=-1, keepdim=True)  # rows sum to 1
         rollout = with_residual @ rollout  # (B, T, T)
-    p = num_prefix_tokens
-    if pooling == "cls":
-        if p == 0:
-            raise ValueError("pooling='cls' needs a [CLS] token (num_prefix_tokens >= 1); use pooling='mean'")
-        return rollout[:, 0, p:]
-    return rollout[:, p:, p:].mean(dim=1)
+    return _readout(rollout, pooling, num_prefix_tokens)
 
 
 def attention_rollout(
@@ -134,7 +140,12 @@ def cls_attention(
     num_prefix_tokens: int = 1,
     grid_size: tuple[int, int] | None = None,
 ) -> torch.Tensor:
-    """What [CLS] attends to in one block: one head's row, or the heads fused; (B, rows, cols)."""
+    """What [CLS] attends to in one block: one head's row, or the heads fused; (B, rows, cols).
+
+    Token 0 must be the [CLS] token: for a model without one there is no [CLS] row to show.
+    """
+    if num_prefix_tokens == 0:
+        raise ValueError("this model has no [CLS] token (num_prefix_tokens=0); use query_attention on a patch")
     return query_attention(attentions, layer, 0, head, num_prefix_tokens, grid_size)
 
 
@@ -177,6 +188,8 @@ def cls_attention_all(
 ) -> torch.Tensor:
     """Every block's and head's [CLS] row over the patches: (B, layers, heads, rows, cols)."""
     _check_attentions(attentions, num_prefix_tokens, grid_size)
+    if num_prefix_tokens == 0:
+        raise ValueError("this model has no [CLS] token (num_prefix_tokens=0)")
     rows = torch.stack([a[:, :, 0, num_prefix_tokens:] for a in attentions], dim=1)  # (B, L, heads, N)
     return _as_map(rows, grid_size)
 
@@ -198,8 +211,13 @@ class StreamingExplainer:
         head_fusion: HeadFusion = "mean",
         discard_ratio: float = 0.0,
         start_layer: int = 0,
+        pooling: Pooling = "cls",
     ):
         _check_choice("head_fusion", head_fusion, HEAD_FUSIONS)
+        _check_choice("pooling", pooling, ("cls", "mean"))
+        if pooling == "cls" and num_prefix_tokens == 0:
+            raise ValueError("pooling='cls' needs a [CLS] token (num_prefix_tokens >= 1); use pooling='mean'")
+        self.pooling = pooling
         self.grid_size, self.patch_size, self.num_prefix_tokens = grid_size, patch_size, num_prefix_tokens
         self.head_fusion, self.discard_ratio, self.start_layer = head_fusion, discard_ratio, start_layer
         self._rollout: torch.Tensor | None = None
@@ -213,7 +231,10 @@ class StreamingExplainer:
         _check_attentions(blocks, self.num_prefix_tokens, self.grid_size)
         p = self.num_prefix_tokens
         # clone: a slice would keep this block's whole (B, heads, T, T) storage alive
-        self._cls_rows.append(attention[:, :, 0, p:].clone() if p > 0 else attention[:, :, p:, p:].mean(dim=2))
+        if self.pooling == "cls":
+            self._cls_rows.append(attention[:, :, 0, p:].clone())
+        else:
+            self._cls_rows.append(attention[:, :, p:, p:].mean(dim=2))
         self._distance.append(mean_attention_distance(blocks, self.grid_size, self.patch_size, p)[:, 0])
         self._entropy.append(attention_entropy(blocks)[:, 0])
         if layer >= self.start_layer:
@@ -224,11 +245,10 @@ class StreamingExplainer:
 
     def results(self) -> dict[str, torch.Tensor]:
         """rollout (B, rows, cols); cls_attention (B, layers, heads, rows, cols); mean_distance and
-        entropy (B, layers, heads). For a model with no [CLS] token, rows are averaged over patches."""
+        entropy (B, layers, heads). With pooling="mean", rows are averaged over the patch queries."""
         if self._rollout is None:
             raise ValueError("no attention was streamed: pass the explainer as model(x, attention_sink=...)")
-        p = self.num_prefix_tokens
-        rollout = self._rollout[:, 0, p:].clone() if p > 0 else self._rollout[:, p:, p:].mean(dim=1)
+        rollout = _readout(self._rollout, self.pooling, self.num_prefix_tokens).clone()
         return {
             "rollout": _as_map(rollout, self.grid_size),
             "cls_attention": _as_map(torch.stack(self._cls_rows, dim=1), self.grid_size),
@@ -276,12 +296,13 @@ def gradient_weighted_attention(
     num_prefix_tokens: int = 1,
     grid_size: tuple[int, int] | None = None,
     start_layer: int = 0,
+    pooling: Pooling = "cls",
 ) -> torch.Tensor:
     """Class-specific relevance of Chefer, Gur & Wolf (2021), "Generic Attention-model Explainability".
 
     R = I; for each block l (from ``start_layer``): R <- R + mean_heads((dy/dA_l * A_l)+) @ R, with
     each block's gradient paired with that same block's attention. Returns the [CLS] row over
-    the patches.
+    the patches (``pooling="mean"``: the mean of the patch rows, for mean-pooled models).
     """
     _check_attentions(attentions, num_prefix_tokens, grid_size)
     if len(gradients) != len(attentions):
@@ -290,7 +311,7 @@ def gradient_weighted_attention(
     relevance = torch.eye(T, dtype=attentions[0].dtype, device=attentions[0].device).repeat(B, 1, 1)
     for attention, gradient in list(zip(attentions, gradients))[start_layer:]:
         relevance = relevance + _positive_weighted(attention, gradient) @ relevance
-    return _as_map(relevance[:, 0, num_prefix_tokens:], grid_size)
+    return _as_map(_readout(relevance, pooling, num_prefix_tokens), grid_size)
 
 
 def gradient_weighted_rollout(
@@ -300,6 +321,7 @@ def gradient_weighted_rollout(
     grid_size: tuple[int, int] | None = None,
     start_layer: int = 0,
     discard_ratio: float = 0.0,
+    pooling: Pooling = "cls",
 ) -> torch.Tensor:
     """Rollout of gradient-weighted attention: each block's heads are fused by
     mean((dy/dA * A)+) (its own gradient), then rolled out as in ``attention_rollout``."""
@@ -309,7 +331,7 @@ def gradient_weighted_rollout(
     fused = [
         discard_weakest(_positive_weighted(a, g), discard_ratio, num_prefix_tokens) for a, g in zip(attentions, gradients)
     ]
-    return _as_map(_rollout(fused, start_layer, "cls", num_prefix_tokens), grid_size)
+    return _as_map(_rollout(fused, start_layer, pooling, num_prefix_tokens), grid_size)
 
 
 # --- model anatomy -------------------------------------------------------------------------------

@@ -74,7 +74,7 @@ def explain_image(model: ViT, pixels: torch.Tensor, args: argparse.Namespace) ->
         gradients = torch.autograd.grad(output.logits[0, target], output.attentions) if needs_gradients else None
     attentions = [a.detach().float() for a in output.attentions]
     shared = dict(num_prefix_tokens=output.num_prefix_tokens, grid_size=output.grid_size)
-    pooling = "cls" if model.config.pooling == "cls" else "mean"
+    pooling = model.config.pooling  # explain the row the classifier actually reads
     maps = {}
     for method in args.methods:
         if method == "rollout":
@@ -83,9 +83,9 @@ def explain_image(model: ViT, pixels: torch.Tensor, args: argparse.Namespace) ->
         elif method == "cls":
             maps[method] = explain.cls_attention(attentions, layer=-1, head="mean", **shared)
         elif method == "relevance":
-            maps[method] = explain.gradient_weighted_attention(attentions, gradients, **shared)
+            maps[method] = explain.gradient_weighted_attention(attentions, gradients, pooling=pooling, **shared)
         else:
-            maps[method] = explain.gradient_weighted_rollout(attentions, gradients, **shared)
+            maps[method] = explain.gradient_weighted_rollout(attentions, gradients, pooling=pooling, **shared)
     return probabilities.numpy(), {name: m[0].numpy() for name, m in maps.items()} | {"target": np.array(target)}
 
 
@@ -94,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not 0 <= args.alpha <= 1:
         parser.error("--alpha must be in [0, 1]")
+    if not 0 <= args.discard_ratio < 1:
+        parser.error("--discard-ratio must be in [0, 1)")
     paths = find_images(args.images)
     try:
         model = load_model(args.model)
@@ -105,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--target must be in [0, {model.config.num_classes - 1}]")
     if not 0 <= args.start_layer < model.config.num_layers:
         parser.error(f"--start-layer must be in [0, {model.config.num_layers - 1}]")
+    if "cls" in args.methods and not model.config.class_token:
+        parser.error("--methods cls needs a model with a [CLS] token; this one has none")
     args.out.mkdir(parents=True, exist_ok=True)
 
     failures, used_names = [], set()

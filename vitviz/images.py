@@ -155,10 +155,9 @@ class Preprocessing:
     @property
     def output_size(self) -> tuple[int, int] | None:
         """(height, width) of every output, or None when it depends on the image's shape."""
-        fixed = self.crop if self.crop is not None else self.resize
-        if fixed is None or (fixed is self.resize and isinstance(fixed, int)):
-            return None
-        return (fixed, fixed) if isinstance(fixed, int) else fixed
+        if self.crop is not None:
+            return (self.crop, self.crop) if isinstance(self.crop, int) else self.crop
+        return self.resize if isinstance(self.resize, tuple) else None  # shorter side only: depends on the image
 
     def to_dict(self) -> dict:
         return asdict(self)

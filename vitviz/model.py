@@ -217,7 +217,7 @@ class ViT(nn.Module):
         rows, cols = config.grid_size
         self.pos_embed = nn.Parameter(torch.zeros(1, config.num_prefix_tokens + rows * cols, D))
         self.pos_dropout = nn.Dropout(config.dropout)
-        rates = torch.linspace(0, config.drop_path, config.num_layers).tolist()
+        rates = [config.drop_path * i / max(1, config.num_layers - 1) for i in range(config.num_layers)]
         self.blocks = nn.ModuleList(Block(config, rate) for rate in rates)
         self.norm = nn.LayerNorm(D, eps=config.layer_norm_eps)
         self.head = nn.Linear(D, config.num_classes) if config.num_classes > 0 else None

@@ -286,14 +286,12 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 def _save_last(path, model, classes, preprocessing, training, optimizer, scheduler, best_top1) -> None:
-    """last.pt: a vitviz checkpoint plus what --resume needs (plain tensors and dicts only)."""
-    save_checkpoint(path, model, classes, preprocessing, training)
-    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    checkpoint["resume"] = {
+    """last.pt: a vitviz checkpoint plus what --resume needs (plain tensors and dicts only), written atomically."""
+    resume = {
         "epoch": training["epoch"], "step": training["step"], "best_top1": best_top1,
         "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
     }  # fmt: skip
-    torch.save(checkpoint, path)
+    save_checkpoint(path, model, classes, preprocessing, training, extra={"resume": resume})
 
 
 def _resume(path: Path, model: ViT, optimizer, scheduler, config: ViTConfig) -> tuple[int, int, float, float]:
