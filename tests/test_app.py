@@ -203,3 +203,19 @@ def test_one_layer_model_without_cls_token_renders_every_tab(tmp_path, monkeypat
     assert any("relevance for" in (img.proto.imgs[0].caption or "") for img in at.get("image"))
     at.toggle(key="run_faithfulness").set_value(True).run()
     assert not at.exception and len(at.table[0].value) == 2  # rollout and relevance; no [CLS] map to test
+
+
+def test_torchvision_model_offline_shows_a_message_and_the_page_keeps_working(default_model, tmp_path, monkeypatch):
+    import urllib.error
+
+    monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path))
+
+    def offline(*args, **kwargs):
+        raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")
+
+    monkeypatch.setattr(vitviz.load.urllib.request, "urlopen", offline)
+    at = started_app()
+    at.sidebar.selectbox[0].set_value("torchvision:vit_b_16").run()
+    assert not at.exception and "could not download" in at.error[0].value and "offline" in at.error[0].value
+    at.sidebar.selectbox[0].set_value("default").run()
+    assert not at.error and "Upload one or more photos" in at.info[0].value
