@@ -31,6 +31,7 @@ MODEL_CHOICES = ["default", *(f"torchvision:{arch}" for arch in TORCHVISION_ARCH
 UPLOAD_TYPES = ["jpg", "jpeg", "png", "webp", "bmp", "gif", "tif", "tiff"]
 MAX_CHECKPOINT_MB = 50  # .streamlit/config.toml's maxUploadSize; larger checkpoints: give their path
 MAX_DISPLAY_SIDE = 1024
+MAX_SESSION_IMAGES = 20  # images a session keeps for revisiting and comparing
 HERE = Path(__file__).resolve().parent
 # Where a local copy of the CIFAR-10 test set may be, for sample images before any upload;
 # VITVIZ_SAMPLES (zip paths separated by os.pathsep, or empty for none) overrides the list.
@@ -207,7 +208,10 @@ def choose_image() -> tuple[str, dict[str, bytes]] | None:
     with st.expander("Take a photo with the camera"):
         camera = st.camera_input("Camera", label_visibility="collapsed")
     for item in [*(uploads or []), *([camera] if camera is not None else [])]:
+        st.session_state.history.pop(item.name, None)  # re-insert: newest last
         st.session_state.history[item.name] = item.getvalue()
+    while len(st.session_state.history) > MAX_SESSION_IMAGES:  # bound each session's memory: drop the oldest
+        st.session_state.history.pop(next(iter(st.session_state.history)))
     samples = dict(sample_images(tuple(SAMPLE_ZIPS)))
     options = list(st.session_state.history) + [f"sample: {name}" for name in samples]
     if not options:
