@@ -342,7 +342,8 @@ def patch_picker_figure(photo: Photo, analysis: ImageAnalysis, selected: tuple[i
     ys = top + (np.arange(rows) + 0.5) * (bottom - top) / rows
     grid_x, grid_y = np.meshgrid(xs, ys)  # row-major, like the patch tokens
     # the photo as a JPEG data URI: a pixel array would be millions of numbers in the page's JSON
-    figure = go.Figure(go.Image(source=_photo_data_uri(photo.key, photo.image), hoverinfo="skip"))
+    figure = go.Figure(layout_template=plots.TEMPLATE,
+                       data=go.Image(source=_photo_data_uri(photo.key, photo.image), hoverinfo="skip"))  # fmt: skip
     figure.add_trace(go.Scatter(x=grid_x.ravel(), y=grid_y.ravel(), mode="markers",
                                 marker=dict(size=max(6, min(30, 400 / max(rows, cols))), opacity=0.05, color="white"),
                                 customdata=[(r, c) for r in range(rows) for c in range(cols)],

@@ -198,3 +198,18 @@ def test_a_tiny_file_asking_for_a_gigantic_model_is_refused_without_allocating(t
     torch.save(checkpoint, tmp_path / "odd.pt")
     with pytest.raises(ModelLoadError, match="not tensors: norm.bias"):
         load_model(tmp_path / "odd.pt")
+
+
+def test_the_shipped_default_checkpoint_loads_offline_and_predicts():
+    model = load_model("default")  # checkpoints/default.pt is part of the repository
+    assert model.class_names == ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship",
+                                 "truck"]  # fmt: skip
+    assert model.config.grid_size == (8, 8) and model.training_info["epoch"] == 12
+    size = (vitviz.load.DEFAULT_CHECKPOINT.stat().st_size) / 2**20
+    assert size <= 25
+    # a trained model is confident and consistent on a simple picture; a random one gives about 10 % to each class
+    sky = Image.new("RGB", (32, 32), (120, 170, 230))
+    sky.paste((200, 200, 205), (8, 14, 24, 18))  # a grey "plane" on blue sky
+    with torch.no_grad():
+        probabilities = model(model.transform(sky)[None]).logits.softmax(-1)[0]
+    assert model.class_names[int(probabilities.argmax())] == "airplane" and probabilities.max() > 0.5

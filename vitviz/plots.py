@@ -16,6 +16,9 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
+# Every figure names its template, so it looks the same whether or not streamlit (which swaps plotly's
+# default template for one of placeholder colours) has been imported.
+TEMPLATE = "plotly_white"
 COLORMAPS = ("inferno", "viridis", "magma", "plasma", "turbo", "jet", "hot", "greys")
 
 
@@ -124,12 +127,12 @@ def masked_image(
 def heatmap_figure(patch_map, title: str = "", colormap: str = "inferno") -> go.Figure:
     """The raw patch grid with its exact values on hover (row 0 at the top, square cells)."""
     values = _as_array(patch_map)
-    figure = go.Figure(
+    figure = go.Figure(layout_template=TEMPLATE, data=
         go.Heatmap(z=values, colorscale=plotly_colorscale(colormap), hovertemplate="row %{y}, col %{x}<br>%{z:.5f}<extra></extra>")
     )
     figure.update_layout(title=title, margin=dict(l=0, r=0, t=40 if title else 0, b=0))
-    figure.update_yaxes(autorange="reversed", scaleanchor="x", showticklabels=False)
-    figure.update_xaxes(showticklabels=False, constrain="domain")
+    figure.update_yaxes(autorange="reversed", scaleanchor="x", showticklabels=False, showgrid=False, zeroline=False)
+    figure.update_xaxes(showticklabels=False, constrain="domain", showgrid=False, zeroline=False)
     return figure
 
 
@@ -161,7 +164,7 @@ def grid_figure(maps, titles: list[str], columns: int, colormap: str = "inferno"
         ]
         annotations.append(dict(x=left + (cols - 1) / 2, y=top - 0.5, text=titles[index], showarrow=False,
                                 yanchor="bottom", font=dict(size=11)))  # fmt: skip
-    figure = go.Figure(
+    figure = go.Figure(layout_template=TEMPLATE, data=
         go.Heatmap(z=shown, customdata=raw, text=labels, colorscale=plotly_colorscale(colormap), showscale=False,
                    hovertemplate="%{text}: %{customdata:.5f}<extra></extra>", hoverongaps=False)  # fmt: skip
     )
@@ -177,8 +180,9 @@ def predictions_figure(probabilities, class_names: list[str], top_k: int = 5) ->
     """Horizontal bars of the top-k classes, highest on top."""
     values = _as_array(probabilities)
     order = np.argsort(values)[::-1][:top_k][::-1]
-    figure = go.Figure(go.Bar(x=values[order], y=[class_names[i] for i in order], orientation="h",
+    figure = go.Figure(layout_template=TEMPLATE, data=go.Bar(x=values[order], y=[class_names[i] for i in order], orientation="h",
                               text=[f"{values[i]:.1%}" for i in order], textposition="auto"))  # fmt: skip
+    figure.update_yaxes(automargin=True)
     figure.update_layout(height=60 + 32 * len(order), margin=dict(l=0, r=0, t=10, b=0), xaxis_range=[0, 1],
                          xaxis_tickformat=".0%")  # fmt: skip
     return figure
@@ -188,7 +192,7 @@ def attention_distance_figure(mean_distance) -> go.Figure:
     """Mean attention distance against depth, one dot per head (ViT paper, Fig. 7 right)."""
     values = _as_array(mean_distance)  # (layers, heads)
     layers, heads = values.shape
-    figure = go.Figure()
+    figure = go.Figure(layout_template=TEMPLATE)
     for head in range(heads):
         figure.add_trace(go.Scatter(x=np.arange(layers), y=values[:, head], mode="markers", name=f"head {head}",
                                     hovertemplate="layer %{x}: %{y:.1f} px<extra>head " + str(head) + "</extra>"))  # fmt: skip
@@ -200,7 +204,7 @@ def attention_distance_figure(mean_distance) -> go.Figure:
 def layer_head_figure(values, title: str, colorbar: str) -> go.Figure:
     """A (layers, heads) table as a heatmap, e.g. attention entropy."""
     table = _as_array(values)
-    figure = go.Figure(go.Heatmap(z=table, colorscale=plotly_colorscale("viridis"), colorbar_title=colorbar,
+    figure = go.Figure(layout_template=TEMPLATE, data=go.Heatmap(z=table, colorscale=plotly_colorscale("viridis"), colorbar_title=colorbar,
                                   hovertemplate="layer %{y}, head %{x}: %{z:.3f}<extra></extra>"))  # fmt: skip
     figure.update_layout(title=title, xaxis_title="head", yaxis_title="layer", margin=dict(l=0, r=0, t=40, b=0))
     figure.update_yaxes(autorange="reversed")
@@ -209,7 +213,7 @@ def layer_head_figure(values, title: str, colorbar: str) -> go.Figure:
 
 def perturbation_figure(curves: dict[str, tuple[np.ndarray, np.ndarray]]) -> go.Figure:
     """Probability against fraction of patches replaced; ``curves`` maps a label to (x, y)."""
-    figure = go.Figure()
+    figure = go.Figure(layout_template=TEMPLATE)
     for label, (x, y) in curves.items():
         figure.add_trace(go.Scatter(x=_as_array(x), y=_as_array(y), mode="lines+markers", name=label))
     figure.update_layout(xaxis_title="fraction of patches replaced", yaxis_title="target probability",
