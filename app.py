@@ -279,7 +279,11 @@ def heads_tab(model, analysis: ImageAnalysis, photo, settings: Settings, images:
     for side, column in zip("AB", columns):
         with column:
             image_name = st.selectbox(f"{side}: image", names, index=names.index(current), key=f"image_{side}")
-            side_photo, side_analysis = (photo, analysis) if image_name == current else prepare(images[image_name])
+            try:  # another image of the session is decoded only when chosen here
+                side_photo, side_analysis = (photo, analysis) if image_name == current else prepare(images[image_name])
+            except ImageError as error:
+                st.error(f"Could not read {image_name}: {error}")
+                continue
             pick_layer = st.number_input(f"{side}: layer", 0, c.num_layers - 1, c.num_layers - 1 if side == "A" else 0)
             pick_head = st.selectbox(f"{side}: head", ["mean", "max", "min", *range(c.num_heads)], key=f"head_{side}")
             patch_map = explain.cls_attention(side_analysis.attentions, int(pick_layer), pick_head,
@@ -433,15 +437,6 @@ def downloads(photo, analysis: ImageAnalysis, maps: dict[str, np.ndarray], setti
     right.download_button("Download maps (.npz)", maps_npz, f"{stem}_maps.npz", "application/octet-stream")
 
 
-@st.cache_data(max_entries=256, show_spinner=False)
-def _readable(data: bytes) -> bool:
-    try:
-        load_image(data)
-        return True
-    except ImageError:
-        return False
-
-
 # --- page --------------------------------------------------------------------------------------
 
 
@@ -481,12 +476,11 @@ def main() -> None:
     except ImageError as error:
         st.error(f"Could not read {name}: {error}")
         return
-    readable = {n: data for n, data in images.items() if n == name or _readable(data)}
     tabs = st.tabs(["Overview", "Heads & layers", "Click a patch", "Class-specific", "Model anatomy", "Faithfulness"])
     with tabs[0]:
         maps = overview_tab(model, shown, photo, settings, full_photo.size)
     with tabs[1]:
-        maps |= heads_tab(model, shown, photo, settings, readable, name, prepare)
+        maps |= heads_tab(model, shown, photo, settings, images, name, prepare)
     with tabs[2]:
         maps |= patch_tab(model, shown, photo, settings)
     with tabs[3]:

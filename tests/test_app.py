@@ -219,3 +219,14 @@ def test_torchvision_model_offline_shows_a_message_and_the_page_keeps_working(de
     assert not at.exception and "could not download" in at.error[0].value and "offline" in at.error[0].value
     at.sidebar.selectbox[0].set_value("default").run()
     assert not at.error and "Upload one or more photos" in at.info[0].value
+
+
+def test_comparing_with_an_unreadable_image_shows_an_error(default_model):
+    at = started_app()
+    at.file_uploader[0].set_value([("good.png", png_bytes(), "image/png"),
+                                   ("broken.png", b"not an image", "image/png")]).run()  # fmt: skip
+    next(s for s in at.selectbox if s.label == "Image").set_value("good.png").run()
+    next(s for s in at.selectbox if s.key == "image_B").set_value("broken.png").run()
+    assert not at.exception
+    assert any("Could not read broken.png" in e.value for e in at.error)
+    assert any((img.proto.imgs[0].caption or "").startswith("good.png: layer") for img in at.get("image"))

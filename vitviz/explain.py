@@ -96,18 +96,21 @@ def _readout(matrix: torch.Tensor, pooling: Pooling, num_prefix_tokens: int) -> 
     return matrix[:, p:, p:].mean(dim=1)
 
 
+def _residual_step(fused: torch.Tensor) -> torch.Tensor:
+    """One rollout factor: add the identity for the skip connection, then make every row sum to 1."""
+    with_residual = fused + torch.eye(fused.shape[-1], dtype=fused.dtype, device=fused.device)
+    return with_residual / with_residual.sum(dim=-1, keepdim=True)  # keepdim: each row by its own sum
+
+
 def _rollout(fused: Sequence[torch.Tensor], start_layer: int, pooling: Pooling, num_prefix_tokens: int) -> torch.Tensor:
     """Shared rollout loop: R = prod_l normalize_rows(A_l + I), later layers on the left; (B, N)."""
     if not 0 <= start_layer < len(fused):
         raise ValueError(f"start_layer must be in [0, {len(fused) - 1}]; got {start_layer}")
     _check_choice("pooling", pooling, ("cls", "mean"))
     B, T, _ = fused[0].shape
-    eye = torch.eye(T, dtype=fused[0].dtype, device=fused[0].device)
-    rollout = eye.expand(B, T, T)
+    rollout = torch.eye(T, dtype=fused[0].dtype, device=fused[0].device).expand(B, T, T)
     for matrix in fused[start_layer:]:
-        with_residual = matrix + eye  # the skip connection carries each token to itself
-        with_residual = with_residual / with_residual.sum(dim=-1, keepdim=True)  # rows sum to 1
-        rollout = with_residual @ rollout  # (B, T, T)
+        rollout = _residual_step(matrix) @ rollout  # (B, T, T), later layers on the left
     return _readout(rollout, pooling, num_prefix_tokens)
 
 
@@ -239,8 +242,7 @@ class StreamingExplainer:
         self._entropy.append(attention_entropy(blocks)[:, 0])
         if layer >= self.start_layer:
             fused = discard_weakest(fuse_heads(attention, self.head_fusion), self.discard_ratio, p)
-            eye = torch.eye(fused.shape[-1], dtype=fused.dtype, device=fused.device)
-            step = (fused + eye) / (fused + eye).sum(dim=-1, keepdim=True)
+            step = _residual_step(fused)
             self._rollout = step if self._rollout is None else step @ self._rollout
 
     def results(self) -> dict[str, torch.Tensor]:
