@@ -278,7 +278,8 @@ def heads_tab(model, analysis: ImageAnalysis, photo, settings: Settings, images:
     names = list(images)
     for side, column in zip("AB", columns):
         with column:
-            image_name = st.selectbox(f"{side}: image", names, index=names.index(current), key=f"image_{side}")
+            # keyed by the current image, so choosing another main image resets both sides to it
+            image_name = st.selectbox(f"{side}: image", names, index=names.index(current), key=f"image_{side}_{current}")
             try:  # another image of the session is decoded only when chosen here
                 side_photo, side_analysis = (photo, analysis) if image_name == current else prepare(images[image_name])
             except ImageError as error:

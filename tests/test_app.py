@@ -180,7 +180,7 @@ def test_two_images_side_by_side(default_model):
     at.file_uploader[0].set_value([("first.png", png_bytes((64, 48)), "image/png"),
                                    ("second.png", png_bytes((30, 60)), "image/png")]).run()  # fmt: skip
     assert not at.exception and not at.error
-    image_b = next(s for s in at.selectbox if s.key == "image_B")
+    image_b = next(s for s in at.selectbox if (s.key or "").startswith("image_B_"))
     assert image_b.options == ["first.png", "second.png"]
     image_b.set_value("first.png" if image_b.value == "second.png" else "second.png").run()
     captions = [img.proto.imgs[0].caption for img in at.get("image")]
@@ -226,7 +226,17 @@ def test_comparing_with_an_unreadable_image_shows_an_error(default_model):
     at.file_uploader[0].set_value([("good.png", png_bytes(), "image/png"),
                                    ("broken.png", b"not an image", "image/png")]).run()  # fmt: skip
     next(s for s in at.selectbox if s.label == "Image").set_value("good.png").run()
-    next(s for s in at.selectbox if s.key == "image_B").set_value("broken.png").run()
+    next(s for s in at.selectbox if (s.key or "").startswith("image_B_")).set_value("broken.png").run()
     assert not at.exception
     assert any("Could not read broken.png" in e.value for e in at.error)
     assert any((img.proto.imgs[0].caption or "").startswith("good.png: layer") for img in at.get("image"))
+
+
+def test_compare_sides_follow_a_new_main_image(default_model):
+    at = started_app()
+    at.file_uploader[0].set_value([("first.png", png_bytes((64, 48)), "image/png"),
+                                   ("second.png", png_bytes((30, 60)), "image/png")]).run()  # fmt: skip
+    for name in ("first.png", "second.png"):
+        next(s for s in at.selectbox if s.label == "Image").set_value(name).run()
+        sides = [s.value for s in at.selectbox if (s.key or "").startswith("image_")]
+        assert sides == [name, name]
