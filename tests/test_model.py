@@ -49,6 +49,24 @@ def test_fused_and_explicit_attention_agree(pooling, registers):
     torch.testing.assert_close(fused.last_hidden_state, explicit.last_hidden_state, atol=1e-5, rtol=0)
 
 
+def test_eager_attn_implementation_trains_like_sdpa():
+    # the same maths through either kernel: equal logits and equal gradients, attentions still opt-in
+    images, labels = torch.randn(4, 3, 32, 32), torch.tensor([0, 1, 2, 3])
+    grads = {}
+    for kind in ("sdpa", "eager"):
+        model = tiny_vit().train()
+        model.attn_implementation = kind
+        output = model(images)
+        assert output.attentions is None
+        torch.nn.functional.cross_entropy(output.logits, labels).backward()
+        grads[kind] = {name: p.grad for name, p in model.named_parameters()}
+    for name, grad in grads["sdpa"].items():
+        torch.testing.assert_close(grads["eager"][name], grad, atol=1e-5, rtol=1e-4)
+    model.attn_implementation = "flash"
+    with pytest.raises(ValueError, match="'sdpa' or 'eager'"):
+        model(images)
+
+
 def test_attentions_are_post_softmax_rows_for_every_block():
     model = tiny_vit(num_register_tokens=1)
     output = model(torch.randn(2, 3, 32, 48), output_attentions=True)

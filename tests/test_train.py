@@ -138,3 +138,59 @@ def test_elapsed_time_accumulates_across_resumes(folders, tmp_path):
     resumed = train(folders, tmp_path / "run", "--epochs", "2", "--max-steps-per-epoch", "1",
                     "--resume", str(tmp_path / "run" / "last.pt"))  # fmt: skip
     assert resumed["history"][0]["elapsed_s"] > first["history"][0]["elapsed_s"]
+
+
+def test_an_interrupted_run_resumed_ends_exactly_where_an_uninterrupted_one_does(folders, tmp_path, monkeypatch):
+    # augmentation and shuffling draw random numbers every epoch: resuming must restore them
+    flags = ("--epochs", "3", "--max-steps-per-epoch", "2", "--augment", "basic")
+    train(folders, tmp_path / "straight", *flags)
+
+    import vitviz.train as train_module
+
+    save_last = train_module._save_last
+
+    def save_then_stop(path, model, classes, preprocessing, training, *rest):
+        save_last(path, model, classes, preprocessing, training, *rest)
+        if training["epoch"] == 2:
+            raise KeyboardInterrupt  # as if the session ended after epoch 2
+
+    monkeypatch.setattr(train_module, "_save_last", save_then_stop)
+    with pytest.raises(KeyboardInterrupt):
+        train(folders, tmp_path / "cut", *flags)
+    monkeypatch.setattr(train_module, "_save_last", save_last)
+    torch.manual_seed(12345)  # whatever the global generator holds now must not matter
+    train(folders, tmp_path / "cut", *flags, "--resume", str(tmp_path / "cut" / "last.pt"))
+
+    straight = torch.load(tmp_path / "straight" / "last.pt", weights_only=True)["state_dict"]
+    resumed = torch.load(tmp_path / "cut" / "last.pt", weights_only=True)["state_dict"]
+    assert straight.keys() == resumed.keys()
+    for name in straight:
+        assert torch.equal(straight[name], resumed[name]), name
+
+
+def test_init_from_starts_from_the_saved_weights_with_a_fresh_schedule(folders, tmp_path, capsys):
+    first = train(folders, tmp_path / "first", "--epochs", "4")
+    # a learning rate too small to move the weights: the first epoch scores what the source scored
+    second = train(folders, tmp_path / "second", "--epochs", "1", "--max-steps-per-epoch", "1", "--lr", "1e-12",
+                   "--init-from", str(tmp_path / "first" / "last.pt"))  # fmt: skip
+    assert "initialised from" in capsys.readouterr().out
+    assert second["history"][0]["val_loss"] == pytest.approx(first["history"][-1]["val_loss"], rel=1e-4)
+    assert second["history"][0]["step"] == 1  # the schedule starts again
+    with pytest.raises(SystemExit, match="pass the same model flags"):
+        train(folders, tmp_path / "third", "--epochs", "1", "--hidden-size", "16",
+              "--init-from", str(tmp_path / "first" / "last.pt"))  # fmt: skip
+    with pytest.raises(SystemExit) as exit_info:
+        train(folders, tmp_path / "third", "--epochs", "1", "--init-from", str(tmp_path / "first" / "last.pt"),
+              "--resume", str(tmp_path / "first" / "last.pt"))  # fmt: skip
+    assert exit_info.value.code == 2 and "exclude each other" in capsys.readouterr().err
+
+
+def test_attention_flag_picks_the_kernel(folders, tmp_path, monkeypatch):
+    import vitviz.train as train_module
+
+    seen = []
+    build = train_module.build_optimizer
+    monkeypatch.setattr(train_module, "build_optimizer", lambda model, *a: seen.append(model.attn_implementation) or build(model, *a))
+    for choice, expected in [("auto", "eager"), ("sdpa", "sdpa"), ("eager", "eager")]:  # auto on the CPU: eager
+        train(folders, tmp_path / choice, "--epochs", "1", "--max-steps-per-epoch", "1", "--attention", choice)
+    assert seen == ["eager", "sdpa", "eager"]

@@ -81,11 +81,16 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--cutmix", type=float, default=0.0, help="CutMix alpha (0: off)")
     opt.add_argument("--precision", choices=["fp32", "bf16"], default="bf16", help="bf16 autocast (CPU and GPU)")
     opt.add_argument("--compile", action="store_true", help="torch.compile the model")
+    opt.add_argument("--attention", choices=["auto", "sdpa", "eager"], default="auto",
+                     help="attention kernel for training; auto: eager on CPU (faster for short sequences), sdpa on GPU")
     opt.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="torch device")
     opt.add_argument("--max-steps-per-epoch", type=int, help="cut epochs short (for quick checks)")
     run = p.add_argument_group("run")
     run.add_argument("--out", type=Path, default=Path("runs/vit"), help="folder for checkpoints and metrics")
-    run.add_argument("--resume", type=Path, help="continue from this last.pt")
+    run.add_argument("--resume", type=Path, help="continue from this last.pt (same flags; epoch, step, RNG restored)")
+    run.add_argument("--init-from", type=Path,
+                     help="start from the weights of this vitviz checkpoint (same config and classes), "
+                          "with a fresh optimiser and schedule")
     run.add_argument("--seed", type=int, default=0, help="random seed")
     run.add_argument("--half-checkpoints", action="store_true", help="store best.pt weights in fp16")
     return p
@@ -210,6 +215,8 @@ def main(argv: list[str] | None = None) -> dict:
             parser.error(f"--{flag.replace('_', '-')} must be at least 1")
     if args.workers < 0 or not 0 <= args.label_smoothing < 1 or args.lr <= 0:
         parser.error("--workers must be >= 0, --label-smoothing in [0, 1) and --lr > 0")
+    if args.resume and args.init_from:
+        parser.error("--resume and --init-from exclude each other")
     torch.manual_seed(args.seed)
     random.seed(args.seed)
 
@@ -219,6 +226,10 @@ def main(argv: list[str] | None = None) -> dict:
     val_loader = DataLoader(val_set, shuffle=False, **loader_kwargs)
     config = build_config(args, len(classes))
     model = ViT(config).to(args.device)
+    model.attn_implementation = args.attention if args.attention != "auto" else (
+        "eager" if args.device.startswith("cpu") else "sdpa")
+    if args.init_from:
+        _init_from(args.init_from, model, config, classes)
     steps_per_epoch = min(len(train_loader), args.max_steps_per_epoch or len(train_loader))
     total_steps = steps_per_epoch * args.epochs
     optimizer, scheduler = build_optimizer(model, args, total_steps, int(args.warmup_epochs * steps_per_epoch))
@@ -290,8 +301,25 @@ def _save_last(path, model, classes, preprocessing, training, optimizer, schedul
     resume = {
         "epoch": training["epoch"], "step": training["step"], "best_top1": best_top1,
         "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+        "rng": torch.get_rng_state(),  # the next epoch's data order and augmentations continue from here
     }  # fmt: skip
     save_checkpoint(path, model, classes, preprocessing, training, extra={"resume": resume})
+
+
+def _init_from(path: Path, model: ViT, config: ViTConfig, classes: list[str]) -> None:
+    try:
+        checkpoint = read_checkpoint(path)
+    except ModelLoadError as error:
+        raise SystemExit(f"error: --init-from: {error}") from None
+    regularisation = ("dropout", "attention_dropout", "drop_path")  # may change between runs
+    theirs = {k: v for k, v in checkpoint["config"].items() if k not in regularisation}
+    ours = {k: v for k, v in asdict(config).items() if k not in regularisation}
+    if theirs != ours:
+        raise SystemExit(f"error: --init-from {path} has config {theirs}, not {ours}; pass the same model flags")
+    if list(checkpoint["class_names"]) != list(classes):
+        raise SystemExit(f"error: --init-from {path} has classes {checkpoint['class_names']}, the data has {classes}")
+    model.load_state_dict({k: v.float() for k, v in checkpoint["state_dict"].items()})
+    print(f"initialised from {path}", flush=True)
 
 
 def _resume(path: Path, model: ViT, optimizer, scheduler, config: ViTConfig) -> tuple[int, int, float, float]:
@@ -307,6 +335,8 @@ def _resume(path: Path, model: ViT, optimizer, scheduler, config: ViTConfig) -> 
     optimizer.load_state_dict(checkpoint["resume"]["optimizer"])
     scheduler.load_state_dict(checkpoint["resume"]["scheduler"])
     state = checkpoint["resume"]
+    if "rng" in state:  # absent in last.pt files written before vitviz saved it
+        torch.set_rng_state(state["rng"])
     print(f"resumed from {path}: epoch {state['epoch']}, step {state['step']}", flush=True)
     elapsed = float(checkpoint.get("training", {}).get("metrics", {}).get("elapsed_s", 0.0))
     return state["epoch"], state["step"], state["best_top1"], elapsed

@@ -1,0 +1,71 @@
+"""What one training step costs on this machine, by attention kernel and precision.
+
+The shipped default (patch 4, hidden 192, 6 layers, 6 heads; 65 tokens) trained on batches
+of 128 at 32 x 32: forward, loss, backward and an AdamW step. The contenders run
+interleaved, so a busy machine slows them alike; we report medians and ratios.
+
+    python bench/bench_train_step.py --repeats 9 --out bench/results/train_step.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from vitviz import ViT, ViTConfig
+from vitviz.train import PRESETS
+
+
+def make_step(attention: str, precision: str, batch: int):
+    torch.manual_seed(0)
+    model = ViT(ViTConfig(image_size=32, num_classes=10, **PRESETS["tiny"]))
+    model.attn_implementation = attention
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    images, labels = torch.randn(batch, 3, 32, 32), torch.randint(0, 10, (batch,))
+
+    def step() -> float:
+        with torch.autocast("cpu", torch.bfloat16, enabled=precision == "bf16"):
+            loss = F.cross_entropy(model(images).logits.float(), labels)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+
+    return step
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=9, help="timed steps per contender")
+    parser.add_argument("--batch", type=int, default=128, help="images per step")
+    parser.add_argument("--out", type=Path, help="write the results here as JSON")
+    args = parser.parse_args(argv)
+    contenders = {f"{a} {p}": make_step(a, p, args.batch) for a in ("sdpa", "eager") for p in ("fp32", "bf16")}
+    for step in contenders.values():
+        step()  # warm-up: allocator, kernels
+    times: dict[str, list[float]] = {name: [] for name in contenders}
+    for _ in range(args.repeats):
+        for name, step in contenders.items():
+            start = time.perf_counter()
+            step()
+            times[name].append(time.perf_counter() - start)
+    medians = {name: statistics.median(t) for name, t in times.items()}
+    baseline = medians["sdpa bf16"]
+    for name, median in medians.items():
+        print(f"{name:>11}: {1000 * median:7.1f} ms per step of {args.batch}  ({baseline / median:.2f}x sdpa bf16)")
+    results = {"batch": args.batch, "repeats": args.repeats, "torch": torch.__version__,
+               "threads": torch.get_num_threads(), "median_s": medians}  # fmt: skip
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(results, indent=1))
+    return results
+
+
+if __name__ == "__main__":
+    main()
