@@ -207,9 +207,17 @@ def choose_image() -> tuple[str, dict[str, bytes]] | None:
     uploads = st.file_uploader("Upload photos", type=UPLOAD_TYPES, accept_multiple_files=True)
     with st.expander("Take a photo with the camera"):
         camera = st.camera_input("Camera", label_visibility="collapsed")
+    newest = None
     for item in [*(uploads or []), *([camera] if camera is not None else [])]:
         st.session_state.history.pop(item.name, None)  # re-insert: newest last
-        st.session_state.history[item.name] = item.getvalue()
+        data = item.getvalue()
+        try:
+            decode(data)  # refuse unreadable files here, so the other images stay usable
+        except ImageError as error:
+            st.error(f"Could not read {item.name}: {error}")
+            continue
+        st.session_state.history[item.name] = data
+        newest = item.name
     while len(st.session_state.history) > MAX_SESSION_IMAGES:  # bound each session's memory: drop the oldest
         st.session_state.history.pop(next(iter(st.session_state.history)))
     samples = dict(sample_images(tuple(SAMPLE_ZIPS)))
@@ -221,7 +229,6 @@ def choose_image() -> tuple[str, dict[str, bytes]] | None:
             "class-specific relevance, head statistics and faithfulness curves."
         )
         return None
-    newest = (uploads[-1].name if uploads else None) or (camera.name if camera is not None else None)
     index = options.index(newest) if newest in options else 0
     name = st.selectbox("Image", options, index=index, help="every image of this session stays here")
     images = st.session_state.history | {f"sample: {n}": data for n, data in samples.items()}

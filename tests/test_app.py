@@ -1,6 +1,7 @@
 """The page through Streamlit's AppTest: model loading, uploads, every tab, controls, errors."""
 
 import io
+import re
 import zipfile
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 import streamlit as st
 import torch
 from PIL import Image
+from hostile_images import CORPUS
 from streamlit.testing.v1 import AppTest
 
 import vitviz.load
@@ -138,10 +140,13 @@ def test_faithfulness_tab_runs_on_request(default_model):
     assert len(table) == 3
 
 
-@pytest.mark.parametrize("content", [b"", b"<html>not an image</html>", png_bytes()[:60]])
-def test_bad_upload_shows_an_error_not_an_exception(default_model, content):
-    at = uploaded_app("broken.png", content)
-    assert at.error and "Could not read broken.png" in at.error[0].value
+@pytest.mark.parametrize("case", [c for c in CORPUS if not c.good], ids=lambda c: c.name)
+def test_bad_upload_shows_an_error_not_an_exception(default_model, case):
+    # every refused kind of the hostile corpus, through the upload widget
+    at = uploaded_app("upload.png", case.make())
+    assert at.error and "Could not read upload.png" in at.error[0].value
+    assert re.search(case.error, at.error[0].value), at.error[0].value
+    assert not at.get("plotly_chart")  # nothing drawn from a refused file
 
 
 def test_missing_model_shows_an_error(tmp_path, monkeypatch):
@@ -221,14 +226,14 @@ def test_torchvision_model_offline_shows_a_message_and_the_page_keeps_working(de
     assert not at.error and "Upload one or more photos" in at.info[0].value
 
 
-def test_comparing_with_an_unreadable_image_shows_an_error(default_model):
+def test_an_unreadable_upload_is_reported_and_left_out_of_every_image_choice(default_model):
     at = started_app()
     at.file_uploader[0].set_value([("good.png", png_bytes(), "image/png"),
                                    ("broken.png", b"not an image", "image/png")]).run()  # fmt: skip
-    next(s for s in at.selectbox if s.label == "Image").set_value("good.png").run()
-    next(s for s in at.selectbox if (s.key or "").startswith("image_B_")).set_value("broken.png").run()
     assert not at.exception
     assert any("Could not read broken.png" in e.value for e in at.error)
+    choices = [s for s in at.selectbox if s.label == "Image" or (s.key or "").startswith(("image_A_", "image_B_"))]
+    assert len(choices) == 3 and all(s.options == ["good.png"] for s in choices)
     assert any((img.proto.imgs[0].caption or "").startswith("good.png: layer") for img in at.get("image"))
 
 

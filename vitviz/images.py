@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import io
 import math
+import re
+import struct
 import warnings
+import zlib
 from dataclasses import asdict, dataclass, fields
 from typing import Literal
 
@@ -24,7 +27,22 @@ from torchvision.transforms import functional as TF
 MAX_PIXELS = 89_478_485  # PIL's own decompression-bomb threshold (about 89 Mpx)
 WORKING_PIXELS = 16_000_000  # larger JPEGs are decoded at a reduced scale (draft mode)
 MAX_JPEG_PIXELS = 2 * MAX_PIXELS  # above this PIL itself refuses to open a file (a decompression bomb)
+MAX_ASPECT_RATIO = 100  # longer side / shorter side; beyond this, resizing the shorter side explodes memory
 FORMATS = ("JPEG", "PNG", "WEBP", "BMP", "GIF", "TIFF")
+# Signatures of common files that are not images vitviz reads, so the error can say what the file is.
+_NOT_IMAGES = [
+    (b"%PDF", "a PDF document"),
+    (b"PK\x03\x04", "a ZIP archive (or an Office document)"),
+    (b"\x1f\x8b", "a gzip archive"),
+    (b"\x7fELF", "a program (ELF executable)"),
+    (b"MZ", "a program (Windows executable)"),
+    (b"\x00\x00\x01\x00", "an ICO icon"),
+    (b"8BPS", "a Photoshop document"),
+    (b"\x80", "a Python pickle"),
+]
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+_IMAGE_SIGNATURES = [(b"\xff\xd8\xff", "JPEG"), (_PNG_SIGNATURE, "PNG"), (b"GIF8", "GIF"), (b"BM", "BMP"),
+                     (b"II*\x00", "TIFF"), (b"MM\x00*", "TIFF"), (b"RIFF", "WEBP")]  # fmt: skip
 
 
 class ImageError(ValueError):
@@ -41,19 +59,29 @@ def load_image(data: bytes, background: tuple[int, int, int] = (255, 255, 255)) 
     """
     if not data:
         raise ImageError("the file is empty")
+    if data.startswith(_PNG_SIGNATURE):
+        _check_png_chunks(data)
     try:
         with warnings.catch_warnings():  # sizes are checked below, with a message of our own
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
             image = Image.open(io.BytesIO(data), formats=FORMATS)
     except Image.UnidentifiedImageError:
-        raise ImageError(f"not an image in a supported format ({', '.join(FORMATS)})") from None
-    except Image.DecompressionBombError as error:
-        raise ImageError(f"image too large to decode safely: {error}") from None
+        raise ImageError(f"{_describe(data)}, not an image in a supported format ({', '.join(FORMATS)})") from None
+    except Image.DecompressionBombError as error:  # PIL's own check on the declared size, before decoding
+        declared = re.search(r"\((\d+) pixels\)", str(error))
+        size = f"declares {int(declared.group(1)) / 1e6:,.0f} Mpx, " if declared else "is "
+        raise ImageError(f"the image {size}above the limit of {MAX_PIXELS / 1e6:.0f} Mpx (a decompression bomb?)") from None
     except (OSError, ValueError, SyntaxError) as error:
-        raise ImageError(f"the file is corrupt: {error}") from None
+        kind = next((name for signature, name in _IMAGE_SIGNATURES if data.startswith(signature)), "image")
+        raise ImageError(f"the {kind} file is corrupt or truncated: {error}") from None
     width, height = image.size
     if width < 1 or height < 1:
         raise ImageError(f"image has no pixels ({width}x{height})")
+    if max(width, height) > MAX_ASPECT_RATIO * min(width, height):
+        raise ImageError(
+            f"image is {width}x{height}, more than {MAX_ASPECT_RATIO} times longer than it is wide; "
+            "crop it to the part you want explained"
+        )
     if image.format == "JPEG" and width * height > WORKING_PIXELS and width * height <= MAX_JPEG_PIXELS:
         # decode at 1/2, 1/4 or 1/8 scale straight from the DCT: fast, and never the full bitmap
         # draft picks the strongest reduction that still covers the requested size, so asking for
@@ -62,7 +90,7 @@ def load_image(data: bytes, background: tuple[int, int, int] = (255, 255, 255)) 
         image.draft("RGB", (max(1, int(width * scale)), max(1, int(height * scale))))
     elif width * height > MAX_PIXELS:
         raise ImageError(
-            f"image is {width}x{height} = {width * height / 1e6:.1f} Mpx, above the limit of {MAX_PIXELS / 1e6:.0f} Mpx"
+            f"the image is {width}x{height} = {width * height / 1e6:.1f} Mpx, above the limit of {MAX_PIXELS / 1e6:.0f} Mpx"
         )
     try:
         image.seek(0)
@@ -71,6 +99,46 @@ def load_image(data: bytes, background: tuple[int, int, int] = (255, 255, 255)) 
     except (OSError, ValueError, SyntaxError, EOFError, Image.DecompressionBombError) as error:
         raise ImageError(f"the {image.format} file is corrupt or truncated: {error}") from None
     return _to_rgb(image, background)
+
+
+def _describe(data: bytes) -> str:
+    """What a file that is not a supported image seems to be, for the error message."""
+    for signature, name in _NOT_IMAGES:
+        if data.startswith(signature):
+            return f"this is {name}"
+    for signature, name in _IMAGE_SIGNATURES:
+        if data.startswith(signature):
+            return f"this starts like a {name} file but its header is damaged"
+    head = data[:512].lstrip().lower()
+    if head.startswith((b"<svg", b"<?xml")) or b"<svg" in head:
+        return "this is SVG or XML text (vector images are not supported: export a PNG)"
+    if head.startswith((b"<!doctype html", b"<html")):
+        return "this is an HTML page"
+    try:
+        data[:4096].decode("utf-8")
+    except UnicodeDecodeError:
+        return "the file's content is unrecognised"
+    return "this is a text file"
+
+
+def _check_png_chunks(data: bytes) -> None:
+    """Refuse a PNG whose chunks are cut short or fail their CRC; PIL does not check image data CRCs."""
+    position = len(_PNG_SIGNATURE)
+    while position < len(data):
+        if position + 12 > len(data):
+            raise ImageError("the PNG file is truncated (a chunk header is cut off)")
+        length, kind = struct.unpack(">I4s", data[position : position + 8])
+        end = position + 8 + length
+        if end + 4 > len(data):
+            raise ImageError(f"the PNG file is truncated (chunk {kind.decode('latin-1')} is cut off)")
+        (crc,) = struct.unpack(">I", data[end : end + 4])
+        if zlib.crc32(data[position + 4 : end]) != crc:
+            name = kind.decode("latin-1")
+            raise ImageError(f"the PNG file is corrupt: chunk {name} fails its CRC check")
+        if kind == b"IEND":
+            return
+        position = end + 4
+    raise ImageError("the PNG file is truncated (no IEND chunk)")
 
 
 def _to_rgb(image: Image.Image, background: tuple[int, int, int]) -> Image.Image:
