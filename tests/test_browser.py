@@ -5,23 +5,16 @@ query-patch map follows the click, and saves a screenshot. Skipped only where Ch
 Playwright is missing on a developer's machine; under CI (CI=true) a missing browser fails.
 """
 
-import io
 import os
-import shutil
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
 from PIL import Image
 
+from browser_harness import CHROMIUM, CHROMIUM_ARGS, ROOT, streamlit_server
 from vitviz import Preprocessing, ViT, ViTConfig, save_checkpoint
 
-ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 SCREENSHOTS = Path(os.environ.get("VITVIZ_SCREENSHOTS", ROOT / "tests" / "screenshots"))
 
 try:
@@ -35,42 +28,24 @@ if sync_playwright is None or not Path(CHROMIUM).exists():
     pytest.skip("needs Debian's chromium and the playwright package", allow_module_level=True)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("browser")
+def tiny_classifier(path: Path) -> Path:
+    """A small random classifier (3 classes, 2 blocks, a 4x4 grid) standing in for the shipped default."""
     torch.manual_seed(0)
     model = ViT(ViTConfig(image_size=32, patch_size=8, hidden_size=32, num_layers=2, num_heads=4, mlp_size=64,
                           num_classes=3))  # fmt: skip
     with torch.no_grad():
         for param in model.parameters():
             param.normal_(std=0.3)
-    save_checkpoint(folder / "model.pt", model, ["cat", "dog", "bird"], Preprocessing(resize=32, crop=32))
-    port = free_port()
-    env = {**os.environ, "VITVIZ_DEFAULT_CHECKPOINT": str(folder / "model.pt"), "VITVIZ_SAMPLES": ""}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.port", str(port),
-         "--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            time.sleep(0.5)
-    else:
-        process.kill()
-        pytest.fail("streamlit did not start within 60 s: " + process.stdout.read().decode(errors="replace"))
-    yield f"http://127.0.0.1:{port}", folder
-    process.terminate()
-    process.wait(timeout=20)
+    save_checkpoint(path, model, ["cat", "dog", "bird"], Preprocessing(resize=32, crop=32))
+    return path
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("browser")
+    env = {"VITVIZ_DEFAULT_CHECKPOINT": str(tiny_classifier(folder / "model.pt")), "VITVIZ_SAMPLES": ""}
+    with streamlit_server(folder, env) as running:
+        yield running.url, folder
 
 
 def test_upload_overlay_and_click_a_patch(server):
@@ -81,9 +56,7 @@ def test_upload_overlay_and_click_a_patch(server):
     image.save(photo)
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync"])  # fmt: skip
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(url, wait_until="domcontentloaded")
         page.get_by_text("Upload one or more photos").wait_for(timeout=60_000)

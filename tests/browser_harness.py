@@ -1,0 +1,241 @@
+"""A real `streamlit run app.py` on a loopback port, and headless Chromium sessions against it.
+
+Used by tests/test_browser.py (one user clicking around), tests/test_concurrent_sessions.py
+and bench/load_sessions.py (many users at once). The server runs in its own process through
+`python tests/browser_harness.py serve COUNTS -- <streamlit options>`, which counts model
+loads and forward passes into the file COUNTS, so a load run can check the model was loaded
+once however many sessions asked for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Server:
+    url: str
+    process: subprocess.Popen
+    counts_file: Path
+
+    def counts(self) -> dict[str, int]:
+        """How often the server loaded a model and ran the ViT on an image."""
+        lines = self.counts_file.read_text().split() if self.counts_file.exists() else []
+        return {name: lines.count(name) for name in ("model_loads", "forward_passes")}
+
+    def cache_sizes(self) -> dict[str, dict[str, int]]:
+        """Streamlit's own /_stcore/metrics per cached function: {"entries": {...}, "bytes": {...}}.
+
+        For st.cache_resource Streamlit reports an item count (it does not size resources);
+        for st.cache_data it reports the bytes held.
+        """
+        text = urllib.request.urlopen(self.url + "/_stcore/metrics", timeout=10).read().decode()
+        sizes: dict[str, dict[str, int]] = {"entries": {}, "bytes": {}}
+        for kind, name, value in re.findall(r'cache_memory_bytes\{cache_type="(\w+)",cache="([^"]+)"\}\s+(\d+)', text):
+            table = sizes["entries" if kind == "st_cache_resource" else "bytes"]
+            key = name.rsplit(".", 1)[-1]
+            table[key] = table.get(key, 0) + int(value)
+        return sizes
+
+    def peak_memory_mb(self) -> float:
+        """The server's peak resident memory (VmHWM) so far."""
+        status = Path(f"/proc/{self.process.pid}/status").read_text()
+        return int(re.search(r"VmHWM:\s+(\d+) kB", status).group(1)) / 1024
+
+
+@contextlib.contextmanager
+def streamlit_server(folder: Path, env: dict[str, str] | None = None, start_timeout: float = 60):
+    """Start app.py on a free loopback port; yield a Server; stop it afterwards."""
+    port = free_port()
+    counts_file = folder / "server_counts.txt"
+    command = [sys.executable, __file__, "serve", str(counts_file), "--", str(ROOT / "app.py"),
+               "--server.port", str(port), "--server.address", "127.0.0.1", "--server.headless", "true",
+               "--browser.gatherUsageStats", "false"]  # fmt: skip
+    log = open(folder / "server.log", "wb")
+    process = subprocess.Popen(command, cwd=ROOT, env={**os.environ, **(env or {})}, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + start_timeout
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=1).read()
+                break
+            except OSError:
+                if time.monotonic() > deadline or process.poll() is not None:
+                    raise RuntimeError("streamlit did not start: " + (folder / "server.log").read_text(errors="replace"))
+                time.sleep(0.5)
+        yield Server(f"http://127.0.0.1:{port}", process, counts_file)
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        log.close()
+
+
+def serve(counts_file: str, streamlit_args: list[str]) -> None:
+    """The server process: count model loads and forward passes, then run streamlit in-process."""
+    sys.path.insert(0, str(ROOT))  # run as a script from tests/: make vitviz importable
+    import vitviz
+    import vitviz.analysis
+    from streamlit.web import cli
+
+    lock = threading.Lock()
+
+    def counted(name, function):
+        def wrapper(*args, **kwargs):
+            with lock, open(counts_file, "a") as f:
+                f.write(name + "\n")
+            return function(*args, **kwargs)
+
+        return wrapper
+
+    # app.py imports these from the already-imported modules, so it gets the counting versions
+    vitviz.load_model = counted("model_loads", vitviz.load_model)
+    vitviz.analysis.analyse_image = counted("forward_passes", vitviz.analysis.analyse_image)
+    sys.argv = ["streamlit", "run", *streamlit_args]
+    cli.main()
+
+
+def session_image(session: int, index: int, size=(96, 72)) -> bytes:
+    """A different PNG for every (session, index): coloured noise seeded by both."""
+    pixels = np.random.default_rng(1000 * session + index).integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+@dataclass
+class LoadReport:
+    sessions: int
+    seconds: float
+    uploads: int = 0
+    control_changes: int = 0
+    problems: list[str] = field(default_factory=list)  # exceptions or error messages any page showed
+    round_trip_s: list[float] = field(default_factory=list)  # upload until the page is idle again
+
+
+# Streamlit marks its root element with the script's state; this records that a run started,
+# so "the page is idle again" can be told apart from "the rerun has not begun yet".
+_WATCH_RUNS = """() => {
+    const app = document.querySelector("[data-testid='stApp']");
+    window.__vitvizRunSeen = false;
+    if (!window.__vitvizObserver) {
+        // a short run may start and end before the callback: look at each change's old value too
+        window.__vitvizObserver = new MutationObserver((records) => {
+            for (const record of records) {
+                if (record.oldValue === "running" || app.getAttribute("data-test-script-state") === "running") {
+                    window.__vitvizRunSeen = true;
+                }
+            }
+        });
+        window.__vitvizObserver.observe(app, {attributes: true, attributeOldValue: true,
+                                              attributeFilter: ["data-test-script-state"]});
+    }
+}"""
+_RUN_FINISHED = """() => window.__vitvizRunSeen &&
+    document.querySelector("[data-testid='stApp']").getAttribute("data-test-script-state") === "notRunning" """
+
+
+async def _act_and_wait(page, action, timeout_ms: int) -> None:
+    """Do something that reruns the script, then wait until that run has finished."""
+    await page.evaluate(_WATCH_RUNS)
+    await action()
+    try:
+        await page.wait_for_function(_RUN_FINISHED, timeout=timeout_ms)
+    except Exception as error:
+        state = await page.evaluate("""() => [window.__vitvizRunSeen,
+            document.querySelector("[data-testid='stApp']").getAttribute("data-test-script-state")]""")
+        raise TimeoutError(f"no finished run after {action.__name__} (run seen, state: {state})") from error
+
+
+async def _problems(page) -> list[str]:
+    """Exceptions and error messages on the page (info notes are not problems)."""
+    texts = await page.locator("[data-testid='stException']").all_inner_texts()
+    alerts = await page.locator("[data-testid='stAlertContent']").all_inner_texts()
+    return texts + [t for t in alerts if re.search(r"could not|error|failed", t, re.IGNORECASE)]
+
+
+async def _one_session(browser, url: str, index: int, deadline: float, report: LoadReport, folder: Path,
+                       images: int, timeout_ms: int) -> None:  # fmt: skip
+    context = await browser.new_context(viewport={"width": 1300, "height": 900})
+    page = await context.new_page()
+    try:
+        await page.goto(url, wait_until="domcontentloaded")
+        await page.get_by_text("Upload one or more photos").wait_for(timeout=timeout_ms)
+        upload = 0
+        while time.monotonic() < deadline or upload < images:  # every image once, then until the deadline
+            name = f"session{index}-image{upload % images}.png"
+            path = folder / name
+            path.write_bytes(session_image(index, upload % images))
+            start = time.monotonic()
+            upload_file = page.locator("input[type=file]").first
+            await _act_and_wait(page, lambda: upload_file.set_input_files(str(path)), timeout_ms)
+            report.round_trip_s.append(time.monotonic() - start)
+            report.uploads += 1
+            # a control change: the precision radio, by a click (key presses need a focused page,
+            # and only one of the browser's pages has focus)
+            precision = page.get_by_text("fp32" if upload % 2 else "bf16", exact=True)
+            await _act_and_wait(page, lambda: precision.click(), timeout_ms)
+            report.control_changes += 1
+            report.problems += [f"session {index}: {text[:300]}" for text in await _problems(page)]
+            upload += 1
+    except Exception as error:  # noqa: BLE001 - a session that breaks is a finding, not a crash of the run
+        report.problems.append(f"session {index}: {type(error).__name__}: {str(error)[:300]}")
+    finally:
+        await context.close()
+
+
+def run_sessions(url: str, folder: Path, sessions: int = 8, seconds: float = 30, images: int = 6,
+                 timeout_ms: int = 120_000) -> LoadReport:  # fmt: skip
+    """`sessions` browser tabs, each uploading its `images` images in turn and moving a control after
+    each upload, and going on until `seconds` have passed."""
+    from playwright.async_api import async_playwright
+
+    report = LoadReport(sessions, seconds)
+
+    async def main() -> None:
+        async with async_playwright() as p:
+            browser = await p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            deadline = time.monotonic() + seconds
+            await asyncio.gather(*(_one_session(browser, url, i, deadline, report, folder, images, timeout_ms)
+                                   for i in range(sessions)))  # fmt: skip
+            await browser.close()
+
+    started = time.monotonic()
+    asyncio.run(main())
+    report.seconds = time.monotonic() - started
+    return report
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 4 or sys.argv[1] != "serve" or sys.argv[3] != "--":
+        raise SystemExit("usage: python tests/browser_harness.py serve COUNTS_FILE -- APP [streamlit options]")
+    serve(sys.argv[2], sys.argv[4:])
