@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import plotly.graph_objects as go
 import streamlit as st
+from streamlit.errors import StreamlitAPIException
 import torch
 
 import vitviz
@@ -235,6 +236,14 @@ def choose_image() -> tuple[str, dict[str, bytes]] | None:
     return name, images
 
 
+def rerun_tab() -> None:
+    """Re-run only the current tab during the tab's own (fragment) rerun; during a full run, the page."""
+    try:
+        st.rerun(scope="fragment")
+    except StreamlitAPIException:  # Streamlit allows the fragment scope only in fragment reruns
+        st.rerun()
+
+
 def index_slider(label: str, count: int, default: int, key: str | None = None) -> int:
     """A slider over 0..count-1; with a single choice there is nothing to slide (Streamlit refuses min == max)."""
     if count <= 1:
@@ -245,7 +254,8 @@ def index_slider(label: str, count: int, default: int, key: str | None = None) -
 # --- tabs --------------------------------------------------------------------------------------
 
 
-def overview_tab(model, analysis: ImageAnalysis, photo, settings: Settings, full_size) -> dict[str, np.ndarray]:
+@st.fragment
+def overview_tab(model, analysis: ImageAnalysis, photo, settings: Settings, full_size, on_screen: dict) -> None:
     left, right = st.columns([3, 2])
     with right:
         st.subheader("Predictions")
@@ -264,16 +274,17 @@ def overview_tab(model, analysis: ImageAnalysis, photo, settings: Settings, full
         a.image(overlay_picture(photo, rollout, analysis.box, settings), width="stretch",
                 caption=f"on the photo ({full_size[0]}x{full_size[1]}; full resolution in the PNG download)")  # fmt: skip
         b.plotly_chart(plots.heatmap_figure(rollout, "patch grid (hover for values)", settings.colormap), theme=None)
-    return {"rollout": rollout}
+    on_screen["overview"] = {"rollout": rollout}
 
 
+@st.fragment
 def heads_tab(model, analysis: ImageAnalysis, photo, settings: Settings, images: dict[str, bytes], current: str,
-              prepare) -> dict[str, np.ndarray]:  # fmt: skip
+              prepare, on_screen: dict) -> None:  # fmt: skip
     c = model.config
     if not c.class_token:
         st.info("This model has no [CLS] token, so there is no [CLS] attention to show; "
                 "see 'Click a patch' for what each patch attends to.")  # fmt: skip
-        return {}
+        return
     layer = index_slider("Layer", c.num_layers, c.num_layers - 1, key="heads_layer")
     maps = explain.cls_attention_all(analysis.attentions, **analysis.maps_args)[0]  # (L, H, rows, cols)
     st.subheader(f"[CLS] attention of every head in layer {layer}")
@@ -305,10 +316,11 @@ def heads_tab(model, analysis: ImageAnalysis, photo, settings: Settings, images:
         flat = maps.reshape(-1, *maps.shape[-2:])
         titles = [f"L{l} H{h}" for l in range(c.num_layers) for h in range(c.num_heads)]
         st.plotly_chart(plots.grid_figure(flat, titles, c.num_heads, settings.colormap), theme=None)
-    return chosen | {"cls_all_layers_heads": maps.numpy()}
+    on_screen["heads"] = chosen | {"cls_all_layers_heads": maps.numpy()}
 
 
-def patch_tab(model, analysis: ImageAnalysis, photo, settings: Settings) -> dict[str, np.ndarray]:
+@st.fragment
+def patch_tab(model, analysis: ImageAnalysis, photo, settings: Settings, on_screen: dict) -> None:
     rows, cols = analysis.grid_size
     if "patch" not in st.session_state:
         st.session_state.patch = (rows // 2, cols // 2)
@@ -327,13 +339,13 @@ def patch_tab(model, analysis: ImageAnalysis, photo, settings: Settings) -> dict
         if points:
             clicked = int(points[0]["point_index"])
             st.session_state.patch = (clicked // cols, clicked % cols)
-            st.rerun()
+            rerun_tab()
         a, b = st.columns(2)
         new_row = a.number_input("Row", 0, rows - 1, row)
         new_col = b.number_input("Column", 0, cols - 1, col)
         if (new_row, new_col) != (row, col):
             st.session_state.patch = (int(new_row), int(new_col))
-            st.rerun()
+            rerun_tab()
     fused = explain.query_attention(analysis.attentions, layer, (row, col), "mean", **analysis.maps_args)[0]
     with right:
         st.image(overlay_picture(photo, fused, analysis.box, settings), width="stretch",
@@ -342,7 +354,7 @@ def patch_tab(model, analysis: ImageAnalysis, photo, settings: Settings) -> dict
                             for h in range(model.config.num_heads)])  # fmt: skip
     st.plotly_chart(plots.grid_figure(per_head, [f"head {h}" for h in range(len(per_head))],
                                       min(len(per_head), 6), settings.colormap), theme=None)  # fmt: skip
-    return {f"patch_{row}_{col}_layer{layer}": fused.numpy()}
+    on_screen["patch"] = {f"patch_{row}_{col}_layer{layer}": fused.numpy()}
 
 
 def patch_picker_figure(photo: Photo, analysis: ImageAnalysis, selected: tuple[int, int]) -> go.Figure:
@@ -368,7 +380,8 @@ def patch_picker_figure(photo: Photo, analysis: ImageAnalysis, selected: tuple[i
     return figure
 
 
-def class_tab(model, analysis: ImageAnalysis, photo, settings: Settings, image_bytes: bytes) -> dict[str, np.ndarray]:
+@st.fragment
+def class_tab(model, analysis: ImageAnalysis, photo, settings: Settings, image_bytes: bytes, on_screen: dict) -> None:
     order = list(np.argsort(analysis.probabilities)[::-1])
     target = st.selectbox("Explain the class", order, index=0,
                           format_func=lambda i: f"{model.class_names[i]} ({analysis.probabilities[i]:.1%})")  # fmt: skip
@@ -378,7 +391,7 @@ def class_tab(model, analysis: ImageAnalysis, photo, settings: Settings, image_b
         column.image(overlay_picture(photo, patch_map, analysis.box, settings), width="stretch",
                      caption=f"{name} for '{model.class_names[target]}'")  # fmt: skip
         column.plotly_chart(plots.heatmap_figure(patch_map, "", settings.colormap), key=f"class_{name}", theme=None)
-    return {f"{name.replace(' ', '_')}_class{target}": m for name, m in maps.items()}
+    on_screen["class"] = {f"{name.replace(' ', '_')}_class{target}": m for name, m in maps.items()}
 
 
 def anatomy_tab(model, settings: Settings, image_bytes: bytes) -> None:
@@ -405,6 +418,7 @@ def anatomy_tab(model, settings: Settings, image_bytes: bytes) -> None:
                 caption=[f"{100 * v:.1f}%" for v in explained.tolist()])  # fmt: skip
 
 
+@st.fragment
 def faithfulness_tab(model, analysis: ImageAnalysis, settings: Settings, image_bytes: bytes) -> None:
     target = int(np.argmax(analysis.probabilities))
     st.caption(f"Patches are replaced 10 % at a time, most- or least-relevant first, and the probability of "
@@ -426,16 +440,19 @@ def faithfulness_tab(model, analysis: ImageAnalysis, settings: Settings, image_b
               "area, least-relevant first (higher is better)": [f"{r['auc_least_first']:.3f}" for r in results.values()]})  # fmt: skip
 
 
-def downloads(photo, analysis: ImageAnalysis, maps: dict[str, np.ndarray], settings: Settings, name: str) -> None:
-    """Files are built only when a button is clicked (deferred data), not on every rerun."""
+def downloads(photo, analysis: ImageAnalysis, on_screen: dict, settings: Settings, name: str) -> None:
+    """Files are built only when a button is clicked (deferred data), not on every rerun, from the
+    maps the tabs show at that moment (a tab's own controls re-run only that tab)."""
 
     def overlay_png() -> bytes:
         buffer = io.BytesIO()
-        plots.overlay(photo, maps["rollout"], settings.colormap, settings.alpha, analysis.box).save(buffer, format="PNG")
+        rollout = on_screen["overview"]["rollout"]
+        plots.overlay(photo, rollout, settings.colormap, settings.alpha, analysis.box).save(buffer, format="PNG")
         return buffer.getvalue()
 
     def maps_npz() -> bytes:
         buffer = io.BytesIO()
+        maps = {key: value for tab in on_screen.values() for key, value in tab.items()}
         np.savez_compressed(buffer, probabilities=analysis.probabilities, **maps)
         return buffer.getvalue()
 
@@ -484,20 +501,23 @@ def main() -> None:
     except ImageError as error:
         st.error(f"Could not read {name}: {error}")
         return
+    # Each tab is a fragment: its own controls re-run only that tab, not the page. The tabs put the
+    # maps they show into on_screen (one entry per tab), which the downloads read when clicked.
+    on_screen: dict[str, dict[str, np.ndarray]] = {}
     tabs = st.tabs(["Overview", "Heads & layers", "Click a patch", "Class-specific", "Model anatomy", "Faithfulness"])
     with tabs[0]:
-        maps = overview_tab(model, shown, photo, settings, full_photo.size)
+        overview_tab(model, shown, photo, settings, full_photo.size, on_screen)
     with tabs[1]:
-        maps |= heads_tab(model, shown, photo, settings, images, name, prepare)
+        heads_tab(model, shown, photo, settings, images, name, prepare, on_screen)
     with tabs[2]:
-        maps |= patch_tab(model, shown, photo, settings)
+        patch_tab(model, shown, photo, settings, on_screen)
     with tabs[3]:
-        maps |= class_tab(model, shown, photo, settings, image_bytes)
+        class_tab(model, shown, photo, settings, image_bytes, on_screen)
     with tabs[4]:
         anatomy_tab(model, settings, image_bytes)
     with tabs[5]:
         faithfulness_tab(model, analysis, settings, image_bytes)
-    downloads(full_photo, analysis, maps, settings, name)
+    downloads(full_photo, analysis, on_screen, settings, name)
 
 
 main()

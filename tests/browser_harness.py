@@ -45,10 +45,18 @@ class Server:
     process: subprocess.Popen
     counts_file: Path
 
+    def _lines(self) -> list[str]:
+        return self.counts_file.read_text().splitlines() if self.counts_file.exists() else []
+
     def counts(self) -> dict[str, int]:
         """How often the server loaded a model and ran the ViT on an image."""
-        lines = self.counts_file.read_text().split() if self.counts_file.exists() else []
+        lines = self._lines()
         return {name: lines.count(name) for name in ("model_loads", "forward_passes")}
+
+    def script_runs(self) -> list[tuple[str, float]]:
+        """Every script run so far: ("page" or "fragment", milliseconds of server time)."""
+        runs = [line.split() for line in self._lines() if line.startswith("run ")]
+        return [(kind, float(ms)) for _, kind, ms in runs]
 
     def cache_sizes(self) -> dict[str, dict[str, int]]:
         """Streamlit's own /_stcore/metrics per cached function: {"entries": {...}, "bytes": {...}}.
@@ -120,6 +128,22 @@ def serve(counts_file: str, streamlit_args: list[str]) -> None:
     # app.py imports these from the already-imported modules, so it gets the counting versions
     vitviz.load_model = counted("model_loads", vitviz.load_model)
     vitviz.analysis.analyse_image = counted("forward_passes", vitviz.analysis.analyse_image)
+
+    # the server time of every script run, whole page or one fragment (a tab)
+    from streamlit.runtime.scriptrunner.script_runner import ScriptRunner
+
+    run_script = ScriptRunner._run_script
+
+    def timed_run(self, rerun_data):
+        start = time.perf_counter()
+        try:
+            return run_script(self, rerun_data)
+        finally:
+            kind = "fragment" if rerun_data.fragment_id_queue else "page"
+            with lock, open(counts_file, "a") as f:
+                f.write(f"run {kind} {1000 * (time.perf_counter() - start):.2f}\n")
+
+    ScriptRunner._run_script = timed_run
     sys.argv = ["streamlit", "run", *streamlit_args]
     cli.main()
 
