@@ -1,8 +1,8 @@
 """Many people at once: browser sessions against one real `streamlit run app.py` on loopback.
 
 Each session is a headless Chromium tab (its own browser context, so its own Streamlit
-session and websocket). It uploads its own images one after another and switches the
-precision after each, until the time is up. We report uploads, control changes, problems
+session and websocket). It uploads its own images one after another and, after each, switches
+the Image picker back to its previous image and forward again, until the time is up. We report uploads, control changes, problems
 (exceptions or error messages on any page), how often the server loaded the model and ran the
 ViT, Streamlit's own cache metrics at the end, and the server's peak resident memory.
 

@@ -184,20 +184,36 @@ _WATCH_RUNS = """() => {
                                               attributeFilter: ["data-test-script-state"]});
     }
 }"""
-_RUN_FINISHED = """() => window.__vitvizRunSeen &&
-    document.querySelector("[data-testid='stApp']").getAttribute("data-test-script-state") === "notRunning" """
+_RUN_FINISHED = """(done) => {
+    const idle = document.querySelector("[data-testid='stApp']").getAttribute("data-test-script-state") === "notRunning";
+    // a busy browser may draw a whole short run in one frame, so the running state is never seen;
+    // then what the run put on the page (done: a CSS selector) is the evidence
+    return idle && (window.__vitvizRunSeen || (done !== null && document.querySelector(done) !== null));
+}"""
 
 
-async def _act_and_wait(page, action, timeout_ms: int) -> None:
-    """Do something that reruns the script, then wait until that run has finished."""
+async def _act_and_wait(page, action, timeout_ms: int, done: str | None = None, what: str = "action") -> None:
+    """Do something that reruns the script, then wait until that run has finished.
+
+    ``done``, a CSS selector for something only the finished run shows, is accepted as evidence
+    of the run when the browser never showed the running state.
+    """
     await page.evaluate(_WATCH_RUNS)
     await action()
     try:
-        await page.wait_for_function(_RUN_FINISHED, timeout=timeout_ms)
+        await page.wait_for_function(_RUN_FINISHED, arg=done, timeout=timeout_ms)
     except Exception as error:
         state = await page.evaluate("""() => [window.__vitvizRunSeen,
             document.querySelector("[data-testid='stApp']").getAttribute("data-test-script-state")]""")
-        raise TimeoutError(f"no finished run after {action.__name__} (run seen, state: {state})") from error
+        raise TimeoutError(f"no finished run after {what} (run seen, state: {state})") from error
+
+
+async def _choose(page, label: str, option: str) -> None:
+    """Pick an option of a selectbox: click it, type the option (the list filters), Enter."""
+    box = page.get_by_role("combobox", name=label).first
+    await box.click()
+    await box.press_sequentially(option)
+    await box.press("Enter")
 
 
 async def _problems(page) -> list[str]:
@@ -221,14 +237,18 @@ async def _one_session(browser, url: str, index: int, deadline: float, report: L
             path.write_bytes(session_image(index, upload % images))
             start = time.monotonic()
             upload_file = page.locator("input[type=file]").first
-            await _act_and_wait(page, lambda: upload_file.set_input_files(str(path)), timeout_ms)
+            await _act_and_wait(page, lambda: upload_file.set_input_files(str(path)), timeout_ms,
+                                f"input[aria-label='Image'][value='{name}']", f"uploading {name}")  # fmt: skip
             report.round_trip_s.append(time.monotonic() - start)
             report.uploads += 1
-            # a control change: the precision radio, by a click (key presses need a focused page,
-            # and only one of the browser's pages has focus)
-            precision = page.get_by_text("fp32" if upload % 2 else "bf16", exact=True)
-            await _act_and_wait(page, lambda: precision.click(), timeout_ms)
-            report.control_changes += 1
+            # a control change: the Image picker back to the previous image (a click, as key presses
+            # need a focused page and only one of the browser's pages has focus), then forward again
+            if upload > 0:
+                previous = f"session{index}-image{(upload - 1) % images}.png"
+                for target in (previous, name):
+                    await _act_and_wait(page, lambda: _choose(page, "Image", target), timeout_ms,
+                                        f"input[aria-label='A: image'][value='{target}']", f"choosing {target}")  # fmt: skip
+                    report.control_changes += 1
             report.problems += [f"session {index}: {text[:300]}" for text in await _problems(page)]
             upload += 1
     except Exception as error:  # noqa: BLE001 - a session that breaks is a finding, not a crash of the run
@@ -239,8 +259,8 @@ async def _one_session(browser, url: str, index: int, deadline: float, report: L
 
 def run_sessions(url: str, folder: Path, sessions: int = 8, seconds: float = 30, images: int = 6,
                  timeout_ms: int = 120_000) -> LoadReport:  # fmt: skip
-    """`sessions` browser tabs, each uploading its `images` images in turn and moving a control after
-    each upload, and going on until `seconds` have passed."""
+    """`sessions` browser tabs, each uploading its `images` images in turn (after each, the Image picker
+    goes back to the previous image and forward again), going on until `seconds` have passed."""
     from playwright.async_api import async_playwright
 
     report = LoadReport(sessions, seconds)
