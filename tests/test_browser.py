@@ -59,21 +59,21 @@ def test_upload_overlay_and_click_a_patch(server):
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(url, wait_until="domcontentloaded")
-        page.get_by_text("Upload one or more photos").wait_for(timeout=60_000)
+        page.get_by_text("Upload one or more photos").wait_for(timeout=120_000)
         page.locator("input[type=file]").first.set_input_files(str(photo))
-        page.get_by_text("Attention rollout").first.wait_for(timeout=60_000)
-        page.locator("img[src*='media']").first.wait_for(timeout=30_000)
+        page.get_by_text("Attention rollout").first.wait_for(timeout=120_000)
+        page.locator("img[src*='media']").first.wait_for(timeout=90_000)
         assert page.locator("img[src*='media']").count() >= 2
         page.screenshot(path=str(SCREENSHOTS / "overview.png"), full_page=True)
 
         page.get_by_role("tab", name="Click a patch").click()
-        page.get_by_text("patch (2, 2), layer 1").first.wait_for(timeout=30_000)
+        page.get_by_text("patch (2, 2), layer 1").first.wait_for(timeout=90_000)
         # the picker's scatter markers are the patch centres, in row-major order; click the top-left one
         markers = page.locator(".js-plotly-plot .scatterlayer .trace").first.locator("path.point")
-        markers.first.wait_for(timeout=30_000)
+        markers.first.wait_for(timeout=90_000)
         assert markers.count() == 16
         markers.nth(0).click(force=True)
-        page.get_by_text("patch (0, 0), layer 1").first.wait_for(timeout=30_000)
+        page.get_by_text("patch (0, 0), layer 1").first.wait_for(timeout=90_000)
         page.screenshot(path=str(SCREENSHOTS / "click_a_patch.png"), full_page=True)
         assert not page.get_by_text("Traceback").count()
         browser.close()
