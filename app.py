@@ -31,6 +31,7 @@ from vitviz.images import ImageError, load_image
 MODEL_CHOICES = ["default", *(f"torchvision:{arch}" for arch in TORCHVISION_ARCHS), "path or upload..."]
 UPLOAD_TYPES = ["jpg", "jpeg", "png", "webp", "bmp", "gif", "tif", "tiff"]
 MAX_CHECKPOINT_MB = 50  # .streamlit/config.toml's maxUploadSize; larger checkpoints: give their path
+MAX_STORED_CHECKPOINTS = 3  # uploaded checkpoints kept on disk, the oldest removed first
 MAX_DISPLAY_SIDE = 1024
 MAX_SESSION_IMAGES = 20  # images a session keeps for revisiting and comparing
 HERE = Path(__file__).resolve().parent
@@ -181,9 +182,15 @@ def save_uploaded_checkpoint(uploaded) -> str:
     if len(data) > MAX_CHECKPOINT_MB * 2**20:
         st.sidebar.error(f"{uploaded.name} is {len(data) / 2**20:.0f} MB; the limit is {MAX_CHECKPOINT_MB} MB")
         return ""
-    path = Path(tempfile.gettempdir()) / f"vitviz-upload-{hashlib.sha256(data).hexdigest()[:16]}.pt"
+    folder = Path(tempfile.gettempdir()) / "vitviz-uploads"
+    folder.mkdir(exist_ok=True)
+    path = folder / f"{hashlib.sha256(data).hexdigest()[:16]}.pt"
     if not path.exists():
         path.write_bytes(data)
+    path.touch()  # newest last
+    # keep the disk bounded: only the most recently used uploads stay (as many as models are cached)
+    for old in sorted(folder.glob("*.pt"), key=lambda f: f.stat().st_mtime)[:-MAX_STORED_CHECKPOINTS]:
+        old.unlink(missing_ok=True)
     return str(path)
 
 

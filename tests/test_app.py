@@ -1,6 +1,7 @@
 """The page through Streamlit's AppTest: model loading, uploads, every tab, controls, errors."""
 
 import io
+import pickle
 import re
 import zipfile
 from pathlib import Path
@@ -163,6 +164,30 @@ def test_checkpoint_by_path_and_a_bad_path(default_model, tmp_path):
     (tmp_path / "bad.pt").write_bytes(b"garbage")
     at.sidebar.text_input[0].set_value(str(tmp_path / "bad.pt")).run()
     assert not at.exception and "not a readable PyTorch file" in at.error[0].value
+
+
+def test_uploaded_checkpoints_are_opened_safely_size_limited_and_bounded_on_disk(default_model, tmp_path, monkeypatch):
+    import tempfile
+
+    from test_load import CreatesAFile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the app stores uploads
+    at = started_app()
+    at.sidebar.selectbox[0].set_value("path or upload...").run()
+    marker = tmp_path / "pwned"
+    at.sidebar.file_uploader[0].set_value(("evil.pt", pickle.dumps({"format": "vitviz-checkpoint", "x": CreatesAFile(marker)}),
+                        "application/octet-stream")).run()  # fmt: skip
+    assert not at.exception and "could run code" in at.error[0].value and not marker.exists()
+    at.sidebar.file_uploader[0].set_value(("huge.pt", bytes(51 * 2**20), "application/octet-stream")).run()
+    assert not at.exception and "the limit is 50 MB" in at.sidebar.error[0].value
+    for i in range(5):  # five different good checkpoints, one after another
+        checkpoint = torch.load(tiny_checkpoint(tmp_path / f"model{i}.pt"), weights_only=True)
+        checkpoint["state_dict"]["head.bias"] += i  # a different file each time
+        torch.save(checkpoint, tmp_path / f"model{i}.pt")
+        data = (tmp_path / f"model{i}.pt").read_bytes()
+        at.sidebar.file_uploader[0].set_value((f"model{i}.pt", data, "application/octet-stream")).run()
+        assert not at.exception and not at.error and "vitviz-uploads" in at.sidebar.caption[0].value
+    assert len(list((tmp_path / "vitviz-uploads").glob("*.pt"))) == 3
 
 
 def test_sample_images_are_offered_before_any_upload(default_model, tmp_path, monkeypatch):
