@@ -128,6 +128,18 @@ def statistics(_model, model_spec: str, image_bytes: bytes, precision: str) -> d
     return head_statistics(analyse(_model, model_spec, image_bytes, precision), _model.config.patch_size)
 
 
+def cached_figure(builder: str, *args, **kwargs) -> go.Figure:
+    """``plots.<builder>(*args)``, built once per distinct input: a rerun after an unrelated control
+    reuses the figure instead of building it again. Shared between sessions, so never modified."""
+    args = tuple(a.numpy() if isinstance(a, torch.Tensor) else a for a in args)  # Streamlit hashes numpy
+    return _figure(builder, *args, **kwargs)
+
+
+@st.cache_resource(max_entries=256, show_spinner=False)
+def _figure(builder: str, *args, **kwargs) -> go.Figure:
+    return getattr(plots, builder)(*args, **kwargs)
+
+
 @st.cache_resource(max_entries=3, show_spinner=False)
 def model_anatomy(_model, model_spec: str) -> dict:
     """Weights-only views, computed once per model."""
@@ -268,7 +280,7 @@ def overview_tab(model, analysis: ImageAnalysis, photo, settings: Settings, full
         st.subheader("Predictions")
         most = min(10, len(model.class_names))
         top_k = st.slider("Top-k", 1, most, min(5, most)) if most > 1 else 1
-        st.plotly_chart(plots.predictions_figure(analysis.probabilities, model.class_names, top_k), theme=None)
+        st.plotly_chart(cached_figure("predictions_figure", analysis.probabilities, model.class_names, top_k), theme=None)
         st.subheader("Rollout settings")
         fusion = st.selectbox("Head fusion", explain.HEAD_FUSIONS)
         discard = st.slider("Discard ratio", 0.0, 0.95, 0.0, 0.05, help="weakest patch-to-patch weights dropped")
@@ -280,7 +292,7 @@ def overview_tab(model, analysis: ImageAnalysis, photo, settings: Settings, full
         a, b = st.columns(2)
         a.image(overlay_picture(photo, rollout, analysis.box, settings), width="stretch",
                 caption=f"on the photo ({full_size[0]}x{full_size[1]}; full resolution in the PNG download)")  # fmt: skip
-        b.plotly_chart(plots.heatmap_figure(rollout, "patch grid (hover for values)", settings.colormap), theme=None)
+        b.plotly_chart(cached_figure("heatmap_figure", rollout, "patch grid (hover for values)", settings.colormap), theme=None)
     on_screen["overview"] = {"rollout": rollout}
 
 
@@ -295,7 +307,7 @@ def heads_tab(model, analysis: ImageAnalysis, photo, settings: Settings, images:
     layer = index_slider("Layer", c.num_layers, c.num_layers - 1, key="heads_layer")
     maps = explain.cls_attention_all(analysis.attentions, **analysis.maps_args)[0]  # (L, H, rows, cols)
     st.subheader(f"[CLS] attention of every head in layer {layer}")
-    st.plotly_chart(plots.grid_figure(maps[layer], [f"head {h}" for h in range(c.num_heads)], min(c.num_heads, 6),
+    st.plotly_chart(cached_figure("grid_figure", maps[layer], [f"head {h}" for h in range(c.num_heads)], min(c.num_heads, 6),
                                       settings.colormap), theme=None)  # fmt: skip
     st.subheader("Compare two (image, layer, head) choices")
     columns = st.columns(2)
@@ -322,7 +334,7 @@ def heads_tab(model, analysis: ImageAnalysis, photo, settings: Settings, images:
     if st.toggle("Show every layer x head", value=c.num_layers * c.num_heads <= 64, key="all_layers_heads"):
         flat = maps.reshape(-1, *maps.shape[-2:])
         titles = [f"L{l} H{h}" for l in range(c.num_layers) for h in range(c.num_heads)]
-        st.plotly_chart(plots.grid_figure(flat, titles, c.num_heads, settings.colormap), theme=None)
+        st.plotly_chart(cached_figure("grid_figure", flat, titles, c.num_heads, settings.colormap), theme=None)
     on_screen["heads"] = chosen | {"cls_all_layers_heads": maps.numpy()}
 
 
@@ -359,7 +371,7 @@ def patch_tab(model, analysis: ImageAnalysis, photo, settings: Settings, on_scre
                  caption=f"patch ({row}, {col}), layer {layer}, mean over heads")  # fmt: skip
     per_head = torch.stack([explain.query_attention(analysis.attentions, layer, (row, col), h, **analysis.maps_args)[0]
                             for h in range(model.config.num_heads)])  # fmt: skip
-    st.plotly_chart(plots.grid_figure(per_head, [f"head {h}" for h in range(len(per_head))],
+    st.plotly_chart(cached_figure("grid_figure", per_head, [f"head {h}" for h in range(len(per_head))],
                                       min(len(per_head), 6), settings.colormap), theme=None)  # fmt: skip
     on_screen["patch"] = {f"patch_{row}_{col}_layer{layer}": fused.numpy()}
 
@@ -397,7 +409,7 @@ def class_tab(model, analysis: ImageAnalysis, photo, settings: Settings, image_b
     for column, (name, patch_map) in zip(columns, maps.items()):
         column.image(overlay_picture(photo, patch_map, analysis.box, settings), width="stretch",
                      caption=f"{name} for '{model.class_names[target]}'")  # fmt: skip
-        column.plotly_chart(plots.heatmap_figure(patch_map, "", settings.colormap), key=f"class_{name}", theme=None)
+        column.plotly_chart(cached_figure("heatmap_figure", patch_map, "", settings.colormap), key=f"class_{name}", theme=None)
     on_screen["class"] = {f"{name.replace(' ', '_')}_class{target}": m for name, m in maps.items()}
 
 
@@ -406,15 +418,15 @@ def anatomy_tab(model, settings: Settings, image_bytes: bytes) -> None:
     anatomy = model_anatomy(model, settings.model_spec)
     left, right = st.columns(2)
     left.subheader("Mean attention distance")
-    left.plotly_chart(plots.attention_distance_figure(stats["mean_distance"]), theme=None)
+    left.plotly_chart(cached_figure("attention_distance_figure", stats["mean_distance"]), theme=None)
     right.subheader("Attention entropy")
-    right.plotly_chart(plots.layer_head_figure(stats["entropy"], "", "nats"), theme=None)
+    right.plotly_chart(cached_figure("layer_head_figure", stats["entropy"], "", "nats"), theme=None)
     rows, cols = model.config.grid_size
     similarity = anatomy["similarity"]
     left.subheader("Position-embedding similarity")
     step = max(1, max(rows, cols) // 7)  # at most about 7 x 7 small maps
     picks = [(r, c) for r in range(0, rows, step) for c in range(0, cols, step)]
-    left.plotly_chart(plots.grid_figure(torch.stack([similarity[r, c] for r, c in picks]),
+    left.plotly_chart(cached_figure("grid_figure", torch.stack([similarity[r, c] for r, c in picks]),
                                         [f"({r},{c})" for r, c in picks], len(range(0, cols, step)), "viridis",
                                         rescale_each=False), theme=None)  # fmt: skip
     right.subheader("Patch-embedding filters: principal components")

@@ -17,8 +17,17 @@ import torch.nn.functional as F
 from PIL import Image
 
 # Every figure names its template, so it looks the same whether or not streamlit (which swaps plotly's
-# default template for one of placeholder colours) has been imported.
-TEMPLATE = "plotly_white"
+# default template for one of placeholder colours) has been imported. It is the part of plotly's
+# "plotly_white" these figures use: building a figure with the whole of it costs about 8 ms
+# (copying every trace type's defaults), with this part about 1 ms.
+_GRID = dict(automargin=True, gridcolor="#EBF0F8", linecolor="#EBF0F8", ticks="", zerolinecolor="#EBF0F8",
+             zerolinewidth=2, title=dict(standoff=15))  # fmt: skip
+TEMPLATE = go.layout.Template(
+    layout=dict(paper_bgcolor="white", plot_bgcolor="white", font=dict(color="#2a3f5f"), hovermode="closest",
+                hoverlabel=dict(align="left"), title=dict(x=0.05), xaxis=_GRID, yaxis=_GRID,
+                colorway=["#636efa", "#EF553B", "#00cc96", "#ab63fa", "#FFA15A", "#19d3f3", "#FF6692", "#B6E880"]),
+    data=dict(heatmap=[dict(colorbar=dict(outlinewidth=0, ticks=""))]),
+)  # fmt: skip
 COLORMAPS = ("inferno", "viridis", "magma", "plasma", "turbo", "jet", "hot", "greys")
 
 
