@@ -241,8 +241,7 @@ async def _one_session(browser, url: str, index: int, deadline: float, report: L
                                 f"input[aria-label='Image'][value='{name}']", f"uploading {name}")  # fmt: skip
             report.round_trip_s.append(time.monotonic() - start)
             report.uploads += 1
-            # a control change: the Image picker back to the previous image (a click, as key presses
-            # need a focused page and only one of the browser's pages has focus), then forward again
+            # control changes: the Image picker back to the previous image, then forward again
             if upload > 0:
                 previous = f"session{index}-image{(upload - 1) % images}.png"
                 for target in (previous, name):
