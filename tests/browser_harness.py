@@ -134,11 +134,22 @@ def serve(counts_file: str, streamlit_args: list[str]) -> None:
 
     run_script = ScriptRunner._run_script
 
+    profile_folder = os.environ.get("VITVIZ_PROFILE_RUNS")  # a cProfile dump per run, for bench work
+
     def timed_run(self, rerun_data):
         start = time.perf_counter()
+        profiler = None
+        if profile_folder:
+            import cProfile
+
+            profiler = cProfile.Profile()
+            profiler.enable()
         try:
             return run_script(self, rerun_data)
         finally:
+            if profiler is not None:
+                profiler.disable()
+                profiler.dump_stats(f"{profile_folder}/run-{time.time_ns()}.prof")
             kind = "fragment" if rerun_data.fragment_id_queue else "page"
             with lock, open(counts_file, "a") as f:
                 f.write(f"run {kind} {1000 * (time.perf_counter() - start):.2f}\n")
