@@ -280,7 +280,9 @@ def overview_tab(model, analysis: ImageAnalysis, photo, settings: Settings, full
         st.subheader("Predictions")
         most = min(10, len(model.class_names))
         top_k = st.slider("Top-k", 1, most, min(5, most)) if most > 1 else 1
-        st.plotly_chart(cached_figure("predictions_figure", analysis.probabilities, model.class_names, top_k), theme=None)
+        top = np.argsort(analysis.probabilities)[::-1][:top_k]  # only these reach the cache key, not 1000 names
+        st.plotly_chart(cached_figure("predictions_figure", analysis.probabilities[top],
+                                      [model.class_names[i] for i in top], top_k), theme=None)  # fmt: skip
         st.subheader("Rollout settings")
         fusion = st.selectbox("Head fusion", explain.HEAD_FUSIONS)
         discard = st.slider("Discard ratio", 0.0, 0.95, 0.0, 0.05, help="weakest patch-to-patch weights dropped")
