@@ -123,6 +123,26 @@ def faithfulness_curves(_model, model_spec: str, image_bytes: bytes, precision: 
         return {name: explain.faithfulness(_model, analysis.pixel_values, m, target, baseline) for name, m in maps.items()}
 
 
+@st.cache_resource(max_entries=64, show_spinner=False)
+def rollout_map(model_spec: str, image_key: str, precision: str, fusion: str, discard: float, start: int, *,
+                _analysis: ImageAnalysis, _pooling: str) -> np.ndarray:
+    """The rollout for one choice of settings, computed once: the analysis is fixed by (model, image,
+    precision), so those name it in the key instead of the attentions themselves."""
+    return explain.attention_rollout(_analysis.attentions, fusion, discard, start, **_analysis.maps_args,
+                                     pooling=_pooling)[0].numpy()  # fmt: skip
+
+
+@st.cache_resource(max_entries=64, show_spinner=False)
+def patch_maps(model_spec: str, image_key: str, precision: str, layer: int, row: int, col: int, *,
+               _analysis: ImageAnalysis) -> tuple[np.ndarray, np.ndarray]:
+    """What patch (row, col) attends to in one layer: fused over heads (rows, cols) and per head (H, rows, cols)."""
+    args = dict(layer=layer, query=(row, col), **_analysis.maps_args)
+    fused = explain.query_attention(_analysis.attentions, head="mean", **args)[0]
+    heads = _analysis.attentions[layer].shape[1]
+    per_head = torch.stack([explain.query_attention(_analysis.attentions, head=h, **args)[0] for h in range(heads)])
+    return fused.numpy(), per_head.numpy()
+
+
 @st.cache_resource(max_entries=32, show_spinner=False)
 def statistics(_model, model_spec: str, image_bytes: bytes, precision: str) -> dict[str, np.ndarray]:
     return head_statistics(analyse(_model, model_spec, image_bytes, precision), _model.config.patch_size)
@@ -287,8 +307,8 @@ def overview_tab(model, analysis: ImageAnalysis, photo, settings: Settings, full
         fusion = st.selectbox("Head fusion", explain.HEAD_FUSIONS)
         discard = st.slider("Discard ratio", 0.0, 0.95, 0.0, 0.05, help="weakest patch-to-patch weights dropped")
         start = index_slider("Start layer", model.config.num_layers, 0)
-    rollout = explain.attention_rollout(analysis.attentions, fusion, discard, start, **analysis.maps_args,
-                                        pooling=model.config.pooling)[0].numpy()  # fmt: skip
+    rollout = rollout_map(settings.model_spec, photo.key, settings.precision, fusion, discard, start,
+                          _analysis=analysis, _pooling=model.config.pooling)  # fmt: skip
     with left:
         st.subheader("Attention rollout")
         a, b = st.columns(2)
@@ -350,32 +370,32 @@ def patch_tab(model, analysis: ImageAnalysis, photo, settings: Settings, on_scre
     layer = index_slider("Layer", model.config.num_layers, model.config.num_layers - 1, key="patch_layer")
     left, right = st.columns(2)
     with left:
-        st.caption("Click a patch (or set row and column below) to see what it attends to.")
+        st.caption("Click a patch on the picture (or set its row and column) to see what it attends to.")
+        # the inputs come first, so a typed row or column is drawn in this same run
+        a, b = st.columns(2)
+        new_row = a.number_input("Row", 0, rows - 1, row)
+        new_col = b.number_input("Column", 0, cols - 1, col)
+        if (new_row, new_col) != (row, col):
+            row, col = int(new_row), int(new_col)
+            st.session_state.patch = (row, col)
         # the chart's key names the image and the patch, so after any change of patch a fresh chart
         # (with no stale selection) is drawn, and clicking a previously clicked patch works again
         event = st.plotly_chart(patch_picker_figure(photo, analysis, (row, col)), on_select="rerun",
                                 selection_mode="points", key=f"patch_picker_{photo.key[:12]}_{row}_{col}",
                                 theme=None)  # fmt: skip
         points = [p for p in (event.selection.points if event else []) if p.get("curve_number") == 1]
-        if points:
+        if points:  # a click: known only once the chart is drawn, so draw again with the new patch
             clicked = int(points[0]["point_index"])
             st.session_state.patch = (clicked // cols, clicked % cols)
             rerun_tab()
-        a, b = st.columns(2)
-        new_row = a.number_input("Row", 0, rows - 1, row)
-        new_col = b.number_input("Column", 0, cols - 1, col)
-        if (new_row, new_col) != (row, col):
-            st.session_state.patch = (int(new_row), int(new_col))
-            rerun_tab()
-    fused = explain.query_attention(analysis.attentions, layer, (row, col), "mean", **analysis.maps_args)[0]
+    fused, per_head = patch_maps(settings.model_spec, photo.key, settings.precision, layer, row, col,
+                                 _analysis=analysis)  # fmt: skip
     with right:
         st.image(overlay_picture(photo, fused, analysis.box, settings), width="stretch",
                  caption=f"patch ({row}, {col}), layer {layer}, mean over heads")  # fmt: skip
-    per_head = torch.stack([explain.query_attention(analysis.attentions, layer, (row, col), h, **analysis.maps_args)[0]
-                            for h in range(model.config.num_heads)])  # fmt: skip
     st.plotly_chart(cached_figure("grid_figure", per_head, [f"head {h}" for h in range(len(per_head))],
-                                      min(len(per_head), 6), settings.colormap), theme=None)  # fmt: skip
-    on_screen["patch"] = {f"patch_{row}_{col}_layer{layer}": fused.numpy()}
+                                  min(len(per_head), 6), settings.colormap), theme=None)  # fmt: skip
+    on_screen["patch"] = {f"patch_{row}_{col}_layer{layer}": fused}
 
 
 def patch_picker_figure(photo: Photo, analysis: ImageAnalysis, selected: tuple[int, int]) -> go.Figure:
