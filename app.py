@@ -33,6 +33,7 @@ UPLOAD_TYPES = ["jpg", "jpeg", "png", "webp", "bmp", "gif", "tif", "tiff"]
 MAX_CHECKPOINT_MB = 50  # .streamlit/config.toml's maxUploadSize; larger checkpoints: give their path
 MAX_STORED_CHECKPOINTS = 3  # uploaded checkpoints kept on disk, the oldest removed first
 MAX_DISPLAY_SIDE = 1024
+PICKER_SIDE = 512  # the click-a-patch picture's long side, in pixels
 MAX_SESSION_IMAGES = 20  # images a session keeps for revisiting and comparing
 HERE = Path(__file__).resolve().parent
 # Where a local copy of the CIFAR-10 test set may be, for sample images before any upload;
@@ -93,10 +94,15 @@ def overlay_picture(photo: Photo, patch_map, box, settings: Settings) -> bytes:
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def _photo_data_uri(key: str, _image) -> str:
+def _photo_data_uri(key: str, _image) -> tuple[str, float]:
+    """The photo as a JPEG data URI at most PICKER_SIDE pixels on its long side, and its scale
+    (shown pixels per data-URI pixel). The picker sits in half a page: a bigger picture only makes
+    every rerun validate and send more bytes."""
+    small = _image.copy()
+    small.thumbnail((PICKER_SIDE, PICKER_SIDE))
     buffer = io.BytesIO()
-    _image.save(buffer, format="JPEG", quality=85)
-    return "data:image/jpeg;base64," + base64.b64encode(buffer.getvalue()).decode()
+    small.save(buffer, format="JPEG", quality=85)
+    return "data:image/jpeg;base64," + base64.b64encode(buffer.getvalue()).decode(), _image.width / small.width
 
 
 @st.cache_resource(max_entries=8, show_spinner="Running the ViT...")  # attentions are big: few entries
@@ -407,8 +413,12 @@ def patch_picker_figure(photo: Photo, analysis: ImageAnalysis, selected: tuple[i
     ys = top + (np.arange(rows) + 0.5) * (bottom - top) / rows
     grid_x, grid_y = np.meshgrid(xs, ys)  # row-major, like the patch tokens
     # the photo as a JPEG data URI: a pixel array would be millions of numbers in the page's JSON
+    source, scale = _photo_data_uri(photo.key, photo.image)
+    # each data-URI pixel covers `scale` pixels of the shown photo, so the picture spans the same
+    # coordinates as the photo (-0.5 .. width - 0.5) and the markers sit on their patches
     figure = go.Figure(layout_template=plots.TEMPLATE,
-                       data=go.Image(source=_photo_data_uri(photo.key, photo.image), hoverinfo="skip"))  # fmt: skip
+                       data=go.Image(source=source, dx=scale, dy=scale, x0=(scale - 1) / 2, y0=(scale - 1) / 2,
+                                     hoverinfo="skip"))  # fmt: skip
     figure.add_trace(go.Scatter(x=grid_x.ravel(), y=grid_y.ravel(), mode="markers",
                                 marker=dict(size=max(6, min(30, 400 / max(rows, cols))), opacity=0.05, color="white"),
                                 customdata=[(r, c) for r in range(rows) for c in range(cols)],
