@@ -14,10 +14,7 @@ it shares the server's CPU. Goal: at most 50 ms of server computation per contro
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import io
-import json
 import statistics
 import sys
 import tempfile
@@ -26,6 +23,8 @@ from pathlib import Path
 
 import torch
 from PIL import Image
+
+import common  # bench/common.py
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
@@ -129,10 +128,9 @@ async def measure(url: str, server, photo_path: Path, repeats: int, settle_ms: i
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = common.parser(__doc__)
     parser.add_argument("--repeats", type=int, default=7, help="timed changes per control")
     parser.add_argument("--settle-ms", type=int, default=2000, help="wait after each change before the next")
-    parser.add_argument("--out", type=Path, help="write the results as JSON here")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
@@ -140,9 +138,7 @@ def main(argv: list[str] | None = None) -> dict:
         with streamlit_server(folder, env, start_timeout=120) as server:
             results = asyncio.run(measure(server.url, server, photo(folder), args.repeats, args.settle_ms))
     print(f"first run after the upload (forward pass, class maps): {results['first_run_after_upload_s']} s")
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(results, indent=1))
+    common.save(results, args.out)
     return results
 
 

@@ -20,12 +20,13 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import torch
 
 from vitviz import ViT, ViTConfig
 from vitviz import explain
+
+import common  # bench/common.py
 
 VIT_B_16 = dict(image_size=224, patch_size=16, hidden_size=768, num_layers=12, num_heads=12, mlp_size=3072)
 VIT_L_16_512 = dict(image_size=512, patch_size=16, hidden_size=1024, num_layers=24, num_heads=16, mlp_size=4096)
@@ -85,9 +86,8 @@ def peak_memory(mode: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = common.parser(__doc__)
     parser.add_argument("--repeats", type=int, default=9, help="timed repeats for the maps-cost part")
-    parser.add_argument("--out", type=Path, help="write the results as JSON here")
     parser.add_argument("--child", choices=["keep", "stream"], help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -102,9 +102,7 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"ViT-L/16 512 (1025 tokens): peak memory above the model, keep everything {keep['peak_above_model_mb']:.0f} MB "
           f"({keep['seconds']:.1f} s), streaming {stream['peak_above_model_mb']:.0f} MB ({stream['seconds']:.1f} s); "
           f"same rollout: {abs(keep['rollout_sum'] - stream['rollout_sum']) < 1e-4}")  # fmt: skip
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(results, indent=1))
+    common.save(results, args.out)
     return results
 
 

@@ -12,12 +12,10 @@ attention and probability error against fp32.
 
 from __future__ import annotations
 
-import argparse
 import json
 import resource
 import statistics
 import time
-from pathlib import Path
 
 import timm
 import torch
@@ -26,6 +24,8 @@ from transformers import ViTConfig as HFViTConfig
 from transformers import ViTForImageClassification
 
 import vitviz
+
+import common  # bench/common.py
 
 
 def build_contenders() -> dict:
@@ -138,10 +138,9 @@ def bf16_error(model: vitviz.ViT, batch: int = 8) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = common.parser(__doc__)
     parser.add_argument("--repeats", type=int, default=7, help="timed calls per contender and batch size")
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 8], help="batch sizes to time")
-    parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     args = parser.parse_args(argv)
 
     contenders = build_contenders()
@@ -159,9 +158,7 @@ def main(argv: list[str] | None = None) -> dict:
         results["batches"][batch] = {"median_s": medians, "all_s": times, "minor_page_faults": faults}
     results["bf16_error"] = bf16_error(contenders["_ours"])
     print("\nbf16 autocast against fp32:", json.dumps(results["bf16_error"], indent=1))
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(results, indent=1))
+    common.save(results, args.out)
     return results
 
 

@@ -9,17 +9,16 @@ interleaved, so a busy machine slows them alike; we report medians and ratios.
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import time
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from vitviz import ViT, ViTConfig
 from vitviz.train import PRESETS
+
+import common  # bench/common.py
 
 
 def make_step(attention: str, precision: str, batch: int):
@@ -41,10 +40,9 @@ def make_step(attention: str, precision: str, batch: int):
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = common.parser(__doc__)
     parser.add_argument("--repeats", type=int, default=9, help="timed steps per contender")
     parser.add_argument("--batch", type=int, default=128, help="images per step")
-    parser.add_argument("--out", type=Path, help="write the results here as JSON")
     args = parser.parse_args(argv)
     contenders = {f"{a} {p}": make_step(a, p, args.batch) for a in ("sdpa", "eager") for p in ("fp32", "bf16")}
     for step in contenders.values():
@@ -61,9 +59,7 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"{name:>11}: {1000 * median:7.1f} ms per step of {args.batch}  ({baseline / median:.2f}x sdpa bf16)")
     results = {"batch": args.batch, "repeats": args.repeats, "torch": torch.__version__,
                "threads": torch.get_num_threads(), "median_s": medians}  # fmt: skip
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(results, indent=1))
+    common.save(results, args.out)
     return results
 
 

@@ -14,23 +14,23 @@ tiny model with assertions. This script runs it on the shipped default checkpoin
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
 import tempfile
 from pathlib import Path
 
+import common  # bench/common.py
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from browser_harness import run_sessions, streamlit_server  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = common.parser(__doc__)
     parser.add_argument("--sessions", type=int, default=8, help="concurrent browser sessions")
     parser.add_argument("--seconds", type=float, default=120, help="how long every session keeps uploading")
     parser.add_argument("--images", type=int, default=6, help="distinct images per session, each uploaded at least once")
-    parser.add_argument("--out", type=Path, help="write the results here as JSON")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as folder:
         with streamlit_server(Path(folder), {"VITVIZ_SAMPLES": ""}) as server:
@@ -48,9 +48,7 @@ def main(argv: list[str] | None = None) -> dict:
                 "server_peak_rss_mb": round(server.peak_memory_mb(), 1),
             }  # fmt: skip
     print(json.dumps(results, indent=1))
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(results, indent=1))
+    common.save(results, args.out)
     return results
 
 

@@ -306,11 +306,16 @@ def _save_last(path, model, classes, preprocessing, training, optimizer, schedul
     save_checkpoint(path, model, classes, preprocessing, training, extra={"resume": resume})
 
 
-def _init_from(path: Path, model: ViT, config: ViTConfig, classes: list[str]) -> None:
+def _read(path: Path, flag: str) -> dict:
+    """The checkpoint a flag names, or exit with the reason it cannot be read."""
     try:
-        checkpoint = read_checkpoint(path)
+        return read_checkpoint(path)
     except ModelLoadError as error:
-        raise SystemExit(f"error: --init-from: {error}") from None
+        raise SystemExit(f"error: {flag}: {error}") from None
+
+
+def _init_from(path: Path, model: ViT, config: ViTConfig, classes: list[str]) -> None:
+    checkpoint = _read(path, "--init-from")
     regularisation = ("dropout", "attention_dropout", "drop_path")  # may change between runs
     theirs = {k: v for k, v in checkpoint["config"].items() if k not in regularisation}
     ours = {k: v for k, v in asdict(config).items() if k not in regularisation}
@@ -323,10 +328,7 @@ def _init_from(path: Path, model: ViT, config: ViTConfig, classes: list[str]) ->
 
 
 def _resume(path: Path, model: ViT, optimizer, scheduler, config: ViTConfig) -> tuple[int, int, float, float]:
-    try:
-        checkpoint = read_checkpoint(path)
-    except ModelLoadError as error:
-        raise SystemExit(f"error: --resume: {error}") from None
+    checkpoint = _read(path, "--resume")
     if "resume" not in checkpoint:
         raise SystemExit(f"error: --resume {path} has no optimizer state; resume from a last.pt written by train")
     if checkpoint["config"] != asdict(config):
