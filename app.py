@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import plotly.graph_objects as go
 import streamlit as st
+from PIL import Image
 from streamlit.errors import StreamlitAPIException
 import torch
 
@@ -35,6 +36,8 @@ MAX_STORED_CHECKPOINTS = 3  # uploaded checkpoints kept on disk, the oldest remo
 MAX_DISPLAY_SIDE = 1024
 PICKER_SIDE = 512  # the click-a-patch picture's long side, in pixels
 MAX_SESSION_IMAGES = 20  # images a session keeps for revisiting and comparing
+TABS = ["Overview", "Heads & layers", "Click a patch", "Class-specific", "Model anatomy", "Faithfulness"]
+KEPT = "kept|"  # prefix of the keys of tab widgets, whose values outlive runs that do not draw them
 HERE = Path(__file__).resolve().parent
 # Where a local copy of the CIFAR-10 test set may be, for sample images before any upload;
 # VITVIZ_SAMPLES (zip paths separated by os.pathsep, or empty for none) overrides the list.
@@ -51,10 +54,29 @@ class Settings:
     alpha: float
 
 
+@dataclass(frozen=True, eq=False)
+class ImageFile:
+    """An image file as it arrived, with the digest of its bytes, computed once at intake."""
+
+    data: bytes
+    key: str
+
+    @classmethod
+    def of(cls, data: bytes) -> ImageFile:
+        return cls(data, hashlib.sha256(data).hexdigest())
+
+
+# Cached functions take an ImageFile and are keyed by its digest: Streamlit would otherwise hash
+# the whole file again on every call of every cached function in every rerun.
+BY_DIGEST = {ImageFile: lambda file: file.key}
+
+
 @dataclass(frozen=True)
 class Photo:
-    image: object  # PIL image at display size (at most MAX_DISPLAY_SIDE on its long side)
-    key: str  # digest of the uploaded bytes: a cheap cache key for everything drawn on it
+    name: str
+    key: str  # the file's digest: the cache key for everything drawn on it
+    image: Image.Image  # at most MAX_DISPLAY_SIDE on its long side: what the page draws on
+    full: Image.Image  # as decoded: what the PNG downloads draw on
 
 
 # --- cached computations -----------------------------------------------------------------------
@@ -65,17 +87,17 @@ def get_model(spec: str) -> vitviz.ViT:
     return vitviz.load_model(spec)
 
 
-@st.cache_resource(max_entries=64, show_spinner=False)
-def decode(image_bytes: bytes):
-    """The decoded photo, shared (not copied) between reruns: never modify it in place."""
-    return load_image(image_bytes)
+@st.cache_resource(max_entries=64, show_spinner=False, hash_funcs=BY_DIGEST)
+def decode(file: ImageFile) -> Image.Image:
+    """The decoded photo, shared (not copied) between reruns and sessions: never modify it in place."""
+    return load_image(file.data)
 
 
-@st.cache_data(max_entries=64, show_spinner=False)
-def display_photo(image_bytes: bytes):
+@st.cache_resource(max_entries=64, show_spinner=False, hash_funcs=BY_DIGEST)
+def display_photo(file: ImageFile) -> Image.Image:
     """The photo at most MAX_DISPLAY_SIDE pixels on its long side: what overlays are drawn on for the
-    page (downloads use the full resolution)."""
-    photo = decode(image_bytes).copy()
+    page (downloads use the full resolution). Shared like decode's result: never modify it."""
+    photo = decode(file).copy()
     photo.thumbnail((MAX_DISPLAY_SIDE, MAX_DISPLAY_SIDE))
     return photo
 
@@ -105,26 +127,26 @@ def _photo_data_uri(key: str, _image) -> tuple[str, float]:
     return "data:image/jpeg;base64," + base64.b64encode(buffer.getvalue()).decode(), _image.width / small.width
 
 
-@st.cache_resource(max_entries=8, show_spinner="Running the ViT...")  # attentions are big: few entries
-def analyse(_model: vitviz.ViT, model_spec: str, image_bytes: bytes, precision: str) -> ImageAnalysis:
+@st.cache_resource(max_entries=8, show_spinner="Running the ViT...", hash_funcs=BY_DIGEST)  # attentions are big
+def analyse(_model: vitviz.ViT, model_spec: str, file: ImageFile, precision: str) -> ImageAnalysis:
     """One forward pass per (model, image, precision): controls never re-run the model."""
-    return analyse_image(_model, decode(image_bytes), precision)
+    return analyse_image(_model, decode(file), precision)
 
 
-@st.cache_resource(max_entries=64, show_spinner="Computing class-specific maps (forward + backward)...")
-def relevance_maps(_model, model_spec: str, image_bytes: bytes, precision: str, target: int) -> dict:
-    return class_maps(_model, analyse(_model, model_spec, image_bytes, precision), target, precision)
+@st.cache_resource(max_entries=64, show_spinner="Computing class-specific maps (forward + backward)...",
+                   hash_funcs=BY_DIGEST)  # fmt: skip
+def relevance_maps(_model, model_spec: str, file: ImageFile, precision: str, target: int) -> dict:
+    return class_maps(_model, analyse(_model, model_spec, file, precision), target, precision)
 
 
-@st.cache_resource(max_entries=32, show_spinner="Replacing patches and re-running the model...")
-def faithfulness_curves(_model, model_spec: str, image_bytes: bytes, precision: str, target: int, baseline: str):
-    analysis = analyse(_model, model_spec, image_bytes, precision)
+@st.cache_resource(max_entries=32, show_spinner="Replacing patches and re-running the model...", hash_funcs=BY_DIGEST)
+def faithfulness_curves(_model, model_spec: str, file: ImageFile, precision: str, target: int, baseline: str):
+    analysis = analyse(_model, model_spec, file, precision)
     maps = {"rollout": explain.attention_rollout(analysis.attentions, **analysis.maps_args,
                                                  pooling=_model.config.pooling)[0]}  # fmt: skip
     if _model.config.class_token:
         maps["[CLS] attention (last layer)"] = explain.cls_attention(analysis.attentions, -1, **analysis.maps_args)[0]
-    maps["relevance (Chefer et al.)"] = torch.from_numpy(
-        relevance_maps(_model, model_spec, image_bytes, precision, target)["relevance"])  # fmt: skip
+    maps["relevance (Chefer et al.)"] = torch.from_numpy(relevance_maps(_model, model_spec, file, precision, target)["relevance"])
     with vitviz.autocast(precision):
         return {name: explain.faithfulness(_model, analysis.pixel_values, m, target, baseline) for name, m in maps.items()}
 
@@ -149,9 +171,9 @@ def patch_maps(model_spec: str, image_key: str, precision: str, layer: int, row:
     return fused.numpy(), per_head.numpy()
 
 
-@st.cache_resource(max_entries=32, show_spinner=False)
-def statistics(_model, model_spec: str, image_bytes: bytes, precision: str) -> dict[str, np.ndarray]:
-    return head_statistics(analyse(_model, model_spec, image_bytes, precision), _model.config.patch_size)
+@st.cache_resource(max_entries=32, show_spinner=False, hash_funcs=BY_DIGEST)
+def statistics(_model, model_spec: str, file: ImageFile, precision: str) -> dict[str, np.ndarray]:
+    return head_statistics(analyse(_model, model_spec, file, precision), _model.config.patch_size)
 
 
 def cached_figure(builder: str, *args, **kwargs) -> go.Figure:
@@ -176,7 +198,7 @@ def model_anatomy(_model, model_spec: str) -> dict:
 
 
 @st.cache_data(max_entries=4, show_spinner=False)
-def sample_images(zips: tuple[Path, ...], count: int = 10) -> list[tuple[str, bytes]]:
+def sample_images(zips: tuple[Path, ...], count: int = 10) -> list[tuple[str, ImageFile]]:
     """One random image per class from a local CIFAR-10 test zip, if there is one."""
     for path in zips:
         if path.is_file():
@@ -188,7 +210,7 @@ def sample_images(zips: tuple[Path, ...], count: int = 10) -> list[tuple[str, by
                     by_class.setdefault(parts[-2] if len(parts) > 1 else "", []).append(name)
                 rng = random.Random(0)
                 picks = [rng.choice(files) for _, files in sorted(by_class.items())][:count]
-                return [(" ".join(name.split("/")[-2:]), archive.read(name)) for name in picks]
+                return [(" ".join(name.split("/")[-2:]), ImageFile.of(archive.read(name))) for name in picks]
     return []
 
 
@@ -243,29 +265,26 @@ def describe_model(model: vitviz.ViT, spec: str) -> None:
         st.write(", ".join(model.class_names) if model.class_names else "none (a backbone)")
 
 
+
 # --- images ------------------------------------------------------------------------------------
 
 
-def choose_image() -> tuple[str, dict[str, bytes]] | None:
+def choose_image() -> tuple[str, dict[str, ImageFile]] | None:
     """Uploads, camera, earlier images of this session, or samples: (chosen name, every image by name)."""
     if "history" not in st.session_state:
-        st.session_state.history = {}
+        st.session_state.history = {}  # name -> ImageFile, oldest first
     uploads = st.file_uploader("Upload photos", type=UPLOAD_TYPES, accept_multiple_files=True)
     with st.expander("Take a photo with the camera"):
         camera = st.camera_input("Camera", label_visibility="collapsed")
-    newest = None
-    for item in [*(uploads or []), *([camera] if camera is not None else [])]:
-        st.session_state.history.pop(item.name, None)  # re-insert: newest last
-        data = item.getvalue()
-        try:
-            decode(data)  # refuse unreadable files here, so the other images stay usable
-        except ImageError as error:
-            st.error(f"Could not read {item.name}: {error}")
-            continue
-        st.session_state.history[item.name] = data
-        newest = item.name
-    while len(st.session_state.history) > MAX_SESSION_IMAGES:  # bound each session's memory: drop the oldest
-        st.session_state.history.pop(next(iter(st.session_state.history)))
+    items = [*(uploads or []), *([camera] if camera is not None else [])]
+    # each upload is read, hashed and decoded once, in the run it arrives; later runs reuse the outcome
+    earlier = st.session_state.get("intake", {})
+    intake = {item.file_id: earlier[item.file_id] if item.file_id in earlier else take_in(item) for item in items}
+    st.session_state.intake = intake  # only the files still in the widgets
+    for item in items:
+        if intake[item.file_id]:
+            st.error(f"Could not read {item.name}: {intake[item.file_id]}")
+    readable = [item.name for item in items if not intake[item.file_id]]
     samples = dict(sample_images(tuple(SAMPLE_ZIPS)))
     options = list(st.session_state.history) + [f"sample: {name}" for name in samples]
     if not options:
@@ -275,10 +294,66 @@ def choose_image() -> tuple[str, dict[str, bytes]] | None:
             "class-specific relevance, head statistics and faithfulness curves."
         )
         return None
-    index = options.index(newest) if newest in options else 0
+    index = options.index(readable[-1]) if readable and readable[-1] in options else 0
     name = st.selectbox("Image", options, index=index, help="every image of this session stays here")
-    images = st.session_state.history | {f"sample: {n}": data for n, data in samples.items()}
+    images = st.session_state.history | {f"sample: {n}": file for n, file in samples.items()}
     return name, images
+
+
+def take_in(upload) -> str:
+    """Read a new upload: add it to the session's images and return "", or return why it was refused.
+    Unreadable files are refused here, so they never reach an image picker and the others stay usable."""
+    file = ImageFile.of(upload.getvalue())
+    try:
+        decode(file)
+    except ImageError as error:
+        return str(error)
+    history = st.session_state.history
+    history.pop(upload.name, None)  # re-insert: newest last
+    history[upload.name] = file
+    while len(history) > MAX_SESSION_IMAGES:  # bound each session's memory: drop the oldest
+        history.pop(next(iter(history)))
+    return ""
+
+
+# --- what every tab draws from -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Page:
+    """The model, the chosen photo with its analysis, and the sidebar's settings."""
+
+    model: vitviz.ViT
+    settings: Settings
+    file: ImageFile
+    photo: Photo
+    analysis: ImageAnalysis  # its box is on the shown photo (photo.image)
+    full_box: tuple[float, float, float, float]  # the same box on the full-size photo
+
+    def key(self, name: str, default, per_image: bool = False, options=None) -> str:
+        """The session-state key of a tab widget, holding its value (the default at first).
+
+        Only the open tab is drawn, and Streamlit forgets the value of a widget that a run does not
+        draw, so keep_tab_widgets() writes these values back in every run: a control keeps its value
+        while another tab is open. The default is set here rather than given to the widget (Streamlit
+        warns about a widget given both). The model, and the image for per_image widgets, are part
+        of the key, so a value never meets a widget it does not fit (another model's layer count)."""
+        key = f"{KEPT}{self.scopes()[1 if per_image else 0]}|{name}"
+        if key not in st.session_state or (options is not None and st.session_state[key] not in options):
+            st.session_state[key] = default
+        return key
+
+    def scopes(self) -> tuple[str, str]:
+        return self.settings.model_spec, f"{self.settings.model_spec}|{self.photo.key}"
+
+
+def keep_tab_widgets(scopes: tuple[str, ...]) -> None:
+    """Write back the values of the current model's and image's tab widgets (see Page.key); forget the rest."""
+    for key in [k for k in st.session_state if isinstance(k, str) and k.startswith(KEPT)]:
+        if key[len(KEPT) :].rsplit("|", 1)[0] in scopes:
+            st.session_state[key] = st.session_state[key]
+        else:
+            del st.session_state[key]
 
 
 def rerun_tab() -> None:
@@ -289,91 +364,119 @@ def rerun_tab() -> None:
         st.rerun()
 
 
-def index_slider(label: str, count: int, default: int, key: str | None = None) -> int:
+def index_slider(label: str, count: int, key: str) -> int:
     """A slider over 0..count-1; with a single choice there is nothing to slide (Streamlit refuses min == max)."""
     if count <= 1:
         return 0
-    return st.slider(label, 0, count - 1, default, key=key)
+    return st.slider(label, 0, count - 1, key=key)
 
 
-# --- tabs --------------------------------------------------------------------------------------
+def downloads(page: Page, tab: str, maps: dict[str, np.ndarray], overlay: str | None = None) -> None:
+    """Buttons for what this tab shows: the overlay of maps[overlay] as a PNG at the photo's full
+    resolution, and the maps as .npz. Files are built only when a button is clicked (deferred data)."""
+    stem = f"{Path(page.photo.name).stem}_{tab}".replace(" ", "_")
+    arrays = {"".join(ch if ch.isalnum() else "_" for ch in name): value for name, value in maps.items()}
+
+    def overlay_png() -> bytes:
+        buffer = io.BytesIO()
+        picture = plots.overlay(page.photo.full, maps[overlay], page.settings.colormap, page.settings.alpha, page.full_box)
+        picture.save(buffer, format="PNG")
+        return buffer.getvalue()
+
+    def maps_npz() -> bytes:
+        buffer = io.BytesIO()
+        np.savez_compressed(buffer, probabilities=page.analysis.probabilities, **arrays)
+        return buffer.getvalue()
+
+    left, right = st.columns(2)
+    if overlay is not None:
+        left.download_button("Download the overlay (PNG, full resolution)", overlay_png, f"{stem}.png", "image/png")
+    right.download_button("Download this tab's maps (.npz)", maps_npz, f"{stem}_maps.npz", "application/octet-stream")
+
+
+# --- tabs: only the open one runs; each is a fragment, so its own controls re-run only that tab --
 
 
 @st.fragment
-def overview_tab(model, analysis: ImageAnalysis, photo, settings: Settings, full_size, on_screen: dict) -> None:
+def overview_tab(page: Page) -> None:
+    model, analysis, settings = page.model, page.analysis, page.settings
     left, right = st.columns([3, 2])
     with right:
         st.subheader("Predictions")
         most = min(10, len(model.class_names))
-        top_k = st.slider("Top-k", 1, most, min(5, most)) if most > 1 else 1
+        top_k = st.slider("Top-k", 1, most, key=page.key("top_k", min(5, most))) if most > 1 else 1
         top = np.argsort(analysis.probabilities)[::-1][:top_k]  # only these reach the cache key, not 1000 names
         st.plotly_chart(cached_figure("predictions_figure", analysis.probabilities[top],
                                       [model.class_names[i] for i in top], top_k), theme=None)  # fmt: skip
         st.subheader("Rollout settings")
-        fusion = st.selectbox("Head fusion", explain.HEAD_FUSIONS)
-        discard = st.slider("Discard ratio", 0.0, 0.95, 0.0, 0.05, help="weakest patch-to-patch weights dropped")
-        start = index_slider("Start layer", model.config.num_layers, 0)
-    rollout = rollout_map(settings.model_spec, photo.key, settings.precision, fusion, discard, start,
+        fusion = st.selectbox("Head fusion", explain.HEAD_FUSIONS, key=page.key("fusion", explain.HEAD_FUSIONS[0]))
+        discard = st.slider("Discard ratio", 0.0, 0.95, step=0.05, key=page.key("discard", 0.0),
+                            help="weakest patch-to-patch weights dropped")  # fmt: skip
+        start = index_slider("Start layer", model.config.num_layers, page.key("start_layer", 0))
+    rollout = rollout_map(settings.model_spec, page.photo.key, settings.precision, fusion, discard, start,
                           _analysis=analysis, _pooling=model.config.pooling)  # fmt: skip
     with left:
         st.subheader("Attention rollout")
         a, b = st.columns(2)
-        a.image(overlay_picture(photo, rollout, analysis.box, settings), width="stretch",
-                caption=f"on the photo ({full_size[0]}x{full_size[1]}; full resolution in the PNG download)")  # fmt: skip
+        width, height = page.photo.full.size
+        a.image(overlay_picture(page.photo, rollout, analysis.box, settings), width="stretch",
+                caption=f"{page.photo.name}, {width}x{height} (full resolution in the PNG download)")  # fmt: skip
         b.plotly_chart(cached_figure("heatmap_figure", rollout, "patch grid (hover for values)", settings.colormap), theme=None)
-    on_screen["overview"] = {"rollout": rollout}
+    downloads(page, "rollout", {"rollout": rollout}, overlay="rollout")
 
 
 @st.fragment
-def heads_tab(model, analysis: ImageAnalysis, photo, settings: Settings, images: dict[str, bytes], current: str,
-              prepare, on_screen: dict) -> None:  # fmt: skip
-    c = model.config
+def heads_tab(page: Page, images: dict[str, ImageFile], prepare) -> None:
+    c, settings = page.model.config, page.settings
     if not c.class_token:
         st.info("This model has no [CLS] token, so there is no [CLS] attention to show; "
                 "see 'Click a patch' for what each patch attends to.")  # fmt: skip
         return
-    layer = index_slider("Layer", c.num_layers, c.num_layers - 1, key="heads_layer")
-    maps = explain.cls_attention_all(analysis.attentions, **analysis.maps_args)[0]  # (L, H, rows, cols)
+    layer = index_slider("Layer", c.num_layers, page.key("heads_layer", c.num_layers - 1))
+    maps = explain.cls_attention_all(page.analysis.attentions, **page.analysis.maps_args)[0]  # (L, H, rows, cols)
     st.subheader(f"[CLS] attention of every head in layer {layer}")
     st.plotly_chart(cached_figure("grid_figure", maps[layer], [f"head {h}" for h in range(c.num_heads)], min(c.num_heads, 6),
-                                      settings.colormap), theme=None)  # fmt: skip
+                                  settings.colormap), theme=None)  # fmt: skip
     st.subheader("Compare two (image, layer, head) choices")
-    columns = st.columns(2)
     chosen = {}
     names = list(images)
-    for side, column in zip("AB", columns):
+    for side, column in zip("AB", st.columns(2)):
         with column:
-            # keyed by the current image, so choosing another main image resets both sides to it
-            image_name = st.selectbox(f"{side}: image", names, index=names.index(current), key=f"image_{side}_{current}")
+            # per image: choosing another main image resets both sides to it
+            image_name = st.selectbox(f"{side}: image", names,
+                                      key=page.key(f"image_{side}", page.photo.name, per_image=True, options=names))  # fmt: skip
             try:  # another image of the session is decoded only when chosen here
-                side_photo, side_analysis = (photo, analysis) if image_name == current else prepare(images[image_name])
+                side_photo, side_analysis = (page.photo, page.analysis) if image_name == page.photo.name else prepare(image_name)
             except ImageError as error:
                 st.error(f"Could not read {image_name}: {error}")
                 continue
-            pick_layer = st.number_input(f"{side}: layer", 0, c.num_layers - 1, c.num_layers - 1 if side == "A" else 0)
-            pick_head = st.selectbox(f"{side}: head", ["mean", "max", "min", *range(c.num_heads)], key=f"head_{side}")
+            pick_layer = st.number_input(f"{side}: layer", 0, c.num_layers - 1,
+                                         key=page.key(f"layer_{side}", c.num_layers - 1 if side == "A" else 0))  # fmt: skip
+            heads = ["mean", "max", "min", *range(c.num_heads)]
+            pick_head = st.selectbox(f"{side}: head", heads, key=page.key(f"head_{side}", "mean", options=heads))
             patch_map = explain.cls_attention(side_analysis.attentions, int(pick_layer), pick_head,
                                               **side_analysis.maps_args)[0]  # fmt: skip
-            if image_name == current:
+            if image_name == page.photo.name:
                 chosen[f"cls_layer{pick_layer}_head{pick_head}"] = patch_map.numpy()
             st.image(overlay_picture(side_photo, patch_map, side_analysis.box, settings), width="stretch",
                      caption=f"{image_name}: layer {pick_layer}, head {pick_head}")  # fmt: skip
     # a figure of layers x heads heatmaps is slow to build for big models, so only on request
-    if st.toggle("Show every layer x head", value=c.num_layers * c.num_heads <= 64, key="all_layers_heads"):
+    if st.toggle("Show every layer x head", key=page.key("all_layers_heads", c.num_layers * c.num_heads <= 64)):
         flat = maps.reshape(-1, *maps.shape[-2:])
         titles = [f"L{l} H{h}" for l in range(c.num_layers) for h in range(c.num_heads)]
         st.plotly_chart(cached_figure("grid_figure", flat, titles, c.num_heads, settings.colormap), theme=None)
-    on_screen["heads"] = chosen | {"cls_all_layers_heads": maps.numpy()}
+    downloads(page, "cls_attention", chosen | {"cls_all_layers_heads": maps.numpy()}, overlay=next(iter(chosen), None))
 
 
 @st.fragment
-def patch_tab(model, analysis: ImageAnalysis, photo, settings: Settings, on_screen: dict) -> None:
+def patch_tab(page: Page) -> None:
+    analysis, settings = page.analysis, page.settings
     rows, cols = analysis.grid_size
     if "patch" not in st.session_state:
         st.session_state.patch = (rows // 2, cols // 2)
     row, col = st.session_state.patch
     row, col = min(row, rows - 1), min(col, cols - 1)
-    layer = index_slider("Layer", model.config.num_layers, model.config.num_layers - 1, key="patch_layer")
+    layer = index_slider("Layer", page.model.config.num_layers, page.key("patch_layer", page.model.config.num_layers - 1))
     left, right = st.columns(2)
     with left:
         st.caption("Click a patch on the picture (or set its row and column) to see what it attends to.")
@@ -386,22 +489,23 @@ def patch_tab(model, analysis: ImageAnalysis, photo, settings: Settings, on_scre
             st.session_state.patch = (row, col)
         # the chart's key names the image and the patch, so after any change of patch a fresh chart
         # (with no stale selection) is drawn, and clicking a previously clicked patch works again
-        event = st.plotly_chart(patch_picker_figure(photo, analysis, (row, col)), on_select="rerun",
-                                selection_mode="points", key=f"patch_picker_{photo.key[:12]}_{row}_{col}",
+        event = st.plotly_chart(patch_picker_figure(page.photo, analysis, (row, col)), on_select="rerun",
+                                selection_mode="points", key=f"patch_picker_{page.photo.key[:12]}_{row}_{col}",
                                 theme=None)  # fmt: skip
         points = [p for p in (event.selection.points if event else []) if p.get("curve_number") == 1]
         if points:  # a click: known only once the chart is drawn, so draw again with the new patch
             clicked = int(points[0]["point_index"])
             st.session_state.patch = (clicked // cols, clicked % cols)
             rerun_tab()
-    fused, per_head = patch_maps(settings.model_spec, photo.key, settings.precision, layer, row, col,
+    fused, per_head = patch_maps(settings.model_spec, page.photo.key, settings.precision, layer, row, col,
                                  _analysis=analysis)  # fmt: skip
     with right:
-        st.image(overlay_picture(photo, fused, analysis.box, settings), width="stretch",
+        st.image(overlay_picture(page.photo, fused, analysis.box, settings), width="stretch",
                  caption=f"patch ({row}, {col}), layer {layer}, mean over heads")  # fmt: skip
     st.plotly_chart(cached_figure("grid_figure", per_head, [f"head {h}" for h in range(len(per_head))],
                                   min(len(per_head), 6), settings.colormap), theme=None)  # fmt: skip
-    on_screen["patch"] = {f"patch_{row}_{col}_layer{layer}": fused}
+    name = f"patch_{row}_{col}_layer{layer}"
+    downloads(page, name, {name: fused, f"{name}_per_head": per_head}, overlay=name)
 
 
 def patch_picker_figure(photo: Photo, analysis: ImageAnalysis, selected: tuple[int, int]) -> go.Figure:
@@ -431,22 +535,25 @@ def patch_picker_figure(photo: Photo, analysis: ImageAnalysis, selected: tuple[i
     return figure
 
 
+
 @st.fragment
-def class_tab(model, analysis: ImageAnalysis, photo, settings: Settings, image_bytes: bytes, on_screen: dict) -> None:
-    order = list(np.argsort(analysis.probabilities)[::-1])
-    target = st.selectbox("Explain the class", order, index=0,
+def class_tab(page: Page) -> None:
+    model, analysis, settings = page.model, page.analysis, page.settings
+    order = [int(i) for i in np.argsort(analysis.probabilities)[::-1]]
+    target = st.selectbox("Explain the class", order, key=page.key("class", order[0], per_image=True, options=order),
                           format_func=lambda i: f"{model.class_names[i]} ({analysis.probabilities[i]:.1%})")  # fmt: skip
-    maps = relevance_maps(model, settings.model_spec, image_bytes, settings.precision, int(target))
-    columns = st.columns(len(maps))
-    for column, (name, patch_map) in zip(columns, maps.items()):
-        column.image(overlay_picture(photo, patch_map, analysis.box, settings), width="stretch",
+    maps = relevance_maps(model, settings.model_spec, page.file, settings.precision, target)
+    for column, (name, patch_map) in zip(st.columns(len(maps)), maps.items()):
+        column.image(overlay_picture(page.photo, patch_map, analysis.box, settings), width="stretch",
                      caption=f"{name} for '{model.class_names[target]}'")  # fmt: skip
         column.plotly_chart(cached_figure("heatmap_figure", patch_map, "", settings.colormap), key=f"class_{name}", theme=None)
-    on_screen["class"] = {f"{name.replace(' ', '_')}_class{target}": m for name, m in maps.items()}
+    downloads(page, f"class{target}", {f"{name}_class{target}": m for name, m in maps.items()},
+              overlay=f"relevance_class{target}")  # fmt: skip
 
 
-def anatomy_tab(model, settings: Settings, image_bytes: bytes) -> None:
-    stats = statistics(model, settings.model_spec, image_bytes, settings.precision)
+def anatomy_tab(page: Page) -> None:
+    model, settings = page.model, page.settings
+    stats = statistics(model, settings.model_spec, page.file, settings.precision)
     anatomy = model_anatomy(model, settings.model_spec)
     left, right = st.columns(2)
     left.subheader("Mean attention distance")
@@ -459,27 +566,32 @@ def anatomy_tab(model, settings: Settings, image_bytes: bytes) -> None:
     step = max(1, max(rows, cols) // 7)  # at most about 7 x 7 small maps
     picks = [(r, c) for r in range(0, rows, step) for c in range(0, cols, step)]
     left.plotly_chart(cached_figure("grid_figure", torch.stack([similarity[r, c] for r, c in picks]),
-                                        [f"({r},{c})" for r, c in picks], len(range(0, cols, step)), "viridis",
-                                        rescale_each=False), theme=None)  # fmt: skip
+                                    [f"({r},{c})" for r, c in picks], len(range(0, cols, step)), "viridis",
+                                    rescale_each=False), theme=None)  # fmt: skip
     right.subheader("Patch-embedding filters: principal components")
     components, explained = anatomy["components"], anatomy["explained"]
     pictures = components[:, :3].permute(0, 2, 3, 1) if components.shape[1] >= 3 else components[:, :1].permute(0, 2, 3, 1)
     pictures = [(plots.rescale(p) * 255).astype(np.uint8) for p in pictures.numpy()]
     right.image([p if p.shape[-1] == 3 else p[..., 0] for p in pictures], width=64,
                 caption=[f"{100 * v:.1f}%" for v in explained.tolist()])  # fmt: skip
+    downloads(page, "anatomy", {"mean_attention_distance": stats["mean_distance"], "attention_entropy": stats["entropy"],
+                                "position_embedding_similarity": similarity.numpy(),
+                                "patch_embedding_components": components.numpy(),
+                                "explained_variance": explained.numpy()})  # fmt: skip
 
 
 @st.fragment
-def faithfulness_tab(model, analysis: ImageAnalysis, settings: Settings, image_bytes: bytes) -> None:
+def faithfulness_tab(page: Page) -> None:
+    model, analysis, settings = page.model, page.analysis, page.settings
     target = int(np.argmax(analysis.probabilities))
     st.caption(f"Patches are replaced 10 % at a time, most- or least-relevant first, and the probability of "
                f"'{model.class_names[target]}' is recorded. A faithful map drops fast when its top patches go "
                "(small area, most-relevant first) and slowly when its bottom patches go (large area).")  # fmt: skip
-    baseline = st.radio("Replace patches by", ["mean", "blur"], horizontal=True,
+    baseline = st.radio("Replace patches by", ["mean", "blur"], horizontal=True, key=page.key("baseline", "mean"),
                         format_func=lambda b: {"mean": "the mean colour", "blur": "a blur"}[b])  # fmt: skip
-    if not st.toggle("Run the perturbation test (7 batched forward passes)", key="run_faithfulness"):
+    if not st.toggle("Run the perturbation test (7 batched forward passes)", key=page.key("run", False, per_image=True)):
         return
-    results = faithfulness_curves(model, settings.model_spec, image_bytes, settings.precision, target, baseline)
+    results = faithfulness_curves(model, settings.model_spec, page.file, settings.precision, target, baseline)
     x = explain.fraction_replaced()
     curves = {}
     for name, result in results.items():
@@ -489,28 +601,8 @@ def faithfulness_tab(model, analysis: ImageAnalysis, settings: Settings, image_b
     st.table({"map": list(results), "area, most-relevant first (lower is better)":
               [f"{r['auc_most_first']:.3f}" for r in results.values()],
               "area, least-relevant first (higher is better)": [f"{r['auc_least_first']:.3f}" for r in results.values()]})  # fmt: skip
-
-
-def downloads(photo, analysis: ImageAnalysis, on_screen: dict, settings: Settings, name: str) -> None:
-    """Files are built only when a button is clicked (deferred data), not on every rerun, from the
-    maps the tabs show at that moment (a tab's own controls re-run only that tab)."""
-
-    def overlay_png() -> bytes:
-        buffer = io.BytesIO()
-        rollout = on_screen["overview"]["rollout"]
-        plots.overlay(photo, rollout, settings.colormap, settings.alpha, analysis.box).save(buffer, format="PNG")
-        return buffer.getvalue()
-
-    def maps_npz() -> bytes:
-        buffer = io.BytesIO()
-        maps = {key: value for tab in on_screen.values() for key, value in tab.items()}
-        np.savez_compressed(buffer, probabilities=analysis.probabilities, **maps)
-        return buffer.getvalue()
-
-    stem = Path(name).stem.replace(" ", "_")
-    left, right = st.columns(2)
-    left.download_button("Download rollout overlay (PNG)", overlay_png, f"{stem}_rollout.png", "image/png")
-    right.download_button("Download maps (.npz)", maps_npz, f"{stem}_maps.npz", "application/octet-stream")
+    downloads(page, f"faithfulness_{baseline}",
+              {"fraction_replaced": np.asarray(x)} | {name: np.asarray(y) for name, (_, y) in curves.items()})  # fmt: skip
 
 
 # --- page --------------------------------------------------------------------------------------
@@ -536,39 +628,31 @@ def main() -> None:
     if chosen is None:
         return
     name, images = chosen
-    image_bytes = images[name]
 
-    def prepare(data: bytes) -> tuple[Photo, ImageAnalysis]:
-        """The display photo and its analysis, with the model's box scaled onto the shown photo."""
-        analysis = analyse(model, settings.model_spec, data, settings.precision)
-        photo = Photo(display_photo(data), hashlib.sha256(data).hexdigest())
-        scale = photo.image.width / decode(data).width
+    def prepare(image_name: str) -> tuple[Photo, ImageAnalysis]:
+        """The photo and its analysis, with the model's box scaled onto the shown photo."""
+        file = images[image_name]
+        analysis = analyse(model, settings.model_spec, file, settings.precision)
+        photo = Photo(image_name, file.key, display_photo(file), decode(file))
+        scale = photo.image.width / photo.full.width
         return photo, dataclasses.replace(analysis, box=tuple(v * scale for v in analysis.box))
 
     try:
-        full_photo = decode(image_bytes)
-        analysis = analyse(model, settings.model_spec, image_bytes, settings.precision)
-        photo, shown = prepare(image_bytes)
+        photo, shown = prepare(name)
     except ImageError as error:
         st.error(f"Could not read {name}: {error}")
         return
-    # Each tab is a fragment: its own controls re-run only that tab, not the page. The tabs put the
-    # maps they show into on_screen (one entry per tab), which the downloads read when clicked.
-    on_screen: dict[str, dict[str, np.ndarray]] = {}
-    tabs = st.tabs(["Overview", "Heads & layers", "Click a patch", "Class-specific", "Model anatomy", "Faithfulness"])
-    with tabs[0]:
-        overview_tab(model, shown, photo, settings, full_photo.size, on_screen)
-    with tabs[1]:
-        heads_tab(model, shown, photo, settings, images, name, prepare, on_screen)
-    with tabs[2]:
-        patch_tab(model, shown, photo, settings, on_screen)
-    with tabs[3]:
-        class_tab(model, shown, photo, settings, image_bytes, on_screen)
-    with tabs[4]:
-        anatomy_tab(model, settings, image_bytes)
-    with tabs[5]:
-        faithfulness_tab(model, analysis, settings, image_bytes)
-    downloads(full_photo, analysis, on_screen, settings, name)
+    full_box = analyse(model, settings.model_spec, images[name], settings.precision).box
+    page = Page(model, settings, images[name], photo, shown, full_box)
+    keep_tab_widgets(page.scopes())
+    # Only the open tab runs (Streamlit's lazy tabs): a sidebar change redraws one tab, not six, and
+    # the class-specific maps (a backward pass) are computed when their tab is first opened.
+    tabs = st.tabs(TABS, key="tab", on_change="rerun")
+    for tab, draw in zip(tabs, [overview_tab, lambda p: heads_tab(p, images, prepare), patch_tab, class_tab,
+                                anatomy_tab, faithfulness_tab]):  # fmt: skip
+        if tab.open:
+            with tab:
+                draw(page)
 
 
 main()

@@ -12,6 +12,7 @@ import streamlit as st
 import torch
 from PIL import Image
 from hostile_images import CORPUS
+from tiny_models import tiny_checkpoint
 from streamlit.testing.v1 import AppTest
 
 import vitviz.load
@@ -27,17 +28,6 @@ def fresh_caches(monkeypatch):
     st.cache_resource.clear()
     st.cache_data.clear()
     monkeypatch.setenv("VITVIZ_SAMPLES", "")  # no local sample images unless a test provides some
-
-
-def tiny_checkpoint(path: Path) -> Path:
-    torch.manual_seed(0)
-    model = ViT(ViTConfig(image_size=32, patch_size=8, hidden_size=32, num_layers=2, num_heads=4, mlp_size=64,
-                          num_classes=3))  # fmt: skip
-    with torch.no_grad():
-        for param in model.parameters():
-            param.normal_(std=0.3)
-    save_checkpoint(path, model, NAMES, Preprocessing(resize=32, crop=32, mean=(0.5,) * 3, std=(0.25,) * 3))
-    return path
 
 
 @pytest.fixture()
@@ -80,7 +70,19 @@ def test_app_starts_on_the_default_model_and_explains_what_to_do(default_model):
     assert "Upload one or more photos" in at.info[0].value
 
 
-def test_upload_renders_predictions_overlays_and_every_tab(default_model):
+def open_tab(at, name: str) -> AppTest:
+    """Click a tab: the tabs are bound to session state under the key "tab", and only the open one runs."""
+    at.session_state["tab"] = name
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def download_labels(at) -> list[str]:
+    return [b.proto.label for b in at.get("download_button")]
+
+
+def test_upload_renders_predictions_and_the_rollout_overlay(default_model):
     at = uploaded_app()
     assert not at.error
     assert [tab.label for tab in at.tabs] == ["Overview", "Heads & layers", "Click a patch", "Class-specific",
@@ -88,10 +90,61 @@ def test_upload_renders_predictions_overlays_and_every_tab(default_model):
     specs = chart_specs(at)
     for name in NAMES:
         assert name in specs  # the prediction bars
-    assert "mean attention distance" in specs and "nats" in specs
-    assert len(at.get("image")) >= 5  # rollout, two comparisons, query patch, two class maps...
-    assert [b.proto.label for b in at.get("download_button")] == ["Download rollout overlay (PNG)",
-                                                                   "Download maps (.npz)"]  # fmt: skip
+    assert [img.proto.imgs[0].caption for img in at.get("image")] == ["photo.png, 64x48 (full resolution in the PNG download)"]
+    assert download_labels(at) == ["Download the overlay (PNG, full resolution)", "Download this tab's maps (.npz)"]
+    assert "nats" not in specs  # only the open tab is drawn
+
+
+def test_every_tab_draws_its_maps(default_model):
+    at = uploaded_app()
+    captions = {}
+    for tab in ["Heads & layers", "Click a patch", "Class-specific", "Model anatomy", "Faithfulness"]:
+        open_tab(at, tab)
+        assert not at.error
+        captions[tab] = [img.proto.imgs[0].caption for img in at.get("image")]
+        if tab == "Model anatomy":
+            specs = chart_specs(at)
+            assert "mean attention distance" in specs and "nats" in specs
+            assert len(at.get("image")) == 1 and len(at.get("image")[0].proto.imgs) == 16  # filter components
+            assert download_labels(at) == ["Download this tab's maps (.npz)"]
+    assert captions["Heads & layers"] == ["photo.png: layer 1, head mean", "photo.png: layer 0, head mean"]
+    assert captions["Click a patch"] == ["patch (2, 2), layer 1, mean over heads"]
+    assert len(captions["Class-specific"]) == 2 and all(" for '" in c for c in captions["Class-specific"])
+    assert captions["Faithfulness"] == []  # run on request only
+
+
+def test_class_maps_are_computed_when_their_tab_is_opened(default_model, monkeypatch):
+    calls = []
+    original = vitviz.analysis.class_maps
+    monkeypatch.setattr(vitviz.analysis, "class_maps", lambda *a, **k: calls.append(a[2]) or original(*a, **k))
+    at = uploaded_app()
+    assert calls == []  # a backward pass, only for the tab that shows it
+    open_tab(at, "Class-specific")
+    assert len(calls) == 1
+    open_tab(at, "Overview")
+    open_tab(at, "Class-specific")
+    assert len(calls) == 1  # cached
+
+
+def test_tab_controls_keep_their_values_while_another_tab_is_open(default_model):
+    at = started_app()
+    at.file_uploader[0].set_value([("a.png", png_bytes(), "image/png"),
+                                   ("b.png", png_bytes((30, 60)), "image/png")]).run()  # fmt: skip
+    next(s for s in at.slider if s.label == "Discard ratio").set_value(0.5).run()
+    next(s for s in at.slider if s.label == "Top-k").set_value(2).run()
+    open_tab(at, "Heads & layers")
+    next(s for s in at.selectbox if s.label == "B: image").set_value("a.png").run()
+    next(s for s in at.selectbox if s.label == "A: head").set_value(3).run()
+    open_tab(at, "Overview")
+    assert {s.label: s.value for s in at.slider}["Discard ratio"] == 0.5
+    assert {s.label: s.value for s in at.slider}["Top-k"] == 2
+    open_tab(at, "Heads & layers")
+    values = {s.label: s.value for s in at.selectbox}
+    assert values["B: image"] == "a.png" and values["A: head"] == 3
+    # a new main image: the compare sides follow it, choices that fit any image stay
+    next(s for s in at.selectbox if s.label == "Image").set_value("a.png").run()
+    values = {s.label: s.value for s in at.selectbox}
+    assert values["A: image"] == values["B: image"] == "a.png" and values["A: head"] == 3
 
 
 def image_urls(at) -> list:
@@ -114,7 +167,7 @@ def test_controls_change_what_is_drawn(default_model):
 
 
 def test_query_patch_follows_row_and_column(default_model):
-    at = uploaded_app()
+    at = open_tab(uploaded_app(), "Click a patch")
     assert any("patch (2, 2), layer 1" in (img.proto.imgs[0].caption or "") for img in at.get("image"))
     next(n for n in at.number_input if n.label == "Row").set_value(0).run()
     next(n for n in at.number_input if n.label == "Column").set_value(3).run()
@@ -122,7 +175,7 @@ def test_query_patch_follows_row_and_column(default_model):
 
 
 def test_class_picker_changes_the_class_specific_map(default_model):
-    at = uploaded_app()
+    at = open_tab(uploaded_app(), "Class-specific")
     picker = next(s for s in at.selectbox if s.label == "Explain the class")
     first = [img.proto.imgs[0] for img in at.get("image") if "relevance for" in (img.proto.imgs[0].caption or "")][0]
     assert len(picker.options) == 3  # the picker offers every class
@@ -131,10 +184,14 @@ def test_class_picker_changes_the_class_specific_map(default_model):
     assert first.caption != second.caption and first.url != second.url
 
 
+def run_faithfulness(at) -> None:
+    next(t for t in at.toggle if t.label.startswith("Run the perturbation test")).set_value(True).run()
+
+
 def test_faithfulness_tab_runs_on_request(default_model):
-    at = uploaded_app()
+    at = open_tab(uploaded_app(), "Faithfulness")
     assert "most first" not in chart_specs(at)
-    at.toggle(key="run_faithfulness").set_value(True).run()
+    run_faithfulness(at)
     assert not at.exception
     assert "most first" in chart_specs(at)
     table = at.table[0].value
@@ -210,7 +267,8 @@ def test_two_images_side_by_side(default_model):
     at.file_uploader[0].set_value([("first.png", png_bytes((64, 48)), "image/png"),
                                    ("second.png", png_bytes((30, 60)), "image/png")]).run()  # fmt: skip
     assert not at.exception and not at.error
-    image_b = next(s for s in at.selectbox if (s.key or "").startswith("image_B_"))
+    open_tab(at, "Heads & layers")
+    image_b = next(s for s in at.selectbox if s.label == "B: image")
     assert image_b.options == ["first.png", "second.png"]
     image_b.set_value("first.png" if image_b.value == "second.png" else "second.png").run()
     captions = [img.proto.imgs[0].caption for img in at.get("image")]
@@ -229,9 +287,15 @@ def test_one_layer_model_without_cls_token_renders_every_tab(tmp_path, monkeypat
     monkeypatch.setattr(vitviz.load, "DEFAULT_CHECKPOINT", tmp_path / "odd.pt")
     at = uploaded_app()
     assert not at.error
-    assert any("no [CLS] token" in info.value for info in at.info)
-    assert any("relevance for" in (img.proto.imgs[0].caption or "") for img in at.get("image"))
-    at.toggle(key="run_faithfulness").set_value(True).run()
+    for tab in ["Heads & layers", "Click a patch", "Class-specific", "Model anatomy"]:
+        open_tab(at, tab)
+        assert not at.error
+        if tab == "Heads & layers":
+            assert any("no [CLS] token" in info.value for info in at.info)
+        if tab == "Class-specific":
+            assert any("relevance for" in (img.proto.imgs[0].caption or "") for img in at.get("image"))
+    open_tab(at, "Faithfulness")
+    run_faithfulness(at)
     assert not at.exception and len(at.table[0].value) == 2  # rollout and relevance; no [CLS] map to test
 
 
@@ -257,7 +321,8 @@ def test_an_unreadable_upload_is_reported_and_left_out_of_every_image_choice(def
                                    ("broken.png", b"not an image", "image/png")]).run()  # fmt: skip
     assert not at.exception
     assert any("Could not read broken.png" in e.value for e in at.error)
-    choices = [s for s in at.selectbox if s.label == "Image" or (s.key or "").startswith(("image_A_", "image_B_"))]
+    open_tab(at, "Heads & layers")
+    choices = [s for s in at.selectbox if s.label in ("Image", "A: image", "B: image")]
     assert len(choices) == 3 and all(s.options == ["good.png"] for s in choices)
     assert any((img.proto.imgs[0].caption or "").startswith("good.png: layer") for img in at.get("image"))
 
@@ -266,7 +331,8 @@ def test_compare_sides_follow_a_new_main_image(default_model):
     at = started_app()
     at.file_uploader[0].set_value([("first.png", png_bytes((64, 48)), "image/png"),
                                    ("second.png", png_bytes((30, 60)), "image/png")]).run()  # fmt: skip
+    open_tab(at, "Heads & layers")
     for name in ("first.png", "second.png"):
         next(s for s in at.selectbox if s.label == "Image").set_value(name).run()
-        sides = [s.value for s in at.selectbox if (s.key or "").startswith("image_")]
+        sides = [s.value for s in at.selectbox if s.label in ("A: image", "B: image")]
         assert sides == [name, name]

@@ -8,42 +8,23 @@ Playwright is missing on a developer's machine; under CI (CI=true) a missing bro
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
-import torch
 from PIL import Image
 
-from browser_harness import CHROMIUM, CHROMIUM_ARGS, ROOT, streamlit_server
-from vitviz import Preprocessing, ViT, ViTConfig, save_checkpoint
+from browser_harness import CHROMIUM, CHROMIUM_ARGS, ROOT, require_browser, streamlit_server
+from tiny_models import tiny_checkpoint
+
+require_browser()
+from playwright.sync_api import sync_playwright  # noqa: E402
 
 SCREENSHOTS = Path(os.environ.get("VITVIZ_SCREENSHOTS", ROOT / "tests" / "screenshots"))
-
-try:
-    from playwright.sync_api import sync_playwright
-except ImportError:  # pragma: no cover - depends on the machine
-    sync_playwright = None
-
-if sync_playwright is None or not Path(CHROMIUM).exists():
-    if os.environ.get("CI"):
-        pytest.fail("CI must run the browser test: install chromium and playwright (see .ci/run)", pytrace=False)
-    pytest.skip("needs Debian's chromium and the playwright package", allow_module_level=True)
-
-
-def tiny_classifier(path: Path) -> Path:
-    """A small random classifier (3 classes, 2 blocks, a 4x4 grid) standing in for the shipped default."""
-    torch.manual_seed(0)
-    model = ViT(ViTConfig(image_size=32, patch_size=8, hidden_size=32, num_layers=2, num_heads=4, mlp_size=64,
-                          num_classes=3))  # fmt: skip
-    with torch.no_grad():
-        for param in model.parameters():
-            param.normal_(std=0.3)
-    save_checkpoint(path, model, ["cat", "dog", "bird"], Preprocessing(resize=32, crop=32))
-    return path
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     folder = tmp_path_factory.mktemp("browser")
-    env = {"VITVIZ_DEFAULT_CHECKPOINT": str(tiny_classifier(folder / "model.pt")), "VITVIZ_SAMPLES": ""}
+    env = {"VITVIZ_DEFAULT_CHECKPOINT": str(tiny_checkpoint(folder / "model.pt")), "VITVIZ_SAMPLES": ""}
     with streamlit_server(folder, env) as running:
         yield running.url, folder
 
@@ -62,9 +43,21 @@ def test_upload_overlay_and_click_a_patch(server):
         page.get_by_text("Upload one or more photos").wait_for(timeout=120_000)
         page.locator("input[type=file]").first.set_input_files(str(photo))
         page.get_by_text("Attention rollout").first.wait_for(timeout=120_000)
+        page.get_by_text("photo.png, 480x320 (full resolution in the PNG download)").wait_for(timeout=90_000)
         page.locator("img[src*='media']").first.wait_for(timeout=90_000)
-        assert page.locator("img[src*='media']").count() >= 2
+        assert page.locator("img[src*='media']").count() == 1  # the rollout overlay; other tabs are not drawn
         page.screenshot(path=str(SCREENSHOTS / "overview.png"), full_page=True)
+
+        # the downloads: the tab's maps, and the overlay at the photo's own resolution
+        with page.expect_download(timeout=90_000) as download:
+            page.get_by_role("button", name="Download this tab's maps (.npz)").click()
+        maps = np.load(download.value.path())
+        assert maps["rollout"].shape == (4, 4) and maps["probabilities"].shape == (3,)
+        assert abs(float(maps["probabilities"].sum()) - 1) < 1e-5
+        with page.expect_download(timeout=90_000) as download:
+            page.get_by_role("button", name="Download the overlay (PNG, full resolution)").click()
+        assert download.value.suggested_filename == "photo_rollout.png"
+        assert Image.open(download.value.path()).size == (480, 320)
 
         page.get_by_role("tab", name="Click a patch").click()
         page.get_by_text("patch (2, 2), layer 1").first.wait_for(timeout=90_000)

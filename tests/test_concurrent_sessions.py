@@ -6,9 +6,10 @@ within its max_entries however many images went through it. bench/load_sessions.
 same driver longer on the shipped model and reports the figures.
 """
 
-from test_browser import tiny_classifier  # also skips or fails this module where there is no browser
+from browser_harness import require_browser, run_sessions, streamlit_server
+from tiny_models import tiny_checkpoint
 
-from browser_harness import run_sessions, streamlit_server
+require_browser()
 
 # app.py's max_entries for the st.cache_resource caches an image goes through (Streamlit's
 # metrics count their entries; for st.cache_data they give bytes, reported but not bounded here)
@@ -16,7 +17,7 @@ MAX_ENTRIES = {"decode": 64, "analyse": 8, "relevance_maps": 64, "statistics": 3
 
 
 def test_eight_sessions_at_once(tmp_path):
-    env = {"VITVIZ_DEFAULT_CHECKPOINT": str(tiny_classifier(tmp_path / "model.pt")), "VITVIZ_SAMPLES": ""}
+    env = {"VITVIZ_DEFAULT_CHECKPOINT": str(tiny_checkpoint(tmp_path / "model.pt")), "VITVIZ_SAMPLES": ""}
     with streamlit_server(tmp_path, env) as server:
         report = run_sessions(server.url, tmp_path, sessions=8, seconds=0, images=3)
         counts, sizes = server.counts(), server.cache_sizes()

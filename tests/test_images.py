@@ -1,7 +1,6 @@
 """Preprocessing against torchvision's presets, greyscale scaling, and huge JPEGs (the hostile corpus: test_hostile_images.py)."""
 
 import io
-import zlib
 
 import numpy as np
 import pytest
@@ -10,7 +9,7 @@ from PIL import Image
 from torchvision.transforms._presets import ImageClassification
 from torchvision.transforms import InterpolationMode
 
-from vitviz.images import ImageError, Preprocessing, load_image
+from vitviz.images import Preprocessing, load_image
 
 
 def photo(width=300, height=200) -> Image.Image:
