@@ -489,7 +489,10 @@ def patch_tab(page: Page) -> None:
             st.session_state.patch = (row, col)
         # the chart's key names the image and the patch, so after any change of patch a fresh chart
         # (with no stale selection) is drawn, and clicking a previously clicked patch works again
-        event = st.plotly_chart(patch_picker_figure(page.photo, analysis, (row, col)), on_select="rerun",
+        # the photo as a small JPEG data URI: a pixel array would be millions of numbers in the page's JSON
+        picture, scale = _photo_data_uri(page.photo.key, page.photo.image)
+        picker = cached_figure("patch_picker_figure", picture, scale, tuple(analysis.box), analysis.grid_size, (row, col))
+        event = st.plotly_chart(picker, on_select="rerun",
                                 selection_mode="points", key=f"patch_picker_{page.photo.key[:12]}_{row}_{col}",
                                 theme=None)  # fmt: skip
         points = [p for p in (event.selection.points if event else []) if p.get("curve_number") == 1]
@@ -506,33 +509,6 @@ def patch_tab(page: Page) -> None:
                                   min(len(per_head), 6), settings.colormap), theme=None)  # fmt: skip
     name = f"patch_{row}_{col}_layer{layer}"
     downloads(page, name, {name: fused, f"{name}_per_head": per_head}, overlay=name)
-
-
-def patch_picker_figure(photo: Photo, analysis: ImageAnalysis, selected: tuple[int, int]) -> go.Figure:
-    """The photo with one (nearly) transparent marker per patch: plotly selections fire for scatter
-    points, not for heatmap cells or images."""
-    rows, cols = analysis.grid_size
-    left, top, right, bottom = analysis.box
-    xs = left + (np.arange(cols) + 0.5) * (right - left) / cols
-    ys = top + (np.arange(rows) + 0.5) * (bottom - top) / rows
-    grid_x, grid_y = np.meshgrid(xs, ys)  # row-major, like the patch tokens
-    # the photo as a JPEG data URI: a pixel array would be millions of numbers in the page's JSON
-    source, scale = _photo_data_uri(photo.key, photo.image)
-    # each data-URI pixel covers `scale` pixels of the shown photo, so the picture spans the same
-    # coordinates as the photo (-0.5 .. width - 0.5) and the markers sit on their patches
-    figure = go.Figure(layout_template=plots.TEMPLATE,
-                       data=go.Image(source=source, dx=scale, dy=scale, x0=(scale - 1) / 2, y0=(scale - 1) / 2,
-                                     hoverinfo="skip"))  # fmt: skip
-    figure.add_trace(go.Scatter(x=grid_x.ravel(), y=grid_y.ravel(), mode="markers",
-                                marker=dict(size=max(6, min(30, 400 / max(rows, cols))), opacity=0.05, color="white"),
-                                customdata=[(r, c) for r in range(rows) for c in range(cols)],
-                                hovertemplate="patch (%{customdata[0]}, %{customdata[1]})<extra></extra>"))  # fmt: skip
-    figure.add_trace(go.Scatter(x=[xs[selected[1]]], y=[ys[selected[0]]], mode="markers", hoverinfo="skip",
-                                marker=dict(size=14, color="rgba(0,0,0,0)", line=dict(color="cyan", width=3))))  # fmt: skip
-    figure.update_layout(margin=dict(l=0, r=0, t=0, b=0), showlegend=False, dragmode=False, clickmode="event+select")
-    figure.update_xaxes(visible=False)
-    figure.update_yaxes(visible=False)
-    return figure
 
 
 

@@ -109,6 +109,28 @@ def test_discard_never_touches_prefix_tokens():
     assert torch.equal(patches == 0, original <= original.sort().values[2])
 
 
+@pytest.mark.parametrize("ratio", [0.1, 0.5, 0.9])
+def test_discard_zeroes_exactly_the_weakest_like_topk(ratio):
+    # the reference: topk's k smallest patch-to-patch weights of each image, set to zero
+    fused = torch.rand(3, 1 + 30, 1 + 30, generator=torch.Generator().manual_seed(1))
+    fused[1, 5:9, 5:9] = 0.25  # ties straddling the threshold
+    many_ties = torch.rand(30, 30, generator=torch.Generator().manual_seed(2)).round(decimals=1) + 0.05
+    fused[2, 1:, 1:] = many_ties  # ten distinct values, none zero
+    out = discard_weakest(fused, ratio, num_prefix_tokens=1)
+    k = int(900 * ratio)
+    for b in range(3):
+        flat = fused[b, 1:, 1:].flatten()
+        expected = flat.clone()
+        expected[flat.topk(k, largest=False).indices] = 0.0
+        kept = out[b, 1:, 1:].flatten()
+        assert int((kept == 0).sum()) == k  # exactly k weights zeroed
+        # the same multiset of survivors (which of several equal weights goes is not specified)
+        torch.testing.assert_close(kept.sort().values, expected.sort().values, rtol=0, atol=0)
+        assert bool((kept[kept > 0] >= flat.kthvalue(k).values).all())  # none weaker than a discarded one
+    torch.testing.assert_close(out[:, 0], fused[:, 0])  # [CLS] row and column untouched
+    torch.testing.assert_close(out[:, :, 0], fused[:, :, 0])
+
+
 def test_discard_ratio_changes_rollout_and_is_validated():
     attentions = random_attentions()
     assert not torch.allclose(attention_rollout(attentions, discard_ratio=0.5), attention_rollout(attentions))

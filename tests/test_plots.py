@@ -7,10 +7,12 @@ from PIL import Image
 
 from vitviz.images import Preprocessing
 from vitviz.plots import (
+    colorize,
     colormap_table,
     grid_figure,
     heatmap_figure,
     overlay,
+    patch_picker_figure,
     predictions_figure,
     top_mass_mask,
     upsample,
@@ -41,6 +43,44 @@ def test_overlay_keeps_the_photo_resolution_and_blends_exactly():
     np.testing.assert_array_equal(full[15, 46], top)  # centre of the hot patch (row 0, col 1)
     with pytest.raises(ValueError, match="alpha must be in"):
         overlay(photo, patch_map, alpha=2)
+
+
+def reference_overlay(image, patch_map, colormap, alpha, box):
+    """The overlay's formula in numpy, with the torch ``upsample`` (the fast path uses PIL's C loops)."""
+    photo = np.asarray(image, dtype=np.float32)
+    x0, y0, x1, y1 = (int(round(v)) for v in box)
+    patch_map = (patch_map - patch_map.min()) / (patch_map.max() - patch_map.min())
+    values = upsample(patch_map, y1 - y0, x1 - x0)
+    colours = colormap_table(colormap)[np.clip(np.rint(values * 255), 0, 255).astype(np.uint8)].astype(np.float32)
+    out = photo * 0.35
+    out[y0:y1, x0:x1] = (1 - alpha) * photo[y0:y1, x0:x1] + alpha * colours
+    return np.clip(out, 0, 255).astype(np.uint8)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_overlay_matches_the_numpy_formula(seed):
+    rng = np.random.default_rng(seed)
+    width, height = rng.integers(40, 700, size=2)
+    rows, cols = rng.integers(1, 10, size=2)  # the box is at least 10 pixels: upsampling
+    photo = Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8))
+    patch_map = rng.random((rows, cols)).astype(np.float32)
+    left, top = rng.uniform(0, width / 3), rng.uniform(0, height / 3)
+    box = (left, top, rng.uniform(left + 10, width), rng.uniform(top + 10, height))
+    colormap, alpha = ["inferno", "viridis", "jet", "greys", "turbo", "hot"][seed], float(rng.uniform())
+    fast = np.asarray(overlay(photo, patch_map, colormap, alpha, box)).astype(int)
+    difference = np.abs(fast - reference_overlay(photo, patch_map, colormap, alpha, box))
+    # float32 interpolation in PIL and torch may round a value at a half step either way, which picks
+    # the neighbouring table entry: at most one step of the colormap, for a few pixels; otherwise at
+    # most 1 of 255 (the final float-to-byte rounding)
+    step = np.abs(np.diff(colormap_table(colormap).astype(int), axis=0)).max()
+    assert difference.max() <= 1 + np.ceil(alpha * step)
+    assert (difference > 1).mean() < 1e-4 and difference.mean() < 0.05
+
+
+def test_colorize_rounds_to_the_nearest_table_entry():
+    table = colormap_table("viridis")
+    values = np.array([[0.0, 1.0, 100.4 / 255, 100.6 / 255, 0.5]], dtype=np.float32)
+    np.testing.assert_array_equal(colorize(values, "viridis")[0], table[[0, 255, 100, 101, 128]])
 
 
 def test_overlay_dims_what_the_model_did_not_see():
@@ -101,3 +141,15 @@ def test_heatmaps_use_the_overlay_colours_without_hex_codes():
     scale = heatmap_figure(np.ones((2, 2)), colormap="inferno").data[0].colorscale
     assert scale[0][1] == "rgb(0, 0, 4)" and scale[-1][1] == "rgb(252, 255, 164)"
     assert not any(color.startswith("#") for _, color in scale)
+
+
+def test_patch_picker_markers_sit_on_their_patches_row_major():
+    # a 3 x 5 grid (not square) in the box (10, 20)-(110, 80) of the photo: 20 x 20 pixel cells
+    figure = patch_picker_figure("data:image/jpeg;base64,", 2.0, (10, 20, 110, 80), (3, 5), selected=(2, 1))
+    picture, markers, ring = figure.data
+    assert (picture.dx, picture.x0) == (2.0, 0.5)  # picture pixels of 2 photo pixels, centred like the photo's
+    assert len(markers.x) == 15
+    index = 1 * 5 + 3  # patch (1, 3)
+    assert (markers.x[index], markers.y[index]) == (10 + 3.5 * 20, 20 + 1.5 * 20)
+    assert tuple(markers.customdata[index]) == (1, 3)
+    assert (ring.x[0], ring.y[0]) == (10 + 1.5 * 20, 20 + 2.5 * 20)  # patch (2, 1)
