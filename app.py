@@ -276,15 +276,20 @@ def choose_image() -> tuple[str, dict[str, ImageFile]] | None:
     uploads = st.file_uploader("Upload photos", type=UPLOAD_TYPES, accept_multiple_files=True)
     with st.expander("Take a photo with the camera"):
         camera = st.camera_input("Camera", label_visibility="collapsed")
-    items = [*(uploads or []), *([camera] if camera is not None else [])]
+    # each camera shot gets a name of its own (the browser calls every shot image.jpg)
+    shots = st.session_state.setdefault("camera_shots", {})  # file id -> name
+    if camera is not None and camera.file_id not in shots:
+        shots[camera.file_id] = f"camera photo {len(shots) + 1}.jpg"
+    items = [(upload.name, upload) for upload in uploads or []]
+    items += [(shots[camera.file_id], camera)] if camera is not None else []
     # each upload is read, hashed and decoded once, in the run it arrives; later runs reuse the outcome
     earlier = st.session_state.get("intake", {})
-    intake = {item.file_id: earlier[item.file_id] if item.file_id in earlier else take_in(item) for item in items}
+    intake = {item.file_id: earlier[item.file_id] if item.file_id in earlier else take_in(name, item) for name, item in items}
     st.session_state.intake = intake  # only the files still in the widgets
-    for item in items:
+    for name, item in items:
         if intake[item.file_id]:
-            st.error(f"Could not read {item.name}: {intake[item.file_id]}")
-    readable = [item.name for item in items if not intake[item.file_id]]
+            st.error(f"Could not read {name}: {intake[item.file_id]}")
+    readable = [name for name, item in items if not intake[item.file_id]]
     samples = dict(sample_images(tuple(SAMPLE_ZIPS)))
     options = list(st.session_state.history) + [f"sample: {name}" for name in samples]
     if not options:
@@ -300,17 +305,17 @@ def choose_image() -> tuple[str, dict[str, ImageFile]] | None:
     return name, images
 
 
-def take_in(upload) -> str:
-    """Read a new upload: add it to the session's images and return "", or return why it was refused.
-    Unreadable files are refused here, so they never reach an image picker and the others stay usable."""
+def take_in(name: str, upload) -> str:
+    """Read a new upload: add it to the session's images as `name` and return "", or return why it was
+    refused. Unreadable files are refused here, so they never reach an image picker and the others stay usable."""
     file = ImageFile.of(upload.getvalue())
     try:
         decode(file)
     except ImageError as error:
         return str(error)
     history = st.session_state.history
-    history.pop(upload.name, None)  # re-insert: newest last
-    history[upload.name] = file
+    history.pop(name, None)  # re-insert: newest last
+    history[name] = file
     while len(history) > MAX_SESSION_IMAGES:  # bound each session's memory: drop the oldest
         history.pop(next(iter(history)))
     return ""

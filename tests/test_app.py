@@ -147,6 +147,23 @@ def test_tab_controls_keep_their_values_while_another_tab_is_open(default_model)
     assert values["A: image"] == values["B: image"] == "a.png" and values["A: head"] == 3
 
 
+def jpeg_bytes(size=(64, 48), colour=(30, 160, 90)) -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", size, colour).save(buffer, format="JPEG")
+    return buffer.getvalue()
+
+
+def test_camera_photos_each_join_the_image_picker(default_model):
+    at = started_app()
+    at.camera_input[0].set_value(("image.jpg", jpeg_bytes(), "image/jpeg")).run()
+    assert not at.exception and not at.error
+    assert next(s for s in at.selectbox if s.label == "Image").value == "camera photo 1.jpg"
+    assert at.get("image")[0].proto.imgs[0].caption.startswith("camera photo 1.jpg, 64x48")
+    at.camera_input[0].set_value(("image.jpg", jpeg_bytes((40, 40), (200, 10, 10)), "image/jpeg")).run()
+    picker = next(s for s in at.selectbox if s.label == "Image")  # the browser names every shot image.jpg
+    assert picker.options == ["camera photo 1.jpg", "camera photo 2.jpg"] and picker.value == "camera photo 2.jpg"
+
+
 def image_urls(at) -> list:
     return [img.proto.imgs[0].url for img in at.get("image")]
 
