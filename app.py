@@ -27,7 +27,7 @@ import vitviz
 from vitviz import explain, plots
 from vitviz.analysis import ImageAnalysis, analyse_image, class_maps, head_statistics
 from vitviz.convert import TORCHVISION_ARCHS
-from vitviz.images import ImageError, load_image
+from vitviz.images import ImageError, ImageFile, load_image
 
 MODEL_CHOICES = ["default", *(f"torchvision:{arch}" for arch in TORCHVISION_ARCHS), "path or upload..."]
 UPLOAD_TYPES = ["jpg", "jpeg", "png", "webp", "bmp", "gif", "tif", "tiff"]
@@ -52,18 +52,6 @@ class Settings:
     precision: str
     colormap: str
     alpha: float
-
-
-@dataclass(frozen=True, eq=False)
-class ImageFile:
-    """An image file as it arrived, with the digest of its bytes, computed once at intake."""
-
-    data: bytes
-    key: str
-
-    @classmethod
-    def of(cls, data: bytes) -> ImageFile:
-        return cls(data, hashlib.sha256(data).hexdigest())
 
 
 # Cached functions take an ImageFile and are keyed by its digest: Streamlit would otherwise hash
@@ -282,14 +270,17 @@ def choose_image() -> tuple[str, dict[str, ImageFile]] | None:
         shots[camera.file_id] = f"camera photo {len(shots) + 1}.jpg"
     items = [(upload.name, upload) for upload in uploads or []]
     items += [(shots[camera.file_id], camera)] if camera is not None else []
-    # each upload is read, hashed and decoded once, in the run it arrives; later runs reuse the outcome
+    # each upload is read, hashed and decoded once, in the run it arrives; later runs reuse the outcome:
+    # (its name among the session's images, "") or ("", why it was refused)
     earlier = st.session_state.get("intake", {})
-    intake = {item.file_id: earlier[item.file_id] if item.file_id in earlier else take_in(name, item) for name, item in items}
+    intake = {item.file_id: earlier.get(item.file_id) or take_in(name, item) for name, item in items}
     st.session_state.intake = intake  # only the files still in the widgets
     for name, item in items:
-        if intake[item.file_id]:
-            st.error(f"Could not read {name}: {intake[item.file_id]}")
-    readable = [name for name, item in items if not intake[item.file_id]]
+        if intake[item.file_id][1]:
+            st.error(f"Could not read {name}: {intake[item.file_id][1]}")
+    arrived = [intake[item.file_id][0] for _, item in items if item.file_id not in earlier]
+    if any(arrived):  # the newest readable arrival is shown, wherever its widget lists it
+        st.session_state.newest = [name for name in arrived if name][-1]
     samples = dict(sample_images(tuple(SAMPLE_ZIPS)))
     options = list(st.session_state.history) + [f"sample: {name}" for name in samples]
     if not options:
@@ -299,26 +290,33 @@ def choose_image() -> tuple[str, dict[str, ImageFile]] | None:
             "class-specific relevance, head statistics and faithfulness curves."
         )
         return None
-    index = options.index(readable[-1]) if readable and readable[-1] in options else 0
+    newest = st.session_state.get("newest")
+    index = options.index(newest) if newest in options else 0
     name = st.selectbox("Image", options, index=index, help="every image of this session stays here")
     images = st.session_state.history | {f"sample: {n}": file for n, file in samples.items()}
     return name, images
 
 
-def take_in(name: str, upload) -> str:
-    """Read a new upload: add it to the session's images as `name` and return "", or return why it was
-    refused. Unreadable files are refused here, so they never reach an image picker and the others stay usable."""
+def take_in(name: str, upload) -> tuple[str, str]:
+    """Read a new upload: add it to the session's images and return (its name there, ""), or return
+    ("", why it was refused). Unreadable files are refused here, so they never reach an image picker
+    and the others stay usable. A different file with a name already taken (phones call every photo
+    image.jpg) gets a number: "image (2).jpg"."""
     file = ImageFile.of(upload.getvalue())
     try:
         decode(file)
     except ImageError as error:
-        return str(error)
+        return "", str(error)
     history = st.session_state.history
+    stem, suffix = os.path.splitext(name)
+    number = 2
+    while name in history and history[name].key != file.key:
+        name, number = f"{stem} ({number}){suffix}", number + 1
     history.pop(name, None)  # re-insert: newest last
     history[name] = file
     while len(history) > MAX_SESSION_IMAGES:  # bound each session's memory: drop the oldest
         history.pop(next(iter(history)))
-    return ""
+    return name, ""
 
 
 # --- what every tab draws from -----------------------------------------------------------------
@@ -342,14 +340,17 @@ class Page:
         draw, so keep_tab_widgets() writes these values back in every run: a control keeps its value
         while another tab is open. The default is set here rather than given to the widget (Streamlit
         warns about a widget given both). The model, and the image for per_image widgets, are part
-        of the key, so a value never meets a widget it does not fit (another model's layer count)."""
+        of the key, so a value never meets a widget it does not fit (another model's layer count); a
+        stored value outside ``options`` (the choices or the range it must be in) goes back to the
+        default, since one path may load a different model after its file changed."""
         key = f"{KEPT}{self.scopes()[1 if per_image else 0]}|{name}"
         if key not in st.session_state or (options is not None and st.session_state[key] not in options):
             st.session_state[key] = default
         return key
 
     def scopes(self) -> tuple[str, str]:
-        return self.settings.model_spec, f"{self.settings.model_spec}|{self.photo.key}"
+        # the name too: two images with the same bytes are still two choices in the compare pickers
+        return self.settings.model_spec, f"{self.settings.model_spec}|{self.photo.key}|{self.photo.name}"
 
 
 def keep_tab_widgets(scopes: tuple[str, ...]) -> None:
@@ -409,7 +410,7 @@ def overview_tab(page: Page) -> None:
     with right:
         st.subheader("Predictions")
         most = min(10, len(model.class_names))
-        top_k = st.slider("Top-k", 1, most, key=page.key("top_k", min(5, most))) if most > 1 else 1
+        top_k = st.slider("Top-k", 1, most, key=page.key("top_k", min(5, most), options=range(1, most + 1))) if most > 1 else 1
         top = np.argsort(analysis.probabilities)[::-1][:top_k]  # only these reach the cache key, not 1000 names
         st.plotly_chart(cached_figure("predictions_figure", analysis.probabilities[top],
                                       [model.class_names[i] for i in top], top_k), theme=None)  # fmt: skip
@@ -417,7 +418,8 @@ def overview_tab(page: Page) -> None:
         fusion = st.selectbox("Head fusion", explain.HEAD_FUSIONS, key=page.key("fusion", explain.HEAD_FUSIONS[0]))
         discard = st.slider("Discard ratio", 0.0, 0.95, step=0.05, key=page.key("discard", 0.0),
                             help="weakest patch-to-patch weights dropped")  # fmt: skip
-        start = index_slider("Start layer", model.config.num_layers, page.key("start_layer", 0))
+        layers = range(model.config.num_layers)
+        start = index_slider("Start layer", len(layers), page.key("start_layer", 0, options=layers))
     rollout = rollout_map(settings.model_spec, page.photo.key, settings.precision, fusion, discard, start,
                           _analysis=analysis, _pooling=model.config.pooling)  # fmt: skip
     with left:
@@ -437,7 +439,8 @@ def heads_tab(page: Page, images: dict[str, ImageFile], prepare) -> None:
         st.info("This model has no [CLS] token, so there is no [CLS] attention to show; "
                 "see 'Click a patch' for what each patch attends to.")  # fmt: skip
         return
-    layer = index_slider("Layer", c.num_layers, page.key("heads_layer", c.num_layers - 1))
+    layers = range(c.num_layers)
+    layer = index_slider("Layer", c.num_layers, page.key("heads_layer", c.num_layers - 1, options=layers))
     maps = explain.cls_attention_all(page.analysis.attentions, **page.analysis.maps_args)[0]  # (L, H, rows, cols)
     st.subheader(f"[CLS] attention of every head in layer {layer}")
     st.plotly_chart(cached_figure("grid_figure", maps[layer], [f"head {h}" for h in range(c.num_heads)], min(c.num_heads, 6),
@@ -456,7 +459,7 @@ def heads_tab(page: Page, images: dict[str, ImageFile], prepare) -> None:
                 st.error(f"Could not read {image_name}: {error}")
                 continue
             pick_layer = st.number_input(f"{side}: layer", 0, c.num_layers - 1,
-                                         key=page.key(f"layer_{side}", c.num_layers - 1 if side == "A" else 0))  # fmt: skip
+                                         key=page.key(f"layer_{side}", layers[-1] if side == "A" else 0, options=layers))  # fmt: skip
             heads = ["mean", "max", "min", *range(c.num_heads)]
             pick_head = st.selectbox(f"{side}: head", heads, key=page.key(f"head_{side}", "mean", options=heads))
             patch_map = explain.cls_attention(side_analysis.attentions, int(pick_layer), pick_head,
@@ -481,7 +484,8 @@ def patch_tab(page: Page) -> None:
         st.session_state.patch = (rows // 2, cols // 2)
     row, col = st.session_state.patch
     row, col = min(row, rows - 1), min(col, cols - 1)
-    layer = index_slider("Layer", page.model.config.num_layers, page.key("patch_layer", page.model.config.num_layers - 1))
+    layers = range(page.model.config.num_layers)
+    layer = index_slider("Layer", len(layers), page.key("patch_layer", layers[-1], options=layers))
     left, right = st.columns(2)
     with left:
         st.caption("Click a patch on the picture (or set its row and column) to see what it attends to.")
@@ -501,9 +505,9 @@ def patch_tab(page: Page) -> None:
                                 selection_mode="points", key=f"patch_picker_{page.photo.key[:12]}_{row}_{col}",
                                 theme=None)  # fmt: skip
         points = [p for p in (event.selection.points if event else []) if p.get("curve_number") == 1]
-        if points:  # a click: known only once the chart is drawn, so draw again with the new patch
-            clicked = int(points[0]["point_index"])
-            st.session_state.patch = (clicked // cols, clicked % cols)
+        clicked = divmod(int(points[0]["point_index"]), cols) if points else (row, col)
+        if clicked != (row, col):  # a click: known only once the chart is drawn, so draw again with the new patch
+            st.session_state.patch = clicked  # (clicking the current patch changes nothing, and must not rerun)
             rerun_tab()
     fused, per_head = patch_maps(settings.model_spec, page.photo.key, settings.precision, layer, row, col,
                                  _analysis=analysis)  # fmt: skip

@@ -162,6 +162,50 @@ def test_camera_photos_each_join_the_image_picker(default_model):
     at.camera_input[0].set_value(("image.jpg", jpeg_bytes((40, 40), (200, 10, 10)), "image/jpeg")).run()
     picker = next(s for s in at.selectbox if s.label == "Image")  # the browser names every shot image.jpg
     assert picker.options == ["camera photo 1.jpg", "camera photo 2.jpg"] and picker.value == "camera photo 2.jpg"
+    at.file_uploader[0].set_value(("upload.png", png_bytes(), "image/png")).run()  # the camera still holds a shot
+    assert next(s for s in at.selectbox if s.label == "Image").value == "upload.png"  # the newest arrival is shown
+    at.sidebar.slider[0].set_value(0.3).run()  # and stays chosen on later runs
+    assert next(s for s in at.selectbox if s.label == "Image").value == "upload.png"
+
+
+def test_different_files_with_the_same_name_are_both_kept(default_model):
+    at = started_app()
+    at.file_uploader[0].set_value([("image.jpg", jpeg_bytes(), "image/jpeg"),
+                                   ("image.jpg", jpeg_bytes(colour=(250, 250, 0)), "image/jpeg")]).run()  # fmt: skip
+    picker = next(s for s in at.selectbox if s.label == "Image")
+    assert picker.options == ["image.jpg", "image (2).jpg"] and picker.value == "image (2).jpg"
+
+
+def test_the_compare_sides_tell_apart_two_images_with_the_same_bytes(default_model):
+    at = started_app()
+    at.file_uploader[0].set_value([("x.png", png_bytes(), "image/png"), ("y.png", png_bytes(), "image/png")]).run()
+    open_tab(at, "Heads & layers")
+    next(s for s in at.selectbox if s.label == "Image").set_value("x.png").run()
+    values = {s.label: s.value for s in at.selectbox}
+    assert values["A: image"] == values["B: image"] == "x.png"
+    assert "Download the overlay (PNG, full resolution)" in download_labels(at)
+
+
+def test_a_model_with_fewer_layers_under_the_same_name_resets_the_layer_controls(default_model, tmp_path):
+    # the same path, a different model after the file changed: stored layer choices must not overflow
+    path = tmp_path / "changing.pt"
+    torch.manual_seed(0)
+    save_checkpoint(path, ViT(ViTConfig(image_size=32, patch_size=8, hidden_size=32, num_layers=3, num_heads=4,
+                                        mlp_size=64, num_classes=3)), NAMES, Preprocessing(resize=32, crop=32))  # fmt: skip
+    at = started_app()
+    at.sidebar.selectbox[0].set_value("path or upload...").run()
+    at.sidebar.text_input[0].set_value(str(path)).run()
+    at.file_uploader[0].set_value(("photo.png", png_bytes(), "image/png")).run()
+    next(s for s in at.slider if s.label == "Start layer").set_value(2).run()
+    open_tab(at, "Heads & layers")
+    next(n for n in at.number_input if n.label == "A: layer").set_value(2).run()
+    tiny_checkpoint(path)  # two layers now
+    st.cache_resource.clear()
+    at.run()
+    assert not at.exception, at.exception
+    assert next(n for n in at.number_input if n.label == "A: layer").value == 1  # the new last layer, its default
+    open_tab(at, "Overview")
+    assert next(s for s in at.slider if s.label == "Start layer").value == 0
 
 
 def image_urls(at) -> list:

@@ -26,11 +26,12 @@ def server(tmp_path_factory):
     folder = tmp_path_factory.mktemp("browser")
     env = {"VITVIZ_DEFAULT_CHECKPOINT": str(tiny_checkpoint(folder / "model.pt")), "VITVIZ_SAMPLES": ""}
     with streamlit_server(folder, env) as running:
-        yield running.url, folder
+        yield running, folder
 
 
 def test_upload_overlay_and_click_a_patch(server):
-    url, folder = server
+    running, folder = server
+    url = running.url
     photo = folder / "photo.png"
     image = Image.new("RGB", (480, 320), (40, 120, 200))
     image.paste((230, 200, 40), (60, 60, 220, 260))
@@ -67,6 +68,12 @@ def test_upload_overlay_and_click_a_patch(server):
         assert markers.count() == 16
         markers.nth(0).click(force=True)
         page.get_by_text("patch (0, 0), layer 1").first.wait_for(timeout=90_000)
+        # clicking the patch already chosen changes nothing, and must not set off a chain of reruns
+        page.wait_for_timeout(2000)
+        runs = len(running.script_runs())
+        markers.nth(0).click(force=True)
+        page.wait_for_timeout(4000)
+        assert len(running.script_runs()) - runs <= 2
         page.screenshot(path=str(SCREENSHOTS / "click_a_patch.png"), full_page=True)
         assert not page.get_by_text("Traceback").count()
         browser.close()

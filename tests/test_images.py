@@ -1,6 +1,8 @@
 """Preprocessing against torchvision's presets, greyscale scaling, and huge JPEGs (the hostile corpus: test_hostile_images.py)."""
 
+import hashlib
 import io
+import pickle
 
 import numpy as np
 import pytest
@@ -9,7 +11,7 @@ from PIL import Image
 from torchvision.transforms._presets import ImageClassification
 from torchvision.transforms import InterpolationMode
 
-from vitviz.images import Preprocessing, load_image
+from vitviz.images import ImageFile, Preprocessing, load_image
 
 
 def photo(width=300, height=200) -> Image.Image:
@@ -76,3 +78,12 @@ def test_huge_jpeg_is_decoded_in_draft_mode():
     assert image.size in {(6000, 4500), (3000, 2250), (1500, 1125)}
     assert image.width * image.height <= 16_000_000
     assert abs(image.getpixel((10, 10))[2] - 200) < 8
+
+
+def test_image_files_pickle_under_a_stable_name():
+    # Streamlit's st.cache_data pickles what it stores; app.py runs as a fresh __main__ for every session,
+    # so a class defined there could not be unpickled reliably
+    file = ImageFile.of(b"some bytes")
+    assert file.key == hashlib.sha256(b"some bytes").hexdigest()
+    copy = pickle.loads(pickle.dumps(file))
+    assert ImageFile.__module__ == "vitviz.images" and (copy.data, copy.key) == (file.data, file.key)

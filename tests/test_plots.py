@@ -77,6 +77,19 @@ def test_overlay_matches_the_numpy_formula(seed):
     assert (difference > 1).mean() < 1e-4 and difference.mean() < 0.05
 
 
+def test_a_box_reaching_past_the_photo_keeps_the_map_in_place():
+    # a centre crop larger than the resized photo pads it: the box reaches 20 pixels past the left edge.
+    # Drawn on the photo padded by those 20 pixels, the same map must land on the same pixels.
+    rng = np.random.default_rng(3)
+    photo = Image.fromarray(rng.integers(0, 256, (50, 100, 3), dtype=np.uint8))
+    padded = Image.new("RGB", (120, 50))
+    padded.paste(photo, (20, 0))
+    patch_map = rng.random((2, 5)).astype(np.float32)
+    out = np.asarray(overlay(photo, patch_map, "viridis", 0.6, box=(-20, 0, 80, 50)))
+    expected = np.asarray(overlay(padded, patch_map, "viridis", 0.6, box=(0, 0, 100, 50)))[:, 20:]
+    np.testing.assert_array_equal(out, expected)
+
+
 def test_colorize_rounds_to_the_nearest_table_entry():
     table = colormap_table("viridis")
     values = np.array([[0.0, 1.0, 100.4 / 255, 100.6 / 255, 0.5]], dtype=np.float32)

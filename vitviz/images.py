@@ -9,6 +9,7 @@ dataclass so a checkpoint can store it as a dict, and it is callable, so
 
 from __future__ import annotations
 
+import hashlib
 import io
 import math
 import re
@@ -43,6 +44,20 @@ _NOT_IMAGES = [
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _IMAGE_SIGNATURES = [(b"\xff\xd8\xff", "JPEG"), (_PNG_SIGNATURE, "PNG"), (b"GIF8", "GIF"), (b"BM", "BMP"),
                      (b"II*\x00", "TIFF"), (b"MM\x00*", "TIFF"), (b"RIFF", "WEBP")]  # fmt: skip
+
+
+@dataclass(frozen=True, eq=False)
+class ImageFile:
+    """An image file as it arrived (not yet decoded), with the sha256 digest of its bytes, computed once:
+    a cheap key for everything computed from it. Defined here, not in app.py, so Streamlit's caches can
+    pickle it under a stable name."""
+
+    data: bytes
+    key: str
+
+    @classmethod
+    def of(cls, data: bytes) -> ImageFile:
+        return cls(data, hashlib.sha256(data).hexdigest())
 
 
 class ImageError(ValueError):

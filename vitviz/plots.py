@@ -108,16 +108,18 @@ def overlay(
         raise ValueError(f"alpha must be in [0, 1]; got {alpha}")
     photo = image if image.mode == "RGB" else image.convert("RGB")
     width, height = photo.size
-    left, top, right, bottom = box or (0, 0, width, height)
-    x0, y0 = max(0, int(round(left))), max(0, int(round(top)))
-    x1, y1 = min(width, int(round(right))), min(height, int(round(bottom)))
+    # the map covers the whole box, which may reach past the photo (a centre crop larger than the
+    # resized photo pads it): only the part on the photo is drawn
+    bx0, by0, bx1, by1 = (int(round(v)) for v in (box or (0, 0, width, height)))
+    x0, y0, x1, y1 = max(0, bx0), max(0, by0), min(width, bx1), min(height, by1)
     if x1 <= x0 or y1 <= y0:
         raise ValueError(f"box {box} does not overlap the {width}x{height} image")
     # PIL's bilinear filter, upsampling, is upsample's: triangle weights around half-pixel centres,
     # edges clamped (PIL drops the weights that fall outside and renormalises: the same values). On a
     # box smaller than the patch grid (a tiny photo) PIL averages neighbouring patches instead of
     # sampling between two of them, which is the better picture there.
-    values = Image.fromarray(rescale(patch_map).astype(np.float32), mode="F").resize((x1 - x0, y1 - y0), Image.BILINEAR)
+    values = Image.fromarray(rescale(patch_map).astype(np.float32), mode="F").resize((bx1 - bx0, by1 - by0), Image.BILINEAR)
+    values = values.crop((x0 - bx0, y0 - by0, x1 - bx0, y1 - by0))
     out = photo.point(_DIMMED)
     out.paste(Image.blend(photo.crop((x0, y0, x1, y1)), _colour_image(values, colormap), alpha), (x0, y0))
     return out
