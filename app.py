@@ -597,6 +597,10 @@ def main() -> None:
     st.set_page_config(page_title="vitviz", page_icon="🔍", layout="wide")
     st.title("vitviz: what does the Vision Transformer look at?")
     settings = sidebar()
+    # the images come first, so a model that is missing or fails to load does not clear the uploads
+    chosen = choose_image()
+    if "tab" in st.session_state:  # and the open tab survives runs that stop before the tabs
+        st.session_state.tab = st.session_state.tab
     if not settings.model_spec:
         st.info("Enter the path of a vitviz checkpoint or a Hugging Face ViT folder, or upload a checkpoint.")
         return
@@ -609,7 +613,6 @@ def main() -> None:
     if model.config.num_classes == 0:
         st.error("This model has no classification head (a backbone); vitviz needs a classifier to explain.")
         return
-    chosen = choose_image()
     if chosen is None:
         return
     name, images = chosen

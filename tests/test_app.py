@@ -397,3 +397,17 @@ def test_compare_sides_follow_a_new_main_image(default_model):
         next(s for s in at.selectbox if s.label == "Image").set_value(name).run()
         sides = [s.value for s in at.selectbox if s.label in ("A: image", "B: image")]
         assert sides == [name, name]
+
+
+def test_choosing_another_model_keeps_the_images_the_chosen_one_and_the_open_tab(default_model):
+    at = started_app()
+    at.file_uploader[0].set_value([("a.png", png_bytes(), "image/png"),
+                                   ("b.png", png_bytes((30, 60)), "image/png")]).run()  # fmt: skip
+    next(s for s in at.selectbox if s.label == "Image").set_value("a.png").run()
+    open_tab(at, "Heads & layers")
+    at.sidebar.selectbox[0].set_value("path or upload...").run()  # no path yet: the page stops early
+    assert "Enter the path of a vitviz checkpoint" in at.info[0].value
+    at.sidebar.selectbox[0].set_value("default").run()
+    assert not at.exception and at.session_state["tab"] == "Heads & layers"
+    assert next(s for s in at.selectbox if s.label == "Image").value == "a.png"
+    assert [f.name for f in at.file_uploader[0].value] == ["a.png", "b.png"]
