@@ -66,6 +66,11 @@ class Photo:
     image: Image.Image  # at most MAX_DISPLAY_SIDE on its long side: what the page draws on
     full: Image.Image  # as decoded: what the PNG downloads draw on
 
+    @property
+    def scale(self) -> float:
+        """Shown pixels per full-size pixel (1 for photos no larger than MAX_DISPLAY_SIDE)."""
+        return self.image.width / self.full.width
+
 
 # --- cached computations -----------------------------------------------------------------------
 
@@ -253,7 +258,6 @@ def describe_model(model: vitviz.ViT, spec: str) -> None:
         st.write(", ".join(model.class_names) if model.class_names else "none (a backbone)")
 
 
-
 # --- images ------------------------------------------------------------------------------------
 
 
@@ -331,7 +335,6 @@ class Page:
     file: ImageFile
     photo: Photo
     analysis: ImageAnalysis  # its box is on the shown photo (photo.image)
-    full_box: tuple[float, float, float, float]  # the same box on the full-size photo
 
     def key(self, name: str, default, per_image: bool = False, options=None) -> str:
         """The session-state key of a tab widget, holding its value (the default at first).
@@ -385,7 +388,8 @@ def downloads(page: Page, tab: str, maps: dict[str, np.ndarray], overlay: str | 
 
     def overlay_png() -> bytes:
         buffer = io.BytesIO()
-        picture = plots.overlay(page.photo.full, maps[overlay], page.settings.colormap, page.settings.alpha, page.full_box)
+        full_box = tuple(v / page.photo.scale for v in page.analysis.box)
+        picture = plots.overlay(page.photo.full, maps[overlay], page.settings.colormap, page.settings.alpha, full_box)
         picture.save(buffer, format="PNG")
         return buffer.getvalue()
 
@@ -496,11 +500,11 @@ def patch_tab(page: Page) -> None:
         if (new_row, new_col) != (row, col):
             row, col = int(new_row), int(new_col)
             st.session_state.patch = (row, col)
-        # the chart's key names the image and the patch, so after any change of patch a fresh chart
-        # (with no stale selection) is drawn, and clicking a previously clicked patch works again
         # the photo as a small JPEG data URI: a pixel array would be millions of numbers in the page's JSON
         picture, scale = _photo_data_uri(page.photo.key, page.photo.image)
         picker = cached_figure("patch_picker_figure", picture, scale, tuple(analysis.box), analysis.grid_size, (row, col))
+        # the chart's key names the image and the patch, so after any change of patch a fresh chart
+        # (with no stale selection) is drawn, and clicking a previously clicked patch works again
         event = st.plotly_chart(picker, on_select="rerun",
                                 selection_mode="points", key=f"patch_picker_{page.photo.key[:12]}_{row}_{col}",
                                 theme=None)  # fmt: skip
@@ -622,16 +626,14 @@ def main() -> None:
         file = images[image_name]
         analysis = analyse(model, settings.model_spec, file, settings.precision)
         photo = Photo(image_name, file.key, display_photo(file), decode(file))
-        scale = photo.image.width / photo.full.width
-        return photo, dataclasses.replace(analysis, box=tuple(v * scale for v in analysis.box))
+        return photo, dataclasses.replace(analysis, box=tuple(v * photo.scale for v in analysis.box))
 
     try:
         photo, shown = prepare(name)
     except ImageError as error:
         st.error(f"Could not read {name}: {error}")
         return
-    full_box = analyse(model, settings.model_spec, images[name], settings.precision).box
-    page = Page(model, settings, images[name], photo, shown, full_box)
+    page = Page(model, settings, images[name], photo, shown)
     keep_tab_widgets(page.scopes())
     # Only the open tab runs (Streamlit's lazy tabs): a sidebar change redraws one tab, not six, and
     # the class-specific maps (a backward pass) are computed when their tab is first opened.

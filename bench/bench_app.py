@@ -31,7 +31,7 @@ import common  # bench/common.py
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
-from browser_harness import CHROMIUM, CHROMIUM_ARGS, _act_and_wait, streamlit_server  # noqa: E402
+from browser_harness import CHROMIUM, CHROMIUM_ARGS, _act_and_wait, _choose, streamlit_server  # noqa: E402
 
 _IDLE = """() => document.querySelector("[data-testid='stApp']").getAttribute("data-test-script-state") === "notRunning" """
 
@@ -63,10 +63,7 @@ def controls(page) -> dict:
         await slider.press(first if i % 2 == 0 else other)
 
     async def choose(label: str, options: list[str], i: int) -> None:
-        box = page.get_by_role("combobox", name=label).first
-        await box.click()
-        await box.press_sequentially(options[i % 2])  # the select filters its options as one types
-        await box.press("Enter")
+        await _choose(page, label, options[i % 2])
 
     async def row(i: int) -> None:
         box = page.get_by_role("spinbutton", name="Row").first

@@ -13,7 +13,8 @@ require_browser()
 
 # app.py's max_entries for the st.cache_resource caches an image goes through (Streamlit's
 # metrics count their entries; for st.cache_data they give bytes, reported but not bounded here)
-MAX_ENTRIES = {"decode": 64, "analyse": 8, "relevance_maps": 64, "statistics": 32, "get_model": 3}
+MAX_ENTRIES = {"decode": 64, "display_photo": 64, "analyse": 8, "rollout_map": 64, "relevance_maps": 64,
+               "statistics": 32, "get_model": 3}  # fmt: skip
 
 
 def test_eight_sessions_at_once(tmp_path):

@@ -75,7 +75,7 @@ def colorize(values: np.ndarray, colormap: str = "inferno") -> np.ndarray:
 
 
 def _colour_image(values: Image.Image, colormap: str) -> Image.Image:
-    """An "F" image of [0, 1] values -> an RGB image, with PIL's C loops (about 3x faster than numpy here).
+    """An "F" image of [0, 1] values -> an RGB image, with PIL's C loops (faster than numpy indexing).
     PIL converts floats to bytes by truncation, so adding 0.5 rounds (halves up, where numpy's rint
     would round them to even: a difference of one table entry, for exact halves only)."""
     indices = values.point(lambda v: v * 255 + 0.5).convert("L")
@@ -100,9 +100,10 @@ def overlay(
 
     Inside the box each pixel is ``(1 - alpha) * photo + alpha * colour``, the colour taken from the
     map upsampled bilinearly with half-pixel centres (as ``upsample``). It is computed with PIL's C
-    loops: a 1024 x 768 overlay takes about 10 ms instead of 25 ms with numpy, which matters for a page
-    that redraws it whenever the opacity or colormap changes. tests/test_plots.py checks it against
-    the numpy formula with ``upsample`` (at most 1 of 255 apart, from rounding).
+    loops: a 1024 x 768 overlay takes 7 ms instead of 25 ms with numpy (bench/bench_render.py), which
+    matters for a page that redraws it whenever the opacity or colormap changes. tests/test_plots.py
+    checks it against the numpy formula with ``upsample``: at most 1 of 255 apart, or one colormap step
+    on the rare pixel whose value rounds the other way.
     """
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"alpha must be in [0, 1]; got {alpha}")
@@ -158,8 +159,8 @@ def masked_image(
 
 def _figure(traces: list[dict], **layout) -> go.Figure:
     """A figure built in one constructor call: plotly validates everything once. Building it and then
-    calling update_layout / update_xaxes costs about four times as long (8 ms instead of 2 for a heatmap),
-    and the page builds a new figure for every new map or colormap."""
+    calling update_layout / update_xaxes takes over twice as long (a heatmap: 9.5 ms instead of 4.1,
+    bench/bench_render.py), and the page builds a new figure for every new map or colormap."""
     return go.Figure(data=traces, layout=dict(template=TEMPLATE, **layout))
 
 
