@@ -236,12 +236,20 @@ async def _act_and_wait(page, action, timeout_ms: int, done: str | None = None, 
         raise TimeoutError(f"no finished run after {what} (run seen, state: {state})") from error
 
 
-async def _choose(page, label: str, option: str) -> None:
-    """Pick an option of a selectbox: click it, type the option (the list filters), Enter."""
+async def _choose(page, label: str, option: str, attempts: int = 3) -> None:
+    """Pick an option of a selectbox by clicks: open its list, click the option. No typing: with many
+    browser tabs at once, keys typed into a tab without focus were sometimes lost and the list stayed
+    unfiltered or closed. If the option does not show, close the list and try again."""
     box = page.get_by_role("combobox", name=label).first
-    await box.click()
-    await box.press_sequentially(option)
-    await box.press("Enter")
+    for attempt in range(attempts):
+        await box.click()
+        try:
+            await page.get_by_role("option", name=option, exact=True).click(timeout=10_000)
+            return
+        except Exception:  # noqa: BLE001 - the list did not open in time: close it, try again
+            if attempt == attempts - 1:
+                raise
+            await page.keyboard.press("Escape")
 
 
 async def _problems(page) -> list[str]:
