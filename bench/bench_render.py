@@ -53,7 +53,7 @@ def discard_with_topk(fused: torch.Tensor, ratio: float, prefix: int) -> torch.T
 
 def rollout_with_topk(attentions, ratio: float) -> torch.Tensor:
     fused = [discard_with_topk(a.mean(1), ratio, 1) for a in attentions]
-    return explain._rollout(fused, 0, "cls", 1)
+    return explain.attention._rollout(fused, 0, "cls", 1)
 
 
 def main(argv: list[str] | None = None) -> dict:

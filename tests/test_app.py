@@ -1,6 +1,8 @@
 """The page through Streamlit's AppTest: model loading, uploads, every tab, controls, errors."""
 
+import base64
 import io
+import json
 import pickle
 import re
 import zipfile
@@ -16,7 +18,7 @@ from tiny_models import tiny_checkpoint
 from streamlit.testing.v1 import AppTest
 
 import vitviz.load
-from vitviz import Preprocessing, ViT, ViTConfig, save_checkpoint
+from vitviz import Preprocessing, ViT, ViTConfig, explain, save_checkpoint
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 NAMES = ["cat", "dog", "bird"]
@@ -86,7 +88,7 @@ def test_upload_renders_predictions_and_the_rollout_overlay(default_model):
     at = uploaded_app()
     assert not at.error
     assert [tab.label for tab in at.tabs] == ["Overview", "Heads & layers", "Click a patch", "Class-specific",
-                                              "Model anatomy", "Faithfulness"]  # fmt: skip
+                                              "Model anatomy", "Tokens", "Faithfulness"]  # fmt: skip
     specs = chart_specs(at)
     for name in NAMES:
         assert name in specs  # the prediction bars
@@ -348,16 +350,18 @@ def test_one_layer_model_without_cls_token_renders_every_tab(tmp_path, monkeypat
     monkeypatch.setattr(vitviz.load, "DEFAULT_CHECKPOINT", tmp_path / "odd.pt")
     at = uploaded_app()
     assert not at.error
-    for tab in ["Heads & layers", "Click a patch", "Class-specific", "Model anatomy"]:
+    for tab in ["Heads & layers", "Click a patch", "Class-specific", "Model anatomy", "Tokens"]:
         open_tab(at, tab)
         assert not at.error
-        if tab == "Heads & layers":
-            assert any("no [CLS] token" in info.value for info in at.info)
+        if tab == "Heads & layers":  # no [CLS]: what the mean patch token (what the head reads) attends to
+            assert at.subheader[0].value == "Every head in layer 0: mean of the patch rows"
+            assert not at.info
         if tab == "Class-specific":
             assert any("relevance for" in (img.proto.imgs[0].caption or "") for img in at.get("image"))
     open_tab(at, "Faithfulness")
     run_faithfulness(at)
-    assert not at.exception and len(at.table[0].value) == 2  # rollout and relevance; no [CLS] map to test
+    assert not at.exception
+    assert at.table[0].value["map"].tolist() == ["rollout", "mean of the patch rows (last layer)", "relevance (Chefer et al.)"]
 
 
 def test_torchvision_model_offline_shows_a_message_and_the_page_keeps_working(default_model, tmp_path, monkeypatch):
@@ -411,3 +415,238 @@ def test_choosing_another_model_keeps_the_images_the_chosen_one_and_the_open_tab
     assert not at.exception and at.session_state["tab"] == "Heads & layers"
     assert next(s for s in at.selectbox if s.label == "Image").value == "a.png"
     assert [f.name for f in at.file_uploader[0].value] == ["a.png", "b.png"]
+
+
+# --- the models people use: backbones, registers, attention pooling, the model picker ---------------
+
+EVERY_TAB = ["Overview", "Heads & layers", "Click a patch", "Class-specific", "Model anatomy", "Tokens", "Faithfulness"]
+
+
+def figures(at) -> list[dict]:
+    """Every plotly figure on the page, as plotly's JSON."""
+    return [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
+
+
+def values(field) -> np.ndarray:
+    """A trace's data array from plotly's JSON: a list, or a typed array ({"dtype", "bdata"} in base64)."""
+    if isinstance(field, dict) and "bdata" in field:
+        return np.frombuffer(base64.b64decode(field["bdata"]), dtype=field["dtype"]).reshape(field.get("shape", -1))
+    return np.asarray(field)
+
+
+def captions(at) -> list[str]:
+    return [img.proto.imgs[0].caption or "" for img in at.get("image")]
+
+
+def model_app(path, monkeypatch) -> AppTest:
+    """The page with the checkpoint at ``path`` as its default model, and a photo uploaded."""
+    monkeypatch.setattr(vitviz.load, "DEFAULT_CHECKPOINT", path)
+    return uploaded_app()
+
+
+def render_every_tab(at) -> dict[str, dict]:
+    """Open every tab in turn; none may show an exception or an error. Returns what each tab showed:
+    its info notes, subheaders, image captions and chart specs."""
+    seen = {}
+    for tab in EVERY_TAB:
+        open_tab(at, tab)
+        assert not at.error, (tab, [e.value for e in at.error])
+        seen[tab] = {"info": [i.value for i in at.info], "subheaders": [s.value for s in at.subheader],
+                     "captions": captions(at), "specs": chart_specs(at)}  # fmt: skip
+    return seen
+
+
+@pytest.mark.parametrize("config", [dict(), dict(class_token=False, pooling="mean")], ids=["cls", "mean"])
+def test_a_backbone_shows_every_map_and_says_it_has_no_predictions(tmp_path, monkeypatch, config):
+    at = model_app(tiny_checkpoint(tmp_path / "backbone.pt", names=(), **config), monkeypatch)
+    assert "no classifier (a backbone)" in at.sidebar.caption[0].value
+    seen = render_every_tab(at)
+    overview = seen["Overview"]
+    assert any("this model has no classifier (a backbone): no predictions" in i.lower() for i in overview["info"])
+    assert overview["captions"] == ["photo.png, 64x48 (full resolution in the PNG download)"]  # the rollout
+    for tab in ("Class-specific", "Faithfulness"):
+        assert len(seen[tab]["info"]) == 1 and "need" in seen[tab]["info"][0] and "classifier" in seen[tab]["info"][0]
+        assert seen[tab]["captions"] == []
+    readout = "[CLS] attention" if config == {} else "mean of the patch rows"
+    assert seen["Heads & layers"]["subheaders"][0] == f"Every head in layer 1: {readout}"
+    assert len(seen["Heads & layers"]["captions"]) == 2  # the compare sides
+    assert "patch (2, 2), layer 1, mean over heads" in seen["Click a patch"]["captions"]
+    assert any(c.startswith("norm of each patch token after block 1") for c in seen["Tokens"]["captions"])
+
+
+def test_the_overview_of_a_backbone_draws_no_prediction_chart(tmp_path, monkeypatch):
+    at = model_app(tiny_checkpoint(tmp_path / "backbone.pt", names=()), monkeypatch)
+    assert [f["data"][0]["type"] for f in figures(at)] == ["heatmap"]  # the rollout's grid, no bars
+    assert not any(s.label == "Top-k" for s in at.slider)
+
+
+REGISTERS = dict(class_token=True, num_register_tokens=2, layer_scale=True, pos_embed_prefix=False)
+
+
+def test_a_model_with_registers_renders_every_tab_and_names_its_registers(tmp_path, monkeypatch):
+    at = model_app(tiny_checkpoint(tmp_path / "registers.pt", **REGISTERS), monkeypatch)
+    assert "Tokens: [CLS] + 2 registers, then the patches; pooling: the [CLS] token" in at.sidebar.caption[0].value
+    render_every_tab(at)
+    open_tab(at, "Tokens")
+    bars = next(f for f in figures(at) if f["layout"].get("barmode") == "stack")
+    assert [trace["name"] for trace in bars["data"]] == ["[CLS]", "register 1", "register 2", "patches"]
+    norms = next(f for f in figures(at) if f["layout"]["yaxis"].get("title", {}).get("text") == "token norm (L2)")
+    assert [trace["name"] for trace in norms["data"]] == ["median patch", "max patch", "[CLS]", "register 1", "register 2"]
+    assert any("no attention-pooling head: its head reads the [CLS] token" in c.value for c in at.caption)
+
+
+def test_the_prefix_token_view_draws_the_models_own_shares_and_follows_the_layer_slider(tmp_path, monkeypatch):
+    from vitviz.analysis import analyse_image
+
+    path = tiny_checkpoint(tmp_path / "registers.pt", **REGISTERS)
+    at = open_tab(model_app(path, monkeypatch), "Tokens")
+    analysis = analyse_image(vitviz.load_model(path), Image.open(io.BytesIO(png_bytes())).convert("RGB"))
+    expected = explain.attention_to_prefix_tokens(analysis.attentions, 3)[0].numpy()  # (layers, heads, 3 + 1)
+
+    def drawn() -> np.ndarray:  # the stacked bars: (heads, tokens)
+        bars = next(f for f in figures(at) if f["layout"].get("barmode") == "stack")
+        return np.stack([values(trace["y"]) for trace in bars["data"]], axis=1)
+
+    np.testing.assert_allclose(drawn(), expected[1], rtol=1e-5)  # the last layer first
+    next(s for s in at.slider if s.label == "Layer (prefix tokens)").set_value(0).run()
+    np.testing.assert_allclose(drawn(), expected[0], rtol=1e-5)
+    assert not np.allclose(expected[0], expected[1])
+
+
+@pytest.mark.parametrize("config, reads, tokens", [
+    (dict(distillation_token=True, distillation_head=True), "[CLS] and distillation rows, half each", "[CLS] + distillation"),
+    (dict(pooling="cls+mean", num_register_tokens=1), "[CLS] row and mean patch row, half each", "[CLS] + 1 register"),
+], ids=["deit", "cls+mean"])  # fmt: skip
+def test_every_readout_gets_every_tab_titled_by_what_it_reads(tmp_path, monkeypatch, config, reads, tokens):
+    at = model_app(tiny_checkpoint(tmp_path / "model.pt", **config), monkeypatch)
+    assert f"Tokens: {tokens}, then the patches" in at.sidebar.caption[0].value
+    seen = render_every_tab(at)
+    assert seen["Heads & layers"]["subheaders"][0] == f"Every head in layer 1: {reads}"
+    assert len(seen["Class-specific"]["captions"]) == 2
+    open_tab(at, "Faithfulness")
+    run_faithfulness(at)
+    assert at.table[0].value["map"].tolist() == ["rollout", f"{reads} (last layer)", "relevance (Chefer et al.)"]
+
+
+def one_bright_patch_png() -> bytes:
+    """A grey 32 x 32 photo with one white patch, (1, 2) of the tiny models' 4 x 4 grid: its token's norm
+    stands about ten times above the others' (the grey patches embed to almost nothing)."""
+    image = Image.new("RGB", (32, 32), (128, 128, 128))
+    image.paste((255, 255, 255), (16, 8, 24, 16))
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def test_the_token_norms_follow_the_layer_slider_and_flag_the_outlier(tmp_path, monkeypatch):
+    from vitviz.analysis import analyse_image
+
+    path = tiny_checkpoint(tmp_path / "registers.pt", **REGISTERS)
+    monkeypatch.setattr(vitviz.load, "DEFAULT_CHECKPOINT", path)
+    at = started_app()
+    at.file_uploader[0].set_value(("bright.png", one_bright_patch_png(), "image/png")).run()
+    open_tab(at, "Tokens")
+    analysis = analyse_image(vitviz.load_model(path), Image.open(io.BytesIO(one_bright_patch_png())).convert("RGB"))
+    norms = analysis.token_norms.numpy()[:, 3:]  # (layers, 16 patches)
+    assert norms.argmax(axis=1).tolist() == [6, 6]  # patch (1, 2) in both layers
+
+    def norm_view() -> tuple[str, str, str]:
+        caption = next(c for c in captions(at) if c.startswith("norm of each patch token"))
+        url = next(img.proto.imgs[0].url for img in at.get("image") if img.proto.imgs[0].caption == caption)
+        count = next(m.value for m in at.markdown if "patch tokens in layer" in m.value)
+        return caption, url, count
+
+    def flagged(layer, factor) -> int:
+        return int((norms[layer] > factor * np.median(norms[layer])).sum())
+
+    last = norm_view()
+    assert last[0] == f"norm of each patch token after block 1 ({norms[1].min():.2f} to {norms[1].max():.2f})"
+    assert last[2] == (f"**1 of 16** patch tokens in layer 1 have a norm above 2x the median patch norm "
+                       f"({np.median(norms[1]):.2f}); the largest is {norms[1].max():.2f} "
+                       f"({norms[1].max() / np.median(norms[1]):.1f}x the median).")  # fmt: skip
+    assert "outlined: 1 patch above 2x the median norm" in captions(at)
+    factor = next(s for s in at.slider if s.label.startswith("Flag patches above"))
+    factor.set_value(10.0).run()
+    assert flagged(1, 10) == 0 and flagged(0, 10) == 1  # the outlier stands out less after block 1
+    assert "outlined: 0 patches above 10x the median norm" in captions(at)
+    next(s for s in at.slider if s.label == "Layer (token norms)").set_value(0).run()
+    first = norm_view()
+    assert first[0] == f"norm of each patch token after block 0 ({norms[0].min():.2f} to {norms[0].max():.2f})"
+    assert first[1] != last[1] and first[2].startswith("**1 of 16** patch tokens in layer 0")
+    assert "outlined: 1 patch above 10x the median norm" in captions(at)
+    # the per-layer chart: the median and the largest patch norm of every layer
+    chart = next(f for f in figures(at) if f["layout"]["yaxis"].get("title", {}).get("text") == "token norm (L2)")
+    np.testing.assert_allclose(values(chart["data"][0]["y"]), np.median(norms, axis=1), rtol=1e-5)
+    np.testing.assert_allclose(values(chart["data"][1]["y"]), norms.max(axis=1), rtol=1e-5)
+
+
+def test_a_model_with_attention_pooling_renders_every_tab_and_shows_the_pooling_map(tmp_path, monkeypatch):
+    at = model_app(tiny_checkpoint(tmp_path / "siglip.pt", class_token=False, pooling="map"), monkeypatch)
+    assert "no prefix tokens" in at.sidebar.caption[0].value and "attention-pooling head" in at.sidebar.caption[0].value
+    seen = render_every_tab(at)
+    assert seen["Heads & layers"]["subheaders"][0] == "Every head in layer 1: rows weighted by the pooling head"
+    tokens = seen["Tokens"]
+    assert "the pooling head's attention, mean over its 4 heads" in tokens["captions"]
+    open_tab(at, "Tokens")
+    assert any("no prefix tokens" in c.value for c in at.caption)
+    fused = next(img.proto.imgs[0].url for img in at.get("image") if "pooling head's attention" in img.proto.imgs[0].caption)
+    next(s for s in at.selectbox if s.label.startswith("Fuse the pooling head")).set_value("max").run()
+    assert "the pooling head's attention, max over its 4 heads" in captions(at)
+    assert next(img.proto.imgs[0].url for img in at.get("image") if "pooling head's attention" in img.proto.imgs[0].caption) != fused
+
+
+@pytest.fixture()
+def offline_hub(tmp_path, monkeypatch):
+    """No Hub and an empty Hub cache (AppTest runs the page in this process, so patching modules works)."""
+    from huggingface_hub import constants
+
+    import vitviz.hub
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty-hub-cache"))
+    monkeypatch.setattr(vitviz.hub, "hub_reachable", lambda *a, **k: False)
+    return tmp_path / "empty-hub-cache"
+
+
+def test_the_popular_models_exist_and_convert_and_the_spec_field_reads_any_spec(offline_hub):
+    import timm
+
+    from dashboard.sidebar import CURATED_MODELS, hub_spec
+
+    pretrained = set(timm.list_pretrained())
+    for spec in CURATED_MODELS.values():
+        assert not spec.startswith("timm:") or spec.removeprefix("timm:") in pretrained, spec
+        # offline, each gets as far as the download: vitviz's ViT can reproduce it (a timm model that it could
+        # not is refused before any download, by name of the feature it lacks)
+        with pytest.raises(vitviz.ModelLoadError, match="offline"):
+            vitviz.load_model(spec)
+    assert hub_spec(" timm:vit_small_patch8_224.dino ") == "timm:vit_small_patch8_224.dino"
+    assert hub_spec("google/vit-base-patch16-224") == "hf:google/vit-base-patch16-224"
+    assert hub_spec("vit_small_patch8_224.dino") == "timm:vit_small_patch8_224.dino"
+    assert hub_spec("") == ""
+
+
+def test_a_curated_model_offline_shows_a_message_and_the_page_keeps_working(default_model, offline_hub):
+    from dashboard.sidebar import CURATED_MODELS
+
+    at = started_app()
+    at.file_uploader[0].set_value(("photo.png", png_bytes(), "image/png")).run()
+    picker = at.sidebar.selectbox[0]
+    assert all(label in picker.options for label in CURATED_MODELS)
+    assert "timm or Hugging Face spec..." in picker.options and "path or upload..." in picker.options
+    picker.set_value("timm:vit_small_patch8_224.dino").run()
+    assert not at.exception
+    assert "Could not load model `timm:vit_small_patch8_224.dino`" in at.error[0].value
+    assert "offline" in at.error[0].value and str(offline_hub) in at.error[0].value
+    assert next(s for s in at.selectbox if s.label == "Image").value == "photo.png"  # the upload stays
+    at.sidebar.selectbox[0].set_value("default").run()
+    assert not at.exception and not at.error and "cat" in chart_specs(at)
+
+
+def test_any_timm_or_hugging_face_spec_can_be_typed(default_model, offline_hub):
+    at = started_app()
+    at.sidebar.selectbox[0].set_value("timm or Hugging Face spec...").run()
+    assert any("Enter a timm model" in info.value for info in at.info)  # nothing typed yet
+    at.sidebar.text_input[0].set_value("google/vit-base-patch16-224").run()
+    assert not at.exception and "Could not load model `hf:google/vit-base-patch16-224`" in at.error[0].value
+    at.sidebar.text_input[0].set_value("timm:no_such_model").run()
+    assert not at.exception and "timm has no model 'no_such_model'" in at.error[0].value

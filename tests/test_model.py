@@ -191,3 +191,111 @@ def test_config_from_dict_names_unknown_fields():
     with pytest.raises(ValueError, match="unknown ViTConfig fields \\['depth'\\]"):
         ViTConfig.from_dict({**TINY, "depth": 3})
     assert ViTConfig.from_dict({**TINY, "image_size": [16, 24]}).image_size == (16, 24)
+
+
+# --- the features of the model families (DeiT, DINOv2, CLIP, SigLIP...) ---------------------------
+
+FAMILY_CONFIGS = {
+    "deit distilled": dict(distillation_token=True, distillation_head=True),
+    "dinov2 registers": dict(num_register_tokens=4, layer_scale=True, pos_embed_prefix=False, pos_embed_antialias=True),
+    "clip": dict(norm_pre=True, activation="quick_gelu", layer_norm_eps=1e-5),
+    "siglip": dict(class_token=False, pooling="map", activation="gelu_tanh"),
+    "mean with fc_norm": dict(class_token=False, num_register_tokens=2, pooling="mean", fc_norm=True),
+    "dinov2 classifier": dict(pooling="cls+mean", layer_scale=True),
+}
+
+
+def randomised(model: ViT) -> ViT:
+    with torch.no_grad():  # every parameter random, so each feature changes the output
+        for param in model.parameters():
+            param.normal_(std=0.3)
+    return model
+
+
+@pytest.mark.parametrize("family", FAMILY_CONFIGS)
+def test_every_family_feature_agrees_between_attention_paths_and_reads_a_distribution(family):
+    model = randomised(tiny_vit(**FAMILY_CONFIGS[family]))
+    images = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        fused = model(images)
+        explicit = model(images, output_attentions=True, output_hidden_states=True)
+    torch.testing.assert_close(fused.logits, explicit.logits, atol=1e-5, rtol=1e-5)
+    T = model.config.num_prefix_tokens + 16
+    assert explicit.readout.shape == (2, T) and torch.allclose(explicit.readout.sum(-1), torch.ones(2))
+    assert len(explicit.hidden_states) == 3 and explicit.hidden_states[-1].shape == (2, T, 32)
+    # ... and each feature matters: switching it off changes the logits
+    plain = ViT(ViTConfig(**TINY)).eval()
+    assert not torch.allclose(plain(images).logits, explicit.logits)
+
+
+def test_prefix_tokens_come_in_the_sources_order():
+    # [CLS], then the distillation token, then the registers, then the patches: as timm and Hugging Face
+    model = randomised(tiny_vit(distillation_token=True, num_register_tokens=2))
+    tokens = []
+    model.blocks[0].register_forward_pre_hook(lambda m, inputs: tokens.append(inputs[0]))
+    with torch.no_grad():
+        output = model(torch.randn(1, 3, 32, 32))
+    expected = torch.cat([model.cls_token, model.dist_token, model.register_tokens], dim=1) + model.pos_embed[:, :4]
+    torch.testing.assert_close(tokens[0][:, :4], expected)
+    assert output.num_prefix_tokens == model.config.num_prefix_tokens == 4
+
+
+def test_distilled_logits_are_the_mean_of_both_heads():
+    model = randomised(tiny_vit(distillation_token=True, distillation_head=True))
+    with torch.no_grad():
+        output = model(torch.randn(2, 3, 32, 32))
+        final = output.last_hidden_state
+        expected = (model.head(final[:, 0]) + model.head_dist(final[:, 1])) / 2
+    torch.testing.assert_close(output.logits, expected)
+    torch.testing.assert_close(output.pooled, (final[:, 0] + final[:, 1]) / 2)
+    assert output.readout[:, :2].tolist() == [[0.5, 0.5]] * 2 and output.readout[:, 2:].sum() == 0
+
+
+def test_attention_pooling_returns_its_weights_and_reads_them():
+    model = randomised(tiny_vit(class_token=False, pooling="map"))
+    with torch.no_grad():
+        output = model(torch.randn(2, 3, 32, 32))
+        pool = model.attn_pool
+        x = output.last_hidden_state  # no prefix tokens: every token is a patch
+        q = pool.q(pool.query).reshape(1, 4, 8).transpose(0, 1)  # (heads, 1, head_dim)
+        k = pool.kv(x)[..., :32].reshape(2, 16, 4, 8).transpose(1, 2)  # (B, heads, N, head_dim)
+        expected = (q @ k.transpose(-2, -1) / 8**0.5).softmax(-1)[:, :, 0]  # (B, heads, N)
+    torch.testing.assert_close(output.pool_attention, expected)
+    torch.testing.assert_close(output.readout, expected.mean(dim=1))
+
+
+def test_fc_norm_normalises_the_pooled_vector_not_the_tokens():
+    model = randomised(tiny_vit(class_token=False, pooling="mean", fc_norm=True))
+    with torch.no_grad():
+        output = model(torch.randn(2, 3, 32, 32), output_hidden_states=True)
+    torch.testing.assert_close(output.last_hidden_state, output.hidden_states[-1])  # tokens as the last block left them
+    torch.testing.assert_close(output.pooled, model.norm(output.hidden_states[-1].mean(dim=1)))
+
+
+def test_family_configs_round_trip_through_a_checkpoint(tmp_path):
+    from vitviz import Preprocessing, load_checkpoint, save_checkpoint
+
+    for index, (family, overrides) in enumerate(FAMILY_CONFIGS.items()):
+        model = randomised(tiny_vit(**overrides))
+        path = tmp_path / f"{index}.pt"
+        save_checkpoint(path, model, [f"c{i}" for i in range(5)], Preprocessing(resize=32))
+        loaded = load_checkpoint(path)
+        assert loaded.config == model.config, family
+        images = torch.randn(1, 3, 32, 32)
+        with torch.no_grad():
+            torch.testing.assert_close(loaded(images).logits, model(images).logits, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (dict(distillation_head=True), "distillation_head=True needs distillation_token"),
+        (dict(class_token=False, distillation_token=True), "distillation_token=True needs class_token"),
+        (dict(class_token=False, pooling="cls+mean"), "needs class_token=True"),
+        (dict(pooling="max"), "pooling must be one of"),
+        (dict(activation="relu"), "activation must be one of"),
+    ],
+)
+def test_inconsistent_family_configs_are_refused(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        ViTConfig(**{**TINY, **overrides})

@@ -11,9 +11,13 @@ from vitviz.plots import (
     colormap_table,
     grid_figure,
     heatmap_figure,
+    outline_patches,
     overlay,
     patch_picker_figure,
     predictions_figure,
+    prefix_attention_by_layer_figure,
+    prefix_attention_figure,
+    token_norms_figure,
     top_mass_mask,
     upsample,
 )
@@ -166,3 +170,52 @@ def test_patch_picker_markers_sit_on_their_patches_row_major():
     assert (markers.x[index], markers.y[index]) == (10 + 3.5 * 20, 20 + 1.5 * 20)
     assert tuple(markers.customdata[index]) == (1, 3)
     assert (ring.x[0], ring.y[0]) == (10 + 1.5 * 20, 20 + 2.5 * 20)  # patch (2, 1)
+
+
+def test_prefix_attention_figure_stacks_each_heads_shares_in_the_models_token_order():
+    shares = np.array([[0.5, 0.1, 0.4], [0.0, 0.7, 0.3]])  # 2 heads: [CLS], register 1, patches
+    figure = prefix_attention_figure(shares, ["[CLS]", "register 1", "patches"], "layer 3")
+    assert figure.layout.barmode == "stack" and figure.layout.title.text == "layer 3"
+    assert [trace.name for trace in figure.data] == ["[CLS]", "register 1", "patches"]
+    np.testing.assert_allclose(figure.data[1].y, [0.1, 0.7])  # register 1, head by head
+    assert list(figure.data[0].x) == [0, 1] and figure.layout.xaxis.title.text == "head"
+    assert figure.data[2].marker.color == "rgb(200, 208, 220)"  # the patches in grey, the tokens in colour
+    with pytest.raises(ValueError, match="2 names for 3 shares"):
+        prefix_attention_figure(shares, ["[CLS]", "patches"])
+
+
+def test_prefix_attention_by_layer_figure_averages_over_heads_and_marks_the_layer():
+    shares = np.array([[[0.2, 0.8], [0.4, 0.6]], [[0.9, 0.1], [0.7, 0.3]]])  # 2 layers x 2 heads x ([CLS], patches)
+    figure = prefix_attention_by_layer_figure(shares, ["[CLS]", "patches"], layer=1)
+    np.testing.assert_allclose(figure.data[0].y, [0.3, 0.8])
+    np.testing.assert_allclose(figure.data[1].y, [0.7, 0.2])
+    assert (figure.layout.shapes[0].x0, figure.layout.shapes[0].x1) == (1, 1)
+    assert prefix_attention_by_layer_figure(shares, ["[CLS]", "patches"]).layout.shapes == ()
+
+
+def test_token_norms_figure_shows_median_and_max_patch_norms_and_each_prefix_token():
+    norms = np.array([[5.0, 1.0, 2.0, 3.0, 10.0], [6.0, 1.0, 1.0, 1.0, 1.0]])  # 2 layers: [CLS], 4 patches
+    figure = token_norms_figure(norms, ["[CLS]"], layer=0)
+    assert [trace.name for trace in figure.data] == ["median patch", "max patch", "[CLS]"]
+    np.testing.assert_allclose(figure.data[0].y, [2.5, 1.0])
+    np.testing.assert_allclose(figure.data[1].y, [10.0, 1.0])
+    np.testing.assert_allclose(figure.data[2].y, [5.0, 6.0])
+    assert [trace.name for trace in token_norms_figure(norms[:, 1:], []).data] == ["median patch", "max patch"]
+    with pytest.raises(ValueError, match="no patch tokens"):
+        token_norms_figure(norms[:, :2], ["a", "b"])
+
+
+def test_outline_patches_draws_a_rectangle_on_each_flagged_cell_only():
+    # a 2 x 3 grid in the box (10, 20)-(70, 60) of an 80 x 70 photo: 20 x 20 pixel cells; (0, 2) and (1, 0) flagged
+    photo = Image.new("RGB", (80, 70), (100, 100, 100))
+    mask = np.array([[False, False, True], [True, False, False]])
+    out = np.asarray(outline_patches(photo, mask, (10, 20, 70, 60)))
+    cyan = [0, 255, 255]
+    for x, y in [(50, 20), (69, 39), (50, 30), (10, 40), (29, 59), (20, 40)]:  # corners and edges of both cells
+        assert out[y, x].tolist() == cyan, (x, y)
+    assert out[30, 60].tolist() == [100, 100, 100]  # inside a flagged cell: the photo
+    assert out[30, 20].tolist() == [100, 100, 100] and out[50, 60].tolist() == [100, 100, 100]  # cells not flagged
+    assert out[5, 5].tolist() == [35, 35, 35]  # outside the box: dimmed, as in overlay
+    assert np.array_equal(np.asarray(outline_patches(photo, ~mask & False)), np.asarray(photo))  # nothing flagged
+    with pytest.raises(ValueError, match="mask must be"):
+        outline_patches(photo, np.ones(3, dtype=bool))

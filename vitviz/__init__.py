@@ -1,7 +1,7 @@
 """vitviz: see what a Vision Transformer looks at."""
 
 from vitviz.checkpoint import ModelLoadError, load_checkpoint, save_checkpoint
-from vitviz.convert import from_huggingface, from_torchvision
+from vitviz.importers import from_huggingface, from_timm, from_torchvision
 from vitviz.images import Preprocessing
 from vitviz.load import load_model
 from vitviz.model import ViT, ViTConfig, ViTOutput, autocast
@@ -14,6 +14,7 @@ __all__ = [
     "ViTOutput",
     "autocast",
     "from_huggingface",
+    "from_timm",
     "from_torchvision",
     "load_checkpoint",
     "load_model",

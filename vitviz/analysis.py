@@ -25,18 +25,27 @@ class ImageAnalysis:
     num_prefix_tokens: int
     box: tuple[float, float, float, float]  # where in the photo the model's input came from
     pixel_values: torch.Tensor  # (1, 3, H, W), the model's input, for faithfulness runs
+    readout: torch.Tensor  # (1, T) the weight the head gives each token: every map is read out through it
+    token_norms: torch.Tensor  # (layers, T) the norm of every token after every block
+    pool_attention: torch.Tensor | None = None  # (1, heads, N) the attention-pooling head's weights, if any
 
     @property
     def maps_args(self) -> dict:
         return {"num_prefix_tokens": self.num_prefix_tokens, "grid_size": self.grid_size}
+
+    @property
+    def readout_args(self) -> dict:
+        """maps_args and what the head reads: the arguments of rollout and the class-specific maps."""
+        return self.maps_args | {"pooling": self.readout}
 
 
 def analyse_image(model: ViT, image: Image.Image, precision: Precision = "fp32") -> ImageAnalysis:
     """Preprocess with the model's own recipe, run once with attentions, keep the results."""
     pixels = model.transform(image)[None]
     with torch.inference_mode(), autocast(precision):
-        output = model(pixels, output_attentions=True)
+        output = model(pixels, output_attentions=True, output_hidden_states=True)
     probabilities = output.logits[0].float().softmax(-1).numpy() if output.logits is not None else np.zeros(0)
+    pool_attention = output.pool_attention.float() if output.pool_attention is not None else None
     return ImageAnalysis(
         probabilities=probabilities,
         attentions=tuple(a.float() for a in output.attentions),
@@ -44,6 +53,9 @@ def analyse_image(model: ViT, image: Image.Image, precision: Precision = "fp32")
         num_prefix_tokens=output.num_prefix_tokens,
         box=model.transform.crop_box(*image.size),
         pixel_values=pixels,
+        readout=output.readout.float(),
+        token_norms=explain.token_norms(output.hidden_states)[0],
+        pool_attention=pool_attention,
     )
 
 
@@ -53,7 +65,7 @@ def class_maps(model: ViT, analysis: ImageAnalysis, target: int, precision: Prec
         output, gradients = explain.attention_gradients(model, analysis.pixel_values, target)
     attentions = [a.detach().float() for a in output.attentions]
     gradients = [g.float() for g in gradients]
-    args = analysis.maps_args | {"pooling": model.config.pooling}  # the row the head actually reads
+    args = analysis.maps_args | {"pooling": output.readout.detach().float()}  # what the head actually reads
     return {
         "relevance": explain.gradient_weighted_attention(attentions, gradients, **args)[0].numpy(),
         "gradient rollout": explain.gradient_weighted_rollout(attentions, gradients, **args)[0].numpy(),

@@ -10,7 +10,9 @@ can come back, so a hostile file cannot run code when it is opened.
 
 from __future__ import annotations
 
+import io
 import pickle
+import pickletools
 import zipfile
 from dataclasses import asdict
 from pathlib import Path
@@ -56,8 +58,10 @@ def build_model(config: ViTConfig, state_dict: dict[str, torch.Tensor], source: 
         problems.append(f"shape mismatches {_shorten(misshapen)}")
     if problems:
         raise ModelLoadError(f"{source} does not match its config: " + "; ".join(problems))
-    model = ViT(config)
-    model.load_state_dict({name: tensor.float() for name, tensor in state_dict.items()})
+    with torch.device("meta"):  # no random initialisation to throw away: about 1 s for ViT-B
+        model = ViT(config)
+    # copies, so the model never shares memory with its source (a timm or torchvision model, say)
+    model.load_state_dict({name: t.to(torch.float32, copy=True) for name, t in state_dict.items()}, assign=True)
     return model.eval()
 
 
@@ -104,7 +108,7 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
-        if not _looks_like_pickle(path):
+        if not _is_wellformed_pickle(path):  # random bytes can start like a pickle and fail the same way
             raise ModelLoadError(f"{path} is not a readable PyTorch file (corrupt or not a checkpoint)") from None
         # a real pickle that weights_only refused: it holds objects beyond tensors and plain data
         detail = next((line.strip() for line in str(error).splitlines() if "Unsupported global" in line), "")
@@ -117,7 +121,7 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
     if not isinstance(checkpoint, dict) or checkpoint.get("format") != FORMAT:
         raise ModelLoadError(
             f"{path} is a PyTorch file but not a vitviz checkpoint (no 'format': '{FORMAT}' entry); "
-            "to use torchvision or Hugging Face weights, see vitviz.convert"
+            "to use torchvision or Hugging Face weights, see vitviz.importers"
         )
     if checkpoint.get("version") != VERSION:
         raise ModelLoadError(f"{path} is checkpoint version {checkpoint.get('version')}; this vitviz reads {VERSION}")
@@ -150,10 +154,22 @@ def load_checkpoint(path: str | Path) -> ViT:
     return model
 
 
-def _looks_like_pickle(path: Path) -> bool:
-    """torch.save writes a zip archive; older files are a bare pickle (protocol 2+ starts with 0x80)."""
-    with open(path, "rb") as f:
-        return zipfile.is_zipfile(f) or f.seek(0) == 0 and f.read(1) == b"\x80"
+def _is_wellformed_pickle(path: Path) -> bool:
+    """Whether the file's pickle (a bare one, or ``data.pkl`` in torch.save's zip) disassembles cleanly.
+
+    ``pickletools`` only reads opcodes, it never runs them, so this is safe on a hostile file.
+    """
+    try:
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as archive:
+                name = next(n for n in archive.namelist() if n.endswith("data.pkl"))
+                data = archive.read(name)
+        else:
+            data = path.read_bytes()
+        pickletools.dis(data, out=io.StringIO())
+    except Exception:  # any failure (no data.pkl, unknown opcode, bad stack) means "not a pickle"
+        return False
+    return True
 
 
 def _shorten(items: list[str], limit: int = 5) -> str:

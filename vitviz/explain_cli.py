@@ -74,7 +74,7 @@ def explain_image(model: ViT, pixels: torch.Tensor, args: argparse.Namespace) ->
         gradients = torch.autograd.grad(output.logits[0, target], output.attentions) if needs_gradients else None
     attentions = [a.detach().float() for a in output.attentions]
     shared = dict(num_prefix_tokens=output.num_prefix_tokens, grid_size=output.grid_size)
-    pooling = model.config.pooling  # explain the row the classifier actually reads
+    pooling = output.readout.detach()  # explain what the classifier actually reads
     maps = {}
     for method in args.methods:
         if method == "rollout":

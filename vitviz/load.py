@@ -3,10 +3,15 @@
     "default"                          the checkpoint shipped in checkpoints/
     "torchvision:vit_b_16"             torchvision weights (DEFAULT), downloaded once into torch's cache
     "torchvision:vit_b_16:IMAGENET1K_SWAG_E2E_V1"   ... naming the weights
+    "timm:vit_base_patch16_224.augreg2_in21k_ft_in1k"   a pretrained timm model, through the Hugging Face Hub cache
+    "hf:facebook/dinov2-with-registers-base"           a Hugging Face Hub repository (vit, deit, dinov2, clip, siglip...)
+    "facebook/dinov2-with-registers-base"              the same, when no local path has that name
     "path/to/model.pt"                 a vitviz checkpoint
     "path/to/hf-folder"                a Hugging Face ViT saved with save_pretrained
 
-Every model comes back in eval mode with ``.class_names`` and ``.transform``.
+Every model comes back in eval mode with ``.class_names`` and ``.transform``. Downloads happen once;
+offline, a model already in its cache loads, and one that is not fails within seconds with a message
+that names the cache folder.
 """
 
 from __future__ import annotations
@@ -16,12 +21,16 @@ import os
 import re
 import urllib.error
 import urllib.request
+from functools import partial
 from pathlib import Path
 
 import torch
 
 from vitviz.checkpoint import ModelLoadError, load_checkpoint
-from vitviz.convert import TORCHVISION_ARCHS, from_torchvision, load_huggingface_folder
+from vitviz import hub
+from vitviz.importers import TORCHVISION_ARCHS, from_torchvision, load_huggingface_folder
+from vitviz.importers.huggingface import SHARD_INDEX, shard_files
+from vitviz.importers.timm import load_timm
 from vitviz.images import Preprocessing
 from vitviz.model import ViT
 
@@ -44,15 +53,41 @@ def load_model(spec: str | Path = "default") -> ViT:
         return load_checkpoint(DEFAULT_CHECKPOINT)
     if spec.startswith("torchvision:"):
         return load_torchvision(spec.removeprefix("torchvision:"))
+    if spec.startswith("timm:"):
+        return load_timm(spec.removeprefix("timm:").strip())
+    if spec.startswith("hf:"):
+        return load_huggingface_hub(spec.removeprefix("hf:").strip())
     path = Path(spec).expanduser()
     if path.is_dir():
         return load_huggingface_folder(path)
     if path.is_file():
         return load_checkpoint(path)
+    if REPO_ID.fullmatch(spec):
+        return load_huggingface_hub(spec)
     raise ModelLoadError(
         f"model {spec!r} not found: give 'default', 'torchvision:<arch>[:<weights>]' with arch one of "
-        f"{', '.join(TORCHVISION_ARCHS)}, a vitviz checkpoint file, or a Hugging Face model folder"
+        f"{', '.join(TORCHVISION_ARCHS)}, 'timm:<name>', 'hf:<org>/<name>', a vitviz checkpoint file, "
+        "or a Hugging Face model folder"
     )
+
+
+REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")  # a Hub repository id: org/name
+
+
+def load_huggingface_hub(repo_id: str) -> ViT:
+    """A Hugging Face Hub repository, downloaded once into the Hub cache: config.json, model.safetensors
+    (or its shards, or pytorch_model.bin) and preprocessor_config.json when the repository has one."""
+    if not REPO_ID.fullmatch(repo_id):
+        raise ModelLoadError(f"{repo_id!r} is not a Hugging Face repository id (org/name)")
+    spec = f"hf:{repo_id}"
+    fetch = partial(hub.hub_file, repo_id, spec=spec, offline=not hub.hub_reachable())  # the Hub is asked once
+    config = fetch(["config.json"])
+    weights = fetch(["model.safetensors", SHARD_INDEX, "pytorch_model.bin"])
+    if weights.name == SHARD_INDEX:  # a big model in shards: each one the index lists
+        for shard in shard_files(weights):
+            fetch([shard])
+    fetch(["preprocessor_config.json"], required=False)  # else ViTImageProcessor's defaults
+    return load_huggingface_folder(config.parent)
 
 
 def load_torchvision(name: str) -> ViT:

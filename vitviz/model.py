@@ -1,7 +1,9 @@
 """The Vision Transformer of Dosovitskiy et al. (2020), "An Image is Worth 16x16 Words".
 
-One file, top to bottom in the order data flows: patch embedding -> [CLS] token and
-position embeddings -> pre-norm encoder blocks -> final LayerNorm -> pooling -> linear head.
+One file, top to bottom in the order data flows: patch embedding -> prefix tokens ([CLS],
+distillation, registers) and position embeddings -> pre-norm encoder blocks -> final LayerNorm ->
+pooling -> linear head. The optional parts cover the families people use (DeiT, DINO, DINOv2 with
+registers, CLIP, SigLIP, MAE); each is one ``ViTConfig`` field.
 
 Unlike most implementations, the attention weights are *returned* from every block when
 asked for (``model(x, output_attentions=True)``) rather than captured with hooks, which
@@ -21,6 +23,12 @@ import torch.nn.functional as F
 from torch import nn
 
 
+Pooling = Literal["cls", "mean", "cls+mean", "map"]
+POOLINGS = ("cls", "mean", "cls+mean", "map")  # "map": a learned query attends to the patches (SigLIP)
+Activation = Literal["gelu", "gelu_tanh", "quick_gelu"]
+ACTIVATIONS = ("gelu", "gelu_tanh", "quick_gelu")
+
+
 @dataclass
 class ViTConfig:
     image_size: int | tuple[int, int] = 224  # training resolution, side or (height, width)
@@ -31,9 +39,17 @@ class ViTConfig:
     num_heads: int = 12  # attention heads per block; must divide hidden_size
     mlp_size: int = 3072  # hidden width of each block's MLP
     num_classes: int = 1000  # 0 builds a backbone with no head (logits are None)
-    pooling: Literal["cls", "mean"] = "cls"  # classify from [CLS] or from the mean patch token
+    pooling: Pooling = "cls"  # what the head reads: [CLS], the mean patch token, both concatenated, or "map"
     class_token: bool = True  # prepend a learnable [CLS] token
-    num_register_tokens: int = 0  # extra learnable prefix tokens (Darcet et al. 2023)
+    distillation_token: bool = False  # DeiT: a distillation token right after [CLS]
+    distillation_head: bool = False  # DeiT: a second head on the distillation token; logits = mean of both heads
+    num_register_tokens: int = 0  # extra learnable prefix tokens after [CLS] and distillation (Darcet et al. 2023)
+    pos_embed_prefix: bool = True  # position embeddings for prefix tokens too (False: timm's no_embed_class)
+    pos_embed_antialias: bool = False  # antialias when resampling position embeddings (timm: True; most HF: False)
+    norm_pre: bool = False  # a LayerNorm on the tokens before the first block (CLIP)
+    layer_scale: bool = False  # LayerScale: a learned per-channel gain on each residual branch (CaiT, DINOv2)
+    activation: Activation = "gelu"  # MLP activation: exact GELU, its tanh approximation, or OpenAI's quick-GELU
+    fc_norm: bool = False  # apply the final LayerNorm to the pooled vector instead of every token (timm's fc_norm)
     dropout: float = 0.0  # after position embeddings, attention output and MLP
     attention_dropout: float = 0.0  # on attention weights (the returned weights are pre-dropout)
     drop_path: float = 0.0  # stochastic depth, rising linearly to this rate in the last block
@@ -49,10 +65,16 @@ class ViTConfig:
             problems.append(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
         if height % self.patch_size or width % self.patch_size:
             problems.append(f"image_size {height}x{width} is not a multiple of patch_size {self.patch_size}")
-        if self.pooling not in ("cls", "mean"):
-            problems.append(f"pooling must be 'cls' or 'mean', got {self.pooling!r}")
-        if self.pooling == "cls" and not self.class_token:
-            problems.append("pooling='cls' needs class_token=True")
+        if self.pooling not in POOLINGS:
+            problems.append(f"pooling must be one of {', '.join(POOLINGS)}; got {self.pooling!r}")
+        if self.pooling in ("cls", "cls+mean") and not self.class_token:
+            problems.append(f"pooling={self.pooling!r} needs class_token=True")
+        if self.activation not in ACTIVATIONS:
+            problems.append(f"activation must be one of {', '.join(ACTIVATIONS)}; got {self.activation!r}")
+        if self.distillation_token and not self.class_token:
+            problems.append("distillation_token=True needs class_token=True (it comes right after [CLS])")
+        if self.distillation_head and not (self.distillation_token and self.pooling == "cls"):
+            problems.append("distillation_head=True needs distillation_token=True and pooling='cls'")
         if min(self.patch_size, self.num_channels, self.hidden_size, self.num_layers, self.num_heads, self.mlp_size) < 1:
             problems.append("sizes and counts must be positive")
         if self.num_classes < 0 or self.num_register_tokens < 0:
@@ -73,8 +95,18 @@ class ViTConfig:
 
     @property
     def num_prefix_tokens(self) -> int:
-        """Tokens before the patch tokens: [CLS] (if any) then the registers."""
-        return int(self.class_token) + self.num_register_tokens
+        """Tokens before the patch tokens: [CLS], the distillation token, then the registers (each if any)."""
+        return int(self.class_token) + int(self.distillation_token) + self.num_register_tokens
+
+    @property
+    def prefix_positions(self) -> int:
+        """Prefix tokens that have a position embedding: all of them, or none without ``pos_embed_prefix``."""
+        return self.num_prefix_tokens if self.pos_embed_prefix else 0
+
+    @property
+    def pooled_size(self) -> int:
+        """Width of the vector the head reads: D, or 2D for pooling="cls+mean"."""
+        return 2 * self.hidden_size if self.pooling == "cls+mean" else self.hidden_size
 
     @classmethod
     def from_dict(cls, values: dict) -> ViTConfig:
@@ -109,6 +141,9 @@ class ViTOutput:
     attentions: tuple[torch.Tensor, ...] | None  # per block (B, heads, T, T), rows sum to 1
     grid_size: tuple[int, int]  # patch grid (rows, cols) of this input
     num_prefix_tokens: int  # tokens before the patches; T = num_prefix_tokens + rows * cols
+    readout: torch.Tensor  # (B, T) how much of each token's final state the head reads; rows sum to 1
+    pool_attention: torch.Tensor | None = None  # (B, heads, N) the pooling head's weights over patches ("map")
+    hidden_states: tuple[torch.Tensor, ...] | None = None  # per block, its output (B, T, D), on request
 
 
 class PatchEmbedding(nn.Module):
@@ -157,15 +192,33 @@ class Attention(nn.Module):
         return self.proj(out), weights
 
 
+def activation(x: torch.Tensor, kind: Activation) -> torch.Tensor:
+    if kind == "quick_gelu":  # OpenAI CLIP: x * sigmoid(1.702 x)
+        return x * torch.sigmoid(1.702 * x)
+    return F.gelu(x, approximate="tanh" if kind == "gelu_tanh" else "none")
+
+
 class MLP(nn.Module):
     def __init__(self, config: ViTConfig):
         super().__init__()
+        self.activation = config.activation
         self.fc1 = nn.Linear(config.hidden_size, config.mlp_size)
         self.fc2 = nn.Linear(config.mlp_size, config.hidden_size)
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.dropout(self.fc2(self.dropout(F.gelu(self.fc1(x)))))
+        return self.dropout(self.fc2(self.dropout(activation(self.fc1(x), self.activation))))
+
+
+class LayerScale(nn.Module):
+    """A learned per-channel gain on a residual branch (Touvron et al. 2021)."""
+
+    def __init__(self, config: ViTConfig):
+        super().__init__()
+        self.gamma = nn.Parameter(torch.ones(config.hidden_size))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.gamma
 
 
 class DropPath(nn.Module):
@@ -194,12 +247,40 @@ class Block(nn.Module):
         self.mlp = MLP(config)
         self.dropout = nn.Dropout(config.dropout)
         self.drop_path = DropPath(drop_path)
+        self.ls1 = LayerScale(config) if config.layer_scale else nn.Identity()
+        self.ls2 = LayerScale(config) if config.layer_scale else nn.Identity()
 
     def forward(self, x: torch.Tensor, need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         attended, weights = self.attn(self.norm1(x), need_weights)
-        x = x + self.drop_path(self.dropout(attended))  # (B, T, D)
-        x = x + self.drop_path(self.mlp(self.norm2(x)))  # (B, T, D)
+        x = x + self.drop_path(self.ls1(self.dropout(attended)))  # (B, T, D)
+        x = x + self.drop_path(self.ls2(self.mlp(self.norm2(x))))  # (B, T, D)
         return x, weights
+
+
+class AttentionPool(nn.Module):
+    """Attention pooling, SigLIP's "map" head: one learned query attends to the patch tokens, then an MLP
+    with a residual refines the result. Returns the pooled vector and the query's weights over patches."""
+
+    def __init__(self, config: ViTConfig):
+        super().__init__()
+        D = config.hidden_size
+        self.num_heads, self.head_dim = config.num_heads, D // config.num_heads
+        self.query = nn.Parameter(torch.zeros(1, 1, D))  # timm's "latent", Hugging Face's "probe"
+        self.q = nn.Linear(D, D)
+        self.kv = nn.Linear(D, 2 * D)
+        self.proj = nn.Linear(D, D)
+        self.norm = nn.LayerNorm(D, eps=config.layer_norm_eps)
+        self.mlp = MLP(config)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        B, N, D = x.shape
+        q = self.q(self.query).reshape(1, 1, self.num_heads, self.head_dim).transpose(1, 2)  # (1, heads, 1, hd)
+        k, v = self.kv(x).reshape(B, N, 2, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        # one query row: the explicit softmax costs nothing, and its weights are what the page shows
+        weights = ((q * self.head_dim**-0.5) @ k.transpose(-2, -1)).float().softmax(dim=-1)  # (B, heads, 1, N)
+        pooled = self.proj((weights @ v).transpose(1, 2).reshape(B, D))  # (B, D)
+        pooled = pooled + self.mlp(self.norm(pooled))
+        return pooled, weights[:, :, 0]
 
 
 class ViT(nn.Module):
@@ -211,16 +292,20 @@ class ViT(nn.Module):
         D = config.hidden_size
         self.patch_embed = PatchEmbedding(config)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, D)) if config.class_token else None
+        self.dist_token = nn.Parameter(torch.zeros(1, 1, D)) if config.distillation_token else None
         self.register_tokens = (
             nn.Parameter(torch.zeros(1, config.num_register_tokens, D)) if config.num_register_tokens else None
         )
         rows, cols = config.grid_size
-        self.pos_embed = nn.Parameter(torch.zeros(1, config.num_prefix_tokens + rows * cols, D))
+        self.pos_embed = nn.Parameter(torch.zeros(1, config.prefix_positions + rows * cols, D))
         self.pos_dropout = nn.Dropout(config.dropout)
+        self.norm_pre = nn.LayerNorm(D, eps=config.layer_norm_eps) if config.norm_pre else nn.Identity()
         rates = [config.drop_path * i / max(1, config.num_layers - 1) for i in range(config.num_layers)]
         self.blocks = nn.ModuleList(Block(config, rate) for rate in rates)
         self.norm = nn.LayerNorm(D, eps=config.layer_norm_eps)
-        self.head = nn.Linear(D, config.num_classes) if config.num_classes > 0 else None
+        self.attn_pool = AttentionPool(config) if config.pooling == "map" else None
+        self.head = nn.Linear(config.pooled_size, config.num_classes) if config.num_classes > 0 else None
+        self.head_dist = nn.Linear(D, config.num_classes) if config.distillation_head and self.head else None
         # Which attention kernel runs when no weights are asked for: "sdpa" (the fused
         # scaled_dot_product_attention) or "eager" (the explicit softmax path). Same maths; on a
         # CPU with short sequences "eager" is faster to train (bench/bench_train_step.py).
@@ -230,7 +315,7 @@ class ViT(nn.Module):
     def _init_weights(self) -> None:
         # truncated normal for tokens and linear layers, as in the ViT paper's reference code;
         # a zero head so training starts from uniform predictions
-        for param in (self.cls_token, self.register_tokens, self.pos_embed):
+        for param in (self.cls_token, self.dist_token, self.register_tokens, self.pos_embed):
             if param is not None:
                 nn.init.trunc_normal_(param, std=0.02)
         for module in self.modules():
@@ -241,24 +326,29 @@ class ViT(nn.Module):
         fan_in = self.patch_embed.proj.in_channels * self.config.patch_size**2
         nn.init.trunc_normal_(self.patch_embed.proj.weight, std=math.sqrt(1 / fan_in))
         nn.init.zeros_(self.patch_embed.proj.bias)
-        if self.head is not None:
-            nn.init.zeros_(self.head.weight)
-            nn.init.zeros_(self.head.bias)
+        if self.attn_pool is not None:
+            nn.init.trunc_normal_(self.attn_pool.query, std=0.02)
+        for head in (self.head, self.head_dist):
+            if head is not None:
+                nn.init.zeros_(head.weight)
+                nn.init.zeros_(head.bias)
 
     def position_embeddings(self, rows: int, cols: int) -> torch.Tensor:
         """Position embeddings for a rows x cols patch grid, (1, prefix + rows * cols, D).
 
-        At another grid than the training one, the patch part is resized with bicubic
-        interpolation (align_corners=False, as Hugging Face does); prefix tokens keep theirs.
+        At another grid than the training one, the patch part is resized with bicubic interpolation
+        (align_corners=False, antialiased if ``pos_embed_antialias``, as in timm and Hugging Face); prefix
+        tokens keep theirs. Without ``pos_embed_prefix`` there are none: (1, rows * cols, D).
         """
         train_rows, train_cols = self.config.grid_size
         if (rows, cols) == (train_rows, train_cols):
             return self.pos_embed
-        prefix = self.config.num_prefix_tokens
+        prefix = self.config.prefix_positions
         prefix_pos, patch_pos = self.pos_embed[:, :prefix], self.pos_embed[:, prefix:]
         D = patch_pos.shape[-1]
         patch_pos = patch_pos.reshape(1, train_rows, train_cols, D).permute(0, 3, 1, 2)  # (1, D, r, c)
-        patch_pos = F.interpolate(patch_pos, size=(rows, cols), mode="bicubic", align_corners=False)
+        patch_pos = F.interpolate(patch_pos, size=(rows, cols), mode="bicubic", align_corners=False,
+                                  antialias=self.config.pos_embed_antialias)  # fmt: skip
         patch_pos = patch_pos.permute(0, 2, 3, 1).reshape(1, rows * cols, D)  # (1, N, D)
         return torch.cat([prefix_pos, patch_pos], dim=1)
 
@@ -267,6 +357,7 @@ class ViT(nn.Module):
         pixel_values: torch.Tensor,
         output_attentions: bool = False,
         attention_sink: Callable[[int, torch.Tensor], None] | None = None,
+        output_hidden_states: bool = False,
     ) -> ViTOutput:
         """Classify a batch of images, shape (B, C, H, W) with H and W multiples of the patch size.
 
@@ -274,16 +365,20 @@ class ViT(nn.Module):
         ``attention_sink(block_index, weights)``, if given, receives each block's attention
         weights (B, heads, T, T) as soon as they exist; unless ``output_attentions`` is also set
         they are not kept, so statistics can be streamed without holding every T x T matrix.
+        ``output_hidden_states`` keeps every block's output tokens (before the final LayerNorm).
         """
         self._check_input(pixel_values)
         B, _, H, W = pixel_values.shape
         grid = (H // self.config.patch_size, W // self.config.patch_size)
         x = self.patch_embed(pixel_values)  # (B, N, D)
-        prefix = [t.expand(B, -1, -1) for t in (self.cls_token, self.register_tokens) if t is not None]
-        x = torch.cat([*prefix, x], dim=1)  # (B, T, D), T = prefix + N
-        x = self.pos_dropout(x + self.position_embeddings(*grid))
+        prefix = [t.expand(B, -1, -1) for t in (self.cls_token, self.dist_token, self.register_tokens) if t is not None]
+        if self.config.pos_embed_prefix:  # concatenate, then add positions to every token
+            x = torch.cat([*prefix, x], dim=1) + self.position_embeddings(*grid)  # (B, T, D), T = prefix + N
+        else:  # positions for the patches only, then concatenate
+            x = torch.cat([*prefix, x + self.position_embeddings(*grid)], dim=1)
+        x = self.norm_pre(self.pos_dropout(x))
 
-        attentions = []
+        attentions, hidden_states = [], []
         need_weights = output_attentions or attention_sink is not None
         if self.attn_implementation not in ("sdpa", "eager"):
             raise ValueError(f"attn_implementation must be 'sdpa' or 'eager', not {self.attn_implementation!r}")
@@ -294,20 +389,53 @@ class ViT(nn.Module):
                 attention_sink(index, weights)
             if output_attentions:
                 attentions.append(weights)
-        x = self.norm(x)  # (B, T, D)
-
-        if self.config.pooling == "cls":
-            pooled = x[:, 0]  # (B, D)
+            if output_hidden_states:
+                hidden_states.append(x)
+        if not self.config.fc_norm:
+            x = self.norm(x)  # (B, T, D)
+        pooled, readout, pool_attention = self._pool(x)
+        if self.config.fc_norm:
+            pooled = self.norm(pooled)
+        if self.head_dist is not None:  # DeiT at inference: the mean of the [CLS] and distillation heads
+            logits = (self.head(x[:, 0]) + self.head_dist(x[:, 1])) / 2
         else:
-            pooled = x[:, self.config.num_prefix_tokens :].mean(dim=1)  # (B, D)
+            logits = self.head(pooled) if self.head is not None else None
         return ViTOutput(
-            logits=self.head(pooled) if self.head is not None else None,
+            logits=logits,
             pooled=pooled,
             last_hidden_state=x,
             attentions=tuple(attentions) if output_attentions else None,
             grid_size=grid,
             num_prefix_tokens=self.config.num_prefix_tokens,
+            readout=readout,
+            pool_attention=pool_attention,
+            hidden_states=tuple(hidden_states) if output_hidden_states else None,
         )
+
+    def _pool(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """(B, T, D) -> the pooled vector, the weight the head gives each token (B, T), and for "map"
+        pooling the pooling head's attention (B, heads, N)."""
+        B, T, _ = x.shape
+        p = self.config.num_prefix_tokens
+        readout = x.new_zeros(B, T, dtype=torch.float32)
+        patches = x[:, p:]
+        pool_attention = None
+        if self.config.pooling == "map":
+            pooled, pool_attention = self.attn_pool(patches)
+            readout[:, p:] = pool_attention.float().mean(dim=1)
+        elif self.config.pooling == "mean":
+            pooled = patches.mean(dim=1)
+            readout[:, p:] = 1 / (T - p)
+        elif self.config.pooling == "cls+mean":  # DINOv2's classifier reads both, side by side
+            pooled = torch.cat([x[:, 0], patches.mean(dim=1)], dim=-1)
+            readout[:, 0], readout[:, p:] = 0.5, 0.5 / (T - p)
+        elif self.config.distillation_head:  # DeiT: both tokens, averaged (timm's pre-logits)
+            pooled = (x[:, 0] + x[:, 1]) / 2
+            readout[:, :2] = 0.5
+        else:
+            pooled = x[:, 0]
+            readout[:, 0] = 1.0
+        return pooled, readout, pool_attention
 
     def _check_input(self, pixel_values: torch.Tensor) -> None:
         c = self.config

@@ -14,7 +14,7 @@ import plotly.colors
 import plotly.graph_objects as go
 import torch
 import torch.nn.functional as F
-from PIL import Image
+from PIL import Image, ImageDraw
 
 # Every figure names its template, so it looks the same whether or not streamlit (which swaps plotly's
 # default template for one of placeholder colours) has been imported. It is the part of plotly's
@@ -154,6 +154,34 @@ def masked_image(
     return Image.fromarray(np.where(keep[..., None], photo, photo * 0.2).astype(np.uint8))
 
 
+def outline_patches(image: Image.Image, mask, box: tuple[float, float, float, float] | None = None,
+                    colour: tuple[int, int, int] = (0, 255, 255)) -> Image.Image:  # fmt: skip
+    """The photo with an outlined rectangle on each patch where ``mask`` (rows, cols) is True, e.g. the
+    high-norm patches of explain.high_norm_patches. ``box`` is where the model's input came from, as in
+    ``overlay``: the grid covers it, and outside it the photo is dimmed, so the picture matches an overlay
+    of the same photo beside it. The line is about a tenth of a patch wide (at least 2 pixels)."""
+    mask = np.asarray(mask, dtype=bool)
+    if mask.ndim != 2:
+        raise ValueError(f"mask must be (rows, cols); got shape {mask.shape}")
+    photo = image if image.mode == "RGB" else image.convert("RGB")
+    width, height = photo.size
+    left, top, right, bottom = box or (0, 0, width, height)
+    x0, y0, x1, y1 = (int(round(v)) for v in (left, top, right, bottom))
+    x0, y0, x1, y1 = max(0, x0), max(0, y0), min(width, x1), min(height, y1)
+    if x1 <= x0 or y1 <= y0:
+        raise ValueError(f"box {box} does not overlap the {width}x{height} image")
+    out = photo.point(_DIMMED)
+    out.paste(photo.crop((x0, y0, x1, y1)), (x0, y0))
+    rows, cols = mask.shape
+    cell_w, cell_h = (right - left) / cols, (bottom - top) / rows
+    line = max(2, round(min(cell_w, cell_h) / 10))
+    draw = ImageDraw.Draw(out)
+    for r, c in zip(*np.nonzero(mask)):
+        draw.rectangle([round(left + c * cell_w), round(top + r * cell_h),
+                        round(left + (c + 1) * cell_w) - 1, round(top + (r + 1) * cell_h) - 1], outline=colour, width=line)  # fmt: skip
+    return out
+
+
 # --- plotly figures ----------------------------------------------------------------------------
 
 
@@ -274,3 +302,77 @@ def patch_picker_figure(picture: str, scale: float, box: tuple[float, float, flo
                 marker=dict(size=14, color="rgba(0,0,0,0)", line=dict(color="cyan", width=3)))  # fmt: skip
     return _figure([photo, markers, ring], margin=dict(l=0, r=0, t=0, b=0), showlegend=False, dragmode=False,
                    clickmode="event+select", xaxis=dict(visible=False), yaxis=dict(visible=False))  # fmt: skip
+
+
+# --- prefix tokens, token norms ----------------------------------------------------------------
+
+_PATCHES_COLOUR = "rgb(200, 208, 220)"  # "patches" in the prefix-token charts: the rest, in grey
+
+
+def _token_colours(names: list[str]) -> list[str]:
+    """The template's colours for the prefix tokens in order, grey for "patches" (the last name)."""
+    colours = TEMPLATE.layout.colorway
+    return [colours[i % len(colours)] for i in range(len(names) - 1)] + [_PATCHES_COLOUR]
+
+
+def prefix_attention_figure(shares, names: list[str], title: str = "") -> go.Figure:
+    """Stacked bars, one per head, of where the patches' attention goes in one layer: to each prefix token
+    and, last, among the patches. ``shares`` is (heads, P + 1) (explain.attention_to_prefix_tokens for one
+    layer), ``names`` the P + 1 names ("[CLS]", ..., "patches"); each bar sums to 1."""
+    values = _as_array(shares)
+    heads, parts = values.shape
+    if len(names) != parts:
+        raise ValueError(f"{len(names)} names for {parts} shares per head")
+    bars = [dict(type="bar", x=np.arange(heads), y=values[:, i], name=name, marker=dict(color=colour),
+                 hovertemplate="head %{x}: %{y:.1%} to " + name + "<extra></extra>")
+            for i, (name, colour) in enumerate(zip(names, _token_colours(names)))]  # fmt: skip
+    # the legend goes below the bars: beside them it would squeeze a chart in half a narrow page
+    return _figure(bars, barmode="stack", title=dict(text=title), height=360,
+                   margin=dict(l=0, r=0, t=40 if title else 10, b=0),
+                   legend=dict(traceorder="normal", orientation="h", x=0, y=-0.2, yanchor="top"),
+                   xaxis=dict(title=dict(text="head"), dtick=1 if heads <= 24 else None),
+                   yaxis=dict(range=[0, 1], tickformat=".0%", title=dict(text="share of attention")))  # fmt: skip
+
+
+def _layer_marker(layer: int | None) -> list[dict]:
+    """A dashed vertical line at the chosen layer."""
+    if layer is None:
+        return []
+    return [dict(type="line", xref="x", yref="paper", x0=layer, x1=layer, y0=0, y1=1,
+                 line=dict(color="rgba(42, 63, 95, 0.5)", width=1, dash="dash"))]  # fmt: skip
+
+
+def prefix_attention_by_layer_figure(shares, names: list[str], layer: int | None = None) -> go.Figure:
+    """The patches' attention to each prefix token (and among the patches), the mean over heads, against
+    depth: one line per token. ``shares`` is (layers, heads, P + 1); ``layer`` is marked."""
+    values = _as_array(shares).mean(axis=1)  # (layers, P + 1)
+    if len(names) != values.shape[1]:
+        raise ValueError(f"{len(names)} names for {values.shape[1]} shares per head")
+    lines = [dict(type="scatter", x=np.arange(len(values)), y=values[:, i], mode="lines+markers", name=name,
+                  line=dict(color=colour), hovertemplate="layer %{x}: %{y:.1%} to " + name + "<extra></extra>")
+             for i, (name, colour) in enumerate(zip(names, _token_colours(names)))]  # fmt: skip
+    return _figure(lines, shapes=_layer_marker(layer), height=360, margin=dict(l=0, r=0, t=40, b=0),
+                   title=dict(text="Every layer, mean over heads"), showlegend=False,  # the bars' colours and legend
+                   xaxis=dict(title=dict(text="layer (depth)"), dtick=1 if len(values) <= 24 else None),
+                   yaxis=dict(range=[0, 1], tickformat=".0%", title=dict(text="share of attention")))  # fmt: skip
+
+
+def token_norms_figure(norms, prefix_names: list[str], layer: int | None = None) -> go.Figure:
+    """Token norms against depth: the median and the largest patch-token norm of each layer, and each
+    prefix token's. ``norms`` is (layers, T) with the prefix tokens first (explain.token_norms); Darcet et
+    al.'s high-norm artifacts show as a max far above the median from some depth on."""
+    values = _as_array(norms)
+    p = len(prefix_names)
+    patches = values[:, p:]
+    if patches.shape[1] == 0:
+        raise ValueError(f"{len(prefix_names)} prefix names leave no patch tokens among {values.shape[1]}")
+    layers = np.arange(len(values))
+    series = [("median patch", np.median(patches, axis=1), dict(color="#2a3f5f")),
+              ("max patch", patches.max(axis=1), dict(color="#2a3f5f", dash="dot"))]  # fmt: skip
+    colours = TEMPLATE.layout.colorway
+    series += [(name, values[:, i], dict(color=colours[i % len(colours)])) for i, name in enumerate(prefix_names)]
+    lines = [dict(type="scatter", x=layers, y=y, mode="lines+markers", name=name, line=line,
+                  hovertemplate="layer %{x}: %{y:.2f}<extra>" + name + "</extra>") for name, y, line in series]  # fmt: skip
+    return _figure(lines, shapes=_layer_marker(layer), height=300, margin=dict(l=0, r=0, t=10, b=0),
+                   xaxis=dict(title=dict(text="layer (depth)"), dtick=1 if len(values) <= 24 else None),
+                   yaxis=dict(title=dict(text="token norm (L2)"), rangemode="tozero"))  # fmt: skip

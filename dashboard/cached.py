@@ -1,0 +1,185 @@
+"""Every cached computation of the page: the model, decoded photos, the forward pass, maps, figures.
+
+Controls never re-run the model: the forward pass is cached per (model, image, precision), and what
+the tabs draw from it per choice of settings. Cached functions take an ImageFile and are keyed by its
+digest (BY_DIGEST): Streamlit would otherwise hash the whole file again on every call of every cached
+function in every rerun. Functions given an ``_analysis`` name it in their key by (model spec, image
+key, precision) instead, since those fix the analysis.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import io
+
+import numpy as np
+import plotly.graph_objects as go
+import streamlit as st
+import torch
+from PIL import Image
+
+import vitviz
+from vitviz import analysis as analysis_module
+from vitviz import explain, plots
+from vitviz.analysis import ImageAnalysis
+from vitviz.images import ImageFile, load_image
+
+from dashboard.common import Photo, Settings, readout_title
+
+MAX_DISPLAY_SIDE = 1024
+PICKER_SIDE = 512  # the click-a-patch picture's long side, in pixels
+BY_DIGEST = {ImageFile: lambda file: file.key}
+
+
+@st.cache_resource(max_entries=3, show_spinner="Loading the model...")
+def get_model(spec: str) -> vitviz.ViT:
+    return vitviz.load_model(spec)
+
+
+@st.cache_resource(max_entries=64, show_spinner=False, hash_funcs=BY_DIGEST)
+def decode(file: ImageFile) -> Image.Image:
+    """The decoded photo, shared (not copied) between reruns and sessions: never modify it in place."""
+    return load_image(file.data)
+
+
+@st.cache_resource(max_entries=64, show_spinner=False, hash_funcs=BY_DIGEST)
+def display_photo(file: ImageFile) -> Image.Image:
+    """The photo at most MAX_DISPLAY_SIDE pixels on its long side: what overlays are drawn on for the
+    page (downloads use the full resolution). Shared like decode's result: never modify it."""
+    photo = decode(file).copy()
+    photo.thumbnail((MAX_DISPLAY_SIDE, MAX_DISPLAY_SIDE))
+    return photo
+
+
+@st.cache_data(max_entries=256, show_spinner=False)
+def _overlay_jpeg(key: str, patch_map: np.ndarray, box: tuple, colormap: str, alpha: float, _image) -> bytes:
+    buffer = io.BytesIO()
+    plots.overlay(_image, patch_map, colormap, alpha, box).save(buffer, format="JPEG", quality=90)
+    return buffer.getvalue()
+
+
+def overlay_picture(photo: Photo, patch_map, box, settings: Settings) -> bytes:
+    """The overlay as JPEG bytes, cached: redrawing after an unrelated control change costs nothing."""
+    values = np.asarray(patch_map.numpy() if isinstance(patch_map, torch.Tensor) else patch_map, dtype=np.float32)
+    return _overlay_jpeg(photo.key, values, tuple(box), settings.colormap, settings.alpha, _image=photo.image)
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def _outlined_jpeg(key: str, mask: np.ndarray, box: tuple, _image) -> bytes:
+    buffer = io.BytesIO()
+    plots.outline_patches(_image, mask, box).save(buffer, format="JPEG", quality=90)
+    return buffer.getvalue()
+
+
+def outlined_picture(photo: Photo, mask: np.ndarray, box) -> bytes:
+    """The shown photo with the patches of ``mask`` (rows, cols) outlined, as JPEG bytes, cached."""
+    return _outlined_jpeg(photo.key, np.asarray(mask, dtype=bool), tuple(box), _image=photo.image)
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def _photo_data_uri(key: str, _image) -> tuple[str, float]:
+    """The photo as a JPEG data URI at most PICKER_SIDE pixels on its long side, and its scale
+    (shown pixels per data-URI pixel). The picker sits in half a page: a bigger picture only makes
+    every rerun validate and send more bytes."""
+    small = _image.copy()
+    small.thumbnail((PICKER_SIDE, PICKER_SIDE))
+    buffer = io.BytesIO()
+    small.save(buffer, format="JPEG", quality=85)
+    return "data:image/jpeg;base64," + base64.b64encode(buffer.getvalue()).decode(), _image.width / small.width
+
+
+def photo_data_uri(photo: Photo) -> tuple[str, float]:
+    return _photo_data_uri(photo.key, photo.image)
+
+
+@st.cache_resource(max_entries=8, show_spinner="Running the ViT...", hash_funcs=BY_DIGEST)  # attentions are big
+def analyse(_model: vitviz.ViT, model_spec: str, file: ImageFile, precision: str) -> ImageAnalysis:
+    """One forward pass per (model, image, precision): controls never re-run the model."""
+    return analysis_module.analyse_image(_model, decode(file), precision)
+
+
+def photo_and_analysis(model: vitviz.ViT, settings: Settings, name: str, file: ImageFile) -> tuple[Photo, ImageAnalysis]:
+    """The photo and its analysis, with the model's box scaled onto the shown photo."""
+    analysis = analyse(model, settings.model_spec, file, settings.precision)
+    photo = Photo(name, file.key, display_photo(file), decode(file))
+    return photo, dataclasses.replace(analysis, box=tuple(v * photo.scale for v in analysis.box))
+
+
+@st.cache_resource(max_entries=64, show_spinner="Computing class-specific maps (forward + backward)...",
+                   hash_funcs=BY_DIGEST)  # fmt: skip
+def relevance_maps(_model, model_spec: str, file: ImageFile, precision: str, target: int) -> dict:
+    return analysis_module.class_maps(_model, analyse(_model, model_spec, file, precision), target, precision)
+
+
+@st.cache_resource(max_entries=32, show_spinner="Replacing patches and re-running the model...", hash_funcs=BY_DIGEST)
+def faithfulness_curves(_model, model_spec: str, file: ImageFile, precision: str, target: int, baseline: str):
+    analysis = analyse(_model, model_spec, file, precision)
+    maps = {"rollout": explain.attention_rollout(analysis.attentions, **analysis.readout_args)[0]}
+    # what the tokens the head reads attend to in the last block, fused over heads
+    last = explain.readout_attention_all(analysis.attentions[-1:], analysis.readout, **analysis.maps_args)[0, 0]
+    maps[f"{readout_title(_model.config)} (last layer)"] = last.mean(dim=0)
+    maps["relevance (Chefer et al.)"] = torch.from_numpy(relevance_maps(_model, model_spec, file, precision, target)["relevance"])
+    with vitviz.autocast(precision):
+        return {name: explain.faithfulness(_model, analysis.pixel_values, m, target, baseline) for name, m in maps.items()}
+
+
+@st.cache_resource(max_entries=64, show_spinner=False)
+def rollout_map(model_spec: str, image_key: str, precision: str, fusion: str, discard: float, start: int, *,
+                _analysis: ImageAnalysis) -> np.ndarray:
+    """The rollout for one choice of settings, computed once: the analysis is fixed by (model, image,
+    precision), so those name it in the key instead of the attentions themselves."""
+    return explain.attention_rollout(_analysis.attentions, fusion, discard, start, **_analysis.readout_args)[0].numpy()
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def readout_maps(model_spec: str, image_key: str, precision: str, *, _analysis: ImageAnalysis) -> np.ndarray:
+    """What the tokens the head reads attend to, every block and head: (layers, heads, rows, cols).
+    The [CLS] rows for a [CLS] model, the mean patch row for mean pooling, the rows weighted by the
+    pooling head's weights for attention pooling (explain.readout_attention_all)."""
+    return explain.readout_attention_all(_analysis.attentions, **_analysis.readout_args)[0].numpy()
+
+
+@st.cache_resource(max_entries=64, show_spinner=False)
+def patch_maps(model_spec: str, image_key: str, precision: str, layer: int, row: int, col: int, *,
+               _analysis: ImageAnalysis) -> tuple[np.ndarray, np.ndarray]:
+    """What patch (row, col) attends to in one layer: fused over heads (rows, cols) and per head (H, rows, cols)."""
+    args = dict(layer=layer, query=(row, col), **_analysis.maps_args)
+    fused = explain.query_attention(_analysis.attentions, head="mean", **args)[0]
+    heads = _analysis.attentions[layer].shape[1]
+    per_head = torch.stack([explain.query_attention(_analysis.attentions, head=h, **args)[0] for h in range(heads)])
+    return fused.numpy(), per_head.numpy()
+
+
+@st.cache_resource(max_entries=32, show_spinner=False, hash_funcs=BY_DIGEST)
+def statistics(_model, model_spec: str, file: ImageFile, precision: str) -> dict[str, np.ndarray]:
+    return analysis_module.head_statistics(analyse(_model, model_spec, file, precision), _model.config.patch_size)
+
+
+@st.cache_resource(max_entries=32, show_spinner=False)
+def token_views(model_spec: str, image_key: str, precision: str, *, _analysis: ImageAnalysis) -> dict[str, np.ndarray]:
+    """The Tokens tab's numbers: attention to each prefix token and among patches (layers, heads, P + 1),
+    every token's norm after every block (layers, T)."""
+    shares = explain.attention_to_prefix_tokens(_analysis.attentions, _analysis.num_prefix_tokens)[0]
+    return {"prefix_shares": shares.numpy(), "token_norms": _analysis.token_norms.numpy()}
+
+
+def cached_figure(builder: str, *args, **kwargs) -> go.Figure:
+    """``plots.<builder>(*args)``, built once per distinct input: a rerun after an unrelated control
+    reuses the figure instead of building it again. Shared between sessions, so never modified."""
+    args = tuple(a.numpy() if isinstance(a, torch.Tensor) else a for a in args)  # Streamlit hashes numpy
+    return _figure(builder, *args, **kwargs)
+
+
+@st.cache_resource(max_entries=256, show_spinner=False)
+def _figure(builder: str, *args, **kwargs) -> go.Figure:
+    return getattr(plots, builder)(*args, **kwargs)
+
+
+@st.cache_resource(max_entries=3, show_spinner=False)
+def model_anatomy(_model, model_spec: str) -> dict:
+    """Weights-only views, computed once per model."""
+    c = _model.config
+    similarity = explain.position_embedding_similarity(_model.pos_embed.detach(), c.grid_size, c.prefix_positions)
+    components, explained = explain.patch_embedding_components(_model.patch_embed.proj.weight, count=16)
+    return {"similarity": similarity, "components": components, "explained": explained}

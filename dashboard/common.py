@@ -1,0 +1,178 @@
+"""What every tab shares: the sidebar's settings, the chosen photo, the page (model + photo + analysis),
+the keys that let tab controls keep their values, downloads, and the names of tokens and readouts."""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import streamlit as st
+from PIL import Image
+from streamlit.errors import StreamlitAPIException
+
+import vitviz
+from vitviz import plots
+from vitviz.analysis import ImageAnalysis
+from vitviz.images import ImageFile
+
+KEPT = "kept|"  # prefix of the keys of tab widgets, whose values outlive runs that do not draw them
+
+
+@dataclass(frozen=True)
+class Settings:
+    model_spec: str  # what vitviz.load_model gets; "" until the user has named one
+    precision: str
+    colormap: str
+    alpha: float
+    model_choice: str = "default"  # the model picker's option (a spec, or "path or upload...", ...)
+
+
+@dataclass(frozen=True)
+class Photo:
+    name: str
+    key: str  # the file's digest: the cache key for everything drawn on it
+    image: Image.Image  # at most MAX_DISPLAY_SIDE on its long side: what the page draws on
+    full: Image.Image  # as decoded: what the PNG downloads draw on
+
+    @property
+    def scale(self) -> float:
+        """Shown pixels per full-size pixel (1 for photos no larger than MAX_DISPLAY_SIDE)."""
+        return self.image.width / self.full.width
+
+
+@dataclass(frozen=True)
+class Page:
+    """The model, the chosen photo with its analysis, and the sidebar's settings."""
+
+    model: vitviz.ViT
+    settings: Settings
+    file: ImageFile
+    photo: Photo
+    analysis: ImageAnalysis  # its box is on the shown photo (photo.image)
+
+    def key(self, name: str, default, per_image: bool = False, options=None) -> str:
+        """The session-state key of a tab widget, holding its value (the default at first).
+
+        Only the open tab is drawn, and Streamlit forgets the value of a widget that a run does not
+        draw, so keep_tab_widgets() writes these values back in every run: a control keeps its value
+        while another tab is open. The default is set here rather than given to the widget (Streamlit
+        warns about a widget given both). The model, and the image for per_image widgets, are part
+        of the key, so a value never meets a widget it does not fit (another model's layer count); a
+        stored value outside ``options`` (the choices or the range it must be in) goes back to the
+        default, since one path may load a different model after its file changed."""
+        key = f"{KEPT}{self.scopes()[1 if per_image else 0]}|{name}"
+        if key not in st.session_state or (options is not None and st.session_state[key] not in options):
+            st.session_state[key] = default
+        return key
+
+    def scopes(self) -> tuple[str, str]:
+        # the name too: two images with the same bytes are still two choices in the compare pickers
+        return self.settings.model_spec, f"{self.settings.model_spec}|{self.photo.key}|{self.photo.name}"
+
+
+def keep_tab_widgets(scopes: tuple[str, ...]) -> None:
+    """Write back the values of the current model's and image's tab widgets (see Page.key); forget the rest."""
+    for key in [k for k in st.session_state if isinstance(k, str) and k.startswith(KEPT)]:
+        if key[len(KEPT) :].rsplit("|", 1)[0] in scopes:
+            st.session_state[key] = st.session_state[key]
+        else:
+            del st.session_state[key]
+
+
+def rerun_tab() -> None:
+    """Re-run only the current tab during the tab's own (fragment) rerun; during a full run, the page."""
+    try:
+        st.rerun(scope="fragment")
+    except StreamlitAPIException:  # Streamlit allows the fragment scope only in fragment reruns
+        st.rerun()
+
+
+def index_slider(label: str, count: int, key: str) -> int:
+    """A slider over 0..count-1; with a single choice there is nothing to slide (Streamlit refuses min == max)."""
+    if count <= 1:
+        return 0
+    return st.slider(label, 0, count - 1, key=key)
+
+
+def downloads(page: Page, tab: str, maps: dict[str, np.ndarray], overlay: str | None = None) -> None:
+    """Buttons for what this tab shows: the overlay of maps[overlay] as a PNG at the photo's full
+    resolution, and the maps as .npz. Files are built only when a button is clicked (deferred data)."""
+    stem = f"{Path(page.photo.name).stem}_{tab}".replace(" ", "_")
+    arrays = {"".join(ch if ch.isalnum() else "_" for ch in name): value for name, value in maps.items()}
+
+    def overlay_png() -> bytes:
+        buffer = io.BytesIO()
+        full_box = tuple(v / page.photo.scale for v in page.analysis.box)
+        picture = plots.overlay(page.photo.full, maps[overlay], page.settings.colormap, page.settings.alpha, full_box)
+        picture.save(buffer, format="PNG")
+        return buffer.getvalue()
+
+    def maps_npz() -> bytes:
+        buffer = io.BytesIO()
+        np.savez_compressed(buffer, probabilities=page.analysis.probabilities, **arrays)
+        return buffer.getvalue()
+
+    left, right = st.columns(2)
+    if overlay is not None:
+        left.download_button("Download the overlay (PNG, full resolution)", overlay_png, f"{stem}.png", "image/png")
+    right.download_button("Download this tab's maps (.npz)", maps_npz, f"{stem}_maps.npz", "application/octet-stream")
+
+
+# --- names: what the page calls the model's tokens and what its head reads ----------------------
+
+
+def has_classifier(model: vitviz.ViT) -> bool:
+    return model.config.num_classes > 0
+
+
+def class_name(model: vitviz.ViT, index: int) -> str:
+    return model.class_names[index] if index < len(model.class_names) else f"class {index}"
+
+
+def prefix_token_names(config: vitviz.ViTConfig) -> list[str]:
+    """The prefix tokens in the model's order: "[CLS]", "distillation", "register 1".."register R"."""
+    names = ["[CLS]"] if config.class_token else []
+    names += ["distillation"] if config.distillation_token else []
+    return names + [f"register {i + 1}" for i in range(config.num_register_tokens)]
+
+
+def describe_prefix_tokens(config: vitviz.ViTConfig) -> str:
+    """E.g. "[CLS] + 4 registers", "[CLS] + distillation", "no prefix tokens"."""
+    parts = ["[CLS]"] if config.class_token else []
+    parts += ["distillation"] if config.distillation_token else []
+    registers = config.num_register_tokens
+    parts += [f"{registers} register{'s' if registers > 1 else ''}"] if registers else []
+    return " + ".join(parts) or "no prefix tokens"
+
+
+# What the head reads, by kind: (a few words for the sidebar, the title of its attention rows)
+_READS = {
+    "map": ("an attention-pooling head over the patches", "rows weighted by the pooling head"),
+    "mean": ("the mean of the patch tokens", "mean of the patch rows"),
+    "cls+mean": ("[CLS] and the mean patch token, side by side", "[CLS] row and mean patch row, half each"),
+    "distilled": ("[CLS] and distillation tokens (two heads, averaged)", "[CLS] and distillation rows, half each"),
+    "cls": ("the [CLS] token", "[CLS] attention"),
+}
+
+
+def _reads(config: vitviz.ViTConfig) -> tuple[str, str]:
+    kind = "distilled" if config.pooling == "cls" and config.distillation_head else config.pooling
+    return _READS[kind]
+
+
+def describe_pooling(config: vitviz.ViTConfig) -> str:
+    """What the head (or, for a backbone, the pooled output) reads, in a few words."""
+    return _reads(config)[0]
+
+
+def readout_title(config: vitviz.ViTConfig) -> str:
+    """The name of the attention row a readout map shows: the rows of the tokens the head reads,
+    weighted as it weighs them (explain.readout_attention_all with analysis.readout)."""
+    return _reads(config)[1]
+
+
+def readout_file_name(config: vitviz.ViTConfig) -> str:
+    """The stem of readout maps in downloads: "cls" where the head reads [CLS] alone, else "readout"."""
+    return "cls" if readout_title(config) == "[CLS] attention" else "readout"

@@ -1,0 +1,106 @@
+"""The images of a session: uploads, camera shots, earlier images, and sample images from a local CIFAR-10 zip."""
+
+from __future__ import annotations
+
+import os
+import random
+import zipfile
+from pathlib import Path
+
+import streamlit as st
+
+from vitviz.images import ImageError, ImageFile
+
+from dashboard.cached import decode
+
+UPLOAD_TYPES = ["jpg", "jpeg", "png", "webp", "bmp", "gif", "tif", "tiff"]
+MAX_SESSION_IMAGES = 20  # images a session keeps for revisiting and comparing
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def sample_zips() -> tuple[Path, ...]:
+    """Where a local copy of the CIFAR-10 test set may be, for sample images before any upload;
+    VITVIZ_SAMPLES (zip paths separated by os.pathsep, or empty for none) overrides the list.
+    Read in every run (this module is imported once per server, app.py runs each time)."""
+    if "VITVIZ_SAMPLES" in os.environ:
+        return tuple(Path(p) for p in os.environ["VITVIZ_SAMPLES"].split(os.pathsep) if p)
+    return ROOT / "data" / "cifar10_test.zip", ROOT.parent / "shared" / "data" / "cifar10" / "cifar10_test.zip"
+
+
+@st.cache_data(max_entries=4, show_spinner=False)
+def sample_images(zips: tuple[Path, ...], count: int = 10) -> list[tuple[str, ImageFile]]:
+    """One random image per class from a local CIFAR-10 test zip, if there is one."""
+    for path in zips:
+        if path.is_file():
+            with zipfile.ZipFile(path) as archive:
+                names = [n for n in archive.namelist() if n.lower().endswith((".jpg", ".png"))]
+                by_class: dict[str, list[str]] = {}
+                for name in names:
+                    parts = name.split("/")
+                    by_class.setdefault(parts[-2] if len(parts) > 1 else "", []).append(name)
+                rng = random.Random(0)
+                picks = [rng.choice(files) for _, files in sorted(by_class.items())][:count]
+                return [(" ".join(name.split("/")[-2:]), ImageFile.of(archive.read(name))) for name in picks]
+    return []
+
+
+def choose_image() -> tuple[str, dict[str, ImageFile]] | None:
+    """Uploads, camera, earlier images of this session, or samples: (chosen name, every image by name)."""
+    if "history" not in st.session_state:
+        st.session_state.history = {}  # name -> ImageFile, oldest first
+    uploads = st.file_uploader("Upload photos", type=UPLOAD_TYPES, accept_multiple_files=True)
+    with st.expander("Take a photo with the camera"):
+        camera = st.camera_input("Camera", label_visibility="collapsed")
+    # each camera shot gets a name of its own (the browser calls every shot image.jpg)
+    shots = st.session_state.setdefault("camera_shots", {})  # file id -> name
+    if camera is not None and camera.file_id not in shots:
+        shots[camera.file_id] = f"camera photo {len(shots) + 1}.jpg"
+    items = [(upload.name, upload) for upload in uploads or []]
+    items += [(shots[camera.file_id], camera)] if camera is not None else []
+    # each upload is read, hashed and decoded once, in the run it arrives; later runs reuse the outcome:
+    # (its name among the session's images, "") or ("", why it was refused)
+    earlier = st.session_state.get("intake", {})
+    intake = {item.file_id: earlier.get(item.file_id) or take_in(name, item) for name, item in items}
+    st.session_state.intake = intake  # only the files still in the widgets
+    for name, item in items:
+        if intake[item.file_id][1]:
+            st.error(f"Could not read {name}: {intake[item.file_id][1]}")
+    arrived = [intake[item.file_id][0] for _, item in items if item.file_id not in earlier]
+    if any(arrived):  # the newest readable arrival is shown, wherever its widget lists it
+        st.session_state.newest = [name for name in arrived if name][-1]
+    samples = dict(sample_images(sample_zips()))
+    options = list(st.session_state.history) + [f"sample: {name}" for name in samples]
+    if not options:
+        st.info(
+            "Upload one or more photos (JPEG, PNG, WebP, BMP, GIF, TIFF) to see what the model predicts and "
+            "where it looks: attention rollout, the attention of every layer and head, what any patch attends "
+            "to, class-specific relevance, head statistics, prefix tokens and token norms, and faithfulness curves."
+        )
+        return None
+    newest = st.session_state.get("newest")
+    index = options.index(newest) if newest in options else 0
+    name = st.selectbox("Image", options, index=index, help="every image of this session stays here")
+    images = st.session_state.history | {f"sample: {n}": file for n, file in samples.items()}
+    return name, images
+
+
+def take_in(name: str, upload) -> tuple[str, str]:
+    """Read a new upload: add it to the session's images and return (its name there, ""), or return
+    ("", why it was refused). Unreadable files are refused here, so they never reach an image picker
+    and the others stay usable. A different file with a name already taken (phones call every photo
+    image.jpg) gets a number: "image (2).jpg"."""
+    file = ImageFile.of(upload.getvalue())
+    try:
+        decode(file)
+    except ImageError as error:
+        return "", str(error)
+    history = st.session_state.history
+    stem, suffix = os.path.splitext(name)
+    number = 2
+    while name in history and history[name].key != file.key:
+        name, number = f"{stem} ({number}){suffix}", number + 1
+    history.pop(name, None)  # re-insert: newest last
+    history[name] = file
+    while len(history) > MAX_SESSION_IMAGES:  # bound each session's memory: drop the oldest
+        history.pop(next(iter(history)))
+    return name, ""

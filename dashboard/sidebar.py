@@ -1,0 +1,108 @@
+"""The sidebar: which model (the shipped default, popular pretrained ViTs, torchvision's, any timm or
+Hugging Face spec, a checkpoint by path or upload), what it is, and how maps are drawn."""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+from pathlib import Path
+
+import streamlit as st
+
+import vitviz
+from vitviz import plots
+from vitviz.importers import TORCHVISION_ARCHS
+
+from dashboard.common import Settings, describe_pooling, describe_prefix_tokens, has_classifier
+
+# Popular ViTs, label -> spec. Each downloads once when online (into the Hugging Face cache) and
+# loads offline afterwards; tests/test_app.py checks every timm name is one of timm's pretrained tags.
+CURATED_MODELS = {
+    "DeiT-B/16 distilled (timm)": "timm:deit_base_distilled_patch16_224.fb_in1k",
+    "DINO ViT-S/8 (timm)": "timm:vit_small_patch8_224.dino",
+    "DINOv2-B/14 with registers (timm)": "timm:vit_base_patch14_reg4_dinov2.lvd142m",
+    "CLIP ViT-B/16 image tower (timm)": "timm:vit_base_patch16_clip_224.openai",
+    "SigLIP B/16 image tower (timm)": "timm:vit_base_patch16_siglip_224.webli",
+    "MAE ViT-B/16 (timm)": "timm:vit_base_patch16_224.mae",
+    "ViT-B/16 AugReg ImageNet-1k (timm)": "timm:vit_base_patch16_224.augreg2_in21k_ft_in1k",
+    "ViT-B/16 (Hugging Face, google)": "hf:google/vit-base-patch16-224",
+}
+HUB_SPEC = "timm or Hugging Face spec..."
+PATH_OR_UPLOAD = "path or upload..."
+# the picker's options: specs, except the two that open a field
+MODEL_CHOICES = ["default", *CURATED_MODELS.values(), *(f"torchvision:{arch}" for arch in TORCHVISION_ARCHS),
+                 HUB_SPEC, PATH_OR_UPLOAD]  # fmt: skip
+LABELS = {spec: label for label, spec in CURATED_MODELS.items()}
+MISSING_SPEC = {
+    HUB_SPEC: "Enter a timm model (`timm:<name>`, e.g. `timm:vit_small_patch14_reg4_dinov2.lvd142m`) or a Hugging "
+              "Face repository (`hf:<org>/<name>` or just `<org>/<name>`) in the sidebar.",
+    PATH_OR_UPLOAD: "Enter the path of a vitviz checkpoint or a Hugging Face ViT folder, or upload a checkpoint.",
+}  # fmt: skip
+MAX_CHECKPOINT_MB = 50  # .streamlit/config.toml's maxUploadSize; larger checkpoints: give their path
+MAX_STORED_CHECKPOINTS = 3  # uploaded checkpoints kept on disk, the oldest removed first
+
+
+def sidebar() -> Settings:
+    st.sidebar.header("Model")
+    choice = st.sidebar.selectbox(
+        "Model", MODEL_CHOICES, label_visibility="collapsed", format_func=lambda option: LABELS.get(option, option),
+        help="The pretrained models (timm, Hugging Face, torchvision) download once when online, into the "
+             "Hugging Face or torch cache, and load offline afterwards.",
+    )  # fmt: skip
+    spec = choice
+    if choice == HUB_SPEC:
+        spec = hub_spec(st.sidebar.text_input("timm:<name>, hf:<org>/<name> or <org>/<name>", "",
+                                              placeholder="timm:vit_small_patch14_reg4_dinov2.lvd142m"))  # fmt: skip
+    elif choice == PATH_OR_UPLOAD:
+        spec = st.sidebar.text_input("vitviz checkpoint file or Hugging Face folder", "")
+        uploaded = st.sidebar.file_uploader(f"...or upload a vitviz checkpoint (.pt, up to {MAX_CHECKPOINT_MB} MB)",
+                                            type=["pt", "pth"])  # fmt: skip
+        if uploaded is not None:
+            spec = save_uploaded_checkpoint(uploaded)
+    st.sidebar.header("Display")
+    precision = st.sidebar.radio("Precision", ["fp32", "bf16"], horizontal=True,
+                                 help="bf16 runs about 2x faster on CPUs with bf16 units; maps differ by < 1e-3")  # fmt: skip
+    colormap = st.sidebar.selectbox("Colormap", plots.COLORMAPS)
+    alpha = st.sidebar.slider("Overlay opacity", 0.0, 1.0, 0.55, 0.05)
+    return Settings(spec, precision, colormap, alpha, choice)
+
+
+def hub_spec(text: str) -> str:
+    """What the spec field means: ``timm:<name>`` and ``hf:<org>/<name>`` as given, a bare ``<org>/<name>``
+    as a Hugging Face repository (never a local folder of that name), a bare name as a timm model."""
+    text = text.strip()
+    if not text or text.startswith(("timm:", "hf:")):
+        return text
+    return f"hf:{text}" if "/" in text else f"timm:{text}"
+
+
+def save_uploaded_checkpoint(uploaded) -> str:
+    """Store an uploaded checkpoint under its content hash; it is opened with weights_only=True."""
+    data = uploaded.getvalue()
+    if len(data) > MAX_CHECKPOINT_MB * 2**20:
+        st.sidebar.error(f"{uploaded.name} is {len(data) / 2**20:.0f} MB; the limit is {MAX_CHECKPOINT_MB} MB")
+        return ""
+    folder = Path(tempfile.gettempdir()) / "vitviz-uploads"
+    folder.mkdir(exist_ok=True)
+    path = folder / f"{hashlib.sha256(data).hexdigest()[:16]}.pt"
+    if not path.exists():
+        path.write_bytes(data)
+    path.touch()  # newest last
+    # keep the disk bounded: only the most recently used uploads stay (as many as models are cached)
+    for old in sorted(folder.glob("*.pt"), key=lambda f: f.stat().st_mtime)[:-MAX_STORED_CHECKPOINTS]:
+        old.unlink(missing_ok=True)
+    return str(path)
+
+
+def describe_model(model: vitviz.ViT, spec: str) -> None:
+    c = model.config
+    rows, cols = c.grid_size
+    classes = f"{len(model.class_names)} classes" if has_classifier(model) else "no classifier (a backbone)"
+    st.sidebar.caption(
+        f"**{spec}**: {c.num_layers} layers x {c.num_heads} heads, patch {c.patch_size}, "
+        f"input {c.image_hw[0]}x{c.image_hw[1]} ({rows}x{cols} patches), {classes}. "
+        f"Tokens: {describe_prefix_tokens(c)}, then the patches; pooling: {describe_pooling(c)}."
+    )
+    if has_classifier(model):
+        with st.sidebar.expander("Classes"):
+            st.write(", ".join(model.class_names) if model.class_names else "unnamed")

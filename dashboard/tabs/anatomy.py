@@ -1,0 +1,42 @@
+"""Model anatomy: mean attention distance and entropy per layer and head, position-embedding similarity,
+principal components of the patch-embedding filters (the ViT paper's Fig. 7)."""
+
+from __future__ import annotations
+
+import numpy as np
+import streamlit as st
+import torch
+
+from vitviz import plots
+
+from dashboard.cached import cached_figure, model_anatomy, statistics
+from dashboard.common import Page, downloads
+
+
+def draw(page: Page) -> None:
+    model, settings = page.model, page.settings
+    stats = statistics(model, settings.model_spec, page.file, settings.precision)
+    anatomy = model_anatomy(model, settings.model_spec)
+    left, right = st.columns(2)
+    left.subheader("Mean attention distance")
+    left.plotly_chart(cached_figure("attention_distance_figure", stats["mean_distance"]), theme=None)
+    right.subheader("Attention entropy")
+    right.plotly_chart(cached_figure("layer_head_figure", stats["entropy"], "", "nats"), theme=None)
+    rows, cols = model.config.grid_size
+    similarity = anatomy["similarity"]
+    left.subheader("Position-embedding similarity")
+    step = max(1, max(rows, cols) // 7)  # at most about 7 x 7 small maps
+    picks = [(r, c) for r in range(0, rows, step) for c in range(0, cols, step)]
+    left.plotly_chart(cached_figure("grid_figure", torch.stack([similarity[r, c] for r, c in picks]),
+                                    [f"({r},{c})" for r, c in picks], len(range(0, cols, step)), "viridis",
+                                    rescale_each=False), theme=None)  # fmt: skip
+    right.subheader("Patch-embedding filters: principal components")
+    components, explained = anatomy["components"], anatomy["explained"]
+    pictures = components[:, :3].permute(0, 2, 3, 1) if components.shape[1] >= 3 else components[:, :1].permute(0, 2, 3, 1)
+    pictures = [(plots.rescale(p) * 255).astype(np.uint8) for p in pictures.numpy()]
+    right.image([p if p.shape[-1] == 3 else p[..., 0] for p in pictures], width=64,
+                caption=[f"{100 * v:.1f}%" for v in explained.tolist()])  # fmt: skip
+    downloads(page, "anatomy", {"mean_attention_distance": stats["mean_distance"], "attention_entropy": stats["entropy"],
+                                "position_embedding_similarity": similarity.numpy(),
+                                "patch_embedding_components": components.numpy(),
+                                "explained_variance": explained.numpy()})  # fmt: skip

@@ -1,0 +1,45 @@
+"""Overview: the top-k predictions and the attention rollout (Abnar & Zuidema 2020) on the photo."""
+
+from __future__ import annotations
+
+import numpy as np
+import streamlit as st
+
+from vitviz import explain
+
+from dashboard.cached import cached_figure, overlay_picture, rollout_map
+from dashboard.common import Page, class_name, describe_pooling, downloads, has_classifier, index_slider
+
+
+@st.fragment
+def draw(page: Page) -> None:
+    model, analysis, settings = page.model, page.analysis, page.settings
+    left, right = st.columns([3, 2])
+    with right:
+        st.subheader("Predictions")
+        if has_classifier(model):
+            most = min(10, model.config.num_classes)
+            top_k = st.slider("Top-k", 1, most, key=page.key("top_k", min(5, most), options=range(1, most + 1))) if most > 1 else 1
+            top = np.argsort(analysis.probabilities)[::-1][:top_k]  # only these reach the cache key, not 1000 names
+            st.plotly_chart(cached_figure("predictions_figure", analysis.probabilities[top],
+                                          [class_name(model, i) for i in top], top_k), theme=None)  # fmt: skip
+        else:
+            st.info(f"This model has no classifier (a backbone): no predictions. Every map still reads what its "
+                    f"pooling reads ({describe_pooling(model.config)}); class-specific maps and faithfulness "
+                    "curves need a classifier.")  # fmt: skip
+        st.subheader("Rollout settings")
+        fusion = st.selectbox("Head fusion", explain.HEAD_FUSIONS, key=page.key("fusion", explain.HEAD_FUSIONS[0]))
+        discard = st.slider("Discard ratio", 0.0, 0.95, step=0.05, key=page.key("discard", 0.0),
+                            help="weakest patch-to-patch weights dropped")  # fmt: skip
+        layers = range(model.config.num_layers)
+        start = index_slider("Start layer", len(layers), page.key("start_layer", 0, options=layers))
+    rollout = rollout_map(settings.model_spec, page.photo.key, settings.precision, fusion, discard, start,
+                          _analysis=analysis)
+    with left:
+        st.subheader("Attention rollout")
+        a, b = st.columns(2)
+        width, height = page.photo.full.size
+        a.image(overlay_picture(page.photo, rollout, analysis.box, settings), width="stretch",
+                caption=f"{page.photo.name}, {width}x{height} (full resolution in the PNG download)")  # fmt: skip
+        b.plotly_chart(cached_figure("heatmap_figure", rollout, "patch grid (hover for values)", settings.colormap), theme=None)
+    downloads(page, "rollout", {"rollout": rollout}, overlay="rollout")

@@ -1,0 +1,119 @@
+"""Tokens: where the patches' attention goes among the prefix tokens ([CLS], distillation, registers),
+the norm of every token with the high-norm outliers flagged (Darcet et al. 2023, "Vision Transformers
+Need Registers"), and the attention-pooling head's map (SigLIP)."""
+
+from __future__ import annotations
+
+import numpy as np
+import streamlit as st
+import torch
+
+from vitviz import explain
+
+from dashboard.cached import cached_figure, outlined_picture, overlay_picture, token_views
+from dashboard.common import Page, describe_pooling, downloads, index_slider, prefix_token_names
+
+PAPER = "Darcet et al. 2023, [Vision Transformers Need Registers](https://arxiv.org/abs/2309.16588)"
+HEADS = ["mean", "max", "min"]
+
+
+@st.fragment
+def draw(page: Page) -> None:
+    views = token_views(page.settings.model_spec, page.photo.key, page.settings.precision, _analysis=page.analysis)
+    maps = {"token_norms": views["token_norms"]}
+    prefix_tokens(page, views["prefix_shares"], maps)
+    st.divider()
+    overlay = token_norms(page, views["token_norms"], maps)
+    st.divider()
+    pooling_head(page, maps)
+    downloads(page, "tokens", maps, overlay=overlay)
+
+
+def prefix_tokens(page: Page, shares: np.ndarray, maps: dict) -> None:
+    """Stacked bars per head for one layer, and the mean over heads against depth."""
+    c = page.model.config
+    names = prefix_token_names(c)
+    st.subheader("Attention to the prefix tokens")
+    if not names:
+        st.caption("This model has no prefix tokens ([CLS], distillation or registers): its patches attend only "
+                   "to each other.")  # fmt: skip
+        return
+    st.caption(
+        "How the patches' attention (averaged over every patch query) splits between each prefix token and the "
+        f"other patches; each bar is one head and sums to 100 %. {PAPER} found that large ViTs park attention "
+        "they do not need on a few tokens: with registers, heads that look mostly at a register are parking "
+        "attention there, not looking at the image."
+    )
+    layers = range(c.num_layers)
+    layer = index_slider("Layer (prefix tokens)", c.num_layers, page.key("prefix_layer", layers[-1], options=layers))
+    left, right = st.columns(2)
+    left.plotly_chart(cached_figure("prefix_attention_figure", shares[layer], [*names, "patches"],
+                                    f"Layer {layer}, head by head"), theme=None)  # fmt: skip
+    right.plotly_chart(cached_figure("prefix_attention_by_layer_figure", shares, [*names, "patches"], layer), theme=None)
+    maps["attention_to_prefix_tokens"] = shares
+
+
+def token_norms(page: Page, norms: np.ndarray, maps: dict) -> str:
+    """The norm of every patch token as a map on the photo, the outliers outlined, norms against depth."""
+    c, analysis, settings = page.model.config, page.analysis, page.settings
+    p = analysis.num_prefix_tokens
+    st.subheader("Token norms")
+    st.caption(
+        f"The length (L2 norm) of every token after a block. {PAPER} found that large supervised and "
+        "self-supervised ViTs (DINOv2, OpenCLIP, DeiT-III) turn a few background patches into scratch space for "
+        "global information: their norms stand far above the rest and attention maps show "
+        "them as bright spikes. Registers give that role tokens of their own, and the outliers go away."
+    )
+    layers = range(c.num_layers)
+    a, b = st.columns(2)
+    with a:
+        layer = index_slider("Layer (token norms)", c.num_layers, page.key("norms_layer", layers[-1], options=layers))
+    factor = b.slider("Flag patches above this many times the median norm", 1.5, 10.0, step=0.5,
+                      key=page.key("norm_factor", 2.0))  # fmt: skip
+    norms_map = norms[layer, p:].reshape(analysis.grid_size)
+    flagged = explain.high_norm_patches(torch.from_numpy(norms[layer]), p, factor).numpy().reshape(analysis.grid_size)
+    median, count = float(np.median(norms_map)), int(flagged.sum())
+    st.markdown(
+        f"**{count} of {flagged.size}** patch tokens in layer {layer} have a norm above {factor:g}x "
+        f"the median patch norm ({median:.2f}); the largest is {norms_map.max():.2f} "
+        f"({norms_map.max() / max(median, 1e-12):.1f}x the median)."
+    )
+    left, right = st.columns(2)
+    left.image(overlay_picture(page.photo, norms_map, analysis.box, settings), width="stretch",
+               caption=f"norm of each patch token after block {layer} ({norms_map.min():.2f} to {norms_map.max():.2f})")  # fmt: skip
+    right.image(outlined_picture(page.photo, flagged, analysis.box), width="stretch",
+                caption=f"outlined: {count} patch{'' if count == 1 else 'es'} above {factor:g}x the median norm")  # fmt: skip
+    st.plotly_chart(cached_figure("token_norms_figure", norms, prefix_token_names(c), layer), theme=None)
+    prefix = ", and each prefix token's norm" if p else ""
+    st.caption(f"Per layer: the median and the largest patch-token norm{prefix}; the dashed line is the chosen layer.")
+    name = f"token_norms_layer{layer}"
+    maps[name] = norms_map
+    maps[f"high_norm_patches_layer{layer}"] = flagged
+    return name
+
+
+def pooling_head(page: Page, maps: dict) -> None:
+    """SigLIP-style attention pooling: what the head's learned query looks at, fused and per head."""
+    c, analysis, settings = page.model.config, page.analysis, page.settings
+    st.subheader("The attention-pooling head")
+    if analysis.pool_attention is None:
+        st.caption(f"This model has no attention-pooling head: its head reads {describe_pooling(c)}. "
+                   "'Heads & layers' shows what those tokens attend to.")  # fmt: skip
+        return
+    st.caption(
+        "SigLIP-style models pool with one learned query that attends to the final patch tokens (multi-head "
+        "attention pooling). These are its weights over the patches: the image as the head reads it. All the "
+        "other maps of this page read through them."
+    )
+    heads = analysis.pool_attention.shape[1]
+    left, right = st.columns(2)
+    fusion = left.selectbox("Fuse the pooling head's heads by", HEADS, key=page.key("pool_fusion", "mean"))
+    fused = explain.pooling_attention(analysis.pool_attention, fusion, analysis.grid_size)[0].numpy()
+    per_head = np.stack([explain.pooling_attention(analysis.pool_attention, h, analysis.grid_size)[0].numpy()
+                         for h in range(heads)])  # fmt: skip
+    left.image(overlay_picture(page.photo, fused, analysis.box, settings), width="stretch",
+               caption=f"the pooling head's attention, {fusion} over its {heads} heads")  # fmt: skip
+    right.plotly_chart(cached_figure("grid_figure", per_head, [f"head {h}" for h in range(heads)], 2 if heads <= 4 else 4,
+                                     settings.colormap), theme=None)  # fmt: skip
+    maps[f"pooling_attention_{fusion}"] = fused
+    maps["pooling_attention_per_head"] = per_head

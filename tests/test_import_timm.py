@@ -1,0 +1,175 @@
+"""timm ViTs convert exactly: outputs and every block's attention weights (random weights, no downloads).
+
+The reference attention is what timm's own blocks compute with fused attention off: the tensor its
+``attn_drop`` receives, the post-softmax weights.
+"""
+
+import pytest
+import timm
+import torch
+from PIL import Image
+from timm.data import ImageNetInfo, create_transform, resolve_data_config
+
+import vitviz
+from vitviz import ModelLoadError
+from vitviz.importers.timm import imagenet_class_names, preprocessing_from_timm
+
+RTOL = 1e-4  # the issue's bound: differences relative to the largest output value (at least 1)
+
+
+def perturbed(name: str, **kwargs) -> torch.nn.Module:
+    """A random timm model whose every part matters: LayerScale gains near 1 instead of 1e-5, prefix
+    tokens and the pooling query far apart, heads that give logits of order 1."""
+    torch.manual_seed(0)
+    model = timm.create_model(name, pretrained=False, **kwargs).eval()
+    with torch.no_grad():
+        for param_name, param in model.named_parameters():
+            if param_name.endswith("gamma"):
+                param.uniform_(0.5, 1.5)
+            elif param_name.startswith(("cls_token", "reg_token", "dist_token", "attn_pool.latent")):
+                param.normal_(std=0.5)
+            elif param_name.startswith("head"):
+                param.normal_(std=0.05)
+            else:
+                param.add_(torch.randn_like(param), alpha=0.02)
+    return model
+
+
+def reference_run(model: torch.nn.Module, images: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """timm's output and each block's post-softmax attention (fused attention off)."""
+    captured = []
+    hooks = []
+    for block in model.blocks:
+        block.attn.fused_attn = False
+        hooks.append(block.attn.attn_drop.register_forward_hook(lambda m, inputs, out: captured.append(inputs[0])))
+    with torch.no_grad():
+        output = model(images)
+    for hook in hooks:
+        hook.remove()
+    return output, captured
+
+
+def compare(model: torch.nn.Module, images: torch.Tensor) -> tuple[float, float, vitviz.ViTOutput]:
+    """(largest relative output difference, largest attention difference, vitviz's output)."""
+    expected, attentions = reference_run(model, images)
+    converted = vitviz.from_timm(model)
+    with torch.no_grad():
+        output = converted(images, output_attentions=True)
+    ours = output.logits if output.logits is not None else output.pooled
+    assert ours.shape == expected.shape and expected.abs().max() > 0.1  # not zeros against zeros
+    assert len(output.attentions) == len(attentions) == len(model.blocks)
+    output_difference = float((ours - expected).abs().max() / expected.abs().max().clamp(min=1))
+    attention_difference = max(float((a - b).abs().max()) for a, b in zip(output.attentions, attentions))
+    return output_difference, attention_difference, output
+
+
+# name, creation arguments, what the converted config must say
+FAMILIES = [
+    ("vit_base_patch16_224", {}, dict(pooling="cls", num_prefix_tokens=1, num_classes=1000)),
+    ("deit_base_distilled_patch16_224", {}, dict(distillation_head=True, num_prefix_tokens=2)),
+    ("vit_small_patch16_224.dino", {}, dict(num_classes=0, patch_size=16)),
+    # DINOv2 is trained at 518; at 224 the same architecture costs a fifth of the time and memory
+    ("vit_base_patch14_reg4_dinov2", {"img_size": 224}, dict(num_register_tokens=4, num_prefix_tokens=5,
+                                                             layer_scale=True, pos_embed_prefix=False)),
+    ("vit_base_patch16_clip_224", {}, dict(norm_pre=True, layer_norm_eps=1e-5, activation="gelu")),
+    ("vit_base_patch16_siglip_224", {}, dict(pooling="map", class_token=False, num_prefix_tokens=0)),
+    # more variants: LayerScale without registers; mean pooling without [CLS]; registers without [CLS];
+    # another resolution; quick-GELU; MAE's encoder
+    ("deit3_small_patch16_224", {}, dict(layer_scale=True, num_register_tokens=0, pos_embed_prefix=False)),
+    ("vit_medium_patch16_gap_256", {}, dict(pooling="mean", class_token=False, qkv_bias=False, fc_norm=False)),
+    ("vit_base_patch16_reg4_gap_256", {}, dict(pooling="mean", class_token=False, num_prefix_tokens=4, fc_norm=True)),
+    ("vit_small_patch16_384", {}, dict(image_size=(384, 384), grid_size=(24, 24))),
+    ("vit_base_patch16_clip_quickgelu_224", {}, dict(activation="quick_gelu")),
+    ("vit_base_patch16_224.mae", {}, dict(num_classes=0)),
+]
+
+
+@pytest.mark.parametrize("name,kwargs,expected_config", FAMILIES, ids=[f[0] for f in FAMILIES])
+def test_timm_family_reproduces_outputs_and_every_attention(name, kwargs, expected_config):
+    model = perturbed(name, **kwargs)
+    size = model.patch_embed.img_size
+    output_difference, attention_difference, output = compare(model, torch.randn(2, 3, *size))
+    assert output_difference <= RTOL
+    assert attention_difference <= RTOL
+    config = vitviz.from_timm(model).config
+    for field, value in expected_config.items():
+        assert getattr(config, field) == value, field
+    assert output.readout.sum(-1).allclose(torch.ones(2))  # the head's reading of the tokens is a distribution
+
+
+@pytest.mark.parametrize(
+    "name,kwargs",
+    [
+        ("deit_base_distilled_patch16_224", {}),  # position embeddings with a prefix part
+        ("vit_base_patch14_reg4_dinov2", {"img_size": 224}),  # without one (no_embed_class)
+        ("vit_base_patch16_siglip_224", {}),
+    ],
+)
+def test_non_square_input_matches_timm_dynamic_img_size(name, kwargs):
+    model = perturbed(name, dynamic_img_size=True, **kwargs)
+    patch = model.patch_embed.patch_size[0]
+    images = torch.randn(1, 3, 10 * patch, 17 * patch)  # wider than tall, and another grid than training's
+    output_difference, attention_difference, output = compare(model, images)
+    assert output.grid_size == (10, 17)
+    assert output_difference <= RTOL and attention_difference <= RTOL
+
+
+def test_siglip_pooling_weights_come_back_with_the_output():
+    model = perturbed("vit_base_patch16_siglip_224")
+    images = torch.randn(2, 3, 224, 224)
+    tokens = []
+    model.attn_pool.register_forward_pre_hook(lambda m, inputs: tokens.append(inputs[0]))
+    converted = vitviz.from_timm(model)
+    with torch.no_grad():
+        model(images)
+        output = converted(images)
+        # the reference: timm's pooling query against timm's final tokens, with timm's own weights
+        pool = model.attn_pool
+        B, N, D = tokens[0].shape
+        heads, head_dim = pool.num_heads, D // pool.num_heads
+        q = pool.q(pool.latent).reshape(1, 1, heads, head_dim).transpose(1, 2)
+        k = pool.kv(tokens[0]).reshape(B, N, 2, heads, head_dim).permute(2, 0, 3, 1, 4)[0]
+        expected = ((q * pool.scale) @ k.transpose(-2, -1)).softmax(-1)[:, :, 0]  # (B, heads, N)
+    assert output.pool_attention.shape == (2, 12, 196)
+    assert (output.pool_attention - expected).abs().max() <= RTOL
+    # what the head reads: the mean over heads of those weights, on the patches (no prefix tokens here)
+    assert torch.allclose(output.readout, expected.mean(dim=1), atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "build,feature",
+    [
+        (lambda: timm.create_model("eva02_tiny_patch14_224", depth=1), "rotary position embeddings"),
+        (lambda: timm.create_model("beit_base_patch16_224", depth=1), "relative position bias"),
+        (lambda: timm.create_model("vit_small_patch16_224", depth=1, qk_norm=True), "q/k normalisation"),
+        (lambda: timm.create_model("vit_small_patch16_224", depth=1, mlp_layer=timm.layers.SwiGLUPacked,
+                                   act_layer=torch.nn.SiLU, mlp_ratio=2.66667), "SwiGLU"),  # fmt: skip
+        (lambda: timm.create_model("vit_pwee_patch16_reg1_gap_256", depth=1), "ParallelScalingBlock blocks"),
+        (lambda: timm.create_model("vit_small_patch16_224", depth=1, global_pool="max"), "global_pool='max'"),
+        (lambda: torch.nn.Linear(2, 2), "expected a timm VisionTransformer"),
+    ],
+    ids=["eva", "beit", "qk_norm", "swiglu", "parallel", "max_pool", "not_timm"],
+)
+def test_what_cannot_be_reproduced_is_refused_by_name(build, feature):
+    with pytest.raises(ModelLoadError, match=feature):
+        vitviz.from_timm(build())
+
+
+@pytest.mark.parametrize(
+    "name", ["vit_base_patch16_224.augreg2_in21k_ft_in1k", "vit_base_patch16_clip_224.openai", "deit3_small_patch16_224"]
+)
+def test_preprocessing_matches_timms_evaluation_transform(name):
+    model = timm.create_model(name, pretrained=False, num_classes=0)
+    photo = Image.effect_mandelbrot((333, 250), (-2, -1.2, 1, 1.2), 50).convert("RGB")  # not square, not 224
+    expected = create_transform(**resolve_data_config({}, model=model))(photo)
+    torch.testing.assert_close(preprocessing_from_timm(model)(photo), expected, atol=1e-6, rtol=0)
+
+
+def test_class_names_come_from_timms_imagenet_metadata():
+    in1k = timm.create_model("vit_small_patch16_224", pretrained=False, depth=1)
+    assert imagenet_class_names(in1k) == ImageNetInfo("imagenet-1k").label_descriptions()
+    assert imagenet_class_names(in1k)[281] == "tabby, tabby cat"
+    in21k = timm.create_model("vit_small_patch16_224", pretrained=False, depth=1, num_classes=21843)
+    assert len(imagenet_class_names(in21k)) == 21843
+    projection = timm.create_model("vit_small_patch16_224", pretrained=False, depth=1, num_classes=512)
+    assert imagenet_class_names(projection) is None  # CLIP's projection is not a classifier

@@ -1,0 +1,245 @@
+"""Maps from attention alone: rollout, what [CLS] / a patch / the head's tokens attend to, and the
+streaming explainer that folds them in during the forward pass."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from vitviz.explain.common import (
+    HEAD_FUSIONS,
+    HeadFusion,
+    Pooling,
+    _as_map,
+    _check_attentions,
+    _check_choice,
+    _check_pooling,
+    _readout,
+)
+from vitviz.explain.statistics import attention_entropy, mean_attention_distance
+
+
+def fuse_heads(attention: torch.Tensor, head_fusion: HeadFusion = "mean") -> torch.Tensor:
+    """(B, heads, T, T) -> (B, T, T) by the mean, max or min over heads."""
+    _check_choice("head_fusion", head_fusion, HEAD_FUSIONS)
+    if head_fusion == "mean":
+        return attention.mean(dim=1)
+    return attention.amax(dim=1) if head_fusion == "max" else attention.amin(dim=1)
+
+
+def discard_weakest(fused: torch.Tensor, discard_ratio: float, num_prefix_tokens: int) -> torch.Tensor:
+    """Zero the ``discard_ratio`` fraction of the weakest patch-to-patch weights of each image.
+
+    Attention to or from prefix tokens is never discarded ([CLS] included): only the
+    (N x N) patch block competes. Returns a new tensor (B, T, T).
+    """
+    if not 0.0 <= discard_ratio < 1.0:
+        raise ValueError(f"discard_ratio must be in [0, 1); got {discard_ratio}")
+    if discard_ratio == 0.0:
+        return fused
+    p = num_prefix_tokens
+    patches = fused[:, p:, p:]  # (B, N, N)
+    flat = patches.reshape(patches.shape[0], -1)
+    k = int(flat.shape[1] * discard_ratio)
+    if k == 0:
+        return fused
+    # Exactly the k weakest, as topk(k, largest=False) picks them, but through the k-th smallest
+    # value: about 3x faster than topk on a CPU. Everything below it goes, and of the weights equal
+    # to it, the first ones (by position) until k are gone; topk leaves the choice among ties open.
+    threshold = flat.kthvalue(k, dim=1, keepdim=True).values  # (B, 1)
+    below = flat < threshold
+    tied = flat == threshold
+    drop = below | (tied & (tied.cumsum(1) <= k - below.sum(1, keepdim=True)))
+    out = fused.clone()
+    out[:, p:, p:] = flat.masked_fill(drop, 0.0).reshape_as(patches)
+    return out
+
+
+def _residual_step(fused: torch.Tensor) -> torch.Tensor:
+    """One rollout factor: add the identity for the skip connection, then make every row sum to 1."""
+    with_residual = fused + torch.eye(fused.shape[-1], dtype=fused.dtype, device=fused.device)
+    return with_residual / with_residual.sum(dim=-1, keepdim=True)  # keepdim: each row by its own sum
+
+
+def _rollout(fused: Sequence[torch.Tensor], start_layer: int, pooling: Pooling, num_prefix_tokens: int) -> torch.Tensor:
+    """Shared rollout loop: R = prod_l normalize_rows(A_l + I), later layers on the left; (B, N)."""
+    if not 0 <= start_layer < len(fused):
+        raise ValueError(f"start_layer must be in [0, {len(fused) - 1}]; got {start_layer}")
+    _check_pooling(pooling)
+    B, T, _ = fused[0].shape
+    rollout = torch.eye(T, dtype=fused[0].dtype, device=fused[0].device).expand(B, T, T)
+    for matrix in fused[start_layer:]:
+        rollout = _residual_step(matrix) @ rollout  # (B, T, T), later layers on the left
+    return _readout(rollout, pooling, num_prefix_tokens)
+
+
+def attention_rollout(
+    attentions: Sequence[torch.Tensor],
+    head_fusion: HeadFusion = "mean",
+    discard_ratio: float = 0.0,
+    start_layer: int = 0,
+    num_prefix_tokens: int = 1,
+    grid_size: tuple[int, int] | None = None,
+    pooling: Pooling = "cls",
+) -> torch.Tensor:
+    """Attention rollout (Abnar & Zuidema 2020): how much each patch flows into the output.
+
+    Per block: fuse heads, optionally discard the weakest patch-to-patch weights, add the
+    identity for the residual path, renormalise rows; multiply from ``start_layer`` to the last
+    block. Returns the [CLS] row over the patches, (B, rows, cols) or (B, N). For models pooled
+    by the mean patch token (``pooling="mean"``, e.g. no [CLS] token) the rows of all patch
+    queries are averaged instead, since that mean is what the head sees; ``pooling=output.readout``
+    reads exactly what any model's head reads (DeiT's two tokens, SigLIP's pooling weights).
+    """
+    _check_attentions(attentions, num_prefix_tokens, grid_size)
+    fused = torch.stack([fuse_heads(a, head_fusion) for a in attentions])  # (L, B, T, T)
+    L, B, T, _ = fused.shape  # discard in all blocks at once: one call instead of L
+    fused = discard_weakest(fused.reshape(L * B, T, T), discard_ratio, num_prefix_tokens).reshape(L, B, T, T)
+    return _as_map(_rollout(list(fused), start_layer, pooling, num_prefix_tokens), grid_size)
+
+
+def cls_attention(
+    attentions: Sequence[torch.Tensor],
+    layer: int,
+    head: int | HeadFusion = "mean",
+    num_prefix_tokens: int = 1,
+    grid_size: tuple[int, int] | None = None,
+) -> torch.Tensor:
+    """What [CLS] attends to in one block: one head's row, or the heads fused; (B, rows, cols).
+
+    Token 0 must be the [CLS] token: for a model without one there is no [CLS] row to show.
+    """
+    if num_prefix_tokens == 0:
+        raise ValueError("this model has no [CLS] token (num_prefix_tokens=0); use query_attention on a patch")
+    return query_attention(attentions, layer, 0, head, num_prefix_tokens, grid_size)
+
+
+def query_attention(
+    attentions: Sequence[torch.Tensor],
+    layer: int,
+    query: int | tuple[int, int],
+    head: int | HeadFusion = "mean",
+    num_prefix_tokens: int = 1,
+    grid_size: tuple[int, int] | None = None,
+) -> torch.Tensor:
+    """What one token attends to in one block, over the patches; (B, rows, cols) or (B, N).
+
+    ``query`` is a token index (0 is [CLS]) or a patch position (row, col), which needs the grid.
+    """
+    T = _check_attentions(attentions, num_prefix_tokens, grid_size)
+    if not -len(attentions) <= layer < len(attentions):
+        raise ValueError(f"layer must be in [0, {len(attentions) - 1}]; got {layer}")
+    if isinstance(query, tuple):
+        if grid_size is None:
+            raise ValueError("a (row, col) query needs grid_size")
+        row, col = query
+        if not (0 <= row < grid_size[0] and 0 <= col < grid_size[1]):
+            raise ValueError(f"patch ({row}, {col}) is outside the {grid_size[0]}x{grid_size[1]} grid")
+        query = num_prefix_tokens + row * grid_size[1] + col
+    if not 0 <= query < T:
+        raise ValueError(f"query token must be in [0, {T - 1}]; got {query}")
+    attention = attentions[layer]  # (B, heads, T, T)
+    if isinstance(head, str):
+        rows = fuse_heads(attention[:, :, query : query + 1], head)[:, 0]  # (B, T)
+    else:
+        if not 0 <= head < attention.shape[1]:
+            raise ValueError(f"head must be in [0, {attention.shape[1] - 1}] or one of {HEAD_FUSIONS}; got {head}")
+        rows = attention[:, head, query]  # (B, T)
+    return _as_map(rows[:, num_prefix_tokens:], grid_size)
+
+
+def cls_attention_all(
+    attentions: Sequence[torch.Tensor], num_prefix_tokens: int = 1, grid_size: tuple[int, int] | None = None
+) -> torch.Tensor:
+    """Every block's and head's [CLS] row over the patches: (B, layers, heads, rows, cols)."""
+    _check_attentions(attentions, num_prefix_tokens, grid_size)
+    if num_prefix_tokens == 0:
+        raise ValueError("this model has no [CLS] token (num_prefix_tokens=0)")
+    rows = torch.stack([a[:, :, 0, num_prefix_tokens:] for a in attentions], dim=1)  # (B, L, heads, N)
+    return _as_map(rows, grid_size)
+
+
+def readout_attention_all(
+    attentions: Sequence[torch.Tensor],
+    pooling: Pooling = "cls",
+    num_prefix_tokens: int = 1,
+    grid_size: tuple[int, int] | None = None,
+) -> torch.Tensor:
+    """What the tokens the head reads attend to, in every block and head: (B, layers, heads, rows, cols).
+
+    With [CLS] pooling this is ``cls_attention_all``; with mean pooling, the mean of the patch rows;
+    with ``pooling=output.readout``, the rows weighted as the head weights the final tokens (DeiT's two
+    tokens, SigLIP's pooling weights), so models without a [CLS] token get this view too.
+    """
+    _check_attentions(attentions, num_prefix_tokens, grid_size)
+    rows = torch.stack([_readout(a.flatten(0, 1), _per_head(pooling, a.shape[1]), num_prefix_tokens).unflatten(0, a.shape[:2])
+                        for a in attentions], dim=1)  # (B, L, heads, N)  # fmt: skip
+    return _as_map(rows, grid_size)
+
+
+def _per_head(pooling: Pooling, heads: int) -> Pooling:
+    """A (B, T) readout repeated for each head, to match attention flattened to (B * heads, T, T)."""
+    return pooling.repeat_interleave(heads, dim=0) if isinstance(pooling, torch.Tensor) else pooling
+
+
+class StreamingExplainer:
+    """Rollout, [CLS] rows and head statistics computed block by block during the forward pass.
+
+    Pass it as ``model(x, attention_sink=explainer)``: each block's (B, heads, T, T) weights are
+    folded into a running rollout (B, T, T), the [CLS] rows (B, layers, heads, N), and the
+    mean-distance and entropy tables, then dropped. Peak memory holds one block's attention
+    instead of all of them. Results equal the keep-everything functions to float precision.
+    """
+
+    def __init__(
+        self,
+        grid_size: tuple[int, int],
+        patch_size: int,
+        num_prefix_tokens: int = 1,
+        head_fusion: HeadFusion = "mean",
+        discard_ratio: float = 0.0,
+        start_layer: int = 0,
+        pooling: Pooling = "cls",
+    ):
+        _check_choice("head_fusion", head_fusion, HEAD_FUSIONS)
+        _check_choice("pooling", pooling, ("cls", "mean"))
+        if pooling == "cls" and num_prefix_tokens == 0:
+            raise ValueError("pooling='cls' needs a [CLS] token (num_prefix_tokens >= 1); use pooling='mean'")
+        self.pooling = pooling
+        self.grid_size, self.patch_size, self.num_prefix_tokens = grid_size, patch_size, num_prefix_tokens
+        self.head_fusion, self.discard_ratio, self.start_layer = head_fusion, discard_ratio, start_layer
+        self._rollout: torch.Tensor | None = None
+        self._cls_rows: list[torch.Tensor] = []
+        self._distance: list[torch.Tensor] = []
+        self._entropy: list[torch.Tensor] = []
+
+    def __call__(self, layer: int, attention: torch.Tensor) -> None:
+        attention = attention.detach()
+        blocks = [attention]
+        _check_attentions(blocks, self.num_prefix_tokens, self.grid_size)
+        p = self.num_prefix_tokens
+        # clone: a slice would keep this block's whole (B, heads, T, T) storage alive
+        if self.pooling == "cls":
+            self._cls_rows.append(attention[:, :, 0, p:].clone())
+        else:
+            self._cls_rows.append(attention[:, :, p:, p:].mean(dim=2))
+        self._distance.append(mean_attention_distance(blocks, self.grid_size, self.patch_size, p)[:, 0])
+        self._entropy.append(attention_entropy(blocks)[:, 0])
+        if layer >= self.start_layer:
+            fused = discard_weakest(fuse_heads(attention, self.head_fusion), self.discard_ratio, p)
+            step = _residual_step(fused)
+            self._rollout = step if self._rollout is None else step @ self._rollout
+
+    def results(self) -> dict[str, torch.Tensor]:
+        """rollout (B, rows, cols); cls_attention (B, layers, heads, rows, cols); mean_distance and
+        entropy (B, layers, heads). With pooling="mean", rows are averaged over the patch queries."""
+        if self._rollout is None:
+            raise ValueError("no attention was streamed: pass the explainer as model(x, attention_sink=...)")
+        rollout = _readout(self._rollout, self.pooling, self.num_prefix_tokens).clone()
+        return {
+            "rollout": _as_map(rollout, self.grid_size),
+            "cls_attention": _as_map(torch.stack(self._cls_rows, dim=1), self.grid_size),
+            "mean_distance": torch.stack(self._distance, dim=1),
+            "entropy": torch.stack(self._entropy, dim=1),
+        }

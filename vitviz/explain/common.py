@@ -1,0 +1,68 @@
+"""What every explanation shares: argument checks, the patch grid, and how the head's reading
+(``pooling``: [CLS], the mean patch row, or ``output.readout``) is applied."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import torch
+
+
+HeadFusion = Literal["mean", "max", "min"]
+# What the classifier reads: the [CLS] row, the mean of the patch rows, or, for any model, the (B, T)
+# weights it gives each token's final state (``output.readout``: DeiT's [CLS] and distillation tokens
+# half each, SigLIP's attention-pooling weights...). Every map below is read out through it.
+Pooling = Literal["cls", "mean"] | torch.Tensor
+HEAD_FUSIONS = ("mean", "max", "min")
+
+
+def _check_choice(name: str, value: str, allowed: Sequence[str]) -> None:
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(repr(a) for a in allowed)}; got {value!r}")
+
+
+def _check_attentions(attentions: Sequence[torch.Tensor], num_prefix_tokens: int, grid_size) -> int:
+    """Validate shapes; return T."""
+    if len(attentions) == 0:
+        raise ValueError("attentions is empty: run the model with output_attentions=True")
+    T = attentions[0].shape[-1]
+    for i, a in enumerate(attentions):
+        if a.ndim != 4 or a.shape[-2:] != (T, T) or a.shape[:2] != attentions[0].shape[:2]:
+            raise ValueError(f"attentions[{i}] has shape {tuple(a.shape)}; expected (B, heads, {T}, {T}) like block 0")
+    if not 0 <= num_prefix_tokens < T:
+        raise ValueError(f"num_prefix_tokens={num_prefix_tokens} must be in [0, T={T})")
+    if grid_size is not None and grid_size[0] * grid_size[1] != T - num_prefix_tokens:
+        raise ValueError(
+            f"grid {grid_size[0]}x{grid_size[1]} has {grid_size[0] * grid_size[1]} patches, "
+            f"but T - num_prefix_tokens = {T - num_prefix_tokens}"
+        )
+    return T
+
+
+def _as_map(values: torch.Tensor, grid_size: tuple[int, int] | None) -> torch.Tensor:
+    """(..., N) -> (..., rows, cols) when the grid is known."""
+    return values if grid_size is None else values.reshape(*values.shape[:-1], *grid_size)
+
+
+def _check_pooling(pooling: Pooling) -> None:
+    if not isinstance(pooling, torch.Tensor):
+        _check_choice("pooling", pooling, ("cls", "mean"))
+    elif pooling.ndim != 2:
+        raise ValueError(f"a pooling tensor holds (B, T) token weights (output.readout); got {tuple(pooling.shape)}")
+
+
+def _readout(matrix: torch.Tensor, pooling: Pooling, num_prefix_tokens: int) -> torch.Tensor:
+    """The row the classifier reads, over the patches: [CLS]'s (token 0), the mean of the patch rows,
+    or the rows weighted by a (B, T) readout."""
+    _check_pooling(pooling)
+    p = num_prefix_tokens
+    if isinstance(pooling, torch.Tensor):
+        if pooling.shape != matrix.shape[:2]:
+            raise ValueError(f"readout weights {tuple(pooling.shape)} do not match (B, T) = {tuple(matrix.shape[:2])}")
+        return (pooling.to(matrix.dtype)[:, None, :] @ matrix)[:, 0, p:]  # (B, N)
+    if pooling == "cls":
+        if p == 0:
+            raise ValueError("pooling='cls' needs a [CLS] token (num_prefix_tokens >= 1); use pooling='mean'")
+        return matrix[:, 0, p:]
+    return matrix[:, p:, p:].mean(dim=1)

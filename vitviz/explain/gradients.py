@@ -1,0 +1,84 @@
+"""Class-specific maps from attention and its gradients: Chefer et al.'s relevance and gradient-weighted rollout."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from vitviz.explain.attention import _rollout, discard_weakest
+from vitviz.explain.common import Pooling, _as_map, _check_attentions, _readout
+
+
+def attention_gradients(
+    model: torch.nn.Module, pixel_values: torch.Tensor, target: int | Sequence[int] | torch.Tensor
+) -> tuple[object, tuple[torch.Tensor, ...]]:
+    """Forward with attentions, then the gradient of each image's target logit w.r.t. every block's
+    attention. Returns (output, gradients); ``gradients[l]`` belongs to ``output.attentions[l]``.
+
+    ``target`` is one class for all images or one per image (batch > 1 supported: images do not
+    interact, so summing the chosen logits gives each image its own gradient).
+    """
+    output = model(pixel_values, output_attentions=True)
+    if output.logits is None:
+        raise ValueError("class-specific maps need a classification head (this model is a backbone)")
+    B, num_classes = output.logits.shape
+    targets = torch.as_tensor(target, device=output.logits.device).long().reshape(-1)
+    if targets.numel() == 1:
+        targets = targets.expand(B)
+    if targets.shape != (B,) or not ((0 <= targets) & (targets < num_classes)).all():
+        raise ValueError(f"target must be one class or one per image, each in [0, {num_classes - 1}]; got {target}")
+    score = output.logits.gather(1, targets[:, None]).sum()
+    gradients = torch.autograd.grad(score, output.attentions)
+    return output, tuple(gradients)
+
+
+def _positive_weighted(attention: torch.Tensor, gradient: torch.Tensor) -> torch.Tensor:
+    """mean_heads((grad * A)+): (B, heads, T, T) x2 -> (B, T, T)."""
+    if attention.shape != gradient.shape:
+        raise ValueError(f"gradient shape {tuple(gradient.shape)} differs from attention {tuple(attention.shape)}")
+    return (gradient * attention).clamp(min=0).mean(dim=1)
+
+
+def gradient_weighted_attention(
+    attentions: Sequence[torch.Tensor],
+    gradients: Sequence[torch.Tensor],
+    num_prefix_tokens: int = 1,
+    grid_size: tuple[int, int] | None = None,
+    start_layer: int = 0,
+    pooling: Pooling = "cls",
+) -> torch.Tensor:
+    """Class-specific relevance of Chefer, Gur & Wolf (2021), "Generic Attention-model Explainability".
+
+    R = I; for each block l (from ``start_layer``): R <- R + mean_heads((dy/dA_l * A_l)+) @ R, with
+    each block's gradient paired with that same block's attention. Returns the [CLS] row over
+    the patches (``pooling="mean"``: the mean of the patch rows, for mean-pooled models).
+    """
+    _check_attentions(attentions, num_prefix_tokens, grid_size)
+    if len(gradients) != len(attentions):
+        raise ValueError(f"{len(gradients)} gradients for {len(attentions)} attention blocks")
+    B, _, T, _ = attentions[0].shape
+    relevance = torch.eye(T, dtype=attentions[0].dtype, device=attentions[0].device).repeat(B, 1, 1)
+    for attention, gradient in list(zip(attentions, gradients))[start_layer:]:
+        relevance = relevance + _positive_weighted(attention, gradient) @ relevance
+    return _as_map(_readout(relevance, pooling, num_prefix_tokens), grid_size)
+
+
+def gradient_weighted_rollout(
+    attentions: Sequence[torch.Tensor],
+    gradients: Sequence[torch.Tensor],
+    num_prefix_tokens: int = 1,
+    grid_size: tuple[int, int] | None = None,
+    start_layer: int = 0,
+    discard_ratio: float = 0.0,
+    pooling: Pooling = "cls",
+) -> torch.Tensor:
+    """Rollout of gradient-weighted attention: each block's heads are fused by
+    mean((dy/dA * A)+) (its own gradient), then rolled out as in ``attention_rollout``."""
+    _check_attentions(attentions, num_prefix_tokens, grid_size)
+    if len(gradients) != len(attentions):
+        raise ValueError(f"{len(gradients)} gradients for {len(attentions)} attention blocks")
+    fused = [
+        discard_weakest(_positive_weighted(a, g), discard_ratio, num_prefix_tokens) for a, g in zip(attentions, gradients)
+    ]
+    return _as_map(_rollout(fused, start_layer, pooling, num_prefix_tokens), grid_size)

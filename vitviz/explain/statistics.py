@@ -1,0 +1,75 @@
+"""Model anatomy: attention distance and entropy per head, position-embedding similarity, and the
+principal components of the patch-embedding filters."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from vitviz.explain.common import _check_attentions
+
+
+def patch_distances(grid_size: tuple[int, int], patch_size: int = 1) -> torch.Tensor:
+    """(N, N) Euclidean distances between patch centres, in pixels (patch_size per step)."""
+    rows, cols = grid_size
+    r, c = torch.meshgrid(torch.arange(rows), torch.arange(cols), indexing="ij")
+    centres = torch.stack([r.flatten(), c.flatten()], dim=1).double() * patch_size  # (N, 2)
+    return torch.cdist(centres, centres)
+
+
+def mean_attention_distance(
+    attentions: Sequence[torch.Tensor], grid_size: tuple[int, int], patch_size: int, num_prefix_tokens: int = 1
+) -> torch.Tensor:
+    """The ViT paper's attention distance: (B, layers, heads), in pixels.
+
+    Prefix tokens are dropped and each patch query's row renormalised over the patches;
+    the attention-weighted distance to the keys is then averaged over the query patches.
+    """
+    _check_attentions(attentions, num_prefix_tokens, grid_size)
+    p = num_prefix_tokens
+    distances = patch_distances(grid_size, patch_size).to(attentions[0].device, attentions[0].dtype)  # (N, N)
+    per_layer = []
+    for attention in attentions:
+        patches = attention[:, :, p:, p:]  # (B, heads, N, N)
+        patches = patches / patches.sum(dim=-1, keepdim=True).clamp(min=torch.finfo(patches.dtype).tiny)
+        per_layer.append((patches * distances).sum(dim=-1).mean(dim=-1))  # (B, heads)
+    return torch.stack(per_layer, dim=1)
+
+
+def attention_entropy(attentions: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Mean entropy of the attention rows, in nats: (B, layers, heads).
+
+    0 means every query attends to a single token; log(T) means uniform attention.
+    """
+    _check_attentions(attentions, 0, None)
+    per_layer = [-(a * a.clamp(min=1e-12).log()).sum(dim=-1).mean(dim=-1) for a in attentions]  # (B, heads)
+    return torch.stack(per_layer, dim=1)
+
+
+def position_embedding_similarity(
+    pos_embed: torch.Tensor, grid_size: tuple[int, int], num_prefix_tokens: int = 1
+) -> torch.Tensor:
+    """Cosine similarity of each patch's position embedding with every other's (ViT paper, Fig. 7
+    centre): (rows, cols, rows, cols); [i, j] is the map for the patch at row i, column j."""
+    patches = pos_embed.reshape(-1, pos_embed.shape[-1])[num_prefix_tokens:]  # (N, D)
+    if patches.shape[0] != grid_size[0] * grid_size[1]:
+        raise ValueError(f"{patches.shape[0]} patch position embeddings for a {grid_size[0]}x{grid_size[1]} grid")
+    unit = F.normalize(patches.float(), dim=-1)
+    return (unit @ unit.T).reshape(*grid_size, *grid_size)
+
+
+def patch_embedding_components(weight: torch.Tensor, count: int = 28) -> tuple[torch.Tensor, torch.Tensor]:
+    """Principal components of the patch-embedding filters (ViT paper, Fig. 7 left).
+
+    ``weight`` is the Conv2d weight (D, C, p, p). Returns the top ``count`` components as
+    (count, C, p, p) and the fraction of variance each explains, (count,).
+    """
+    D, C, p, q = weight.shape
+    filters = weight.detach().reshape(D, -1).double()
+    filters = filters - filters.mean(dim=0, keepdim=True)
+    _, singular_values, components = torch.linalg.svd(filters, full_matrices=False)
+    variance = singular_values**2
+    count = min(count, components.shape[0])
+    return components[:count].reshape(count, C, p, q).float(), (variance[:count] / variance.sum()).float()

@@ -1,0 +1,89 @@
+"""Files from the Hugging Face Hub, through huggingface_hub and its cache, failing fast when offline.
+
+huggingface_hub retries a failed connection for up to a minute before it looks in its cache. vitviz
+first asks the Hub for an answer, any answer, within HUB_TIMEOUT_S; without one it reads the cache only.
+So an offline machine (or a server that accepts connections and never answers) loads a cached model
+at once and gets a message for any other within seconds.
+"""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from vitviz.checkpoint import ModelLoadError
+
+HUB_TIMEOUT_S = 3.0  # to open a connection to the Hub
+
+
+def hub_reachable(timeout: float | None = None) -> bool:
+    """Whether the Hub's endpoint (HF_ENDPOINT) answers an HTTP request within ``timeout`` seconds
+    (HUB_TIMEOUT_S when None)."""
+    from huggingface_hub import constants
+
+    timeout = HUB_TIMEOUT_S if timeout is None else timeout
+
+    try:
+        with urllib.request.urlopen(urllib.request.Request(constants.ENDPOINT, method="HEAD"), timeout=timeout):
+            return True
+    except urllib.error.HTTPError:  # an error status is still an answer
+        return True
+    except (OSError, ValueError):  # no network, no answer in time (TimeoutError is an OSError), a bad URL
+        return False
+
+
+def hub_file(repo_id: str, candidates: list[str], spec: str, revision: str | None = None,
+             required: bool = True, offline: bool | None = None) -> Path | None:  # fmt: skip
+    """The first of ``candidates`` that the repository has, from the cache or downloaded into it.
+
+    Returns None when it has none of them and ``required`` is False; otherwise raises a ModelLoadError
+    that says why (offline and not cached, no such repository, gated, none of the files...). ``offline``
+    is the answer of ``hub_reachable()`` negated: pass it when fetching several files of one model, so
+    the Hub is asked once; None asks here.
+    """
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import LocalEntryNotFoundError, RemoteEntryNotFoundError
+
+    if offline is None:
+        offline = not hub_reachable()
+    for filename in candidates:
+        try:
+            return Path(hf_hub_download(repo_id, filename, revision=revision, local_files_only=offline))
+        except (RemoteEntryNotFoundError, LocalEntryNotFoundError):
+            continue
+        except Exception as error:  # network, authentication and cache errors come in many kinds
+            raise hub_error(spec, error) from None
+    if not required:
+        return None
+    if offline:
+        raise ModelLoadError(
+            f"could not download {spec}: the Hugging Face Hub cannot be reached (is this machine offline?) and "
+            f"{' or '.join(candidates)} of {repo_id} is not in the cache ({cache_folder()}). Models load "
+            "offline once they are there."
+        )
+    raise ModelLoadError(f"{spec}: the repository {repo_id} has no {' or '.join(candidates)}")
+
+
+def hub_error(spec: str, error: Exception) -> ModelLoadError:
+    """A ModelLoadError for a failed Hub download: what went wrong, and where the cache is."""
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
+
+    if isinstance(error, GatedRepoError):
+        return ModelLoadError(f"{spec} is gated: accept its terms on the Hub, then log in (`hf auth login`)")
+    if isinstance(error, RepositoryNotFoundError):
+        return ModelLoadError(f"{spec}: no such repository on the Hugging Face Hub (or a private one: log in "
+                              "with `hf auth login`)")  # fmt: skip
+    if isinstance(error, RevisionNotFoundError):
+        return ModelLoadError(f"{spec}: no such revision")
+    reason = (str(error).strip().splitlines() or [""])[0][:300]
+    return ModelLoadError(
+        f"could not download {spec} ({type(error).__name__}: {reason}). Is this machine offline? Models are "
+        f"cached in {cache_folder()} after the first download and then load offline."
+    )
+
+
+def cache_folder() -> str:
+    from huggingface_hub import constants
+
+    return constants.HF_HUB_CACHE

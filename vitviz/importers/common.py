@@ -1,0 +1,73 @@
+"""What every importer shares: renaming weights by rules, fusing q/k/v, reading JSON configs.
+
+Each importer renames the source's keys with a table of (regular expression, replacement) rules.
+Any key that no rule covers is an error, so a layer can never be silently dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import torch
+
+from vitviz.checkpoint import ModelLoadError
+from vitviz.model import ViT, ViTConfig
+
+_QKV_PARTS = {"query": 0, "key": 1, "value": 2, "q": 0, "k": 1, "v": 2}
+
+
+def rename(state_dict: dict[str, torch.Tensor], rules: list[tuple[str, str]], source: str) -> dict[str, torch.Tensor]:
+    """Rename every key by the first rule whose pattern matches its start; \\1 is the block index."""
+    renamed = {}
+    for name, tensor in state_dict.items():
+        for pattern, replacement in rules:
+            new_name, count = re.subn(f"^{pattern}", replacement, name)
+            if count:
+                renamed[new_name] = tensor
+                break
+        else:
+            raise ModelLoadError(f"{source} has a weight vitviz does not know: {name}")
+    return renamed
+
+
+def fuse_qkv(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """blocks.i.attn.{query,key,value}.{weight,bias} -> blocks.i.attn.qkv.{weight,bias} (q, k, v order)."""
+    fused: dict[str, list] = {}
+    out = {}
+    for name, tensor in state_dict.items():
+        match = re.fullmatch(r"(blocks\.\d+\.attn)\.(query|key|value|q|k|v)\.(weight|bias)", name)
+        if match:
+            parts = fused.setdefault(f"{match[1]}.qkv.{match[3]}", [None, None, None])
+            parts[_QKV_PARTS[match[2]]] = tensor
+        else:
+            out[name] = tensor
+    for name, parts in fused.items():
+        if any(p is None for p in parts):
+            raise ModelLoadError(f"incomplete query/key/value weights for {name}")
+        out[name] = torch.cat(parts, dim=0)
+    return out
+
+
+def read_json(path: Path) -> dict:
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise ModelLoadError(f"{path} is not valid JSON: {error}") from None
+    if not isinstance(value, dict):
+        raise ModelLoadError(f"{path} does not hold a JSON object")
+    return value
+
+
+def add_zero_biases(config: ViTConfig, state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Zero biases for the linear and convolution layers the source built without one (CLIP's patch
+    convolution, timm's proj_bias=False): adding 0 is exact. A missing LayerNorm bias stays missing."""
+    with torch.device("meta"):
+        expected = ViT(config).state_dict()
+    zeros = {}
+    for name, tensor in expected.items():
+        weight = state_dict.get(name.removesuffix(".bias") + ".weight")
+        if name.endswith(".bias") and name not in state_dict and weight is not None and weight.ndim >= 2:
+            zeros[name] = torch.zeros(tensor.shape, dtype=weight.dtype)
+    return state_dict | zeros

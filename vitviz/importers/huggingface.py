@@ -1,0 +1,346 @@
+"""Hugging Face folders (``save_pretrained``) and state dicts into vitviz's ViT.
+
+    model_type             classes
+    vit                    ViTModel, ViTForImageClassification
+    deit                   DeiTModel, DeiTForImageClassification, DeiTForImageClassificationWithTeacher
+    dinov2                 Dinov2Model, Dinov2ForImageClassification ([CLS] and mean patch token, side by side)
+    dinov2_with_registers  the same with register tokens
+    clip_vision_model      CLIPVisionModel, CLIPVisionModelWithProjection (backbones)
+    clip                   CLIPModel: its vision half, as a backbone
+    siglip_vision_model    SiglipVisionModel (a backbone pooled by its attention head)
+    siglip                 SiglipModel: its vision half, as a backbone
+
+Each family is a table of renaming rules (plus the per-block rules all families share), the
+defaults of its Hugging Face config class (config.json files may leave them out), and a small
+function turning its config into ``ViTConfig`` fields. Converted models reproduce the originals'
+outputs and every attention map (tests/test_import_huggingface.py).
+
+Transformers is not needed: a folder is read with json and the ``safetensors`` package (or
+torch for an older ``pytorch_model.bin``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import ChainMap
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file
+
+from vitviz.checkpoint import ModelLoadError, build_model
+from vitviz.images import Preprocessing
+from vitviz.importers.common import fuse_qkv, read_json, rename
+from vitviz.model import ViT, ViTConfig
+
+# Encoder blocks, as files on the Hub (and transformers 4) name them -- encoder.layer.i (ViT, DeiT,
+# DINOv2), encoder.layers.i (CLIP, SigLIP) -- and as transformers 5 models in memory do (layers.i).
+_BLOCK = r"(?:encoder\.layers?|layers)\.(\d+)\."
+_BLOCK_RULES = [
+    (_BLOCK + r"(?:layernorm_before|norm1|layer_norm1)\.", r"blocks.\1.norm1."),
+    (_BLOCK + r"(?:layernorm_after|norm2|layer_norm2)\.", r"blocks.\1.norm2."),
+    (_BLOCK + r"attention\.attention\.(query|key|value)\.", r"blocks.\1.attn.\2."),
+    (_BLOCK + r"(?:attention|self_attn)\.(q|k|v)_proj\.", r"blocks.\1.attn.\2."),
+    (_BLOCK + r"(?:attention\.output\.dense|attention\.o_proj|self_attn\.out_proj)\.", r"blocks.\1.attn.proj."),
+    (_BLOCK + r"(?:intermediate\.dense|mlp\.fc1)\.", r"blocks.\1.mlp.fc1."),
+    (_BLOCK + r"(?:output\.dense|mlp\.fc2)\.", r"blocks.\1.mlp.fc2."),
+    (_BLOCK + r"layer_scale([12])\.lambda1", r"blocks.\1.ls\2.gamma"),
+]
+_VIT_RULES = [
+    (r"embeddings\.cls_token", r"cls_token"),
+    (r"embeddings\.position_embeddings", r"pos_embed"),
+    (r"embeddings\.patch_embeddings\.projection\.", r"patch_embed.proj."),
+    (r"layernorm\.", r"norm."),
+    (r"classifier\.", r"head."),
+]
+_DEIT_RULES = _VIT_RULES + [
+    (r"embeddings\.distillation_token", r"dist_token"),
+    (r"cls_classifier\.", r"head."),
+    (r"distillation_classifier\.", r"head_dist."),
+]
+_DINOV2_RULES = _VIT_RULES + [(r"embeddings\.register_tokens", r"register_tokens")]
+_CLIP_RULES = [
+    (r"embeddings\.class_embedding", r"cls_token"),  # (D,): reshaped in _fix_layout
+    (r"embeddings\.patch_embedding\.weight", r"patch_embed.proj.weight"),  # no bias: zeros are added
+    (r"embeddings\.position_embedding\.weight", r"pos_embed"),  # an nn.Embedding, (1 + N, D)
+    (r"pre_layrnorm\.", r"norm_pre."),  # sic
+    (r"post_layernorm\.", r"norm."),
+]
+_SIGLIP_RULES = [
+    (r"embeddings\.patch_embedding\.", r"patch_embed.proj."),
+    (r"embeddings\.position_embedding\.weight", r"pos_embed"),  # (N, D): no [CLS]
+    (r"post_layernorm\.", r"norm."),
+    (r"head\.probe", r"attn_pool.query"),
+    (r"head\.attention\.in_proj_(weight|bias)", r"attn_pool.in_proj.\1"),  # split into q and kv in _fix_layout
+    (r"head\.attention\.out_proj\.", r"attn_pool.proj."),
+    (r"head\.layernorm\.", r"attn_pool.norm."),
+    (r"head\.mlp\.", r"attn_pool.mlp."),
+]
+
+# Defaults of the Hugging Face config classes, for keys a config.json leaves out (the SigLIP files
+# on the Hub give little more than the patch size). Tests compare them with transformers'.
+_VIT_DEFAULTS = dict(
+    image_size=224, patch_size=16, num_channels=3, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+    intermediate_size=3072, hidden_act="gelu", layer_norm_eps=1e-12, qkv_bias=True,
+)  # fmt: skip
+_DINOV2_DEFAULTS = {
+    **{k: v for k, v in _VIT_DEFAULTS.items() if k != "intermediate_size"},
+    **dict(patch_size=14, mlp_ratio=4, layer_norm_eps=1e-6, use_swiglu_ffn=False),
+}
+_CLIP_DEFAULTS = {
+    **{k: v for k, v in _VIT_DEFAULTS.items() if k != "qkv_bias"},
+    **dict(patch_size=32, hidden_act="quick_gelu", layer_norm_eps=1e-5),
+}
+_ACTIVATIONS = {"gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh", "quick_gelu": "quick_gelu"}
+
+
+def _vit_config(c: Mapping, weights: dict) -> dict:
+    return dict(mlp_size=c["intermediate_size"], qkv_bias=c["qkv_bias"])
+
+
+def _deit_config(c: Mapping, weights: dict) -> dict:
+    """DeiTForImageClassification reads [CLS] only; ...WithTeacher averages a second head on the distillation token."""
+    has_teacher_head = "distillation_classifier.weight" in weights
+    return dict(_vit_config(c, weights), distillation_token=True, distillation_head=has_teacher_head)
+
+
+def _dinov2_config(c: Mapping, weights: dict, registers: bool) -> dict:
+    """The classifier reads [CLS] and the mean patch token side by side ("cls+mean").
+
+    With registers, Hugging Face gives [CLS] a position embedding but not the registers that follow
+    it: _fix_layout folds [CLS]'s position into the token, so vitviz's position embeddings are the
+    patches' alone (pos_embed_prefix=False). That model's interpolation is antialiased, plain DINOv2's is not.
+    """
+    if c["use_swiglu_ffn"]:
+        raise ModelLoadError(
+            "DINOv2 with a SwiGLU feed-forward layer (use_swiglu_ffn=True, e.g. dinov2-giant) is not supported: "
+            "vitviz's ViT has a GELU MLP"
+        )
+    return dict(
+        mlp_size=int(c["hidden_size"] * c["mlp_ratio"]),
+        qkv_bias=c["qkv_bias"],
+        layer_scale=True,
+        pooling="cls+mean" if "classifier.weight" in weights else "cls",
+        num_register_tokens=c["num_register_tokens"] if registers else 0,
+        pos_embed_prefix=not registers,
+        pos_embed_antialias=registers,
+    )
+
+
+def _clip_config(c: Mapping, weights: dict) -> dict:
+    """A backbone whose pooled vector is Hugging Face's ``pooler_output`` (post_layernorm of [CLS]).
+
+    ``visual_projection`` (CLIPVisionModelWithProjection, CLIPModel) is dropped: it maps that vector
+    into the space shared with text embeddings, not onto classes. Hugging Face normalises only the
+    pooled [CLS]; vitviz normalises every token, so ``last_hidden_state`` differs, attentions do not.
+    """
+    if "classifier.weight" in weights:
+        raise ModelLoadError(
+            "CLIPForImageClassification is not supported: its classifier reads the mean patch token before any "
+            "LayerNorm, which vitviz's ViT cannot express; CLIPVisionModel and CLIPModel folders load (as backbones)"
+        )
+    return dict(mlp_size=c["intermediate_size"], norm_pre=True)
+
+
+def _siglip_config(c: Mapping, weights: dict) -> dict:
+    """No [CLS]; the pooled vector comes from the attention-pooling head ("map"), as ``pooler_output`` does."""
+    if "classifier.weight" in weights:
+        raise ModelLoadError(
+            "SiglipForImageClassification is not supported; SiglipVisionModel and SiglipModel folders load (as "
+            "backbones pooled by their attention head)"
+        )
+    if not c["vision_use_head"]:
+        raise ModelLoadError(
+            "SigLIP without its attention-pooling head (vision_use_head=False) is not supported: vitviz's SigLIP "
+            "reads the head's pooled vector"
+        )
+    return dict(mlp_size=c["intermediate_size"], class_token=False, pooling="map")
+
+
+@dataclass(frozen=True)
+class _Family:
+    prefix: str  # the base model's attribute name, stripped from weight names when present
+    rules: list[tuple[str, str]]  # renaming rules; _BLOCK_RULES follow them
+    unused: str  # weights left out on purpose (full match, after the prefix is stripped)
+    defaults: dict  # the Hugging Face config class's defaults
+    config: Callable[[Mapping, dict], dict]  # (config with defaults, weights) -> ViTConfig fields
+    patch_bias: bool = True  # False: the patch convolution has no bias (vitviz's gets zeros)
+
+
+# Weights left out on purpose: the masked-image-modelling token, ViT's and DeiT's tanh pooler (not used
+# for classification), CLIP's projection into the text-image space, and the text half of image-text models.
+_VIT_UNUSED = r"embeddings\.mask_token|pooler\.dense\..*"
+_CLIP_UNUSED = r"embeddings\.position_ids|visual_projection\.weight|text_model\..*|text_projection\.weight|logit_scale"
+_FAMILIES = {
+    "vit": _Family("vit", _VIT_RULES, _VIT_UNUSED, _VIT_DEFAULTS, _vit_config),
+    "deit": _Family("deit", _DEIT_RULES, _VIT_UNUSED, _VIT_DEFAULTS, _deit_config),
+    "dinov2": _Family(
+        "dinov2", _DINOV2_RULES, r"embeddings\.mask_token", _DINOV2_DEFAULTS, partial(_dinov2_config, registers=False)
+    ),
+    "dinov2_with_registers": _Family(
+        "dinov2_with_registers", _DINOV2_RULES, r"embeddings\.mask_token",
+        {**_DINOV2_DEFAULTS, "patch_size": 16, "num_register_tokens": 4}, partial(_dinov2_config, registers=True),
+    ),  # fmt: skip
+    "clip_vision_model": _Family("vision_model", _CLIP_RULES, _CLIP_UNUSED, _CLIP_DEFAULTS, _clip_config, False),
+    "siglip_vision_model": _Family(
+        "vision_model", _SIGLIP_RULES, r"embeddings\.position_ids|text_model\..*|logit_scale|logit_bias",
+        {**_CLIP_DEFAULTS, "patch_size": 16, "hidden_act": "gelu_pytorch_tanh", "layer_norm_eps": 1e-6,
+         "vision_use_head": True},
+        _siglip_config,
+    ),  # fmt: skip
+}
+_VISION_HALF = {"clip": "clip_vision_model", "siglip": "siglip_vision_model"}  # image-text models: vision_config
+SUPPORTED_MODEL_TYPES = tuple(sorted([*_FAMILIES, *_VISION_HALF]))
+
+
+def from_huggingface(state_dict: dict[str, torch.Tensor], config: dict) -> ViT:
+    """Convert a Hugging Face state dict of one of the model types in this module's docstring.
+
+    ``config`` is the model's config.json as a dict. Models without a classification head become
+    backbones (num_classes=0). Class names come from ``id2label`` (see ``load_huggingface_folder``).
+    """
+    if not isinstance(config, Mapping) or not isinstance(state_dict, Mapping):
+        raise ModelLoadError("a Hugging Face checkpoint needs a state dict and a config dict")
+    model_type = str(config.get("model_type", "vit"))
+    if model_type in _VISION_HALF:  # CLIPModel, SiglipModel: the vision tower only
+        config = config.get("vision_config") or {}
+        model_type = _VISION_HALF[model_type]
+    family = _FAMILIES.get(model_type)
+    if family is None:
+        raise ModelLoadError(
+            f"Hugging Face model_type {model_type!r} is not supported; supported: {', '.join(SUPPORTED_MODEL_TYPES)}"
+        )
+    try:
+        c = ChainMap(dict(config), family.defaults)
+        prefix = re.compile(rf"^{family.prefix}\.")
+        weights = {prefix.sub("", name): t for name, t in state_dict.items()}
+        weights = {name: t for name, t in weights.items() if not re.fullmatch(family.unused, name)}
+        activation = _ACTIVATIONS.get(c["hidden_act"])
+        if activation is None:
+            supported = ", ".join(_ACTIVATIONS)
+            raise ModelLoadError(f"hidden_act {c['hidden_act']!r} is not supported; vitviz has {supported}")
+        fields = dict(
+            image_size=c["image_size"],
+            patch_size=c["patch_size"],
+            num_channels=c["num_channels"],
+            hidden_size=c["hidden_size"],
+            num_layers=c["num_hidden_layers"],
+            num_heads=c["num_attention_heads"],
+            activation=activation,
+            layer_norm_eps=c["layer_norm_eps"],
+            dropout=c.get("hidden_dropout_prob", 0.0),
+            attention_dropout=c.get("attention_probs_dropout_prob", c.get("attention_dropout", 0.0)),
+            **family.config(c, weights),
+        )
+        weights = fuse_qkv(rename(weights, family.rules + _BLOCK_RULES, source="Hugging Face checkpoint"))
+        fields["num_classes"] = weights["head.weight"].shape[0] if "head.weight" in weights else 0
+        vit_config = ViTConfig(**fields)
+        weights = _fix_layout(weights, vit_config, family.patch_bias)
+    except ModelLoadError:
+        raise
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError, RuntimeError) as error:
+        raise ModelLoadError(f"Hugging Face config cannot describe a vitviz ViT ({model_type}): {error!r}") from None
+    return build_model(vit_config, weights, source="Hugging Face checkpoint")
+
+
+def _fix_layout(weights: dict[str, torch.Tensor], config: ViTConfig, patch_bias: bool) -> dict[str, torch.Tensor]:
+    """Where Hugging Face lays out a weight differently from vitviz; shapes are checked by build_model."""
+    for name in ("cls_token", "pos_embed"):  # CLIP's (D,) and nn.Embedding (P, D) -> (1, P, D)
+        if name in weights and weights[name].ndim in (1, 2):
+            weights[name] = weights[name].reshape(1, -1, weights[name].shape[-1])
+    if config.class_token and not config.pos_embed_prefix and {"cls_token", "pos_embed"} <= weights.keys():
+        # [CLS] has a position but the registers after it have none: fold it into the token
+        weights["cls_token"] = weights["cls_token"] + weights["pos_embed"][:, :1]
+        weights["pos_embed"] = weights["pos_embed"][:, 1:]
+    for kind in ("weight", "bias"):  # nn.MultiheadAttention's in_proj: q rows, then k and v rows
+        fused = weights.pop(f"attn_pool.in_proj.{kind}", None)
+        if fused is not None:
+            D = fused.shape[0] // 3
+            weights[f"attn_pool.q.{kind}"], weights[f"attn_pool.kv.{kind}"] = fused[:D], fused[D:]
+    if not patch_bias:
+        weights["patch_embed.proj.bias"] = torch.zeros(config.hidden_size)
+    return weights
+
+
+def load_huggingface_folder(folder: str | Path) -> ViT:
+    """A ready ViT from a folder saved by ``save_pretrained`` (config.json + weights).
+
+    Reads model.safetensors (preferred) or pytorch_model.bin, and preprocessor_config.json when
+    present: resize, centre crop (CLIP, DeiT, DINOv2) and normalisation; otherwise ViTImageProcessor's
+    defaults (224x224, bilinear, mean = std = 0.5).
+    """
+    folder = Path(folder)
+    config_path = folder / "config.json"
+    if not config_path.is_file():
+        raise ModelLoadError(f"{folder} has no config.json, so it is not a Hugging Face model folder")
+    config = read_json(config_path)
+    if (folder / "model.safetensors").is_file():
+        state_dict = read_safetensors(folder / "model.safetensors")
+    elif (folder / SHARD_INDEX).is_file():  # big models come in shards, listed by an index
+        state_dict = {}
+        for shard in shard_files(folder / SHARD_INDEX):
+            state_dict.update(read_safetensors(folder / shard))
+    elif (folder / "pytorch_model.bin").is_file():
+        try:
+            state_dict = torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
+        except Exception as error:  # any failure to unpickle means an unusable file
+            raise ModelLoadError(f"{folder / 'pytorch_model.bin'} could not be read safely: {error}") from None
+    else:
+        raise ModelLoadError(f"{folder} has neither model.safetensors, {SHARD_INDEX} nor pytorch_model.bin")
+    try:
+        model = from_huggingface(state_dict, config)
+        labels = config.get("id2label") or {}
+        model.class_names = [str(labels.get(str(i), labels.get(i, f"class {i}"))) for i in range(model.config.num_classes)]
+        model.transform = _huggingface_preprocessing(folder / "preprocessor_config.json")
+    except ModelLoadError:
+        raise
+    except Exception as error:  # malformed configs or weights: a message, never a traceback
+        raise ModelLoadError(f"{folder} is not a usable Hugging Face ViT folder: {error!r}") from None
+    return model
+
+
+SHARD_INDEX = "model.safetensors.index.json"
+
+
+def shard_files(index: Path) -> list[str]:
+    """The shard files a safetensors index lists (its weight_map's values), each a plain name in the folder."""
+    weight_map = read_json(index).get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise ModelLoadError(f"{index} has no weight_map")
+    shards = sorted(set(map(str, weight_map.values())))
+    if any(Path(shard).name != shard for shard in shards):  # never a path outside the folder
+        raise ModelLoadError(f"{index} names shard files outside its folder")
+    return shards
+
+
+def read_safetensors(path: str | Path) -> dict[str, torch.Tensor]:
+    """The tensors of a .safetensors file, read by the ``safetensors`` package; a damaged file is a ModelLoadError."""
+    try:
+        return load_file(path, device="cpu")
+    except (SafetensorError, OSError, ValueError) as error:
+        raise ModelLoadError(f"{path} is not a safetensors file ({error})") from None
+
+
+def _huggingface_preprocessing(path: Path) -> Preprocessing:
+    settings = read_json(path) if path.is_file() else {}
+    size = settings.get("size", {"height": 224, "width": 224})
+    if isinstance(size, int):  # older files: CLIP's (and BiT's, DINOv2's) meant the shorter side, ViT's a square
+        processor = str(settings.get("image_processor_type") or settings.get("feature_extractor_type") or "")
+        size = {"shortest_edge": size} if processor.startswith(("CLIP", "Bit")) else {"height": size, "width": size}
+    resize = size["shortest_edge"] if "shortest_edge" in size else (size["height"], size["width"])
+    crop = settings.get("crop_size", {"height": 224, "width": 224}) if settings.get("do_center_crop") else None
+    if isinstance(crop, dict):
+        crop = (crop["height"], crop["width"])
+    resample = {0: "nearest", 2: "bilinear", 3: "bicubic"}.get(settings.get("resample", 2), "bilinear")
+    normalize = settings.get("do_normalize", True)
+    return Preprocessing(
+        resize=resize if settings.get("do_resize", True) else None,
+        crop=crop,
+        mean=tuple(settings.get("image_mean", (0.5, 0.5, 0.5))) if normalize else (0.0, 0.0, 0.0),
+        std=tuple(settings.get("image_std", (0.5, 0.5, 0.5))) if normalize else (1.0, 1.0, 1.0),
+        interpolation=resample,
+    )

@@ -1,0 +1,258 @@
+"""timm's ``VisionTransformer`` and ``VisionTransformerDistilled`` into vitviz's ViT.
+
+One converter covers the families timm builds from these two classes: the original ViT and
+AugReg, DeiT (with its distillation token and two heads) and DeiT III, DINO, DINOv2 with or without
+registers, CLIP and SigLIP image towers, MAE, and the average-pooled models without [CLS].
+``from_timm`` reads the architecture from the modules themselves, not from a model name, so a
+model built with other arguments converts too. What vitviz's ViT cannot reproduce (rotary
+embeddings, relative position bias, SwiGLU, q/k normalisation...) is refused with a message
+that names the feature.
+
+timm is imported inside the functions: ``import vitviz`` stays fast.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from vitviz.checkpoint import ModelLoadError, build_model
+from vitviz.hub import hub_file
+from vitviz.images import Preprocessing
+from vitviz.importers.common import add_zero_biases, rename
+from vitviz.model import ViT, ViTConfig
+
+# timm classes that are not plain ViTs, and the feature that keeps each out
+_OTHER_FAMILIES = {
+    "Eva": "rotary position embeddings (EVA, DINOv3)",
+    "Beit": "relative position bias (BEiT)",
+    "VisionTransformerRelPos": "relative position bias",
+    "VisionTransformerSAM": "windowed attention with relative position (SAM)",
+    "NaFlexVit": "variable-resolution patch sequences (NaFlex)",
+    "VisionTransformerHybrid": "a convolutional stem (hybrid ViT)",
+}
+_RULES = [
+    (r"cls_token", r"cls_token"),
+    (r"dist_token", r"dist_token"),
+    (r"reg_token", r"register_tokens"),
+    (r"pos_embed", r"pos_embed"),
+    (r"patch_embed\.proj\.", r"patch_embed.proj."),
+    (r"norm_pre\.", r"norm_pre."),
+    (r"blocks\.(\d+)\.(norm1|norm2|attn\.qkv|attn\.proj|mlp\.fc1|mlp\.fc2)\.", r"blocks.\1.\2."),
+    (r"blocks\.(\d+)\.(ls1|ls2)\.gamma", r"blocks.\1.\2.gamma"),
+    (r"(norm|fc_norm)\.", r"norm."),  # exactly one of the two has weights
+    (r"attn_pool\.latent", r"attn_pool.query"),
+    (r"attn_pool\.(q|kv|proj|norm|mlp\.fc1|mlp\.fc2)\.", r"attn_pool.\1."),
+    (r"head\.", r"head."),
+    (r"head_dist\.", r"head_dist."),
+]
+
+
+def from_timm(model: nn.Module) -> ViT:
+    """Convert a timm ``VisionTransformer`` or ``VisionTransformerDistilled`` instance (any weights).
+
+    The result reproduces the original's output (logits, or pooled features for a model without a
+    head) and every block's attention weights. Class names and preprocessing are not part of a timm
+    model; ``load_model("timm:<name>")`` attaches them from timm's pretrained config.
+    """
+    config = timm_config(model)
+    source = f"timm {type(model).__name__}"
+    state_dict = rename(model.state_dict(), _RULES, source=source)
+    return build_model(config, add_zero_biases(config, state_dict), source=source)
+
+
+def timm_config(model: nn.Module) -> ViTConfig:
+    """The ViTConfig that reproduces a timm model, or a ModelLoadError naming what cannot be reproduced.
+    Reads module types and sizes only, so it works on a model built on the meta device (no weights)."""
+    from timm.models.vision_transformer import VisionTransformer
+
+    name = type(model).__name__
+    if not isinstance(model, VisionTransformer):
+        for family, feature in _OTHER_FAMILIES.items():
+            if name == family or name.startswith(family):
+                raise ModelLoadError(f"timm {name} uses {feature}, which vitviz's ViT does not have")
+        raise ModelLoadError(f"expected a timm VisionTransformer, got {name}")
+    return ViTConfig(**_describe(model))
+
+
+def _describe(model: nn.Module) -> dict:
+    """The ViTConfig fields of a timm VisionTransformer, refusing every feature vitviz cannot reproduce."""
+    from timm.layers import AttentionPoolLatent, LayerScale, Mlp, PatchEmbed
+    from timm.layers.attention import Attention
+    from timm.models.vision_transformer import Block
+
+    def refuse(feature: str):
+        raise ModelLoadError(f"this timm {type(model).__name__} uses {feature}, which vitviz's ViT does not have")
+
+    embed = model.patch_embed
+    if type(embed) is not PatchEmbed:
+        refuse(f"a {type(embed).__name__} patch embedding (a convolutional stem?)")
+    proj = embed.proj
+    if not isinstance(proj, nn.Conv2d) or proj.kernel_size != proj.stride or proj.kernel_size[0] != proj.kernel_size[1]:
+        refuse("a patch embedding other than one square non-overlapping convolution")
+    if not isinstance(embed.norm, nn.Identity):
+        refuse("a LayerNorm inside the patch embedding")
+    if getattr(embed, "dynamic_img_pad", False):
+        refuse("padding of images that are not a multiple of the patch size (dynamic_img_pad)")
+    if model.pos_embed is None:
+        refuse("no absolute position embeddings")
+    if getattr(model, "pool_include_prefix", False):
+        refuse("pooling that includes the prefix tokens (pool_include_prefix)")
+
+    blocks = list(model.blocks)
+    first = blocks[0]
+    if any(type(block) is not Block for block in blocks):
+        refuse(f"{type(next(b for b in blocks if type(b) is not Block)).__name__} blocks (not pre-norm x + f(LN(x)))")
+    attn, mlp = first.attn, first.mlp
+    if type(attn) is not Attention:
+        refuse(f"{type(attn).__name__} (e.g. rotary embeddings)")
+    if not (isinstance(attn.q_norm, nn.Identity) and isinstance(attn.k_norm, nn.Identity)):
+        refuse("q/k normalisation (qk_norm)")
+    if not isinstance(getattr(attn, "norm", nn.Identity()), nn.Identity):
+        refuse("a norm on the attention output (scale_attn_norm)")
+    if getattr(attn, "gate", None) is not None:
+        refuse("gated attention")
+    if attn.head_dim * attn.num_heads != model.embed_dim:
+        refuse("a head width other than embed_dim / num_heads")
+    if type(mlp) is not Mlp:
+        refuse(f"a {type(mlp).__name__} MLP (SwiGLU or another gated MLP)")
+    if not isinstance(mlp.norm, nn.Identity):
+        refuse("a norm inside the MLP (scale_mlp_norm)")
+    for module in (first.ls1, first.ls2):
+        if not isinstance(module, (LayerScale, nn.Identity)):
+            refuse(f"{type(module).__name__} on the residual branches")
+    norms = [m for block in blocks for m in (block.norm1, block.norm2)] + [model.norm, model.fc_norm, model.norm_pre]
+    if any(not isinstance(m, (nn.LayerNorm, nn.Identity)) for m in norms):
+        refuse("a normalisation other than LayerNorm (e.g. RMSNorm)")
+    fc_norm = isinstance(model.fc_norm, nn.LayerNorm)
+    if fc_norm == isinstance(model.norm, nn.LayerNorm):
+        refuse("no final LayerNorm, or two of them" if not fc_norm else "a LayerNorm both before and after pooling")
+
+    distilled = hasattr(model, "dist_token")
+    pooling = {"token": "cls", "avg": "mean", "map": "map"}.get(model.global_pool)
+    if pooling is None:
+        refuse(f"global_pool={model.global_pool!r} (vitviz pools by 'token', 'avg' or 'map')")
+    if pooling == "map":
+        pool = model.attn_pool
+        if type(pool) is not AttentionPoolLatent or pool.latent_len != 1 or pool.pos_embed is not None:
+            refuse("an attention-pooling head with more than one query or its own position embedding")
+        if not (isinstance(pool.q_norm, nn.Identity) and isinstance(pool.k_norm, nn.Identity)):
+            refuse("q/k normalisation in the pooling head")
+        if pool.num_heads != attn.num_heads or type(pool.mlp) is not Mlp or pool.mlp.fc1.out_features != mlp.fc1.out_features:
+            refuse("an attention-pooling head whose heads or MLP differ from the blocks'")
+        if type(pool.mlp.act) is not type(mlp.act):
+            refuse("an attention-pooling head whose activation differs from the blocks'")
+    head = model.head
+    if not isinstance(head, (nn.Linear, nn.Identity)):
+        refuse(f"a {type(head).__name__} head")
+    height, width = embed.img_size
+    return dict(
+        image_size=(height, width),
+        patch_size=proj.kernel_size[0],
+        num_channels=proj.in_channels,
+        hidden_size=model.embed_dim,
+        num_layers=len(blocks),
+        num_heads=attn.num_heads,
+        mlp_size=mlp.fc1.out_features,
+        num_classes=head.out_features if isinstance(head, nn.Linear) else 0,
+        pooling=pooling,
+        class_token=model.cls_token is not None,
+        distillation_token=distilled,
+        distillation_head=distilled,
+        num_register_tokens=model.num_reg_tokens,
+        pos_embed_prefix=not model.no_embed_class,
+        pos_embed_antialias=True,  # timm's resample_abs_pos_embed
+        norm_pre=isinstance(model.norm_pre, nn.LayerNorm),
+        layer_scale=isinstance(first.ls1, LayerScale),
+        activation=_activation(mlp.act, refuse),
+        fc_norm=fc_norm,
+        layer_norm_eps=first.norm1.eps,
+        qkv_bias=attn.qkv.bias is not None,
+    )
+
+
+def _activation(module: nn.Module, refuse) -> str:
+    name = type(module).__name__
+    if isinstance(module, nn.GELU):
+        return "gelu_tanh" if module.approximate == "tanh" else "gelu"
+    kinds = {"GELU": "gelu", "GELUTanh": "gelu_tanh", "QuickGELU": "quick_gelu"}  # timm.layers.activations
+    if name not in kinds:
+        refuse(f"the activation {name}")
+    return kinds[name]
+
+
+# --- load_model("timm:<name>") ----------------------------------------------------------------
+
+
+def load_timm(name: str) -> ViT:
+    """A pretrained timm model by name (``"vit_base_patch16_224.augreg2_in21k_ft_in1k"``), converted.
+
+    Weights come through timm and the Hugging Face Hub cache. Class names come from timm's ImageNet
+    metadata (1k, 21k...); a model whose head maps to anything else (CLIP's projection) loses its
+    head and becomes a backbone. Preprocessing follows timm's pretrained config.
+    """
+    import timm
+
+    architecture = name.split(".")[0]
+    if not timm.is_model(architecture):
+        raise ModelLoadError(f"timm has no model {architecture!r}; timm.list_models('*vit*') lists the ViTs")
+    tags = timm.list_pretrained(f"{architecture}.*")
+    if not tags or ("." in name and name not in tags):
+        choices = ", ".join(tags[:12]) + (" ..." if len(tags) > 12 else "") if tags else "none"
+        raise ModelLoadError(f"timm has no pretrained weights {name!r}; pretrained tags: {choices}")
+    with torch.device("meta"):  # refuse what cannot be converted before downloading anything
+        timm_config(timm.create_model(name, pretrained=False))
+    cfg = timm.models.get_pretrained_cfg(name)
+    if not cfg.hf_hub_id:  # a few old weights live at plain URLs: timm downloads those itself
+        original = timm.create_model(name, pretrained=True)
+    else:  # through vitviz.hub, which fails fast offline, then timm loads the file as its own
+        repo_id, _, revision = cfg.hf_hub_id.partition("@")
+        weights = hub_file(repo_id, ["model.safetensors", cfg.hf_hub_filename or "pytorch_model.bin"],
+                           f"timm:{name}", revision or None)  # fmt: skip
+        original = timm.create_model(name, pretrained=True, pretrained_cfg_overlay={"file": str(weights)})
+    class_names = imagenet_class_names(original)
+    if class_names is None and original.num_classes:
+        original.reset_classifier(0)
+    model = from_timm(original.eval())
+    model.class_names = class_names or []
+    model.transform = preprocessing_from_timm(original)
+    return model
+
+
+def imagenet_class_names(model: nn.Module) -> list[str] | None:
+    """The model's class names from timm's own ImageNet metadata (shipped with timm), or None."""
+    from timm.data import ImageNetInfo, infer_imagenet_subset
+
+    subset = infer_imagenet_subset(model) if getattr(model, "num_classes", 0) else None
+    if subset is None:
+        return None
+    names = ImageNetInfo(subset).label_descriptions()
+    return [str(n) for n in names] if len(names) == model.num_classes else None
+
+
+def preprocessing_from_timm(model: nn.Module) -> Preprocessing:
+    """timm's evaluation transform (resolve_data_config) as a vitviz Preprocessing.
+
+    "center" crop mode: the shorter side to floor(size / crop_pct), then a centre crop; "squash":
+    both sides to floor(size / crop_pct), then a centre crop. Other modes are squashed to the input size.
+    """
+    from timm.data import resolve_data_config
+
+    data = resolve_data_config({}, model=model)
+    _, height, width = data["input_size"]
+    crop_pct = data.get("crop_pct") or 0.875
+    mode = data.get("crop_mode") or "center"
+    interpolation = data.get("interpolation", "bicubic")
+    if interpolation not in ("nearest", "bilinear", "bicubic"):
+        interpolation = "bicubic"
+    scaled = (math.floor(height / crop_pct), math.floor(width / crop_pct))
+    if mode == "center" and height == width:
+        resize, crop = scaled[0], height
+    elif mode == "squash":
+        resize, crop = scaled, (height, width)
+    else:
+        resize, crop = (height, width), None
+    return Preprocessing(resize=resize, crop=crop, mean=tuple(data["mean"]), std=tuple(data["std"]),
+                         interpolation=interpolation)  # fmt: skip
