@@ -185,6 +185,18 @@ def test_init_from_starts_from_the_saved_weights_with_a_fresh_schedule(folders, 
     assert exit_info.value.code == 2 and "exclude each other" in capsys.readouterr().err
 
 
+def test_init_from_accepts_a_checkpoint_saved_before_newer_config_fields(folders, tmp_path, capsys):
+    train(folders, tmp_path / "first", "--epochs", "1", "--max-steps-per-epoch", "1")
+    old = torch.load(tmp_path / "first" / "last.pt", weights_only=True)
+    for field in ("layer_scale", "activation", "fc_norm", "norm_pre"):  # fields added after the shipped default
+        old["config"].pop(field)
+    torch.save(old, tmp_path / "old.pt")
+    train(folders, tmp_path / "second", "--epochs", "1", "--max-steps-per-epoch", "1", "--init-from", str(tmp_path / "old.pt"))
+    assert "initialised from" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="hidden_size=.* there, 16 here.*pass the same model flags"):
+        train(folders, tmp_path / "third", "--epochs", "1", "--hidden-size", "16", "--init-from", str(tmp_path / "old.pt"))
+
+
 def test_attention_flag_picks_the_kernel(folders, tmp_path, monkeypatch):
     import vitviz.train as train_module
 

@@ -317,10 +317,13 @@ def _read(path: Path, flag: str) -> dict:
 def _init_from(path: Path, model: ViT, config: ViTConfig, classes: list[str]) -> None:
     checkpoint = _read(path, "--init-from")
     regularisation = ("dropout", "attention_dropout", "drop_path")  # may change between runs
-    theirs = {k: v for k, v in checkpoint["config"].items() if k not in regularisation}
-    ours = {k: v for k, v in asdict(config).items() if k not in regularisation}
-    if theirs != ours:
-        raise SystemExit(f"error: --init-from {path} has config {theirs}, not {ours}; pass the same model flags")
+    # through ViTConfig, so a checkpoint saved before a field existed gets that field's default
+    theirs = asdict(ViTConfig(**checkpoint["config"]))
+    ours = asdict(config)
+    differ = {k: (theirs[k], ours[k]) for k in ours if k not in regularisation and theirs[k] != ours[k]}
+    if differ:
+        listed = ", ".join(f"{k}={a!r} there, {b!r} here" for k, (a, b) in differ.items())
+        raise SystemExit(f"error: --init-from {path} has another model: {listed}; pass the same model flags")
     if list(checkpoint["class_names"]) != list(classes):
         raise SystemExit(f"error: --init-from {path} has classes {checkpoint['class_names']}, the data has {classes}")
     model.load_state_dict({k: v.float() for k, v in checkpoint["state_dict"].items()})
