@@ -30,7 +30,6 @@ import common  # bench/common.py
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT))
 from browser_harness import CHROMIUM, CHROMIUM_ARGS, _act_and_wait, _choose, streamlit_server  # noqa: E402
 
 _IDLE = """() => document.querySelector("[data-testid='stApp']").getAttribute("data-test-script-state") === "notRunning" """

@@ -26,7 +26,7 @@ from PIL import Image
 import common  # bench/common.py
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path.insert(0, str(ROOT / "tests"))  # the tests' reference implementations
 from test_plots import reference_overlay  # noqa: E402
 
 from vitviz import explain, plots  # noqa: E402

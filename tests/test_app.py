@@ -188,8 +188,11 @@ def test_the_compare_sides_tell_apart_two_images_with_the_same_bytes(default_mod
     assert "Download the overlay (PNG, full resolution)" in download_labels(at)
 
 
-def test_a_model_with_fewer_layers_under_the_same_name_resets_the_layer_controls(default_model, tmp_path):
+def test_a_model_with_fewer_layers_under_the_same_name_resets_the_layer_controls(
+    default_model, tmp_path, monkeypatch
+):
     # the same path, a different model after the file changed: stored layer choices must not overflow
+    monkeypatch.setenv("VITVIZ_MODEL_DIRS", str(tmp_path))  # the page opens typed paths only in allowed folders
     path = tmp_path / "changing.pt"
     torch.manual_seed(0)
     save_checkpoint(path, ViT(ViTConfig(image_size=32, patch_size=8, hidden_size=32, num_layers=3, num_heads=4,
@@ -276,7 +279,8 @@ def test_missing_model_shows_an_error(tmp_path, monkeypatch):
     assert "no default checkpoint" in at.error[0].value
 
 
-def test_checkpoint_by_path_and_a_bad_path(default_model, tmp_path):
+def test_checkpoint_by_path_and_a_bad_path(default_model, tmp_path, monkeypatch):
+    monkeypatch.setenv("VITVIZ_MODEL_DIRS", str(tmp_path))  # the page opens typed paths only in allowed folders
     at = started_app()
     at.sidebar.selectbox[0].set_value("path or upload...").run()
     at.sidebar.text_input[0].set_value(str(tiny_checkpoint(tmp_path / "other.pt"))).run()
@@ -410,7 +414,7 @@ def test_choosing_another_model_keeps_the_images_the_chosen_one_and_the_open_tab
     next(s for s in at.selectbox if s.label == "Image").set_value("a.png").run()
     open_tab(at, "Heads & layers")
     at.sidebar.selectbox[0].set_value("path or upload...").run()  # no path yet: the page stops early
-    assert "Enter the path of a vitviz checkpoint" in at.info[0].value
+    assert "Upload a vitviz checkpoint in the sidebar, or enter the path" in at.info[0].value
     at.sidebar.selectbox[0].set_value("default").run()
     assert not at.exception and at.session_state["tab"] == "Heads & layers"
     assert next(s for s in at.selectbox if s.label == "Image").value == "a.png"
@@ -610,7 +614,7 @@ def offline_hub(tmp_path, monkeypatch):
 def test_the_popular_models_exist_and_convert_and_the_spec_field_reads_any_spec(offline_hub):
     import timm
 
-    from dashboard.sidebar import CURATED_MODELS, hub_spec
+    from vitviz_dashboard.sidebar import CURATED_MODELS, hub_spec
 
     pretrained = set(timm.list_pretrained())
     for spec in CURATED_MODELS.values():
@@ -626,7 +630,7 @@ def test_the_popular_models_exist_and_convert_and_the_spec_field_reads_any_spec(
 
 
 def test_a_curated_model_offline_shows_a_message_and_the_page_keeps_working(default_model, offline_hub):
-    from dashboard.sidebar import CURATED_MODELS
+    from vitviz_dashboard.sidebar import CURATED_MODELS
 
     at = started_app()
     at.file_uploader[0].set_value(("photo.png", png_bytes(), "image/png")).run()

@@ -11,7 +11,7 @@ from tiny_models import tiny_checkpoint
 
 require_browser()
 
-# dashboard/cached.py's max_entries for the st.cache_resource caches an image goes through (Streamlit's
+# vitviz_dashboard/cached.py's max_entries for the st.cache_resource caches an image goes through (Streamlit's
 # metrics count their entries; for st.cache_data they give bytes, reported but not bounded here)
 MAX_ENTRIES = {"decode": 64, "display_photo": 64, "analyse": 8, "rollout_map": 64, "relevance_maps": 64,
                "statistics": 32, "get_model": 3}  # fmt: skip

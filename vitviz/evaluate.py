@@ -1,4 +1,4 @@
-"""Evaluate a checkpoint on a labelled image folder: `python -m vitviz.evaluate --help`.
+"""Evaluate a checkpoint on a labelled image folder: `vitviz evaluate --help` (or `python -m vitviz.evaluate`).
 
     python -m vitviz.evaluate checkpoints/default.pt --val-dir /tmp/cifar10/test --out eval/
 
@@ -28,7 +28,7 @@ from vitviz.model import autocast
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m vitviz.evaluate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="vitviz evaluate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("checkpoint", help="model spec: a checkpoint path, 'default', or any load_model spec")
     p.add_argument("--val-dir", type=Path, required=True, help="images in one sub-folder per class")

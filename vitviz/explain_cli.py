@@ -32,7 +32,7 @@ IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".ti
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m vitviz.explain", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="vitviz explain", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("images", nargs="+", type=Path, help="image files and/or folders of images")
     p.add_argument("--model", default="default", help="model spec for vitviz.load_model (default: %(default)s)")

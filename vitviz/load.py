@@ -34,10 +34,17 @@ from vitviz.importers.timm import load_timm
 from vitviz.images import Preprocessing
 from vitviz.model import ViT
 
+
+def _shipped_default() -> Path:
+    """checkpoints/default.pt: inside the package when installed from a wheel (pyproject.toml maps the
+    checkout's checkpoints/ to vitviz/checkpoints/), else in the checkout (a clone, or `pip install -e .`)."""
+    package = Path(__file__).resolve().parent
+    installed = package / "checkpoints" / "default.pt"
+    return installed if installed.is_file() else package.parent / "checkpoints" / "default.pt"
+
+
 # VITVIZ_DEFAULT_CHECKPOINT points "default" at another vitviz checkpoint (e.g. your own model)
-DEFAULT_CHECKPOINT = Path(
-    os.environ.get("VITVIZ_DEFAULT_CHECKPOINT") or Path(__file__).resolve().parent.parent / "checkpoints" / "default.pt"
-)
+DEFAULT_CHECKPOINT = Path(os.environ.get("VITVIZ_DEFAULT_CHECKPOINT") or _shipped_default())
 DOWNLOAD_TIMEOUT_S = 10.0  # per network operation: connecting, or waiting for the next bytes
 
 

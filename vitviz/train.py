@@ -5,8 +5,9 @@ Example (the shipped CIFAR-10 default; see checkpoints/README.md for the exact c
     python -m vitviz.train --dataset imagefolder --train-dir /tmp/cifar10/train \
         --val-dir /tmp/cifar10/test --preset cifar --epochs 200 --out runs/cifar10
 
-Writes best.pt and last.pt (vitviz checkpoints) and metrics.jsonl (one line per epoch)
-into --out. `--resume runs/cifar10/last.pt` continues from the saved epoch and step.
+Writes best.pt and last.pt (vitviz checkpoints), metrics.jsonl (one line per epoch) and
+curves.png (loss and top-1 per epoch, redrawn every epoch) into --out. `--resume runs/cifar10/last.pt`
+continues from the saved epoch and step. `--tensorboard DIR` also logs the metrics for TensorBoard.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import math
 import random
 import sys
 import time
+from contextlib import nullcontext
 from dataclasses import asdict
 from pathlib import Path
 
@@ -28,6 +30,7 @@ from torchvision.transforms import v2
 from tqdm import tqdm
 
 from vitviz.checkpoint import ModelLoadError, read_checkpoint, save_checkpoint
+from vitviz.curves import plot_curves, read_history
 from vitviz.images import Preprocessing
 from vitviz.metrics import classification_metrics
 from vitviz.model import ViT, ViTConfig
@@ -49,7 +52,7 @@ DATASET_STATS = {
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m vitviz.train", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="vitviz train", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     data = p.add_argument_group("data")
     data.add_argument("--dataset", choices=["cifar10", "cifar100", "mnist", "imagefolder"], default="cifar10",
@@ -93,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "with a fresh optimiser and schedule")
     run.add_argument("--seed", type=int, default=0, help="random seed")
     run.add_argument("--half-checkpoints", action="store_true", help="store best.pt weights in fp16")
+    run.add_argument("--tensorboard", type=Path, metavar="DIR",
+                     help="also log every epoch's metrics (at the epoch) and the learning rate (at every step) "
+                          "for TensorBoard into DIR; needs `pip install tensorboard`")
     return p
 
 
@@ -217,6 +223,7 @@ def main(argv: list[str] | None = None) -> dict:
         parser.error("--workers must be >= 0, --label-smoothing in [0, 1) and --lr > 0")
     if args.resume and args.init_from:
         parser.error("--resume and --init-from exclude each other")
+    summary_writer = _summary_writer_class() if args.tensorboard else None  # before loading data, not after
     torch.manual_seed(args.seed)
     random.seed(args.seed)
 
@@ -246,53 +253,72 @@ def main(argv: list[str] | None = None) -> dict:
     hyper = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
     started = time.time() - elapsed  # elapsed_s counts training time across resumes
     history = []
-    for epoch in range(start_epoch, args.epochs):
-        model.train()
-        seen, loss_sum, correct = 0, 0.0, 0
-        bar = tqdm(train_loader, total=steps_per_epoch, desc=f"epoch {epoch + 1}/{args.epochs}", leave=False,
-                   disable=None, file=sys.stderr)  # fmt: skip
-        for batch_index, (images, labels) in enumerate(bar):
-            if batch_index >= steps_per_epoch:
-                break
-            images, labels = images.to(args.device), labels.to(args.device)
-            targets = labels
-            if mix is not None:
-                images, targets = mix(images, labels)
-            with torch.autocast(args.device.split(":")[0], torch.bfloat16, enabled=args.precision == "bf16"):
-                logits = forward(images).logits.float()
-            loss = F.cross_entropy(logits, targets, label_smoothing=args.label_smoothing)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            scheduler.step()
-            step += 1
-            seen += len(labels)
-            loss_sum += loss.item() * len(labels)
-            correct += (logits.argmax(-1) == labels).sum().item()
-            bar.set_postfix(loss=f"{loss_sum / seen:.3f}", acc=f"{correct / seen:.3f}", lr=f"{scheduler.get_last_lr()[0]:.2e}")
-        val_loss, predictions, val_targets = evaluate_loader(model, val_loader, args.device, args.precision)
-        scores = classification_metrics(predictions, val_targets, len(classes))
-        record = {
-            "epoch": epoch + 1, "step": step, "train_loss": loss_sum / max(1, seen), "train_top1": correct / max(1, seen),
-            "val_loss": val_loss, "val_top1": scores["accuracy"], "val_macro_precision": scores["macro_precision"],
-            "val_macro_recall": scores["macro_recall"], "val_macro_f1": scores["macro_f1"],
-            "lr": scheduler.get_last_lr()[0], "elapsed_s": time.time() - started,
-        }  # fmt: skip
-        history.append(record)
-        with open(metrics_path, "a") as f:
-            f.write(json.dumps(record) + "\n")
-        print(
-            f"epoch {epoch + 1}/{args.epochs}: train loss {record['train_loss']:.4f} acc {record['train_top1']:.4f} | "
-            f"val loss {val_loss:.4f} top-1 {scores['accuracy']:.4f} macro-F1 {scores['macro_f1']:.4f}",
-            flush=True,
-        )
-        training = {"args": hyper, "epoch": epoch + 1, "step": step, "metrics": record,
-                    "device": args.device, "torch": str(torch.__version__)}  # fmt: skip
-        if scores["accuracy"] > best_top1:
-            best_top1 = scores["accuracy"]
-            save_checkpoint(args.out / "best.pt", model, classes, preprocessing, training, half=args.half_checkpoints)
-        _save_last(args.out / "last.pt", model, classes, preprocessing, training, optimizer, scheduler, best_top1)
+    # curves.png covers the whole run: when resuming, also the epochs that last.pt holds
+    curves = _earlier_epochs(metrics_path, start_epoch) if args.resume else []
+    # purge_step hides the events an earlier run logged into DIR from this step on: those of the epoch an
+    # interrupted run did not finish (when resuming), or all of an older run's (otherwise)
+    logger = summary_writer(str(args.tensorboard), purge_step=step + 1) if summary_writer else nullcontext()
+    with logger as tensorboard:  # closed (all events written) also when training stops early
+        for epoch in range(start_epoch, args.epochs):
+            epoch_started = time.time()
+            model.train()
+            seen, loss_sum, correct = 0, 0.0, 0
+            bar = tqdm(train_loader, total=steps_per_epoch, desc=f"epoch {epoch + 1}/{args.epochs}", leave=False,
+                       disable=None, file=sys.stderr)  # fmt: skip
+            for batch_index, (images, labels) in enumerate(bar):
+                if batch_index >= steps_per_epoch:
+                    break
+                images, labels = images.to(args.device), labels.to(args.device)
+                targets = labels
+                if mix is not None:
+                    images, targets = mix(images, labels)
+                with torch.autocast(args.device.split(":")[0], torch.bfloat16, enabled=args.precision == "bf16"):
+                    logits = forward(images).logits.float()
+                loss = F.cross_entropy(logits, targets, label_smoothing=args.label_smoothing)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                optimizer.step()
+                if tensorboard is not None:  # the rate this step used, at its 1-based number (as "step" counts)
+                    tensorboard.add_scalar("step/lr", scheduler.get_last_lr()[0], step + 1)
+                scheduler.step()
+                step += 1
+                seen += len(labels)
+                loss_sum += loss.item() * len(labels)
+                correct += (logits.argmax(-1) == labels).sum().item()
+                bar.set_postfix(loss=f"{loss_sum / seen:.3f}", acc=f"{correct / seen:.3f}",
+                                lr=f"{scheduler.get_last_lr()[0]:.2e}")  # fmt: skip
+            val_loss, predictions, val_targets = evaluate_loader(model, val_loader, args.device, args.precision)
+            scores = classification_metrics(predictions, val_targets, len(classes))
+            record = {
+                "epoch": epoch + 1, "step": step, "train_loss": loss_sum / max(1, seen),
+                "train_top1": correct / max(1, seen), "val_loss": val_loss, "val_top1": scores["accuracy"],
+                "val_macro_precision": scores["macro_precision"], "val_macro_recall": scores["macro_recall"],
+                "val_macro_f1": scores["macro_f1"], "lr": scheduler.get_last_lr()[0],
+                "epoch_s": time.time() - epoch_started, "elapsed_s": time.time() - started,
+            }  # fmt: skip
+            history.append(record)
+            curves.append(record)
+            with open(metrics_path, "a") as f:
+                f.write(json.dumps(record) + "\n")
+            plot_curves(curves, args.out / "curves.png")
+            print(
+                f"epoch {epoch + 1}/{args.epochs}: train loss {record['train_loss']:.4f} acc {record['train_top1']:.4f}"
+                f" | val loss {val_loss:.4f} top-1 {scores['accuracy']:.4f} macro-F1 {scores['macro_f1']:.4f}",
+                flush=True,
+            )
+            training = {"args": hyper, "epoch": epoch + 1, "step": step, "metrics": record,
+                        "device": args.device, "torch": str(torch.__version__)}  # fmt: skip
+            if scores["accuracy"] > best_top1:
+                best_top1 = scores["accuracy"]
+                save_checkpoint(args.out / "best.pt", model, classes, preprocessing, training,
+                                half=args.half_checkpoints)  # fmt: skip
+            _save_last(args.out / "last.pt", model, classes, preprocessing, training, optimizer, scheduler, best_top1)
+            if tensorboard is not None:  # after last.pt: a run resumed from it logs the epochs after this one
+                for key, value in record.items():
+                    if key not in ("epoch", "step"):  # the axes, not metrics
+                        tensorboard.add_scalar(f"epoch/{key}", value, epoch + 1)
+                tensorboard.flush()  # on disk up to what last.pt holds, even if the process is killed
     return {"history": history, "best_top1": best_top1, "out": str(args.out)}
 
 
@@ -304,6 +330,26 @@ def _save_last(path, model, classes, preprocessing, training, optimizer, schedul
         "rng": torch.get_rng_state(),  # the next epoch's data order and augmentations continue from here
     }  # fmt: skip
     save_checkpoint(path, model, classes, preprocessing, training, extra={"resume": resume})
+
+
+def _summary_writer_class() -> type:
+    """torch's TensorBoard SummaryWriter, or exit with how to install the tensorboard package it needs."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError as error:
+        raise SystemExit(f"error: --tensorboard needs the tensorboard package ({error}); "
+                         "install it with `pip install tensorboard`") from None  # fmt: skip
+    return SummaryWriter
+
+
+def _earlier_epochs(metrics_path: Path, start_epoch: int) -> list[dict]:
+    """The metrics.jsonl records of the epochs a resumed last.pt holds (none if the file is missing)."""
+    if not metrics_path.exists():
+        return []
+    try:
+        return [record for record in read_history(metrics_path) if record["epoch"] <= start_epoch]
+    except (OSError, ValueError) as error:
+        raise SystemExit(f"error: --resume: cannot continue the training curves: {error}") from None
 
 
 def _read(path: Path, flag: str) -> dict:

@@ -1,6 +1,7 @@
 """The Streamlit dashboard behind app.py (the entry point: `streamlit run app.py`).
 
     sidebar.py       the model picker and display settings
+    model_dirs.py    which typed paths and specs the page may open (VITVIZ_MODEL_DIRS)
     images.py        uploads, camera shots, the session's images and sample images
     common.py        what every tab shares: Settings, Photo, Page, tab-widget keys, downloads, names
     cached.py        every cached computation (model, decoded photos, forward pass, maps, figures)

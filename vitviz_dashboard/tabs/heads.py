@@ -11,8 +11,8 @@ import streamlit as st
 from vitviz.analysis import ImageAnalysis
 from vitviz.images import ImageError, ImageFile
 
-from dashboard.cached import cached_figure, overlay_picture, readout_maps
-from dashboard.common import Page, Photo, downloads, index_slider, readout_file_name, readout_title
+from vitviz_dashboard.cached import cached_figure, overlay_picture, readout_maps
+from vitviz_dashboard.common import Page, Photo, downloads, index_slider, readout_file_name, readout_title
 
 FUSIONS = {"mean": np.mean, "max": np.max, "min": np.min}  # over heads
 READS = {

@@ -9,8 +9,8 @@ import torch
 
 from vitviz import plots
 
-from dashboard.cached import cached_figure, model_anatomy, statistics
-from dashboard.common import Page, downloads
+from vitviz_dashboard.cached import cached_figure, model_anatomy, statistics
+from vitviz_dashboard.common import Page, downloads
 
 
 def draw(page: Page) -> None:

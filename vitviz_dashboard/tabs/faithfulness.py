@@ -8,8 +8,8 @@ import streamlit as st
 
 from vitviz import explain, plots
 
-from dashboard.cached import faithfulness_curves
-from dashboard.common import Page, class_name, downloads, has_classifier
+from vitviz_dashboard.cached import faithfulness_curves
+from vitviz_dashboard.common import Page, class_name, downloads, has_classifier
 
 NEEDS_A_CLASSIFIER = ("The perturbation test replaces patches and watches the probability of the predicted class "
                       "fall, so it needs a classifier; this model has none (a backbone).")  # fmt: skip

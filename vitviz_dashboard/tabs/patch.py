@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard.cached import cached_figure, overlay_picture, patch_maps, photo_data_uri
-from dashboard.common import Page, downloads, index_slider, rerun_tab
+from vitviz_dashboard.cached import cached_figure, overlay_picture, patch_maps, photo_data_uri
+from vitviz_dashboard.common import Page, downloads, index_slider, rerun_tab
 
 
 @st.fragment

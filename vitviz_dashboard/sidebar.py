@@ -1,10 +1,13 @@
 """The sidebar: which model (the shipped default, popular pretrained ViTs, torchvision's, any timm or
-Hugging Face spec, a checkpoint by path or upload), what it is, and how maps are drawn."""
+Hugging Face spec, a checkpoint by path or upload), what it is, and how maps are drawn. Typed specs and
+paths go through model_dirs.py: paths only inside the folders the server's owner allows, specs that name
+no local path."""
 
 from __future__ import annotations
 
 import hashlib
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import streamlit as st
@@ -13,7 +16,9 @@ import vitviz
 from vitviz import plots
 from vitviz.importers import TORCHVISION_ARCHS
 
-from dashboard.common import Settings, describe_pooling, describe_prefix_tokens, has_classifier
+from vitviz_dashboard.common import Settings, describe_pooling, describe_prefix_tokens, has_classifier
+from vitviz_dashboard.model_dirs import (PATHS_OFF_MESSAGE, ModelRefused, allowed_model_dirs, check_hub_spec,
+                                         check_model_path)  # fmt: skip
 
 # Popular ViTs, label -> spec. Each downloads once when online (into the Hugging Face cache) and
 # loads offline afterwards; tests/test_app.py checks every timm name is one of timm's pretrained tags.
@@ -36,9 +41,12 @@ LABELS = {spec: label for label, spec in CURATED_MODELS.items()}
 MISSING_SPEC = {
     HUB_SPEC: "Enter a timm model (`timm:<name>`, e.g. `timm:vit_small_patch14_reg4_dinov2.lvd142m`) or a Hugging "
               "Face repository (`hf:<org>/<name>` or just `<org>/<name>`) in the sidebar.",
-    PATH_OR_UPLOAD: "Enter the path of a vitviz checkpoint or a Hugging Face ViT folder, or upload a checkpoint.",
+    PATH_OR_UPLOAD: "Upload a vitviz checkpoint in the sidebar, or enter the path of one (or of a Hugging Face ViT "
+                    "folder) inside the folders this server allows.",
 }  # fmt: skip
-MAX_CHECKPOINT_MB = 50  # .streamlit/config.toml's maxUploadSize; larger checkpoints: give their path
+PATH_HELP = ("Only inside the folders that the server's owner allows (VITVIZ_MODEL_DIRS; by default the checkpoints "
+             "folder and the working directory).")  # fmt: skip
+MAX_CHECKPOINT_MB = 50  # .streamlit/config.toml's maxUploadSize; larger checkpoints: their path in an allowed folder
 MAX_STORED_CHECKPOINTS = 3  # uploaded checkpoints kept on disk, the oldest removed first
 
 
@@ -51,14 +59,22 @@ def sidebar() -> Settings:
     )  # fmt: skip
     spec = choice
     if choice == HUB_SPEC:
-        spec = hub_spec(st.sidebar.text_input("timm:<name>, hf:<org>/<name> or <org>/<name>", "",
-                                              placeholder="timm:vit_small_patch14_reg4_dinov2.lvd142m"))  # fmt: skip
+        text = st.sidebar.text_input("timm:<name>, hf:<org>/<name> or <org>/<name>", "",
+                                     placeholder="timm:vit_small_patch14_reg4_dinov2.lvd142m")  # fmt: skip
+        spec = unless_refused(lambda: check_hub_spec(hub_spec(text)))
     elif choice == PATH_OR_UPLOAD:
-        spec = st.sidebar.text_input("vitviz checkpoint file or Hugging Face folder", "")
+        roots = allowed_model_dirs()  # read in every run, as VITVIZ_SAMPLES is
+        text = st.sidebar.text_input("vitviz checkpoint file or Hugging Face folder", "", disabled=not roots,
+                                     help=PATH_HELP, placeholder=None if roots else "opening paths is off")  # fmt: skip
+        if not roots:
+            st.sidebar.caption(PATHS_OFF_MESSAGE)
         uploaded = st.sidebar.file_uploader(f"...or upload a vitviz checkpoint (.pt, up to {MAX_CHECKPOINT_MB} MB)",
                                             type=["pt", "pth"])  # fmt: skip
-        if uploaded is not None:
+        spec = ""
+        if uploaded is not None:  # uploads are not typed paths: no folder limits them
             spec = save_uploaded_checkpoint(uploaded)
+        elif text.strip():
+            spec = unless_refused(lambda: str(check_model_path(text, roots)))  # the real path: what was checked
     st.sidebar.header("Display")
     precision = st.sidebar.radio("Precision", ["fp32", "bf16"], horizontal=True,
                                  help="bf16 runs about 2x faster on CPUs with bf16 units; maps differ by < 1e-3")  # fmt: skip
@@ -74,6 +90,15 @@ def hub_spec(text: str) -> str:
     if not text or text.startswith(("timm:", "hf:")):
         return text
     return f"hf:{text}" if "/" in text else f"timm:{text}"
+
+
+def unless_refused(check: Callable[[], str]) -> str:
+    """What ``check()`` returns, the spec to load; or "" when it refuses the model, with the refusal shown."""
+    try:
+        return check()
+    except ModelRefused as refusal:
+        st.sidebar.error(str(refusal))
+        return ""
 
 
 def save_uploaded_checkpoint(uploaded) -> str:

@@ -25,7 +25,7 @@ from vitviz import explain, plots
 from vitviz.analysis import ImageAnalysis
 from vitviz.images import ImageFile, load_image
 
-from dashboard.common import Photo, Settings, readout_title
+from vitviz_dashboard.common import Photo, Settings, readout_title
 
 MAX_DISPLAY_SIDE = 1024
 PICKER_SIDE = 512  # the click-a-patch picture's long side, in pixels

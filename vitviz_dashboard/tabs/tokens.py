@@ -10,8 +10,8 @@ import torch
 
 from vitviz import explain
 
-from dashboard.cached import cached_figure, outlined_picture, overlay_picture, token_views
-from dashboard.common import Page, describe_pooling, downloads, index_slider, prefix_token_names
+from vitviz_dashboard.cached import cached_figure, outlined_picture, overlay_picture, token_views
+from vitviz_dashboard.common import Page, describe_pooling, downloads, index_slider, prefix_token_names
 
 PAPER = "Darcet et al. 2023, [Vision Transformers Need Registers](https://arxiv.org/abs/2309.16588)"
 HEADS = ["mean", "max", "min"]

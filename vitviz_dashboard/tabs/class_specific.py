@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from dashboard.cached import cached_figure, overlay_picture, relevance_maps
-from dashboard.common import Page, class_name, downloads, has_classifier
+from vitviz_dashboard.cached import cached_figure, overlay_picture, relevance_maps
+from vitviz_dashboard.common import Page, class_name, downloads, has_classifier
 
 NEEDS_A_CLASSIFIER = ("Class-specific maps follow the gradient of one class's score back through the attention, "
                       "so they need a classifier; this model has none (a backbone). Every other tab works.")  # fmt: skip

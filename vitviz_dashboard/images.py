@@ -11,7 +11,7 @@ import streamlit as st
 
 from vitviz.images import ImageError, ImageFile
 
-from dashboard.cached import decode
+from vitviz_dashboard.cached import decode
 
 UPLOAD_TYPES = ["jpg", "jpeg", "png", "webp", "bmp", "gif", "tif", "tiff"]
 MAX_SESSION_IMAGES = 20  # images a session keeps for revisiting and comparing

@@ -7,8 +7,8 @@ import streamlit as st
 
 from vitviz import explain
 
-from dashboard.cached import cached_figure, overlay_picture, rollout_map
-from dashboard.common import Page, class_name, describe_pooling, downloads, has_classifier, index_slider
+from vitviz_dashboard.cached import cached_figure, overlay_picture, rollout_map
+from vitviz_dashboard.common import Page, class_name, describe_pooling, downloads, has_classifier, index_slider
 
 
 @st.fragment

@@ -1,0 +1,66 @@
+"""The vitviz page: page setup, the sidebar, the images, the model and the tabs.
+
+Each part lives beside this file (tabs/ has one module per tab); all computation lives in vitviz/.
+Started by `streamlit run app.py` in a checkout, or by the `vitviz app` command, which runs this file.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+import vitviz
+from vitviz.images import ImageError
+
+from vitviz_dashboard.cached import get_model, photo_and_analysis
+from vitviz_dashboard.common import Page, keep_tab_widgets
+from vitviz_dashboard.images import choose_image
+from vitviz_dashboard.sidebar import MISSING_SPEC, describe_model, sidebar
+from vitviz_dashboard.tabs import anatomy, class_specific, faithfulness, heads, overview, patch, tokens
+
+TABS = ["Overview", "Heads & layers", "Click a patch", "Class-specific", "Model anatomy", "Tokens", "Faithfulness"]
+
+
+def main() -> None:
+    st.set_page_config(page_title="vitviz", page_icon="🔍", layout="wide")
+    st.title("vitviz: what does the Vision Transformer look at?")
+    settings = sidebar()
+    # the images come first, so a model that is missing or fails to load does not clear the uploads
+    chosen = choose_image()
+    if "tab" in st.session_state:  # and the open tab survives runs that stop before the tabs
+        st.session_state.tab = st.session_state.tab
+    if not settings.model_spec:
+        st.info(MISSING_SPEC.get(settings.model_choice, "Choose a model in the sidebar."))
+        return
+    try:
+        model = get_model(settings.model_spec)
+    except vitviz.ModelLoadError as error:
+        st.error(f"Could not load model `{settings.model_spec}`: {error}")
+        return
+    describe_model(model, settings.model_spec)
+    if chosen is None:
+        return
+    name, images = chosen
+
+    def prepare(image_name: str):
+        """The photo and its analysis (another image of the session, for the compare sides)."""
+        return photo_and_analysis(model, settings, image_name, images[image_name])
+
+    try:
+        photo, analysis = prepare(name)
+    except ImageError as error:
+        st.error(f"Could not read {name}: {error}")
+        return
+    page = Page(model, settings, images[name], photo, analysis)
+    keep_tab_widgets(page.scopes())
+    # Only the open tab runs (Streamlit's lazy tabs): a sidebar change redraws one tab, not seven, and
+    # the class-specific maps (a backward pass) are computed when their tab is first opened.
+    draws = [overview.draw, lambda p: heads.draw(p, images, prepare), patch.draw, class_specific.draw, anatomy.draw,
+             tokens.draw, faithfulness.draw]  # fmt: skip
+    for tab, draw in zip(st.tabs(TABS, key="tab", on_change="rerun"), draws):
+        if tab.open:
+            with tab:
+                draw(page)
+
+
+if __name__ == "__main__":  # Streamlit runs the script as __main__
+    main()
