@@ -10,11 +10,29 @@ from __future__ import annotations
 
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
 from vitviz.checkpoint import ModelLoadError
 
 HUB_TIMEOUT_S = 3.0  # to open a connection to the Hub
+
+# The progress bar of downloads: a class with tqdm's interface (total=, unit=, desc=..., update(n), used as a
+# context manager), or None for tqdm's own bar on stderr, shown when it is a terminal (the CLIs). A context
+# variable, so the page can draw its bar for the downloads of one session's run without touching the others.
+PROGRESS_BAR: ContextVar[type | None] = ContextVar("vitviz_progress_bar", default=None)
+
+
+@contextmanager
+def progress_bar(tqdm_class: type) -> Iterator[None]:
+    """Downloads inside this block report to ``tqdm_class`` (see PROGRESS_BAR)."""
+    token = PROGRESS_BAR.set(tqdm_class)
+    try:
+        yield
+    finally:
+        PROGRESS_BAR.reset(token)
 
 
 def hub_reachable(timeout: float | None = None) -> bool:
@@ -49,7 +67,8 @@ def hub_file(repo_id: str, candidates: list[str], spec: str, revision: str | Non
         offline = not hub_reachable()
     for filename in candidates:
         try:
-            return Path(hf_hub_download(repo_id, filename, revision=revision, local_files_only=offline))
+            return Path(hf_hub_download(repo_id, filename, revision=revision, local_files_only=offline,
+                                        tqdm_class=PROGRESS_BAR.get()))  # fmt: skip
         except (RemoteEntryNotFoundError, LocalEntryNotFoundError):
             continue
         except Exception as error:  # network, authentication and cache errors come in many kinds

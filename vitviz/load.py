@@ -25,6 +25,7 @@ from functools import partial
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 from vitviz.checkpoint import ModelLoadError, load_checkpoint
 from vitviz import hub
@@ -149,18 +150,26 @@ def _cached_download(url: str, timeout: float = DOWNLOAD_TIMEOUT_S) -> dict[str,
 
 
 def download(url: str, path: Path, timeout: float = DOWNLOAD_TIMEOUT_S) -> None:
-    """Download ``url`` to ``path`` atomically, checking torchvision's hash prefix in the name.
+    """Download ``url`` to ``path`` atomically, with a progress bar (vitviz.hub.PROGRESS_BAR), checking
+    torchvision's hash prefix in the name.
 
-    ``timeout`` bounds each connect and each read, so a dead network fails fast.
+    ``timeout`` bounds each connect and each read, so a dead network fails fast. This is why vitviz does not
+    call torch.hub.download_url_to_file, which has no timeout: against a server that accepts the connection
+    and never answers, it was still waiting after 60 s, and this function failed after 10 s
+    (bench/bench_download_stall.py).
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".partial")
     digest = hashlib.sha256()
+    bar_class = hub.PROGRESS_BAR.get() or partial(tqdm, disable=None)  # tqdm on a terminal only, like the Hub's
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response, open(tmp, "wb") as out:
-            while chunk := response.read(1 << 20):
-                digest.update(chunk)
-                out.write(chunk)
+            size = int(response.headers.get("Content-Length") or 0) or None
+            with bar_class(total=size, unit="B", unit_scale=True, desc=path.name) as bar:
+                while chunk := response.read(1 << 20):
+                    digest.update(chunk)
+                    out.write(chunk)
+                    bar.update(len(chunk))
     except (urllib.error.URLError, OSError, TimeoutError) as error:
         tmp.unlink(missing_ok=True)
         reason = getattr(error, "reason", error)

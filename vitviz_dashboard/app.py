@@ -11,7 +11,7 @@ import streamlit as st
 import vitviz
 from vitviz.images import ImageError
 
-from vitviz_dashboard.cached import get_model, photo_and_analysis
+from vitviz_dashboard.cached import get_model_with_progress, photo_and_analysis
 from vitviz_dashboard.common import Page, keep_tab_widgets
 from vitviz_dashboard.images import choose_image
 from vitviz_dashboard.sidebar import MISSING_SPEC, describe_model, sidebar
@@ -32,7 +32,7 @@ def main() -> None:
         st.info(MISSING_SPEC.get(settings.model_choice, "Choose a model in the sidebar."))
         return
     try:
-        model = get_model(settings.model_spec)
+        model = get_model_with_progress(settings.model_spec)
     except vitviz.ModelLoadError as error:
         st.error(f"Could not load model `{settings.model_spec}`: {error}")
         return

@@ -21,11 +21,12 @@ from PIL import Image
 
 import vitviz
 from vitviz import analysis as analysis_module
-from vitviz import explain, plots
+from vitviz import explain, hub, plots
 from vitviz.analysis import ImageAnalysis
 from vitviz.images import ImageFile, load_image
 
 from vitviz_dashboard.common import Photo, Settings, readout_title
+from vitviz_dashboard.progress import progress_class
 
 MAX_DISPLAY_SIDE = 1024
 PICKER_SIDE = 512  # the click-a-patch picture's long side, in pixels
@@ -35,6 +36,16 @@ BY_DIGEST = {ImageFile: lambda file: file.key}
 @st.cache_resource(max_entries=3, show_spinner="Loading the model...")
 def get_model(spec: str) -> vitviz.ViT:
     return vitviz.load_model(spec)
+
+
+def get_model_with_progress(spec: str) -> vitviz.ViT:
+    """get_model, with a progress bar above the page while a download runs (none for a cached model)."""
+    slot = st.empty()
+    try:
+        with hub.progress_bar(progress_class(slot)):
+            return get_model(spec)
+    finally:
+        slot.empty()
 
 
 @st.cache_resource(max_entries=64, show_spinner=False, hash_funcs=BY_DIGEST)
