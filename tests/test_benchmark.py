@@ -1,89 +1,213 @@
-"""`vitviz benchmark`: its areas are the mean of vitviz.explain.faithfulness over the images, per method."""
+"""The faithfulness protocols on toy models with known answers, and `vitviz benchmark` on a generated folder:
+its areas, resuming, and one process against `torchrun --nproc_per_node 2` (identical numbers)."""
 
+import csv
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 from PIL import Image
 
+import vitviz.benchmark as benchmark
 from tiny_models import tiny_checkpoint
-from vitviz import explain, load_model
-from vitviz.benchmark import main, spread
-from vitviz.explain_cli import explain_image
+from vitviz.explain.faithfulness import CHEFER_FRACTIONS, chefer_auc, chefer_perturbation, deletion_insertion
+
+MEAN, STD = (0.5, 0.5, 0.5), (0.25, 0.25, 0.25)
+BLACK = -2.0  # (0 - 0.5) / 0.25: a pixel set to 0 before normalisation
 
 
-@pytest.fixture()
-def folder(tmp_path):
-    """Two class folders of generated images, and one unreadable file."""
+class CornerModel(torch.nn.Module):
+    """Predicts class 0 while the top-left pixel is not black, else class 1."""
+
+    def forward(self, x):
+        alive = (x[:, :, 0, 0] != BLACK).any(dim=1).float()
+        return SimpleNamespace(logits=torch.stack([alive, torch.full_like(alive, 0.5)], dim=1))
+
+
+class BrightnessModel(torch.nn.Module):
+    """Class 0's logit is the sum of the image's pixels above black, weighted by ``weights`` (H, W)."""
+
+    def __init__(self, weights):
+        super().__init__()
+        self.weights = weights
+
+    def forward(self, x):
+        score = ((x - BLACK).sum(dim=1) * self.weights).sum(dim=(1, 2))
+        return SimpleNamespace(logits=torch.stack([score, torch.zeros_like(score)], dim=1))
+
+
+def test_chefer_positive_and_negative_tests_on_a_model_that_reads_one_pixel():
+    image = torch.ones(1, 3, 16, 16)  # normalised value 1 everywhere: not black
+    toward_corner = torch.zeros(1, 4, 4)
+    toward_corner[0, 0, 0] = 1.0  # the map names the corner patch
+    labels = torch.tensor([0])
+    positive = chefer_perturbation(CornerModel(), image, toward_corner, labels, MEAN, STD)
+    negative = chefer_perturbation(CornerModel(), image, toward_corner, labels, MEAN, STD, negative=True)
+    assert positive.shape == (9, 1) and not positive.any()  # the corner goes first: wrong from 10 % on
+    assert negative.all()  # the corner goes last: still there at 90 %
+    assert chefer_auc(positive[:, 0].float()) == 0.0 and chefer_auc(negative[:, 0].float()) == pytest.approx(80.0)
+
+
+def test_chefer_removes_int_of_the_fraction_of_pixels_set_to_black():
+    """Against a loop written from the released evaluation: top int(H*W*f) upsampled pixels set to 0."""
+    torch.manual_seed(0)
+    image, relevance = torch.randn(2, 3, 16, 24), torch.rand(2, 2, 3)
+    removed = []
+
+    class Spy(torch.nn.Module):
+        def forward(self, x):
+            removed.append((x == BLACK).all(dim=1).flatten(1).sum(dim=1))
+            return SimpleNamespace(logits=torch.zeros(len(x), 2))
+
+    chefer_perturbation(Spy(), image, relevance, torch.tensor([0, 0]), MEAN, STD)
+    expected = [int(16 * 24 * f) for f in CHEFER_FRACTIONS for _ in range(2)]
+    assert removed[0].tolist() == expected
+    # which pixels: the largest of the bilinear upsampling
+    up = torch.nn.functional.interpolate(relevance[:, None], size=(16, 24), mode="bilinear")[:, 0]
+    batch = []
+    Spy.forward = lambda self, x: batch.append(x) or SimpleNamespace(logits=torch.zeros(len(x), 2))
+    chefer_perturbation(Spy(), image, relevance, torch.tensor([0, 0]), MEAN, STD)
+    half = batch[0][4 * 2 + 1]  # fraction 0.5, second image
+    threshold = up[1].flatten().sort(descending=True).values[int(16 * 24 * 0.5) - 1]
+    assert torch.equal((half == BLACK).all(dim=0), up[1] >= threshold)
+
+
+def test_deletion_and_insertion_against_a_loop():
+    torch.manual_seed(1)
+    weights = torch.rand(8, 8)
+    model = BrightnessModel(weights)
+    image, relevance = torch.randn(1, 3, 8, 8), torch.rand(2, 2)
+    result = deletion_insertion(model, image, relevance, 0, MEAN, STD, steps=4)
+    up = torch.nn.functional.interpolate(relevance[None, None], size=(8, 8), mode="bilinear")[0, 0].flatten()
+    order = sorted(range(64), key=lambda i: (-float(up[i]), i))
+    from vitviz.explain.faithfulness import gaussian_blur
+
+    blurred = gaussian_blur(image, 11, 5.0)
+    for k in range(5):
+        chosen = order[: round(64 * k / 4)]
+        deleted, inserted = image.clone(), blurred.clone()
+        for i in chosen:
+            deleted[0, :, i // 8, i % 8] = BLACK
+            inserted[0, :, i // 8, i % 8] = image[0, :, i // 8, i % 8]
+        for kind, picture in (("deletion", deleted), ("insertion", inserted)):
+            expected = model(picture).logits.softmax(dim=-1)[0, 0]
+            assert result[kind][k] == pytest.approx(float(expected), rel=1e-5), (kind, k)
+    assert result["deletion"][0] == pytest.approx(float(result["insertion"][-1]))  # both the intact image
+    assert result["deletion_auc"] == pytest.approx(float(torch.trapezoid(result["deletion"], dx=0.25)))
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    """Class sub-folders named after the tiny model's classes, with generated images, and the model."""
+    root = tmp_path_factory.mktemp("bench")
     rng = np.random.default_rng(0)
-    for label in ("cat", "dog"):
-        (tmp_path / "data" / label).mkdir(parents=True)
+    for label in ("cat", "dog", "bird"):
+        (root / "data" / label).mkdir(parents=True)
         for i in range(3):
-            pixels = rng.integers(0, 256, (32 + 8 * i, 32, 3), dtype=np.uint8)
-            Image.fromarray(pixels).save(tmp_path / "data" / label / f"{i}.png")
-    return tmp_path / "data"
+            Image.fromarray(rng.integers(0, 256, (32, 32 + 8 * i, 3), dtype=np.uint8)).save(root / "data" / label / f"{i}.png")
+    return root / "data", tiny_checkpoint(root / "model.pt")
 
 
-def test_areas_are_the_mean_over_images_of_the_perturbation_test(folder, tmp_path, capsys):
-    checkpoint = tiny_checkpoint(tmp_path / "model.pt")
-    status = main([str(folder), "--model", str(checkpoint), "--methods", "rollout", "relevance", "--steps", "4",
-                   "--out", str(tmp_path / "out")])  # fmt: skip
-    assert status == 0
-    results = json.loads((tmp_path / "out" / "results.json").read_text())
-    assert results["images"] == 6 and list(results["methods"]) == ["rollout", "relevance", "random"]
-
-    # the reference: the same maps and tests, image by image, averaged here
-    model = load_model(checkpoint)
-    args = type("Args", (), dict(methods=["rollout", "relevance"], precision="fp32", target=None,
-                                 head_fusion="mean", discard_ratio=0.0, start_layer=0))  # fmt: skip
-    expected = {"rollout": [], "relevance": []}
-    for path in sorted(folder.rglob("*.png")):
-        pixels = model.transform(Image.open(path).convert("RGB"))[None]
-        _, maps = explain_image(model, pixels, args)
-        for name in expected:
-            result = explain.faithfulness(model, pixels, torch.from_numpy(maps[name]), int(maps["target"]), steps=4)
-            expected[name].append([result["auc_most_first"], result["auc_least_first"]])
-    for name, areas in expected.items():
-        areas = np.array(areas)
-        got = results["methods"][name]
-        assert got["auc_most_first"] == pytest.approx(areas[:, 0].mean(), rel=1e-5)
-        assert got["auc_least_first"] == pytest.approx(areas[:, 1].mean(), rel=1e-5)
-        assert got["auc_most_first_sem"] == pytest.approx(areas[:, 0].std(ddof=1) / np.sqrt(6), rel=1e-5)
-        assert len(got["curve_most_first"]) == 5 and got["curve_most_first"][0] == pytest.approx(
-            got["curve_least_first"][0])  # step 0 is the intact image either way
-    rows = (tmp_path / "out" / "areas.csv").read_text().splitlines()
-    assert len(rows) == 1 + 6 * 3
-    assert "| relevance |" in capsys.readouterr().out
+def read_csv(path: Path) -> list[dict]:
+    with open(path) as f:
+        return list(csv.DictReader(f))
 
 
-def test_random_baseline_is_seeded(folder, tmp_path):
-    checkpoint = tiny_checkpoint(tmp_path / "model.pt")
-    runs = []
-    for seed in (0, 0, 1):
-        main([str(folder), "--model", str(checkpoint), "--methods", "cls", "--seed", str(seed), "--out", str(tmp_path / "o")])
-        runs.append(json.loads((tmp_path / "o" / "results.json").read_text())["methods"]["random"]["auc_most_first"])
-    assert runs[0] == runs[1] != runs[2]
+def test_benchmark_writes_every_output_and_its_areas_are_the_mean_curves(folder, tmp_path, capsys):
+    data, checkpoint = folder
+    assert benchmark.main([str(data), "--model", str(checkpoint), "--methods", "rollout", "relevance",
+                           "--steps", "4", "--out", str(tmp_path / "out")]) == 0  # fmt: skip
+    rows = read_csv(tmp_path / "out" / "results.csv")
+    assert list(rows[0]) == benchmark.COLUMNS and [r["method"] for r in rows] == ["rollout", "relevance", "random"]
+    assert all(r["n_images"] == "9" for r in rows)
+    records = [json.loads(line) for line in (tmp_path / "out" / "images.jsonl").read_text().splitlines()]
+    assert len(records) == 9 and all(r["label"] is not None for r in records)  # labels from the folders
+    positive = torch.tensor([r["methods"]["relevance"]["positive"] for r in records], dtype=torch.float64).mean(0)
+    assert float(rows[1]["positive_auc"]) == pytest.approx(chefer_auc(positive))
+    deletion = torch.tensor([r["methods"]["rollout"]["deletion"] for r in records], dtype=torch.float64).mean(0)
+    assert float(rows[0]["deletion_auc"]) == pytest.approx(float(torch.trapezoid(deletion, dx=0.25)))
+    assert (tmp_path / "out" / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    assert "| relevance |" in (tmp_path / "out" / "results.md").read_text()
+    assert not list((tmp_path / "out" / "partial").glob("*.jsonl"))
+
+
+def test_an_interrupted_benchmark_resumes_where_it_stopped(folder, tmp_path, monkeypatch):
+    data, checkpoint = folder
+    args = [str(data), "--model", str(checkpoint), "--methods", "cls", "--steps", "2"]
+    benchmark.main([*args, "--out", str(tmp_path / "straight")])
+    calls = []
+    evaluate = benchmark.evaluate_image
+
+    def interrupted(*a, **k):
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        calls.append(a[3])
+        return evaluate(*a, **k)
+
+    monkeypatch.setattr(benchmark, "evaluate_image", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        benchmark.main([*args, "--out", str(tmp_path / "resumed")])
+    monkeypatch.setattr(benchmark, "evaluate_image", lambda *a, **k: calls.append(a[3]) or evaluate(*a, **k))
+    benchmark.main([*args, "--out", str(tmp_path / "resumed")])
+    assert len(calls) == 9 and len(set(calls)) == 9  # each image once: 4 before the interruption, 5 after
+    straight, resumed = read_csv(tmp_path / "straight" / "results.csv"), read_csv(tmp_path / "resumed" / "results.csv")
+    for a, b in zip(straight, resumed):
+        assert {k: v for k, v in a.items() if k != "ms_per_image"} == {k: v for k, v in b.items() if k != "ms_per_image"}
+
+
+def test_torchrun_with_two_processes_gives_the_numbers_of_one(folder, tmp_path):
+    data, checkpoint = folder
+    args = [str(data), "--model", str(checkpoint), "--methods", "rollout", "relevance", "--steps", "2"]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as torchrun gives each process: float sums depend on how many threads split them
+    try:
+        benchmark.main([*args, "--out", str(tmp_path / "one")])
+    finally:
+        torch.set_num_threads(threads)
+    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")} | {"OMP_NUM_THREADS": "1"}
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+         "-m", "vitviz.benchmark", *args, "--out", str(tmp_path / "two")],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    one, two = read_csv(tmp_path / "one" / "results.csv"), read_csv(tmp_path / "two" / "results.csv")
+    for a, b in zip(one, two, strict=True):
+        assert {k: v for k, v in a.items() if k != "ms_per_image"} == {k: v for k, v in b.items() if k != "ms_per_image"}
+
+
+def test_random_baseline_does_not_depend_on_order_or_process():
+    a = benchmark.random_map((4, 4), "cat/1.png", seed=0)
+    assert torch.equal(a, benchmark.random_map((4, 4), "cat/1.png", seed=0))
+    assert not torch.equal(a, benchmark.random_map((4, 4), "cat/2.png", seed=0))
+    assert not torch.equal(a, benchmark.random_map((4, 4), "cat/1.png", seed=1))
 
 
 def test_limit_spreads_over_the_sorted_list():
-    assert spread(list(range(10)), 5) == [0, 2, 4, 6, 8]
-    assert spread(list(range(3)), 5) == [0, 1, 2]
-    assert spread(list(range(7)), None) == list(range(7))
+    assert benchmark.spread(list(range(10)), 5) == [0, 2, 4, 6, 8]
+    assert benchmark.spread(list(range(3)), 5) == [0, 1, 2]
 
 
 def test_bad_input_gets_a_clear_error(folder, tmp_path, capsys):
-    checkpoint = tiny_checkpoint(tmp_path / "model.pt")
-    with pytest.raises(SystemExit, match="does not exist"):
-        main([str(tmp_path / "nowhere"), "--model", str(checkpoint)])
-    with pytest.raises(SystemExit, match="no classification head"):
-        main([str(folder), "--model", str(tiny_checkpoint(tmp_path / "backbone.pt", names=()))])
-    with pytest.raises(SystemExit, match="not found"):
-        main([str(folder), "--model", str(tmp_path / "missing.pt")])
-    for bad in (["--limit", "0"], ["--steps", "0"]):
+    data, checkpoint = folder
+    for bad, message in [([str(tmp_path / "nowhere")], "is not a folder"), ([str(data), "--limit", "0"], "at least 1")]:
         with pytest.raises(SystemExit) as exit_info:
-            main([str(folder), "--model", str(checkpoint), *bad])
-        assert exit_info.value.code == 2
-    (folder / "cat" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n not really")
-    assert main([str(folder), "--model", str(checkpoint), "--methods", "cls"]) == 1
+            benchmark.main([*bad, "--model", str(checkpoint), "--out", str(tmp_path / "o")])
+        assert exit_info.value.code == 2 and message in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="no classification head"):
+        benchmark.main([str(data), "--model", str(tiny_checkpoint(tmp_path / "b.pt", names=())), "--out", str(tmp_path / "o")])
+    unlabelled = tmp_path / "flat"
+    unlabelled.mkdir()
+    Image.new("RGB", (32, 32), (9, 9, 9)).save(unlabelled / "a.png")
+    (unlabelled / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n not really")
+    with pytest.raises(SystemExit, match="--target label needs class sub-folders"):
+        benchmark.main([str(unlabelled), "--model", str(checkpoint), "--target", "label", "--out", str(tmp_path / "o")])
+    assert benchmark.main([str(unlabelled), "--model", str(checkpoint), "--methods", "cls", "--out", str(tmp_path / "u")]) == 1
     assert "skipped" in capsys.readouterr().err
+    assert "prediction on the intact image" in (tmp_path / "u" / "results.md").read_text()

@@ -1,51 +1,65 @@
 """Faithfulness of the explanation methods over a folder of images: `vitviz benchmark --help`.
 
     vitviz benchmark /tmp/cifar10/test --model default --limit 1000 --out faithfulness/
+    torchrun --standalone --nproc_per_node 2 -m vitviz.benchmark /tmp/cifar10/test --limit 1000 --out faithfulness/
 
-For every image, each method's map for the predicted class, then the perturbation test of
-vitviz.explain.faithfulness: patches are replaced most-relevant first (a faithful map makes the
-probability fall fast: a low area) and least-relevant first (a high area). A random map is the
-baseline every method should beat. Prints the mean areas with their standard errors, and writes
-results.json (areas and mean curves per method) and areas.csv (one row per image and method).
+For every image, each method's map (for the predicted class, or with --target label the true one), then
+two protocols (see vitviz.explain.faithfulness):
+- Chefer et al. 2021's positive and negative perturbation: the top (bottom) 10 %..90 % of pixels set to 0,
+  top-1 accuracy over the data set, and its area (positive: lower is better; negative: higher is better);
+- Petsiuk et al. 2018's deletion and insertion: the class probability as pixels are removed from the image
+  or put back into a blurred copy, and its area (deletion: lower is better; insertion: higher is better).
+A random map is the chance level every method should beat.
+
+Accuracy is against the folder's labels when its sub-folders are named after the model's classes, else
+against the model's own prediction on the intact image. Writes to --out: results.csv (one row per method),
+results.md (the table), curves.png (the mean curves), images.jsonl (every image's numbers). A second run
+with the same --out skips the images already done; so does a run under torchrun, where each process takes
+a deterministic share and the first writes the results: the same numbers as one process running with
+as many threads (torchrun gives each process one; float sums change in the last digits with the thread count).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
 import json
-import math
+import os
 import sys
+import time
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 from tqdm import tqdm
 
-from vitviz import explain
 from vitviz.checkpoint import ModelLoadError
+from vitviz.explain.faithfulness import CHEFER_FRACTIONS, chefer_auc, chefer_perturbation, deletion_insertion
 from vitviz.explain_cli import METHODS, explain_image, find_images
 from vitviz.images import ImageError, load_image
 from vitviz.load import load_model
-from vitviz.model import autocast
+from vitviz.model import ViT, autocast
 
 RANDOM = "random"  # a map of uniform noise: the chance level
-AREAS = ("auc_most_first", "auc_least_first")
+COLUMNS = ["method", "positive_auc", "negative_auc", "deletion_auc", "insertion_auc", "ms_per_image", "n_images"]
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="vitviz benchmark", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("images", nargs="+", type=Path, help="image files and/or folders (searched recursively)")
+    p.add_argument("images", type=Path, help="a folder of images (class sub-folders give labels), searched recursively")
     p.add_argument("--model", default="default", help="model spec for vitviz.load_model (default: %(default)s)")
     p.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS), help="maps to test")
+    p.add_argument("--out", type=Path, required=True, help="folder for the results (and for resuming)")
     p.add_argument("--limit", type=int, help="test this many images, spread evenly over the sorted list")
-    p.add_argument("--baseline", choices=["mean", "blur"], default="mean",
-                   help="what replaces a patch: the data set's mean colour, or a blur of the image")  # fmt: skip
-    p.add_argument("--steps", type=int, default=10, help="perturbation steps from 0 to 100 %% of the patches")
+    p.add_argument("--target", choices=["predicted", "label"], default="predicted",
+                   help="the class explained: the model's top prediction (as in Chefer et al.'s table) or the label")  # fmt: skip
+    p.add_argument("--steps", type=int, default=16, help="deletion and insertion steps from 0 to 100 %% of pixels")
     p.add_argument("--seed", type=int, default=0, help="seed of the random baseline maps")
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="inference precision")
-    p.add_argument("--out", type=Path, help="write results.json and areas.csv here")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="torch device")
     return p
 
 
@@ -56,14 +70,118 @@ def spread(paths: list[Path], limit: int | None) -> list[Path]:
     return [paths[i * len(paths) // limit] for i in range(limit)]
 
 
-def summarise(rows: list[dict]) -> dict[str, float]:
-    """Mean and standard error of each area over the images."""
-    summary = {}
-    for area in AREAS:
-        values = torch.tensor([row[area] for row in rows], dtype=torch.float64)
-        summary[area] = float(values.mean())
-        summary[f"{area}_sem"] = float(values.std() / math.sqrt(len(values))) if len(values) > 1 else float("nan")
-    return summary
+def folder_labels(root: Path, paths: list[Path], class_names: list[str]) -> dict[Path, int] | None:
+    """Each image's label from its first sub-folder's name, when every image has one that is a class name."""
+    index = {name.lower(): i for i, name in enumerate(class_names)}
+    labels = {}
+    for path in paths:
+        parts = path.relative_to(root).parts
+        if len(parts) < 2 or parts[0].lower() not in index:
+            return None
+        labels[path] = index[parts[0].lower()]
+    return labels
+
+
+def random_map(shape: tuple[int, ...], name: str, seed: int) -> torch.Tensor:
+    """A uniform-noise map seeded by the image's name, so it is the same in any process and any order."""
+    digest = hashlib.sha256(f"{seed}:{name}".encode()).digest()
+    return torch.rand(shape, generator=torch.Generator().manual_seed(int.from_bytes(digest[:8], "little")))
+
+
+def evaluate_image(model: ViT, pixels: torch.Tensor, label: int | None, name: str, args: argparse.Namespace) -> dict:
+    """Every method's numbers for one image: the two protocols' raw results and the time its map took."""
+    with torch.inference_mode(), autocast(args.precision):
+        predicted = int(model(pixels).logits.argmax(dim=-1))
+    target = label if args.target == "label" and label is not None else predicted
+    truth = torch.tensor([predicted if label is None else label], device=pixels.device)
+    map_args = argparse.Namespace(methods=[], precision=args.precision, target=target, head_fusion="mean",
+                                  discard_ratio=0.0, start_layer=0)  # fmt: skip
+    record = {"image": name, "label": label, "predicted": predicted, "target": target, "methods": {}}
+    mean, std = model.transform.mean, model.transform.std
+    for method in [*args.methods, RANDOM]:
+        start = time.perf_counter()
+        if method == RANDOM:
+            relevance = random_map(tuple(model.config.grid_size), name, args.seed)
+        else:
+            map_args.methods = [method]
+            relevance = torch.from_numpy(explain_image(model, pixels, map_args)[1][method])
+        ms = 1000 * (time.perf_counter() - start)
+        relevance = relevance.to(pixels.device)[None]
+        with autocast(args.precision):
+            positive = chefer_perturbation(model, pixels, relevance, truth, mean, std)
+            negative = chefer_perturbation(model, pixels, relevance, truth, mean, std, negative=True)
+            curves = deletion_insertion(model, pixels, relevance, target, mean, std, args.steps)
+        record["methods"][method] = {
+            "positive": positive[:, 0].int().tolist(), "negative": negative[:, 0].int().tolist(),
+            "deletion": curves["deletion"].tolist(), "insertion": curves["insertion"].tolist(), "ms": ms,
+        }  # fmt: skip
+    return record
+
+
+def summarise(records: list[dict], methods: list[str]) -> list[dict]:
+    """One row per method: the areas of the mean curves over the images (in image-name order, so the same
+    records give the same numbers whatever order they were computed in)."""
+    records = sorted(records, key=lambda r: r["image"])
+    rows = []
+    for method in methods:
+        curves = {kind: torch.tensor([r["methods"][method][kind] for r in records], dtype=torch.float64).mean(0)
+                  for kind in ("positive", "negative", "deletion", "insertion")}  # fmt: skip
+        steps = len(curves["deletion"]) - 1
+        rows.append({
+            "method": method,
+            "positive_auc": chefer_auc(curves["positive"]),
+            "negative_auc": chefer_auc(curves["negative"]),
+            "deletion_auc": float(torch.trapezoid(curves["deletion"], dx=1 / steps)),
+            "insertion_auc": float(torch.trapezoid(curves["insertion"], dx=1 / steps)),
+            "ms_per_image": sum(r["methods"][method]["ms"] for r in records) / len(records),
+            "n_images": len(records),
+            "curves": {kind: curve.tolist() for kind, curve in curves.items()},
+        })  # fmt: skip
+    return rows
+
+
+def markdown(rows: list[dict], model: str, target: str) -> str:
+    lines = [f"{rows[0]['n_images']} images, model `{model}`, maps of the {target} class", "",
+             "| method | positive AUC (lower is better) | negative AUC (higher) | deletion AUC (lower) "
+             "| insertion AUC (higher) | ms per image |", "| --- | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    for r in rows:
+        lines.append(f"| {r['method']} | {r['positive_auc']:.2f} | {r['negative_auc']:.2f} | {r['deletion_auc']:.4f} "
+                     f"| {r['insertion_auc']:.4f} | {r['ms_per_image']:.1f} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    """The mean curves of both protocols, one line per method, as a PNG."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(12, 3.4), layout="constrained")
+    panels = [("positive", "positive perturbation", "top-1 accuracy"),
+              ("negative", "negative perturbation", "top-1 accuracy"),
+              ("deletion", "deletion", "class probability"), ("insertion", "insertion", "class probability")]  # fmt: skip
+    for axes, (kind, title, ylabel) in zip(figure.subplots(1, 4), panels):
+        for row in rows:
+            curve = row["curves"][kind]
+            x = CHEFER_FRACTIONS if kind in ("positive", "negative") else torch.linspace(0, 1, len(curve)).tolist()
+            axes.plot(x, curve, label=row["method"], linestyle="--" if row["method"] == RANDOM else "-")
+        axes.set(title=title, xlabel="fraction of pixels", ylabel=ylabel)
+        axes.grid(alpha=0.3)
+    figure.axes[0].legend(fontsize="small")
+    FigureCanvasAgg(figure).print_png(str(path))
+
+
+def read_records(out: Path) -> dict[str, dict]:
+    """The images already done: images.jsonl and the per-process files of an interrupted run."""
+    done = {}
+    for path in [out / "images.jsonl", *sorted((out / "partial").glob("*.jsonl"))]:
+        if path.is_file():
+            for line in path.read_text().splitlines():
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:  # the last line of a process killed mid-write
+                    continue
+                done[record["image"]] = record
+    return done
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,67 +191,83 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--limit must be at least 1")
     if args.steps < 1:
         parser.error("--steps must be at least 1")
-    paths = spread(find_images(args.images), args.limit)
+    if not args.images.is_dir():
+        parser.error(f"{args.images} is not a folder")
+    distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    if distributed:  # under torchrun: gloo on CPUs, NCCL on GPUs, torchrun's rendezvous across machines
+        dist.init_process_group("nccl" if args.device.startswith("cuda") else "gloo")
+        if args.device.startswith("cuda"):
+            args.device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
+    rank, world = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
     try:
-        model = load_model(args.model)
+        return run(args, rank, world)
+    finally:
+        if distributed:
+            dist.destroy_process_group()
+
+
+def run(args: argparse.Namespace, rank: int, world: int) -> int:
+    paths = spread(find_images([args.images]), args.limit)
+    try:
+        model = load_model(args.model).to(args.device)
     except ModelLoadError as error:
         raise SystemExit(f"error: {error}") from None
     if model.config.num_classes == 0:
         raise SystemExit("error: this model has no classification head; the benchmark needs class probabilities")
-    # the batch CLI's settings for each map: rollout and the class-specific maps for the predicted class
-    map_args = argparse.Namespace(methods=args.methods, precision=args.precision, target=None, head_fusion="mean",
-                                  discard_ratio=0.0, start_layer=0)  # fmt: skip
-    generator = torch.Generator().manual_seed(args.seed)
-    rows, curves, failures = [], {}, []
-    for path in tqdm(paths, desc="benchmark", unit="image", disable=None, file=sys.stderr):
-        try:
-            pixels = model.transform(load_image(path.read_bytes()))[None]
-        except (ImageError, OSError) as error:
-            failures.append(f"{path}: {error}")
-            continue
-        _, maps = explain_image(model, pixels, map_args)
-        target = int(maps.pop("target"))
-        maps = {name: torch.from_numpy(m) for name, m in maps.items()}
-        maps[RANDOM] = torch.rand(next(iter(maps.values())).shape, generator=generator)
-        for name, relevance in maps.items():
-            with autocast(args.precision):
-                result = explain.faithfulness(model, pixels, relevance, target, args.baseline, args.steps)
-            rows.append({"image": str(path), "method": name, "target": target} | {a: result[a] for a in AREAS})
-            for order in ("most_first", "least_first"):
-                curves.setdefault(name, {}).setdefault(order, []).append(result[order].double())
+    labels = folder_labels(args.images, paths, model.class_names)
+    if args.target == "label" and labels is None:
+        raise SystemExit("error: --target label needs class sub-folders named after the model's classes")
+    names = {path: str(path.relative_to(args.images)) for path in paths}
+    done = read_records(args.out)
+    todo = [path for path in paths if names[path] not in done][rank::world]  # a deterministic share
+    (args.out / "partial").mkdir(parents=True, exist_ok=True)
+    failures, records = [], []
+    with open(args.out / "partial" / f"rank{rank}-of-{world}.jsonl", "a") as partial:
+        for path in tqdm(todo, desc=f"benchmark (process {rank + 1} of {world})" if world > 1 else "benchmark",
+                         unit="image", disable=None, file=sys.stderr, position=rank):  # fmt: skip
+            try:
+                pixels = model.transform(load_image(path.read_bytes()))[None].to(args.device)
+            except (ImageError, OSError) as error:
+                failures.append(f"{path}: {error}")
+                continue
+            records.append(evaluate_image(model, pixels, labels[path] if labels else None, names[path], args))
+            partial.write(json.dumps(records[-1]) + "\n")
+            partial.flush()  # an interrupted run keeps every finished image
+    if world > 1:  # gather every process's records and failures in the first (its disk may be another's)
+        gathered = [None] * world
+        dist.all_gather_object(gathered, (records, failures))
+        records = [r for part, _ in gathered for r in part]
+        failures = [f for _, part in gathered for f in part]
+    if rank != 0:
+        return 1 if failures else 0
+    done |= {record["image"]: record for record in records}
     for failure in failures:
         print(f"skipped {failure}", file=sys.stderr)
-    if not rows:
+    finished = [done[names[path]] for path in paths if names[path] in done]
+    if not finished:
         raise SystemExit("error: no image could be read")
-
-    methods = [*args.methods, RANDOM]
-    results = {"model": args.model, "images": len(paths) - len(failures), "baseline": args.baseline,
-               "steps": args.steps, "precision": args.precision, "methods": {}}  # fmt: skip
-    for name in methods:
-        summary = summarise([row for row in rows if row["method"] == name])
-        summary |= {f"curve_{order}": torch.stack(c).mean(0).tolist() for order, c in curves[name].items()}
-        results["methods"][name] = summary
-    print(table(results))
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "results.json").write_text(json.dumps(results, indent=2))
-        with open(args.out / "areas.csv", "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=["image", "method", "target", *AREAS])
-            writer.writeheader()
-            writer.writerows(rows)
-        print(f"wrote {args.out / 'results.json'} and {args.out / 'areas.csv'}")
+    write_results(args, finished, labelled=labels is not None)
     return 1 if failures else 0
 
 
-def table(results: dict) -> str:
-    """The results as a Markdown table: mean area ± standard error, per method and order."""
-    lines = [f"{results['images']} images, {results['baseline']} baseline, {results['steps']} steps, model "
-             f"{results['model']}", "", "| method | most relevant first (lower is better) | least relevant first "
-             "(higher is better) |", "| --- | --- | --- |"]  # fmt: skip
-    for name, s in results["methods"].items():
-        lines.append(f"| {name} | {s['auc_most_first']:.4f} ± {s['auc_most_first_sem']:.4f} "
-                     f"| {s['auc_least_first']:.4f} ± {s['auc_least_first_sem']:.4f} |")  # fmt: skip
-    return "\n".join(lines)
+def write_results(args: argparse.Namespace, records: list[dict], labelled: bool) -> None:
+    """results.csv, results.md, curves.png and images.jsonl (then the per-process files are not needed)."""
+    rows = summarise(records, [*args.methods, RANDOM])
+    with open(args.out / "results.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    table = markdown(rows, args.model, args.target)
+    table += f"\n\nAccuracy against the {'folder labels' if labelled else 'prediction on the intact image'}."
+    (args.out / "results.md").write_text(table + "\n")
+    plot(rows, args.out / "curves.png")
+    with open(args.out / "images.jsonl.tmp", "w") as f:
+        f.writelines(json.dumps(record) + "\n" for record in records)
+    (args.out / "images.jsonl.tmp").replace(args.out / "images.jsonl")
+    for partial in (args.out / "partial").glob("*.jsonl"):
+        partial.unlink()
+    print(table)
+    print(f"wrote {args.out / 'results.csv'}, results.md, curves.png and images.jsonl")
 
 
 if __name__ == "__main__":

@@ -96,3 +96,104 @@ def faithfulness(
 def fraction_replaced(steps: int = 10) -> torch.Tensor:
     """The x axis of a perturbation curve: 0, 1/steps, ..., 1."""
     return torch.linspace(0, 1, steps + 1)
+
+
+# --- Pixel-level protocols over a data set --------------------------------------------------------------------
+
+CHEFER_FRACTIONS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+
+
+def pixel_order(relevance: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+    """(B, rows, cols) maps -> (B, H * W) pixel indices, most relevant first.
+
+    Each map is upsampled bilinearly to the image's pixels first (as Chefer et al. 2021's evaluation does
+    with ``interpolate(scale_factor=patch, mode="bilinear")``), so pixels inside a patch are ranked by the
+    blend of the neighbouring patches' values.
+    """
+    if relevance.ndim != 3:
+        raise ValueError(f"relevance must be (B, rows, cols); got {tuple(relevance.shape)}")
+    pixels = F.interpolate(relevance[:, None].float(), size=size, mode="bilinear", align_corners=False)
+    return pixels.flatten(1).argsort(dim=-1, descending=True, stable=True)
+
+
+def black(pixel_values: torch.Tensor, mean: tuple[float, ...], std: tuple[float, ...]) -> torch.Tensor:
+    """The normalised value of a pixel set to 0 before normalisation, shaped (1, C, 1, 1)."""
+    mean_t = torch.tensor(mean, dtype=pixel_values.dtype, device=pixel_values.device)
+    std_t = torch.tensor(std, dtype=pixel_values.dtype, device=pixel_values.device)
+    return (-mean_t / std_t).view(1, -1, 1, 1)
+
+
+def chefer_perturbation(
+    model: torch.nn.Module,
+    pixel_values: torch.Tensor,
+    relevance: torch.Tensor,
+    labels: torch.Tensor,
+    mean: tuple[float, ...],
+    std: tuple[float, ...],
+    negative: bool = False,
+    fractions: tuple[float, ...] = CHEFER_FRACTIONS,
+) -> torch.Tensor:
+    """Chefer et al. 2021's positive (or negative) perturbation test: (len(fractions), B) booleans, whether the
+    model still predicts ``labels`` with the top (or, ``negative``, the bottom) fraction of pixels removed.
+
+    As their released evaluation does: the (B, rows, cols) map is upsampled bilinearly to pixels; for each
+    fraction f the ``int(H * W * f)`` most relevant pixels (for the negative test: least relevant) are set to 0
+    before normalisation (``pixel_values`` are normalised with ``mean`` and ``std``, so a removed pixel becomes
+    ``-mean / std``); the prediction is the top-1 class. Averaged over a data set this is an accuracy per
+    fraction; its area (``chefer_auc``) is low for a faithful map in the positive test and high in the negative.
+    """
+    B, C, H, W = pixel_values.shape
+    order = pixel_order(-relevance if negative else relevance, (H, W))
+    masks = torch.zeros(len(fractions), B, H * W, dtype=torch.bool, device=pixel_values.device)
+    for i, fraction in enumerate(fractions):
+        masks[i].scatter_(1, order[:, : int(H * W * fraction)], True)
+    masks = masks.view(len(fractions) * B, 1, H, W)
+    batch = torch.where(masks, black(pixel_values, mean, std), pixel_values.repeat(len(fractions), 1, 1, 1))
+    with torch.inference_mode():
+        predictions = model(batch).logits.argmax(dim=-1).view(len(fractions), B)
+    return predictions == labels.view(1, B)
+
+
+def chefer_auc(accuracy: torch.Tensor, fractions: tuple[float, ...] = CHEFER_FRACTIONS) -> float:
+    """Area under the accuracy curve (in %) over the removed fraction, 10 % to 90 %, by the trapezoidal rule.
+
+    ``accuracy`` is (len(fractions),) in [0, 1]. The area is not divided by the 0.8 width of the interval, so
+    it lies in [0, 80]: a model that stays 100 % accurate scores 80.
+    """
+    return float(torch.trapezoid(100 * accuracy.double(), torch.tensor(fractions, dtype=torch.float64)))
+
+
+def deletion_insertion(
+    model: torch.nn.Module,
+    pixel_values: torch.Tensor,
+    relevance: torch.Tensor,
+    target: int,
+    mean: tuple[float, ...],
+    std: tuple[float, ...],
+    steps: int = 16,
+) -> dict[str, torch.Tensor | float]:
+    """Petsiuk et al. 2018's (RISE) deletion and insertion curves for one image (1, C, H, W) and its map.
+
+    Pixels are taken most relevant first (the map upsampled bilinearly, as in ``pixel_order``), ``1 / steps``
+    of them at a time. Deletion starts from the image and sets them to 0 before normalisation; insertion
+    starts from a blurred copy (Gaussian, kernel 11, sigma 5, as in RISE) and puts the original pixels back.
+    Each curve is the probability of ``target`` at steps 0..steps ((steps + 1,) values); its area over 0..1
+    is low for a faithful map under deletion and high under insertion.
+    """
+    if pixel_values.ndim != 4 or pixel_values.shape[0] != 1:
+        raise ValueError(f"pixel_values must be one image (1, C, H, W); got {tuple(pixel_values.shape)}")
+    if steps < 1:
+        raise ValueError(f"steps must be at least 1; got {steps}")
+    _, C, H, W = pixel_values.shape
+    order = pixel_order(relevance.reshape(1, *relevance.shape[-2:]), (H, W))[0]
+    revealed = torch.zeros(steps + 1, H * W, dtype=torch.bool, device=pixel_values.device)
+    for k in range(1, steps + 1):
+        revealed[k, order[: round(H * W * k / steps)]] = True
+    revealed = revealed.view(steps + 1, 1, H, W)
+    deleted = torch.where(revealed, black(pixel_values, mean, std), pixel_values)
+    inserted = torch.where(revealed, pixel_values, gaussian_blur(pixel_values, 11, 5.0))
+    with torch.inference_mode():
+        probabilities = model(torch.cat([deleted, inserted])).logits.float().softmax(dim=-1)[:, target]
+    deletion, insertion = probabilities[: steps + 1], probabilities[steps + 1 :]
+    return {"deletion": deletion, "insertion": insertion, "deletion_auc": area_under_curve(deletion),
+            "insertion_auc": area_under_curve(insertion)}  # fmt: skip
