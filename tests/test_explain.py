@@ -523,3 +523,35 @@ def test_class_maps_of_a_map_pooled_model_read_its_pooling_weights():
     for a, g in zip(attentions, gradients):
         by_hand = by_hand + (g * a).clamp(min=0).mean(1) @ by_hand
     torch.testing.assert_close(relevance, (output.readout.detach()[:, None] @ by_hand)[:, 0])
+
+
+# --- start layers outside the model ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("start_layer", [3, -1])
+@pytest.mark.parametrize("method", ["relevance", "grad-rollout", "rollout"])
+def test_a_start_layer_outside_the_blocks_is_refused_with_the_valid_range(method, start_layer):
+    # 3 on a 3-block model used to give an all-zero relevance map, and -1 silently meant the last block
+    attentions = random_attentions(layers=3)
+    gradients = [torch.rand_like(a) for a in attentions]
+    compute = {
+        "relevance": lambda: gradient_weighted_attention(attentions, gradients, start_layer=start_layer),
+        "grad-rollout": lambda: gradient_weighted_rollout(attentions, gradients, start_layer=start_layer),
+        "rollout": lambda: attention_rollout(attentions, start_layer=start_layer),
+    }[method]
+    with pytest.raises(ValueError, match=r"start_layer must be in \[0, 2\]"):
+        compute()
+
+
+def test_streaming_start_layer_past_the_last_block_names_the_valid_range():
+    # the explainer cannot know the block count before the pass; afterwards it must not blame the caller's wiring
+    model = tiny_model()
+    streamer = StreamingExplainer(model.config.grid_size, 8, 1, start_layer=3)
+    with torch.no_grad():
+        model(torch.randn(1, 3, 16, 24), attention_sink=streamer)
+    with pytest.raises(ValueError, match=r"start_layer must be in \[0, 2\] for a model with 3 blocks; got 3"):
+        streamer.results()
+    with pytest.raises(ValueError, match="start_layer must be in"):
+        StreamingExplainer(model.config.grid_size, 8, 1, start_layer=-1)
+    with pytest.raises(ValueError, match="no attention was streamed"):
+        StreamingExplainer(model.config.grid_size, 8, 1).results()

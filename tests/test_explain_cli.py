@@ -99,3 +99,47 @@ def test_cli_on_a_mean_pooled_model_without_cls(images, tmp_path):
     with pytest.raises(SystemExit) as exit_info:
         main([str(images / "wide.png"), "--model", str(tmp_path / "mean.pt"), "--out", str(out), "--discard-ratio", "1"])
     assert exit_info.value.code == 2
+
+
+def test_cli_writes_the_new_methods_maps(checkpoint, images, tmp_path):
+    out = tmp_path / "out"
+    methods = ["legrad", "tam", "gradcam", "lens"]
+    assert main([str(images / "wide.png"), "--model", str(checkpoint), "--out", str(out), "--target", "2",
+                 "--methods", *methods]) == 0  # fmt: skip
+    maps = np.load(out / "wide.npz")
+    assert set(maps.files) == {"probabilities", "target", *methods, "lens_layers", "lens_votes"}
+    for method in methods:
+        assert maps[method].shape == (4, 4) and np.isfinite(maps[method]).all(), method
+        assert Image.open(out / f"wide_{method}.png").size == (64, 48)
+    assert maps["lens_layers"].shape == maps["lens_votes"].shape == (2, 4, 4)  # one map per block
+    np.testing.assert_array_equal(maps["lens"], maps["lens_layers"][-1])
+    assert ((0 <= maps["lens_votes"]) & (maps["lens_votes"] < 6)).all()
+
+
+def test_cli_start_layer_reaches_legrad_and_tam_and_names_the_valid_range(checkpoint, images, tmp_path, capsys):
+    runs = {}
+    for start in (0, 1):
+        out = tmp_path / f"start{start}"
+        assert main([str(images / "wide.png"), "--model", str(checkpoint), "--out", str(out), "--target", "1",
+                     "--methods", "legrad", "tam", "--start-layer", str(start)]) == 0  # fmt: skip
+        runs[start] = np.load(out / "wide.npz")
+    for method in ("legrad", "tam"):
+        assert not np.allclose(runs[0][method], runs[1][method]), method
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(images / "wide.png"), "--model", str(checkpoint), "--out", str(tmp_path / "x"), "--start-layer", "2"])
+    assert exit_info.value.code == 2
+    assert "--start-layer must be in [0, 1]: the model has 2 blocks, counted from 0; got 2" in capsys.readouterr().err
+
+
+def test_cli_new_methods_on_a_mean_pooled_model_with_registers(images, tmp_path):
+    torch.manual_seed(0)
+    model = ViT(ViTConfig(image_size=(32, 48), patch_size=8, hidden_size=32, num_layers=2, num_heads=4, mlp_size=64,
+                          num_classes=6, class_token=False, pooling="mean", num_register_tokens=2))  # fmt: skip
+    with torch.no_grad():
+        model.head.weight.normal_()
+    save_checkpoint(tmp_path / "mean.pt", model, NAMES, Preprocessing(resize=(32, 48)))
+    out = tmp_path / "out"
+    assert main([str(images / "wide.png"), "--model", str(tmp_path / "mean.pt"), "--out", str(out),
+                 "--methods", "legrad", "tam", "gradcam", "lens"]) == 0  # fmt: skip
+    maps = np.load(out / "wide.npz")
+    assert all(maps[method].shape == (4, 6) for method in ("legrad", "tam", "gradcam", "lens"))

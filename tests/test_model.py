@@ -299,3 +299,45 @@ def test_family_configs_round_trip_through_a_checkpoint(tmp_path):
 def test_inconsistent_family_configs_are_refused(overrides, message):
     with pytest.raises(ValueError, match=message):
         ViTConfig(**{**TINY, **overrides})
+
+
+# --- precisions: float64 models, fp16 / bf16 weights and autocast -----------------------------------------------
+
+
+@pytest.mark.parametrize("family", ["plain", *FAMILY_CONFIGS])
+def test_a_float64_model_returns_attentions_close_to_float32(family):
+    # the explicit path used to force the weights to fp32 and crash: "expected scalar type Double but found Float"
+    model = randomised(tiny_vit(**FAMILY_CONFIGS.get(family, {})))
+    images = torch.randn(2, 3, 32, 32)
+    double = ViT(model.config).eval()
+    double.load_state_dict(model.state_dict())
+    double = double.double()
+    with torch.no_grad():
+        single = model(images, output_attentions=True)
+        exact = double(images.double(), output_attentions=True)
+        fused = double(images.double())
+    assert exact.attentions[0].dtype == torch.float64 and exact.readout.dtype == torch.float64
+    for a, b in zip(exact.attentions, single.attentions):
+        torch.testing.assert_close(a.float(), b, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(exact.logits, fused.logits, atol=1e-12, rtol=1e-12)  # both attention paths agree
+    torch.testing.assert_close(exact.logits.float(), single.logits, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("family", ["plain", "siglip"])
+def test_half_precision_weights_and_autocast_run_both_attention_paths(dtype, family):
+    model = tiny_vit(**FAMILY_CONFIGS.get(family, {}))
+    images = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        exact = model(images)
+        half = ViT(model.config).eval()
+        half.load_state_dict(model.state_dict())
+        half = half.to(dtype)
+        for output in (half(images.to(dtype), output_attentions=True), half(images.to(dtype))):
+            torch.testing.assert_close(output.logits.float(), exact.logits, atol=0.05, rtol=0.05)
+        with torch.autocast("cpu", dtype=dtype):
+            autocast_output = model(images, output_attentions=True)
+    attentions = half(images.to(dtype), output_attentions=True).attentions
+    assert attentions[0].dtype == torch.float32  # the softmax runs in fp32: rows sum to 1 at fp32 precision
+    torch.testing.assert_close(attentions[-1].sum(-1), torch.ones_like(attentions[-1][..., 0]))
+    assert autocast_output.attentions[0].dtype == torch.float32

@@ -3,8 +3,9 @@
     python -m vitviz.explain photos/ --model default --methods rollout relevance --out maps/
 
 For every image: one overlay PNG per method (drawn on the photo at its own resolution), one
-.npz with the raw patch maps and the class probabilities, and a row in predictions.csv with
-the top-5 classes. Unreadable images are reported and skipped; the exit status is 1 if any were.
+.npz with the raw patch maps and the class probabilities (for "lens" also every block's maps,
+lens_layers and lens_votes), and a row in predictions.csv with the top-5 classes. Unreadable
+images are reported and skipped; the exit status is 1 if any were.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ from vitviz.load import load_model
 from vitviz.model import ViT, autocast
 from vitviz.plots import COLORMAPS, overlay
 
-METHODS = ("rollout", "cls", "relevance", "grad-rollout")
-CLASS_SPECIFIC = {"relevance", "grad-rollout"}
+METHODS = ("rollout", "cls", "relevance", "grad-rollout", "legrad", "tam", "gradcam", "lens")
+CLASS_SPECIFIC = {"relevance", "grad-rollout", "legrad", "tam", "gradcam", "lens"}
+TAM_STEPS = 20  # integrated-gradient steps of Transition Attention Maps, the reference code's default
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"}
 
 
@@ -38,12 +40,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default="default", help="model spec for vitviz.load_model (default: %(default)s)")
     p.add_argument("--methods", nargs="+", choices=METHODS, default=["rollout", "cls", "relevance"],
                    help="rollout: attention rollout; cls: last block's [CLS] attention; relevance: Chefer et al. "
-                        "2021 class-specific map; grad-rollout: gradient-weighted rollout")  # fmt: skip
+                        "2021 class-specific map; grad-rollout: gradient-weighted rollout; legrad: Bousselham et al. "
+                        "2025; tam: Transition Attention Maps (Yuan et al. 2021); gradcam: Grad-CAM on the last "
+                        "block's norm1; lens: the target's probability read from each patch by the head (the last "
+                        "block's in the overlay, every block's in the .npz)")  # fmt: skip
     p.add_argument("--out", type=Path, required=True, help="output folder")
     p.add_argument("--target", type=int, help="class index for class-specific maps (default: top prediction)")
     p.add_argument("--head-fusion", choices=explain.HEAD_FUSIONS, default="mean", help="rollout head fusion")
     p.add_argument("--discard-ratio", type=float, default=0.0, help="rollout: fraction of weakest weights dropped")
-    p.add_argument("--start-layer", type=int, default=0, help="rollout: first block multiplied in")
+    p.add_argument("--start-layer", type=int, default=0, help="rollout, legrad, tam: first block included")
     p.add_argument("--colormap", choices=COLORMAPS, default="inferno", help="overlay colours")
     p.add_argument("--alpha", type=float, default=0.5, help="overlay opacity in [0, 1]")
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="inference precision")
@@ -65,17 +70,18 @@ def find_images(paths: list[Path]) -> list[Path]:
 
 
 def explain_image(model: ViT, pixels: torch.Tensor, args: argparse.Namespace) -> tuple[np.ndarray, dict]:
-    """Class probabilities (num_classes,) and one (rows, cols) map per requested method."""
-    needs_gradients = bool(CLASS_SPECIFIC & set(args.methods))
+    """Class probabilities (num_classes,) and one (rows, cols) map per requested method; with "lens", also its
+    (layers, rows, cols) maps "lens_layers" (the target's probability) and "lens_votes" (each patch's top class)."""
+    needs_gradients = bool({"relevance", "grad-rollout"} & set(args.methods))
     with autocast(args.precision), torch.set_grad_enabled(needs_gradients):
-        output = model(pixels, output_attentions=True)
+        output = model(pixels, output_attentions=True, output_hidden_states="lens" in args.methods)
         probabilities = output.logits.float().softmax(-1)[0].detach()
         target = args.target if args.target is not None else int(probabilities.argmax())
         gradients = torch.autograd.grad(output.logits[0, target], output.attentions) if needs_gradients else None
     attentions = [a.detach().float() for a in output.attentions]
     shared = dict(num_prefix_tokens=output.num_prefix_tokens, grid_size=output.grid_size)
-    pooling = output.readout.detach()  # explain what the classifier actually reads
-    maps = {}
+    pooling = output.readout.detach().float()  # explain what the classifier actually reads
+    maps, extras = {}, {}
     for method in args.methods:
         if method == "rollout":
             maps[method] = explain.attention_rollout(attentions, args.head_fusion, args.discard_ratio, args.start_layer,
@@ -84,9 +90,28 @@ def explain_image(model: ViT, pixels: torch.Tensor, args: argparse.Namespace) ->
             maps[method] = explain.cls_attention(attentions, layer=-1, head="mean", **shared)
         elif method == "relevance":
             maps[method] = explain.gradient_weighted_attention(attentions, gradients, pooling=pooling, **shared)
-        else:
+        elif method == "grad-rollout":
             maps[method] = explain.gradient_weighted_rollout(attentions, gradients, pooling=pooling, **shared)
-    return probabilities.numpy(), {name: m[0].numpy() for name, m in maps.items()} | {"target": np.array(target)}
+        elif method == "legrad":
+            with autocast(args.precision):
+                _, layer_gradients = explain.legrad_gradients(model, pixels, target)
+            maps[method] = explain.legrad([g.float() for g in layer_gradients], start_layer=args.start_layer, **shared)
+        elif method == "tam":
+            with autocast(args.precision):
+                _, integrated = explain.integrated_attention_gradient(model, pixels, target, TAM_STEPS)
+            maps[method] = explain.transition_attention_map(attentions, integrated.float(), pooling=pooling,
+                                                            start_layer=args.start_layer, **shared)  # fmt: skip
+        elif method == "gradcam":
+            with autocast(args.precision):
+                _, activations, norm1_gradients = explain.norm1_gradients(model, pixels, target)
+            maps[method] = explain.grad_cam(activations.float(), norm1_gradients.float(), **shared)
+        else:  # lens
+            with autocast(args.precision):
+                lens = explain.logit_lens(model, output.hidden_states, target, **shared)
+            maps[method] = lens.probability[-1]  # the last block's: the tokens the head reads
+            extras = {"lens_layers": lens.probability[:, 0].numpy(), "lens_votes": lens.votes[:, 0].numpy()}
+    arrays = {name: m[0].detach().numpy() for name, m in maps.items()}
+    return probabilities.numpy(), arrays | extras | {"target": np.array(target)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.target is not None and not 0 <= args.target < model.config.num_classes:
         parser.error(f"--target must be in [0, {model.config.num_classes - 1}]")
     if not 0 <= args.start_layer < model.config.num_layers:
-        parser.error(f"--start-layer must be in [0, {model.config.num_layers - 1}]")
+        parser.error(f"--start-layer must be in [0, {model.config.num_layers - 1}]: the model has "
+                     f"{model.config.num_layers} blocks, counted from 0; got {args.start_layer}")  # fmt: skip
     if "cls" in args.methods and not model.config.class_token:
         parser.error("--methods cls needs a model with a [CLS] token; this one has none")
     args.out.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from collections.abc import Callable
 from typing import Literal
 
@@ -179,17 +179,23 @@ class Attention(nn.Module):
         dropout_p = self.attention_dropout if self.training else 0.0
         if need_weights:
             # explicit path: the weights exist as a tensor, so they can be returned. The softmax
-            # runs in fp32 even under bf16 autocast, so returned rows sum to 1 to fp32 precision.
+            # runs in at least fp32 (fp64 for a float64 model), so under bf16/fp16 the returned rows
+            # still sum to 1 to fp32 precision; they are cast back to the values' dtype for the product.
             # One expression, so the pre-softmax scores are freed at once: keeping them alive
             # makes the allocator hand back and re-fault memory, slowing the whole block.
-            weights = ((q * self.scale) @ k.transpose(-2, -1)).float().softmax(dim=-1)  # (B, heads, T, T)
-            out = F.dropout(weights, dropout_p, self.training) @ v  # (B, heads, T, head_dim)
+            weights = _softmax((q * self.scale) @ k.transpose(-2, -1))  # (B, heads, T, T)
+            out = F.dropout(weights, dropout_p, self.training).to(v.dtype) @ v  # (B, heads, T, head_dim)
         else:
             # fast path: fused kernel, never materialises the T x T matrix
             weights = None
             out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
         out = out.transpose(1, 2).reshape(B, T, D)  # heads back side by side
         return self.proj(out), weights
+
+
+def _softmax(scores: torch.Tensor) -> torch.Tensor:
+    """Softmax over the last axis in fp32 or wider: fp32 for bf16/fp16 scores, fp64 for a float64 model."""
+    return scores.softmax(dim=-1, dtype=torch.promote_types(scores.dtype, torch.float32))
 
 
 def activation(x: torch.Tensor, kind: Activation) -> torch.Tensor:
@@ -250,8 +256,11 @@ class Block(nn.Module):
         self.ls1 = LayerScale(config) if config.layer_scale else nn.Identity()
         self.ls2 = LayerScale(config) if config.layer_scale else nn.Identity()
 
-    def forward(self, x: torch.Tensor, need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        attended, weights = self.attn(self.norm1(x), need_weights)
+    def forward(
+        self, x: torch.Tensor, need_weights: bool = False, normed: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``normed``, if given, stands in for norm1(x): Grad-CAM differentiates with respect to it."""
+        attended, weights = self.attn(self.norm1(x) if normed is None else normed, need_weights)
         x = x + self.drop_path(self.ls1(self.dropout(attended)))  # (B, T, D)
         x = x + self.drop_path(self.ls2(self.mlp(self.norm2(x))))  # (B, T, D)
         return x, weights
@@ -277,8 +286,8 @@ class AttentionPool(nn.Module):
         q = self.q(self.query).reshape(1, 1, self.num_heads, self.head_dim).transpose(1, 2)  # (1, heads, 1, hd)
         k, v = self.kv(x).reshape(B, N, 2, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
         # one query row: the explicit softmax costs nothing, and its weights are what the page shows
-        weights = ((q * self.head_dim**-0.5) @ k.transpose(-2, -1)).float().softmax(dim=-1)  # (B, heads, 1, N)
-        pooled = self.proj((weights @ v).transpose(1, 2).reshape(B, D))  # (B, D)
+        weights = _softmax((q * self.head_dim**-0.5) @ k.transpose(-2, -1))  # (B, heads, 1, N)
+        pooled = self.proj((weights.to(v.dtype) @ v).transpose(1, 2).reshape(B, D))  # (B, D)
         pooled = pooled + self.mlp(self.norm(pooled))
         return pooled, weights[:, :, 0]
 
@@ -367,17 +376,7 @@ class ViT(nn.Module):
         they are not kept, so statistics can be streamed without holding every T x T matrix.
         ``output_hidden_states`` keeps every block's output tokens (before the final LayerNorm).
         """
-        self._check_input(pixel_values)
-        B, _, H, W = pixel_values.shape
-        grid = (H // self.config.patch_size, W // self.config.patch_size)
-        x = self.patch_embed(pixel_values)  # (B, N, D)
-        prefix = [t.expand(B, -1, -1) for t in (self.cls_token, self.dist_token, self.register_tokens) if t is not None]
-        if self.config.pos_embed_prefix:  # concatenate, then add positions to every token
-            x = torch.cat([*prefix, x], dim=1) + self.position_embeddings(*grid)  # (B, T, D), T = prefix + N
-        else:  # positions for the patches only, then concatenate
-            x = torch.cat([*prefix, x + self.position_embeddings(*grid)], dim=1)
-        x = self.norm_pre(self.pos_dropout(x))
-
+        x, grid = self.embed(pixel_values)
         attentions, hidden_states = [], []
         need_weights = output_attentions or attention_sink is not None
         if self.attn_implementation not in ("sdpa", "eager"):
@@ -391,6 +390,31 @@ class ViT(nn.Module):
                 attentions.append(weights)
             if output_hidden_states:
                 hidden_states.append(x)
+        return replace(
+            self.forward_head(x, grid),
+            attentions=tuple(attentions) if output_attentions else None,
+            hidden_states=tuple(hidden_states) if output_hidden_states else None,
+        )
+
+    def embed(self, pixel_values: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
+        """Patches, prefix tokens and position embeddings: the first block's input (B, T, D), and the grid."""
+        self._check_input(pixel_values)
+        B, _, H, W = pixel_values.shape
+        grid = (H // self.config.patch_size, W // self.config.patch_size)
+        x = self.patch_embed(pixel_values)  # (B, N, D)
+        prefix = [t.expand(B, -1, -1) for t in (self.cls_token, self.dist_token, self.register_tokens) if t is not None]
+        if self.config.pos_embed_prefix:  # concatenate, then add positions to every token
+            x = torch.cat([*prefix, x], dim=1) + self.position_embeddings(*grid)  # (B, T, D), T = prefix + N
+        else:  # positions for the patches only, then concatenate
+            x = torch.cat([*prefix, x + self.position_embeddings(*grid)], dim=1)
+        return self.norm_pre(self.pos_dropout(x)), grid
+
+    def forward_head(self, x: torch.Tensor, grid_size: tuple[int, int]) -> ViTOutput:
+        """Final LayerNorm, pooling and head on the last block's output tokens (B, T, D).
+
+        ``forward`` ends here. Given an earlier block's output instead, it reads that block as if it were
+        the last: the logit lens that LeGrad and ``vitviz.explain.logit_lens`` use.
+        """
         if not self.config.fc_norm:
             x = self.norm(x)  # (B, T, D)
         pooled, readout, pool_attention = self._pool(x)
@@ -404,12 +428,11 @@ class ViT(nn.Module):
             logits=logits,
             pooled=pooled,
             last_hidden_state=x,
-            attentions=tuple(attentions) if output_attentions else None,
-            grid_size=grid,
+            attentions=None,
+            grid_size=grid_size,
             num_prefix_tokens=self.config.num_prefix_tokens,
             readout=readout,
             pool_attention=pool_attention,
-            hidden_states=tuple(hidden_states) if output_hidden_states else None,
         )
 
     def _pool(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
@@ -417,12 +440,12 @@ class ViT(nn.Module):
         pooling the pooling head's attention (B, heads, N)."""
         B, T, _ = x.shape
         p = self.config.num_prefix_tokens
-        readout = x.new_zeros(B, T, dtype=torch.float32)
+        readout = x.new_zeros(B, T, dtype=torch.promote_types(x.dtype, torch.float32))
         patches = x[:, p:]
         pool_attention = None
         if self.config.pooling == "map":
             pooled, pool_attention = self.attn_pool(patches)
-            readout[:, p:] = pool_attention.float().mean(dim=1)
+            readout[:, p:] = pool_attention.mean(dim=1)
         elif self.config.pooling == "mean":
             pooled = patches.mean(dim=1)
             readout[:, p:] = 1 / (T - p)

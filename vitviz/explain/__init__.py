@@ -2,6 +2,11 @@
 
     attention.py     rollout, [CLS] / patch / readout rows, the streaming explainer
     gradients.py     class-specific maps (Chefer et al. 2021)
+    legrad.py        LeGrad: each block's own prediction's gradient w.r.t. its attention (Bousselham et al. 2025)
+    transition.py    Transition Attention Maps: attention as a Markov chain, integrated gradients (Yuan et al. 2021)
+    gradcam.py       Grad-CAM on the last block's norm1 tokens (Selvaraju et al. 2017, as pytorch-grad-cam does)
+    lens.py          the patch-level logit lens: every token of every block read by the head
+    sanity.py        the model-randomisation sanity check (Adebayo et al. 2018)
     statistics.py    attention distance and entropy, position embeddings, patch-embedding filters
     tokens.py        attention to prefix tokens, token norms, the attention-pooling head
     faithfulness.py  perturbation curves
@@ -18,8 +23,8 @@ Conventions shared by every function:
 - Maps come back as (B, rows, cols) when ``grid_size`` is given, else (B, N). They are not
   rescaled: display scaling belongs to the plotting code.
 
-The functions that need gradients (class-specific maps, faithfulness) take the model;
-everything else is a pure function of tensors.
+The functions that need gradients or the head (class-specific maps, the logit lens, faithfulness, the sanity
+check) take the model; everything else is a pure function of tensors.
 """
 
 from __future__ import annotations
@@ -27,6 +32,11 @@ from __future__ import annotations
 from vitviz.explain.common import HEAD_FUSIONS, HeadFusion, Pooling
 from vitviz.explain.attention import StreamingExplainer, attention_rollout, cls_attention, cls_attention_all, discard_weakest, fuse_heads, query_attention, readout_attention_all
 from vitviz.explain.gradients import attention_gradients, gradient_weighted_attention, gradient_weighted_rollout
+from vitviz.explain.legrad import legrad, legrad_gradients
+from vitviz.explain.transition import integrated_attention_gradient, transition_attention_map
+from vitviz.explain.gradcam import grad_cam, norm1_gradients
+from vitviz.explain.lens import LogitLens, logit_lens, token_logits
+from vitviz.explain.sanity import MapMethod, SanityCheck, cascading_randomization, spearman_correlation
 from vitviz.explain.statistics import attention_entropy, mean_attention_distance, patch_distances, patch_embedding_components, position_embedding_similarity
 from vitviz.explain.tokens import attention_to_prefix_tokens, high_norm_patches, pooling_attention, token_norms
 from vitviz.explain.faithfulness import Baseline, area_under_curve, faithfulness, fraction_replaced, gaussian_blur, perturbation_curve
@@ -35,13 +45,17 @@ __all__ = [
     "Baseline",
     "HEAD_FUSIONS",
     "HeadFusion",
+    "LogitLens",
+    "MapMethod",
     "Pooling",
+    "SanityCheck",
     "StreamingExplainer",
     "area_under_curve",
     "attention_entropy",
     "attention_gradients",
     "attention_rollout",
     "attention_to_prefix_tokens",
+    "cascading_randomization",
     "cls_attention",
     "cls_attention_all",
     "discard_weakest",
@@ -49,10 +63,16 @@ __all__ = [
     "fraction_replaced",
     "fuse_heads",
     "gaussian_blur",
+    "grad_cam",
     "gradient_weighted_attention",
     "gradient_weighted_rollout",
     "high_norm_patches",
+    "integrated_attention_gradient",
+    "legrad",
+    "legrad_gradients",
+    "logit_lens",
     "mean_attention_distance",
+    "norm1_gradients",
     "patch_distances",
     "patch_embedding_components",
     "perturbation_curve",
@@ -60,5 +80,8 @@ __all__ = [
     "position_embedding_similarity",
     "query_attention",
     "readout_attention_all",
+    "spearman_correlation",
+    "token_logits",
     "token_norms",
+    "transition_attention_map",
 ]

@@ -15,6 +15,7 @@ from vitviz.explain.common import (
     _check_attentions,
     _check_choice,
     _check_pooling,
+    _check_start_layer,
     _readout,
 )
 from vitviz.explain.statistics import attention_entropy, mean_attention_distance
@@ -64,8 +65,7 @@ def _residual_step(fused: torch.Tensor) -> torch.Tensor:
 
 def _rollout(fused: Sequence[torch.Tensor], start_layer: int, pooling: Pooling, num_prefix_tokens: int) -> torch.Tensor:
     """Shared rollout loop: R = prod_l normalize_rows(A_l + I), later layers on the left; (B, N)."""
-    if not 0 <= start_layer < len(fused):
-        raise ValueError(f"start_layer must be in [0, {len(fused) - 1}]; got {start_layer}")
+    _check_start_layer(start_layer, len(fused))
     _check_pooling(pooling)
     B, T, _ = fused[0].shape
     rollout = torch.eye(T, dtype=fused[0].dtype, device=fused[0].device).expand(B, T, T)
@@ -204,6 +204,8 @@ class StreamingExplainer:
     ):
         _check_choice("head_fusion", head_fusion, HEAD_FUSIONS)
         _check_choice("pooling", pooling, ("cls", "mean"))
+        if start_layer < 0:  # the block count is unknown until the forward pass, so only the sign is checked here
+            raise ValueError(f"start_layer must be in [0, number of blocks - 1]; got {start_layer}")
         if pooling == "cls" and num_prefix_tokens == 0:
             raise ValueError("pooling='cls' needs a [CLS] token (num_prefix_tokens >= 1); use pooling='mean'")
         self.pooling = pooling
@@ -234,8 +236,9 @@ class StreamingExplainer:
     def results(self) -> dict[str, torch.Tensor]:
         """rollout (B, rows, cols); cls_attention (B, layers, heads, rows, cols); mean_distance and
         entropy (B, layers, heads). With pooling="mean", rows are averaged over the patch queries."""
-        if self._rollout is None:
+        if not self._cls_rows:
             raise ValueError("no attention was streamed: pass the explainer as model(x, attention_sink=...)")
+        _check_start_layer(self.start_layer, len(self._cls_rows))  # past the last block, nothing was rolled out
         rollout = _readout(self._rollout, self.pooling, self.num_prefix_tokens).clone()
         return {
             "rollout": _as_map(rollout, self.grid_size),

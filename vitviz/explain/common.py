@@ -40,6 +40,34 @@ def _check_attentions(attentions: Sequence[torch.Tensor], num_prefix_tokens: int
     return T
 
 
+def _check_start_layer(start_layer: int, num_layers: int) -> None:
+    """Blocks are counted from 0; a negative start is refused rather than read from the end."""
+    if not 0 <= start_layer < num_layers:
+        raise ValueError(
+            f"start_layer must be in [0, {num_layers - 1}] for a model with {num_layers} blocks; got {start_layer}"
+        )
+
+
+def _targets(logits: torch.Tensor | None, target: int | Sequence[int] | torch.Tensor) -> torch.Tensor:
+    """One class for every image, or one per image, as (B,) indices checked against the head."""
+    if logits is None:
+        raise ValueError("class-specific maps need a classification head (this model is a backbone)")
+    B, num_classes = logits.shape
+    targets = torch.as_tensor(target, device=logits.device).long().reshape(-1)
+    if targets.numel() == 1:
+        targets = targets.expand(B)
+    if targets.shape != (B,) or not ((0 <= targets) & (targets < num_classes)).all():
+        raise ValueError(f"target must be one class or one per image, each in [0, {num_classes - 1}]; got {target}")
+    return targets
+
+
+def _target_score(logits: torch.Tensor | None, target: int | Sequence[int] | torch.Tensor) -> torch.Tensor:
+    """The sum over images of each image's target logit: images do not interact, so its gradient gives every
+    image its own."""
+    targets = _targets(logits, target)  # first: a backbone's logits are None
+    return logits.gather(1, targets[:, None]).sum()
+
+
 def _as_map(values: torch.Tensor, grid_size: tuple[int, int] | None) -> torch.Tensor:
     """(..., N) -> (..., rows, cols) when the grid is known."""
     return values if grid_size is None else values.reshape(*values.shape[:-1], *grid_size)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import torch
 
 from vitviz.explain.attention import _rollout, discard_weakest
-from vitviz.explain.common import Pooling, _as_map, _check_attentions, _readout
+from vitviz.explain.common import Pooling, _as_map, _check_attentions, _check_start_layer, _readout, _target_score
 
 
 def attention_gradients(
@@ -20,16 +20,7 @@ def attention_gradients(
     interact, so summing the chosen logits gives each image its own gradient).
     """
     output = model(pixel_values, output_attentions=True)
-    if output.logits is None:
-        raise ValueError("class-specific maps need a classification head (this model is a backbone)")
-    B, num_classes = output.logits.shape
-    targets = torch.as_tensor(target, device=output.logits.device).long().reshape(-1)
-    if targets.numel() == 1:
-        targets = targets.expand(B)
-    if targets.shape != (B,) or not ((0 <= targets) & (targets < num_classes)).all():
-        raise ValueError(f"target must be one class or one per image, each in [0, {num_classes - 1}]; got {target}")
-    score = output.logits.gather(1, targets[:, None]).sum()
-    gradients = torch.autograd.grad(score, output.attentions)
+    gradients = torch.autograd.grad(_target_score(output.logits, target), output.attentions)
     return output, tuple(gradients)
 
 
@@ -50,13 +41,14 @@ def gradient_weighted_attention(
 ) -> torch.Tensor:
     """Class-specific relevance of Chefer, Gur & Wolf (2021), "Generic Attention-model Explainability".
 
-    R = I; for each block l (from ``start_layer``): R <- R + mean_heads((dy/dA_l * A_l)+) @ R, with
-    each block's gradient paired with that same block's attention. Returns the [CLS] row over
+    R = I; for each block l (from ``start_layer``, in [0, L - 1]): R <- R + mean_heads((dy/dA_l * A_l)+) @ R,
+    with each block's gradient paired with that same block's attention. Returns the [CLS] row over
     the patches (``pooling="mean"``: the mean of the patch rows, for mean-pooled models).
     """
     _check_attentions(attentions, num_prefix_tokens, grid_size)
     if len(gradients) != len(attentions):
         raise ValueError(f"{len(gradients)} gradients for {len(attentions)} attention blocks")
+    _check_start_layer(start_layer, len(attentions))
     B, _, T, _ = attentions[0].shape
     relevance = torch.eye(T, dtype=attentions[0].dtype, device=attentions[0].device).repeat(B, 1, 1)
     for attention, gradient in list(zip(attentions, gradients))[start_layer:]:

@@ -1,0 +1,369 @@
+"""LeGrad, Transition Attention Maps, Grad-CAM, the logit lens and the sanity check: each against a reference
+written out with loops from its paper's definition (or, for Grad-CAM, pytorch-grad-cam's hooks), on tiny random
+float64 models of several grids, prefix tokens and poolings."""
+
+import numpy as np
+import pytest
+import torch
+
+from vitviz import ViT, ViTConfig
+from vitviz.explain import (
+    attention_gradients,
+    attention_rollout,
+    cascading_randomization,
+    grad_cam,
+    gradient_weighted_attention,
+    integrated_attention_gradient,
+    legrad,
+    legrad_gradients,
+    logit_lens,
+    norm1_gradients,
+    spearman_correlation,
+    token_logits,
+    transition_attention_map,
+)
+
+CONFIGS = {
+    "cls 2x3": dict(image_size=(16, 24)),
+    "registers 3x2": dict(image_size=(24, 16), num_register_tokens=2),
+    "mean 2x4 no cls": dict(image_size=(16, 32), class_token=False, pooling="mean"),
+    "map 3x3": dict(image_size=24, class_token=False, pooling="map"),
+}
+
+
+def tiny(seed=0, **overrides) -> ViT:
+    """3 blocks, random weights of std 0.3 (so maps are far from uniform), in float64 for tight comparisons."""
+    torch.manual_seed(seed)
+    sizes = dict(image_size=(16, 24), patch_size=8, hidden_size=32, num_layers=3, num_heads=4, mlp_size=64,
+                 num_classes=5)  # fmt: skip
+    model = ViT(ViTConfig(**(sizes | overrides))).eval().double()
+    with torch.no_grad():
+        for param in model.parameters():
+            param.normal_(std=0.3)
+    return model
+
+
+def images_for(model: ViT, batch=2, seed=1) -> torch.Tensor:
+    height, width = model.config.image_hw
+    return torch.randn(batch, 3, height, width, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+def read_by_hand(model: ViT, tokens: torch.Tensor) -> torch.Tensor:
+    """What the head makes of a block's output tokens (B, T, D), written out from the model's definition."""
+    config, p = model.config, model.config.num_prefix_tokens
+    x = model.norm(tokens)
+    if model.head_dist is not None:  # DeiT: the mean of the [CLS] and distillation heads
+        return (model.head(x[:, 0]) + model.head_dist(x[:, 1])) / 2
+    if config.pooling == "cls":
+        return model.head(x[:, 0])
+    if config.pooling == "mean":
+        return model.head(x[:, p:].mean(dim=1))
+    return model.head(model.attn_pool(x[:, p:])[0])  # "map"
+
+
+# --- LeGrad ----------------------------------------------------------------------------------------------------
+
+
+def reference_legrad(model, images, target, start_layer=0):
+    """Bousselham et al.: per block, s_l = the head on block l's tokens; mean over heads and rows of ReLU(ds_l/dA_l);
+    the mean over blocks. One fresh forward pass per block, numpy loops over heads and rows."""
+    p, grid, L = model.config.num_prefix_tokens, None, model.config.num_layers
+    per_layer = []
+    for layer in range(start_layer, L):
+        output = model(images, output_attentions=True, output_hidden_states=True)
+        grid = output.grid_size
+        score = read_by_hand(model, output.hidden_states[layer])[:, target].sum()
+        (gradient,) = torch.autograd.grad(score, output.attentions[layer])
+        gradient = gradient.numpy()
+        B, H, T, _ = gradient.shape
+        E = np.zeros((B, T))
+        for b in range(B):
+            for h in range(H):
+                for row in range(T):
+                    E[b] += np.maximum(gradient[b, h, row], 0) / (H * T)
+        per_layer.append(E[:, p:])
+    return torch.tensor(np.mean(per_layer, axis=0)).reshape(-1, *grid)
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+@pytest.mark.parametrize("start_layer", [0, 2])
+def test_legrad_matches_the_reference(config, start_layer):
+    model = tiny(**CONFIGS[config])
+    images = images_for(model)
+    output, gradients = legrad_gradients(model, images, target=3)
+    out = legrad(gradients, output.num_prefix_tokens, output.grid_size, start_layer=start_layer)
+    assert out.shape == (2, *output.grid_size)
+    torch.testing.assert_close(out, reference_legrad(model, images, 3, start_layer))
+
+
+def test_legrad_last_block_is_the_models_own_gradient_and_only_read_rows_carry_it():
+    model = tiny(num_register_tokens=2)
+    images = images_for(model)
+    output, gradients = legrad_gradients(model, images, target=1)
+    _, model_gradients = attention_gradients(model, images, target=1)
+    torch.testing.assert_close(gradients[-1], model_gradients[-1])  # the last block's s_L is the logit itself
+    for gradient in gradients:  # [CLS] pooling: the head reads token 0 only, so every other row is 0
+        assert gradient[:, :, 0].abs().sum() > 0 and not gradient[:, :, 1:].any()
+    assert not torch.allclose(gradients[0], model_gradients[0])  # earlier blocks: their own lens score
+
+
+def test_legrad_changes_with_the_target_and_batches_per_image():
+    model = tiny()
+    images = images_for(model)
+    maps = [legrad(legrad_gradients(model, images, t)[1], grid_size=(2, 3)) for t in (0, 1)]
+    assert not torch.allclose(maps[0], maps[1])
+    _, batched = legrad_gradients(model, images, torch.tensor([0, 1]))
+    both = legrad(batched, grid_size=(2, 3))
+    torch.testing.assert_close(both[0], maps[0][0])
+    torch.testing.assert_close(both[1], maps[1][1])
+
+
+# --- Transition Attention Maps -----------------------------------------------------------------------------------
+
+
+def reference_tam(model, images, target, start_layer, steps, rows="cls"):
+    """Yuan et al.'s transition_attention_maps, written with numpy: the last block's head-mean [CLS] row, carried
+    down with s <- s A_l + s; integrated gradient of the last block's attention from np.linspace(0, 1, steps)."""
+    output = model(images, output_attentions=True)
+    attentions = [a.detach().numpy().mean(axis=1) for a in output.attentions]  # (B, T, T) each
+    total = 0
+    for alpha in np.linspace(0, 1, steps):
+        scaled = model(images * alpha, output_attentions=True)
+        (gradient,) = torch.autograd.grad(scaled.logits[:, target].sum(), scaled.attentions[-1])
+        total = total + gradient.numpy()
+    integrated = np.maximum(total / steps, 0).mean(axis=1)  # (B, T, T)
+    p = model.config.num_prefix_tokens
+    pick = (lambda m: m[:, 0, :]) if rows == "cls" else (lambda m: m[:, p:, :].mean(axis=1))
+    state, weight = pick(attentions[-1]), pick(integrated)  # (B, T) each
+    for layer in reversed(range(start_layer, len(attentions) - 1)):
+        state = np.einsum("bt,bts->bs", state, attentions[layer]) + state
+    return torch.tensor((state * weight)[:, p:]).reshape(-1, *output.grid_size)
+
+
+@pytest.mark.parametrize("config", ["cls 2x3", "registers 3x2", "mean 2x4 no cls"])
+@pytest.mark.parametrize("start_layer", [0, 1, 2])
+def test_transition_attention_map_matches_the_reference(config, start_layer):
+    model = tiny(**CONFIGS[config])
+    images = images_for(model)
+    output, integrated = integrated_attention_gradient(model, images, target=2, steps=4)
+    pooling = model.config.pooling
+    out = transition_attention_map([a.detach() for a in output.attentions], integrated, output.num_prefix_tokens,
+                                   output.grid_size, start_layer, pooling=pooling)  # fmt: skip
+    torch.testing.assert_close(out, reference_tam(model, images, 2, start_layer, steps=4, rows=pooling))
+    # the readout weights give what the string pooling gives
+    by_readout = transition_attention_map([a.detach() for a in output.attentions], integrated,
+                                          output.num_prefix_tokens, output.grid_size, start_layer,
+                                          pooling=output.readout.detach())  # fmt: skip
+    torch.testing.assert_close(by_readout, out)
+
+
+def test_integrated_gradient_returns_the_inputs_own_attentions_and_checks_steps():
+    model = tiny()
+    images = images_for(model)
+    output, integrated = integrated_attention_gradient(model, images, target=0, steps=3)
+    direct = model(images, output_attentions=True)
+    torch.testing.assert_close(output.attentions[0], direct.attentions[0])
+    assert integrated.shape == direct.attentions[-1].shape
+    with pytest.raises(ValueError, match="steps must be at least 2"):
+        integrated_attention_gradient(model, images, 0, steps=1)
+    with pytest.raises(ValueError, match="must match the last block's attention"):
+        transition_attention_map(direct.attentions, integrated[:, :2], grid_size=(2, 3))
+
+
+# --- Grad-CAM ----------------------------------------------------------------------------------------------------
+
+
+def pytorch_grad_cam_reference(model, images, target):
+    """pytorch-grad-cam's GradCAM on ``blocks[-1].norm1`` with a reshape_transform that drops the prefix tokens:
+    a forward hook keeps the activations, a tensor hook their gradient; w = mean over (rows, cols) of the
+    gradient, cam = ReLU(sum_c w_c A_c)."""
+    kept = {}
+
+    def keep(module, inputs, output):
+        kept["activations"] = output
+        output.register_hook(lambda grad: kept.__setitem__("gradients", grad))
+
+    handle = model.blocks[-1].norm1.register_forward_hook(keep)
+    try:
+        output = model(images)
+        output.logits[:, target].sum().backward()
+    finally:
+        handle.remove()
+    p, (rows, cols) = model.config.num_prefix_tokens, output.grid_size
+
+    def reshape_transform(tokens):  # (B, T, D) -> (B, D, rows, cols), channels first like a CNN's
+        return tokens[:, p:].reshape(tokens.shape[0], rows, cols, tokens.shape[2]).permute(0, 3, 1, 2)
+
+    activations = reshape_transform(kept["activations"].detach()).numpy()
+    gradients = reshape_transform(kept["gradients"]).numpy()
+    weights = np.mean(gradients, axis=(2, 3))  # GradCAM.get_cam_weights
+    cam = (weights[:, :, None, None] * activations).sum(axis=1)
+    return torch.tensor(np.maximum(cam, 0))
+
+
+@pytest.mark.parametrize("config", [*CONFIGS, "one block"])
+def test_grad_cam_matches_pytorch_grad_cam(config):
+    overrides = dict(num_layers=1) if config == "one block" else CONFIGS[config]
+    model = tiny(**overrides)
+    images = images_for(model)
+    output, activations, gradients = norm1_gradients(model, images, target=4)
+    assert all(param.grad is None for param in model.parameters())  # no .grad left behind on the weights
+    out = grad_cam(activations, gradients, output.num_prefix_tokens, output.grid_size)
+    torch.testing.assert_close(out, pytorch_grad_cam_reference(model, images, 4))
+    torch.testing.assert_close(output.logits, model(images).logits)  # the model's own prediction
+
+
+def test_grad_cam_known_answer():
+    # 1 prefix token, 2 patches, 2 channels; gradients average to w = (1, -1) over the patches
+    activations = torch.tensor([[[9.0, 9.0], [3.0, 1.0], [1.0, 2.0]]])
+    gradients = torch.tensor([[[5.0, 5.0], [2.0, -3.0], [0.0, 1.0]]])
+    out = grad_cam(activations, gradients, num_prefix_tokens=1, grid_size=(1, 2))
+    torch.testing.assert_close(out, torch.tensor([[[2.0, 0.0]]]))  # 3 - 1 = 2; 1 - 2 = -1 -> ReLU -> 0
+    with pytest.raises(ValueError, match="does not hold the 2 patch tokens"):
+        grad_cam(activations, gradients, 1, (2, 2))
+
+
+# --- the logit lens ----------------------------------------------------------------------------------------------
+
+
+def token_by_hand(model, token):
+    """One token (D,) read by the head as the only token it pools."""
+    x = model.norm(token)
+    if model.config.pooling == "map":
+        x = model.attn_pool(x[None, None])[0][0]
+    if model.head_dist is not None:
+        return (model.head(x) + model.head_dist(x)) / 2
+    return model.head(x)
+
+
+LENS_CONFIGS = CONFIGS | {"deit 2x3": dict(distillation_token=True, distillation_head=True)}
+
+
+@pytest.mark.parametrize("config", LENS_CONFIGS)
+def test_logit_lens_matches_a_token_by_token_reading(config):
+    model = tiny(**LENS_CONFIGS[config])
+    images = images_for(model)
+    with torch.no_grad():
+        output = model(images, output_hidden_states=True)
+        lens = logit_lens(model, output.hidden_states, 2, output.num_prefix_tokens, output.grid_size)
+        p, (rows, cols) = output.num_prefix_tokens, output.grid_size
+        assert lens.probability.shape == lens.votes.shape == (3, 2, rows, cols)
+        for layer, hidden in enumerate(output.hidden_states):
+            for b in range(2):
+                for n in range(rows * cols):
+                    probabilities = token_by_hand(model, hidden[b, p + n]).softmax(-1)
+                    assert lens.probability[layer, b, n // cols, n % cols] == pytest.approx(float(probabilities[2]))
+                    assert lens.votes[layer, b, n // cols, n % cols] == probabilities.argmax()
+            torch.testing.assert_close(lens.readout_probability[layer], read_by_hand(model, hidden).softmax(-1)[:, 2])
+    # the head reading the last block is the model itself
+    torch.testing.assert_close(lens.readout_probability[-1], output.logits.softmax(-1)[:, 2])
+
+
+def test_logit_lens_at_the_last_block_gives_the_models_own_answer():
+    cls_model = tiny()
+    images = images_for(cls_model)
+    with torch.no_grad():
+        output = cls_model(images, output_hidden_states=True)
+        # the [CLS] token at the last block, read by the lens, is exactly what the model answers
+        torch.testing.assert_close(token_logits(cls_model, output.hidden_states[-1][:, 0]), output.logits)
+        mean_model = tiny(**CONFIGS["mean 2x4 no cls"])
+        images = images_for(mean_model)
+        output = mean_model(images, output_hidden_states=True)
+        # mean pooling and a linear head: the model's logits are the mean of the patches' lens logits
+        torch.testing.assert_close(token_logits(mean_model, output.hidden_states[-1]).mean(dim=1), output.logits)
+
+
+def test_logit_lens_needs_a_head():
+    backbone = tiny(num_classes=0)
+    with torch.no_grad():
+        hidden = backbone(images_for(backbone), output_hidden_states=True).hidden_states
+    with pytest.raises(ValueError, match="backbone .num_classes=0."):
+        logit_lens(backbone, hidden, 0, 1, (2, 3))
+    with pytest.raises(ValueError, match="output_hidden_states=True"):
+        logit_lens(tiny(), [], 0)
+
+
+# --- start layers and targets -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("start_layer", [3, -1])
+def test_new_maps_refuse_a_start_layer_outside_the_blocks(start_layer):
+    model = tiny()
+    images = images_for(model)
+    output, gradients = legrad_gradients(model, images, 0)
+    with pytest.raises(ValueError, match=r"start_layer must be in \[0, 2\] for a model with 3 blocks"):
+        legrad(gradients, grid_size=(2, 3), start_layer=start_layer)
+    with pytest.raises(ValueError, match=r"start_layer must be in \[0, 2\]"):
+        transition_attention_map(output.attentions, gradients[-1], grid_size=(2, 3), start_layer=start_layer)
+
+
+@pytest.mark.parametrize("method", ["legrad", "tam", "gradcam"])
+def test_class_maps_refuse_bad_targets_and_backbones(method):
+    compute = {"legrad": legrad_gradients, "gradcam": norm1_gradients,
+               "tam": lambda m, x, t: integrated_attention_gradient(m, x, t, steps=2)}[method]  # fmt: skip
+    model = tiny()
+    with pytest.raises(ValueError, match=r"target must be one class or one per image, each in \[0, 4\]"):
+        compute(model, images_for(model), 5)
+    backbone = tiny(num_classes=0)
+    with pytest.raises(ValueError, match="need a classification head"):
+        compute(backbone, images_for(backbone), 0)
+
+
+# --- the sanity check -------------------------------------------------------------------------------------------
+
+
+def reference_spearman(a, b):
+    """Average ranks by counting (rank = values below + (values equal + 1) / 2), then Pearson's r."""
+    def ranks(x):
+        return np.array([(x < v).sum() + ((x == v).sum() + 1) / 2 for v in x])
+
+    ra, rb = ranks(a), ranks(b)
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def test_spearman_correlation_matches_the_definition_with_ties():
+    generator = torch.Generator().manual_seed(0)
+    a = torch.randint(0, 4, (3, 2, 5), generator=generator).double()  # many ties
+    b = torch.randn(3, 2, 5, generator=generator, dtype=torch.float64)
+    b[1] = a[1] * 2 + 1  # the same ranking
+    out = spearman_correlation(a, b)
+    for i in range(3):
+        assert float(out[i]) == pytest.approx(reference_spearman(a[i].flatten().numpy(), b[i].flatten().numpy()))
+    assert float(out[1]) == pytest.approx(1.0)
+    assert float(spearman_correlation(a[:1], -a[:1])[0]) == pytest.approx(-1.0)
+    assert torch.isnan(spearman_correlation(torch.ones(1, 4), torch.arange(4.0)[None]))[0]
+
+
+def sanity_methods(grid):
+    def rollout(model, pixels, target):
+        with torch.no_grad():
+            return attention_rollout(model(pixels, output_attentions=True).attentions, grid_size=grid)
+
+    def relevance(model, pixels, target):
+        output, gradients = attention_gradients(model, pixels, target)
+        return gradient_weighted_attention([a.detach() for a in output.attentions], gradients, grid_size=grid)
+
+    def fixed(model, pixels, target):  # ignores the model: an edge detector would do the same
+        return torch.arange(float(grid[0] * grid[1])).reshape(1, *grid).expand(pixels.shape[0], *grid)
+
+    return {"rollout": rollout, "relevance": relevance, "fixed": fixed}
+
+
+def test_cascading_randomization_flags_a_map_that_ignores_the_model():
+    model = tiny(image_size=32)  # a 4 x 4 grid: 16 patches to rank
+    images = images_for(model)
+    before = [param.clone() for param in model.parameters()]
+    rng_state = torch.random.get_rng_state()
+    check = cascading_randomization(model, images, target=1, methods=sanity_methods((4, 4)), seed=0)
+    assert check.depths == [0, 1, 2, 3]
+    for name, values in check.correlations.items():
+        assert len(values) == 4 and values[0] == pytest.approx(1.0), name  # depth 0: the intact model
+    assert check.correlations["fixed"] == pytest.approx([1.0] * 4)
+    assert check.insensitive == ["fixed"]  # the check flags the map that ignores the model
+    for name in ("rollout", "relevance"):  # randomised blocks change the maps that depend on them
+        assert check.correlations[name][-1] < 0.5, (name, check.correlations[name])
+    # the model is left as it was, the global random state too, and the same seed gives the same numbers
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert torch.equal(rng_state, torch.random.get_rng_state())
+    again = cascading_randomization(model, images, target=1, methods=sanity_methods((4, 4)), seed=0)
+    assert again.correlations == check.correlations

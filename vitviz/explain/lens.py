@@ -1,0 +1,86 @@
+"""A patch-level logit lens: every token of every block read by the model's own final LayerNorm and head, as if
+that block were the last (nostalgebraist 2020, "interpreting GPT: the logit lens", applied to patches). It shows
+where in the image, and from which block on, the class can be read."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from vitviz.explain.common import _as_map, _targets
+
+
+@dataclass(frozen=True)
+class LogitLens:
+    probability: torch.Tensor  # (layers, B, rows, cols) the target's probability read from each patch token
+    votes: torch.Tensor  # (layers, B, rows, cols) the class each patch token's reading ranks first
+    readout_probability: torch.Tensor  # (layers, B) the target's probability from the head reading the block whole
+
+
+def token_logits(model: torch.nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+    """Logits of each token (..., D) on its own: (..., num_classes).
+
+    The head reads the token as if it were the only one it pools. With [CLS] or mean pooling that is
+    head(norm(token)); for mean pooling (without fc_norm) these are exactly the per-patch terms whose mean is
+    the model's logit, the head being linear. "cls+mean" reads the token in both halves; "map" (SigLIP) runs
+    the attention-pooling head on the token alone, so its one key gets weight 1; DeiT's two heads both read it
+    and are averaged; ``fc_norm`` models normalise after pooling, as they do.
+    """
+    if model.head is None:
+        raise ValueError("the logit lens reads tokens through the classification head; this model is a backbone "
+                         "(num_classes=0) and has none")  # fmt: skip
+    config = model.config
+    x = tokens if config.fc_norm else model.norm(tokens)
+    if config.pooling == "map":
+        x = model.attn_pool(x.reshape(-1, 1, x.shape[-1]))[0].reshape(x.shape)
+    elif config.pooling == "cls+mean":
+        x = torch.cat([x, x], dim=-1)
+    if config.fc_norm:
+        x = model.norm(x)
+    if model.head_dist is not None:
+        return (model.head(x) + model.head_dist(x)) / 2
+    return model.head(x)
+
+
+def logit_lens(
+    model: torch.nn.Module,
+    hidden_states: Sequence[torch.Tensor],
+    target: int | Sequence[int] | torch.Tensor,
+    num_prefix_tokens: int = 1,
+    grid_size: tuple[int, int] | None = None,
+) -> LogitLens:
+    """The logit lens over ``hidden_states`` (``model(x, output_hidden_states=True)``, one (B, T, D) per block).
+
+    For every block and patch token: softmax(``token_logits``), the target's probability and the top class,
+    as (layers, B, rows, cols) maps ((layers, B, N) without a grid). ``readout_probability`` reads each block's
+    output through the model's own pooling and head (``model.forward_head``): for the last block it is the
+    model's probability. ``target`` is one class or one per image.
+    """
+    if len(hidden_states) == 0:
+        raise ValueError("hidden_states is empty: run the model with output_hidden_states=True")
+    B, T, _ = hidden_states[0].shape
+    N = T - num_prefix_tokens
+    if not 0 <= num_prefix_tokens < T or (grid_size is not None and grid_size[0] * grid_size[1] != N):
+        raise ValueError(f"{num_prefix_tokens} prefix tokens and a grid of {grid_size} do not fit {T} tokens")
+    probability, votes, readout = [], [], []
+    with torch.no_grad():
+        for hidden in hidden_states:
+            patch_logits = _at_least_fp32(token_logits(model, hidden[:, num_prefix_tokens:]))  # (B, N, classes)
+            # forward_head only records the grid in its output, so any grid of N patches does when none is given
+            logits = _at_least_fp32(model.forward_head(hidden, grid_size or (1, N)).logits)  # (B, classes)
+            targets = _targets(logits, target)
+            readout.append(logits.softmax(dim=-1).gather(1, targets[:, None])[:, 0])
+            probability.append(patch_logits.softmax(dim=-1).gather(2, targets[:, None, None].expand(B, N, 1))[..., 0])
+            votes.append(patch_logits.argmax(dim=-1))
+    return LogitLens(
+        probability=_as_map(torch.stack(probability), grid_size),
+        votes=_as_map(torch.stack(votes), grid_size),
+        readout_probability=torch.stack(readout),
+    )
+
+
+def _at_least_fp32(logits: torch.Tensor) -> torch.Tensor:
+    """bf16/fp16 logits to fp32 before the softmax; fp64 ones stay fp64."""
+    return logits.to(torch.promote_types(logits.dtype, torch.float32))

@@ -1,0 +1,70 @@
+"""Transition Attention Maps (Yuan et al. 2021, "Explaining Information Flow Inside Vision Transformers Using
+Markov Chain", XAI4Debugging workshop at NeurIPS; code: XianrenYty/Transition_Attention_Maps): the head's
+attention followed backwards through the blocks as a Markov chain, weighted by integrated gradients."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from vitviz.explain.common import Pooling, _as_map, _check_attentions, _check_start_layer, _readout, _target_score
+
+
+def integrated_attention_gradient(
+    model: torch.nn.Module,
+    pixel_values: torch.Tensor,
+    target: int | Sequence[int] | torch.Tensor,
+    steps: int = 20,
+) -> tuple[object, torch.Tensor]:
+    """The last block's attention gradient of the target logit, integrated along the straight path from a black
+    image (0 after normalising: the data set's mean colour) to the input (Sundararajan et al. 2017).
+
+    The mean over alpha = 0, 1/(steps - 1), ..., 1 of d y_target(alpha x) / d A_last, as the TAM reference code
+    computes it (``np.linspace(0, 1, steps)``: both ends included): (B, heads, T, T). ``steps`` forward and
+    backward passes; ``target`` is one class or one per image. Returns (output, gradient), ``output`` being the
+    last pass's, at alpha = 1: the input's own attentions.
+    """
+    if steps < 2:
+        raise ValueError(f"steps must be at least 2 (the black image and the input); got {steps}")
+    total = None
+    with torch.enable_grad():
+        for alpha in torch.linspace(0, 1, steps, dtype=torch.float64).tolist():  # np.linspace, as the reference
+            output = model(pixel_values * alpha, output_attentions=True)
+            (gradient,) = torch.autograd.grad(_target_score(output.logits, target), output.attentions[-1])
+            total = gradient if total is None else total + gradient
+    return output, total / steps
+
+
+def transition_attention_map(
+    attentions: Sequence[torch.Tensor],
+    integrated_gradient: torch.Tensor,
+    num_prefix_tokens: int = 1,
+    grid_size: tuple[int, int] | None = None,
+    start_layer: int = 0,
+    pooling: Pooling = "cls",
+) -> torch.Tensor:
+    """Transition Attention Map: (B, rows, cols), or (B, N) without a grid.
+
+    The state starts as what the head reads in the last block's head-averaged attention (the [CLS] row) and moves
+    down the blocks as a Markov chain whose transitions include the residual path: s <- s (mean_heads(A_l) + I)
+    for l = L-2 down to ``start_layer`` (unnormalised, as in the reference code: a constant factor per block).
+    It is then weighted token by token by mean_heads(IG)+ read the same way, IG being
+    ``integrated_attention_gradient``. The reference code's defaults: ``start_layer=4`` for 12-block models,
+    20 steps. ``pooling`` reads the rows the head reads: "cls", "mean" (patch rows) or ``output.readout``.
+    """
+    _check_attentions(attentions, num_prefix_tokens, grid_size)
+    _check_start_layer(start_layer, len(attentions))
+    if integrated_gradient.shape != attentions[-1].shape:
+        raise ValueError(
+            f"integrated_gradient {tuple(integrated_gradient.shape)} must match the last block's attention "
+            f"{tuple(attentions[-1].shape)}"
+        )
+    T = attentions[0].shape[-1]
+    identity = torch.eye(T, dtype=attentions[0].dtype, device=attentions[0].device)
+    transition = attentions[-1].mean(dim=1)  # (B, T, T): row t is the state that starts from token t
+    for attention in reversed(attentions[start_layer:-1]):
+        transition = transition @ (attention.mean(dim=1) + identity)  # (B, T, T)
+    states = _readout(transition, pooling, num_prefix_tokens)  # (B, N)
+    weights = _readout(integrated_gradient.clamp(min=0).mean(dim=1), pooling, num_prefix_tokens)  # (B, N)
+    return _as_map(states * weights, grid_size)
