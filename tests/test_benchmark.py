@@ -211,3 +211,16 @@ def test_bad_input_gets_a_clear_error(folder, tmp_path, capsys):
     assert benchmark.main([str(unlabelled), "--model", str(checkpoint), "--methods", "cls", "--out", str(tmp_path / "u")]) == 1
     assert "skipped" in capsys.readouterr().err
     assert "prediction on the intact image" in (tmp_path / "u" / "results.md").read_text()
+
+
+def test_sanity_check_flags_the_map_that_ignores_the_model(folder, tmp_path):
+    data, checkpoint = folder
+    benchmark.main([str(data), "--model", str(checkpoint), "--methods", "relevance", "--steps", "2", "--sanity", "2",
+                    "--out", str(tmp_path / "out")])  # fmt: skip
+    rows = {row["method"]: row for row in read_csv(tmp_path / "out" / "sanity.csv")}
+    assert list(rows) == ["relevance", "random"] and list(rows["random"]) == ["method", "depth_0", "depth_1", "depth_2"]
+    assert all(float(row["depth_0"]) == 1.0 for row in rows.values())  # nothing randomised yet
+    assert float(rows["random"]["depth_2"]) == 1.0  # the random map never changes with the model
+    assert float(rows["relevance"]["depth_2"]) < 0.5
+    report = (tmp_path / "out" / "results.md").read_text()
+    assert "| random | 1.00 | 1.00 | 1.00 | no |" in report and "| relevance | 1.00 |" in report

@@ -36,6 +36,7 @@ from tqdm import tqdm
 
 from vitviz.checkpoint import ModelLoadError
 from vitviz.explain.faithfulness import CHEFER_FRACTIONS, chefer_auc, chefer_perturbation, deletion_insertion
+from vitviz.explain.sanity import cascading_randomization
 from vitviz.explain_cli import METHODS, explain_image, find_images
 from vitviz.images import ImageError, load_image
 from vitviz.load import load_model
@@ -57,7 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", choices=["predicted", "label"], default="predicted",
                    help="the class explained: the model's top prediction (as in Chefer et al.'s table) or the label")  # fmt: skip
     p.add_argument("--steps", type=int, default=16, help="deletion and insertion steps from 0 to 100 %% of pixels")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random baseline maps")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random baseline maps and of the sanity check")
+    p.add_argument("--sanity", type=int, default=0, metavar="N",
+                   help="also run Adebayo et al.'s cascading-randomisation sanity check on the first N images")  # fmt: skip
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="inference precision")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="torch device")
     return p
@@ -191,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--limit must be at least 1")
     if args.steps < 1:
         parser.error("--steps must be at least 1")
+    if args.sanity < 0:
+        parser.error("--sanity must be 0 or more")
     if not args.images.is_dir():
         parser.error(f"{args.images} is not a folder")
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
@@ -247,7 +252,50 @@ def run(args: argparse.Namespace, rank: int, world: int) -> int:
     if not finished:
         raise SystemExit("error: no image could be read")
     write_results(args, finished, labelled=labels is not None)
+    if args.sanity:
+        sanity(model, [p for p in paths if names[p] in done][: args.sanity], labels, args)
     return 1 if failures else 0
+
+
+def sanity(model: ViT, paths: list[Path], labels: dict[Path, int] | None, args: argparse.Namespace) -> None:
+    """Adebayo et al.'s check on ``paths``: each method's mean Spearman correlation with its original map as the
+    blocks are randomised from the top; written to sanity.csv and appended to results.md."""
+    def method(name: str):
+        def explain(m: ViT, pixels: torch.Tensor, target: int) -> torch.Tensor:
+            if name == RANDOM:
+                return random_map(tuple(m.config.grid_size), "sanity", args.seed)[None]
+            map_args = argparse.Namespace(methods=[name], precision=args.precision, target=target,
+                                          head_fusion="mean", discard_ratio=0.0, start_layer=0)  # fmt: skip
+            return torch.from_numpy(explain_image(m, pixels, map_args)[1][name])[None]
+        return explain
+
+    methods = {name: method(name) for name in [*args.methods, RANDOM]}
+    checks = []
+    for path in tqdm(paths, desc="sanity check", unit="image", disable=None, file=sys.stderr):
+        pixels = model.transform(load_image(path.read_bytes()))[None].to(args.device)
+        with torch.inference_mode():
+            predicted = int(model(pixels).logits.argmax(dim=-1))
+        target = labels[path] if args.target == "label" and labels else predicted
+        checks.append(cascading_randomization(model, pixels, target, methods, seed=args.seed))
+    depths = checks[0].depths
+    mean = {name: torch.tensor([c.correlations[name] for c in checks], dtype=torch.float64).nanmean(0).tolist()
+            for name in methods}  # fmt: skip
+    with open(args.out / "sanity.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["method", *(f"depth_{d}" for d in depths)])
+        writer.writerows([name, *(f"{v:.4f}" for v in values)] for name, values in mean.items())
+    threshold = checks[0].threshold
+    lines = ["", f"Sanity check (Adebayo et al. 2018) on {len(checks)} images: mean Spearman correlation of each map "
+             "with the model's own as the last k blocks are re-initialised (k = 0 is the model itself); a map still "
+             f"above {threshold} with every block random fails.", "",
+             "| method | " + " | ".join(f"k = {d}" for d in depths) + " | passes |",
+             "| --- |" + " ---: |" * (len(depths) + 1)]  # fmt: skip
+    for name, values in mean.items():
+        verdict = "no" if values[-1] > threshold else "yes"
+        lines.append(f"| {name} | " + " | ".join(f"{v:.2f}" for v in values) + f" | {verdict} |")
+    with open(args.out / "results.md", "a") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
 
 
 def write_results(args: argparse.Namespace, records: list[dict], labelled: bool) -> None:
