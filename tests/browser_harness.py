@@ -96,9 +96,12 @@ def streamlit_server(folder: Path, env: dict[str, str] | None = None, start_time
     """Start app.py on a free loopback port; yield a Server; stop it afterwards."""
     port = free_port()
     counts_file = folder / "server_counts.txt"
+    # No file watcher: by default Streamlit watches the checkout (recursively, .venv included) and, when a
+    # source file changes, drops its modules from sys.modules; an edit to vitviz/ while a test ran then made
+    # the sessions' concurrent re-imports fail (KeyError: 'vitviz_dashboard.cached' on every page).
     command = [sys.executable, __file__, "serve", str(counts_file), "--", str(ROOT / "app.py"),
                "--server.port", str(port), "--server.address", "127.0.0.1", "--server.headless", "true",
-               "--browser.gatherUsageStats", "false"]  # fmt: skip
+               "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"]  # fmt: skip
     log = open(folder / "server.log", "wb")
     process = subprocess.Popen(command, cwd=ROOT, env={**os.environ, **(env or {})}, stdout=log, stderr=subprocess.STDOUT)
     try:
@@ -189,7 +192,6 @@ class LoadReport:
     seconds: float
     uploads: int = 0
     control_changes: int = 0
-    resent_uploads: int = 0  # uploads the page did not show and the driver sent again (see _upload)
     problems: list[str] = field(default_factory=list)  # exceptions or error messages any page showed
     round_trip_s: list[float] = field(default_factory=list)  # upload until the page is idle again
 
@@ -224,13 +226,29 @@ _RUN_FINISHED = """(done) => {
 _SHOWS = """(done) => document.querySelector("[data-testid='stApp']").getAttribute("data-test-script-state")
     === "notRunning" && document.querySelector("[data-testid='stApp']").innerText.includes(done)"""
 
+# The page has heard that its last run finished. A widget's rerun request does not change this state
+# until the run starts, so this means "no run under way" only where every earlier action waited for its
+# own run to finish, as _act_and_wait and _upload do.
+_IDLE = """() => document.querySelector("[data-testid='stApp']")?.getAttribute("data-test-script-state")
+    === "notRunning" """
+
+# The files the uploader lists, "(uploading)" after those whose upload has not finished (a spinner).
+_UPLOADER_FILES = """() => Array.from(document.querySelectorAll("[data-testid='stFileChip']"), (chip) =>
+    chip.innerText.split("\\n")[0]
+    + (chip.querySelector("[data-testid='stFileChipIconSpinner']") ? " (uploading)" : ""))"""
+
 
 async def _act_and_wait(page, action, timeout_ms: int, done: str | None = None, what: str = "action") -> None:
     """Do something that reruns the script, then wait until that run has finished.
 
     ``done``, a text only the finished run shows, is accepted as evidence of the run when the
     browser never showed the running state.
+
+    Acts only once the page is idle: the run-seen flag cannot tell the action's run from a run already
+    under way, so acting during one (the page's first run is often still going when its first texts
+    show) would take the end of that earlier run for the action's run (see _upload).
     """
+    await page.wait_for_function(_IDLE, timeout=timeout_ms)
     await page.evaluate(_WATCH_RUNS)
     await action()
     try:
@@ -241,24 +259,37 @@ async def _act_and_wait(page, action, timeout_ms: int, done: str | None = None, 
         raise TimeoutError(f"no finished run after {what} (run seen, state: {state})") from error
 
 
-async def _upload(page, path: Path, done: str, timeout_ms: int, resend_after_ms: int = 30_000) -> int:
-    """Hand a file to the page's uploader and wait until the page shows ``done`` (a text only the new
-    image's run draws); returns how many times the file had to be sent again.
+async def _upload(page, path: Path, done: str, timeout_ms: int) -> None:
+    """Hand a file to the page's uploader once the page is idle, then wait until the page shows ``done``
+    (a text only the new image's run draws).
 
-    With 8 browsers on 2 cores, about one test run in five lost a file handed to the uploader: a run
-    finished, but without the new image. So an upload counts only once the page shows the image, and a
-    file the page has not shown after ``resend_after_ms`` is sent again (twice at most); sending one
-    again is harmless, the page keeps one copy of a file with the same name and bytes.
+    Why idle first: test runs used to lose an upload under load (8 browsers on 2 cores; about one run in
+    five, two in five in the traces behind this note), from two things together.
+    - The driver took the end of an earlier run for the upload's run. It waited for "a run finished",
+      and the page's first run was often still going when the driver saw the page's info text; so the
+      wait ended before the upload's rerun had begun, and the next file went in while the previous
+      file's rerun was starting.
+    - Streamlit drops the upload URL of a file sent just as a run starts. The browser asks the server
+      for a URL over the websocket (file_urls_request) and PUTs the file there only when the answer
+      comes. On every SCRIPT_STARTED, AppSession clears the session's outgoing queue, keeping only
+      lifecycle messages (ForwardMsgQueue.clear(retain_lifecycle_msgs=True)), so an answer not yet
+      flushed to the browser is thrown away; the browser waits for it with no timeout, and the file
+      is never uploaded nor seen by the script.
+    Traces of the lost uploads: the server made the URL 0-30 ms before a run of the same session
+    started, the browser never received it and never sent the PUT. A file sent while no run is under
+    way, and a wait for that file's own run (its caption), lose nothing: 216 uploads in 9 runs, each
+    sent once, all shown. So no file is sent again: an upload that is only slow (up to 40 s here) is
+    waited for, and one that is lost fails the test.
     """
-    for resent in range(3):
-        await page.locator("input[type=file]").first.set_input_files(str(path))
-        try:
-            await page.wait_for_function(_SHOWS, arg=done, timeout=resend_after_ms if resent < 2 else timeout_ms)
-            return resent
-        except Exception as error:  # noqa: BLE001 - not shown yet: send it again, or give up
-            if resent == 2:
-                raise TimeoutError(f"the page never showed {done!r} after uploading {path.name} three times") from error
-    return 2
+    await page.wait_for_function(_IDLE, timeout=timeout_ms)
+    # timeout_ms, not Playwright's 30 s: with 8 busy tabs on 2 cores, handing over the file alone took 13 s
+    await page.locator("input[type=file]").first.set_input_files(str(path), timeout=timeout_ms)
+    try:
+        await page.wait_for_function(_SHOWS, arg=done, timeout=timeout_ms)
+    except Exception as error:
+        files = await page.evaluate(_UPLOADER_FILES)
+        raise TimeoutError(f"the page never showed {done!r} after uploading {path.name} "
+                           f"(the uploader lists {files})") from error  # fmt: skip
 
 
 async def _choose(page, label: str, option: str, attempts: int = 3) -> None:
@@ -298,7 +329,7 @@ async def _one_session(browser, url: str, index: int, deadline: float, report: L
             path.write_bytes(session_image(index, upload % images))
             start = time.monotonic()
             # the rollout's caption names the image: the page drew the new image
-            report.resent_uploads += await _upload(page, path, f"{name}, {IMAGE_SIZE[0]}x{IMAGE_SIZE[1]}", timeout_ms)
+            await _upload(page, path, f"{name}, {IMAGE_SIZE[0]}x{IMAGE_SIZE[1]}", timeout_ms)
             report.round_trip_s.append(time.monotonic() - start)
             report.uploads += 1
             # control changes: the Image picker back to the previous image, then forward again
