@@ -75,7 +75,7 @@ def test_installed_console_command(installed):
     result = run_installed(site, elsewhere, sys.executable, str(script), "evaluate", "--help")
     assert result.returncode == 0 and "--val-dir" in result.stdout
     result = run_installed(site, elsewhere, sys.executable, "-m", "vitviz", "benchmark", "--help")
-    assert result.returncode == 0 and "--baseline" in result.stdout
+    assert result.returncode == 0 and "--sanity" in result.stdout
 
 
 def test_installed_app_command_starts_the_server(installed):
