@@ -16,7 +16,8 @@ against the model's own prediction on the intact image. Writes to --out: results
 results.md (the table), curves.png (the mean curves), images.jsonl (every image's numbers). A second run
 with the same --out skips the images already done; so does a run under torchrun, where each process takes
 a deterministic share and the first writes the results: the same numbers as one process running with
-as many threads (torchrun gives each process one; float sums change in the last digits with the thread count).
+as many threads. torchrun gives each process one thread; with another thread count the float sums change, and
+with them near-tied pixel ranks: on 30 CIFAR-10 images the areas differed by at most 4e-5.
 """
 
 from __future__ import annotations
