@@ -111,21 +111,65 @@ def test_every_tab_draws_its_maps(default_model):
             assert download_labels(at) == ["Download this tab's maps (.npz)"]
     assert captions["Heads & layers"] == ["photo.png: layer 1, head mean", "photo.png: layer 0, head mean"]
     assert captions["Click a patch"] == ["patch (2, 2), layer 1, mean over heads"]
-    assert len(captions["Class-specific"]) == 2 and all(" for '" in c for c in captions["Class-specific"])
+    target = captions["Class-specific"][0].split(" for ")[1]
+    assert captions["Class-specific"] == [f"relevance for {target}", f"legrad for {target}",
+                                          f"block 1: P({target}) read from each patch"]  # the lens, last block first
     assert captions["Faithfulness"] == []  # run on request only
 
 
-def test_class_maps_are_computed_when_their_tab_is_opened(default_model, monkeypatch):
+def test_class_maps_are_computed_when_their_tab_is_opened_once_per_method(default_model, monkeypatch):
     calls = []
     original = vitviz.analysis.class_maps
-    monkeypatch.setattr(vitviz.analysis, "class_maps", lambda *a, **k: calls.append(a[2]) or original(*a, **k))
+    monkeypatch.setattr(vitviz.analysis, "class_maps", lambda *a, **k: calls.append(k["methods"]) or original(*a, **k))
     at = uploaded_app()
     assert calls == []  # a backward pass, only for the tab that shows it
     open_tab(at, "Class-specific")
-    assert len(calls) == 1
+    assert calls == [["relevance"], ["legrad"]]
     open_tab(at, "Overview")
     open_tab(at, "Class-specific")
-    assert len(calls) == 1  # cached
+    assert len(calls) == 2  # cached
+    next(m for m in at.multiselect if m.label == "Methods").select("gradcam").run()
+    assert calls[2:] == [["gradcam"]]  # only the new one is computed
+    assert [c.split(" for ")[0] for c in captions(at)[:3]] == ["relevance", "legrad", "gradcam"]
+
+
+def test_every_class_specific_method_matches_the_library(default_model):
+    at = open_tab(uploaded_app(), "Class-specific")
+    methods = next(m for m in at.multiselect if m.label == "Methods")
+    methods.set_value(["relevance", "grad-rollout", "legrad", "tam", "gradcam"]).run()
+    assert not at.exception and not at.error
+    model = vitviz.load_model(str(vitviz.load.DEFAULT_CHECKPOINT))
+    pixels = model.transform(Image.open(io.BytesIO(png_bytes())).convert("RGB"))[None]
+    target = next(s for s in at.selectbox if s.label == "Explain the class").value
+    expected = explain.method_maps(model, pixels, methods.value, target).maps
+    grids = [values(f["data"][0]["z"]) for f in figures(at) if f["data"][0]["type"] == "heatmap"][: len(expected)]
+    for grid, (name, patch_map) in zip(grids, expected.items()):
+        np.testing.assert_allclose(grid, patch_map.numpy(), rtol=1e-4, atol=1e-6, err_msg=name)
+
+
+def test_the_logit_lens_follows_the_block_slider(default_model):
+    at = open_tab(uploaded_app(), "Class-specific")
+    model = vitviz.load_model(str(vitviz.load.DEFAULT_CHECKPOINT))
+    pixels = model.transform(Image.open(io.BytesIO(png_bytes())).convert("RGB"))[None]
+    target = next(s for s in at.selectbox if s.label == "Explain the class").value
+    lens = explain.method_maps(model, pixels, ["lens"], target).lens
+
+    def drawn() -> tuple[str, np.ndarray, np.ndarray]:
+        votes = next(f for f in figures(at) if f["data"][0].get("hovertemplate", "").endswith("%{text}<extra></extra>"))
+        depth = next(f for f in figures(at) if f["data"][0].get("name") == "head reading the block")
+        names = np.asarray(values(votes["data"][0]["text"]), dtype=object)
+        return next(c for c in captions(at) if c.startswith("block")), names, values(depth["data"][0]["y"])
+
+    caption, names, readout = drawn()
+    assert caption.startswith("block 1: ")
+    np.testing.assert_allclose(readout, lens.readout_probability[:, 0].numpy(), rtol=1e-5)
+    assert names.tolist() == [[NAMES[v] for v in row] for row in lens.votes[1, 0].tolist()]
+    url = next(i.proto.imgs[0].url for i in at.get("image") if i.proto.imgs[0].caption.startswith("block"))
+    next(s for s in at.slider if s.label == "Block").set_value(0).run()
+    caption, names, _ = drawn()
+    assert caption.startswith("block 0: ")
+    assert names.tolist() == [[NAMES[v] for v in row] for row in lens.votes[0, 0].tolist()]
+    assert next(i.proto.imgs[0].url for i in at.get("image") if i.proto.imgs[0].caption.startswith("block")) != url
 
 
 def test_tab_controls_keep_their_values_while_another_tab_is_open(default_model):
@@ -434,7 +478,9 @@ def figures(at) -> list[dict]:
 def values(field) -> np.ndarray:
     """A trace's data array from plotly's JSON: a list, or a typed array ({"dtype", "bdata"} in base64)."""
     if isinstance(field, dict) and "bdata" in field:
-        return np.frombuffer(base64.b64decode(field["bdata"]), dtype=field["dtype"]).reshape(field.get("shape", -1))
+        shape = field.get("shape", -1)  # a 2-D array's shape comes as a string, "4, 4"
+        shape = tuple(int(n) for n in shape.split(",")) if isinstance(shape, str) else shape
+        return np.frombuffer(base64.b64decode(field["bdata"]), dtype=field["dtype"]).reshape(shape)
     return np.asarray(field)
 
 
@@ -526,7 +572,7 @@ def test_every_readout_gets_every_tab_titled_by_what_it_reads(tmp_path, monkeypa
     assert f"Tokens: {tokens}, then the patches" in at.sidebar.caption[0].value
     seen = render_every_tab(at)
     assert seen["Heads & layers"]["subheaders"][0] == f"Every head in layer 1: {reads}"
-    assert len(seen["Class-specific"]["captions"]) == 2
+    assert len(seen["Class-specific"]["captions"]) == 3  # two methods and the logit lens
     open_tab(at, "Faithfulness")
     run_faithfulness(at)
     assert at.table[0].value["map"].tolist() == ["rollout", f"{reads} (last layer)", "relevance (Chefer et al.)"]

@@ -13,7 +13,7 @@ require_browser()
 
 # vitviz_dashboard/cached.py's max_entries for the st.cache_resource caches an image goes through (Streamlit's
 # metrics count their entries; for st.cache_data they give bytes, reported but not bounded here)
-MAX_ENTRIES = {"decode": 64, "display_photo": 64, "analyse": 8, "rollout_map": 64, "relevance_maps": 64,
+MAX_ENTRIES = {"decode": 64, "display_photo": 64, "analyse": 8, "rollout_map": 64, "class_map": 64, "logit_lens": 16,
                "statistics": 32, "get_model": 3}  # fmt: skip
 
 

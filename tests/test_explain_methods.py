@@ -11,12 +11,15 @@ from vitviz.explain import (
     attention_gradients,
     attention_rollout,
     cascading_randomization,
+    cls_attention,
+    gradient_weighted_rollout,
     grad_cam,
     gradient_weighted_attention,
     integrated_attention_gradient,
     legrad,
     legrad_gradients,
     logit_lens,
+    method_maps,
     norm1_gradients,
     spearman_correlation,
     token_logits,
@@ -367,3 +370,53 @@ def test_cascading_randomization_flags_a_map_that_ignores_the_model():
     assert torch.equal(rng_state, torch.random.get_rng_state())
     again = cascading_randomization(model, images, target=1, methods=sanity_methods((4, 4)), seed=0)
     assert again.correlations == check.correlations
+
+
+# --- every method by name: what the CLI, the benchmark and the dashboard call ------------------------------------
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_method_maps_gives_each_methods_own_function(name):
+    model = tiny(**CONFIGS[name])
+    pixels = images_for(model, batch=1)
+    result = method_maps(model, pixels, ["rollout", "cls", "relevance", "grad-rollout", "legrad", "tam", "gradcam",
+                                         "lens"] if model.config.class_token else
+                         ["rollout", "relevance", "grad-rollout", "legrad", "tam", "gradcam", "lens"], start_layer=1)  # fmt: skip
+    output, gradients = attention_gradients(model, pixels, result.target)
+    attentions = [a.detach() for a in output.attentions]
+    grid = dict(num_prefix_tokens=output.num_prefix_tokens, grid_size=output.grid_size)
+    pooling = output.readout.detach()
+    assert result.target == int(output.logits[0].argmax())
+    expected = {
+        "rollout": attention_rollout(attentions, start_layer=1, pooling=pooling, **grid),
+        "relevance": gradient_weighted_attention(attentions, gradients, pooling=pooling, **grid),
+        "grad-rollout": gradient_weighted_rollout(attentions, gradients, pooling=pooling, **grid),
+        "legrad": legrad(legrad_gradients(model, pixels, result.target)[1], start_layer=1, **grid),
+        "tam": transition_attention_map(attentions, integrated_attention_gradient(model, pixels, result.target, 20)[1],
+                                        pooling=pooling, start_layer=1, **grid),  # fmt: skip
+        "gradcam": grad_cam(*norm1_gradients(model, pixels, result.target)[1:], **grid),
+    }
+    if model.config.class_token:
+        expected["cls"] = cls_attention(attentions, layer=-1, **grid)
+    hidden = model(pixels, output_hidden_states=True).hidden_states
+    lens = logit_lens(model, hidden, result.target, **grid)
+    expected["lens"] = lens.probability[-1]
+    for method, patch_map in expected.items():
+        assert result.maps[method].dtype == torch.float32
+        torch.testing.assert_close(result.maps[method], patch_map[0].float(), msg=method)
+    torch.testing.assert_close(result.lens.votes, lens.votes)
+
+
+def test_method_maps_refuses_unknown_methods_bad_targets_batches_and_backbones():
+    model = tiny()
+    pixels = images_for(model, batch=1)
+    with pytest.raises(ValueError, match="unknown method.*attention-flow.*choose from rollout, cls"):
+        method_maps(model, pixels, ["rollout", "attention-flow"])
+    with pytest.raises(ValueError, match=r"target must be in \[0, 4\]; got 5"):
+        method_maps(model, pixels, ["relevance"], target=5)
+    with pytest.raises(ValueError, match="explains one image"):
+        method_maps(model, images_for(model, batch=2), ["rollout"])
+    backbone = tiny(num_classes=0)
+    with pytest.raises(ValueError, match="need a classification head"):
+        method_maps(backbone, images_for(backbone, batch=1), ["legrad"])
+    assert method_maps(backbone, images_for(backbone, batch=1), ["rollout"]).maps["rollout"].shape == (2, 3)

@@ -20,6 +20,7 @@ from vitviz.plots import (
     token_norms_figure,
     top_mass_mask,
     upsample,
+    votes_figure,
 )
 
 
@@ -219,3 +220,28 @@ def test_outline_patches_draws_a_rectangle_on_each_flagged_cell_only():
     assert np.array_equal(np.asarray(outline_patches(photo, ~mask & False)), np.asarray(photo))  # nothing flagged
     with pytest.raises(ValueError, match="mask must be"):
         outline_patches(photo, np.ones(3, dtype=bool))
+
+
+def test_overlay_with_a_value_range_keeps_absolute_colours():
+    photo = Image.new("RGB", (40, 20), (0, 0, 0))  # two 20-pixel patches
+    table = colormap_table("greys")
+    low_map = np.array([[0.2, 0.4]])  # min-max scaling would draw 0.2 black and 0.4 white
+    fixed = np.asarray(overlay(photo, low_map, "greys", 1.0, value_range=(0.0, 1.0)))
+    np.testing.assert_array_equal(fixed[10, 0], table[round(0.2 * 255)])  # the outer pixels keep their patch's value
+    np.testing.assert_array_equal(fixed[10, 39], table[round(0.4 * 255)])
+    clipped = np.asarray(overlay(photo, np.array([[-1.0, 2.0]]), "greys", 1.0, value_range=(0.0, 1.0)))
+    np.testing.assert_array_equal(clipped[10, 0], table[0])
+    np.testing.assert_array_equal(clipped[10, 39], table[255])
+    with pytest.raises(ValueError, match="value_range must be"):
+        overlay(photo, low_map, value_range=(1.0, 1.0))
+
+
+def test_votes_figure_names_each_patchs_class_and_keeps_the_target_first():
+    names = [f"class{i}" for i in range(12)]
+    votes = np.array([[3, 3, 5], [7, 3, 9]])
+    figure = votes_figure(votes, names, target=9, most=3)
+    heatmap = figure.data[0]
+    assert heatmap.colorbar.ticktext == ("class9", "class3", "class5", "other")  # target, then by votes (ties: lower)
+    np.testing.assert_array_equal(heatmap.z, [[1, 1, 2], [3, 1, 0]])  # class7 is "other"
+    assert heatmap.text.tolist() == [["class3", "class3", "class5"], ["class7", "class3", "class9"]]
+    assert (heatmap.zmin, heatmap.zmax) == (-0.5, 3.5)  # one colour band per code

@@ -2,11 +2,13 @@
 
 ``analyse_image`` runs the forward pass once and keeps the attentions; every map the page shows
 afterwards is a cheap function of that result (see vitviz.explain), so moving a slider never
-re-runs the model. Class-specific maps need gradients, so ``class_maps`` runs its own pass.
+re-runs the model. Class-specific maps need gradients, and the logit lens every block's tokens, so
+``class_maps`` and ``logit_lens`` run their own passes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,17 +61,23 @@ def analyse_image(model: ViT, image: Image.Image, precision: Precision = "fp32")
     )
 
 
-def class_maps(model: ViT, analysis: ImageAnalysis, target: int, precision: Precision = "fp32") -> dict[str, np.ndarray]:
-    """Chefer et al.'s relevance and gradient-weighted rollout for ``target``, each (rows, cols)."""
-    with autocast(precision):
-        output, gradients = explain.attention_gradients(model, analysis.pixel_values, target)
-    attentions = [a.detach().float() for a in output.attentions]
-    gradients = [g.float() for g in gradients]
-    args = analysis.maps_args | {"pooling": output.readout.detach().float()}  # what the head actually reads
-    return {
-        "relevance": explain.gradient_weighted_attention(attentions, gradients, **args)[0].numpy(),
-        "gradient rollout": explain.gradient_weighted_rollout(attentions, gradients, **args)[0].numpy(),
-    }
+def class_maps(
+    model: ViT, analysis: ImageAnalysis, target: int, precision: Precision = "fp32",
+    methods: Sequence[str] = ("relevance", "grad-rollout"),
+) -> dict[str, np.ndarray]:
+    """The class-specific maps of ``methods`` (any of explain.CLASS_SPECIFIC) for ``target``, each (rows, cols).
+    They need gradients, so they run their own passes (explain.method_maps)."""
+    result = explain.method_maps(model, analysis.pixel_values, methods, target, precision)
+    return {name: m.numpy() for name, m in result.maps.items()}
+
+
+def logit_lens(model: ViT, analysis: ImageAnalysis, target: int, precision: Precision = "fp32") -> dict[str, np.ndarray]:
+    """The patch-level logit lens for ``target``: "probability" (layers, rows, cols), the class's probability
+    read from each patch token; "votes" (layers, rows, cols), each patch's top class; "readout" (layers,), the
+    class's probability when the head reads that block's output whole."""
+    lens = explain.method_maps(model, analysis.pixel_values, ["lens"], target, precision).lens
+    return {"probability": lens.probability[:, 0].numpy(), "votes": lens.votes[:, 0].numpy(),
+            "readout": lens.readout_probability[:, 0].numpy()}  # fmt: skip
 
 
 def head_statistics(analysis: ImageAnalysis, patch_size: int) -> dict[str, np.ndarray]:

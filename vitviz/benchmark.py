@@ -37,8 +37,9 @@ from tqdm import tqdm
 
 from vitviz.checkpoint import ModelLoadError
 from vitviz.explain.faithfulness import CHEFER_FRACTIONS, chefer_auc, chefer_perturbation, deletion_insertion
+from vitviz.explain.methods import METHODS, method_maps
 from vitviz.explain.sanity import cascading_randomization
-from vitviz.explain_cli import METHODS, explain_image, find_images
+from vitviz.explain_cli import find_images
 from vitviz.images import ImageError, load_image
 from vitviz.load import load_model
 from vitviz.model import ViT, autocast
@@ -98,8 +99,6 @@ def evaluate_image(model: ViT, pixels: torch.Tensor, label: int | None, name: st
         predicted = int(model(pixels).logits.argmax(dim=-1))
     target = label if args.target == "label" and label is not None else predicted
     truth = torch.tensor([predicted if label is None else label], device=pixels.device)
-    map_args = argparse.Namespace(methods=[], precision=args.precision, target=target, head_fusion="mean",
-                                  discard_ratio=0.0, start_layer=0)  # fmt: skip
     record = {"image": name, "label": label, "predicted": predicted, "target": target, "methods": {}}
     mean, std = model.transform.mean, model.transform.std
     for method in [*args.methods, RANDOM]:
@@ -107,8 +106,7 @@ def evaluate_image(model: ViT, pixels: torch.Tensor, label: int | None, name: st
         if method == RANDOM:
             relevance = random_map(tuple(model.config.grid_size), name, args.seed)
         else:
-            map_args.methods = [method]
-            relevance = torch.from_numpy(explain_image(model, pixels, map_args)[1][method])
+            relevance = method_maps(model, pixels, [method], target, args.precision).maps[method]
         ms = 1000 * (time.perf_counter() - start)
         relevance = relevance.to(pixels.device)[None]
         with autocast(args.precision):
@@ -265,9 +263,7 @@ def sanity(model: ViT, paths: list[Path], labels: dict[Path, int] | None, args: 
         def explain(m: ViT, pixels: torch.Tensor, target: int) -> torch.Tensor:
             if name == RANDOM:
                 return random_map(tuple(m.config.grid_size), "sanity", args.seed)[None]
-            map_args = argparse.Namespace(methods=[name], precision=args.precision, target=target,
-                                          head_fusion="mean", discard_ratio=0.0, start_layer=0)  # fmt: skip
-            return torch.from_numpy(explain_image(m, pixels, map_args)[1][name])[None]
+            return method_maps(m, pixels, [name], target, args.precision).maps[name][None]
         return explain
 
     methods = {name: method(name) for name in [*args.methods, RANDOM]}

@@ -22,13 +22,11 @@ from tqdm import tqdm
 from vitviz import explain
 from vitviz.checkpoint import ModelLoadError
 from vitviz.images import ImageError, load_image
+from vitviz.explain.methods import DESCRIPTIONS, METHODS
 from vitviz.load import load_model
-from vitviz.model import ViT, autocast
+from vitviz.model import ViT
 from vitviz.plots import COLORMAPS, overlay
 
-METHODS = ("rollout", "cls", "relevance", "grad-rollout", "legrad", "tam", "gradcam", "lens")
-CLASS_SPECIFIC = {"relevance", "grad-rollout", "legrad", "tam", "gradcam", "lens"}
-TAM_STEPS = 20  # integrated-gradient steps of Transition Attention Maps, the reference code's default
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"}
 
 
@@ -39,11 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("images", nargs="+", type=Path, help="image files and/or folders of images")
     p.add_argument("--model", default="default", help="model spec for vitviz.load_model (default: %(default)s)")
     p.add_argument("--methods", nargs="+", choices=METHODS, default=["rollout", "cls", "relevance"],
-                   help="rollout: attention rollout; cls: last block's [CLS] attention; relevance: Chefer et al. "
-                        "2021 class-specific map; grad-rollout: gradient-weighted rollout; legrad: Bousselham et al. "
-                        "2025; tam: Transition Attention Maps (Yuan et al. 2021); gradcam: Grad-CAM on the last "
-                        "block's norm1; lens: the target's probability read from each patch by the head (the last "
-                        "block's in the overlay, every block's in the .npz)")  # fmt: skip
+                   help="; ".join(f"{name}: {text}" for name, text in DESCRIPTIONS.items())
+                   + " (every block's lens maps go in the .npz)")  # fmt: skip
     p.add_argument("--out", type=Path, required=True, help="output folder")
     p.add_argument("--target", type=int, help="class index for class-specific maps (default: top prediction)")
     p.add_argument("--head-fusion", choices=explain.HEAD_FUSIONS, default="mean", help="rollout head fusion")
@@ -72,46 +67,12 @@ def find_images(paths: list[Path]) -> list[Path]:
 def explain_image(model: ViT, pixels: torch.Tensor, args: argparse.Namespace) -> tuple[np.ndarray, dict]:
     """Class probabilities (num_classes,) and one (rows, cols) map per requested method; with "lens", also its
     (layers, rows, cols) maps "lens_layers" (the target's probability) and "lens_votes" (each patch's top class)."""
-    needs_gradients = bool({"relevance", "grad-rollout"} & set(args.methods))
-    with autocast(args.precision), torch.set_grad_enabled(needs_gradients):
-        output = model(pixels, output_attentions=True, output_hidden_states="lens" in args.methods)
-        probabilities = output.logits.float().softmax(-1)[0].detach()
-        target = args.target if args.target is not None else int(probabilities.argmax())
-        gradients = torch.autograd.grad(output.logits[0, target], output.attentions) if needs_gradients else None
-    attentions = [a.detach().float() for a in output.attentions]
-    shared = dict(num_prefix_tokens=output.num_prefix_tokens, grid_size=output.grid_size)
-    pooling = output.readout.detach().float()  # explain what the classifier actually reads
-    maps, extras = {}, {}
-    for method in args.methods:
-        if method == "rollout":
-            maps[method] = explain.attention_rollout(attentions, args.head_fusion, args.discard_ratio, args.start_layer,
-                                                     pooling=pooling, **shared)  # fmt: skip
-        elif method == "cls":
-            maps[method] = explain.cls_attention(attentions, layer=-1, head="mean", **shared)
-        elif method == "relevance":
-            maps[method] = explain.gradient_weighted_attention(attentions, gradients, pooling=pooling, **shared)
-        elif method == "grad-rollout":
-            maps[method] = explain.gradient_weighted_rollout(attentions, gradients, pooling=pooling, **shared)
-        elif method == "legrad":
-            with autocast(args.precision):
-                _, layer_gradients = explain.legrad_gradients(model, pixels, target)
-            maps[method] = explain.legrad([g.float() for g in layer_gradients], start_layer=args.start_layer, **shared)
-        elif method == "tam":
-            with autocast(args.precision):
-                _, integrated = explain.integrated_attention_gradient(model, pixels, target, TAM_STEPS)
-            maps[method] = explain.transition_attention_map(attentions, integrated.float(), pooling=pooling,
-                                                            start_layer=args.start_layer, **shared)  # fmt: skip
-        elif method == "gradcam":
-            with autocast(args.precision):
-                _, activations, norm1_gradients = explain.norm1_gradients(model, pixels, target)
-            maps[method] = explain.grad_cam(activations.float(), norm1_gradients.float(), **shared)
-        else:  # lens
-            with autocast(args.precision):
-                lens = explain.logit_lens(model, output.hidden_states, target, **shared)
-            maps[method] = lens.probability[-1]  # the last block's: the tokens the head reads
-            extras = {"lens_layers": lens.probability[:, 0].numpy(), "lens_votes": lens.votes[:, 0].numpy()}
-    arrays = {name: m[0].detach().numpy() for name, m in maps.items()}
-    return probabilities.numpy(), arrays | extras | {"target": np.array(target)}
+    result = explain.method_maps(model, pixels, args.methods, args.target, args.precision, args.head_fusion,
+                                 args.discard_ratio, args.start_layer)  # fmt: skip
+    arrays = {name: m.numpy() for name, m in result.maps.items()}
+    if result.lens is not None:
+        arrays |= {"lens_layers": result.lens.probability[:, 0].numpy(), "lens_votes": result.lens.votes[:, 0].numpy()}
+    return result.probabilities.numpy(), arrays | {"target": np.array(result.target)}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -92,8 +92,12 @@ def overlay(
     colormap: str = "inferno",
     alpha: float = 0.5,
     box: tuple[float, float, float, float] | None = None,
+    value_range: tuple[float, float] | None = None,
 ) -> Image.Image:
     """Blend a coloured patch map onto the photo at the photo's own resolution.
+
+    The map is min-max scaled (``rescale``), or with ``value_range`` (low, high) mapped linearly from that
+    fixed range and clipped, so that maps of one kind compare by colour (probabilities: (0, 1)).
 
     ``box`` (left, top, right, bottom) is where the model's input came from; outside it the photo
     is shown dimmed, since the model never saw those pixels. Default: the whole photo.
@@ -119,7 +123,14 @@ def overlay(
     # edges clamped (PIL drops the weights that fall outside and renormalises: the same values). On a
     # box smaller than the patch grid (a tiny photo) PIL averages neighbouring patches instead of
     # sampling between two of them, which is the better picture there.
-    values = Image.fromarray(rescale(patch_map).astype(np.float32), mode="F").resize((bx1 - bx0, by1 - by0), Image.BILINEAR)
+    if value_range is None:
+        scaled = rescale(patch_map)
+    else:
+        low, high = value_range
+        if not high > low:
+            raise ValueError(f"value_range must be (low, high) with high > low; got {value_range}")
+        scaled = np.clip((_as_array(patch_map) - low) / (high - low), 0.0, 1.0)
+    values = Image.fromarray(scaled.astype(np.float32), mode="F").resize((bx1 - bx0, by1 - by0), Image.BILINEAR)
     values = values.crop((x0 - bx0, y0 - by0, x1 - bx0, y1 - by0))
     out = photo.point(_DIMMED)
     out.paste(Image.blend(photo.crop((x0, y0, x1, y1)), _colour_image(values, colormap), alpha), (x0, y0))
@@ -376,3 +387,43 @@ def token_norms_figure(norms, prefix_names: list[str], layer: int | None = None)
     return _figure(lines, shapes=_layer_marker(layer), height=300, margin=dict(l=0, r=0, t=10, b=0),
                    xaxis=dict(title=dict(text="layer (depth)"), dtick=1 if len(values) <= 24 else None),
                    yaxis=dict(title=dict(text="token norm (L2)"), rangemode="tozero"))  # fmt: skip
+
+
+def votes_figure(votes, class_names: list[str], target: int, most: int = 8) -> go.Figure:
+    """The class each patch votes for (a (rows, cols) map of class indices, the logit lens's votes), one colour
+    per class: the ``most`` most-voted classes by name, the rest together as "other". ``target`` is drawn first
+    in the first colour, so it keeps its colour from block to block."""
+    values = np.asarray(votes, dtype=np.int64)
+    classes, counts = np.unique(values, return_counts=True)
+    ranked = [int(c) for c in classes[np.argsort(-counts, kind="stable")] if c != target]
+    shown = [target] + ranked[: most - 1]
+    codes = np.full(values.shape, len(shown), dtype=np.float32)  # "other"
+    for code, index in enumerate(shown):
+        codes[values == index] = code
+    labels = [class_names[i] for i in shown] + ["other"]
+    palette = ["#EF553B", "#636efa", "#00cc96", "#ab63fa", "#FFA15A", "#19d3f3", "#FF6692", "#B6E880"][: len(shown)]
+    palette.append("#d0d4dc")
+    n = len(palette)
+    colorscale = [step for i, colour in enumerate(palette) for step in ((i / n, colour), ((i + 1) / n, colour))]
+    heatmap = dict(type="heatmap", z=codes, zmin=-0.5, zmax=n - 0.5, colorscale=colorscale,
+                   text=np.asarray([class_names[i] for i in values.ravel()], dtype=object).reshape(values.shape),
+                   hovertemplate="row %{y}, col %{x}: %{text}<extra></extra>",
+                   colorbar=dict(tickvals=list(range(n)), ticktext=labels, len=1, thickness=12))  # fmt: skip
+    return _figure([heatmap], margin=dict(l=0, r=0, t=0, b=0),
+                   yaxis=dict(autorange="reversed", scaleanchor="x", **_HIDDEN_AXIS),
+                   xaxis=dict(constrain="domain", **_HIDDEN_AXIS))  # fmt: skip
+
+
+def lens_depth_figure(readout, share, layer: int | None = None) -> go.Figure:
+    """The logit lens against depth: the class's probability when the head reads each block's output whole
+    (``readout``, (layers,)), and the share of patches that vote for the class on their own (``share``)."""
+    readout, share = _as_array(readout), _as_array(share)
+    layers = np.arange(len(readout))
+    lines = [dict(type="scatter", x=layers, y=readout, mode="lines+markers", name="head reading the block",
+                  hovertemplate="block %{x}: %{y:.1%}<extra>class probability</extra>"),
+             dict(type="scatter", x=layers, y=share, mode="lines+markers", name="patches voting for the class",
+                  line=dict(dash="dot"), hovertemplate="block %{x}: %{y:.1%}<extra>patches voting for it</extra>")]  # fmt: skip
+    return _figure(lines, shapes=_layer_marker(layer), height=300, margin=dict(l=0, r=0, t=10, b=0),
+                   legend=dict(orientation="h", x=0, y=1.02, yanchor="bottom"),
+                   xaxis=dict(title=dict(text="block (depth)"), dtick=1 if len(layers) <= 24 else None),
+                   yaxis=dict(range=[0, 1.02], tickformat=".0%"))  # fmt: skip

@@ -64,16 +64,17 @@ def display_photo(file: ImageFile) -> Image.Image:
 
 
 @st.cache_data(max_entries=256, show_spinner=False)
-def _overlay_jpeg(key: str, patch_map: np.ndarray, box: tuple, colormap: str, alpha: float, _image) -> bytes:
+def _overlay_jpeg(key: str, patch_map: np.ndarray, box: tuple, colormap: str, alpha: float, value_range, _image) -> bytes:
     buffer = io.BytesIO()
-    plots.overlay(_image, patch_map, colormap, alpha, box).save(buffer, format="JPEG", quality=90)
+    plots.overlay(_image, patch_map, colormap, alpha, box, value_range).save(buffer, format="JPEG", quality=90)
     return buffer.getvalue()
 
 
-def overlay_picture(photo: Photo, patch_map, box, settings: Settings) -> bytes:
-    """The overlay as JPEG bytes, cached: redrawing after an unrelated control change costs nothing."""
+def overlay_picture(photo: Photo, patch_map, box, settings: Settings, value_range=None) -> bytes:
+    """The overlay as JPEG bytes, cached: redrawing after an unrelated control change costs nothing.
+    ``value_range`` fixes the colour scale (plots.overlay); by default each map is min-max scaled."""
     values = np.asarray(patch_map.numpy() if isinstance(patch_map, torch.Tensor) else patch_map, dtype=np.float32)
-    return _overlay_jpeg(photo.key, values, tuple(box), settings.colormap, settings.alpha, _image=photo.image)
+    return _overlay_jpeg(photo.key, values, tuple(box), settings.colormap, settings.alpha, value_range, _image=photo.image)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
@@ -117,10 +118,17 @@ def photo_and_analysis(model: vitviz.ViT, settings: Settings, name: str, file: I
     return photo, dataclasses.replace(analysis, box=tuple(v * photo.scale for v in analysis.box))
 
 
-@st.cache_resource(max_entries=64, show_spinner="Computing class-specific maps (forward + backward)...",
-                   hash_funcs=BY_DIGEST)  # fmt: skip
-def relevance_maps(_model, model_spec: str, file: ImageFile, precision: str, target: int) -> dict:
-    return analysis_module.class_maps(_model, analyse(_model, model_spec, file, precision), target, precision)
+@st.cache_resource(max_entries=64, show_spinner=False, hash_funcs=BY_DIGEST)
+def class_map(_model, model_spec: str, file: ImageFile, precision: str, target: int, method: str) -> np.ndarray:
+    """One class-specific map (explain.CLASS_SPECIFIC), computed once per method: choosing another method
+    computes only that one."""
+    analysis = analyse(_model, model_spec, file, precision)
+    return analysis_module.class_maps(_model, analysis, target, precision, methods=[method])[method]
+
+
+@st.cache_resource(max_entries=16, show_spinner="Reading every block's tokens through the head...", hash_funcs=BY_DIGEST)
+def logit_lens(_model, model_spec: str, file: ImageFile, precision: str, target: int) -> dict[str, np.ndarray]:
+    return analysis_module.logit_lens(_model, analyse(_model, model_spec, file, precision), target, precision)
 
 
 @st.cache_resource(max_entries=32, show_spinner="Replacing patches and re-running the model...", hash_funcs=BY_DIGEST)
@@ -130,7 +138,7 @@ def faithfulness_curves(_model, model_spec: str, file: ImageFile, precision: str
     # what the tokens the head reads attend to in the last block, fused over heads
     last = explain.readout_attention_all(analysis.attentions[-1:], analysis.readout, **analysis.maps_args)[0, 0]
     maps[f"{readout_title(_model.config)} (last layer)"] = last.mean(dim=0)
-    maps["relevance (Chefer et al.)"] = torch.from_numpy(relevance_maps(_model, model_spec, file, precision, target)["relevance"])
+    maps["relevance (Chefer et al.)"] = torch.from_numpy(class_map(_model, model_spec, file, precision, target, "relevance"))
     with vitviz.autocast(precision):
         return {name: explain.faithfulness(_model, analysis.pixel_values, m, target, baseline) for name, m in maps.items()}
 

@@ -6,6 +6,7 @@
     transition.py    Transition Attention Maps: attention as a Markov chain, integrated gradients (Yuan et al. 2021)
     gradcam.py       Grad-CAM on the last block's norm1 tokens (Selvaraju et al. 2017, as pytorch-grad-cam does)
     lens.py          the patch-level logit lens: every token of every block read by the head
+    methods.py       every map method by name: what the CLI, the benchmark and the dashboard compute
     sanity.py        the model-randomisation sanity check (Adebayo et al. 2018)
     statistics.py    attention distance and entropy, position embeddings, patch-embedding filters
     tokens.py        attention to prefix tokens, token norms, the attention-pooling head
@@ -36,6 +37,7 @@ from vitviz.explain.legrad import legrad, legrad_gradients
 from vitviz.explain.transition import integrated_attention_gradient, transition_attention_map
 from vitviz.explain.gradcam import grad_cam, norm1_gradients
 from vitviz.explain.lens import LogitLens, logit_lens, token_logits
+from vitviz.explain.methods import CLASS_SPECIFIC, METHODS, MethodMaps, method_maps
 from vitviz.explain.sanity import MapMethod, SanityCheck, cascading_randomization, spearman_correlation
 from vitviz.explain.statistics import attention_entropy, mean_attention_distance, patch_distances, patch_embedding_components, position_embedding_similarity
 from vitviz.explain.tokens import attention_to_prefix_tokens, high_norm_patches, pooling_attention, token_norms
@@ -43,10 +45,13 @@ from vitviz.explain.faithfulness import Baseline, area_under_curve, faithfulness
 
 __all__ = [
     "Baseline",
+    "CLASS_SPECIFIC",
     "HEAD_FUSIONS",
     "HeadFusion",
     "LogitLens",
+    "METHODS",
     "MapMethod",
+    "MethodMaps",
     "Pooling",
     "SanityCheck",
     "StreamingExplainer",
@@ -72,6 +77,7 @@ __all__ = [
     "legrad_gradients",
     "logit_lens",
     "mean_attention_distance",
+    "method_maps",
     "norm1_gradients",
     "patch_distances",
     "patch_embedding_components",
