@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> dict:
                 "median_upload_round_trip_s": round(statistics.median(report.round_trip_s), 2)
                 if report.round_trip_s else None,
                 **server.counts(),
-                "caches": server.cache_sizes(),
+                "store": server.store(),
                 "server_peak_rss_mb": round(server.peak_memory_mb(), 1),
             }  # fmt: skip
     print(json.dumps(results, indent=1))

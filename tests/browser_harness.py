@@ -71,19 +71,15 @@ class Server:
         runs = [line.split() for line in self._lines() if line.startswith("run ")]
         return [(kind, float(ms)) for _, kind, ms in runs]
 
-    def cache_sizes(self) -> dict[str, dict[str, int]]:
-        """Streamlit's own /_stcore/metrics per cached function: {"entries": {...}, "bytes": {...}}.
-
-        For st.cache_resource Streamlit reports an item count (it does not size resources);
-        for st.cache_data it reports the bytes held.
-        """
-        text = urllib.request.urlopen(self.url + "/_stcore/metrics", timeout=10).read().decode()
-        sizes: dict[str, dict[str, int]] = {"entries": {}, "bytes": {}}
-        for kind, name, value in re.findall(r'cache_memory_bytes\{cache_type="(\w+)",cache="([^"]+)"\}\s+(\d+)', text):
-            table = sizes["entries" if kind == "st_cache_resource" else "bytes"]
-            key = name.rsplit(".", 1)[-1]
-            table[key] = table.get(key, 0) + int(value)
-        return sizes
+    def store(self) -> dict[str, int]:
+        """The memory budget's store (vitviz_dashboard/budget.py) after the latest script run: bytes held, the
+        peak so far, the limit, entries and evictions; and "max_held", the most held after any run."""
+        lines = [line.split()[1:] for line in self._lines() if line.startswith("store ")]
+        if not lines:
+            return {}
+        held, peak, limit, entries, evictions = map(int, lines[-1])
+        return {"held": held, "peak": peak, "limit": limit, "entries": entries, "evictions": evictions,
+                "max_held": max(int(line[0]) for line in lines)}  # fmt: skip
 
     def peak_memory_mb(self) -> float:
         """The server's peak resident memory (VmHWM) so far."""
@@ -167,8 +163,12 @@ def serve(counts_file: str, streamlit_args: list[str]) -> None:
                 profiler.disable()
                 profiler.dump_stats(f"{profile_folder}/run-{time.time_ns()}.prof")
             kind = "fragment" if rerun_data.fragment_id_queue else "page"
+            from vitviz_dashboard.budget import STORE
+
+            held = STORE.stats()
             with lock, open(counts_file, "a") as f:
                 f.write(f"run {kind} {1000 * (time.perf_counter() - start):.2f}\n")
+                f.write(f"store {held['held']} {held['peak']} {held['limit']} {held['entries']} {held['evictions']}\n")
 
     ScriptRunner._run_script = timed_run
     sys.argv = ["streamlit", "run", *streamlit_args]

@@ -18,6 +18,7 @@ from tiny_models import tiny_checkpoint
 from streamlit.testing.v1 import AppTest
 
 import vitviz.load
+from vitviz_dashboard import budget
 from vitviz import Preprocessing, ViT, ViTConfig, explain, save_checkpoint
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
@@ -29,6 +30,7 @@ def fresh_caches(monkeypatch):
     # AppTest runs every page in this process, so Streamlit's caches outlive a test
     st.cache_resource.clear()
     st.cache_data.clear()
+    budget.STORE.clear()  # and the page's own store, bounded by the memory budget
     monkeypatch.setenv("VITVIZ_SAMPLES", "")  # no local sample images unless a test provides some
 
 
@@ -250,6 +252,7 @@ def test_a_model_with_fewer_layers_under_the_same_name_resets_the_layer_controls
     next(n for n in at.number_input if n.label == "A: layer").set_value(2).run()
     tiny_checkpoint(path)  # two layers now
     st.cache_resource.clear()
+    budget.STORE.clear()
     at.run()
     assert not at.exception, at.exception
     assert next(n for n in at.number_input if n.label == "A: layer").value == 1  # the new last layer, its default

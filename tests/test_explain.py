@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from vitviz import ViT, ViTConfig, explain
+from vitviz import ViT, ViTConfig, autocast, explain
 from vitviz.explain import (
     StreamingExplainer,
     area_under_curve,
@@ -361,39 +361,142 @@ def test_perturbation_curve_replaces_exact_fractions():
 # --- streaming ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("registers,fusion,discard", [(0, "mean", 0.0), (4, "max", 0.3)])
-def test_streaming_equals_keeping_everything(registers, fusion, discard):
-    model = tiny_model(prefix_registers=registers)
-    images = torch.randn(2, 3, 16, 24)
-    prefix = 1 + registers
-    streamer = StreamingExplainer(model.config.grid_size, 8, prefix, head_fusion=fusion, discard_ratio=discard)
+def map_pooled_model(registers=2, seed=0):
+    """A SigLIP-like model: no [CLS], an attention-pooling head, registers, a non-square 2x3 grid."""
+    torch.manual_seed(seed)
+    model = ViT(ViTConfig(image_size=(16, 24), patch_size=8, hidden_size=32, num_layers=3, num_heads=4, mlp_size=64,
+                          num_classes=5, class_token=False, pooling="map", num_register_tokens=registers)).eval()  # fmt: skip
     with torch.no_grad():
-        streamed_output = model(images, attention_sink=streamer)
+        for param in model.parameters():
+            param.normal_(std=0.3)
+    return model
+
+
+def keep_everything(attentions, grid, prefix, fusion="mean", discard=0.0, start_layer=0, pooling="cls"):
+    """What StreamingExplainer must give, from the kept attentions upcast to fp32."""
+    attentions = [a.float() if a.dtype != torch.float64 else a for a in attentions]
+    readout = explain.readout_attention_all(attentions, pooling, prefix, grid)
+    return {
+        "rollout": attention_rollout(attentions, fusion, discard, start_layer, prefix, grid, pooling),
+        "readout_attention": readout,
+        "cls_attention": readout,
+        "prefix_shares": explain.attention_to_prefix_tokens(attentions, prefix),
+        "mean_distance": mean_attention_distance(attentions, grid, 8, prefix),
+        "entropy": attention_entropy(attentions),
+    }
+
+
+def assert_same_results(streamed, expected, dtype=torch.float32):
+    assert streamed.keys() == expected.keys()
+    for name, tensor in expected.items():
+        assert streamed[name].dtype == dtype, name
+        torch.testing.assert_close(streamed[name], tensor, rtol=1e-5, atol=1e-7, msg=name)
+        if dtype != torch.float64:
+            streamed[name].numpy()  # no bf16 left for numpy to refuse
+    assert streamed["cls_attention"] is streamed["readout_attention"]
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize(
+    "pooling,registers,fusion,discard,start_layer",
+    [("cls", 0, "mean", 0.0, 0), ("cls", 4, "max", 0.3, 0), ("mean", 2, "mean", 0.3, 1), ("readout", 2, "min", 0.0, 0)],
+)
+def test_streaming_equals_keeping_everything(precision, pooling, registers, fusion, discard, start_layer):
+    # under bf16 the running rollout used to stay bf16 (autocast ran its products in bf16): 3e-3 off, and no .numpy()
+    model = map_pooled_model(registers) if pooling == "readout" else tiny_model(prefix_registers=registers)
+    prefix = model.config.num_prefix_tokens
+    images = torch.randn(2, 3, 16, 24)
+    with torch.no_grad(), autocast(precision):
         output = model(images, output_attentions=True)
+        pooling = output.readout if pooling == "readout" else pooling  # "map": the weights depend on the image
+        streamer = StreamingExplainer(model.config.grid_size, 8, prefix, fusion, discard, start_layer, pooling)
+        streamed_output = model(images, attention_sink=streamer)
     assert streamed_output.attentions is None
-    streamed = streamer.results()
     grid = output.grid_size
-    torch.testing.assert_close(
-        streamed["rollout"], attention_rollout(output.attentions, fusion, discard, 0, prefix, grid)
-    )
-    torch.testing.assert_close(streamed["cls_attention"], cls_attention_all(output.attentions, prefix, grid))
-    torch.testing.assert_close(
-        streamed["mean_distance"], mean_attention_distance(output.attentions, grid, 8, prefix)
-    )
-    torch.testing.assert_close(streamed["entropy"], attention_entropy(output.attentions))
+    assert_same_results(streamer.results(), keep_everything(output.attentions, grid, prefix, fusion, discard,
+                                                            start_layer, pooling))  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64])
+def test_streaming_upcasts_half_precision_weights(dtype):
+    # weights that arrive in half precision are folded in fp32; a float64 model keeps fp64
+    attentions = [a.to(dtype) for a in random_attentions(prefix=3)]
+    readout = torch.rand(2, 9).softmax(-1).to(dtype)
+    streamer = StreamingExplainer((2, 3), 8, 3, discard_ratio=0.2, pooling=readout)
+    for index, attention in enumerate(attentions):
+        streamer(index, attention)
+    result_dtype = torch.promote_types(dtype, torch.float32)
+    expected = keep_everything(attentions, (2, 3), 3, discard=0.2, pooling=readout)
+    assert_same_results(streamer.results(), expected, result_dtype)
+
+
+def test_streaming_a_second_pass_replaces_the_first():
+    # the second image's blocks used to be appended to the first's: 6 layers of rows on a 3-block model
+    model = tiny_model(prefix_registers=2)
+    first, second = torch.randn(2, 3, 16, 24), torch.randn(2, 3, 16, 24)
+    reused = StreamingExplainer(model.config.grid_size, 8, 3, start_layer=1)
+    fresh = StreamingExplainer(model.config.grid_size, 8, 3, start_layer=1)
+    with torch.no_grad():
+        model(first, attention_sink=reused)
+        first_results = reused.results()
+        model(second, attention_sink=reused)
+        model(second, attention_sink=fresh)
+    results, expected = reused.results(), fresh.results()
+    assert results.keys() == expected.keys()
+    for name, tensor in expected.items():
+        torch.testing.assert_close(results[name], tensor, rtol=0, atol=0, msg=name)
+    assert results["readout_attention"].shape == (2, 3, 4, 2, 3)
+    assert not torch.allclose(results["rollout"], first_results["rollout"])
+
+
+def test_streaming_refuses_a_skipped_block():
+    attentions = random_attentions()
+    streamer = StreamingExplainer((2, 3), 8, 1)
+    with pytest.raises(ValueError, match="expected block 0; got block 1"):
+        streamer(1, attentions[0])
+    streamer(0, attentions[0])
+    streamer(1, attentions[1])
+    with pytest.raises(ValueError, match="expected block 2, or 0 to start a new pass; got block 3"):
+        streamer(3, attentions[2])
+    model = tiny_model()
+    skipping = StreamingExplainer(model.config.grid_size, 8, 1)
+    with torch.no_grad(), pytest.raises(ValueError, match="expected block 1, or 0 to start a new pass; got block 2"):
+        model(torch.randn(1, 3, 16, 24), attention_sink=lambda index, weights: index != 1 and skipping(index, weights))
+
+
+def test_streaming_readout_weights_are_validated():
+    with pytest.raises(ValueError, match=r"\(B, T\) token weights"):
+        StreamingExplainer((2, 3), 8, 1, pooling=torch.ones(7))
+    streamer = StreamingExplainer((2, 3), 8, 1, pooling=torch.ones(1, 7) / 7)
+    with pytest.raises(ValueError, match=r"readout weights \(1, 7\) do not match \(B, T\) = \(2, 7\)"):
+        streamer(0, random_attentions()[0])
+
+
+def test_streaming_reports_progress_after_each_block():
+    model = tiny_model()
+    seen = []
+    streamer = StreamingExplainer(model.config.grid_size, 8, 1, progress=lambda index: seen.append(
+        (index, streamer.results()["entropy"].shape[1])))  # fmt: skip
+    with torch.no_grad():
+        model(torch.randn(1, 3, 16, 24), attention_sink=streamer)
+        model(torch.randn(1, 3, 16, 24), attention_sink=streamer)
+    assert seen == [(0, 1), (1, 2), (2, 3)] * 2  # each block once, in order, and already folded in
 
 
 def test_streaming_keeps_no_full_attention_matrix_alive():
-    model = tiny_model()
-    streamer = StreamingExplainer(model.config.grid_size, 8, 1)
+    images = torch.randn(2, 3, 16, 24)
+    map_pooled = map_pooled_model()
     with torch.no_grad():
-        model(torch.randn(2, 3, 16, 24), attention_sink=streamer)
-    results = streamer.results()
-    # every kept tensor owns only its own numbers, not a slice of a (B, heads, T, T) block
-    for name, tensor in results.items():
-        assert tensor.untyped_storage().nbytes() == tensor.numel() * tensor.element_size(), name
-    for rows in streamer._cls_rows:
-        assert rows.untyped_storage().nbytes() == rows.numel() * rows.element_size()
+        readout = map_pooled(images).readout
+    for model, pooling in [(tiny_model(), "cls"), (map_pooled, "mean"), (map_pooled, readout)]:
+        streamer = StreamingExplainer(model.config.grid_size, 8, model.config.num_prefix_tokens, pooling=pooling)
+        with torch.no_grad():
+            model(images, attention_sink=streamer)
+        # every kept tensor owns only its own numbers, not a slice of a (B, heads, T, T) block
+        for name, tensor in streamer.results().items():
+            assert tensor.untyped_storage().nbytes() == tensor.numel() * tensor.element_size(), name
+        for rows in streamer._readout_rows:
+            assert rows.untyped_storage().nbytes() == rows.numel() * rows.element_size()
 
 
 def test_mean_pooled_models_read_the_mean_patch_row():
@@ -548,6 +651,10 @@ def test_streaming_start_layer_past_the_last_block_names_the_valid_range():
     model = tiny_model()
     streamer = StreamingExplainer(model.config.grid_size, 8, 1, start_layer=3)
     with torch.no_grad():
+        model(torch.randn(1, 3, 16, 24), attention_sink=streamer)
+    with pytest.raises(ValueError, match=r"start_layer must be in \[0, 2\] for a model with 3 blocks; got 3"):
+        streamer.results()
+    with torch.no_grad():  # a second pass: still 3 blocks, not the 6 seen in all
         model(torch.randn(1, 3, 16, 24), attention_sink=streamer)
     with pytest.raises(ValueError, match=r"start_layer must be in \[0, 2\] for a model with 3 blocks; got 3"):
         streamer.results()

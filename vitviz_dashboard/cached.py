@@ -1,15 +1,17 @@
 """Every cached computation of the page: the model, decoded photos, the forward pass, maps, figures.
 
-Controls never re-run the model: the forward pass is cached per (model, image, precision), and what
-the tabs draw from it per choice of settings. Cached functions take an ImageFile and are keyed by its
-digest (BY_DIGEST): Streamlit would otherwise hash the whole file again on every call of every cached
-function in every rerun. Functions given an ``_analysis`` name it in their key by (model spec, image
-key, precision) instead, since those fix the analysis.
+Controls never re-run the model: the forward pass is kept per (model, image, precision), and what the tabs
+draw from it per choice of settings. Everything but the models lives in budget.STORE, bounded in bytes
+(VITVIZ_MEMORY_BUDGET): the least recently used entries go first. Kept functions take an ImageFile and are
+keyed by its digest; functions given an ``_analysis`` name it in their key by (model spec, image key,
+precision) instead, since those fix the analysis. An analysis too big to keep whole (budget.analysis_share)
+keeps only its small views, and a view it lacks is recomputed by a streaming pass, with progress per block.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import io
 
@@ -25,12 +27,12 @@ from vitviz import explain, hub, plots
 from vitviz.analysis import ImageAnalysis
 from vitviz.images import ImageFile, load_image
 
+from vitviz_dashboard.budget import analysis_share, kept
 from vitviz_dashboard.common import Photo, Settings, readout_title
 from vitviz_dashboard.progress import progress_class
 
 MAX_DISPLAY_SIDE = 1024
 PICKER_SIDE = 512  # the click-a-patch picture's long side, in pixels
-BY_DIGEST = {ImageFile: lambda file: file.key}
 
 
 @st.cache_resource(max_entries=3, show_spinner="Loading the model...")
@@ -48,13 +50,13 @@ def get_model_with_progress(spec: str) -> vitviz.ViT:
         slot.empty()
 
 
-@st.cache_resource(max_entries=64, show_spinner=False, hash_funcs=BY_DIGEST)
+@kept()
 def decode(file: ImageFile) -> Image.Image:
     """The decoded photo, shared (not copied) between reruns and sessions: never modify it in place."""
     return load_image(file.data)
 
 
-@st.cache_resource(max_entries=64, show_spinner=False, hash_funcs=BY_DIGEST)
+@kept()
 def display_photo(file: ImageFile) -> Image.Image:
     """The photo at most MAX_DISPLAY_SIDE pixels on its long side: what overlays are drawn on for the
     page (downloads use the full resolution). Shared like decode's result: never modify it."""
@@ -63,7 +65,7 @@ def display_photo(file: ImageFile) -> Image.Image:
     return photo
 
 
-@st.cache_data(max_entries=256, show_spinner=False)
+@kept()
 def _overlay_jpeg(key: str, patch_map: np.ndarray, box: tuple, colormap: str, alpha: float, value_range, _image) -> bytes:
     buffer = io.BytesIO()
     plots.overlay(_image, patch_map, colormap, alpha, box, value_range).save(buffer, format="JPEG", quality=90)
@@ -77,7 +79,7 @@ def overlay_picture(photo: Photo, patch_map, box, settings: Settings, value_rang
     return _overlay_jpeg(photo.key, values, tuple(box), settings.colormap, settings.alpha, value_range, _image=photo.image)
 
 
-@st.cache_data(max_entries=64, show_spinner=False)
+@kept()
 def _outlined_jpeg(key: str, mask: np.ndarray, box: tuple, _image) -> bytes:
     buffer = io.BytesIO()
     plots.outline_patches(_image, mask, box).save(buffer, format="JPEG", quality=90)
@@ -89,7 +91,7 @@ def outlined_picture(photo: Photo, mask: np.ndarray, box) -> bytes:
     return _outlined_jpeg(photo.key, np.asarray(mask, dtype=bool), tuple(box), _image=photo.image)
 
 
-@st.cache_data(max_entries=64, show_spinner=False)
+@kept()
 def _photo_data_uri(key: str, _image) -> tuple[str, float]:
     """The photo as a JPEG data URI at most PICKER_SIDE pixels on its long side, and its scale
     (shown pixels per data-URI pixel). The picker sits in half a page: a bigger picture only makes
@@ -105,10 +107,26 @@ def photo_data_uri(photo: Photo) -> tuple[str, float]:
     return _photo_data_uri(photo.key, photo.image)
 
 
-@st.cache_resource(max_entries=8, show_spinner="Running the ViT...", hash_funcs=BY_DIGEST)  # attentions are big
+@contextlib.contextmanager
+def block_progress(text: str, blocks: int):
+    """A progress bar for a pass through the model, moved on by the callback this yields (block index)."""
+    slot = st.empty()
+
+    def update(block: int) -> None:
+        slot.progress((block + 1) / blocks, text=f"{text}: block {block + 1} of {blocks}")
+
+    try:
+        yield update
+    finally:
+        slot.empty()
+
+
+@kept()
 def analyse(_model: vitviz.ViT, model_spec: str, file: ImageFile, precision: str) -> ImageAnalysis:
-    """One forward pass per (model, image, precision): controls never re-run the model."""
-    return analysis_module.analyse_image(_model, decode(file), precision)
+    """One forward pass per (model, image, precision): controls never re-run the model. The attention
+    tensors are kept only within the budget's share for one analysis."""
+    with block_progress("Running the ViT", _model.config.num_layers) as progress:
+        return analysis_module.analyse_image(_model, decode(file), precision, analysis_share(), progress)
 
 
 def photo_and_analysis(model: vitviz.ViT, settings: Settings, name: str, file: ImageFile) -> tuple[Photo, ImageAnalysis]:
@@ -118,7 +136,7 @@ def photo_and_analysis(model: vitviz.ViT, settings: Settings, name: str, file: I
     return photo, dataclasses.replace(analysis, box=tuple(v * photo.scale for v in analysis.box))
 
 
-@st.cache_resource(max_entries=64, show_spinner=False, hash_funcs=BY_DIGEST)
+@kept()
 def class_map(_model, model_spec: str, file: ImageFile, precision: str, target: int, method: str) -> np.ndarray:
     """One class-specific map (explain.CLASS_SPECIFIC), computed once per method: choosing another method
     computes only that one."""
@@ -126,61 +144,62 @@ def class_map(_model, model_spec: str, file: ImageFile, precision: str, target: 
     return analysis_module.class_maps(_model, analysis, target, precision, methods=[method])[method]
 
 
-@st.cache_resource(max_entries=16, show_spinner="Reading every block's tokens through the head...", hash_funcs=BY_DIGEST)
+@kept(spinner="Reading every block's tokens through the head...")
 def logit_lens(_model, model_spec: str, file: ImageFile, precision: str, target: int) -> dict[str, np.ndarray]:
     return analysis_module.logit_lens(_model, analyse(_model, model_spec, file, precision), target, precision)
 
 
-@st.cache_resource(max_entries=32, show_spinner="Replacing patches and re-running the model...", hash_funcs=BY_DIGEST)
+@kept(spinner="Replacing patches and re-running the model...")
 def faithfulness_curves(_model, model_spec: str, file: ImageFile, precision: str, target: int, baseline: str):
     analysis = analyse(_model, model_spec, file, precision)
-    maps = {"rollout": explain.attention_rollout(analysis.attentions, **analysis.readout_args)[0]}
+    maps = {"rollout": analysis.rollout}
     # what the tokens the head reads attend to in the last block, fused over heads
-    last = explain.readout_attention_all(analysis.attentions[-1:], analysis.readout, **analysis.maps_args)[0, 0]
-    maps[f"{readout_title(_model.config)} (last layer)"] = last.mean(dim=0)
+    maps[f"{readout_title(_model.config)} (last layer)"] = analysis.readout_attention[-1].mean(dim=0)
     maps["relevance (Chefer et al.)"] = torch.from_numpy(class_map(_model, model_spec, file, precision, target, "relevance"))
     with vitviz.autocast(precision):
         return {name: explain.faithfulness(_model, analysis.pixel_values, m, target, baseline) for name, m in maps.items()}
 
 
-@st.cache_resource(max_entries=64, show_spinner=False)
+@kept()
 def rollout_map(model_spec: str, image_key: str, precision: str, fusion: str, discard: float, start: int, *,
-                _analysis: ImageAnalysis) -> np.ndarray:
-    """The rollout for one choice of settings, computed once: the analysis is fixed by (model, image,
-    precision), so those name it in the key instead of the attentions themselves."""
-    return explain.attention_rollout(_analysis.attentions, fusion, discard, start, **_analysis.readout_args)[0].numpy()
+                _analysis: ImageAnalysis, _model: vitviz.ViT) -> np.ndarray:
+    """The rollout for one choice of settings, computed once: from the kept attentions, or by a streaming pass
+    when the analysis did not keep them (the default settings' rollout comes with every analysis)."""
+    if (fusion, discard, start) == ("mean", 0.0, 0):
+        return _analysis.rollout.numpy()
+    if _analysis.attentions is not None:
+        return analysis_module.rollout(_model, _analysis, fusion, discard, start).numpy()
+    with block_progress("Recomputing the rollout for these settings", _model.config.num_layers) as progress:
+        return analysis_module.rollout(_model, _analysis, fusion, discard, start, progress).numpy()
 
 
-@st.cache_resource(max_entries=16, show_spinner=False)
-def readout_maps(model_spec: str, image_key: str, precision: str, *, _analysis: ImageAnalysis) -> np.ndarray:
+def readout_maps(_analysis: ImageAnalysis) -> np.ndarray:
     """What the tokens the head reads attend to, every block and head: (layers, heads, rows, cols).
     The [CLS] rows for a [CLS] model, the mean patch row for mean pooling, the rows weighted by the
-    pooling head's weights for attention pooling (explain.readout_attention_all)."""
-    return explain.readout_attention_all(_analysis.attentions, **_analysis.readout_args)[0].numpy()
+    pooling head's weights for attention pooling (explain.readout_attention_all); part of every analysis."""
+    return _analysis.readout_attention.numpy()
 
 
-@st.cache_resource(max_entries=64, show_spinner=False)
+@kept()
 def patch_maps(model_spec: str, image_key: str, precision: str, layer: int, row: int, col: int, *,
-               _analysis: ImageAnalysis) -> tuple[np.ndarray, np.ndarray]:
+               _analysis: ImageAnalysis, _model: vitviz.ViT) -> tuple[np.ndarray, np.ndarray]:
     """What patch (row, col) attends to in one layer: fused over heads (rows, cols) and per head (H, rows, cols)."""
-    args = dict(layer=layer, query=(row, col), **_analysis.maps_args)
-    fused = explain.query_attention(_analysis.attentions, head="mean", **args)[0]
-    heads = _analysis.attentions[layer].shape[1]
-    per_head = torch.stack([explain.query_attention(_analysis.attentions, head=h, **args)[0] for h in range(heads)])
-    return fused.numpy(), per_head.numpy()
+    if _analysis.attentions is not None:
+        per_head = analysis_module.patch_attention(_model, _analysis, layer, (row, col))
+    else:
+        with block_progress(f"Recomputing what patch ({row}, {col}) attends to", layer + 1) as progress:
+            per_head = analysis_module.patch_attention(_model, _analysis, layer, (row, col), progress)
+    return per_head.mean(dim=0).numpy(), per_head.numpy()
 
 
-@st.cache_resource(max_entries=32, show_spinner=False, hash_funcs=BY_DIGEST)
-def statistics(_model, model_spec: str, file: ImageFile, precision: str) -> dict[str, np.ndarray]:
-    return analysis_module.head_statistics(analyse(_model, model_spec, file, precision), _model.config.patch_size)
+def statistics(_analysis: ImageAnalysis) -> dict[str, np.ndarray]:
+    return analysis_module.head_statistics(_analysis)
 
 
-@st.cache_resource(max_entries=32, show_spinner=False)
-def token_views(model_spec: str, image_key: str, precision: str, *, _analysis: ImageAnalysis) -> dict[str, np.ndarray]:
+def token_views(_analysis: ImageAnalysis) -> dict[str, np.ndarray]:
     """The Tokens tab's numbers: attention to each prefix token and among patches (layers, heads, P + 1),
     every token's norm after every block (layers, T)."""
-    shares = explain.attention_to_prefix_tokens(_analysis.attentions, _analysis.num_prefix_tokens)[0]
-    return {"prefix_shares": shares.numpy(), "token_norms": _analysis.token_norms.numpy()}
+    return {"prefix_shares": _analysis.prefix_shares.numpy(), "token_norms": _analysis.token_norms.numpy()}
 
 
 def cached_figure(builder: str, *args, **kwargs) -> go.Figure:
@@ -190,12 +209,12 @@ def cached_figure(builder: str, *args, **kwargs) -> go.Figure:
     return _figure(builder, *args, **kwargs)
 
 
-@st.cache_resource(max_entries=256, show_spinner=False)
+@kept()
 def _figure(builder: str, *args, **kwargs) -> go.Figure:
     return getattr(plots, builder)(*args, **kwargs)
 
 
-@st.cache_resource(max_entries=3, show_spinner=False)
+@kept()
 def model_anatomy(_model, model_spec: str) -> dict:
     """Weights-only views, computed once per model."""
     c = _model.config

@@ -11,10 +11,11 @@ import streamlit as st
 
 from vitviz.images import ImageError, ImageFile
 
+from vitviz_dashboard.budget import session_share
 from vitviz_dashboard.cached import decode
 
 UPLOAD_TYPES = ["jpg", "jpeg", "png", "webp", "bmp", "gif", "tif", "tiff"]
-MAX_SESSION_IMAGES = 20  # images a session keeps for revisiting and comparing
+MAX_SESSION_IMAGES = 20  # images a session keeps for revisiting and comparing (and at most budget.session_share() bytes)
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -101,6 +102,12 @@ def take_in(name: str, upload) -> tuple[str, str]:
         name, number = f"{stem} ({number}){suffix}", number + 1
     history.pop(name, None)  # re-insert: newest last
     history[name] = file
-    while len(history) > MAX_SESSION_IMAGES:  # bound each session's memory: drop the oldest
-        history.pop(next(iter(history)))
+    limit, dropped = session_share(), []
+    # bound each session's memory in images and in bytes: drop the oldest, never the one just taken in
+    while len(history) > 1 and (len(history) > MAX_SESSION_IMAGES or sum(len(f.data) for f in history.values()) > limit):
+        dropped.append(next(iter(history)))
+        history.pop(dropped[-1])
+    if dropped:
+        st.toast(f"Dropped the oldest image{'s' if len(dropped) > 1 else ''} of this session ({', '.join(dropped)}): a "
+                 f"session keeps at most {MAX_SESSION_IMAGES} images and {limit / 2**20:.0f} MB.")  # fmt: skip
     return name, ""

@@ -15,7 +15,7 @@ from vitviz_dashboard.common import Page, downloads
 
 def draw(page: Page) -> None:
     model, settings = page.model, page.settings
-    stats = statistics(model, settings.model_spec, page.file, settings.precision)
+    stats = statistics(page.analysis)
     anatomy = model_anatomy(model, settings.model_spec)
     left, right = st.columns(2)
     left.subheader("Mean attention distance")

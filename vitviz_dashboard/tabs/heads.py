@@ -34,7 +34,7 @@ def draw(page: Page, images: dict[str, ImageFile], prepare: Callable[[str], tupl
     stem = readout_file_name(c)
     layers = range(c.num_layers)
     layer = index_slider("Layer", c.num_layers, page.key("heads_layer", c.num_layers - 1, options=layers))
-    maps = readout_maps(settings.model_spec, page.photo.key, settings.precision, _analysis=page.analysis)  # (L, H, r, c)
+    maps = readout_maps(page.analysis)  # (L, H, r, c)
     st.subheader(f"Every head in layer {layer}: {title}")
     st.caption(f"Each map is {READS[title]}, over the patches, for one head.")
     st.plotly_chart(cached_figure("grid_figure", maps[layer], [f"head {h}" for h in range(c.num_heads)], min(c.num_heads, 6),
@@ -56,8 +56,7 @@ def draw(page: Page, images: dict[str, ImageFile], prepare: Callable[[str], tupl
                                          key=page.key(f"layer_{side}", layers[-1] if side == "A" else 0, options=layers))  # fmt: skip
             heads = ["mean", "max", "min", *range(c.num_heads)]
             pick_head = st.selectbox(f"{side}: head", heads, key=page.key(f"head_{side}", "mean", options=heads))
-            side_maps = maps if side_analysis is page.analysis else readout_maps(
-                settings.model_spec, side_photo.key, settings.precision, _analysis=side_analysis)  # fmt: skip
+            side_maps = maps if side_analysis is page.analysis else readout_maps(side_analysis)
             per_head = side_maps[int(pick_layer)]  # (H, rows, cols)
             patch_map = per_head[pick_head] if isinstance(pick_head, int) else FUSIONS[pick_head](per_head, axis=0)
             if image_name == page.photo.name:

@@ -34,7 +34,7 @@ def draw(page: Page) -> None:
         layers = range(model.config.num_layers)
         start = index_slider("Start layer", len(layers), page.key("start_layer", 0, options=layers))
     rollout = rollout_map(settings.model_spec, page.photo.key, settings.precision, fusion, discard, start,
-                          _analysis=analysis)
+                          _analysis=analysis, _model=model)
     with left:
         st.subheader("Attention rollout")
         a, b = st.columns(2)

@@ -42,7 +42,7 @@ def draw(page: Page) -> None:
             st.session_state.patch = clicked  # (clicking the current patch changes nothing, and must not rerun)
             rerun_tab()
     fused, per_head = patch_maps(settings.model_spec, page.photo.key, settings.precision, layer, row, col,
-                                 _analysis=analysis)  # fmt: skip
+                                 _analysis=analysis, _model=page.model)  # fmt: skip
     with right:
         st.image(overlay_picture(page.photo, fused, analysis.box, settings), width="stretch",
                  caption=f"patch ({row}, {col}), layer {layer}, mean over heads")  # fmt: skip

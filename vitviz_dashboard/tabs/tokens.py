@@ -19,7 +19,7 @@ HEADS = ["mean", "max", "min"]
 
 @st.fragment
 def draw(page: Page) -> None:
-    views = token_views(page.settings.model_spec, page.photo.key, page.settings.precision, _analysis=page.analysis)
+    views = token_views(page.analysis)
     maps = {"token_norms": views["token_norms"]}
     prefix_tokens(page, views["prefix_shares"], maps)
     st.divider()
