@@ -4,6 +4,7 @@ its areas, resuming, and one process against `torchrun --nproc_per_node 2` (iden
 import csv
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ import torch
 from PIL import Image
 
 import vitviz.benchmark as benchmark
+from vitviz.precision import PrecisionChoice
 from tiny_models import tiny_checkpoint
 from vitviz.explain.faithfulness import CHEFER_FRACTIONS, chefer_auc, chefer_perturbation, deletion_insertion
 
@@ -171,12 +173,19 @@ def test_torchrun_with_two_processes_gives_the_numbers_of_one(folder, tmp_path):
     finally:
         torch.set_num_threads(threads)
     env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")} | {"OMP_NUM_THREADS": "1"}
-    result = subprocess.run(
+    # its own process group, so that a timeout ends torchrun's workers too (killing torchrun alone would leave them)
+    process = subprocess.Popen(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
          "-m", "vitviz.benchmark", *args, "--out", str(tmp_path / "two")],
-        capture_output=True, text=True, env=env, timeout=300,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True,
     )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
+    try:
+        _, stderr = process.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        pytest.fail("torchrun with two processes took over 300 s")
+    assert process.returncode == 0, stderr[-3000:]
     one, two = read_csv(tmp_path / "one" / "results.csv"), read_csv(tmp_path / "two" / "results.csv")
     for a, b in zip(one, two, strict=True):
         assert {k: v for k, v in a.items() if k != "ms_per_image"} == {k: v for k, v in b.items() if k != "ms_per_image"}
@@ -224,3 +233,19 @@ def test_sanity_check_flags_the_map_that_ignores_the_model(folder, tmp_path):
     assert float(rows["relevance"]["depth_2"]) < 0.5
     report = (tmp_path / "out" / "results.md").read_text()
     assert "| random | 1.00 | 1.00 | 1.00 | no |" in report and "| relevance | 1.00 |" in report
+
+
+def test_precision_auto_is_decided_once_and_stated(folder, tmp_path, monkeypatch, capsys):
+    data, checkpoint = folder
+    calls = []
+
+    def stub(choice, model):
+        calls.append(choice)
+        return "bf16", PrecisionChoice("bf16", 2.0, 1.0, "bf16 took 0.50x the time of fp32", 3)
+
+    monkeypatch.setattr(benchmark, "resolve_precision", stub)
+    assert benchmark.main([str(data), "--model", str(checkpoint), "--methods", "rollout", "--limit", "2", "--steps", "2",
+                           "--precision", "auto", "--out", str(tmp_path / "out")]) == 0  # fmt: skip
+    assert calls == ["auto"]
+    assert "in bf16" in (tmp_path / "out" / "results.md").read_text()
+    assert "auto chose bf16" in capsys.readouterr().err

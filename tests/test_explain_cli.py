@@ -143,3 +143,10 @@ def test_cli_new_methods_on_a_mean_pooled_model_with_registers(images, tmp_path)
                  "--methods", "legrad", "tam", "gradcam", "lens"]) == 0  # fmt: skip
     maps = np.load(out / "wide.npz")
     assert all(maps[method].shape == (4, 6) for method in ("legrad", "tam", "gradcam", "lens"))
+
+
+def test_cli_precision_auto_times_the_model_and_says_what_it_chose(checkpoint, images, tmp_path, capsys):
+    main([str(images / "wide.png"), "--model", str(checkpoint), "--out", str(tmp_path / "o"), "--precision", "auto"])
+    err = capsys.readouterr().err
+    assert "auto chose fp32" in err or "auto chose bf16" in err
+    assert np.load(tmp_path / "o" / "wide.npz")["rollout"].shape == (4, 4)

@@ -43,6 +43,7 @@ from vitviz.explain_cli import find_images
 from vitviz.images import ImageError, load_image
 from vitviz.load import load_model
 from vitviz.model import ViT, autocast
+from vitviz.precision import PRECISION_CHOICES, resolve_precision
 
 RANDOM = "random"  # a map of uniform noise: the chance level
 COLUMNS = ["method", "positive_auc", "negative_auc", "deletion_auc", "insertion_auc", "ms_per_image", "n_images"]
@@ -63,7 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of the random baseline maps and of the sanity check")
     p.add_argument("--sanity", type=int, default=0, metavar="N",
                    help="also run Adebayo et al.'s cascading-randomisation sanity check on the first N images")  # fmt: skip
-    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="inference precision")
+    p.add_argument("--precision", choices=PRECISION_CHOICES, default="fp32",
+                   help="inference precision; auto times fp32 against bf16 on this model first (under torchrun, the "
+                        "first process times it and every process uses its choice)")  # fmt: skip
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="torch device")
     return p
 
@@ -142,8 +145,8 @@ def summarise(records: list[dict], methods: list[str]) -> list[dict]:
     return rows
 
 
-def markdown(rows: list[dict], model: str, target: str) -> str:
-    lines = [f"{rows[0]['n_images']} images, model `{model}`, maps of the {target} class", "",
+def markdown(rows: list[dict], model: str, target: str, precision: str = "fp32") -> str:
+    lines = [f"{rows[0]['n_images']} images, model `{model}` in {precision}, maps of the {target} class", "",
              "| method | positive AUC (lower is better) | negative AUC (higher) | deletion AUC (lower) "
              "| insertion AUC (higher) | ms per image |", "| --- | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
     for r in rows:
@@ -218,6 +221,13 @@ def run(args: argparse.Namespace, rank: int, world: int) -> int:
         raise SystemExit(f"error: {error}") from None
     if model.config.num_classes == 0:
         raise SystemExit("error: this model has no classification head; the benchmark needs class probabilities")
+    if args.precision == "auto":  # decided once, by the first process, so that every process uses the same
+        choice = [resolve_precision("auto", model)[1] if rank == 0 else None]
+        if world > 1:
+            dist.broadcast_object_list(choice, src=0)
+        args.precision = choice[0].precision
+        if rank == 0:
+            print(choice[0].summary(), file=sys.stderr)
     labels = folder_labels(args.images, paths, model.class_names)
     if args.target == "label" and labels is None:
         raise SystemExit("error: --target label needs class sub-folders named after the model's classes")
@@ -302,7 +312,7 @@ def write_results(args: argparse.Namespace, records: list[dict], labelled: bool)
         writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
-    table = markdown(rows, args.model, args.target)
+    table = markdown(rows, args.model, args.target, args.precision)
     table += f"\n\nAccuracy against the {'folder labels' if labelled else 'prediction on the intact image'}."
     (args.out / "results.md").write_text(table + "\n")
     plot(rows, args.out / "curves.png")

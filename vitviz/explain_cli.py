@@ -26,6 +26,7 @@ from vitviz.explain.methods import DESCRIPTIONS, METHODS
 from vitviz.load import load_model
 from vitviz.model import ViT
 from vitviz.plots import COLORMAPS, overlay
+from vitviz.precision import PRECISION_CHOICES, resolve_precision
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"}
 
@@ -46,7 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--start-layer", type=int, default=0, help="rollout, legrad, tam: first block included")
     p.add_argument("--colormap", choices=COLORMAPS, default="inferno", help="overlay colours")
     p.add_argument("--alpha", type=float, default=0.5, help="overlay opacity in [0, 1]")
-    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="inference precision")
+    p.add_argument("--precision", choices=PRECISION_CHOICES, default="fp32",
+                   help="inference precision; auto times fp32 against bf16 on this model first")  # fmt: skip
     return p
 
 
@@ -89,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"error: {error}") from None
     if model.config.num_classes == 0:
         raise SystemExit("error: this model has no classification head; vitviz.explain needs a classifier")
+    args.precision, measured = resolve_precision(args.precision, model)
+    if measured:
+        print(measured.summary(), file=sys.stderr)
     if args.target is not None and not 0 <= args.target < model.config.num_classes:
         parser.error(f"--target must be in [0, {model.config.num_classes - 1}]")
     if not 0 <= args.start_layer < model.config.num_layers:

@@ -11,10 +11,11 @@ import streamlit as st
 import vitviz
 from vitviz.images import ImageError
 
+from vitviz_dashboard.budget import BUDGET_ERROR
 from vitviz_dashboard.cached import get_model_with_progress, photo_and_analysis
 from vitviz_dashboard.common import Page, keep_tab_widgets
 from vitviz_dashboard.images import choose_image
-from vitviz_dashboard.sidebar import MISSING_SPEC, describe_model, sidebar
+from vitviz_dashboard.sidebar import MISSING_SPEC, describe_model, resolve, sidebar
 from vitviz_dashboard.tabs import anatomy, class_specific, faithfulness, heads, overview, patch, tokens
 
 TABS = ["Overview", "Heads & layers", "Click a patch", "Class-specific", "Model anatomy", "Tokens", "Faithfulness"]
@@ -24,6 +25,8 @@ def main() -> None:
     st.set_page_config(page_title="vitviz", page_icon="🔍", layout="wide")
     st.title("vitviz: what does the Vision Transformer look at?")
     settings = sidebar()
+    if BUDGET_ERROR:
+        st.sidebar.warning(BUDGET_ERROR)
     # the images come first, so a model that is missing or fails to load does not clear the uploads
     chosen = choose_image()
     if "tab" in st.session_state:  # and the open tab survives runs that stop before the tabs
@@ -37,6 +40,7 @@ def main() -> None:
         st.error(f"Could not load model `{settings.model_spec}`: {error}")
         return
     describe_model(model, settings.model_spec)
+    settings = resolve(settings, model)  # precision "auto": what timing this model on this machine chose
     if chosen is None:
         return
     name, images = chosen

@@ -1,10 +1,11 @@
 """The sidebar: which model (the shipped default, popular pretrained ViTs, torchvision's, any timm or
 Hugging Face spec, a checkpoint by path or upload), what it is, and how maps are drawn. Typed specs and
 paths go through model_dirs.py: paths only inside the folders the server's owner allows, specs that name
-no local path."""
+no local path. Precision "auto" is settled once the model is loaded (``resolve``), by timing it."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import tempfile
 from collections.abc import Callable
@@ -15,6 +16,7 @@ import streamlit as st
 import vitviz
 from vitviz import plots
 from vitviz.importers import TORCHVISION_ARCHS
+from vitviz.precision import BF16_MARGIN, PRECISION_CHOICES, PrecisionChoice, measure_precision
 
 from vitviz_dashboard.common import Settings, describe_pooling, describe_prefix_tokens, has_classifier
 from vitviz_dashboard.model_dirs import (PATHS_OFF_MESSAGE, ModelRefused, allowed_model_dirs, check_hub_spec,
@@ -48,6 +50,10 @@ PATH_HELP = ("Only inside the folders that the server's owner allows (VITVIZ_MOD
              "folder and the working directory).")  # fmt: skip
 MAX_CHECKPOINT_MB = 50  # .streamlit/config.toml's maxUploadSize; larger checkpoints: their path in an allowed folder
 MAX_STORED_CHECKPOINTS = 3  # uploaded checkpoints kept on disk, the oldest removed first
+PRECISION_HELP = ("bf16 autocast runs the matrix products in bfloat16; maps differ by < 1e-3. Whether it is faster "
+                  "depends on the CPU: about 2x faster on some with bf16 units, 1.7x slower on others. auto times this "
+                  f"model in both once (a few seconds for a large model) and takes bf16 only if it needs under "
+                  f"{BF16_MARGIN:.0%} of the fp32 time.")  # fmt: skip
 
 
 def sidebar() -> Settings:
@@ -76,11 +82,28 @@ def sidebar() -> Settings:
         elif text.strip():
             spec = unless_refused(lambda: str(check_model_path(text, roots)))  # the real path: what was checked
     st.sidebar.header("Display")
-    precision = st.sidebar.radio("Precision", ["fp32", "bf16"], horizontal=True,
-                                 help="bf16 runs about 2x faster on CPUs with bf16 units; maps differ by < 1e-3")  # fmt: skip
+    # "auto" stays in the settings until the model is loaded: resolve() then puts the measured precision there
+    precision = st.sidebar.radio("Precision", PRECISION_CHOICES, horizontal=True, help=PRECISION_HELP)
     colormap = st.sidebar.selectbox("Colormap", plots.COLORMAPS)
     alpha = st.sidebar.slider("Overlay opacity", 0.0, 1.0, 0.55, 0.05)
     return Settings(spec, precision, colormap, alpha, choice)
+
+
+def resolve(settings: Settings, model: vitviz.ViT) -> Settings:
+    """The settings with precision "auto" replaced by what timing ``model`` chose ("fp32" or "bf16"), told in
+    a sidebar caption; other settings as they are. Every cache is keyed by ``settings.precision``, so call
+    this right after the model is loaded, before anything runs it."""
+    if settings.precision != "auto":
+        return settings
+    choice = measured_precision(model, settings.model_spec)
+    st.sidebar.caption(choice.summary(), help=choice.reason)
+    return dataclasses.replace(settings, precision=choice.precision)
+
+
+@st.cache_resource(max_entries=8, show_spinner="Timing fp32 against bf16 on this CPU...")
+def measured_precision(_model: vitviz.ViT, spec: str) -> PrecisionChoice:
+    """Once per process and model (the spec names it, as get_model's cache does): a few seconds at most."""
+    return measure_precision(_model)
 
 
 def hub_spec(text: str) -> str:
