@@ -1,0 +1,99 @@
+"""vitviz.analysis: an analysis that keeps only its streamed views gives the page what one that keeps every
+block's attention gives, in fp32 and under bf16, for every kind of readout."""
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from vitviz import Preprocessing, ViT, ViTConfig, explain
+from vitviz.analysis import analyse_image, attention_bytes, head_statistics, patch_attention, rollout
+
+CONFIGS = {
+    "cls": dict(),
+    "registers": dict(num_register_tokens=2),
+    "mean": dict(class_token=False, pooling="mean"),
+    "map": dict(class_token=False, pooling="map"),  # the readout is known only after the pass
+    "deit": dict(distillation_token=True, distillation_head=True),
+}
+
+
+def model_for(config: dict) -> ViT:
+    torch.manual_seed(0)
+    model = ViT(ViTConfig(image_size=(24, 40), patch_size=8, hidden_size=32, num_layers=3, num_heads=4, mlp_size=64,
+                          num_classes=5, **config)).eval()  # fmt: skip
+    with torch.no_grad():
+        for param in model.parameters():
+            param.normal_(std=0.3)
+    model.transform = Preprocessing(resize=(24, 40), crop=None)
+    return model
+
+
+def photo() -> Image.Image:
+    return Image.fromarray(np.random.default_rng(0).integers(0, 256, (30, 50, 3), dtype=np.uint8))
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_streamed_views_equal_the_keep_everything_views(name, precision):
+    model = model_for(CONFIGS[name])
+    whole = analyse_image(model, photo(), precision)
+    streamed = analyse_image(model, photo(), precision, max_attention_bytes=0)
+    assert whole.attentions is not None and streamed.attentions is None
+    # the views, against the keep-everything functions on the kept attentions
+    args = whole.readout_args
+    torch.testing.assert_close(whole.readout_attention,
+                               explain.readout_attention_all(whole.attentions, whole.readout, **whole.maps_args)[0])  # fmt: skip
+    torch.testing.assert_close(whole.rollout, explain.attention_rollout(whole.attentions, **args)[0])
+    torch.testing.assert_close(whole.prefix_shares,
+                               explain.attention_to_prefix_tokens(whole.attentions, whole.num_prefix_tokens)[0])  # fmt: skip
+    torch.testing.assert_close(whole.entropy, explain.attention_entropy(whole.attentions)[0])
+    # and the streamed analysis holds the same, in fp32
+    for field in ("readout_attention", "rollout", "prefix_shares", "entropy", "mean_distance", "readout", "token_norms"):
+        kept, streamed_value = getattr(whole, field), getattr(streamed, field)
+        assert streamed_value.dtype == torch.float32, field
+        torch.testing.assert_close(streamed_value, kept, rtol=1e-5, atol=1e-6, msg=field)
+    np.testing.assert_allclose(streamed.probabilities, whole.probabilities, rtol=1e-5)
+    # views the pass did not make: a streaming pass for the streamed analysis
+    for settings in [("max", 0.5, 1), ("min", 0.0, 2), ("mean", 0.9, 0)]:
+        torch.testing.assert_close(rollout(model, streamed, *settings), rollout(model, whole, *settings), rtol=1e-5, atol=1e-7)
+    for layer, query in [(0, (0, 0)), (1, (2, 4)), (2, (1, 3))]:
+        torch.testing.assert_close(patch_attention(model, streamed, layer, query), patch_attention(model, whole, layer, query))
+    assert set(head_statistics(streamed)) == {"mean_distance", "entropy"}
+
+
+def test_a_patch_pass_stops_after_its_block_and_reports_progress():
+    model = model_for({})
+    streamed = analyse_image(model, photo(), max_attention_bytes=0)
+    blocks = []
+    patch_attention(model, streamed, 1, (0, 0), progress=blocks.append)
+    assert blocks == [0, 1]  # block 2 never ran
+    blocks.clear()
+    rollout(model, streamed, "max", progress=blocks.append)
+    assert blocks == [0, 1, 2]
+    with pytest.raises(ValueError, match="outside 3 blocks of 3x5"):
+        patch_attention(model, streamed, 3, (0, 0))
+    with pytest.raises(ValueError, match="outside"):
+        patch_attention(model, streamed, 0, (3, 0))
+
+
+def test_the_analysis_keeps_attentions_only_within_the_limit():
+    model = model_for({})
+    size = attention_bytes(model, 24, 40)
+    assert size == 3 * 4 * 16 * 16 * 4  # layers x heads x T x T x 4 bytes, T = 1 + 3 x 5
+    assert analyse_image(model, photo(), max_attention_bytes=size).attentions is not None
+    assert analyse_image(model, photo(), max_attention_bytes=size - 1).attentions is None
+    progress = []
+    analyse_image(model, photo(), max_attention_bytes=0, progress=progress.append)
+    assert progress == [0, 1, 2]
+
+
+def test_a_map_pooled_models_streamed_analysis_reads_its_pooling_weights():
+    model = model_for(CONFIGS["map"])
+    streamed = analyse_image(model, photo(), max_attention_bytes=0)
+    with torch.inference_mode():
+        output = model(model.transform(photo())[None], output_attentions=True)
+    expected = explain.readout_attention_all(output.attentions, output.readout, num_prefix_tokens=0, grid_size=(3, 5))
+    torch.testing.assert_close(streamed.readout_attention, expected[0])
+    assert not torch.allclose(streamed.readout_attention, explain.readout_attention_all(
+        output.attentions, "mean", num_prefix_tokens=0, grid_size=(3, 5))[0])  # the weights matter  # fmt: skip
