@@ -123,17 +123,40 @@ def test_real_measurement_on_a_tiny_model():
     assert not model.training and torch.is_grad_enabled()
 
 
-def test_the_timer_is_injectable_and_runs_the_model_with_attentions():
-    """forward_timer reads only the given clock, and calls the model as the page does: batch 1 at its own input size."""
+def test_the_timer_is_injectable_and_runs_the_blocks_with_attention_weights():
+    """forward_timer reads only the given clock, and runs the blocks as the page does: batch 1 at the model's own
+    input size, returning attention weights; with ``blocks``, only the first ones."""
     model = tiny_model()
     seen = []
-    model.register_forward_hook(lambda module, args, output: seen.append((args[0].shape, args[0].dtype, output)))
+    for block in model.blocks:
+        block.register_forward_hook(lambda module, args, output: seen.append((args[0].shape, output[1])))
     clock = itertools.count(step=0.25)
     time_forward = forward_timer(model, timer=lambda: next(clock))
     assert time_forward("fp32") == 0.25 and time_forward("bf16") == 0.25
-    (shape, dtype, output), _ = seen
-    assert shape == (1, 3, 32, 48) and dtype == torch.float32
-    assert len(output.attentions) == 2 and output.attentions[0].dtype == torch.float32
+    assert len(seen) == 4  # both blocks, twice
+    tokens, weights = seen[0]
+    assert tokens == (1, 1 + 4 * 6, 32) and weights.shape == (1, 4, 25, 25)  # a 32 x 48 input: 4 x 6 patches
+    seen.clear()
+    forward_timer(model, timer=lambda: next(clock), blocks=1)("fp32")
+    assert len(seen) == 1
+
+
+def test_a_big_model_is_timed_on_some_blocks_and_scaled(monkeypatch):
+    model = tiny_model()
+    built = []
+
+    def fake_timer(model, timer, blocks=None):  # one block takes 0.1 s in fp32 and 0.04 s in bf16
+        built.append(blocks)
+        return lambda precision: (0.1 if precision == "fp32" else 0.04) * blocks
+
+    monkeypatch.setattr(precision_module, "BLOCKS_BUDGET_S", 0.1)
+    monkeypatch.setattr(precision_module, "forward_timer", fake_timer)
+    monkeypatch.setattr(precision_module, "bf16_unavailable", lambda device: None)
+    choice = measure_precision(model, repeats=3, budget_s=math.inf)
+    assert built == [1, 1]  # one block to size the runs, then 0.1 s / 0.1 s per block = 1 of the 2 blocks
+    assert choice.fp32_ms == pytest.approx(200) and choice.bf16_ms == pytest.approx(80)  # scaled to both blocks
+    assert choice.summary() == ("auto chose bf16: 80 ms against 200 ms in fp32 (median of 3, 1 of 2 blocks timed and "
+                                "scaled, this model at batch 1).")  # fmt: skip
 
 
 def test_decide_reports_medians_in_milliseconds():

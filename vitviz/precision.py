@@ -2,8 +2,10 @@
 
 Whether bf16 pays depends on the machine, not on the model alone. ViT-B/16 at batch 1 took 171 ms in
 fp32 and 289 ms in bf16 (1.7x slower) on an Intel Xeon with avx512_bf16 and no AMX, and about half the
-fp32 time on an AMD EPYC (bench/bench_precision.py). So "auto" measures: the model's own forward pass with
-attentions, batch 1, at its own input size, a warm-up each, then fp32 and bf16 runs interleaved, medians.
+fp32 time on an AMD EPYC (bench/bench_precision.py). So "auto" measures: the model's own blocks with
+attention weights, batch 1, at its own input size, a warm-up each, then fp32 and bf16 runs interleaved,
+medians. Every block has the same shapes, so a big model (ViT-H/14 at 518: about 20 s a pass on 2 cores) is
+timed on as many of its blocks as fit ``BLOCKS_BUDGET_S`` and the times scaled to the whole stack.
 bf16 must win by a margin (``BF16_MARGIN``), since it changes the maps slightly (< 1e-3).
 
 ``measure_precision`` takes the timing as a function (``time_forward``), so tests can hand it any timings.
@@ -11,6 +13,7 @@ bf16 must win by a margin (``BF16_MARGIN``), since it changes the maps slightly 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 import time
@@ -24,6 +27,7 @@ from vitviz.model import Precision, ViT, autocast
 PRECISION_CHOICES = ("auto", "fp32", "bf16")  # what the page, and the command lines, accept
 BF16_MARGIN = 0.9  # bf16 is chosen only below this fraction of the fp32 time
 MEASURE_BUDGET_S = 2.5  # about how long a measurement may take, warm-ups included (at least 1 run each)
+BLOCKS_BUDGET_S = 0.15  # about how long one timed run may take in fp32: that many blocks are timed
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,7 @@ class PrecisionChoice:
     bf16_ms: float  # the same in bf16 autocast; nan if not timed
     reason: str  # one sentence: "bf16 took 0.52x the time of fp32 on this CPU", ...
     repeats: int = 0  # timed runs behind each median (after one warm-up each); 0 if nothing was timed
+    blocks: str = ""  # "6 of 32 blocks" when only some were timed (the times are scaled to all of them)
 
     def summary(self) -> str:
         """One line for people: "auto chose bf16: 41 ms against 83 ms in fp32 (median of 5, ...)"."""
@@ -42,8 +47,9 @@ class PrecisionChoice:
             return f"auto chose {self.precision}: {self.reason}."
         other = "fp32" if self.precision == "bf16" else "bf16"
         chosen_ms, other_ms = (self.bf16_ms, self.fp32_ms) if self.precision == "bf16" else (self.fp32_ms, self.bf16_ms)
+        timed = f", {self.blocks} timed and scaled" if self.blocks else ""
         return (f"auto chose {self.precision}: {_ms(chosen_ms)} ms against {_ms(other_ms)} ms in {other} "
-                f"(median of {self.repeats}, this model at batch 1).")  # fmt: skip
+                f"(median of {self.repeats}{timed}, this model at batch 1).")  # fmt: skip
 
 
 def _ms(value: float) -> str:
@@ -80,24 +86,32 @@ def bf16_unavailable(device: torch.device) -> str | None:
     return f"auto times models on CPUs and CUDA GPUs only, and this one is on {device.type}"
 
 
-def forward_timer(model: ViT, timer: Callable[[], float] = time.perf_counter) -> Callable[[str], float]:
-    """A function timing one forward pass with attentions at a precision, in seconds (``timer``'s units).
-
-    Batch 1 at the model's own input size (``config.image_hw``), a seeded random image in the dtype of
-    its parameters (random rather than zeros: every patch the same is not a real input), under
-    ``torch.inference_mode()`` as the page runs it. On a GPU it waits for the queue before reading the clock.
+def forward_timer(
+    model: ViT, timer: Callable[[], float] = time.perf_counter, blocks: int | None = None
+) -> Callable[[str], float]:
+    """A function timing the model's first ``blocks`` blocks (all by default) at a precision, returning seconds
+    (``timer``'s units). They run as the page runs them, returning their attention weights, on the tokens of a
+    seeded random image (random rather than zeros: every patch the same is not a real input) at batch 1 and
+    the model's own input size (``config.image_hw``), in the dtype of its parameters, under
+    ``torch.inference_mode()``. The embedding and the head, a small part of a pass, are left out. On a GPU it
+    waits for the queue before reading the clock.
     """
     device, dtype = model_device(model)
     height, width = model.config.image_hw
     generator = torch.Generator().manual_seed(0)
     pixels = torch.randn(1, model.config.num_channels, height, width, generator=generator).to(device, dtype)
     synchronize = torch.cuda.synchronize if device.type == "cuda" else (lambda device=None: None)
+    timed = model.blocks[: len(model.blocks) if blocks is None else blocks]
+    with torch.inference_mode():
+        tokens, _ = model.embed(pixels)  # (1, T, D) the first block's input
 
     def time_forward(precision: str) -> float:
         with torch.inference_mode(), autocast(precision, device.type):
             synchronize(device)
             start = timer()
-            model(pixels, output_attentions=True)  # the output (every attention) is dropped at once
+            x = tokens
+            for block in timed:
+                x, _ = block(x, need_weights=True)  # (1, T, D), and the (1, heads, T, T) weights, dropped
             synchronize(device)
             return timer() - start
 
@@ -122,11 +136,17 @@ def measure_precision(
     """
     device, _ = model_device(model)
     where = describe_device(device)
+    scale, blocks = 1.0, ""
     if time_forward is None:
         problem = bf16_unavailable(device)
         if problem:
             return PrecisionChoice("fp32", math.nan, math.nan, f"{problem}, so fp32 without timing")
-        time_forward = forward_timer(model, timer)
+        one_block = forward_timer(model, timer, blocks=1)
+        one_block("fp32")  # the first call allocates and picks kernels
+        count = len(model.blocks)
+        timed = min(count, max(1, int(BLOCKS_BUDGET_S / max(one_block("fp32"), 1e-9))))
+        time_forward = forward_timer(model, timer, timed)
+        scale, blocks = count / timed, f"{timed} of {count} blocks" if timed < count else ""
     warm_fp32 = time_forward("fp32")
     try:
         warm_bf16 = time_forward("bf16")
@@ -142,7 +162,8 @@ def measure_precision(
     for index in range(repeats):
         for precision in ("fp32", "bf16") if index % 2 == 0 else ("bf16", "fp32"):
             times[precision].append(time_forward(precision))
-    return decide(statistics.median(times["fp32"]), statistics.median(times["bf16"]), repeats, where)
+    choice = decide(scale * statistics.median(times["fp32"]), scale * statistics.median(times["bf16"]), repeats, where)
+    return dataclasses.replace(choice, blocks=blocks)
 
 
 def decide(fp32_s: float, bf16_s: float, repeats: int, where: str = "this CPU") -> PrecisionChoice:
