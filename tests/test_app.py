@@ -102,9 +102,15 @@ def test_upload_renders_predictions_and_the_rollout_overlay(default_model):
 def test_every_tab_draws_its_maps(default_model):
     at = uploaded_app()
     captions = {}
+    probabilities = vitviz.analysis.analyse_image(vitviz.load_model(str(vitviz.load.DEFAULT_CHECKPOINT)),
+                                                  Image.open(io.BytesIO(png_bytes())).convert("RGB")).probabilities  # fmt: skip
+    top = int(np.argmax(probabilities))
     for tab in ["Heads & layers", "Click a patch", "Class-specific", "Model anatomy", "Faithfulness"]:
         open_tab(at, tab)
         assert not at.error
+        # the prediction, and what the model saw, whichever tab is open
+        assert (f"**Prediction: {NAMES[top]} ({probabilities[top]:.1%})**; the model saw the photo as a 32x32 input "
+                "(4x4 patches of 8 px)." in [m.value for m in at.markdown])  # fmt: skip
         captions[tab] = [img.proto.imgs[0].caption for img in at.get("image")]
         if tab == "Model anatomy":
             specs = chart_specs(at)
@@ -117,6 +123,20 @@ def test_every_tab_draws_its_maps(default_model):
     assert captions["Class-specific"] == [f"relevance for {target}", f"legrad for {target}",
                                           f"block 1: P({target}) read from each patch"]  # the lens, last block first
     assert captions["Faithfulness"] == []  # run on request only
+
+
+def test_each_method_and_statistic_is_explained_where_it_is_shown(default_model):
+    at = uploaded_app()
+    explained = {"Overview": ["Abnar & Zuidema 2020", "same for every class"],
+                 "Click a patch": ["sums to 1 over all tokens"],
+                 "Class-specific": ["(Chefer et al. 2021)", "Bousselham et al. 2025", "read on its own"],
+                 "Model anatomy": ["distance in pixels", "in nats", "Cosine similarity", "principal components"],
+                 "Faithfulness": ["positive and negative tests"]}  # fmt: skip
+    for tab, phrases in explained.items():
+        open_tab(at, tab)
+        text = " ".join(c.value for c in at.caption)
+        for phrase in phrases:
+            assert phrase in text, (tab, phrase)
 
 
 def test_class_maps_are_computed_when_their_tab_is_opened_once_per_method(default_model, monkeypatch):
@@ -303,12 +323,33 @@ def run_faithfulness(at) -> None:
 
 def test_faithfulness_tab_runs_on_request(default_model):
     at = open_tab(uploaded_app(), "Faithfulness")
-    assert "most first" not in chart_specs(at)
+    assert "most relevant first" not in chart_specs(at)
     run_faithfulness(at)
     assert not at.exception
-    assert "most first" in chart_specs(at)
     table = at.table[0].value
     assert len(table) == 3
+    lines = figures(at)[0]["data"]
+    assert [line["name"] for line in lines[:2]] == ["rollout, most relevant first", "rollout, least relevant first"]
+    # one colour per map, solid for most relevant first, dashed for least relevant first
+    assert [line["line"]["dash"] for line in lines] == ["solid", "dash"] * 3
+    colours = [line["line"]["color"] for line in lines]
+    assert colours[0::2] == colours[1::2] and len(set(colours)) == 3
+
+
+def test_faithfulness_tests_the_class_chosen_in_the_class_specific_tab_and_stays_on(default_model):
+    at = open_tab(uploaded_app(), "Class-specific")
+    picker = next(s for s in at.selectbox if s.label == "Explain the class")
+    picker.select_index(2).run()
+    chosen = next(s for s in at.selectbox if s.label == "Explain the class").value  # a class index, not the top one
+    open_tab(at, "Faithfulness")
+    assert next(s for s in at.selectbox if s.label == "Explain the class").value == chosen  # one choice, two tabs
+    assert f"probability of '{NAMES[chosen]}' is recorded" in at.caption[0].value
+    run_faithfulness(at)
+    at.file_uploader[0].set_value([("photo.png", png_bytes(), "image/png"),
+                                   ("other.png", png_bytes((40, 40)), "image/png")]).run()  # fmt: skip
+    assert not at.exception
+    assert next(t for t in at.toggle if t.label.startswith("Run the perturbation test")).value  # still on
+    assert at.table and len(at.table[0].value) == 3  # and run for the new image
 
 
 @pytest.mark.parametrize("case", [c for c in CORPUS if not c.good], ids=lambda c: c.name)

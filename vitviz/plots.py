@@ -280,12 +280,19 @@ def layer_head_figure(values, title: str, colorbar: str) -> go.Figure:
                    yaxis=dict(title=dict(text="layer"), autorange="reversed"), margin=dict(l=0, r=0, t=40, b=0))  # fmt: skip
 
 
-def perturbation_figure(curves: dict[str, tuple[np.ndarray, np.ndarray]]) -> go.Figure:
-    """Probability against fraction of patches replaced; ``curves`` maps a label to (x, y)."""
-    lines = [dict(type="scatter", x=_as_array(x), y=_as_array(y), mode="lines+markers", name=label)
-             for label, (x, y) in curves.items()]  # fmt: skip
+def perturbation_figure(x, curves: dict[str, tuple[np.ndarray, np.ndarray]]) -> go.Figure:
+    """Probability against the fraction of patches replaced: ``curves`` maps each method to its (most-relevant-first,
+    least-relevant-first) probabilities at ``x``. One colour per method, solid for most first, dashed for least first."""
+    colours = TEMPLATE.layout.colorway
+    lines = []
+    for index, (method, pair) in enumerate(curves.items()):
+        for order, y, dash in (("most relevant first", pair[0], "solid"), ("least relevant first", pair[1], "dash")):
+            lines.append(dict(type="scatter", x=_as_array(x), y=_as_array(y), mode="lines+markers", name=f"{method}, {order}",
+                              legendgroup=method, line=dict(color=colours[index % len(colours)], dash=dash),
+                              hovertemplate="%{x:.0%} replaced: %{y:.3f}<extra>" + f"{method}, {order}</extra>"))  # fmt: skip
     return _figure(lines, xaxis=dict(title=dict(text="fraction of patches replaced"), tickformat=".0%"),
-                   yaxis=dict(title=dict(text="target probability"), range=[0, 1]), margin=dict(l=0, r=0, t=10, b=0))  # fmt: skip
+                   yaxis=dict(title=dict(text="target probability"), range=[0, 1]), margin=dict(l=0, r=0, t=10, b=0),
+                   legend=dict(orientation="h", x=0, y=-0.25, yanchor="top"))  # fmt: skip
 
 
 def patch_picker_figure(picture: str, scale: float, box: tuple[float, float, float, float],

@@ -13,7 +13,7 @@ from vitviz.images import ImageError
 
 from vitviz_dashboard.budget import BUDGET_ERROR
 from vitviz_dashboard.cached import get_model_with_progress, photo_and_analysis
-from vitviz_dashboard.common import Page, keep_tab_widgets
+from vitviz_dashboard.common import Page, keep_tab_widgets, prediction_line
 from vitviz_dashboard.images import choose_image
 from vitviz_dashboard.sidebar import MISSING_SPEC, describe_model, resolve, sidebar
 from vitviz_dashboard.tabs import anatomy, class_specific, faithfulness, heads, overview, patch, tokens
@@ -55,6 +55,7 @@ def main() -> None:
         st.error(f"Could not read {name}: {error}")
         return
     page = Page(model, settings, images[name], photo, analysis)
+    st.markdown(prediction_line(page))  # above the tabs: seen whichever is open
     keep_tab_widgets(page.scopes())
     # Only the open tab runs (Streamlit's lazy tabs): a sidebar change redraws one tab, not seven, and
     # the class-specific maps (a backward pass) are computed when their tab is first opened.

@@ -123,6 +123,18 @@ def downloads(page: Page, tab: str, maps: dict[str, np.ndarray], overlay: str | 
 # --- names: what the page calls the model's tokens and what its head reads ----------------------
 
 
+def prediction_line(page: Page) -> str:
+    """One line above every tab: the top prediction, and the input the model actually saw."""
+    model, analysis = page.model, page.analysis
+    height, width = analysis.pixel_values.shape[-2:]
+    rows, cols = analysis.grid_size
+    saw = f"the model saw the photo as a {width}x{height} input ({cols}x{rows} patches of {model.config.patch_size} px)"
+    if not has_classifier(model):
+        return f"No predictions (the model is a backbone); {saw}."
+    top = int(np.argmax(analysis.probabilities))
+    return f"**Prediction: {class_name(model, top)} ({analysis.probabilities[top]:.1%})**; {saw}."
+
+
 def has_classifier(model: vitviz.ViT) -> bool:
     return model.config.num_classes > 0
 

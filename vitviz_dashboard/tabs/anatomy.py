@@ -19,18 +19,28 @@ def draw(page: Page) -> None:
     anatomy = model_anatomy(model, settings.model_spec)
     left, right = st.columns(2)
     left.subheader("Mean attention distance")
+    left.caption("For each head, the distance in pixels between a patch and the patches it attends to, weighted by "
+                 "the attention and averaged over the patches (Dosovitskiy et al. 2020, Fig. 7). Low: a local head, "
+                 "like a convolution; high: a head that looks across the image.")  # fmt: skip
     left.plotly_chart(cached_figure("attention_distance_figure", stats["mean_distance"]), theme=None)
     right.subheader("Attention entropy")
+    right.caption("The entropy of each head's attention rows, averaged over the rows, in nats: 0 when every token "
+                  "attends to a single one, log T when attention is spread evenly over all T tokens.")  # fmt: skip
     right.plotly_chart(cached_figure("layer_head_figure", stats["entropy"], "", "nats"), theme=None)
     rows, cols = model.config.grid_size
     similarity = anatomy["similarity"]
     left.subheader("Position-embedding similarity")
+    left.caption("Cosine similarity of one patch's position embedding (the one named above each map) with every "
+                 "other patch's, on one shared scale. A learned grid shows as a bright blob around each patch, "
+                 "often with its row and column (Dosovitskiy et al. 2020, Fig. 7).")  # fmt: skip
     step = max(1, max(rows, cols) // 7)  # at most about 7 x 7 small maps
     picks = [(r, c) for r in range(0, rows, step) for c in range(0, cols, step)]
     left.plotly_chart(cached_figure("grid_figure", torch.stack([similarity[r, c] for r, c in picks]),
                                     [f"({r},{c})" for r, c in picks], len(range(0, cols, step)), "viridis",
                                     rescale_each=False), theme=None)  # fmt: skip
     right.subheader("Patch-embedding filters: principal components")
+    right.caption("The first principal components of the linear patch embedding's filters, as RGB pictures, with "
+                  "the share of variance each explains: what the model measures in a patch before any attention.")  # fmt: skip
     components, explained = anatomy["components"], anatomy["explained"]
     pictures = components[:, :3].permute(0, 2, 3, 1) if components.shape[1] >= 3 else components[:, :1].permute(0, 2, 3, 1)
     pictures = [(plots.rescale(p) * 255).astype(np.uint8) for p in pictures.numpy()]

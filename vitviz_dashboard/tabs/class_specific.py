@@ -16,6 +16,13 @@ NEEDS_A_CLASSIFIER = ("Class-specific maps follow the gradient of one class's sc
                       "so they need a classifier; this model has none (a backbone). Every other tab works.")  # fmt: skip
 GRADIENT_METHODS = [m for m in CLASS_SPECIFIC if m != "lens"]  # the lens has its own section below
 DEFAULT_METHODS = ["relevance", "legrad"]
+READING = {  # how to read each map, in a sentence
+    "relevance": "Bright: patches whose attention, weighted by its gradient, raises the class's score.",
+    "grad-rollout": "Like rollout, but each block's heads count by how much they raise the class's score.",
+    "legrad": "Bright: patches whose attention, at every block, the class's score is most sensitive to.",
+    "tam": "Bright: patches the class's information flows from, through the attention as a Markov chain.",
+    "gradcam": "Bright: patches whose last-block features, weighted by their gradient, raise the class's score.",
+}
 COST = {"tam": f"{TAM_STEPS} forward and backward passes", "legrad": "one backward pass per block"}
 
 
@@ -51,6 +58,7 @@ def method_maps(page: Page, target: int, methods: list[str]) -> dict[str, np.nda
             maps[method] = class_map(page.model, settings.model_spec, page.file, settings.precision, target, method)
         column.image(overlay_picture(page.photo, maps[method], page.analysis.box, settings), width="stretch",
                      caption=f"{method} for '{class_name(page.model, target)}'")  # fmt: skip
+        column.caption(f"{DESCRIPTIONS[method][0].upper()}{DESCRIPTIONS[method][1:]}. {READING[method]}")
         column.plotly_chart(cached_figure("heatmap_figure", maps[method], "", settings.colormap),
                             key=f"class_{method}", theme=None)  # fmt: skip
     return maps

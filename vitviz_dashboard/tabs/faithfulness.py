@@ -15,29 +15,48 @@ NEEDS_A_CLASSIFIER = ("The perturbation test replaces patches and watches the pr
                       "fall, so it needs a classifier; this model has none (a backbone).")  # fmt: skip
 
 
+SEPARABLE = 0.02  # areas closer than this, on one image in 10 % steps, do not rank the maps
+
+
 @st.fragment
 def draw(page: Page) -> None:
     model, analysis, settings = page.model, page.analysis, page.settings
     if not has_classifier(model):
         st.info(NEEDS_A_CLASSIFIER)
         return
-    target = int(np.argmax(analysis.probabilities))
+    target = class_picker(page)
     st.caption(f"Patches are replaced 10 % at a time, most- or least-relevant first, and the probability of "
-               f"'{class_name(model, target)}' is recorded. A faithful map drops fast when its top patches go "
-               "(small area, most-relevant first) and slowly when its bottom patches go (large area).")  # fmt: skip
+               f"'{class_name(model, target)}' is recorded (Chefer et al. 2021's positive and negative tests, on "
+               "patches). A faithful map drops fast when its top patches go (small area, most-relevant first) and "
+               "slowly when its bottom patches go (large area). One image says little: `vitviz benchmark` runs "
+               "the pixel-level protocols over a data set.")  # fmt: skip
     baseline = st.radio("Replace patches by", ["mean", "blur"], horizontal=True, key=page.key("baseline", "mean"),
                         format_func=lambda b: {"mean": "the mean colour", "blur": "a blur"}[b])  # fmt: skip
-    if not st.toggle("Run the perturbation test (7 batched forward passes)", key=page.key("run", False, per_image=True)):
+    # per model, not per image: once on, the test runs for every image chosen after
+    if not st.toggle("Run the perturbation test (7 batched forward passes)", key=page.key("run", False)):
         return
     results = faithfulness_curves(model, settings.model_spec, page.file, settings.precision, target, baseline)
     x = explain.fraction_replaced()
-    curves = {}
-    for name, result in results.items():
-        curves[f"{name}, most first"] = (x, result["most_first"])
-        curves[f"{name}, least first"] = (x, result["least_first"])
-    st.plotly_chart(plots.perturbation_figure(curves), theme=None)
+    st.plotly_chart(plots.perturbation_figure(x, {name: (r["most_first"], r["least_first"]) for name, r in results.items()}),
+                    theme=None)  # fmt: skip
     st.table({"map": list(results), "area, most-relevant first (lower is better)":
               [f"{r['auc_most_first']:.3f}" for r in results.values()],
               "area, least-relevant first (higher is better)": [f"{r['auc_least_first']:.3f}" for r in results.values()]})  # fmt: skip
-    downloads(page, f"faithfulness_{baseline}",
-              {"fraction_replaced": np.asarray(x)} | {name: np.asarray(y) for name, (_, y) in curves.items()})  # fmt: skip
+    for kind in ("auc_most_first", "auc_least_first"):
+        areas = [r[kind] for r in results.values()]
+        if max(areas) - min(areas) < SEPARABLE:
+            order = "most" if kind == "auc_most_first" else "least"
+            st.warning(f"The {order}-relevant-first areas differ by less than {SEPARABLE}: on this one image the test "
+                       "cannot tell these maps apart. Run `vitviz benchmark` over many images to rank them.")  # fmt: skip
+    curves = {f"{name}, {order} first": result[f"{order}_first"] for name, result in results.items() for order in ("most", "least")}
+    downloads(page, f"faithfulness_{baseline}", {"fraction_replaced": np.asarray(x)} | {k: np.asarray(v) for k, v in curves.items()})
+
+
+def class_picker(page: Page) -> int:
+    """The class whose probability is watched: the one chosen in the Class-specific tab (the same widget key), by
+    default the top prediction."""
+    probabilities = page.analysis.probabilities
+    order = [int(i) for i in np.argsort(probabilities)[::-1]]
+    return st.selectbox("Explain the class", order, key=page.key("class", order[0], per_image=True, options=order),
+                        format_func=lambda i: f"{class_name(page.model, i)} ({probabilities[i]:.1%})",
+                        help="Shared with the Class-specific tab.")  # fmt: skip

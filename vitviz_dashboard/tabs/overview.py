@@ -37,6 +37,10 @@ def draw(page: Page) -> None:
                           _analysis=analysis, _model=model)
     with left:
         st.subheader("Attention rollout")
+        st.caption("Abnar & Zuidema 2020: each block's attention, fused over heads, with the identity added for "
+                   "the residual connection and each row renormalised, multiplied from the start layer to the last "
+                   "block, then read out by what the head reads. Bright patches reach the classifier through "
+                   "attention. It is the same for every class: see Class-specific for a class's own map.")  # fmt: skip
         a, b = st.columns(2)
         width, height = page.photo.full.size
         a.image(overlay_picture(page.photo, rollout, analysis.box, settings), width="stretch",

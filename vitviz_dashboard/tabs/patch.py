@@ -20,7 +20,8 @@ def draw(page: Page) -> None:
     layer = index_slider("Layer", len(layers), page.key("patch_layer", layers[-1], options=layers))
     left, right = st.columns(2)
     with left:
-        st.caption("Click a patch on the picture (or set its row and column) to see what it attends to.")
+        st.caption("Click a patch on the picture (or set its row and column) to see what it attends to: its row of "
+                   "the chosen block's attention, which sums to 1 over all tokens, prefix tokens included.")  # fmt: skip
         # the inputs come first, so a typed row or column is drawn in this same run
         a, b = st.columns(2)
         new_row = a.number_input("Row", 0, rows - 1, row)
