@@ -378,6 +378,25 @@ def test_checkpoint_by_path_and_a_bad_path(default_model, tmp_path, monkeypatch)
     assert not at.exception and "not a readable PyTorch file" in at.error[0].value
 
 
+def test_tab_settings_survive_another_model_and_a_failed_load(default_model, tmp_path, monkeypatch):
+    monkeypatch.setenv("VITVIZ_MODEL_DIRS", str(tmp_path))
+    at = uploaded_app()
+    next(s for s in at.slider if s.label == "Discard ratio").set_value(0.5).run()
+    open_tab(at, "Class-specific")
+    next(m for m in at.multiselect if m.label == "Methods").select("gradcam").run()
+    at.sidebar.selectbox[0].set_value("path or upload...").run()
+    (tmp_path / "bad.pt").write_bytes(b"garbage")
+    at.sidebar.text_input[0].set_value(str(tmp_path / "bad.pt")).run()  # a model that fails to load
+    assert "not a readable PyTorch file" in at.error[0].value
+    at.sidebar.text_input[0].set_value(str(tiny_checkpoint(tmp_path / "other.pt", num_layers=3))).run()  # another model
+    assert not at.exception and not at.error
+    at.sidebar.selectbox[0].set_value("default").run()  # and back
+    assert not at.exception
+    assert next(m for m in at.multiselect if m.label == "Methods").value == ["relevance", "legrad", "gradcam"]
+    open_tab(at, "Overview")
+    assert next(s for s in at.slider if s.label == "Discard ratio").value == 0.5
+
+
 def test_uploaded_checkpoints_are_opened_safely_size_limited_and_bounded_on_disk(default_model, tmp_path, monkeypatch):
     import tempfile
 

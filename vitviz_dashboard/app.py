@@ -24,6 +24,7 @@ TABS = ["Overview", "Heads & layers", "Click a patch", "Class-specific", "Model 
 def main() -> None:
     st.set_page_config(page_title="vitviz", page_icon="🔍", layout="wide")
     st.title("vitviz: what does the Vision Transformer look at?")
+    keep_tab_widgets()  # first: the runs that stop early below must not lose the tabs' settings
     settings = sidebar()
     if BUDGET_ERROR:
         st.sidebar.warning(BUDGET_ERROR)
@@ -56,7 +57,6 @@ def main() -> None:
         return
     page = Page(model, settings, images[name], photo, analysis)
     st.markdown(prediction_line(page))  # above the tabs: seen whichever is open
-    keep_tab_widgets(page.scopes())
     # Only the open tab runs (Streamlit's lazy tabs): a sidebar change redraws one tab, not seven, and
     # the class-specific maps (a backward pass) are computed when their tab is first opened.
     draws = [overview.draw, lambda p: heads.draw(p, images, prepare), patch.draw, class_specific.draw, anatomy.draw,

@@ -72,13 +72,12 @@ class Page:
         return self.settings.model_spec, f"{self.settings.model_spec}|{self.photo.key}|{self.photo.name}"
 
 
-def keep_tab_widgets(scopes: tuple[str, ...]) -> None:
-    """Write back the values of the current model's and image's tab widgets (see Page.key); forget the rest."""
+def keep_tab_widgets() -> None:
+    """Write back the values of every tab widget (see Page.key), whatever model and image they belong to, so that
+    they survive runs that do not draw them: another tab, another model tried and abandoned, a model that failed
+    to load. Page.key resets a value that no longer fits its widget. Called first in every run."""
     for key in [k for k in st.session_state if isinstance(k, str) and k.startswith(KEPT)]:
-        if key[len(KEPT) :].rsplit("|", 1)[0] in scopes:
-            st.session_state[key] = st.session_state[key]
-        else:
-            del st.session_state[key]
+        st.session_state[key] = st.session_state[key]
 
 
 def rerun_tab() -> None:
