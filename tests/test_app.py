@@ -514,6 +514,21 @@ def test_compare_sides_follow_a_new_main_image(default_model):
         assert sides == [name, name]
 
 
+def test_the_compare_choice_survives_viewing_another_image(default_model):
+    at = started_app()
+    at.file_uploader[0].set_value([("first.png", png_bytes((64, 48)), "image/png"),
+                                   ("second.png", png_bytes((30, 60)), "image/png"),
+                                   ("third.png", png_bytes((40, 40)), "image/png")]).run()  # fmt: skip
+    next(s for s in at.selectbox if s.label == "Image").set_value("first.png").run()
+    open_tab(at, "Heads & layers")
+    next(s for s in at.selectbox if s.label == "B: image").set_value("second.png").run()
+    next(s for s in at.selectbox if s.label == "Image").set_value("third.png").run()
+    assert next(s for s in at.selectbox if s.label == "B: image").value == "third.png"  # a new main image: its own
+    next(s for s in at.selectbox if s.label == "Image").set_value("first.png").run()
+    assert next(s for s in at.selectbox if s.label == "B: image").value == "second.png"  # back: the choice made
+    assert not at.exception
+
+
 def test_choosing_another_model_keeps_the_images_the_chosen_one_and_the_open_tab(default_model):
     at = started_app()
     at.file_uploader[0].set_value([("a.png", png_bytes(), "image/png"),
