@@ -436,6 +436,20 @@ def test_sample_images_are_offered_before_any_upload(default_model, tmp_path, mo
     assert "cat" in chart_specs(at)
 
 
+def test_a_fresh_page_offers_the_bundled_example_photos(default_model, monkeypatch):
+    monkeypatch.delenv("VITVIZ_SAMPLES")  # the default: the bundled examples (and a CIFAR-10 zip, if one is found)
+    at = started_app()
+    assert not at.error
+    options = next(s for s in at.selectbox if s.label == "Image").options
+    assert options[:4] == ["sample: Chelsea the cat.jpg", "sample: astronaut.jpg", "sample: coffee.jpg",
+                           "sample: rocket.jpg"]  # fmt: skip
+    assert any("Showing sample photos" in c.value for c in at.caption)
+    assert "Attention rollout" in [s.value for s in at.subheader]  # the first is analysed at once
+    at.file_uploader[0].set_value(("mine.png", png_bytes(), "image/png")).run()
+    assert next(s for s in at.selectbox if s.label == "Image").value == "mine.png"
+    assert not any("Showing sample photos" in c.value for c in at.caption)
+
+
 def test_two_images_side_by_side(default_model):
     at = started_app()
     at.file_uploader[0].set_value([("first.png", png_bytes((64, 48)), "image/png"),

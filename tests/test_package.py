@@ -47,7 +47,8 @@ def test_wheel_carries_the_default_model_the_dashboard_and_its_settings(installe
     wheel, _, _ = installed
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {"vitviz/checkpoints/default.pt", "vitviz/checkpoints/README.md", "vitviz_dashboard/app.py",
-            "vitviz_dashboard/streamlit_config.toml", "vitviz_dashboard/tabs/overview.py"} <= names  # fmt: skip
+            "vitviz_dashboard/streamlit_config.toml", "vitviz_dashboard/tabs/overview.py",
+            "vitviz_dashboard/examples/coffee.jpg", "vitviz_dashboard/examples/SOURCES.md"} <= names  # fmt: skip
     assert not any(name.startswith(("tests/", "bench/")) for name in names)
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "vitviz = vitviz.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()

@@ -19,20 +19,30 @@ MAX_SESSION_IMAGES = 20  # images a session keeps for revisiting and comparing (
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def sample_zips() -> tuple[Path, ...]:
-    """Where a local copy of the CIFAR-10 test set may be, for sample images before any upload;
-    VITVIZ_SAMPLES (zip paths separated by os.pathsep, or empty for none) overrides the list.
-    Read in every run (this module is imported once per server, app.py runs each time)."""
+EXAMPLES = Path(__file__).resolve().parent / "examples"  # public-domain and CC0 photos, see examples/SOURCES.md
+
+
+def sample_sources() -> tuple[Path, ...]:
+    """Where the images offered before any upload come from: the bundled example photos, and a local copy of the
+    CIFAR-10 test set if there is one. VITVIZ_SAMPLES (folders of images and zips, separated by os.pathsep, or
+    empty for none) replaces the list. Read in every run (this module is imported once per server, app.py runs
+    each time)."""
     if "VITVIZ_SAMPLES" in os.environ:
         return tuple(Path(p) for p in os.environ["VITVIZ_SAMPLES"].split(os.pathsep) if p)
-    return ROOT / "data" / "cifar10_test.zip", ROOT.parent / "shared" / "data" / "cifar10" / "cifar10_test.zip"
+    return EXAMPLES, ROOT / "data" / "cifar10_test.zip", ROOT.parent / "shared" / "data" / "cifar10" / "cifar10_test.zip"
 
 
 @st.cache_data(max_entries=4, show_spinner=False)
-def sample_images(zips: tuple[Path, ...], count: int = 10) -> list[tuple[str, ImageFile]]:
-    """One random image per class from a local CIFAR-10 test zip, if there is one."""
-    for path in zips:
-        if path.is_file():
+def sample_images(sources: tuple[Path, ...], count: int = 10) -> list[tuple[str, ImageFile]]:
+    """The images of every folder among ``sources`` (by name), then one random image per class from the first
+    CIFAR-10 test zip found."""
+    found = []
+    for path in sources:
+        if path.is_dir():
+            found += [(p.name, ImageFile.of(p.read_bytes())) for p in sorted(path.iterdir())
+                      if p.suffix.lower().lstrip(".") in UPLOAD_TYPES]  # fmt: skip
+    for path in sources:
+        if path.is_file() and path.suffix.lower() == ".zip":
             with zipfile.ZipFile(path) as archive:
                 names = [n for n in archive.namelist() if n.lower().endswith((".jpg", ".png"))]
                 by_class: dict[str, list[str]] = {}
@@ -41,8 +51,8 @@ def sample_images(zips: tuple[Path, ...], count: int = 10) -> list[tuple[str, Im
                     by_class.setdefault(parts[-2] if len(parts) > 1 else "", []).append(name)
                 rng = random.Random(0)
                 picks = [rng.choice(files) for _, files in sorted(by_class.items())][:count]
-                return [(" ".join(name.split("/")[-2:]), ImageFile.of(archive.read(name))) for name in picks]
-    return []
+                return found + [(" ".join(name.split("/")[-2:]), ImageFile.of(archive.read(name))) for name in picks]
+    return found
 
 
 def choose_image() -> tuple[str, dict[str, ImageFile]] | None:
@@ -69,7 +79,7 @@ def choose_image() -> tuple[str, dict[str, ImageFile]] | None:
     arrived = [intake[item.file_id][0] for _, item in items if item.file_id not in earlier]
     if any(arrived):  # the newest readable arrival is shown, wherever its widget lists it
         st.session_state.newest = [name for name in arrived if name][-1]
-    samples = dict(sample_images(sample_zips()))
+    samples = dict(sample_images(sample_sources()))
     options = list(st.session_state.history) + [f"sample: {name}" for name in samples]
     if not options:
         st.info(
@@ -78,6 +88,9 @@ def choose_image() -> tuple[str, dict[str, ImageFile]] | None:
             "to, class-specific relevance, head statistics, prefix tokens and token norms, and faithfulness curves."
         )
         return None
+    if not st.session_state.history:
+        st.caption("Showing sample photos (the examples are public domain or CC0). Upload your own above: they "
+                   "join the Image picker.")  # fmt: skip
     newest = st.session_state.get("newest")
     index = options.index(newest) if newest in options else 0
     name = st.selectbox("Image", options, index=index, help="every image of this session stays here")
