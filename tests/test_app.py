@@ -117,7 +117,8 @@ def test_every_tab_draws_its_maps(default_model):
             assert "mean attention distance" in specs and "nats" in specs
             assert len(at.get("image")) == 1 and len(at.get("image")[0].proto.imgs) == 16  # filter components
             assert download_labels(at) == ["Download this tab's maps (.npz)"]
-    assert captions["Heads & layers"] == ["photo.png: layer 1, head mean", "photo.png: layer 0, head mean"]
+    assert captions["Heads & layers"] == [f"head {h}" for h in range(4)] + ["photo.png: layer 1, head mean",
+                                                                          "photo.png: layer 0, head mean"]  # fmt: skip
     assert captions["Click a patch"] == ["patch (2, 2), layer 1, mean over heads"]
     target = captions["Class-specific"][0].split(" for ")[1]
     assert captions["Class-specific"] == [f"relevance for {target}", f"legrad for {target}",
@@ -192,6 +193,21 @@ def test_the_logit_lens_follows_the_block_slider(default_model):
     assert caption.startswith("block 0: ")
     assert names.tolist() == [[NAMES[v] for v in row] for row in lens.votes[0, 0].tolist()]
     assert next(i.proto.imgs[0].url for i in at.get("image") if i.proto.imgs[0].caption.startswith("block")) != url
+
+
+def test_every_head_is_drawn_over_the_photo_on_one_colour_scale_unless_asked(default_model):
+    at = open_tab(uploaded_app(), "Heads & layers")
+    model = vitviz.load_model(str(vitviz.load.DEFAULT_CHECKPOINT))
+    analysis = vitviz.analysis.analyse_image(model, Image.open(io.BytesIO(png_bytes())).convert("RGB"))
+    top = float(analysis.readout_attention[-1].max())
+    assert f"Colour scale: 0 (dark) to {top:.3g} (bright), shared by every head." in [c.value for c in at.caption]
+    heads = [img.proto.imgs[0].url for img in at.get("image") if img.proto.imgs[0].caption.startswith("head ")]
+    assert len(heads) == 4
+    next(t for t in at.toggle if t.label == "One colour scale for every head").set_value(False).run()
+    assert "Colour scale: each head from its own smallest (dark) to its largest (bright) weight." in [
+        c.value for c in at.caption]  # fmt: skip
+    rescaled = [img.proto.imgs[0].url for img in at.get("image") if img.proto.imgs[0].caption.startswith("head ")]
+    assert all(a != b for a, b in zip(heads, rescaled))  # every head's colours changed
 
 
 def test_tab_controls_keep_their_values_while_another_tab_is_open(default_model):
@@ -611,7 +627,7 @@ def test_a_backbone_shows_every_map_and_says_it_has_no_predictions(tmp_path, mon
         assert seen[tab]["captions"] == []
     readout = "[CLS] attention" if config == {} else "mean of the patch rows"
     assert seen["Heads & layers"]["subheaders"][0] == f"Every head in layer 1: {readout}"
-    assert len(seen["Heads & layers"]["captions"]) == 2  # the compare sides
+    assert len(seen["Heads & layers"]["captions"]) == 4 + 2  # every head over the photo, and the compare sides
     assert "patch (2, 2), layer 1, mean over heads" in seen["Click a patch"]["captions"]
     assert any(c.startswith("norm of each patch token after block 1") for c in seen["Tokens"]["captions"])
 

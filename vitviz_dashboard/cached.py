@@ -32,6 +32,7 @@ from vitviz_dashboard.common import Photo, Settings, readout_title
 from vitviz_dashboard.progress import progress_class
 
 MAX_DISPLAY_SIDE = 1024
+THUMBNAIL_SIDE = 256  # the photo under each small multiple (a head's map)
 PICKER_SIDE = 512  # the click-a-patch picture's long side, in pixels
 
 
@@ -63,6 +64,20 @@ def display_photo(file: ImageFile) -> Image.Image:
     photo = decode(file).copy()
     photo.thumbnail((MAX_DISPLAY_SIDE, MAX_DISPLAY_SIDE))
     return photo
+
+
+@kept()
+def _thumbnail(key: str, _image) -> Image.Image:
+    small = _image.copy()
+    small.thumbnail((THUMBNAIL_SIDE, THUMBNAIL_SIDE))
+    return small
+
+
+def thumbnail(photo: Photo) -> tuple[Photo, float]:
+    """The shown photo at most THUMBNAIL_SIDE pixels on its long side, as a Photo of its own (for small multiples
+    drawn over the photo), and its scale against the shown photo (multiply a box by it)."""
+    small = _thumbnail(photo.key, _image=photo.image)
+    return dataclasses.replace(photo, key=f"{photo.key}|thumbnail", image=small), small.width / photo.image.width
 
 
 @kept()
