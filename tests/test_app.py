@@ -119,7 +119,8 @@ def test_every_tab_draws_its_maps(default_model):
             assert download_labels(at) == ["Download this tab's maps (.npz)"]
     assert captions["Heads & layers"] == [f"head {h}" for h in range(4)] + ["photo.png: layer 1, head mean",
                                                                           "photo.png: layer 0, head mean"]  # fmt: skip
-    assert captions["Click a patch"] == ["patch (2, 2), layer 1, mean over heads"]
+    assert captions["Click a patch"] == ["patch (2, 2), layer 1, mean over heads (the patch outlined)",
+                                         *(f"head {h}" for h in range(4))]  # fmt: skip
     target = captions["Class-specific"][0].split(" for ")[1]
     assert captions["Class-specific"] == [f"relevance for {target}", f"legrad for {target}",
                                           f"block 1: P({target}) read from each patch"]  # the lens, last block first
@@ -628,7 +629,7 @@ def test_a_backbone_shows_every_map_and_says_it_has_no_predictions(tmp_path, mon
     readout = "[CLS] attention" if config == {} else "mean of the patch rows"
     assert seen["Heads & layers"]["subheaders"][0] == f"Every head in layer 1: {readout}"
     assert len(seen["Heads & layers"]["captions"]) == 4 + 2  # every head over the photo, and the compare sides
-    assert "patch (2, 2), layer 1, mean over heads" in seen["Click a patch"]["captions"]
+    assert "patch (2, 2), layer 1, mean over heads (the patch outlined)" in seen["Click a patch"]["captions"]
     assert any(c.startswith("norm of each patch token after block 1") for c in seen["Tokens"]["captions"])
 
 

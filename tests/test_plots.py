@@ -20,6 +20,7 @@ from vitviz.plots import (
     token_norms_figure,
     top_mass_mask,
     upsample,
+    mark_patch,
     votes_figure,
 )
 
@@ -245,3 +246,13 @@ def test_votes_figure_names_each_patchs_class_and_keeps_the_target_first():
     np.testing.assert_array_equal(heatmap.z, [[1, 1, 2], [3, 1, 0]])  # class7 is "other"
     assert heatmap.text.tolist() == [["class3", "class3", "class5"], ["class7", "class3", "class9"]]
     assert (heatmap.zmin, heatmap.zmax) == (-0.5, 3.5)  # one colour band per code
+
+
+def test_mark_patch_outlines_one_cell_of_the_grid_in_the_box_and_nothing_else():
+    picture = Image.new("RGB", (100, 60), (0, 0, 0))
+    marked = np.asarray(mark_patch(picture, (1, 2), (2, 4), box=(20, 0, 100, 60)))  # cells of 20 x 30 in the box
+    cyan = np.all(marked == (0, 255, 255), axis=-1)
+    rows, cols = np.nonzero(cyan)
+    assert (cols.min(), cols.max(), rows.min(), rows.max()) == (60, 79, 30, 59)  # column 2, row 1 of the box's grid
+    assert cyan[30, 60:80].all() and not cyan[45, 65:75].any()  # an outline, not a filled cell
+    assert np.asarray(picture).max() == 0  # the input is left alone

@@ -183,14 +183,28 @@ def outline_patches(image: Image.Image, mask, box: tuple[float, float, float, fl
         raise ValueError(f"box {box} does not overlap the {width}x{height} image")
     out = photo.point(_DIMMED)
     out.paste(photo.crop((x0, y0, x1, y1)), (x0, y0))
-    rows, cols = mask.shape
+    _outline_cells(out, list(zip(*np.nonzero(mask))), mask.shape, (left, top, right, bottom), colour)
+    return out
+
+
+def mark_patch(image: Image.Image, patch: tuple[int, int], grid: tuple[int, int],
+               box: tuple[float, float, float, float] | None = None, colour: tuple[int, int, int] = (0, 255, 255)) -> Image.Image:  # fmt: skip
+    """A copy of ``image`` (e.g. an overlay) with patch (row, col) of the (rows, cols) ``grid`` over ``box`` outlined."""
+    out = image.copy()
+    _outline_cells(out, [patch], grid, box or (0, 0, *image.size), colour)
+    return out
+
+
+def _outline_cells(image: Image.Image, cells, grid: tuple[int, int], box, colour) -> None:
+    """Draw a rectangle on each (row, col) of ``cells``, in place; the line is about a tenth of a patch wide."""
+    left, top, right, bottom = box
+    rows, cols = grid
     cell_w, cell_h = (right - left) / cols, (bottom - top) / rows
     line = max(2, round(min(cell_w, cell_h) / 10))
-    draw = ImageDraw.Draw(out)
-    for r, c in zip(*np.nonzero(mask)):
+    draw = ImageDraw.Draw(image)
+    for r, c in cells:
         draw.rectangle([round(left + c * cell_w), round(top + r * cell_h),
                         round(left + (c + 1) * cell_w) - 1, round(top + (r + 1) * cell_h) - 1], outline=colour, width=line)  # fmt: skip
-    return out
 
 
 # --- plotly figures ----------------------------------------------------------------------------

@@ -81,17 +81,23 @@ def thumbnail(photo: Photo) -> tuple[Photo, float]:
 
 
 @kept()
-def _overlay_jpeg(key: str, patch_map: np.ndarray, box: tuple, colormap: str, alpha: float, value_range, _image) -> bytes:
+def _overlay_jpeg(key: str, patch_map: np.ndarray, box: tuple, colormap: str, alpha: float, value_range, mark,
+                  _image) -> bytes:  # fmt: skip
     buffer = io.BytesIO()
-    plots.overlay(_image, patch_map, colormap, alpha, box, value_range).save(buffer, format="JPEG", quality=90)
+    picture = plots.overlay(_image, patch_map, colormap, alpha, box, value_range)
+    if mark is not None:
+        picture = plots.mark_patch(picture, mark, patch_map.shape, box)
+    picture.save(buffer, format="JPEG", quality=90)
     return buffer.getvalue()
 
 
-def overlay_picture(photo: Photo, patch_map, box, settings: Settings, value_range=None) -> bytes:
+def overlay_picture(photo: Photo, patch_map, box, settings: Settings, value_range=None, mark=None) -> bytes:
     """The overlay as JPEG bytes, cached: redrawing after an unrelated control change costs nothing.
-    ``value_range`` fixes the colour scale (plots.overlay); by default each map is min-max scaled."""
+    ``value_range`` fixes the colour scale (plots.overlay); by default each map is min-max scaled. ``mark``, a
+    (row, col) patch, is outlined."""
     values = np.asarray(patch_map.numpy() if isinstance(patch_map, torch.Tensor) else patch_map, dtype=np.float32)
-    return _overlay_jpeg(photo.key, values, tuple(box), settings.colormap, settings.alpha, value_range, _image=photo.image)
+    return _overlay_jpeg(photo.key, values, tuple(box), settings.colormap, settings.alpha, value_range, mark,
+                         _image=photo.image)  # fmt: skip
 
 
 @kept()

@@ -11,8 +11,9 @@ import streamlit as st
 from vitviz.analysis import ImageAnalysis
 from vitviz.images import ImageError, ImageFile
 
-from vitviz_dashboard.cached import cached_figure, overlay_picture, readout_maps, thumbnail
+from vitviz_dashboard.cached import cached_figure, overlay_picture, readout_maps
 from vitviz_dashboard.common import Page, Photo, downloads, index_slider, readout_file_name, readout_title
+from vitviz_dashboard.small_multiples import head_maps
 
 FUSIONS = {"mean": np.mean, "max": np.max, "min": np.min}  # over heads
 READS = {
@@ -37,7 +38,7 @@ def draw(page: Page, images: dict[str, ImageFile], prepare: Callable[[str], tupl
     maps = readout_maps(page.analysis)  # (L, H, r, c)
     st.subheader(f"Every head in layer {layer}: {title}")
     st.caption(f"Each map is {READS[title]}, over the patches, for one head.")
-    head_maps(page, maps[layer])
+    head_maps(page, maps[layer], "heads_shared_scale")
     st.subheader("Compare two (image, layer, head) choices")
     chosen = {}
     names = list(images)
@@ -69,25 +70,3 @@ def draw(page: Page, images: dict[str, ImageFile], prepare: Callable[[str], tupl
         st.plotly_chart(cached_figure("grid_figure", flat, titles, c.num_heads, settings.colormap), theme=None)
     downloads(page, f"{stem}_attention", chosen | {f"{stem}_all_layers_heads": maps}, overlay=next(iter(chosen), None))
 
-
-def head_maps(page: Page, per_head: np.ndarray) -> None:
-    """Every head's map of one layer over the photo (as DINO draws its heads), on one colour scale by default, and
-    the raw patch grids one click away."""
-    settings, heads = page.settings, len(per_head)
-    shared = st.toggle("One colour scale for every head", key=page.key("heads_shared_scale", True),
-                       help="On: colours compare across heads, from 0 to the largest weight of any head in this layer. "
-                            "Off: each head from its own smallest to its largest weight, which shows the pattern of a "
-                            "weak head but makes every head look equally strong.")  # fmt: skip
-    top = float(per_head.max())
-    value_range = (0.0, top) if shared and top > 0 else None
-    st.caption(f"Colour scale: 0 (dark) to {top:.3g} (bright), shared by every head." if value_range else
-               "Colour scale: each head from its own smallest (dark) to its largest (bright) weight.")  # fmt: skip
-    small, scale = thumbnail(page.photo)
-    box = tuple(v * scale for v in page.analysis.box)
-    columns = st.columns(min(heads, 6))
-    for head in range(heads):
-        columns[head % len(columns)].image(overlay_picture(small, per_head[head], box, settings, value_range),
-                                           width="stretch", caption=f"head {head}")  # fmt: skip
-    with st.expander("The raw patch grids, with the values on hover"):
-        st.plotly_chart(cached_figure("grid_figure", per_head, [f"head {h}" for h in range(heads)], min(heads, 6),
-                                      settings.colormap, rescale_each=not shared), theme=None)  # fmt: skip

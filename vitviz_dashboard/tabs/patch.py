@@ -6,6 +6,7 @@ import streamlit as st
 
 from vitviz_dashboard.cached import cached_figure, overlay_picture, patch_maps, photo_data_uri
 from vitviz_dashboard.common import Page, downloads, index_slider, rerun_tab
+from vitviz_dashboard.small_multiples import head_maps
 
 
 @st.fragment
@@ -45,9 +46,9 @@ def draw(page: Page) -> None:
     fused, per_head = patch_maps(settings.model_spec, page.photo.key, settings.precision, layer, row, col,
                                  _analysis=analysis, _model=page.model)  # fmt: skip
     with right:
-        st.image(overlay_picture(page.photo, fused, analysis.box, settings), width="stretch",
-                 caption=f"patch ({row}, {col}), layer {layer}, mean over heads")  # fmt: skip
-    st.plotly_chart(cached_figure("grid_figure", per_head, [f"head {h}" for h in range(len(per_head))],
-                                  min(len(per_head), 6), settings.colormap), theme=None)  # fmt: skip
+        st.image(overlay_picture(page.photo, fused, analysis.box, settings, mark=(row, col)), width="stretch",
+                 caption=f"patch ({row}, {col}), layer {layer}, mean over heads (the patch outlined)")  # fmt: skip
+    st.subheader(f"Each head: what patch ({row}, {col}) attends to in layer {layer}")
+    head_maps(page, per_head, "patch_shared_scale", mark=(row, col))
     name = f"patch_{row}_{col}_layer{layer}"
     downloads(page, name, {name: fused, f"{name}_per_head": per_head}, overlay=name)
