@@ -94,14 +94,15 @@ def test_upload_renders_predictions_and_the_rollout_overlay(default_model):
     specs = chart_specs(at)
     for name in NAMES:
         assert name in specs  # the prediction bars
-    assert [img.proto.imgs[0].caption for img in at.get("image")] == ["photo.png, 64x48 (full resolution in the PNG download)"]
+    assert captions(at) == ["photo.png, 64x48 (full resolution in the PNG download)"]
+    assert legends(at)[0].startswith("Colours: the rollout, from ")  # the overlay's colour scale, as a strip
     assert download_labels(at) == ["Download the overlay (PNG, full resolution)", "Download this tab's maps (.npz)"]
     assert "nats" not in specs  # only the open tab is drawn
 
 
 def test_every_tab_draws_its_maps(default_model):
     at = uploaded_app()
-    captions = {}
+    drawn = {}
     probabilities = vitviz.analysis.analyse_image(vitviz.load_model(str(vitviz.load.DEFAULT_CHECKPOINT)),
                                                   Image.open(io.BytesIO(png_bytes())).convert("RGB")).probabilities  # fmt: skip
     top = int(np.argmax(probabilities))
@@ -111,20 +112,20 @@ def test_every_tab_draws_its_maps(default_model):
         # the prediction, and what the model saw, whichever tab is open
         assert (f"**Prediction: {NAMES[top]} ({probabilities[top]:.1%})**; the model saw the photo as a 32x32 input "
                 "(4x4 patches of 8 px)." in [m.value for m in at.markdown])  # fmt: skip
-        captions[tab] = [img.proto.imgs[0].caption for img in at.get("image")]
+        drawn[tab] = captions(at)
         if tab == "Model anatomy":
             specs = chart_specs(at)
             assert "mean attention distance" in specs and "nats" in specs
             assert len(at.get("image")) == 1 and len(at.get("image")[0].proto.imgs) == 16  # filter components
             assert download_labels(at) == ["Download this tab's maps (.npz)"]
-    assert captions["Heads & layers"] == [f"head {h}" for h in range(4)] + ["photo.png: layer 1, head mean",
+    assert drawn["Heads & layers"] == [f"head {h}" for h in range(4)] + ["photo.png: layer 1, head mean",
                                                                           "photo.png: layer 0, head mean"]  # fmt: skip
-    assert captions["Click a patch"] == ["patch (2, 2), layer 1, mean over heads (the patch outlined)",
+    assert drawn["Click a patch"] == ["patch (2, 2), layer 1, mean over heads (the patch outlined)",
                                          *(f"head {h}" for h in range(4))]  # fmt: skip
-    target = captions["Class-specific"][0].split(" for ")[1]
-    assert captions["Class-specific"] == [f"relevance for {target}", f"legrad for {target}",
+    target = drawn["Class-specific"][0].split(" for ")[1]
+    assert drawn["Class-specific"] == [f"relevance for {target}", f"legrad for {target}",
                                           f"block 1: P({target}) read from each patch"]  # the lens, last block first
-    assert captions["Faithfulness"] == []  # run on request only
+    assert drawn["Faithfulness"] == []  # run on request only
 
 
 def test_each_method_and_statistic_is_explained_where_it_is_shown(default_model):
@@ -186,6 +187,9 @@ def test_the_logit_lens_follows_the_block_slider(default_model):
 
     caption, names, readout = drawn()
     assert caption.startswith("block 1: ")
+    assert ("Colours: the class's probability, one fixed scale for every block, from 0 (left of the strip) to 1 (right)."
+            in legends(at))  # fmt: skip
+    assert any(c.startswith("Colours: relevance, this map's range, from ") for c in legends(at))
     np.testing.assert_allclose(readout, lens.readout_probability[:, 0].numpy(), rtol=1e-5)
     assert names.tolist() == [[NAMES[v] for v in row] for row in lens.votes[1, 0].tolist()]
     url = next(i.proto.imgs[0].url for i in at.get("image") if i.proto.imgs[0].caption.startswith("block"))
@@ -201,11 +205,12 @@ def test_every_head_is_drawn_over_the_photo_on_one_colour_scale_unless_asked(def
     model = vitviz.load_model(str(vitviz.load.DEFAULT_CHECKPOINT))
     analysis = vitviz.analysis.analyse_image(model, Image.open(io.BytesIO(png_bytes())).convert("RGB"))
     top = float(analysis.readout_attention[-1].max())
-    assert f"Colour scale: 0 (dark) to {top:.3g} (bright), shared by every head." in [c.value for c in at.caption]
+    assert f"Colour scale: 0 to {top:.3g}, shared by every head (the strip below)." in [c.value for c in at.caption]
+    assert f"Colours: attention weight, every head, from 0 (left of the strip) to {top:.3g} (right)." in legends(at)
     heads = [img.proto.imgs[0].url for img in at.get("image") if img.proto.imgs[0].caption.startswith("head ")]
     assert len(heads) == 4
     next(t for t in at.toggle if t.label == "One colour scale for every head").set_value(False).run()
-    assert "Colour scale: each head from its own smallest (dark) to its largest (bright) weight." in [
+    assert "Colour scale: each head from its own smallest to its largest weight (the strip below)." in [
         c.value for c in at.caption]  # fmt: skip
     rescaled = [img.proto.imgs[0].url for img in at.get("image") if img.proto.imgs[0].caption.startswith("head ")]
     assert all(a != b for a, b in zip(heads, rescaled))  # every head's colours changed
@@ -594,7 +599,13 @@ def values(field) -> np.ndarray:
 
 
 def captions(at) -> list[str]:
-    return [img.proto.imgs[0].caption or "" for img in at.get("image")]
+    """The captions of the page's pictures, the colour-scale strips (legends) left out."""
+    return [c for c in (img.proto.imgs[0].caption or "" for img in at.get("image")) if not c.startswith("Colours: ")]
+
+
+def legends(at) -> list[str]:
+    """The captions of the colour-scale strips under the overlays."""
+    return [c for c in (img.proto.imgs[0].caption or "" for img in at.get("image")) if c.startswith("Colours: ")]
 
 
 def model_app(path, monkeypatch) -> AppTest:

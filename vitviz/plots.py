@@ -56,6 +56,12 @@ def plotly_colorscale(name: str) -> tuple[tuple[float, str], ...]:
     return tuple((i / 32, "rgb({}, {}, {})".format(*table[min(255, i * 8)])) for i in range(33))
 
 
+def colour_bar(colormap: str = "inferno", width: int = 256, height: int = 10) -> Image.Image:
+    """A horizontal strip of ``colormap``, low values on the left: the legend of an overlay."""
+    row = colormap_table(colormap)[np.linspace(0, 255, width).round().astype(np.uint8)]  # (width, 3)
+    return Image.fromarray(np.repeat(row[None], height, axis=0))
+
+
 def rescale(patch_map) -> np.ndarray:
     """Min-max scale to [0, 1] for display (a constant map becomes all zeros)."""
     values = _as_array(patch_map)

@@ -122,6 +122,19 @@ def downloads(page: Page, tab: str, maps: dict[str, np.ndarray], overlay: str | 
 # --- names: what the page calls the model's tokens and what its head reads ----------------------
 
 
+def colour_legend(settings: Settings, low: float, high: float, what: str) -> None:
+    """The colour scale of the overlay above: a strip of the colormap, and what its two ends stand for."""
+    st.image(colour_bar_png(settings.colormap), width="stretch",
+             caption=f"Colours: {what}, from {low:.3g} (left of the strip) to {high:.3g} (right).")
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def colour_bar_png(colormap: str) -> bytes:
+    buffer = io.BytesIO()
+    plots.colour_bar(colormap).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
 def prediction_line(page: Page) -> str:
     """One line above every tab: the top prediction, and the input the model actually saw."""
     model, analysis = page.model, page.analysis

@@ -7,7 +7,7 @@ import numpy as np
 import streamlit as st
 
 from vitviz_dashboard.cached import cached_figure, overlay_picture, thumbnail
-from vitviz_dashboard.common import Page
+from vitviz_dashboard.common import Page, colour_legend
 
 
 def head_maps(page: Page, per_head: np.ndarray, key: str, mark: tuple[int, int] | None = None) -> None:
@@ -20,14 +20,18 @@ def head_maps(page: Page, per_head: np.ndarray, key: str, mark: tuple[int, int] 
                             "head but makes every head look equally strong.")  # fmt: skip
     top = float(per_head.max())
     value_range = (0.0, top) if shared and top > 0 else None
-    st.caption(f"Colour scale: 0 (dark) to {top:.3g} (bright), shared by every head." if value_range else
-               "Colour scale: each head from its own smallest (dark) to its largest (bright) weight.")  # fmt: skip
+    st.caption(f"Colour scale: 0 to {top:.3g}, shared by every head (the strip below)." if value_range else
+               "Colour scale: each head from its own smallest to its largest weight (the strip below).")  # fmt: skip
     small, scale = thumbnail(page.photo)
     box = tuple(v * scale for v in page.analysis.box)
     columns = st.columns(min(heads, 6))
     for head in range(heads):
         columns[head % len(columns)].image(overlay_picture(small, per_head[head], box, settings, value_range, mark),
                                            width="stretch", caption=f"head {head}")  # fmt: skip
+    if value_range:
+        colour_legend(settings, 0.0, top, "attention weight, every head")
+    else:
+        colour_legend(settings, 0.0, 1.0, "each head's weight as a fraction of its own range")
     with st.expander("The raw patch grids, with the values on hover"):
         st.plotly_chart(cached_figure("grid_figure", per_head, [f"head {h}" for h in range(heads)], min(heads, 6),
                                       settings.colormap, rescale_each=not shared), key=f"{key}_grid", theme=None)  # fmt: skip

@@ -10,7 +10,7 @@ from vitviz.explain import CLASS_SPECIFIC
 from vitviz.explain.methods import DESCRIPTIONS, TAM_STEPS
 
 from vitviz_dashboard.cached import cached_figure, class_map, logit_lens, overlay_picture
-from vitviz_dashboard.common import Page, class_name, downloads, has_classifier, index_slider
+from vitviz_dashboard.common import Page, class_name, colour_legend, downloads, has_classifier, index_slider
 
 NEEDS_A_CLASSIFIER = ("Class-specific maps follow the gradient of one class's score back through the attention, "
                       "so they need a classifier; this model has none (a backbone). Every other tab works.")  # fmt: skip
@@ -58,6 +58,8 @@ def method_maps(page: Page, target: int, methods: list[str]) -> dict[str, np.nda
             maps[method] = class_map(page.model, settings.model_spec, page.file, settings.precision, target, method)
         column.image(overlay_picture(page.photo, maps[method], page.analysis.box, settings), width="stretch",
                      caption=f"{method} for '{class_name(page.model, target)}'")  # fmt: skip
+        with column:
+            colour_legend(settings, float(maps[method].min()), float(maps[method].max()), f"{method}, this map's range")
         column.caption(f"{DESCRIPTIONS[method][0].upper()}{DESCRIPTIONS[method][1:]}. {READING[method]}")
         column.plotly_chart(cached_figure("heatmap_figure", maps[method], "", settings.colormap),
                             key=f"class_{method}", theme=None)  # fmt: skip
@@ -78,6 +80,8 @@ def lens_section(page: Page, target: int) -> dict[str, np.ndarray]:
     left, right = st.columns(2)
     left.image(overlay_picture(page.photo, lens["probability"][block], page.analysis.box, settings, (0.0, 1.0)),
                width="stretch", caption=f"block {block}: P('{class_name(model, target)}') read from each patch")  # fmt: skip
+    with left:
+        colour_legend(settings, 0.0, 1.0, "the class's probability, one fixed scale for every block")
     right.plotly_chart(cached_figure("votes_figure", lens["votes"][block], model.class_names, target),
                        key="lens_votes", theme=None)  # fmt: skip
     share = (lens["votes"] == target).mean(axis=(1, 2))

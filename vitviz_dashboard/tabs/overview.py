@@ -8,7 +8,8 @@ import streamlit as st
 from vitviz import explain
 
 from vitviz_dashboard.cached import cached_figure, overlay_picture, rollout_map
-from vitviz_dashboard.common import Page, class_name, describe_pooling, downloads, has_classifier, index_slider
+from vitviz_dashboard.common import (Page, class_name, colour_legend, describe_pooling, downloads, has_classifier,
+                                     index_slider)  # fmt: skip
 
 
 @st.fragment
@@ -45,5 +46,7 @@ def draw(page: Page) -> None:
         width, height = page.photo.full.size
         a.image(overlay_picture(page.photo, rollout, analysis.box, settings), width="stretch",
                 caption=f"{page.photo.name}, {width}x{height} (full resolution in the PNG download)")  # fmt: skip
+        with a:
+            colour_legend(settings, float(rollout.min()), float(rollout.max()), "the rollout")
         b.plotly_chart(cached_figure("heatmap_figure", rollout, "patch grid (hover for values)", settings.colormap), theme=None)
     downloads(page, "rollout", {"rollout": rollout}, overlay="rollout")
