@@ -23,7 +23,8 @@ def draw(page: Page) -> None:
             top_k = st.slider("Top-k", 1, most, key=page.key("top_k", min(5, most), options=range(1, most + 1))) if most > 1 else 1
             top = np.argsort(analysis.probabilities)[::-1][:top_k]  # only these reach the cache key, not 1000 names
             st.plotly_chart(cached_figure("predictions_figure", analysis.probabilities[top],
-                                          [class_name(model, i) for i in top], top_k), theme=None)  # fmt: skip
+                                          [class_name(model, i) for i in top], top_k), theme=None,
+                            config={"displayModeBar": False})  # its toolbar covered the top bar's label  # fmt: skip
         else:
             st.info(f"This model has no classifier (a backbone): no predictions. Every map still reads what its "
                     f"pooling reads ({describe_pooling(model.config)}); class-specific maps and faithfulness "
@@ -42,11 +43,10 @@ def draw(page: Page) -> None:
                    "the residual connection and each row renormalised, multiplied from the start layer to the last "
                    "block, then read out by what the head reads. Bright patches reach the classifier through "
                    "attention. It is the same for every class: see Class-specific for a class's own map.")  # fmt: skip
-        a, b = st.columns(2)
         width, height = page.photo.full.size
-        a.image(overlay_picture(page.photo, rollout, analysis.box, settings), width="stretch",
-                caption=f"{page.photo.name}, {width}x{height} (full resolution in the PNG download)")  # fmt: skip
-        with a:
-            colour_legend(settings, float(rollout.min()), float(rollout.max()), "the rollout")
-        b.plotly_chart(cached_figure("heatmap_figure", rollout, "patch grid (hover for values)", settings.colormap), theme=None)
+        st.image(overlay_picture(page.photo, rollout, analysis.box, settings), width="stretch",
+                 caption=f"{page.photo.name}, {width}x{height} (full resolution in the PNG download)")  # fmt: skip
+        colour_legend(settings, float(rollout.min()), float(rollout.max()), "the rollout")
+        with st.expander("The raw patch grid, with the values on hover"):
+            st.plotly_chart(cached_figure("heatmap_figure", rollout, "", settings.colormap), theme=None)
     downloads(page, "rollout", {"rollout": rollout}, overlay="rollout")
