@@ -256,3 +256,16 @@ def test_mark_patch_outlines_one_cell_of_the_grid_in_the_box_and_nothing_else():
     assert (cols.min(), cols.max(), rows.min(), rows.max()) == (60, 79, 30, 59)  # column 2, row 1 of the box's grid
     assert cyan[30, 60:80].all() and not cyan[45, 65:75].any()  # an outline, not a filled cell
     assert np.asarray(picture).max() == 0  # the input is left alone
+
+
+def test_grid_figure_leaves_room_for_titles_marks_patches_and_shows_a_shared_scale():
+    maps = np.random.default_rng(0).random((3, 8, 8))
+    grid = grid_figure(maps, ["(0,0)", "(0,4)", "(4,0)"], columns=2, rescale_each=False, marks=[(0, 0), (0, 4), (4, 0)])
+    raw = np.asarray(grid.data[0].customdata, dtype=np.float32)
+    assert raw.shape == (8 + 3 + 8, 8 + 1 + 8)  # three empty rows between tile rows: the titles fit there
+    np.testing.assert_allclose(raw[11:19, 0:8], maps[2], rtol=1e-6)
+    assert grid.data[0].showscale  # one shared scale: a colorbar says what the colours mean
+    assert list(grid.data[1].x) == [0, 9 + 4, 0] and list(grid.data[1].y) == [0, 0, 11 + 4]  # each map's own patch
+    assert not grid_figure(maps, ["a", "b", "c"], columns=2).data[0].showscale  # each map its own range: no bar
+    with pytest.raises(ValueError, match="2 marks for 3 maps"):
+        grid_figure(maps, ["a", "b", "c"], columns=2, marks=[(0, 0), (1, 1)])

@@ -235,27 +235,32 @@ def heatmap_figure(patch_map, title: str = "", colormap: str = "inferno") -> go.
                    xaxis=dict(constrain="domain", **_HIDDEN_AXIS))  # fmt: skip
 
 
-def grid_figure(maps, titles: list[str], columns: int, colormap: str = "inferno", rescale_each: bool = True) -> go.Figure:
+def grid_figure(maps, titles: list[str], columns: int, colormap: str = "inferno", rescale_each: bool = True,
+                marks: list[tuple[int, int]] | None = None, height: int | None = None) -> go.Figure:  # fmt: skip
     """Small multiples: the maps (n, rows, cols) tiled ``columns`` to a row in one heatmap.
 
     One trace with gaps (not one subplot per map) keeps big grids, such as 12 x 12 heads,
     fast to build and to draw. With ``rescale_each`` every map uses its own colour range
-    (patterns comparable); otherwise all share one range (magnitudes comparable). Hover shows
-    each cell's map, row, column and raw value.
+    (patterns comparable); otherwise all share one range (magnitudes comparable), shown by a colorbar.
+    Hover shows each cell's map, row, column and raw value. ``marks`` outlines one (row, col) cell per map
+    (e.g. each map's reference patch); ``height`` in pixels overrides the default.
     """
     values = _as_array(maps)
     count, rows, cols = values.shape
     if len(titles) != count:
         raise ValueError(f"{len(titles)} titles for {count} maps")
+    if marks is not None and len(marks) != count:
+        raise ValueError(f"{len(marks)} marks for {count} maps")
     columns = max(1, min(columns, count))
     tile_rows = -(-count // columns)
-    height, width = tile_rows * (rows + 1) - 1, columns * (cols + 1) - 1
-    shown = np.full((height, width), np.nan, dtype=np.float32)  # gaps stay NaN, drawn as background
-    raw = np.full((height, width), np.nan, dtype=np.float32)
-    labels = np.full((height, width), "", dtype=object)
-    annotations = []
+    gap = max(1, round(0.35 * rows))  # rows between tiles: room for each tile's title
+    height_cells, width = tile_rows * (rows + gap) - gap, columns * (cols + 1) - 1
+    shown = np.full((height_cells, width), np.nan, dtype=np.float32)  # gaps stay NaN, drawn as background
+    raw = np.full((height_cells, width), np.nan, dtype=np.float32)
+    labels = np.full((height_cells, width), "", dtype=object)
+    annotations, mark_x, mark_y = [], [], []
     for index in range(count):
-        top, left = (index // columns) * (rows + 1), (index % columns) * (cols + 1)
+        top, left = (index // columns) * (rows + gap), (index % columns) * (cols + 1)
         shown[top : top + rows, left : left + cols] = rescale(values[index]) if rescale_each else values[index]
         raw[top : top + rows, left : left + cols] = values[index]
         labels[top : top + rows, left : left + cols] = [
@@ -263,10 +268,18 @@ def grid_figure(maps, titles: list[str], columns: int, colormap: str = "inferno"
         ]
         annotations.append(dict(x=left + (cols - 1) / 2, y=top - 0.5, text=titles[index], showarrow=False,
                                 yanchor="bottom", font=dict(size=11)))  # fmt: skip
+        if marks is not None:
+            mark_y.append(top + marks[index][0])
+            mark_x.append(left + marks[index][1])
     heatmap = dict(type="heatmap", z=shown, customdata=raw, text=labels, colorscale=plotly_colorscale(colormap),
-                   showscale=False, hovertemplate="%{text}: %{customdata:.5f}<extra></extra>", hoverongaps=False)  # fmt: skip
-    return _figure([heatmap], annotations=annotations, margin=dict(l=0, r=0, t=22, b=0),
-                   height=max(160, int(tile_rows * 130 * max(1.0, 6 / columns) * rows / max(rows, cols)) + 30),
+                   showscale=not rescale_each, hovertemplate="%{text}: %{customdata:.5f}<extra></extra>",
+                   hoverongaps=False)  # fmt: skip
+    traces = [heatmap]
+    if marks is not None:
+        traces.append(dict(type="scatter", x=mark_x, y=mark_y, mode="markers", hoverinfo="skip", showlegend=False,
+                           marker=dict(symbol="square-open", size=9, color="#00ffff", line=dict(width=2))))  # fmt: skip
+    default_height = max(160, int(tile_rows * 130 * max(1.0, 6 / columns) * rows / max(rows, cols)) + 30)
+    return _figure(traces, annotations=annotations, margin=dict(l=0, r=0, t=22, b=0), height=height or default_height,
                    plot_bgcolor="rgba(0,0,0,0)", yaxis=dict(autorange="reversed", scaleanchor="x", visible=False),
                    xaxis=dict(visible=False, constrain="domain"))  # fmt: skip
 

@@ -30,14 +30,15 @@ def draw(page: Page) -> None:
     rows, cols = model.config.grid_size
     similarity = anatomy["similarity"]
     left.subheader("Position-embedding similarity")
-    left.caption("Cosine similarity of one patch's position embedding (the one named above each map) with every "
-                 "other patch's, on one shared scale. A learned grid shows as a bright blob around each patch, "
+    left.caption("Cosine similarity of one patch's position embedding (the one named above each map, outlined in "
+                 "it) with every other patch's, on one shared scale (the colorbar). A learned grid shows as a bright blob around each patch, "
                  "often with its row and column (Dosovitskiy et al. 2020, Fig. 7).")  # fmt: skip
     step = max(1, max(rows, cols) // 7)  # at most about 7 x 7 small maps
     picks = [(r, c) for r in range(0, rows, step) for c in range(0, cols, step)]
+    # one shared scale (a colorbar), each map's own patch outlined; about as tall as the half column is wide
     left.plotly_chart(cached_figure("grid_figure", torch.stack([similarity[r, c] for r, c in picks]),
                                     [f"({r},{c})" for r, c in picks], len(range(0, cols, step)), "viridis",
-                                    rescale_each=False), theme=None)  # fmt: skip
+                                    rescale_each=False, marks=picks, height=460), theme=None)  # fmt: skip
     right.subheader("Patch-embedding filters: principal components")
     right.caption("The first principal components of the linear patch embedding's filters, as RGB pictures, with "
                   "the share of variance each explains: what the model measures in a patch before any attention.")  # fmt: skip
