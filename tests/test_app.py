@@ -189,7 +189,7 @@ def test_the_logit_lens_follows_the_block_slider(default_model):
     assert caption.startswith("block 1: ")
     assert ("Colours: the class's probability, one fixed scale for every block, from 0 (left of the strip) to 1 (right)."
             in legends(at))  # fmt: skip
-    assert any(c.startswith("Colours: relevance, this map's range, from ") for c in legends(at))
+    assert any(c.startswith("Colours: relevance on the top class's scale, from 0 ") for c in legends(at))
     np.testing.assert_allclose(readout, lens.readout_probability[:, 0].numpy(), rtol=1e-5)
     assert names.tolist() == [[NAMES[v] for v in row] for row in lens.votes[1, 0].tolist()]
     url = next(i.proto.imgs[0].url for i in at.get("image") if i.proto.imgs[0].caption.startswith("block"))
@@ -337,6 +337,21 @@ def test_class_picker_changes_the_class_specific_map(default_model):
     picker.select_index(2).run()
     second = [img.proto.imgs[0] for img in at.get("image") if "relevance for" in (img.proto.imgs[0].caption or "")][0]
     assert first.caption != second.caption and first.url != second.url
+
+
+def test_class_maps_share_the_top_class_scale_unless_asked(default_model):
+    at = open_tab(uploaded_app(), "Class-specific")
+    model = vitviz.load_model(str(vitviz.load.DEFAULT_CHECKPOINT))
+    pixels = model.transform(Image.open(io.BytesIO(png_bytes())).convert("RGB"))[None]
+    top_map = explain.method_maps(model, pixels, ["relevance"]).maps["relevance"]
+    next(s for s in at.selectbox if s.label == "Explain the class").select_index(2).run()  # the least likely class
+    target = next(s for s in at.selectbox if s.label == "Explain the class").value
+    weak_map = explain.method_maps(model, pixels, ["relevance"], target).maps["relevance"]
+    assert (f"Colours: relevance on the top class's scale, from 0 (left of the strip) to {float(top_map.max()):.3g} "
+            "(right).") in legends(at)  # fmt: skip
+    next(t for t in at.toggle if t.label.startswith("Compare classes")).set_value(False).run()
+    assert (f"Colours: relevance, this map's range, from {float(weak_map.min()):.3g} (left of the strip) to "
+            f"{float(weak_map.max()):.3g} (right).") in legends(at)  # fmt: skip
 
 
 def run_faithfulness(at) -> None:

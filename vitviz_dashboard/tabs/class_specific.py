@@ -47,19 +47,33 @@ def draw(page: Page) -> None:
 
 
 def method_maps(page: Page, target: int, methods: list[str]) -> dict[str, np.ndarray]:
-    """One column per chosen method: the map over the photo and its patch grid."""
+    """One column per chosen method: the map over the photo, its colour scale, what it is, and its patch grid."""
     if not methods:
         st.caption("Choose one or more methods above.")
         return {}
     settings, maps = page.settings, {}
+    top_class = int(np.argmax(page.analysis.probabilities))
+    by_top = st.toggle("Compare classes: colour every class's map on the top class's scale",
+                       key=page.key("class_scale_by_top", True),
+                       help="On: each method's colours run from 0 to the largest value of its map for the top "
+                            "prediction, so a class the model hardly sees looks faint. Off: each map from its own "
+                            "smallest to its largest value, which shows the pattern of any class but makes every "
+                            "class look equally strong.")  # fmt: skip
     for column, method in zip(st.columns(len(methods)), methods):
         cost = f" ({COST[method]})" if method in COST else ""
         with column, st.spinner(f"Computing {method}{cost}..."):
             maps[method] = class_map(page.model, settings.model_spec, page.file, settings.precision, target, method)
-        column.image(overlay_picture(page.photo, maps[method], page.analysis.box, settings), width="stretch",
-                     caption=f"{method} for '{class_name(page.model, target)}'")  # fmt: skip
+            top_map = maps[method] if target == top_class else class_map(
+                page.model, settings.model_spec, page.file, settings.precision, top_class, method)  # fmt: skip
+        high = float(top_map.max())
+        value_range = (0.0, high) if by_top and high > 0 else None
+        column.image(overlay_picture(page.photo, maps[method], page.analysis.box, settings, value_range),
+                     width="stretch", caption=f"{method} for '{class_name(page.model, target)}'")  # fmt: skip
         with column:
-            colour_legend(settings, float(maps[method].min()), float(maps[method].max()), f"{method}, this map's range")
+            if value_range:
+                colour_legend(settings, 0.0, high, f"{method} on the top class's scale")
+            else:
+                colour_legend(settings, float(maps[method].min()), float(maps[method].max()), f"{method}, this map's range")
         column.caption(f"{DESCRIPTIONS[method][0].upper()}{DESCRIPTIONS[method][1:]}. {READING[method]}")
         column.plotly_chart(cached_figure("heatmap_figure", maps[method], "", settings.colormap),
                             key=f"class_{method}", theme=None)  # fmt: skip
