@@ -269,3 +269,12 @@ def test_grid_figure_leaves_room_for_titles_marks_patches_and_shows_a_shared_sca
     assert not grid_figure(maps, ["a", "b", "c"], columns=2).data[0].showscale  # each map its own range: no bar
     with pytest.raises(ValueError, match="2 marks for 3 maps"):
         grid_figure(maps, ["a", "b", "c"], columns=2, marks=[(0, 0), (1, 1)])
+
+
+def test_patch_picker_draws_the_patch_grid_and_outlines_the_chosen_cell():
+    figure = patch_picker_figure("data:image/jpeg;base64,", 1.0, (10, 0, 110, 60), (3, 4), (2, 1))
+    lines = [shape for shape in figure.layout.shapes if shape.type == "line"]
+    assert len(lines) == (4 + 1) + (3 + 1)  # every column and row boundary of the grid over the box
+    assert sorted({shape.x0 for shape in lines if shape.x0 == shape.x1}) == [10, 35, 60, 85, 110]
+    (cell,) = [shape for shape in figure.layout.shapes if shape.type == "rect"]
+    assert (cell.x0, cell.x1, cell.y0, cell.y1) == (35, 60, 40, 60)  # row 2, column 1

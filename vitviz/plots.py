@@ -351,8 +351,20 @@ def patch_picker_figure(picture: str, scale: float, box: tuple[float, float, flo
                    hovertemplate="patch (%{customdata[0]}, %{customdata[1]})<extra></extra>")  # fmt: skip
     ring = dict(type="scatter", x=[xs[selected[1]]], y=[ys[selected[0]]], mode="markers", hoverinfo="skip",
                 marker=dict(size=14, color="rgba(0,0,0,0)", line=dict(color="cyan", width=3)))  # fmt: skip
-    return _figure([photo, markers, ring], margin=dict(l=0, r=0, t=0, b=0), showlegend=False, dragmode=False,
-                   clickmode="event+select", xaxis=dict(visible=False), yaxis=dict(visible=False))  # fmt: skip
+    # the patch grid as thin lines (up to 40 patches a side; finer grids would hide the photo), the chosen cell outlined
+    cell_w, cell_h = (right - left) / cols, (bottom - top) / rows
+    line = dict(color="rgba(255, 255, 255, 0.35)", width=1)
+    shapes = []
+    if max(rows, cols) <= 40:
+        shapes += [dict(type="line", x0=left + k * cell_w, x1=left + k * cell_w, y0=top, y1=bottom, line=line)
+                   for k in range(cols + 1)]  # fmt: skip
+        shapes += [dict(type="line", x0=left, x1=right, y0=top + k * cell_h, y1=top + k * cell_h, line=line)
+                   for k in range(rows + 1)]  # fmt: skip
+    r, c = selected
+    shapes.append(dict(type="rect", x0=left + c * cell_w, x1=left + (c + 1) * cell_w, y0=top + r * cell_h,
+                       y1=top + (r + 1) * cell_h, line=dict(color="cyan", width=3)))  # fmt: skip
+    return _figure([photo, markers, ring], shapes=shapes, margin=dict(l=0, r=0, t=0, b=0), showlegend=False,
+                   dragmode=False, clickmode="event+select", xaxis=dict(visible=False), yaxis=dict(visible=False))  # fmt: skip
 
 
 # --- prefix tokens, token norms ----------------------------------------------------------------

@@ -19,17 +19,17 @@ def draw(page: Page) -> None:
     row, col = min(row, rows - 1), min(col, cols - 1)
     layers = range(page.model.config.num_layers)
     layer = index_slider("Layer", len(layers), page.key("patch_layer", layers[-1], options=layers))
+    st.caption("Click a patch on the picture (or set its row and column) to see what it attends to: its row of "
+               "the chosen block's attention, which sums to 1 over all tokens, prefix tokens included.")  # fmt: skip
+    # the inputs come first, so a typed row or column is drawn in this same run; then picture and result side by side
+    a, b, _ = st.columns([1, 1, 2])
+    new_row = a.number_input("Row", 0, rows - 1, row)
+    new_col = b.number_input("Column", 0, cols - 1, col)
+    if (new_row, new_col) != (row, col):
+        row, col = int(new_row), int(new_col)
+        st.session_state.patch = (row, col)
     left, right = st.columns(2)
     with left:
-        st.caption("Click a patch on the picture (or set its row and column) to see what it attends to: its row of "
-                   "the chosen block's attention, which sums to 1 over all tokens, prefix tokens included.")  # fmt: skip
-        # the inputs come first, so a typed row or column is drawn in this same run
-        a, b = st.columns(2)
-        new_row = a.number_input("Row", 0, rows - 1, row)
-        new_col = b.number_input("Column", 0, cols - 1, col)
-        if (new_row, new_col) != (row, col):
-            row, col = int(new_row), int(new_col)
-            st.session_state.patch = (row, col)
         # the photo as a small JPEG data URI: a pixel array would be millions of numbers in the page's JSON
         picture, scale = photo_data_uri(page.photo)
         picker = cached_figure("patch_picker_figure", picture, scale, tuple(analysis.box), analysis.grid_size, (row, col))
