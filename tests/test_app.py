@@ -109,6 +109,7 @@ def test_every_tab_draws_its_maps(default_model):
     for tab in ["Heads & layers", "Click a patch", "Class-specific", "Model anatomy", "Faithfulness"]:
         open_tab(at, tab)
         assert not at.error
+        assert "What the model saw: 32x32" in [img.proto.imgs[0].caption for img in at.get("image")]
         # the prediction, and what the model saw, whichever tab is open
         assert (f"**Prediction: {NAMES[top]} ({probabilities[top]:.1%})**; the model saw the photo as a 32x32 input "
                 "(4x4 patches of 8 px)." in [m.value for m in at.markdown])  # fmt: skip
@@ -116,7 +117,8 @@ def test_every_tab_draws_its_maps(default_model):
         if tab == "Model anatomy":
             specs = chart_specs(at)
             assert "mean attention distance" in specs and "nats" in specs
-            assert len(at.get("image")) == 1 and len(at.get("image")[0].proto.imgs) == 16  # filter components
+            pictures = [img for img in at.get("image") if not (img.proto.imgs[0].caption or "").startswith("What the")]
+            assert len(pictures) == 1 and len(pictures[0].proto.imgs) == 16  # filter components
             assert download_labels(at) == ["Download this tab's maps (.npz)"]
     assert drawn["Heads & layers"] == [f"head {h}" for h in range(4)] + ["photo.png: layer 1, head mean",
                                                                           "photo.png: layer 0, head mean"]  # fmt: skip
@@ -248,7 +250,7 @@ def test_camera_photos_each_join_the_image_picker(default_model):
     at.camera_input[0].set_value(("image.jpg", jpeg_bytes(), "image/jpeg")).run()
     assert not at.exception and not at.error
     assert next(s for s in at.selectbox if s.label == "Image").value == "camera photo 1.jpg"
-    assert at.get("image")[0].proto.imgs[0].caption.startswith("camera photo 1.jpg, 64x48")
+    assert captions(at)[0].startswith("camera photo 1.jpg, 64x48")
     at.camera_input[0].set_value(("image.jpg", jpeg_bytes((40, 40), (200, 10, 10)), "image/jpeg")).run()
     picker = next(s for s in at.selectbox if s.label == "Image")  # the browser names every shot image.jpg
     assert picker.options == ["camera photo 1.jpg", "camera photo 2.jpg"] and picker.value == "camera photo 2.jpg"
@@ -303,7 +305,9 @@ def test_a_model_with_fewer_layers_under_the_same_name_resets_the_layer_controls
 
 
 def image_urls(at) -> list:
-    return [img.proto.imgs[0].url for img in at.get("image")]
+    """The tabs' pictures (the model's input, above every tab, left out)."""
+    return [img.proto.imgs[0].url for img in at.get("image")
+            if not (img.proto.imgs[0].caption or "").startswith("What the model saw")]  # fmt: skip
 
 
 def test_controls_change_what_is_drawn(default_model):
@@ -614,8 +618,10 @@ def values(field) -> np.ndarray:
 
 
 def captions(at) -> list[str]:
-    """The captions of the page's pictures, the colour-scale strips (legends) left out."""
-    return [c for c in (img.proto.imgs[0].caption or "" for img in at.get("image")) if not c.startswith("Colours: ")]
+    """The captions of the tabs' pictures: the colour-scale strips (legends) and the model's input, shown above every
+    tab, left out."""
+    return [c for c in (img.proto.imgs[0].caption or "" for img in at.get("image"))
+            if not c.startswith(("Colours: ", "What the model saw"))]  # fmt: skip
 
 
 def legends(at) -> list[str]:

@@ -45,9 +45,9 @@ def test_upload_overlay_and_click_a_patch(server):
         page.locator("input[type=file]").first.set_input_files(str(photo))
         page.get_by_text("Attention rollout").first.wait_for(timeout=120_000)
         page.get_by_text("photo.png, 480x320 (full resolution in the PNG download)").wait_for(timeout=90_000)
-        page.locator("img[src*='media']").nth(1).wait_for(timeout=90_000)
-        # the rollout overlay and its colour legend; other tabs are not drawn
-        assert page.locator("img[src*='media']").count() == 2
+        page.locator("img[src*='media']").nth(2).wait_for(timeout=90_000)
+        # what the model saw (above the tabs), the rollout overlay and its colour legend; other tabs are not drawn
+        assert page.locator("img[src*='media']").count() == 3
         page.screenshot(path=str(SCREENSHOTS / "overview.png"), full_page=True)
 
         # the downloads: the tab's maps, and the overlay at the photo's own resolution

@@ -12,7 +12,7 @@ import vitviz
 from vitviz.images import ImageError
 
 from vitviz_dashboard.budget import BUDGET_ERROR
-from vitviz_dashboard.cached import get_model_with_progress, photo_and_analysis
+from vitviz_dashboard.cached import get_model_with_progress, model_input_png, photo_and_analysis
 from vitviz_dashboard.common import Page, keep_tab_widgets, prediction_line
 from vitviz_dashboard.images import choose_image
 from vitviz_dashboard.sidebar import MISSING_SPEC, describe_model, resolve, sidebar
@@ -56,7 +56,11 @@ def main() -> None:
         st.error(f"Could not read {name}: {error}")
         return
     page = Page(model, settings, images[name], photo, analysis)
-    st.markdown(prediction_line(page))  # above the tabs: seen whichever is open
+    line, saw = st.columns([5, 1], vertical_alignment="center")
+    line.markdown(prediction_line(page))  # above the tabs: seen whichever is open
+    height, width = analysis.pixel_values.shape[-2:]
+    saw.image(model_input_png(settings.model_spec, photo.key, settings.precision, _analysis=analysis, _model=model),
+              caption=f"What the model saw: {width}x{height}", width="stretch")  # fmt: skip
     # Only the open tab runs (Streamlit's lazy tabs): a sidebar change redraws one tab, not seven, and
     # the class-specific maps (a backward pass) are computed when their tab is first opened.
     draws = [overview.draw, lambda p: heads.draw(p, images, prepare), patch.draw, class_specific.draw, anatomy.draw,

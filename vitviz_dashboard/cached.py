@@ -182,6 +182,21 @@ def faithfulness_curves(_model, model_spec: str, file: ImageFile, precision: str
 
 
 @kept()
+def model_input_png(model_spec: str, image_key: str, precision: str, *, _analysis: ImageAnalysis,
+                    _model: vitviz.ViT) -> bytes:  # fmt: skip
+    """What the model saw: its input tensor, normalisation undone, enlarged by whole pixels to about 128 px."""
+    mean = torch.tensor(_model.transform.mean)[:, None, None]
+    std = torch.tensor(_model.transform.std)[:, None, None]
+    pixels = (_analysis.pixel_values[0].float() * std + mean).clamp(0, 1)  # (3, H, W)
+    picture = Image.fromarray((pixels.permute(1, 2, 0).numpy() * 255).round().astype(np.uint8))
+    factor = max(1, 128 // max(picture.size))
+    picture = picture.resize((picture.width * factor, picture.height * factor), Image.NEAREST)
+    buffer = io.BytesIO()
+    picture.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+@kept()
 def rollout_map(model_spec: str, image_key: str, precision: str, fusion: str, discard: float, start: int, *,
                 _analysis: ImageAnalysis, _model: vitviz.ViT) -> np.ndarray:
     """The rollout for one choice of settings, computed once: from the kept attentions, or by a streaming pass
