@@ -97,7 +97,7 @@ def single(args) -> dict:
     at.sidebar.text_input[0].set_value(str(path)).run()
     load_s = time.perf_counter() - start
     baseline = memory_mb()
-    rows = []
+    rows, views = [], {}
     for index, (name, data) in enumerate(photos(args.photos)):
         start = time.perf_counter()
         at.file_uploader[0].set_value((name, data, "image/jpeg")).run()
@@ -166,6 +166,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--child", action="store_true", help=argparse_hidden())
     parser.add_argument("--folder", help=argparse_hidden())
     args = parser.parse_args(argv)
+    if args.photos < 1 or args.images < 1 or args.sessions < 1:
+        parser.error("--photos, --images and --sessions must be at least 1")
     if not args.child:  # run the part in a fresh process, so its memory figures are its own
         with tempfile.TemporaryDirectory() as folder:
             command = [sys.executable, __file__, *(argv or sys.argv[1:]), "--child", "--folder", folder]

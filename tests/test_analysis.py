@@ -97,3 +97,10 @@ def test_a_map_pooled_models_streamed_analysis_reads_its_pooling_weights():
     torch.testing.assert_close(streamed.readout_attention, expected[0])
     assert not torch.allclose(streamed.readout_attention, explain.readout_attention_all(
         output.attentions, "mean", num_prefix_tokens=0, grid_size=(3, 5))[0])  # the weights matter  # fmt: skip
+
+
+def test_a_kept_patch_row_does_not_hold_its_whole_attention_block():
+    model = model_for({})
+    whole = analyse_image(model, photo())
+    rows = patch_attention(model, whole, 1, (1, 2))
+    assert rows.untyped_storage().nbytes() == 4 * 15 * 4  # heads x patches x 4 bytes, not the (1, 4, 16, 16) block

@@ -111,6 +111,32 @@ def test_kept_keys_by_arguments_files_by_digest_arrays_by_content(monkeypatch):
     assert len(calls) == 3
 
 
+def test_kept_keys_every_positional_and_keyword_argument_of_a_variadic_function(monkeypatch):
+    monkeypatch.setattr(budget, "STORE", MemoryStore(limit=10**6))
+
+    @kept()
+    def build(name: str, *args, **kwargs) -> tuple:
+        return (name, args, kwargs)
+
+    assert build("grid", 1, 2, "viridis") == ("grid", (1, 2, "viridis"), {})
+    assert build("grid", 1, 2, "magma") == ("grid", (1, 2, "magma"), {})  # the third argument is in the key
+    assert build("grid", 1, 2, "magma", marks=[(0, 1)]) == ("grid", (1, 2, "magma"), {"marks": [(0, 1)]})
+    assert build("grid", 1, 2, "magma", marks=[(1, 1)])[2] == {"marks": [(1, 1)]}
+
+
+def test_cached_figures_follow_every_argument(monkeypatch):
+    from vitviz_dashboard.cached import cached_figure
+
+    monkeypatch.setattr(budget, "STORE", MemoryStore(limit=10**8))
+    maps = np.random.default_rng(0).random((4, 3, 3))
+    viridis = cached_figure("grid_figure", maps, [f"head {h}" for h in range(4)], 2, "viridis")
+    magma = cached_figure("grid_figure", maps, [f"head {h}" for h in range(4)], 2, "magma")
+    assert viridis is not magma and viridis.data[0].colorscale != magma.data[0].colorscale
+    first = cached_figure("patch_picker_figure", "data:,", 1.0, (0, 0, 8, 8), (2, 2), (0, 0))
+    second = cached_figure("patch_picker_figure", "data:,", 1.0, (0, 0, 8, 8), (2, 2), (1, 1))
+    assert first.layout.shapes[-1].x0 == 0 and second.layout.shapes[-1].x0 == 4  # the chosen cell follows
+
+
 # --- the page within its budget ------------------------------------------------------------------------------
 
 

@@ -78,7 +78,7 @@ def analyse_image(
     keep_attentions = max_attention_bytes is None or attention_bytes(model, *pixels.shape[-2:]) <= max_attention_bytes
     known = _readout_before_the_pass(model, grid)  # None for an attention-pooling head, which reads the image
     streamer = _streamer(model, grid, known if known is not None else "mean", progress=progress)
-    with torch.inference_mode(), autocast(precision):
+    with torch.inference_mode(), autocast(precision, pixels.device.type):
         output = model(pixels, output_attentions=keep_attentions, output_hidden_states=True, attention_sink=streamer)
     readout = output.readout.float()
     attentions = tuple(a.float() for a in output.attentions) if keep_attentions else None
@@ -139,7 +139,7 @@ def patch_attention(
         raise ValueError(f"layer {layer} or patch {query} is outside {model.config.num_layers} blocks of {rows}x{cols}")
     index, p = analysis.num_prefix_tokens + query[0] * cols + query[1], analysis.num_prefix_tokens
     if analysis.attentions is not None:
-        return analysis.attentions[layer][0, :, index, p:].reshape(-1, rows, cols)
+        return analysis.attentions[layer][0, :, index, p:].reshape(-1, rows, cols).clone()  # not a view of the block
     found = []
 
     def sink(block: int, weights: torch.Tensor) -> None:
@@ -150,7 +150,7 @@ def patch_attention(
             raise _Enough
 
     try:
-        with torch.inference_mode(), autocast(analysis.precision):
+        with torch.inference_mode(), autocast(analysis.precision, analysis.pixel_values.device.type):
             model(analysis.pixel_values, attention_sink=sink)
     except _Enough:
         pass
@@ -197,6 +197,6 @@ def _streamer(model: ViT, grid: tuple[int, int], pooling, head_fusion: HeadFusio
 
 
 def _stream(model: ViT, pixels: torch.Tensor, precision: str, streamer: explain.StreamingExplainer) -> dict:
-    with torch.inference_mode(), autocast(precision):
+    with torch.inference_mode(), autocast(precision, pixels.device.type):
         model(pixels, attention_sink=streamer)
     return streamer.results()

@@ -98,7 +98,7 @@ def random_map(shape: tuple[int, ...], name: str, seed: int) -> torch.Tensor:
 
 def evaluate_image(model: ViT, pixels: torch.Tensor, label: int | None, name: str, args: argparse.Namespace) -> dict:
     """Every method's numbers for one image: the two protocols' raw results and the time its map took."""
-    with torch.inference_mode(), autocast(args.precision):
+    with torch.inference_mode(), autocast(args.precision, pixels.device.type):
         predicted = int(model(pixels).logits.argmax(dim=-1))
     target = label if args.target == "label" and label is not None else predicted
     truth = torch.tensor([predicted if label is None else label], device=pixels.device)
@@ -112,7 +112,7 @@ def evaluate_image(model: ViT, pixels: torch.Tensor, label: int | None, name: st
             relevance = method_maps(model, pixels, [method], target, args.precision).maps[method]
         ms = 1000 * (time.perf_counter() - start)
         relevance = relevance.to(pixels.device)[None]
-        with autocast(args.precision):
+        with autocast(args.precision, pixels.device.type):
             positive = chefer_perturbation(model, pixels, relevance, truth, mean, std)
             negative = chefer_perturbation(model, pixels, relevance, truth, mean, std, negative=True)
             curves = deletion_insertion(model, pixels, relevance, target, mean, std, args.steps)

@@ -161,7 +161,8 @@ class MemoryStore:
                 return value
             finally:
                 with self._lock:
-                    self._computing.pop(key, None)
+                    if self._computing.get(key) is computing:  # not a later caller's lock
+                        del self._computing[key]
 
     def put(self, key: Hashable, value: object) -> None:
         size = nbytes(value)
@@ -204,12 +205,15 @@ def kept(spinner: str | None = None) -> Callable[[Callable[..., T]], Callable[..
     result is computed."""
 
     def decorate(function: Callable[..., T]) -> Callable[..., T]:
-        names = list(inspect.signature(function).parameters)
+        signature = inspect.signature(function)
 
         @functools.wraps(function)
         def wrapper(*args, **kwargs):
-            bound = dict(zip(names, args)) | kwargs
-            key = (function.__qualname__, *((n, _key_part(v)) for n, v in bound.items() if not n.startswith("_")))
+            # every argument by its parameter's name (*args as a tuple, **kwargs as a dict), defaults filled in
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            key = (function.__qualname__,
+                   *((n, _key_part(v)) for n, v in bound.arguments.items() if not n.startswith("_")))  # fmt: skip
             if spinner is None or key in STORE:
                 return STORE.get(key, lambda: function(*args, **kwargs))
             with st.spinner(spinner):

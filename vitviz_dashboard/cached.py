@@ -177,7 +177,7 @@ def faithfulness_curves(_model, model_spec: str, file: ImageFile, precision: str
     # what the tokens the head reads attend to in the last block, fused over heads
     maps[f"{readout_title(_model.config)} (last layer)"] = analysis.readout_attention[-1].mean(dim=0)
     maps["relevance (Chefer et al.)"] = torch.from_numpy(class_map(_model, model_spec, file, precision, target, "relevance"))
-    with vitviz.autocast(precision):
+    with vitviz.autocast(precision, analysis.pixel_values.device.type):
         return {name: explain.faithfulness(_model, analysis.pixel_values, m, target, baseline) for name, m in maps.items()}
 
 

@@ -67,7 +67,8 @@ def method_maps(
     if pixels.ndim != 4 or pixels.shape[0] != 1:
         raise ValueError(f"method_maps explains one image: pixels must be (1, 3, H, W); got {tuple(pixels.shape)}")
     needs_gradients = bool({"relevance", "grad-rollout"} & set(methods))
-    with autocast(precision), torch.set_grad_enabled(needs_gradients):
+    device = pixels.device.type  # autocast on the device the model runs on
+    with autocast(precision, device), torch.set_grad_enabled(needs_gradients):
         output = model(pixels, output_attentions=True, output_hidden_states="lens" in methods)
     if output.logits is None and set(methods) & set(CLASS_SPECIFIC):
         raise ValueError("class-specific maps need a classification head; this model is a backbone (num_classes=0)")
@@ -93,20 +94,20 @@ def method_maps(
         elif method == "grad-rollout":
             maps[method] = gradient_weighted_rollout(attentions, gradients, pooling=pooling, **grid)
         elif method == "legrad":
-            with autocast(precision):
+            with autocast(precision, device):
                 _, layer_gradients = legrad_gradients(model, pixels, target)
             maps[method] = legrad([g.float() for g in layer_gradients], start_layer=start_layer, **grid)
         elif method == "tam":
-            with autocast(precision):
+            with autocast(precision, device):
                 _, integrated = integrated_attention_gradient(model, pixels, target, TAM_STEPS)
             maps[method] = transition_attention_map(attentions, integrated.float(), pooling=pooling,
                                                     start_layer=start_layer, **grid)  # fmt: skip
         elif method == "gradcam":
-            with autocast(precision):
+            with autocast(precision, device):
                 _, activations, gradients_norm1 = norm1_gradients(model, pixels, target)
             maps[method] = grad_cam(activations.float(), gradients_norm1.float(), **grid)
         else:  # lens
-            with autocast(precision):
+            with autocast(precision, device):
                 lens = logit_lens(model, [h.detach() for h in output.hidden_states], target, **grid)
             lens = LogitLens(lens.probability.float(), lens.votes, lens.readout_probability.float())
             maps[method] = lens.probability[-1]  # the last block's: the tokens the head reads
