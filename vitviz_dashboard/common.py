@@ -147,6 +147,16 @@ def prediction_line(page: Page) -> str:
     return f"**Prediction: {class_name(model, top)} ({analysis.probabilities[top]:.1%})**; {saw}."
 
 
+def class_picker(page: Page) -> int:
+    """The class a tab explains, chosen once for the Class-specific and Faithfulness tabs (one widget key for both;
+    only the open tab draws it): by default the top prediction, the classes ordered by probability."""
+    probabilities = page.analysis.probabilities
+    order = [int(i) for i in np.argsort(probabilities)[::-1]]
+    return st.selectbox("Explain the class", order, key=page.key("class", order[0], per_image=True, options=order),
+                        format_func=lambda i: f"{class_name(page.model, i)} ({probabilities[i]:.1%})",
+                        help="Shared by the Class-specific and Faithfulness tabs.")  # fmt: skip
+
+
 def has_classifier(model: vitviz.ViT) -> bool:
     return model.config.num_classes > 0
 

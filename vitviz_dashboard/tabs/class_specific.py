@@ -10,7 +10,7 @@ from vitviz.explain import CLASS_SPECIFIC
 from vitviz.explain.methods import DESCRIPTIONS, TAM_STEPS
 
 from vitviz_dashboard.cached import cached_figure, class_map, logit_lens, overlay_picture
-from vitviz_dashboard.common import Page, class_name, colour_legend, downloads, has_classifier, index_slider
+from vitviz_dashboard.common import Page, class_name, class_picker, colour_legend, downloads, has_classifier, index_slider
 
 NEEDS_A_CLASSIFIER = ("Class-specific maps follow the gradient of one class's score back through the attention, "
                       "so they need a classifier; this model has none (a backbone). Every other tab works.")  # fmt: skip
@@ -28,13 +28,11 @@ COST = {"tam": f"{TAM_STEPS} forward and backward passes", "legrad": "one backwa
 
 @st.fragment
 def draw(page: Page) -> None:
-    model, analysis = page.model, page.analysis
+    model = page.model
     if not has_classifier(model):
         st.info(NEEDS_A_CLASSIFIER)
         return
-    order = [int(i) for i in np.argsort(analysis.probabilities)[::-1]]
-    target = st.selectbox("Explain the class", order, key=page.key("class", order[0], per_image=True, options=order),
-                          format_func=lambda i: f"{class_name(model, i)} ({analysis.probabilities[i]:.1%})")  # fmt: skip
+    target = class_picker(page)
     methods = st.multiselect("Methods", GRADIENT_METHODS, key=page.key("class_methods", DEFAULT_METHODS),
                              format_func=lambda m: f"{m}: {DESCRIPTIONS[m]}",
                              help="Each map is computed once per image and class; TAM costs "

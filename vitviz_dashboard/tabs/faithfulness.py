@@ -9,7 +9,7 @@ import streamlit as st
 from vitviz import explain, plots
 
 from vitviz_dashboard.cached import faithfulness_curves
-from vitviz_dashboard.common import Page, class_name, downloads, has_classifier
+from vitviz_dashboard.common import Page, class_name, class_picker, downloads, has_classifier
 
 NEEDS_A_CLASSIFIER = ("The perturbation test replaces patches and watches the probability of the predicted class "
                       "fall, so it needs a classifier; this model has none (a backbone).")  # fmt: skip
@@ -51,12 +51,3 @@ def draw(page: Page) -> None:
     curves = {f"{name}, {order} first": result[f"{order}_first"] for name, result in results.items() for order in ("most", "least")}
     downloads(page, f"faithfulness_{baseline}", {"fraction_replaced": np.asarray(x)} | {k: np.asarray(v) for k, v in curves.items()})
 
-
-def class_picker(page: Page) -> int:
-    """The class whose probability is watched: the one chosen in the Class-specific tab (the same widget key), by
-    default the top prediction."""
-    probabilities = page.analysis.probabilities
-    order = [int(i) for i in np.argsort(probabilities)[::-1]]
-    return st.selectbox("Explain the class", order, key=page.key("class", order[0], per_image=True, options=order),
-                        format_func=lambda i: f"{class_name(page.model, i)} ({probabilities[i]:.1%})",
-                        help="Shared with the Class-specific tab.")  # fmt: skip
