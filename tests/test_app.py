@@ -119,7 +119,11 @@ def test_every_tab_draws_its_maps(default_model):
             assert "mean attention distance" in specs and "nats" in specs
             pictures = [img for img in at.get("image") if not (img.proto.imgs[0].caption or "").startswith("What the")]
             assert len(pictures) == 1 and len(pictures[0].proto.imgs) == 16  # filter components
-            assert download_labels(at) == ["Download this tab's maps (.npz)"]
+            # each chart's numbers under it: the layer x head tables as CSV, the others as .npz
+            assert sorted(download_labels(at)) == ["Download the attention entropy (.csv)",
+                                                   "Download the mean attention distance (.csv)",
+                                                   "Download the patch-embedding components (.npz)",
+                                                   "Download the position-embedding similarity (.npz)"]  # fmt: skip
     assert drawn["Heads & layers"] == [f"head {h}" for h in range(4)] + ["photo.png: layer 1, head mean",
                                                                           "photo.png: layer 0, head mean"]  # fmt: skip
     assert drawn["Click a patch"] == ["patch (2, 2), layer 1, mean over heads (the patch outlined)",
@@ -128,6 +132,15 @@ def test_every_tab_draws_its_maps(default_model):
     assert drawn["Class-specific"] == [f"relevance for {target}", f"legrad for {target}",
                                           f"block 1: P({target}) read from each patch"]  # the lens, last block first
     assert drawn["Faithfulness"] == []  # run on request only
+
+
+def test_the_anatomy_tables_download_as_csv_with_named_rows_and_columns():
+    from vitviz_dashboard.common import csv_table
+
+    table = csv_table(np.array([[1.5, 2.0, 3.25], [4.0, 5.0, 0.000123456789]]), "layer", "head")
+    assert table.splitlines() == ["layer \\ head,head 0,head 1,head 2", "layer 0,1.5,2,3.25", "layer 1,4,5,0.000123457"]
+    with pytest.raises(ValueError, match="2-D"):
+        csv_table(np.zeros((2, 2, 2)), "layer", "head")
 
 
 def test_each_method_and_statistic_is_explained_where_it_is_shown(default_model):

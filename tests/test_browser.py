@@ -63,16 +63,21 @@ def test_upload_overlay_and_click_a_patch(server):
 
         page.get_by_role("tab", name="Click a patch").click()
         page.get_by_text("patch (2, 2), layer 1").first.wait_for(timeout=90_000)
-        # the picker's scatter markers are the patch centres, in row-major order; click the top-left one
-        markers = page.locator(".js-plotly-plot .scatterlayer .trace").first.locator("path.point")
-        markers.first.wait_for(timeout=90_000)
-        assert markers.count() == 16
-        markers.nth(0).click(force=True)
+        # the picture to click (a component in an iframe, scaled to its column). The model saw the centre
+        # 320x320 crop of the 480x320 photo: a 4x4 grid of 80-pixel patches from x = 80 to 400
+        picture = page.frame_locator("iframe[title*='streamlit_image_coordinates']").locator("img#image")
+        picture.wait_for(timeout=90_000)
+        shown = picture.bounding_box()
+        assert abs(shown["width"] / shown["height"] - 1.5) < 0.02  # the photo's proportions, at the column's width
+        picture.click(position={"x": 3, "y": 3})  # in the dimmed border the model never saw
+        page.get_by_text("outside the part of the photo the model saw").wait_for(timeout=90_000)
+        patch_0_0 = {"x": shown["width"] * 120 / 480, "y": shown["height"] * 40 / 320}
+        picture.click(position=patch_0_0)
         page.get_by_text("patch (0, 0), layer 1").first.wait_for(timeout=90_000)
         # clicking the patch already chosen changes nothing, and must not set off a chain of reruns
         page.wait_for_timeout(2000)
         runs = len(running.script_runs())
-        markers.nth(0).click(force=True)
+        picture.click(position=patch_0_0)
         page.wait_for_timeout(4000)
         assert len(running.script_runs()) - runs <= 2
         page.screenshot(path=str(SCREENSHOTS / "click_a_patch.png"), full_page=True)

@@ -132,9 +132,9 @@ def test_cached_figures_follow_every_argument(monkeypatch):
     viridis = cached_figure("grid_figure", maps, [f"head {h}" for h in range(4)], 2, "viridis")
     magma = cached_figure("grid_figure", maps, [f"head {h}" for h in range(4)], 2, "magma")
     assert viridis is not magma and viridis.data[0].colorscale != magma.data[0].colorscale
-    first = cached_figure("patch_picker_figure", "data:,", 1.0, (0, 0, 8, 8), (2, 2), (0, 0))
-    second = cached_figure("patch_picker_figure", "data:,", 1.0, (0, 0, 8, 8), (2, 2), (1, 1))
-    assert first.layout.shapes[-1].x0 == 0 and second.layout.shapes[-1].x0 == 4  # the chosen cell follows
+    first = cached_figure("grid_figure", maps, ["a", "b", "c", "d"], 2, "viridis", True, [(0, 0)] * 4)
+    second = cached_figure("grid_figure", maps, ["a", "b", "c", "d"], 2, "viridis", True, [(1, 1)] * 4)
+    assert list(first.data[1].x) == [0, 4, 0, 4] and list(second.data[1].x) == [1, 5, 1, 5]  # the marks follow
 
 
 # --- the page within its budget ------------------------------------------------------------------------------

@@ -10,17 +10,18 @@ from vitviz.plots import (
     colorize,
     colormap_table,
     grid_figure,
+    grid_picture,
     heatmap_figure,
+    mark_patch,
     outline_patches,
     overlay,
-    patch_picker_figure,
+    patch_at,
     predictions_figure,
     prefix_attention_by_layer_figure,
     prefix_attention_figure,
     token_norms_figure,
     top_mass_mask,
     upsample,
-    mark_patch,
     votes_figure,
 )
 
@@ -162,16 +163,22 @@ def test_heatmaps_use_the_overlay_colours_without_hex_codes():
     assert not any(color.startswith("#") for _, color in scale)
 
 
-def test_patch_picker_markers_sit_on_their_patches_row_major():
-    # a 3 x 5 grid (not square) in the box (10, 20)-(110, 80) of the photo: 20 x 20 pixel cells
-    figure = patch_picker_figure("data:image/jpeg;base64,", 2.0, (10, 20, 110, 80), (3, 5), selected=(2, 1))
-    picture, markers, ring = figure.data
-    assert (picture.dx, picture.x0) == (2.0, 0.5)  # picture pixels of 2 photo pixels, centred like the photo's
-    assert len(markers.x) == 15
-    index = 1 * 5 + 3  # patch (1, 3)
-    assert (markers.x[index], markers.y[index]) == (10 + 3.5 * 20, 20 + 1.5 * 20)
-    assert tuple(markers.customdata[index]) == (1, 3)
-    assert (ring.x[0], ring.y[0]) == (10 + 1.5 * 20, 20 + 2.5 * 20)  # patch (2, 1)
+def test_patch_at_maps_a_click_on_the_shown_picture_to_its_patch_row_major():
+    # a 3 x 5 grid (not square) over the box (10, 20)-(110, 80) of a 120 x 100 image: 20 x 20 pixel cells
+    grid, box, size = (3, 5), (10, 20, 110, 80), (120, 100)
+    assert patch_at(10, 20, size, size, grid, box) == (0, 0)
+    assert patch_at(10 + 3.5 * 20, 20 + 1.5 * 20, size, size, grid, box) == (1, 3)
+    assert patch_at(109, 79, size, size, grid, box) == (2, 4)  # the last pixel of the box
+    # the same points on the picture shown at half size (a browser scales it to its column)
+    assert patch_at(5, 10, (60, 50), size, grid, box) == (0, 0)
+    assert patch_at((10 + 3.5 * 20) / 2, (20 + 1.5 * 20) / 2, (60, 50), size, grid, box) == (1, 3)
+    # outside the box (the part of the photo the model never saw), and on its far edges: no patch
+    assert patch_at(5, 50, size, size, grid, box) is None
+    assert patch_at(110, 50, size, size, grid, box) is None and patch_at(50, 80, size, size, grid, box) is None
+    # no box: the grid covers the whole picture
+    assert patch_at(119, 0, size, size, (2, 2)) == (0, 1)
+    with pytest.raises(ValueError, match="positive"):
+        patch_at(0, 0, (0, 50), size, grid, box)
 
 
 def test_prefix_attention_figure_stacks_each_heads_shares_in_the_models_token_order():
@@ -271,10 +278,20 @@ def test_grid_figure_leaves_room_for_titles_marks_patches_and_shows_a_shared_sca
         grid_figure(maps, ["a", "b", "c"], columns=2, marks=[(0, 0), (1, 1)])
 
 
-def test_patch_picker_draws_the_patch_grid_and_outlines_the_chosen_cell():
-    figure = patch_picker_figure("data:image/jpeg;base64,", 1.0, (10, 0, 110, 60), (3, 4), (2, 1))
-    lines = [shape for shape in figure.layout.shapes if shape.type == "line"]
-    assert len(lines) == (4 + 1) + (3 + 1)  # every column and row boundary of the grid over the box
-    assert sorted({shape.x0 for shape in lines if shape.x0 == shape.x1}) == [10, 35, 60, 85, 110]
-    (cell,) = [shape for shape in figure.layout.shapes if shape.type == "rect"]
-    assert (cell.x0, cell.x1, cell.y0, cell.y1) == (35, 60, 40, 60)  # row 2, column 1
+def test_grid_picture_draws_the_patch_grid_over_the_box_and_outlines_the_chosen_cell():
+    photo = Image.new("RGB", (120, 60), (0, 0, 0))
+    picture = np.asarray(grid_picture(photo, (3, 4), box=(10, 0, 110, 60), selected=(2, 1))).astype(int)
+    assert picture.shape == (60, 120, 3)
+    # grid lines on every column boundary of the box (x = 10, 35, 60, 85, 110 - 1), light grey over black
+    row = picture[10]  # a row inside the top cell row, away from the chosen cell
+    lit = {x for x in range(120) if row[x].sum() > 0}
+    assert {10, 60, 85} <= lit and not lit & {20, 50, 70, 100}
+    assert (row[60] == row[60][0]).all() and 60 < row[60][0] < 200  # translucent white, not cyan
+    # the chosen cell, row 2 column 1 (x 35..60, y 40..60), outlined in cyan
+    assert tuple(picture[50, 36]) == (0, 255, 255) and tuple(picture[50, 59]) == (0, 255, 255)
+    assert tuple(picture[50, 47]) == (0, 0, 0)  # inside the cell, the photo
+    # a grid finer than max_lines patches a side draws no lines, only the chosen cell
+    fine = np.asarray(grid_picture(photo, (60, 120), selected=(0, 0), max_lines=40)).astype(int)
+    assert fine[30:, 10:].sum() == 0
+
+

@@ -213,6 +213,46 @@ def _outline_cells(image: Image.Image, cells, grid: tuple[int, int], box, colour
                         round(left + (c + 1) * cell_w) - 1, round(top + (r + 1) * cell_h) - 1], outline=colour, width=line)  # fmt: skip
 
 
+def grid_picture(image: Image.Image, grid: tuple[int, int], box: tuple[float, float, float, float] | None = None,
+                 selected: tuple[int, int] | None = None, max_lines: int = 40) -> Image.Image:  # fmt: skip
+    """A copy of ``image`` with the model's (rows, cols) patch grid over ``box`` as thin light lines (up to
+    ``max_lines`` patches a side: finer grids would hide the photo) and the ``selected`` (row, col) outlined:
+    the picture to click in "Click a patch". Outside ``box`` the photo is dimmed, as in ``outline_patches``."""
+    rows, cols = grid
+    out = outline_patches(image, np.zeros(grid, dtype=bool), box)
+    left, top, right, bottom = box or (0, 0, *image.size)
+    if max(rows, cols) <= max_lines:
+        lines = Image.new("RGBA", out.size)
+        draw = ImageDraw.Draw(lines)
+        for k in range(cols + 1):
+            x = round(left + k * (right - left) / cols)
+            draw.line([(x, round(top)), (x, round(bottom))], fill=(255, 255, 255, 110))
+        for k in range(rows + 1):
+            y = round(top + k * (bottom - top) / rows)
+            draw.line([(round(left), y), (round(right), y)], fill=(255, 255, 255, 110))
+        out = Image.alpha_composite(out.convert("RGBA"), lines).convert("RGB")
+    if selected is not None:
+        _outline_cells(out, [selected], grid, (left, top, right, bottom), (0, 255, 255))
+    return out
+
+
+def patch_at(x: float, y: float, shown: tuple[float, float], size: tuple[int, int], grid: tuple[int, int],
+             box: tuple[float, float, float, float] | None = None) -> tuple[int, int] | None:  # fmt: skip
+    """The (row, col) of the patch under a click at pixel (x, y) of an image of ``size`` (width, height) shown
+    at ``shown`` (width, height) pixels, for the (rows, cols) ``grid`` over ``box`` (in the image's pixels; the
+    whole image by default). None where the click is outside ``box``: that part of the photo never reached
+    the model (a centre crop, say)."""
+    (shown_w, shown_h), (width, height) = shown, size
+    if shown_w <= 0 or shown_h <= 0:
+        raise ValueError(f"the shown size must be positive; got {shown}")
+    left, top, right, bottom = box or (0, 0, width, height)
+    px, py = (x + 0.5) * width / shown_w, (y + 0.5) * height / shown_h  # the centre of the clicked pixel
+    if not (left <= px < right and top <= py < bottom):
+        return None
+    rows, cols = grid
+    return min(rows - 1, int((py - top) / (bottom - top) * rows)), min(cols - 1, int((px - left) / (right - left) * cols))
+
+
 # --- plotly figures ----------------------------------------------------------------------------
 
 
@@ -280,7 +320,8 @@ def grid_figure(maps, titles: list[str], columns: int, colormap: str = "inferno"
                            marker=dict(symbol="square-open", size=9, color="#00ffff", line=dict(width=2))))  # fmt: skip
     default_height = max(160, int(tile_rows * 130 * max(1.0, 6 / columns) * rows / max(rows, cols)) + 30)
     return _figure(traces, annotations=annotations, margin=dict(l=0, r=0, t=22, b=0), height=height or default_height,
-                   plot_bgcolor="rgba(0,0,0,0)", yaxis=dict(autorange="reversed", scaleanchor="x", visible=False),
+                   plot_bgcolor="rgba(0,0,0,0)",  # the tiles at the top of a figure taller than they need, under its heading
+                   yaxis=dict(autorange="reversed", scaleanchor="x", visible=False, constraintoward="top"),
                    xaxis=dict(visible=False, constrain="domain"))  # fmt: skip
 
 
@@ -326,45 +367,6 @@ def perturbation_figure(x, curves: dict[str, tuple[np.ndarray, np.ndarray]]) -> 
     return _figure(lines, xaxis=dict(title=dict(text="fraction of patches replaced"), tickformat=".0%"),
                    yaxis=dict(title=dict(text="target probability"), range=[0, 1]), margin=dict(l=0, r=0, t=10, b=0),
                    legend=dict(orientation="h", x=0, y=-0.25, yanchor="top"))  # fmt: skip
-
-
-def patch_picker_figure(picture: str, scale: float, box: tuple[float, float, float, float],
-                        grid_size: tuple[int, int], selected: tuple[int, int]) -> go.Figure:  # fmt: skip
-    """The photo with one (nearly) transparent marker per patch, to click: plotly selections fire for
-    scatter points, not for heatmap cells or images. Marker i is patch (i // cols, i % cols), row-major
-    like the patch tokens, at the centre of its cell of ``box``; ``selected`` is ringed.
-
-    ``picture`` is the photo as an image URL (a JPEG data URI), each of whose pixels covers ``scale``
-    pixels of the photo ``box`` refers to: the picture is drawn over the same coordinates as that
-    photo (-0.5 .. width - 0.5), so a smaller picture can be sent and the markers stay on their patches.
-    """
-    rows, cols = grid_size
-    left, top, right, bottom = box
-    xs = left + (np.arange(cols) + 0.5) * (right - left) / cols
-    ys = top + (np.arange(rows) + 0.5) * (bottom - top) / rows
-    grid_x, grid_y = np.meshgrid(xs, ys)  # row-major
-    photo = dict(type="image", source=picture, dx=scale, dy=scale, x0=(scale - 1) / 2, y0=(scale - 1) / 2,
-                 hoverinfo="skip")  # fmt: skip
-    markers = dict(type="scatter", x=grid_x.ravel(), y=grid_y.ravel(), mode="markers",
-                   marker=dict(size=max(6, min(30, 400 / max(rows, cols))), opacity=0.05, color="white"),
-                   customdata=[(r, c) for r in range(rows) for c in range(cols)],
-                   hovertemplate="patch (%{customdata[0]}, %{customdata[1]})<extra></extra>")  # fmt: skip
-    ring = dict(type="scatter", x=[xs[selected[1]]], y=[ys[selected[0]]], mode="markers", hoverinfo="skip",
-                marker=dict(size=14, color="rgba(0,0,0,0)", line=dict(color="cyan", width=3)))  # fmt: skip
-    # the patch grid as thin lines (up to 40 patches a side; finer grids would hide the photo), the chosen cell outlined
-    cell_w, cell_h = (right - left) / cols, (bottom - top) / rows
-    line = dict(color="rgba(255, 255, 255, 0.35)", width=1)
-    shapes = []
-    if max(rows, cols) <= 40:
-        shapes += [dict(type="line", x0=left + k * cell_w, x1=left + k * cell_w, y0=top, y1=bottom, line=line)
-                   for k in range(cols + 1)]  # fmt: skip
-        shapes += [dict(type="line", x0=left, x1=right, y0=top + k * cell_h, y1=top + k * cell_h, line=line)
-                   for k in range(rows + 1)]  # fmt: skip
-    r, c = selected
-    shapes.append(dict(type="rect", x0=left + c * cell_w, x1=left + (c + 1) * cell_w, y0=top + r * cell_h,
-                       y1=top + (r + 1) * cell_h, line=dict(color="cyan", width=3)))  # fmt: skip
-    return _figure([photo, markers, ring], shapes=shapes, margin=dict(l=0, r=0, t=0, b=0), showlegend=False,
-                   dragmode=False, clickmode="event+select", xaxis=dict(visible=False), yaxis=dict(visible=False))  # fmt: skip
 
 
 # --- prefix tokens, token norms ----------------------------------------------------------------

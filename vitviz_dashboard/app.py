@@ -18,12 +18,17 @@ from vitviz_dashboard.images import choose_image
 from vitviz_dashboard.sidebar import MISSING_SPEC, describe_model, resolve, sidebar
 from vitviz_dashboard.tabs import anatomy, class_specific, faithfulness, heads, overview, patch, tokens
 
+# On a narrow page (800 px with the sidebar open) the seven tab names do not fit on one line, and Streamlit
+# would hide the last ones behind a scroll arrow: let them wrap onto a second line instead. (A style element
+# alone takes no space on the page; the selectors are Streamlit's stable class and the tab list's ARIA role.)
+TAB_WRAP = "<style>.stTabs [role='tablist'] { flex-wrap: wrap; row-gap: 0.25rem; }</style>"
 TABS = ["Overview", "Heads & layers", "Click a patch", "Class-specific", "Model anatomy", "Tokens", "Faithfulness"]
 
 
 def main() -> None:
     st.set_page_config(page_title="vitviz", page_icon="🔍", layout="wide")
     st.title("vitviz: what does the Vision Transformer look at?")
+    st.html(TAB_WRAP)
     keep_tab_widgets()  # first: the runs that stop early below must not lose the tabs' settings
     settings = sidebar()
     if BUDGET_ERROR:
@@ -56,11 +61,11 @@ def main() -> None:
         st.error(f"Could not read {name}: {error}")
         return
     page = Page(model, settings, images[name], photo, analysis)
-    line, saw = st.columns([5, 1], vertical_alignment="center")
+    line, saw = st.columns([4, 1], vertical_alignment="center")
     line.markdown(prediction_line(page))  # above the tabs: seen whichever is open
     height, width = analysis.pixel_values.shape[-2:]
     saw.image(model_input_png(settings.model_spec, photo.key, settings.precision, _analysis=analysis, _model=model),
-              caption=f"What the model saw: {width}x{height}", width="stretch")  # fmt: skip
+              caption=f"What the model saw: {width}x{height}", width=128)  # fmt: skip
     # Only the open tab runs (Streamlit's lazy tabs): a sidebar change redraws one tab, not seven, and
     # the class-specific maps (a backward pass) are computed when their tab is first opened.
     draws = [overview.draw, lambda p: heads.draw(p, images, prepare), patch.draw, class_specific.draw, anatomy.draw,

@@ -10,7 +10,6 @@ keeps only its small views, and a view it lacks is recomputed by a streaming pas
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import dataclasses
 import io
@@ -33,7 +32,7 @@ from vitviz_dashboard.progress import progress_class
 
 MAX_DISPLAY_SIDE = 1024
 THUMBNAIL_SIDE = 256  # the photo under each small multiple (a head's map)
-PICKER_SIDE = 512  # the click-a-patch picture's long side, in pixels
+PICKER_SIDE = 768  # the click-a-patch picture's long side, in pixels
 
 
 @st.cache_resource(max_entries=3, show_spinner="Loading the model...")
@@ -113,19 +112,18 @@ def outlined_picture(photo: Photo, mask: np.ndarray, box) -> bytes:
 
 
 @kept()
-def _photo_data_uri(key: str, _image) -> tuple[str, float]:
-    """The photo as a JPEG data URI at most PICKER_SIDE pixels on its long side, and its scale
-    (shown pixels per data-URI pixel). The picker sits in half a page: a bigger picture only makes
-    every rerun validate and send more bytes."""
+def _grid_picture(key: str, box: tuple, grid: tuple[int, int], selected: tuple[int, int], _image) -> Image.Image:
     small = _image.copy()
     small.thumbnail((PICKER_SIDE, PICKER_SIDE))
-    buffer = io.BytesIO()
-    small.save(buffer, format="JPEG", quality=85)
-    return "data:image/jpeg;base64," + base64.b64encode(buffer.getvalue()).decode(), _image.width / small.width
+    scale = small.width / _image.width
+    return plots.grid_picture(small, grid, tuple(v * scale for v in box), selected)
 
 
-def photo_data_uri(photo: Photo) -> tuple[str, float]:
-    return _photo_data_uri(photo.key, photo.image)
+def grid_picture(photo: Photo, box, grid: tuple[int, int], selected: tuple[int, int]) -> Image.Image:
+    """The picture to click in "Click a patch": the shown photo with the patch grid over ``box`` and the
+    ``selected`` patch outlined, at most PICKER_SIDE pixels on its long side (it sits in half a page, and is
+    sent to the browser in every run of the tab)."""
+    return _grid_picture(photo.key, tuple(box), tuple(grid), tuple(selected), _image=photo.image)
 
 
 @contextlib.contextmanager

@@ -119,6 +119,33 @@ def downloads(page: Page, tab: str, maps: dict[str, np.ndarray], overlay: str | 
     right.download_button("Download this tab's maps (.npz)", maps_npz, f"{stem}_maps.npz", "application/octet-stream")
 
 
+def chart_download(container, page: Page, what: str, values, rows: str = "", columns: str = "") -> None:
+    """A small button under one chart for its numbers: a 2-D array as a CSV table, with its ``rows`` and
+    ``columns`` named ("layer", "head") in the first column and the header; a dict of arrays as one .npz."""
+    stem = f"{Path(page.photo.name).stem}_{what}".replace(" ", "_")
+    if isinstance(values, dict):
+
+        def arrays() -> bytes:
+            buffer = io.BytesIO()
+            np.savez_compressed(buffer, **{name: np.asarray(v) for name, v in values.items()})
+            return buffer.getvalue()
+
+        container.download_button(f"Download the {what} (.npz)", arrays, f"{stem}.npz", "application/octet-stream")
+        return
+    container.download_button(f"Download the {what} (.csv)", lambda: csv_table(values, rows, columns).encode(),
+                              f"{stem}.csv", "text/csv")  # fmt: skip
+
+
+def csv_table(values, rows: str, columns: str) -> str:
+    """A 2-D array as CSV: a header naming each column ("head 0", ...), then one line per row ("layer 0", ...)."""
+    values = np.asarray(values)
+    if values.ndim != 2:
+        raise ValueError(f"a CSV table needs a 2-D array; got shape {values.shape}")
+    header = ",".join([f"{rows} \\ {columns}"] + [f"{columns} {c}" for c in range(values.shape[1])])
+    lines = [header] + [",".join([f"{rows} {r}"] + [f"{v:.6g}" for v in row]) for r, row in enumerate(values)]
+    return "\n".join(lines) + "\n"
+
+
 # --- names: what the page calls the model's tokens and what its head reads ----------------------
 
 

@@ -10,7 +10,7 @@ import torch
 from vitviz import plots
 
 from vitviz_dashboard.cached import cached_figure, model_anatomy, statistics
-from vitviz_dashboard.common import Page, downloads
+from vitviz_dashboard.common import Page, chart_download
 
 
 def draw(page: Page) -> None:
@@ -23,10 +23,12 @@ def draw(page: Page) -> None:
                  "the attention and averaged over the patches (Dosovitskiy et al. 2020, Fig. 7). Low: a local head, "
                  "like a convolution; high: a head that looks across the image.")  # fmt: skip
     left.plotly_chart(cached_figure("attention_distance_figure", stats["mean_distance"]), theme=None)
+    chart_download(left, page, "mean attention distance", stats["mean_distance"], "layer", "head")
     right.subheader("Attention entropy")
     right.caption("The entropy of each head's attention rows, averaged over the rows, in nats: 0 when every token "
                   "attends to a single one, log T when attention is spread evenly over all T tokens.")  # fmt: skip
     right.plotly_chart(cached_figure("layer_head_figure", stats["entropy"], "", "nats"), theme=None)
+    chart_download(right, page, "attention entropy", stats["entropy"], "layer", "head")
     rows, cols = model.config.grid_size
     similarity = anatomy["similarity"]
     left.subheader("Position-embedding similarity")
@@ -39,6 +41,8 @@ def draw(page: Page) -> None:
     left.plotly_chart(cached_figure("grid_figure", torch.stack([similarity[r, c] for r, c in picks]),
                                     [f"({r},{c})" for r, c in picks], len(range(0, cols, step)), "viridis",
                                     rescale_each=False, marks=picks, height=460), theme=None)  # fmt: skip
+    chart_download(left, page, "position-embedding similarity",
+                   {"similarity": similarity.numpy()})  # (rows, cols, rows, cols): every patch, not only those shown
     right.subheader("Patch-embedding filters: principal components")
     right.caption("The first principal components of the linear patch embedding's filters, as RGB pictures, with "
                   "the share of variance each explains: what the model measures in a patch before any attention.")  # fmt: skip
@@ -47,7 +51,5 @@ def draw(page: Page) -> None:
     pictures = [(plots.rescale(p) * 255).astype(np.uint8) for p in pictures.numpy()]
     right.image([p if p.shape[-1] == 3 else p[..., 0] for p in pictures], width=64,
                 caption=[f"{100 * v:.1f}%" for v in explained.tolist()])  # fmt: skip
-    downloads(page, "anatomy", {"mean_attention_distance": stats["mean_distance"], "attention_entropy": stats["entropy"],
-                                "position_embedding_similarity": similarity.numpy(),
-                                "patch_embedding_components": components.numpy(),
-                                "explained_variance": explained.numpy()})  # fmt: skip
+    chart_download(right, page, "patch-embedding components",
+                   {"components": components.numpy(), "explained_variance": explained.numpy()})

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import streamlit as st
+from streamlit_image_coordinates import streamlit_image_coordinates
 
-from vitviz_dashboard.cached import cached_figure, overlay_picture, patch_maps, photo_data_uri
+from vitviz import plots
+
+from vitviz_dashboard.cached import grid_picture, overlay_picture, patch_maps
 from vitviz_dashboard.common import Page, downloads, index_slider, rerun_tab
 from vitviz_dashboard.small_multiples import head_maps
 
@@ -30,18 +33,15 @@ def draw(page: Page) -> None:
         st.session_state.patch = (row, col)
     left, right = st.columns(2)
     with left:
-        # the photo as a small JPEG data URI: a pixel array would be millions of numbers in the page's JSON
-        picture, scale = photo_data_uri(page.photo)
-        picker = cached_figure("patch_picker_figure", picture, scale, tuple(analysis.box), analysis.grid_size, (row, col))
-        # the chart's key names the image and the patch, so after any change of patch a fresh chart
-        # (with no stale selection) is drawn, and clicking a previously clicked patch works again
-        event = st.plotly_chart(picker, on_select="rerun",
-                                selection_mode="points", key=f"patch_picker_{page.photo.key[:12]}_{row}_{col}",
-                                theme=None)  # fmt: skip
-        points = [p for p in (event.selection.points if event else []) if p.get("curve_number") == 1]
-        clicked = divmod(int(points[0]["point_index"]), cols) if points else (row, col)
-        if clicked != (row, col):  # a click: known only once the chart is drawn, so draw again with the new patch
-            st.session_state.patch = clicked  # (clicking the current patch changes nothing, and must not rerun)
+        picture = grid_picture(page.photo, analysis.box, analysis.grid_size, (row, col))
+        # a plain picture that scales with its column and reports clicks (Streamlit's own images do not);
+        # its key names the image, so another image starts with no click
+        click = streamlit_image_coordinates(picture, width="stretch", key=f"patch_click_{page.photo.key[:12]}",
+                                            image_format="JPEG", jpeg_quality=85, cursor="crosshair")  # fmt: skip
+        st.caption("Click a patch: the lines are the model's patch grid, the chosen patch is outlined.")
+        clicked = clicked_patch(click, picture.size, analysis, page.photo.image.size)
+        if clicked is not None and clicked != (row, col):  # known only once the picture is drawn: draw again
+            st.session_state.patch = clicked
             rerun_tab()
     fused, per_head = patch_maps(settings.model_spec, page.photo.key, settings.precision, layer, row, col,
                                  _analysis=analysis, _model=page.model)  # fmt: skip
@@ -52,3 +52,18 @@ def draw(page: Page) -> None:
     head_maps(page, per_head, "patch_shared_scale", mark=(row, col))
     name = f"patch_{row}_{col}_layer{layer}"
     downloads(page, name, {name: fused, f"{name}_per_head": per_head}, overlay=name)
+
+
+def clicked_patch(click: dict | None, picture_size: tuple[int, int], analysis, photo_size: tuple[int, int]):
+    """The patch of a new click on the picture, or None: no click yet, the click already handled (the
+    component repeats its last value in every run), or a click outside the part of the photo the model saw."""
+    if not click or click.get("unix_time") == st.session_state.get("patch_click_time"):
+        return None
+    st.session_state.patch_click_time = click.get("unix_time")
+    scale = picture_size[0] / photo_size[0]  # the picture is the shown photo, made smaller
+    box = tuple(v * scale for v in analysis.box)
+    patch = plots.patch_at(click["x"], click["y"], (click["width"], click["height"]), picture_size,
+                           analysis.grid_size, box)  # fmt: skip
+    if patch is None:
+        st.toast("That point is outside the part of the photo the model saw (the dimmed border).")
+    return patch
