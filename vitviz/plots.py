@@ -269,9 +269,10 @@ _HIDDEN_AXIS = dict(showticklabels=False, showgrid=False, zeroline=False)
 def heatmap_figure(patch_map, title: str = "", colormap: str = "inferno") -> go.Figure:
     """The raw patch grid with its exact values on hover (row 0 at the top, square cells)."""
     heatmap = dict(type="heatmap", z=_as_array(patch_map), colorscale=plotly_colorscale(colormap),
-                   hovertemplate="row %{y}, col %{x}<br>%{z:.5f}<extra></extra>")  # fmt: skip
+                   colorbar=dict(thickness=14), hovertemplate="row %{y}, col %{x}<br>%{z:.5f}<extra></extra>")  # fmt: skip
+    # the grid at the top of the figure (under the title), not floating in its middle when the column is narrow
     return _figure([heatmap], title=dict(text=title), margin=dict(l=0, r=0, t=40 if title else 0, b=0),
-                   yaxis=dict(autorange="reversed", scaleanchor="x", **_HIDDEN_AXIS),
+                   yaxis=dict(autorange="reversed", scaleanchor="x", constraintoward="top", **_HIDDEN_AXIS),
                    xaxis=dict(constrain="domain", **_HIDDEN_AXIS))  # fmt: skip
 
 

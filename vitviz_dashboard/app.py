@@ -65,7 +65,7 @@ def main() -> None:
     line.markdown(prediction_line(page))  # above the tabs: seen whichever is open
     height, width = analysis.pixel_values.shape[-2:]
     saw.image(model_input_png(settings.model_spec, photo.key, settings.precision, _analysis=analysis, _model=model),
-              caption=f"What the model saw: {width}x{height}", width=128)  # fmt: skip
+              caption=f"What the model saw: {width}x{height}", width="content")  # fmt: skip
     # Only the open tab runs (Streamlit's lazy tabs): a sidebar change redraws one tab, not seven, and
     # the class-specific maps (a backward pass) are computed when their tab is first opened.
     draws = [overview.draw, lambda p: heads.draw(p, images, prepare), patch.draw, class_specific.draw, anatomy.draw,

@@ -31,25 +31,27 @@ def draw(page: Page) -> None:
     chart_download(right, page, "attention entropy", stats["entropy"], "layer", "head")
     rows, cols = model.config.grid_size
     similarity = anatomy["similarity"]
-    left.subheader("Position-embedding similarity")
-    left.caption("Cosine similarity of one patch's position embedding (the one named above each map, outlined in "
-                 "it) with every other patch's, on one shared scale (the colorbar). A learned grid shows as a bright blob around each patch, "
-                 "often with its row and column (Dosovitskiy et al. 2020, Fig. 7).")  # fmt: skip
+    # the two pictures below each get the page's width: side by side, the similarity grid shrank to a
+    # few pixels a map on an 800 px page
+    st.subheader("Position-embedding similarity")
+    st.caption("Cosine similarity of one patch's position embedding (the one named above each map, outlined in "
+               "it) with every other patch's, on one shared scale (the colorbar). A learned grid shows as a bright "
+               "blob around each patch, often with its row and column (Dosovitskiy et al. 2020, Fig. 7).")  # fmt: skip
     step = max(1, max(rows, cols) // 7)  # at most about 7 x 7 small maps
     picks = [(r, c) for r in range(0, rows, step) for c in range(0, cols, step)]
-    # one shared scale (a colorbar), each map's own patch outlined; about as tall as the half column is wide
-    left.plotly_chart(cached_figure("grid_figure", torch.stack([similarity[r, c] for r, c in picks]),
-                                    [f"({r},{c})" for r, c in picks], len(range(0, cols, step)), "viridis",
-                                    rescale_each=False, marks=picks, height=460), theme=None)  # fmt: skip
-    chart_download(left, page, "position-embedding similarity",
+    # one shared scale (a colorbar), each map's own patch outlined
+    st.plotly_chart(cached_figure("grid_figure", torch.stack([similarity[r, c] for r, c in picks]),
+                                  [f"({r},{c})" for r, c in picks], len(range(0, cols, step)), "viridis",
+                                  rescale_each=False, marks=picks, height=520), theme=None)  # fmt: skip
+    chart_download(st, page, "position-embedding similarity",
                    {"similarity": similarity.numpy()})  # (rows, cols, rows, cols): every patch, not only those shown
-    right.subheader("Patch-embedding filters: principal components")
-    right.caption("The first principal components of the linear patch embedding's filters, as RGB pictures, with "
-                  "the share of variance each explains: what the model measures in a patch before any attention.")  # fmt: skip
+    st.subheader("Patch-embedding filters: principal components")
+    st.caption("The first principal components of the linear patch embedding's filters, as RGB pictures, with "
+               "the share of variance each explains: what the model measures in a patch before any attention.")  # fmt: skip
     components, explained = anatomy["components"], anatomy["explained"]
     pictures = components[:, :3].permute(0, 2, 3, 1) if components.shape[1] >= 3 else components[:, :1].permute(0, 2, 3, 1)
     pictures = [(plots.rescale(p) * 255).astype(np.uint8) for p in pictures.numpy()]
-    right.image([p if p.shape[-1] == 3 else p[..., 0] for p in pictures], width=64,
-                caption=[f"{100 * v:.1f}%" for v in explained.tolist()])  # fmt: skip
-    chart_download(right, page, "patch-embedding components",
+    st.image([p if p.shape[-1] == 3 else p[..., 0] for p in pictures], width=64,
+             caption=[f"{100 * v:.1f}%" for v in explained.tolist()])  # fmt: skip
+    chart_download(st, page, "patch-embedding components",
                    {"components": components.numpy(), "explained_variance": explained.numpy()})

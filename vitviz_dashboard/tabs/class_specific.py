@@ -73,7 +73,8 @@ def method_maps(page: Page, target: int, methods: list[str]) -> dict[str, np.nda
             else:
                 colour_legend(settings, float(maps[method].min()), float(maps[method].max()), f"{method}, this map's range")
         column.caption(f"{DESCRIPTIONS[method][0].upper()}{DESCRIPTIONS[method][1:]}. {READING[method]}")
-        column.plotly_chart(cached_figure("heatmap_figure", maps[method], "", settings.colormap),
+        with column.expander("The patch grid, with the values on hover"):
+            st.plotly_chart(cached_figure("heatmap_figure", maps[method], "", settings.colormap),
                             key=f"class_{method}", theme=None)  # fmt: skip
     return maps
 

@@ -1,0 +1,105 @@
+"""The page as a person sees it: every tab at 800, 1280 and 1920 px in headless Chromium, on the shipped
+default model and a bundled example photo.
+
+Each tab is screenshotted whole (tests/screenshots/layout_<width>_<tab>.png, or VITVIZ_SCREENSHOTS), and the
+test fails on any console error or uncaught page error, on a tab name pushed out of sight, on content wider
+than the page, and on an error shown in the page. It also changes a control that redraws an overlay while the
+old one is on screen (the head fusion), which once left the browser asking for a /media file already gone.
+"""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from browser_harness import CHROMIUM, CHROMIUM_ARGS, ROOT, require_browser, streamlit_server
+
+require_browser()
+from playwright.sync_api import sync_playwright  # noqa: E402
+
+SCREENSHOTS = Path(os.environ.get("VITVIZ_SCREENSHOTS", ROOT / "tests" / "screenshots"))
+WIDTHS = [800, 1280, 1920]
+# each tab, and a text it shows once drawn
+TABS = {"Overview": "Attention rollout", "Heads & layers": "Every head in layer", "Click a patch": "Each head: what patch",
+        "Class-specific": "Logit lens", "Model anatomy": "Position-embedding similarity",
+        "Tokens": "Attention to the prefix tokens", "Faithfulness": "Replace patches by"}  # fmt: skip
+
+# the height of everything in the page's scrolling main area, to screenshot it whole (Streamlit scrolls an
+# inner element, not the document, so Playwright's full_page alone stops at the window's height)
+CONTENT_HEIGHT = "() => Math.max(...[...document.querySelectorAll('[data-testid=stMain], section')].map(e => e.scrollHeight))"
+# tab names that are not wholly inside the page (hidden behind a scroll arrow)
+HIDDEN_TABS = """() => [...document.querySelectorAll('[role=tab]')].filter(t => {
+    const r = t.getBoundingClientRect(), list = t.closest('[role=tablist]').getBoundingClientRect();
+    return r.right > list.right + 1 || r.left < list.left - 1 || r.right > window.innerWidth; }).map(t => t.innerText)"""
+# elements of the main area wider than it (content that would need a horizontal scroll)
+TOO_WIDE = """() => { const main = document.querySelector('[data-testid=stMain]');
+    return main.scrollWidth > main.clientWidth + 1 ? [main.scrollWidth, main.clientWidth] : null; }"""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("layout")
+    examples = ROOT / "vitviz_dashboard" / "examples"
+    with streamlit_server(folder, {"VITVIZ_SAMPLES": str(examples)}) as running:
+        yield running
+
+
+def wait_until_drawn(page, text: str) -> None:
+    page.get_by_text(text).first.wait_for(timeout=120_000)
+    # the script has finished (Streamlit shows its status widget while running), then images load
+    page.wait_for_function("!document.querySelector('[data-testid=stStatusWidget]')", timeout=120_000)
+    page.wait_for_function("[...document.images].every(image => image.complete)", timeout=60_000)
+
+
+def choose(page, label: str, option: str, attempts: int = 3) -> None:
+    """Pick an option of a selectbox by clicks; a list that did not open in time is closed and opened again
+    (as in browser_harness._choose)."""
+    for attempt in range(attempts):
+        page.get_by_role("combobox", name=label).first.click()
+        try:
+            page.get_by_role("option", name=option, exact=True).click(timeout=10_000)
+            return
+        except Exception:  # noqa: BLE001 - the list did not open in time
+            if attempt == attempts - 1:
+                raise
+            page.keyboard.press("Escape")
+
+
+def screenshot(page, name: str, width: int) -> None:
+    height = int(page.evaluate(CONTENT_HEIGHT))
+    page.set_viewport_size({"width": width, "height": max(900, min(height + 40, 9000))})
+    page.wait_for_timeout(500)  # Streamlit re-lays out the page for its new height
+    page.screenshot(path=str(SCREENSHOTS / name), full_page=True)
+    page.set_viewport_size({"width": width, "height": 900})
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_every_tab_at_every_width_without_console_errors(server, width):
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": width, "height": 900})
+        errors = []
+        page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+        page.on("pageerror", lambda error: errors.append(f"uncaught: {error}"))
+        page.goto(server.url, wait_until="domcontentloaded")
+        # a fresh clone's first screen: a bundled example photo, its prediction, the Overview
+        wait_until_drawn(page, "Attention rollout")
+        assert page.get_by_text("Prediction:").count() >= 1
+        assert page.evaluate(HIDDEN_TABS) == [], "a tab name is out of sight"
+        # a control that redraws the overlay in place
+        choose(page, "Head fusion", "max")
+        page.wait_for_timeout(1000)
+        wait_until_drawn(page, "Attention rollout")
+        for tab, text in TABS.items():
+            page.get_by_role("tab", name=tab).click()
+            wait_until_drawn(page, text)
+            if tab == "Faithfulness":  # run the test: its curves, table and warnings are what the tab shows
+                page.get_by_text("Run the perturbation test").click()
+                wait_until_drawn(page, "area, most-relevant first")
+            assert page.get_by_text("Prediction:").count() >= 1, tab  # the prediction, whichever tab is open
+            assert page.locator("[data-testid=stException]").count() == 0, tab
+            assert page.evaluate(TOO_WIDE) is None, f"{tab}: content wider than the page"
+            screenshot(page, f"layout_{width}_{tab.split()[0].lower().replace('-', '_')}.png", width)
+        assert errors == [], errors
+        browser.close()
