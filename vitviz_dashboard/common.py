@@ -151,14 +151,15 @@ def csv_table(values, rows: str, columns: str) -> str:
 
 def colour_legend(settings: Settings, low: float, high: float, what: str) -> None:
     """The colour scale of the overlay above: a strip of the colormap, and what its two ends stand for."""
-    st.image(colour_bar_png(settings.colormap), width="stretch",
+    # at its own 384 px (narrower in a narrower column): stretched across a wide page, a strip grew 60 px tall
+    st.image(colour_bar_png(settings.colormap), width="content",
              caption=f"Colours: {what}, from {low:.3g} (left of the strip) to {high:.3g} (right).")
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
 def colour_bar_png(colormap: str) -> bytes:
     buffer = io.BytesIO()
-    plots.colour_bar(colormap).save(buffer, format="PNG")
+    plots.colour_bar(colormap, width=384, height=14).save(buffer, format="PNG")
     return buffer.getvalue()
 
 
