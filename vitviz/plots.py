@@ -464,8 +464,10 @@ def votes_figure(votes, class_names: list[str], target: int, most: int = 8) -> g
                    text=np.asarray([class_names[i] for i in values.ravel()], dtype=object).reshape(values.shape),
                    hovertemplate="row %{y}, col %{x}: %{text}<extra></extra>",
                    colorbar=dict(tickvals=list(range(n)), ticktext=labels, len=1, thickness=12))  # fmt: skip
-    return _figure([heatmap], margin=dict(l=0, r=0, t=0, b=0),
-                   yaxis=dict(autorange="reversed", scaleanchor="x", **_HIDDEN_AXIS),
+    # as tall as the overlay beside it on a laptop screen, the grid at the top: in a narrow column the grid
+    # shrinks with the width and the legend keeps the height
+    return _figure([heatmap], margin=dict(l=0, r=0, t=0, b=0), height=320,
+                   yaxis=dict(autorange="reversed", scaleanchor="x", constraintoward="top", **_HIDDEN_AXIS),
                    xaxis=dict(constrain="domain", **_HIDDEN_AXIS))  # fmt: skip
 
 
