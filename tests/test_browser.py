@@ -29,6 +29,19 @@ def server(tmp_path_factory):
         yield running, folder
 
 
+def download(page, button: str, attempts: int = 3):
+    """Click a download button and return the download. A click that lands while Streamlit redraws the button
+    (a rerun after the screenshot's resize, say) starts nothing: after 30 s without a download, click again."""
+    for attempt in range(attempts):
+        try:
+            with page.expect_download(timeout=30_000) as started:
+                page.get_by_role("button", name=button).click()
+            return started.value
+        except Exception:  # noqa: BLE001 - no download began
+            if attempt == attempts - 1:
+                raise
+
+
 def test_upload_overlay_and_click_a_patch(server):
     running, folder = server
     url = running.url
@@ -51,15 +64,12 @@ def test_upload_overlay_and_click_a_patch(server):
         page.screenshot(path=str(SCREENSHOTS / "overview.png"), full_page=True)
 
         # the downloads: the tab's maps, and the overlay at the photo's own resolution
-        with page.expect_download(timeout=90_000) as download:
-            page.get_by_role("button", name="Download this tab's maps (.npz)").click()
-        maps = np.load(download.value.path())
+        maps = np.load(download(page, "Download this tab's maps (.npz)").path())
         assert maps["rollout"].shape == (4, 4) and maps["probabilities"].shape == (3,)
         assert abs(float(maps["probabilities"].sum()) - 1) < 1e-5
-        with page.expect_download(timeout=90_000) as download:
-            page.get_by_role("button", name="Download the overlay (PNG, full resolution)").click()
-        assert download.value.suggested_filename == "photo_rollout.png"
-        assert Image.open(download.value.path()).size == (480, 320)
+        overlay = download(page, "Download the overlay (PNG, full resolution)")
+        assert overlay.suggested_filename == "photo_rollout.png"
+        assert Image.open(overlay.path()).size == (480, 320)
 
         page.get_by_role("tab", name="Click a patch").click()
         page.get_by_text("patch (2, 2), layer 1").first.wait_for(timeout=90_000)
