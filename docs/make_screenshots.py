@@ -10,9 +10,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from browser_harness import CHROMIUM, CHROMIUM_ARGS, streamlit_server  # noqa: E402
+from browser_harness import CHROMIUM, CHROMIUM_ARGS, streamlit_server, wait_until_drawn  # noqa: E402
 from playwright.sync_api import sync_playwright  # noqa: E402
-from test_browser_layout import wait_until_drawn  # noqa: E402
 
 # file name: (tab, a text the tab shows once drawn)
 SHOTS = {"overview.png": ("Overview", "Attention rollout"), "heads.png": ("Heads & layers", "Every head in layer"),

@@ -369,6 +369,31 @@ def run_sessions(url: str, folder: Path, sessions: int = 8, seconds: float = 30,
     return report
 
 
+# --- one page, step by step (the sync API): tests/test_browser_layout.py and docs/make_screenshots.py ---------
+
+
+def wait_until_drawn(page, text: str) -> None:
+    """Wait until the page shows ``text``, the script has finished and every image has loaded."""
+    page.get_by_text(text).first.wait_for(timeout=120_000)
+    # the script has finished (Streamlit shows its status widget while running), then images load
+    page.wait_for_function("!document.querySelector('[data-testid=stStatusWidget]')", timeout=120_000)
+    page.wait_for_function("[...document.images].every(image => image.complete)", timeout=60_000)
+
+
+def choose(page, label: str, option: str, attempts: int = 3) -> None:
+    """Pick an option of a selectbox by clicks; a list that did not open in time is closed and opened again
+    (as _choose does for the many-session runs)."""
+    for attempt in range(attempts):
+        page.get_by_role("combobox", name=label).first.click()
+        try:
+            page.get_by_role("option", name=option, exact=True).click(timeout=10_000)
+            return
+        except Exception:  # noqa: BLE001 - the list did not open in time
+            if attempt == attempts - 1:
+                raise
+            page.keyboard.press("Escape")
+
+
 if __name__ == "__main__":
     if len(sys.argv) < 4 or sys.argv[1] != "serve" or sys.argv[3] != "--":
         raise SystemExit("usage: python tests/browser_harness.py serve COUNTS_FILE -- APP [streamlit options]")

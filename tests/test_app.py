@@ -48,6 +48,12 @@ def png_bytes(size=(64, 48)) -> bytes:
     return buffer.getvalue()
 
 
+def png_of(image: Image.Image) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
 def started_app() -> AppTest:
     at = AppTest.from_file(APP, default_timeout=120)
     at.run()
@@ -141,6 +147,19 @@ def test_the_anatomy_tables_download_as_csv_with_named_rows_and_columns():
     assert table.splitlines() == ["layer \\ head,head 0,head 1,head 2", "layer 0,1.5,2,3.25", "layer 1,4,5,0.000123457"]
     with pytest.raises(ValueError, match="2-D"):
         csv_table(np.zeros((2, 2, 2)), "layer", "head")
+
+
+def test_small_photos_are_enlarged_by_whole_pixels_for_the_page_and_big_ones_reduced():
+    from vitviz.images import ImageFile
+    from vitviz_dashboard.cached import MAX_DISPLAY_SIDE, display_photo
+
+    small = Image.new("RGB", (32, 24), (10, 20, 30))
+    small.putpixel((0, 0), (255, 0, 0))
+    shown = display_photo(ImageFile.of(png_of(small)))
+    assert shown.size == (256, 192)  # 8x: each pixel an 8x8 square, so a patch outline stays thin
+    assert shown.getpixel((7, 7)) == (255, 0, 0) and shown.getpixel((8, 8)) == (10, 20, 30)
+    big = display_photo(ImageFile.of(png_of(Image.new("RGB", (3000, 1500)))))
+    assert big.size == (MAX_DISPLAY_SIDE, MAX_DISPLAY_SIDE // 2)
 
 
 def test_each_method_and_statistic_is_explained_where_it_is_shown(default_model):

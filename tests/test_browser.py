@@ -77,6 +77,9 @@ def test_upload_overlay_and_click_a_patch(server):
         # 320x320 crop of the 480x320 photo: a 4x4 grid of 80-pixel patches from x = 80 to 400
         picture = page.frame_locator("iframe[title*='streamlit_image_coordinates']").locator("img#image")
         picture.wait_for(timeout=90_000)
+        # sized to its column once loaded (the component then gives it the class fullWidth)
+        page.frame_locator("iframe[title*='streamlit_image_coordinates']").locator("img#image.fullWidth").wait_for(
+            timeout=90_000)
         shown = picture.bounding_box()
         assert abs(shown["width"] / shown["height"] - 1.5) < 0.02  # the photo's proportions, at the column's width
         picture.click(position={"x": 3, "y": 3})  # in the dimmed border the model never saw

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from browser_harness import CHROMIUM, CHROMIUM_ARGS, ROOT, require_browser, streamlit_server
+from browser_harness import CHROMIUM, CHROMIUM_ARGS, ROOT, choose, require_browser, streamlit_server, wait_until_drawn
 
 require_browser()
 from playwright.sync_api import sync_playwright  # noqa: E402
@@ -31,6 +31,8 @@ CONTENT_HEIGHT = "() => Math.max(...[...document.querySelectorAll('[data-testid=
 HIDDEN_TABS = """() => [...document.querySelectorAll('[role=tab]')].filter(t => {
     const r = t.getBoundingClientRect(), list = t.closest('[role=tablist]').getBoundingClientRect();
     return r.right > list.right + 1 || r.left < list.left - 1 || r.right > window.innerWidth; }).map(t => t.innerText)"""
+# the pictures Streamlit serves (overlays, legends): a new overlay has a new address
+MEDIA_IMAGES = "() => [...document.images].map(image => image.src).filter(src => src.includes('/media/'))"
 # elements of the main area wider than it (content that would need a horizontal scroll)
 TOO_WIDE = """() => { const main = document.querySelector('[data-testid=stMain]');
     return main.scrollWidth > main.clientWidth + 1 ? [main.scrollWidth, main.clientWidth] : null; }"""
@@ -42,27 +44,6 @@ def server(tmp_path_factory):
     examples = ROOT / "vitviz_dashboard" / "examples"
     with streamlit_server(folder, {"VITVIZ_SAMPLES": str(examples)}) as running:
         yield running
-
-
-def wait_until_drawn(page, text: str) -> None:
-    page.get_by_text(text).first.wait_for(timeout=120_000)
-    # the script has finished (Streamlit shows its status widget while running), then images load
-    page.wait_for_function("!document.querySelector('[data-testid=stStatusWidget]')", timeout=120_000)
-    page.wait_for_function("[...document.images].every(image => image.complete)", timeout=60_000)
-
-
-def choose(page, label: str, option: str, attempts: int = 3) -> None:
-    """Pick an option of a selectbox by clicks; a list that did not open in time is closed and opened again
-    (as in browser_harness._choose)."""
-    for attempt in range(attempts):
-        page.get_by_role("combobox", name=label).first.click()
-        try:
-            page.get_by_role("option", name=option, exact=True).click(timeout=10_000)
-            return
-        except Exception:  # noqa: BLE001 - the list did not open in time
-            if attempt == attempts - 1:
-                raise
-            page.keyboard.press("Escape")
 
 
 def screenshot(page, name: str, width: int) -> None:
@@ -88,8 +69,9 @@ def test_every_tab_at_every_width_without_console_errors(server, width):
         assert page.get_by_text("Prediction:").count() >= 1
         assert page.evaluate(HIDDEN_TABS) == [], "a tab name is out of sight"
         # a control that redraws the overlay in place
+        overlays = page.evaluate(MEDIA_IMAGES)
         choose(page, "Head fusion", "max")
-        page.wait_for_timeout(1000)
+        page.wait_for_function(f"() => ({MEDIA_IMAGES})().join() != {overlays!r}.join()", timeout=120_000)
         wait_until_drawn(page, "Attention rollout")
         for tab, text in TABS.items():
             page.get_by_role("tab", name=tab).click()

@@ -175,8 +175,9 @@ def test_patch_at_maps_a_click_on_the_shown_picture_to_its_patch_row_major():
     # outside the box (the part of the photo the model never saw), and on its far edges: no patch
     assert patch_at(5, 50, size, size, grid, box) is None
     assert patch_at(110, 50, size, size, grid, box) is None and patch_at(50, 80, size, size, grid, box) is None
-    # no box: the grid covers the whole picture
+    # no box: the grid covers the whole picture; a click reported on the picture's far edge is its last pixel
     assert patch_at(119, 0, size, size, (2, 2)) == (0, 1)
+    assert patch_at(60, 50, (60, 50), size, (2, 2)) == (1, 1)
     with pytest.raises(ValueError, match="positive"):
         patch_at(0, 0, (0, 50), size, grid, box)
 
@@ -290,8 +291,19 @@ def test_grid_picture_draws_the_patch_grid_over_the_box_and_outlines_the_chosen_
     # the chosen cell, row 2 column 1 (x 35..60, y 40..60), outlined in cyan
     assert tuple(picture[50, 36]) == (0, 255, 255) and tuple(picture[50, 59]) == (0, 255, 255)
     assert tuple(picture[50, 47]) == (0, 0, 0)  # inside the cell, the photo
+    # the grid's last lines sit on the picture's last pixels when the box ends at its edge
+    edge = np.asarray(grid_picture(photo, (2, 2), selected=None)).astype(int)
+    assert edge[20, 119].sum() > 0 and edge[59, 30].sum() > 0 and edge[20, 100].sum() == 0
     # a grid finer than max_lines patches a side draws no lines, only the chosen cell
     fine = np.asarray(grid_picture(photo, (60, 120), selected=(0, 0), max_lines=40)).astype(int)
     assert fine[30:, 10:].sum() == 0
 
 
+def test_patches_under_a_pixel_wide_are_still_outlined_without_an_error():
+    # a 1024 x 14 photo and a 14 x 14 grid: each patch is 73 pixels wide and 1 pixel high
+    thin = Image.new("RGB", (1024, 14))
+    for cell in [(0, 0), (5, 7), (13, 13)]:
+        marked = np.asarray(mark_patch(thin, cell, (14, 14))).astype(int)
+        assert marked[cell[0]].sum() > 0  # its row is drawn
+    picture = np.asarray(grid_picture(Image.new("RGB", (1024, 10)), (14, 14), selected=(13, 13))).astype(int)
+    assert picture.shape == (10, 1024, 3) and picture.sum() > 0

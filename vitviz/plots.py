@@ -209,8 +209,10 @@ def _outline_cells(image: Image.Image, cells, grid: tuple[int, int], box, colour
     line = max(2, round(min(cell_w, cell_h) / 10))
     draw = ImageDraw.Draw(image)
     for r, c in cells:
-        draw.rectangle([round(left + c * cell_w), round(top + r * cell_h),
-                        round(left + (c + 1) * cell_w) - 1, round(top + (r + 1) * cell_h) - 1], outline=colour, width=line)  # fmt: skip
+        x0, y0 = round(left + c * cell_w), round(top + r * cell_h)
+        # a patch under a pixel wide (a thin photo, a fine grid) still gets a rectangle, never x1 < x0
+        x1, y1 = max(x0, round(left + (c + 1) * cell_w) - 1), max(y0, round(top + (r + 1) * cell_h) - 1)
+        draw.rectangle([x0, y0, x1, y1], outline=colour, width=line)
 
 
 def grid_picture(image: Image.Image, grid: tuple[int, int], box: tuple[float, float, float, float] | None = None,
@@ -224,11 +226,12 @@ def grid_picture(image: Image.Image, grid: tuple[int, int], box: tuple[float, fl
     if max(rows, cols) <= max_lines:
         lines = Image.new("RGBA", out.size)
         draw = ImageDraw.Draw(lines)
+        width, height = out.size  # the last line of a box that ends at the picture's edge: its last pixel
         for k in range(cols + 1):
-            x = round(left + k * (right - left) / cols)
+            x = min(round(left + k * (right - left) / cols), width - 1)
             draw.line([(x, round(top)), (x, round(bottom))], fill=(255, 255, 255, 110))
         for k in range(rows + 1):
-            y = round(top + k * (bottom - top) / rows)
+            y = min(round(top + k * (bottom - top) / rows), height - 1)
             draw.line([(round(left), y), (round(right), y)], fill=(255, 255, 255, 110))
         out = Image.alpha_composite(out.convert("RGBA"), lines).convert("RGB")
     if selected is not None:
@@ -246,7 +249,10 @@ def patch_at(x: float, y: float, shown: tuple[float, float], size: tuple[int, in
     if shown_w <= 0 or shown_h <= 0:
         raise ValueError(f"the shown size must be positive; got {shown}")
     left, top, right, bottom = box or (0, 0, width, height)
-    px, py = (x + 0.5) * width / shown_w, (y + 0.5) * height / shown_h  # the centre of the clicked pixel
+    # the clicked point in the image's pixels, kept inside the image: a browser may report a click on the
+    # last (fractional) pixel column of the shown picture as its width
+    px = min(max(x * width / shown_w, 0.0), width - 1e-6)
+    py = min(max(y * height / shown_h, 0.0), height - 1e-6)
     if not (left <= px < right and top <= py < bottom):
         return None
     rows, cols = grid

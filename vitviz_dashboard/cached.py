@@ -31,6 +31,7 @@ from vitviz_dashboard.common import Photo, Settings, readout_title
 from vitviz_dashboard.progress import progress_class
 
 MAX_DISPLAY_SIDE = 1024
+MIN_DISPLAY_SIDE = 256  # smaller photos are enlarged by a whole factor for the page (display_photo)
 THUMBNAIL_SIDE = 256  # the photo under each small multiple (a head's map)
 PICKER_SIDE = 768  # the click-a-patch picture's long side, in pixels
 
@@ -59,8 +60,13 @@ def decode(file: ImageFile) -> Image.Image:
 @kept()
 def display_photo(file: ImageFile) -> Image.Image:
     """The photo at most MAX_DISPLAY_SIDE pixels on its long side: what overlays are drawn on for the
-    page (downloads use the full resolution). Shared like decode's result: never modify it."""
+    page (downloads use the full resolution). A small photo (a 32x32 CIFAR-10 image) is enlarged by a whole
+    factor, pixels kept square, to at least MIN_DISPLAY_SIDE: stretched by the browser instead, a 1-pixel grid
+    line or patch outline would cover a quarter of a 4-pixel patch. Shared like decode's result: never modify it."""
     photo = decode(file).copy()
+    factor = MIN_DISPLAY_SIDE // max(photo.size)
+    if factor > 1:
+        return photo.resize((photo.width * factor, photo.height * factor), Image.NEAREST)
     photo.thumbnail((MAX_DISPLAY_SIDE, MAX_DISPLAY_SIDE))
     return photo
 
@@ -112,18 +118,20 @@ def outlined_picture(photo: Photo, mask: np.ndarray, box) -> bytes:
 
 
 @kept()
-def _grid_picture(key: str, box: tuple, grid: tuple[int, int], selected: tuple[int, int], _image) -> Image.Image:
+def _grid_picture(key: str, box: tuple, grid: tuple[int, int], _image) -> tuple[Image.Image, tuple]:
     small = _image.copy()
     small.thumbnail((PICKER_SIDE, PICKER_SIDE))
     scale = small.width / _image.width
-    return plots.grid_picture(small, grid, tuple(v * scale for v in box), selected)
+    small_box = tuple(v * scale for v in box)
+    return plots.grid_picture(small, grid, small_box), small_box
 
 
 def grid_picture(photo: Photo, box, grid: tuple[int, int], selected: tuple[int, int]) -> Image.Image:
     """The picture to click in "Click a patch": the shown photo with the patch grid over ``box`` and the
     ``selected`` patch outlined, at most PICKER_SIDE pixels on its long side (it sits in half a page, and is
-    sent to the browser in every run of the tab)."""
-    return _grid_picture(photo.key, tuple(box), tuple(grid), tuple(selected), _image=photo.image)
+    sent to the browser in every run of the tab). The grid is drawn once per photo, the outline in each run."""
+    picture, small_box = _grid_picture(photo.key, tuple(box), tuple(grid), _image=photo.image)
+    return plots.mark_patch(picture, tuple(selected), tuple(grid), small_box)
 
 
 @contextlib.contextmanager

@@ -109,9 +109,7 @@ def downloads(page: Page, tab: str, maps: dict[str, np.ndarray], overlay: str | 
         return buffer.getvalue()
 
     def maps_npz() -> bytes:
-        buffer = io.BytesIO()
-        np.savez_compressed(buffer, probabilities=page.analysis.probabilities, **arrays)
-        return buffer.getvalue()
+        return npz_bytes({"probabilities": page.analysis.probabilities, **arrays})
 
     left, right = st.columns(2)
     if overlay is not None:
@@ -124,16 +122,18 @@ def chart_download(container, page: Page, what: str, values, rows: str = "", col
     ``columns`` named ("layer", "head") in the first column and the header; a dict of arrays as one .npz."""
     stem = f"{Path(page.photo.name).stem}_{what}".replace(" ", "_")
     if isinstance(values, dict):
-
-        def arrays() -> bytes:
-            buffer = io.BytesIO()
-            np.savez_compressed(buffer, **{name: np.asarray(v) for name, v in values.items()})
-            return buffer.getvalue()
-
-        container.download_button(f"Download the {what} (.npz)", arrays, f"{stem}.npz", "application/octet-stream")
+        container.download_button(f"Download the {what} (.npz)", lambda: npz_bytes(values), f"{stem}.npz",
+                                  "application/octet-stream")  # fmt: skip
         return
     container.download_button(f"Download the {what} (.csv)", lambda: csv_table(values, rows, columns).encode(),
                               f"{stem}.csv", "text/csv")  # fmt: skip
+
+
+def npz_bytes(arrays: dict) -> bytes:
+    """Named arrays as one compressed NumPy .npz file."""
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **{name: np.asarray(value) for name, value in arrays.items()})
+    return buffer.getvalue()
 
 
 def csv_table(values, rows: str, columns: str) -> str:

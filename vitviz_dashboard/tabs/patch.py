@@ -38,8 +38,8 @@ def draw(page: Page) -> None:
         # its key names the image, so another image starts with no click
         click = streamlit_image_coordinates(picture, width="stretch", key=f"patch_click_{page.photo.key[:12]}",
                                             image_format="JPEG", jpeg_quality=85, cursor="crosshair")  # fmt: skip
-        st.caption("Click a patch: the lines are the model's patch grid, the chosen patch is outlined.")
-        clicked = clicked_patch(click, picture.size, analysis, page.photo.image.size)
+        st.caption("The model's patch grid (lines up to 40 patches a side), the chosen patch outlined.")
+        clicked = clicked_patch(click, page.photo.image.size, analysis)
         if clicked is not None and clicked != (row, col):  # known only once the picture is drawn: draw again
             st.session_state.patch = clicked
             rerun_tab()
@@ -54,16 +54,16 @@ def draw(page: Page) -> None:
     downloads(page, name, {name: fused, f"{name}_per_head": per_head}, overlay=name)
 
 
-def clicked_patch(click: dict | None, picture_size: tuple[int, int], analysis, photo_size: tuple[int, int]):
+def clicked_patch(click: dict | None, photo_size: tuple[int, int], analysis) -> tuple[int, int] | None:
     """The patch of a new click on the picture, or None: no click yet, the click already handled (the
-    component repeats its last value in every run), or a click outside the part of the photo the model saw."""
+    component repeats its last value in every run), or a click outside the part of the photo the model saw.
+    The picture is the shown photo made smaller evenly, so a click maps straight onto the shown photo, whose
+    pixels ``analysis.box`` is in."""
     if not click or click.get("unix_time") == st.session_state.get("patch_click_time"):
         return None
     st.session_state.patch_click_time = click.get("unix_time")
-    scale = picture_size[0] / photo_size[0]  # the picture is the shown photo, made smaller
-    box = tuple(v * scale for v in analysis.box)
-    patch = plots.patch_at(click["x"], click["y"], (click["width"], click["height"]), picture_size,
-                           analysis.grid_size, box)  # fmt: skip
+    patch = plots.patch_at(click["x"], click["y"], (click["width"], click["height"]), photo_size,
+                           analysis.grid_size, analysis.box)  # fmt: skip
     if patch is None:
         st.toast("That point is outside the part of the photo the model saw (the dimmed border).")
     return patch
