@@ -73,13 +73,12 @@ def test_upload_overlay_and_click_a_patch(server):
 
         page.get_by_role("tab", name="Click a patch").click()
         page.get_by_text("patch (2, 2), layer 1").first.wait_for(timeout=90_000)
-        # the picture to click (a component in an iframe, scaled to its column). The model saw the centre
+        # the picture to click (a component drawn in the page, as wide as its column). The model saw the centre
         # 320x320 crop of the 480x320 photo: a 4x4 grid of 80-pixel patches from x = 80 to 400
-        picture = page.frame_locator("iframe[title*='streamlit_image_coordinates']").locator("img#image")
+        picture = page.get_by_alt_text("photo.png with the model's patch grid")
         picture.wait_for(timeout=90_000)
-        # sized to its column once loaded (the component then gives it the class fullWidth)
-        page.frame_locator("iframe[title*='streamlit_image_coordinates']").locator("img#image.fullWidth").wait_for(
-            timeout=90_000)
+        page.wait_for_function("() => [...document.querySelectorAll('*')].some(e => e.shadowRoot && "
+                               "[...e.shadowRoot.querySelectorAll('img')].some(i => i.complete && i.width > 0))")
         shown = picture.bounding_box()
         assert abs(shown["width"] / shown["height"] - 1.5) < 0.02  # the photo's proportions, at the column's width
         picture.click(position={"x": 3, "y": 3})  # in the dimmed border the model never saw
@@ -93,6 +92,13 @@ def test_upload_overlay_and_click_a_patch(server):
         picture.click(position=patch_0_0)
         page.wait_for_timeout(4000)
         assert len(running.script_runs()) - runs <= 2
+        # a wider window (or a closed sidebar) makes the picture bigger, and the page makes room for all of it
+        page.set_viewport_size({"width": 1900, "height": 1000})
+        page.wait_for_timeout(1500)
+        wide = picture.bounding_box()
+        caption = page.get_by_text("The model's patch grid").bounding_box()
+        assert wide["width"] > shown["width"] * 1.2 and abs(wide["width"] / wide["height"] - 1.5) < 0.02
+        assert caption["y"] >= wide["y"] + wide["height"] - 1  # below the picture, not over it
         page.screenshot(path=str(SCREENSHOTS / "click_a_patch.png"), full_page=True)
         assert not page.get_by_text("Traceback").count()
         browser.close()

@@ -27,6 +27,7 @@ from vitviz.analysis import ImageAnalysis
 from vitviz.images import ImageFile, load_image
 
 from vitviz_dashboard.budget import analysis_share, kept
+from vitviz_dashboard.click_picture import jpeg_data_uri
 from vitviz_dashboard.common import Photo, Settings, readout_title
 from vitviz_dashboard.progress import progress_class
 
@@ -126,12 +127,17 @@ def _grid_picture(key: str, box: tuple, grid: tuple[int, int], _image) -> tuple[
     return plots.grid_picture(small, grid, small_box), small_box
 
 
-def grid_picture(photo: Photo, box, grid: tuple[int, int], selected: tuple[int, int]) -> Image.Image:
-    """The picture to click in "Click a patch": the shown photo with the patch grid over ``box`` and the
-    ``selected`` patch outlined, at most PICKER_SIDE pixels on its long side (it sits in half a page, and is
-    sent to the browser in every run of the tab). The grid is drawn once per photo, the outline in each run."""
-    picture, small_box = _grid_picture(photo.key, tuple(box), tuple(grid), _image=photo.image)
-    return plots.mark_patch(picture, tuple(selected), tuple(grid), small_box)
+@kept()
+def _grid_picture_uri(key: str, box: tuple, grid: tuple[int, int], selected: tuple[int, int], _image) -> str:
+    picture, small_box = _grid_picture(key, box, grid, _image=_image)
+    return jpeg_data_uri(plots.mark_patch(picture, selected, grid, small_box))
+
+
+def grid_picture_uri(photo: Photo, box, grid: tuple[int, int], selected: tuple[int, int]) -> str:
+    """The picture to click in "Click a patch", as a JPEG data URI: the shown photo with the patch grid over
+    ``box`` and the ``selected`` patch outlined, at most PICKER_SIDE pixels on its long side (it sits in half a
+    page, and is sent to the browser in every run of the tab). The grid is drawn once per photo."""
+    return _grid_picture_uri(photo.key, tuple(box), tuple(grid), tuple(selected), _image=photo.image)
 
 
 @contextlib.contextmanager

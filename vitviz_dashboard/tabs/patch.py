@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import streamlit as st
-from streamlit_image_coordinates import streamlit_image_coordinates
-
 from vitviz import plots
 
-from vitviz_dashboard.cached import grid_picture, overlay_picture, patch_maps
+from vitviz_dashboard.cached import grid_picture_uri, overlay_picture, patch_maps
+from vitviz_dashboard.click_picture import click_picture
 from vitviz_dashboard.common import Page, downloads, index_slider, rerun_tab
 from vitviz_dashboard.small_multiples import head_maps
 
@@ -33,11 +32,8 @@ def draw(page: Page) -> None:
         st.session_state.patch = (row, col)
     left, right = st.columns(2)
     with left:
-        picture = grid_picture(page.photo, analysis.box, analysis.grid_size, (row, col))
-        # a plain picture that scales with its column and reports clicks (Streamlit's own images do not);
-        # its key names the image, so another image starts with no click
-        click = streamlit_image_coordinates(picture, width="stretch", key=f"patch_click_{page.photo.key[:12]}",
-                                            image_format="JPEG", jpeg_quality=85, cursor="crosshair")  # fmt: skip
+        picture = grid_picture_uri(page.photo, analysis.box, analysis.grid_size, (row, col))
+        click = click_picture(picture, f"{page.photo.name} with the model's patch grid", key="patch_click")
         st.caption("The model's patch grid (lines up to 40 patches a side), the chosen patch outlined.")
         clicked = clicked_patch(click, page.photo.image.size, analysis)
         if clicked is not None and clicked != (row, col):  # known only once the picture is drawn: draw again
@@ -55,13 +51,11 @@ def draw(page: Page) -> None:
 
 
 def clicked_patch(click: dict | None, photo_size: tuple[int, int], analysis) -> tuple[int, int] | None:
-    """The patch of a new click on the picture, or None: no click yet, the click already handled (the
-    component repeats its last value in every run), or a click outside the part of the photo the model saw.
-    The picture is the shown photo made smaller evenly, so a click maps straight onto the shown photo, whose
-    pixels ``analysis.box`` is in."""
-    if not click or click.get("unix_time") == st.session_state.get("patch_click_time"):
+    """The patch of this run's click on the picture, or None: no click, or a click outside the part of the photo
+    the model saw. The picture is the shown photo made smaller evenly, so a click maps straight onto the shown
+    photo, whose pixels ``analysis.box`` is in."""
+    if not click:
         return None
-    st.session_state.patch_click_time = click.get("unix_time")
     patch = plots.patch_at(click["x"], click["y"], (click["width"], click["height"]), photo_size,
                            analysis.grid_size, analysis.box)  # fmt: skip
     if patch is None:
