@@ -4,12 +4,15 @@ counted right when it is one of the classes the photo shows (labels.csv's `cifar
 
     python bench/bench_photos.py ../shared/data/photos runs/cifar10-cpu5/last.pt checkpoints/default.pt
 
-Prints one line per photo (each checkpoint's top-1 and its probability) and each checkpoint's count.
+Prints one line per photo (each checkpoint's top-1 and its probability), each checkpoint's count, and the
+median time of its forward pass with attentions on one photo at batch 1 in fp32 (what the page runs first).
 """
 
 from __future__ import annotations
 
 import csv
+import statistics
+import time
 from pathlib import Path
 
 import torch
@@ -35,10 +38,24 @@ def top1(model: vitviz.ViT, path: Path) -> tuple[str, float]:
     return model.class_names[best], float(probabilities[best])
 
 
+@torch.inference_mode()
+def forward_ms(model: vitviz.ViT, path: Path, repeats: int) -> float:
+    """The median time of one forward pass with attentions, after one warm-up, in milliseconds."""
+    pixels = model.transform(load_image(path.read_bytes()))[None]
+    model(pixels, output_attentions=True)
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        model(pixels, output_attentions=True)
+        times.append(1000 * (time.perf_counter() - started))
+    return statistics.median(times)
+
+
 def main() -> None:
     args = parser(__doc__)
     args.add_argument("photos", type=Path, help="a folder with the photos and labels.csv")
     args.add_argument("checkpoints", nargs="+", help="model specs or checkpoint paths")
+    args.add_argument("--repeats", type=int, default=30, help="timed forward passes per checkpoint")
     args = args.parse_args()
     labels = photo_labels(args.photos)
     models = {spec: vitviz.load_model(spec).eval() for spec in args.checkpoints}
@@ -52,8 +69,11 @@ def main() -> None:
             results[spec]["predictions"][name] = [predicted, round(probability, 4)]
             line.append(f"{predicted:>10s} {probability:6.1%} {'right' if right else 'wrong'}")
         print(" | ".join(line))
+    first = args.photos / sorted(labels)[0]
     for spec, result in results.items():
-        print(f"{spec}: {result['right']} of {result['photos']} photos right")
+        result["forward_ms"] = round(forward_ms(models[spec], first, args.repeats), 2)
+        print(f"{spec}: {result['right']} of {result['photos']} photos right; forward pass with attentions "
+              f"{result['forward_ms']:.2f} ms (median of {args.repeats}, batch 1, fp32, {torch.get_num_threads()} threads)")
     save(results, args.out)
 
 
