@@ -64,19 +64,28 @@ def display_photo(file: ImageFile) -> Image.Image:
     page (downloads use the full resolution). A small photo (a 32x32 CIFAR-10 image) is enlarged by a whole
     factor, pixels kept square, to at least MIN_DISPLAY_SIDE: stretched by the browser instead, a 1-pixel grid
     line or patch outline would cover a quarter of a 4-pixel patch. Shared like decode's result: never modify it."""
-    photo = decode(file).copy()
-    factor = MIN_DISPLAY_SIDE // max(photo.size)
-    if factor > 1:
-        return photo.resize((photo.width * factor, photo.height * factor), Image.NEAREST)
+    photo = enlarged(decode(file), MIN_DISPLAY_SIDE)
     photo.thumbnail((MAX_DISPLAY_SIDE, MAX_DISPLAY_SIDE))
     return photo
 
 
+def enlarged(image: Image.Image, side: int) -> Image.Image:
+    """A copy of ``image`` enlarged by the largest whole factor that keeps its long side within ``side`` (pixels
+    kept square, NEAREST), or a plain copy when it is already that big."""
+    factor = max(1, side // max(image.size))
+    return image.resize((image.width * factor, image.height * factor), Image.NEAREST)
+
+
+def shrunk(image: Image.Image, side: int) -> Image.Image:
+    """A copy of ``image`` at most ``side`` pixels on its long side (PIL's thumbnail: never enlarged)."""
+    small = image.copy()
+    small.thumbnail((side, side))
+    return small
+
+
 @kept()
 def _thumbnail(key: str, _image) -> Image.Image:
-    small = _image.copy()
-    small.thumbnail((THUMBNAIL_SIDE, THUMBNAIL_SIDE))
-    return small
+    return shrunk(_image, THUMBNAIL_SIDE)
 
 
 def thumbnail(photo: Photo) -> tuple[Photo, float]:
@@ -120,10 +129,8 @@ def outlined_picture(photo: Photo, mask: np.ndarray, box) -> bytes:
 
 @kept()
 def _grid_picture(key: str, box: tuple, grid: tuple[int, int], _image) -> tuple[Image.Image, tuple]:
-    small = _image.copy()
-    small.thumbnail((PICKER_SIDE, PICKER_SIDE))
-    scale = small.width / _image.width
-    small_box = tuple(v * scale for v in box)
+    small = shrunk(_image, PICKER_SIDE)  # one cached picture per photo: the grid drawn on the thumbnail
+    small_box = tuple(v * small.width / _image.width for v in box)
     return plots.grid_picture(small, grid, small_box), small_box
 
 
@@ -200,9 +207,7 @@ def model_input_png(model_spec: str, image_key: str, precision: str, *, _analysi
     mean = torch.tensor(_model.transform.mean)[:, None, None]
     std = torch.tensor(_model.transform.std)[:, None, None]
     pixels = (_analysis.pixel_values[0].float() * std + mean).clamp(0, 1)  # (3, H, W)
-    picture = Image.fromarray((pixels.permute(1, 2, 0).numpy() * 255).round().astype(np.uint8))
-    factor = max(1, 128 // max(picture.size))
-    picture = picture.resize((picture.width * factor, picture.height * factor), Image.NEAREST)
+    picture = enlarged(Image.fromarray((pixels.permute(1, 2, 0).numpy() * 255).round().astype(np.uint8)), 128)
     buffer = io.BytesIO()
     picture.save(buffer, format="PNG")
     return buffer.getvalue()
