@@ -127,6 +127,47 @@ def test_bad_arguments_exit_with_a_message(folders, tmp_path, capsys):
         evaluate_main([str(tmp_path / "missing.pt"), "--val-dir", str(val_dir)])
 
 
+def test_data_on_device_trains_like_the_dataloader_path(folders, tmp_path):
+    # the whole data set as one uint8 tensor on --device (the CPU here), shuffled and augmented there
+    result = train(folders, tmp_path / "run", "--epochs", "4", "--data-on-device", "--augment", "trivialaugment",
+                   "--random-erasing", "0.25", "--mixup", "0.8", "--cutmix", "1.0")  # fmt: skip
+    losses = [record["train_loss"] for record in result["history"]]
+    assert losses[-1] < losses[0] * 0.9
+    assert [record["step"] for record in result["history"]] == [3, 6, 9, 12]  # 24 images, batches of 8
+    model = load_model(tmp_path / "run" / "best.pt")
+    assert model.training_info["args"]["data_on_device"] is True
+
+
+def test_recipe_sets_defaults_and_explicit_flags_still_win():
+    args = train_module.parse_args(["--recipe", "cifar10-gpu"])
+    assert (args.preset, args.patch_size, args.image_size) == ("cifar", 2, 32)
+    assert args.data_on_device and args.compile and args.half_checkpoints and args.precision == "bf16"
+    assert (args.augment, args.mixup, args.cutmix, args.random_erasing) == ("trivialaugment", 0.8, 1.0, 0.25)
+    config = train_module.build_config(args, 10)
+    assert config.grid_size == (16, 16) and config.hidden_size == 384  # 256 patches
+    overridden = train_module.parse_args(["--recipe", "cifar10-gpu", "--patch-size", "4", "--no-compile", "--epochs", "3"])
+    assert (overridden.patch_size, overridden.compile, overridden.epochs, overridden.lr) == (4, False, 3, 1e-3)
+    assert train_module.parse_args([]).data_on_device is False  # no recipe: the plain defaults
+
+
+def test_recipe_trains_and_stores_half_precision_weights(folders, tmp_path):
+    # the GPU recipe's data path and flags at a size the CPU runs in seconds
+    train(folders, tmp_path / "run", "--recipe", "cifar10-gpu", "--no-compile", "--device", "cpu", "--epochs", "2",
+          "--image-size", "16", "--patch-size", "4", "--warmup-epochs", "0", "--precision", "fp32")  # fmt: skip
+    best = torch.load(tmp_path / "run" / "best.pt", weights_only=True)
+    assert {tensor.dtype for tensor in best["state_dict"].values() if tensor.is_floating_point()} == {torch.float16}
+    saved = best["training"]["args"]
+    assert saved["recipe"] == "cifar10-gpu" and saved["mixup"] == 0.8 and saved["data_on_device"] is True
+    assert load_model(tmp_path / "run" / "best.pt").config.grid_size == (4, 4)
+
+
+def test_bad_augmentation_values_exit_with_a_message(capsys):
+    for flags in (["--random-erasing", "1.5"], ["--mixup", "-1"]):
+        with pytest.raises(SystemExit) as exit_info:
+            train_module.parse_args(flags)
+        assert exit_info.value.code == 2 and "--random-erasing must be in [0, 1]" in capsys.readouterr().err
+
+
 def test_metrics_known_answer():
     targets = torch.tensor([0, 0, 1, 1, 2, 2])
     predictions = torch.tensor([0, 1, 1, 1, 2, 0])
@@ -147,9 +188,11 @@ def test_elapsed_time_accumulates_across_resumes(folders, tmp_path):
     assert resumed["history"][0]["elapsed_s"] > first["history"][0]["elapsed_s"]
 
 
-def test_an_interrupted_run_resumed_ends_exactly_where_an_uninterrupted_one_does(folders, tmp_path, monkeypatch):
+@pytest.mark.parametrize("data", [(), ("--data-on-device", "--augment", "trivialaugment", "--random-erasing", "0.5")],
+                         ids=["dataloader", "data-on-device"])  # fmt: skip
+def test_an_interrupted_run_resumed_ends_exactly_where_an_uninterrupted_one_does(folders, tmp_path, monkeypatch, data):
     # augmentation and shuffling draw random numbers every epoch: resuming must restore them
-    flags = ("--epochs", "3", "--max-steps-per-epoch", "2", "--augment", "basic")
+    flags = ("--epochs", "3", "--max-steps-per-epoch", "2", "--augment", "basic", *data)
     train(folders, tmp_path / "straight", *flags)
 
     import vitviz.train as train_module

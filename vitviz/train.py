@@ -29,6 +29,7 @@ from torchvision import datasets
 from torchvision.transforms import v2
 from tqdm import tqdm
 
+from vitviz.augment import BatchAugment, DeviceBatches
 from vitviz.checkpoint import ModelLoadError, read_checkpoint, save_checkpoint
 from vitviz.curves import plot_curves, read_history
 from vitviz.images import Preprocessing
@@ -40,6 +41,17 @@ PRESETS: dict[str, dict] = {
     "tiny": dict(patch_size=4, hidden_size=192, num_layers=6, num_heads=6, mlp_size=384),
     "small": dict(patch_size=4, hidden_size=256, num_layers=8, num_heads=8, mlp_size=512),
     "cifar": dict(patch_size=4, hidden_size=384, num_layers=7, num_heads=12, mlp_size=768),
+}
+# Whole training recipes: `--recipe NAME` sets these flags' defaults; flags given on the command line win.
+RECIPES: dict[str, dict] = {
+    # CIFAR-10 on one GPU: patch 2 on 32 x 32 gives a 16 x 16 grid of 256 patches. The data set stays on the
+    # GPU as uint8 and is augmented there (see vitviz/augment.py); best.pt is stored in fp16 (16.8 MB).
+    "cifar10-gpu": dict(
+        dataset="imagefolder", image_size=32, preset="cifar", patch_size=2, epochs=200, batch_size=256, lr=1e-3,
+        warmup_epochs=5, weight_decay=0.05, label_smoothing=0.1, augment="trivialaugment", mixup=0.8, cutmix=1.0,
+        random_erasing=0.25, drop_path=0.1, precision="bf16", compile=True, data_on_device=True,
+        half_checkpoints=True,
+    ),
 }
 # Per-channel statistics of each dataset's training images, for normalisation.
 DATASET_STATS = {
@@ -54,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="vitviz train", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    p.add_argument("--recipe", choices=sorted(RECIPES),
+                   help="a whole training recipe: sets the defaults of the flags it names (see RECIPES in "
+                        "vitviz/train.py); flags given on the command line still win")  # fmt: skip
     data = p.add_argument_group("data")
     data.add_argument("--dataset", choices=["cifar10", "cifar100", "mnist", "imagefolder"], default="cifar10",
                       help="torchvision dataset (downloaded into --data-dir when online) or a folder of class folders")
@@ -64,6 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--workers", type=int, default=2, help="data-loading worker processes")
     data.add_argument("--preload", action=argparse.BooleanOptionalAction, default=None,
                       help="imagefolder: decode every image once into memory (default: on for --image-size <= 64)")
+    data.add_argument("--data-on-device", action=argparse.BooleanOptionalAction, default=False,
+                      help="keep the decoded data set on --device as uint8 and shuffle and augment whole batches "
+                           "there, so a GPU does not wait for CPU workers (implies --preload)")
     model = p.add_argument_group("model")
     model.add_argument("--preset", choices=sorted(PRESETS), default="tiny", help="model size preset")
     for name in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_size"):
@@ -82,8 +100,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="basic: random crop with padding + flip; the others add that policy")
     opt.add_argument("--mixup", type=float, default=0.0, help="MixUp alpha (0: off)")
     opt.add_argument("--cutmix", type=float, default=0.0, help="CutMix alpha (0: off)")
+    opt.add_argument("--random-erasing", type=float, default=0.0,
+                     help="probability of erasing one random rectangle of each training image (0: off)")
     opt.add_argument("--precision", choices=["fp32", "bf16"], default="bf16", help="bf16 autocast (CPU and GPU)")
-    opt.add_argument("--compile", action="store_true", help="torch.compile the model")
+    opt.add_argument("--compile", action=argparse.BooleanOptionalAction, default=False,
+                     help="torch.compile the model")
     opt.add_argument("--attention", choices=["auto", "sdpa", "eager"], default="auto",
                      help="attention kernel for training; auto: eager on CPU (faster for short sequences), sdpa on GPU")
     opt.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="torch device")
@@ -95,7 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="start from the weights of this vitviz checkpoint (same config and classes), "
                           "with a fresh optimiser and schedule")
     run.add_argument("--seed", type=int, default=0, help="random seed")
-    run.add_argument("--half-checkpoints", action="store_true", help="store best.pt weights in fp16")
+    run.add_argument("--half-checkpoints", action=argparse.BooleanOptionalAction, default=False,
+                     help="store best.pt weights in fp16")
     run.add_argument("--tensorboard", type=Path, metavar="DIR",
                      help="also log every epoch's metrics (at the epoch) and the learning rate (at every step) "
                           "for TensorBoard into DIR; needs `pip install tensorboard`")
@@ -110,29 +132,45 @@ def build_datasets(args: argparse.Namespace) -> tuple[Dataset, Dataset, list[str
         augment.append(v2.RandomHorizontalFlip())
     augment += {"trivialaugment": [v2.TrivialAugmentWide()], "randaugment": [v2.RandAugment()]}.get(args.augment, [])
     to_tensor = [v2.ToImage(), v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean, std)]
+    erase = [v2.RandomErasing(args.random_erasing)] if args.random_erasing > 0 else []
     base = [v2.RGB(), v2.Resize((size, size), antialias=True)]
-    train_tf, val_tf = v2.Compose(base + augment + to_tensor), v2.Compose(base + to_tensor)
+    train_tf, val_tf = v2.Compose(base + augment + to_tensor + erase), v2.Compose(base + to_tensor)
     if args.dataset == "imagefolder":
         train, val = _image_folder(args.train_dir, "--train-dir"), _image_folder(args.val_dir, "--val-dir")
         if train.classes != val.classes:
             raise SystemExit(f"error: --train-dir classes {train.classes} differ from --val-dir classes {val.classes}")
-        classes = train.classes
-        if args.preload if args.preload is not None else size <= 64:
-            decode = v2.Compose(base + [v2.ToImage()])  # uint8 (3, size, size), augmented later per epoch
-            train = InMemoryImages(train, decode, v2.Compose(augment + to_tensor))
-            val = InMemoryImages(val, decode, v2.Compose(to_tensor))
-        else:
-            train.transform, val.transform = train_tf, val_tf
     else:
         cls = {"cifar10": datasets.CIFAR10, "cifar100": datasets.CIFAR100, "mnist": datasets.MNIST}[args.dataset]
         try:
-            train = cls(args.data_dir, train=True, transform=train_tf, download=True)
-            val = cls(args.data_dir, train=False, transform=val_tf, download=True)
+            train = cls(args.data_dir, train=True, download=True)
+            val = cls(args.data_dir, train=False, download=True)
         except (OSError, RuntimeError) as error:  # offline and not yet downloaded
             raise SystemExit(f"error: could not get {args.dataset} into {args.data_dir} ({error}); "
                              "download it once online, or use --dataset imagefolder") from None
-        classes = list(train.classes)
+    classes = list(train.classes)
+    preload = args.preload if args.preload is not None else (args.dataset == "imagefolder" and size <= 64)
+    if preload or args.data_on_device:
+        decode = v2.Compose(base + [v2.ToImage()])  # uint8 (3, size, size), augmented later per epoch
+        train = InMemoryImages(train, decode, v2.Compose(augment + to_tensor + erase))
+        val = InMemoryImages(val, decode, v2.Compose(to_tensor))
+    else:
+        train.transform, val.transform = train_tf, val_tf
     return train, val, classes, Preprocessing(resize=(size, size), crop=None, mean=mean, std=std)
+
+
+def build_loaders(args: argparse.Namespace, train: Dataset, val: Dataset) -> tuple:
+    """Training and validation batches: torch DataLoaders, or DeviceBatches with --data-on-device."""
+    drop_last = len(train) > args.batch_size
+    if args.data_on_device:
+        mean, std = DATASET_STATS[args.dataset]
+        augment = BatchAugment(mean, std, policy=args.augment, flip=args.dataset != "mnist",
+                               erasing=args.random_erasing)  # fmt: skip
+        plain = BatchAugment(mean, std, policy="none")
+        return (DeviceBatches(train.images, train.targets, args.batch_size, args.device, augment, True, drop_last),
+                DeviceBatches(val.images, val.targets, args.batch_size, args.device, plain, False))  # fmt: skip
+    loader_kwargs = dict(batch_size=args.batch_size, num_workers=args.workers, persistent_workers=args.workers > 0)
+    return (DataLoader(train, shuffle=True, drop_last=drop_last, **loader_kwargs),
+            DataLoader(val, shuffle=False, **loader_kwargs))  # fmt: skip
 
 
 def _image_folder(path: Path | None, flag: str) -> datasets.ImageFolder:
@@ -150,17 +188,22 @@ def _image_folder(path: Path | None, flag: str) -> datasets.ImageFolder:
 
 
 class InMemoryImages(Dataset):
-    """A small-image folder decoded once into one uint8 tensor, so epochs skip JPEG decoding.
+    """A data set of small images decoded once into one uint8 tensor, so epochs skip JPEG decoding.
 
     CIFAR-10's 50,000 training images take 150 MB this way; the per-epoch transform
     (augmentation, scaling, normalisation) still runs on every access.
     """
 
-    def __init__(self, folder: datasets.ImageFolder, decode, transform):
-        samples = tqdm(folder.samples, desc=f"decoding {folder.root}", disable=None, leave=False, file=sys.stderr)
-        images = [decode(folder.loader(path)) for path, _ in samples]
+    def __init__(self, dataset: Dataset, decode, transform):
+        name = getattr(dataset, "root", type(dataset).__name__)
+        items = tqdm(range(len(dataset)), desc=f"decoding {name}", disable=None, leave=False, file=sys.stderr)
+        images, targets = [], []
+        for index in items:
+            image, target = dataset[index]  # a PIL image: the data set has no transform
+            images.append(decode(image))
+            targets.append(target)
         self.images = torch.stack(images)  # (N, 3, size, size) uint8
-        self.targets = torch.tensor(folder.targets)
+        self.targets = torch.tensor(targets)
         self.transform = transform
 
     def __len__(self) -> int:
@@ -213,24 +256,33 @@ def evaluate_loader(model: torch.nn.Module, loader: DataLoader, device: str, pre
     return sum(losses) / max(1, len(loader.dataset)), torch.cat(predictions), torch.cat(targets)
 
 
-def main(argv: list[str] | None = None) -> dict:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line's flags, with a --recipe's values as defaults; exits with a message on bad values."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.recipe:  # the recipe's values become the defaults; parse again so explicit flags still win
+        parser.set_defaults(**RECIPES[args.recipe])
+        args = parser.parse_args(argv)
     for flag in ("epochs", "batch_size", "image_size"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')} must be at least 1")
     if args.workers < 0 or not 0 <= args.label_smoothing < 1 or args.lr <= 0:
         parser.error("--workers must be >= 0, --label-smoothing in [0, 1) and --lr > 0")
+    if not 0 <= args.random_erasing <= 1 or args.mixup < 0 or args.cutmix < 0:
+        parser.error("--random-erasing must be in [0, 1], --mixup and --cutmix >= 0")
     if args.resume and args.init_from:
         parser.error("--resume and --init-from exclude each other")
+    return args
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
     summary_writer = _summary_writer_class() if args.tensorboard else None  # before loading data, not after
     torch.manual_seed(args.seed)
     random.seed(args.seed)
 
     train_set, val_set, classes, preprocessing = build_datasets(args)
-    loader_kwargs = dict(batch_size=args.batch_size, num_workers=args.workers, persistent_workers=args.workers > 0)
-    train_loader = DataLoader(train_set, shuffle=True, drop_last=len(train_set) > args.batch_size, **loader_kwargs)
-    val_loader = DataLoader(val_set, shuffle=False, **loader_kwargs)
+    train_loader, val_loader = build_loaders(args, train_set, val_set)
     config = build_config(args, len(classes))
     model = ViT(config).to(args.device)
     model.attn_implementation = args.attention if args.attention != "auto" else (
