@@ -26,6 +26,8 @@ def test_random_crop_cuts_each_image_from_its_reflect_padded_self_at_its_own_off
         assert len(found) == 1  # random pixels: exactly one offset matches
         offsets.add(found[0])
     assert len(offsets) > 15  # 25 possible offsets, drawn per image, not one for the batch
+    rows, cols = {y for y, _ in offsets}, {x for _, x in offsets}
+    assert rows == cols == {0, 1, 2, 3, 4}  # every shift, the two extremes included
 
 
 def test_random_flip_mirrors_about_half_the_images_and_leaves_the_others():
@@ -122,3 +124,13 @@ def test_device_batches_cover_every_image_once_per_epoch_with_its_own_label():
     assert sorted(seen) == list(range(10)) and seen != list(range(10))  # all of them, shuffled
     dropping = DeviceBatches(batch, targets, 4, "cpu", BatchAugment(MEAN, STD, "none"), shuffle=False, drop_last=True)
     assert len(dropping) == 2 and [labels.tolist() for _, labels in dropping] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_a_gpu_draws_the_same_crops_flips_and_erasures_as_the_cpu():
+    augment = BatchAugment(MEAN, STD, policy="basic", erasing=0.5)  # no policy: its arithmetic may round differently
+    torch.manual_seed(5)
+    on_cpu = augment(images())
+    torch.manual_seed(5)
+    on_gpu = augment(images().cuda())
+    torch.testing.assert_close(on_gpu.cpu(), on_cpu)

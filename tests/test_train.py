@@ -127,7 +127,7 @@ def test_bad_arguments_exit_with_a_message(folders, tmp_path, capsys):
         evaluate_main([str(tmp_path / "missing.pt"), "--val-dir", str(val_dir)])
 
 
-def test_data_on_device_trains_like_the_dataloader_path(folders, tmp_path):
+def test_data_on_device_lowers_the_loss_with_every_augmentation_on(folders, tmp_path):
     # the whole data set as one uint8 tensor on --device (the CPU here), shuffled and augmented there
     result = train(folders, tmp_path / "run", "--epochs", "4", "--data-on-device", "--augment", "trivialaugment",
                    "--random-erasing", "0.25", "--mixup", "0.8", "--cutmix", "1.0")  # fmt: skip
@@ -151,21 +151,52 @@ def test_recipe_sets_defaults_and_explicit_flags_still_win():
 
 
 def test_recipe_trains_and_stores_half_precision_weights(folders, tmp_path):
-    # the GPU recipe's data path and flags at a size the CPU runs in seconds
+    # the GPU recipe's data path and augmentation with a model the CPU trains in seconds (SMALL_MODEL sets the
+    # model's size and the optimiser; --augment puts the recipe's TrivialAugment back)
     train(folders, tmp_path / "run", "--recipe", "cifar10-gpu", "--no-compile", "--device", "cpu", "--epochs", "2",
-          "--image-size", "16", "--patch-size", "4", "--warmup-epochs", "0", "--precision", "fp32")  # fmt: skip
+          "--image-size", "16", "--patch-size", "4", "--warmup-epochs", "0", "--precision", "fp32",
+          "--augment", "trivialaugment")  # fmt: skip
     best = torch.load(tmp_path / "run" / "best.pt", weights_only=True)
     assert {tensor.dtype for tensor in best["state_dict"].values() if tensor.is_floating_point()} == {torch.float16}
     saved = best["training"]["args"]
     assert saved["recipe"] == "cifar10-gpu" and saved["mixup"] == 0.8 and saved["data_on_device"] is True
+    assert saved["augment"] == "trivialaugment" and saved["random_erasing"] == 0.25 and saved["mix_prob"] == 0.5
     assert load_model(tmp_path / "run" / "best.pt").config.grid_size == (4, 4)
 
 
-def test_bad_augmentation_values_exit_with_a_message(capsys):
-    for flags in (["--random-erasing", "1.5"], ["--mixup", "-1"]):
+def test_bad_augmentation_and_device_values_exit_with_a_message(capsys):
+    cases = [
+        (["--random-erasing", "1.5"], "--random-erasing and --mix-prob must be in [0, 1]"),
+        (["--mixup", "-1"], "--mixup and --cutmix >= 0"),
+        (["--mix-prob", "2"], "--mix-prob must be in [0, 1]"),
+        (["--cutmix", "nan"], "--cutmix must be a finite number"),
+        (["--lr", "inf"], "--lr must be a finite number"),
+        (["--data-on-device", "--no-preload"], "cannot go with --no-preload"),
+        (["--device", "nonsense"], "--device nonsense"),
+    ]
+    if not torch.cuda.is_available():  # before any image is decoded, not after
+        cases.append((["--device", "cuda"], "no cuda device torch can use; try --device cpu"))
+    for flags, message in cases:
         with pytest.raises(SystemExit) as exit_info:
             train_module.parse_args(flags)
-        assert exit_info.value.code == 2 and "--random-erasing must be in [0, 1]" in capsys.readouterr().err
+        assert exit_info.value.code == 2 and message in capsys.readouterr().err, flags
+
+
+@pytest.mark.parametrize(("mix_prob", "expected"), [("0", 0), ("1", 12), ("0.5", None)])
+def test_mix_prob_is_the_share_of_batches_that_get_mixed(folders, tmp_path, monkeypatch, mix_prob, expected):
+    mixed = []
+
+    class Counting(train_module.v2.RandomChoice):
+        def forward(self, *inputs):
+            mixed.append(1)
+            return super().forward(*inputs)
+
+    monkeypatch.setattr(train_module.v2, "RandomChoice", Counting)
+    train(folders, tmp_path / "run", "--epochs", "4", "--mixup", "0.8", "--cutmix", "1.0", "--mix-prob", mix_prob)
+    if expected is None:  # 12 steps (3 a epoch), each mixed with probability one half
+        assert 2 <= len(mixed) <= 10
+    else:
+        assert len(mixed) == expected
 
 
 def test_metrics_known_answer():

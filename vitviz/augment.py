@@ -1,9 +1,9 @@
 """Training data kept on the training device and augmented there, a batch at a time.
 
 `DeviceBatches` holds a whole small-image data set as one uint8 tensor on the device (CIFAR-10's 50,000
-training images are 150 MB) and yields normalised float batches from it, so a GPU is never left waiting
-for CPU workers to decode and augment images one by one. `BatchAugment` does the augmentation on a
-whole batch at once:
+training images are 150 MB) and yields normalised float batches from it, so a GPU does not wait for CPU
+workers to decode and augment images one by one. `BatchAugment` does the augmentation on a whole batch
+at once:
 
 - random crop after reflect padding, and horizontal flip, drawn for every image;
 - TrivialAugment or RandAugment (torchvision's own policies), drawn for every group of ``policy_group``
@@ -12,8 +12,9 @@ whole batch at once:
   the data set's mean colour).
 
 Every random number is drawn from torch's global CPU generator, whatever the device, so the same seed
-gives the same batches on a CPU and a GPU, and `--resume` (which restores that generator) continues the
-exact sequence.
+gives the same random draws on a CPU and a GPU, and `--resume` (which restores that generator) continues
+the exact sequence. The draws of a batch are a few small tensors, copied to a GPU without waiting for it
+(from pinned memory); torchvision's own policies still make small copies of their own.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ class BatchAugment:
         if policy_group < 1:
             raise ValueError(f"policy_group must be at least 1, got {policy_group}")
         self.mean, self.std = torch.tensor(mean), torch.tensor(std)
+        self._stats: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}  # mean, std on each device
         self.crop = policy != "none"
         self.flip = flip and policy != "none"
         self.policy = POLICIES[policy]() if policy in POLICIES else None
@@ -59,7 +61,9 @@ class BatchAugment:
             images = random_flip(images)
         if self.policy is not None:
             images = torch.cat([self.policy(group) for group in images.split(self.policy_group)])
-        batch = normalise(images, self.mean, self.std)
+        if images.device not in self._stats:  # copied once per device, not once per batch
+            self._stats[images.device] = (self.mean.to(images.device), self.std.to(images.device))
+        batch = normalise(images, *self._stats[images.device])
         if self.erasing > 0:
             batch = random_erase(batch, self.erasing)
         return batch
@@ -72,6 +76,13 @@ def normalise(images: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> to
     return (images.float() / 255 - mean) / std
 
 
+def to_device(draws: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """Random draws made on the CPU, on ``device``; to a GPU through pinned memory, without waiting for it."""
+    if device.type != "cuda":
+        return draws.to(device)
+    return draws.pin_memory().to(device, non_blocking=True)
+
+
 def random_crop(images: torch.Tensor, padding: int) -> torch.Tensor:
     """Each image padded by reflection on every side, then cropped back to its size at its own random offset."""
     if padding == 0:
@@ -79,8 +90,7 @@ def random_crop(images: torch.Tensor, padding: int) -> torch.Tensor:
     batch, _, height, width = images.shape
     # reflect padding is not implemented for uint8 on every device: pad a float copy (exact for 0..255)
     padded = F.pad(images.float(), (padding,) * 4, mode="reflect").to(images.dtype)
-    top = torch.randint(0, 2 * padding + 1, (batch,)).to(images.device)
-    left = torch.randint(0, 2 * padding + 1, (batch,)).to(images.device)
+    top, left = to_device(torch.randint(0, 2 * padding + 1, (2, batch)), images.device)
     rows = (top[:, None] + torch.arange(height, device=images.device))[:, None, :, None]  # (B, 1, H, 1)
     cols = (left[:, None] + torch.arange(width, device=images.device))[:, None, None, :]  # (B, 1, 1, W)
     index = torch.arange(batch, device=images.device)[:, None, None, None]
@@ -90,7 +100,7 @@ def random_crop(images: torch.Tensor, padding: int) -> torch.Tensor:
 
 def random_flip(images: torch.Tensor, p: float = 0.5) -> torch.Tensor:
     """Each image mirrored left to right with probability p."""
-    flip = (torch.rand(images.shape[0]) < p).to(images.device).view(-1, 1, 1, 1)
+    flip = to_device(torch.rand(images.shape[0]) < p, images.device).view(-1, 1, 1, 1)
     return torch.where(flip, images.flip(-1), images)
 
 
@@ -109,11 +119,14 @@ def random_erase(batch: torch.Tensor, p: float, scale: tuple[float, float] = (0.
     w = (area / aspect).sqrt().round().clamp(1, width).long()
     top = (torch.rand(size) * (height - h + 1)).long()
     left = (torch.rand(size) * (width - w + 1)).long()
-    erase = torch.rand(size) < p
-    ys, xs = torch.arange(height), torch.arange(width)
+    erase = (torch.rand(size) < p).long()
+    # one small copy of the draws; the (B, H, W) mask is built on the batch's device
+    top, left, h, w, erase = to_device(torch.stack([top, left, h, w, erase]), batch.device)
+    ys = torch.arange(height, device=batch.device)
+    xs = torch.arange(width, device=batch.device)
     inside_rows = (ys >= top[:, None]) & (ys < (top + h)[:, None])  # (B, H)
     inside_cols = (xs >= left[:, None]) & (xs < (left + w)[:, None])  # (B, W)
-    mask = (inside_rows[:, :, None] & inside_cols[:, None, :] & erase[:, None, None]).to(batch.device)
+    mask = inside_rows[:, :, None] & inside_cols[:, None, :] & erase.bool()[:, None, None]
     return batch.masked_fill(mask[:, None], 0.0)
 
 
@@ -141,7 +154,7 @@ class DeviceBatches:
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         order = torch.randperm(len(self.targets)) if self.shuffle else torch.arange(len(self.targets))
-        order = order.to(self.images.device)
+        order = to_device(order, self.images.device)
         for start in range(0, len(self) * self.batch_size, self.batch_size):
             chosen = order[start : start + self.batch_size]
             yield self.transform(self.images[chosen]), self.targets[chosen]

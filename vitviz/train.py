@@ -49,7 +49,7 @@ RECIPES: dict[str, dict] = {
     "cifar10-gpu": dict(
         dataset="imagefolder", image_size=32, preset="cifar", patch_size=2, epochs=200, batch_size=256, lr=1e-3,
         warmup_epochs=5, weight_decay=0.05, label_smoothing=0.1, augment="trivialaugment", mixup=0.8, cutmix=1.0,
-        random_erasing=0.25, drop_path=0.1, precision="bf16", compile=True, data_on_device=True,
+        mix_prob=0.5, random_erasing=0.25, drop_path=0.1, precision="bf16", compile=True, data_on_device=True,
         half_checkpoints=True,
     ),
 }
@@ -78,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--image-size", type=int, default=32, help="side the images are resized to")
     data.add_argument("--workers", type=int, default=2, help="data-loading worker processes")
     data.add_argument("--preload", action=argparse.BooleanOptionalAction, default=None,
-                      help="imagefolder: decode every image once into memory (default: on for --image-size <= 64)")
+                      help="decode every image once into memory (default: on for imagefolder at --image-size <= 64)")
     data.add_argument("--data-on-device", action=argparse.BooleanOptionalAction, default=False,
                       help="keep the decoded data set on --device as uint8 and shuffle and augment whole batches "
                            "there, so a GPU does not wait for CPU workers (implies --preload)")
@@ -100,6 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="basic: random crop with padding + flip; the others add that policy")
     opt.add_argument("--mixup", type=float, default=0.0, help="MixUp alpha (0: off)")
     opt.add_argument("--cutmix", type=float, default=0.0, help="CutMix alpha (0: off)")
+    opt.add_argument("--mix-prob", type=float, default=1.0,
+                     help="share of batches that get MixUp or CutMix, when either is on (the others stay unmixed)")
     opt.add_argument("--random-erasing", type=float, default=0.0,
                      help="probability of erasing one random rectangle of each training image (0: off)")
     opt.add_argument("--precision", choices=["fp32", "bf16"], default="bf16", help="bf16 autocast (CPU and GPU)")
@@ -268,11 +270,30 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             parser.error(f"--{flag.replace('_', '-')} must be at least 1")
     if args.workers < 0 or not 0 <= args.label_smoothing < 1 or args.lr <= 0:
         parser.error("--workers must be >= 0, --label-smoothing in [0, 1) and --lr > 0")
-    if not 0 <= args.random_erasing <= 1 or args.mixup < 0 or args.cutmix < 0:
-        parser.error("--random-erasing must be in [0, 1], --mixup and --cutmix >= 0")
+    numbers = ("lr", "weight_decay", "warmup_epochs", "label_smoothing", "mixup", "cutmix", "mix_prob",
+               "random_erasing", "dropout", "drop_path")  # fmt: skip
+    for name in numbers:
+        if not math.isfinite(getattr(args, name)):
+            parser.error(f"--{name.replace('_', '-')} must be a finite number, not {getattr(args, name)}")
+    if not (0 <= args.random_erasing <= 1 and 0 <= args.mix_prob <= 1) or min(args.mixup, args.cutmix) < 0:
+        parser.error("--random-erasing and --mix-prob must be in [0, 1], --mixup and --cutmix >= 0")
+    if args.data_on_device and args.preload is False:
+        parser.error("--data-on-device keeps the decoded images on the device: it cannot go with --no-preload")
+    _check_device(parser, args.device)
     if args.resume and args.init_from:
         parser.error("--resume and --init-from exclude each other")
     return args
+
+
+def _check_device(parser: argparse.ArgumentParser, device: str) -> None:
+    """Exit with a message, before any data is decoded, if torch cannot use --device on this machine."""
+    try:
+        kind = torch.device(device).type
+    except RuntimeError as error:
+        parser.error(f"--device {device}: {error}")
+    available = {"cuda": torch.cuda.is_available, "mps": torch.backends.mps.is_available}.get(kind, lambda: True)
+    if not available():
+        parser.error(f"--device {device}: this machine has no {kind} device torch can use; try --device cpu")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -314,7 +335,8 @@ def main(argv: list[str] | None = None) -> dict:
         for epoch in range(start_epoch, args.epochs):
             epoch_started = time.time()
             model.train()
-            seen, loss_sum, correct = 0, 0.0, 0
+            # running sums stay on the device: reading them every step would make the CPU wait for a GPU
+            seen, loss_sum, correct = 0, torch.zeros((), device=args.device), torch.zeros((), device=args.device)
             bar = tqdm(train_loader, total=steps_per_epoch, desc=f"epoch {epoch + 1}/{args.epochs}", leave=False,
                        disable=None, file=sys.stderr)  # fmt: skip
             for batch_index, (images, labels) in enumerate(bar):
@@ -322,7 +344,7 @@ def main(argv: list[str] | None = None) -> dict:
                     break
                 images, labels = images.to(args.device), labels.to(args.device)
                 targets = labels
-                if mix is not None:
+                if mix is not None and (args.mix_prob >= 1 or torch.rand(()).item() < args.mix_prob):
                     images, targets = mix(images, labels)
                 with torch.autocast(args.device.split(":")[0], torch.bfloat16, enabled=args.precision == "bf16"):
                     logits = forward(images).logits.float()
@@ -336,15 +358,16 @@ def main(argv: list[str] | None = None) -> dict:
                 scheduler.step()
                 step += 1
                 seen += len(labels)
-                loss_sum += loss.item() * len(labels)
-                correct += (logits.argmax(-1) == labels).sum().item()
-                bar.set_postfix(loss=f"{loss_sum / seen:.3f}", acc=f"{correct / seen:.3f}",
-                                lr=f"{scheduler.get_last_lr()[0]:.2e}")  # fmt: skip
+                loss_sum += loss.detach() * len(labels)
+                correct += (logits.argmax(-1) == labels).sum()
+                if not bar.disable and (step % 20 == 0 or batch_index + 1 == steps_per_epoch):
+                    bar.set_postfix(loss=f"{loss_sum.item() / seen:.3f}", acc=f"{correct.item() / seen:.3f}",
+                                    lr=f"{scheduler.get_last_lr()[0]:.2e}")  # fmt: skip
             val_loss, predictions, val_targets = evaluate_loader(model, val_loader, args.device, args.precision)
             scores = classification_metrics(predictions, val_targets, len(classes))
             record = {
-                "epoch": epoch + 1, "step": step, "train_loss": loss_sum / max(1, seen),
-                "train_top1": correct / max(1, seen), "val_loss": val_loss, "val_top1": scores["accuracy"],
+                "epoch": epoch + 1, "step": step, "train_loss": loss_sum.item() / max(1, seen),
+                "train_top1": correct.item() / max(1, seen), "val_loss": val_loss, "val_top1": scores["accuracy"],
                 "val_macro_precision": scores["macro_precision"], "val_macro_recall": scores["macro_recall"],
                 "val_macro_f1": scores["macro_f1"], "lr": scheduler.get_last_lr()[0],
                 "epoch_s": time.time() - epoch_started, "elapsed_s": time.time() - started,
@@ -380,6 +403,8 @@ def _save_last(path, model, classes, preprocessing, training, optimizer, schedul
         "epoch": training["epoch"], "step": training["step"], "best_top1": best_top1,
         "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
         "rng": torch.get_rng_state(),  # the next epoch's data order and augmentations continue from here
+        # a GPU's own generators (drop-path draws there); restored when the resumed run has as many GPUs
+        "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
     }  # fmt: skip
     save_checkpoint(path, model, classes, preprocessing, training, extra={"resume": resume})
 
@@ -440,6 +465,9 @@ def _resume(path: Path, model: ViT, optimizer, scheduler, config: ViTConfig) -> 
     state = checkpoint["resume"]
     if "rng" in state:  # absent in last.pt files written before vitviz saved it
         torch.set_rng_state(state["rng"])
+    cuda_rng = state.get("cuda_rng", [])
+    if cuda_rng and torch.cuda.is_available() and len(cuda_rng) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(cuda_rng)
     print(f"resumed from {path}: epoch {state['epoch']}, step {state['step']}", flush=True)
     elapsed = float(checkpoint.get("training", {}).get("metrics", {}).get("elapsed_s", 0.0))
     return state["epoch"], state["step"], state["best_top1"], elapsed
