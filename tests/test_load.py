@@ -208,8 +208,8 @@ def test_the_shipped_default_checkpoint_loads_offline_and_predicts():
     model = load_model("default")  # checkpoints/default.pt is part of the repository
     assert model.class_names == ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship",
                                  "truck"]  # fmt: skip
-    assert model.config.grid_size == (8, 8) and model.training_info["epoch"] == 14  # of the fifth stage
-    assert model.training_info["metrics"]["val_top1"] > 0.80  # what the model card reports (80.6 %)
+    assert model.config.grid_size == (8, 8) and model.training_info["epoch"] == 6  # of the eighth stage
+    assert model.training_info["metrics"]["val_top1"] > 0.815  # what the model card reports (81.5 %)
     size = (vitviz.load.DEFAULT_CHECKPOINT.stat().st_size) / 2**20
     assert size <= 25
     # a trained model is confident and consistent on a simple picture; a random one gives about 10 % to each class
