@@ -92,7 +92,7 @@ def analyse_image(
         else:
             streamer = _streamer(model, grid, readout, progress=progress)
             readout_attention = _stream(model, pixels, precision, streamer)["readout_attention"]
-    probabilities = output.logits[0].float().softmax(-1).numpy() if output.logits is not None else np.zeros(0)
+    probabilities = model.probabilities(output.logits[0].float()).numpy() if output.logits is not None else np.zeros(0)
     pool_attention = output.pool_attention.float() if output.pool_attention is not None else None
     return ImageAnalysis(
         probabilities=probabilities,

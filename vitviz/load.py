@@ -30,7 +30,8 @@ from tqdm import tqdm
 from vitviz.checkpoint import ModelLoadError, load_checkpoint
 from vitviz import hub
 from vitviz.importers import TORCHVISION_ARCHS, from_torchvision, load_huggingface_folder
-from vitviz.importers.huggingface import SHARD_INDEX, shard_files
+from vitviz.importers.common import read_json
+from vitviz.importers.huggingface import SHARD_INDEX, TEXT_TOWER_TYPES, TOKENIZER_FILES, shard_files
 from vitviz.importers.timm import load_timm
 from vitviz.images import Preprocessing
 from vitviz.model import ViT
@@ -95,6 +96,9 @@ def load_huggingface_hub(repo_id: str) -> ViT:
         for shard in shard_files(weights):
             fetch([shard])
     fetch(["preprocessor_config.json"], required=False)  # else ViTImageProcessor's defaults
+    if read_json(config).get("model_type") in TEXT_TOWER_TYPES:  # CLIP, SigLIP: the tokenizer, for the text tower
+        for name in TOKENIZER_FILES:
+            fetch([name], required=False)
     return load_huggingface_folder(config.parent)
 
 

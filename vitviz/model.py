@@ -27,6 +27,8 @@ Pooling = Literal["cls", "mean", "cls+mean", "map"]
 POOLINGS = ("cls", "mean", "cls+mean", "map")  # "map": a learned query attends to the patches (SigLIP)
 Activation = Literal["gelu", "gelu_tanh", "quick_gelu"]
 ACTIVATIONS = ("gelu", "gelu_tanh", "quick_gelu")
+Probabilities = Literal["softmax", "sigmoid"]
+PROBABILITIES = ("softmax", "sigmoid")
 
 
 @dataclass
@@ -55,6 +57,7 @@ class ViTConfig:
     drop_path: float = 0.0  # stochastic depth, rising linearly to this rate in the last block
     layer_norm_eps: float = 1e-6  # torchvision uses 1e-6, Hugging Face 1e-12
     qkv_bias: bool = True  # bias in the query/key/value projection
+    probabilities: Probabilities = "softmax"  # logits -> probabilities: softmax over classes, or a sigmoid each (SigLIP)
 
     def __post_init__(self) -> None:
         if isinstance(self.image_size, (list, tuple)):  # lists come back from JSON and checkpoints
@@ -71,6 +74,8 @@ class ViTConfig:
             problems.append(f"pooling={self.pooling!r} needs class_token=True")
         if self.activation not in ACTIVATIONS:
             problems.append(f"activation must be one of {', '.join(ACTIVATIONS)}; got {self.activation!r}")
+        if self.probabilities not in PROBABILITIES:
+            problems.append(f"probabilities must be one of {', '.join(PROBABILITIES)}; got {self.probabilities!r}")
         if self.distillation_token and not self.class_token:
             problems.append("distillation_token=True needs class_token=True (it comes right after [CLS])")
         if self.distillation_head and not (self.distillation_token and self.pooling == "cls"):
@@ -396,6 +401,12 @@ class ViT(nn.Module):
             attentions=tuple(attentions) if output_attentions else None,
             hidden_states=tuple(hidden_states) if output_hidden_states else None,
         )
+
+    def probabilities(self, logits: torch.Tensor) -> torch.Tensor:
+        """Logits (..., classes) -> probabilities in at least fp32: a softmax over the classes, or for a model trained
+        with a sigmoid loss (SigLIP) an independent sigmoid per class, whose values need not sum to 1."""
+        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+        return logits.sigmoid() if self.config.probabilities == "sigmoid" else logits.softmax(dim=-1)
 
     def embed(self, pixel_values: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
         """Patches, prefix tokens and position embeddings: the first block's input (B, T, D), and the grid."""

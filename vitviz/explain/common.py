@@ -17,6 +17,14 @@ Pooling = Literal["cls", "mean"] | torch.Tensor
 HEAD_FUSIONS = ("mean", "max", "min")
 
 
+def class_probabilities(model: torch.nn.Module, logits: torch.Tensor) -> torch.Tensor:
+    """The model's own probabilities for ``logits`` (vitviz's ``ViT.probabilities``: a softmax over the classes,
+    or a sigmoid per class for SigLIP's prompts); a softmax for any other module. At least fp32."""
+    if hasattr(model, "probabilities"):
+        return model.probabilities(logits)
+    return logits.to(torch.promote_types(logits.dtype, torch.float32)).softmax(dim=-1)
+
+
 def _check_choice(name: str, value: str, allowed: Sequence[str]) -> None:
     if value not in allowed:
         raise ValueError(f"{name} must be one of {', '.join(repr(a) for a in allowed)}; got {value!r}")

@@ -7,7 +7,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from vitviz.explain.common import _check_choice
+from vitviz.explain.common import _check_choice, class_probabilities
 
 
 Baseline = Literal["mean", "blur"]
@@ -52,7 +52,7 @@ def perturbation_curve(
     pixel_masks = F.interpolate(pixel_masks, scale_factor=patch, mode="nearest")  # (steps+1, 1, H, W)
     batch = pixel_values * (1 - pixel_masks) + replacement * pixel_masks
     with torch.inference_mode():
-        probabilities = model(batch).logits.float().softmax(dim=-1)[:, target]
+        probabilities = class_probabilities(model, model(batch).logits.float())[:, target]
     return probabilities
 
 
@@ -193,7 +193,7 @@ def deletion_insertion(
     deleted = torch.where(revealed, black(pixel_values, mean, std), pixel_values)
     inserted = torch.where(revealed, pixel_values, gaussian_blur(pixel_values, 11, 5.0))
     with torch.inference_mode():
-        probabilities = model(torch.cat([deleted, inserted])).logits.float().softmax(dim=-1)[:, target]
+        probabilities = class_probabilities(model, model(torch.cat([deleted, inserted])).logits.float())[:, target]
     deletion, insertion = probabilities[: steps + 1], probabilities[steps + 1 :]
     return {"deletion": deletion, "insertion": insertion, "deletion_auc": area_under_curve(deletion),
             "insertion_auc": area_under_curve(insertion)}  # fmt: skip

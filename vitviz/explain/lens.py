@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from vitviz.explain.common import _as_map, _targets
+from vitviz.explain.common import _as_map, _targets, class_probabilities
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,8 @@ def logit_lens(
 ) -> LogitLens:
     """The logit lens over ``hidden_states`` (``model(x, output_hidden_states=True)``, one (B, T, D) per block).
 
-    For every block and patch token: softmax(``token_logits``), the target's probability and the top class,
+    For every block and patch token: the model's probabilities of ``token_logits`` (softmax, or SigLIP's
+    sigmoid), the target's probability and the top class,
     as (layers, B, rows, cols) maps ((layers, B, N) without a grid). ``readout_probability`` reads each block's
     output through the model's own pooling and head (``model.forward_head``): for the last block it is the
     model's probability. ``target`` is one class or one per image.
@@ -71,8 +72,8 @@ def logit_lens(
             # forward_head only records the grid in its output, so any grid of N patches does when none is given
             logits = _at_least_fp32(model.forward_head(hidden, grid_size or (1, N)).logits)  # (B, classes)
             targets = _targets(logits, target)
-            readout.append(logits.softmax(dim=-1).gather(1, targets[:, None])[:, 0])
-            probability.append(patch_logits.softmax(dim=-1).gather(2, targets[:, None, None].expand(B, N, 1))[..., 0])
+            readout.append(class_probabilities(model, logits).gather(1, targets[:, None])[:, 0])
+            probability.append(class_probabilities(model, patch_logits).gather(2, targets[:, None, None].expand(B, N, 1))[..., 0])
             votes.append(patch_logits.argmax(dim=-1))
     return LogitLens(
         probability=_as_map(torch.stack(probability), grid_size),
@@ -82,5 +83,5 @@ def logit_lens(
 
 
 def _at_least_fp32(logits: torch.Tensor) -> torch.Tensor:
-    """bf16/fp16 logits to fp32 before the softmax; fp64 ones stay fp64."""
+    """bf16/fp16 logits to fp32 before the probabilities; fp64 ones stay fp64."""
     return logits.to(torch.promote_types(logits.dtype, torch.float32))

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from vitviz.explain.attention import attention_rollout, cls_attention
-from vitviz.explain.common import HeadFusion
+from vitviz.explain.common import HeadFusion, class_probabilities
 from vitviz.explain.gradcam import grad_cam, norm1_gradients
 from vitviz.explain.gradients import gradient_weighted_attention, gradient_weighted_rollout
 from vitviz.explain.legrad import legrad, legrad_gradients
@@ -72,7 +72,7 @@ def method_maps(
         output = model(pixels, output_attentions=True, output_hidden_states="lens" in methods)
     if output.logits is None and set(methods) & set(CLASS_SPECIFIC):
         raise ValueError("class-specific maps need a classification head; this model is a backbone (num_classes=0)")
-    probabilities = output.logits.float().softmax(-1)[0].detach() if output.logits is not None else torch.zeros(0)
+    probabilities = class_probabilities(model, output.logits.float())[0].detach() if output.logits is not None else torch.zeros(0)
     if target is None:
         target = int(probabilities.argmax()) if probabilities.numel() else 0
     elif not 0 <= target < probabilities.numel():

@@ -296,6 +296,8 @@ def load_huggingface_folder(folder: str | Path) -> ViT:
         labels = config.get("id2label") or {}
         model.class_names = [str(labels.get(str(i), labels.get(i, f"class {i}"))) for i in range(model.config.num_classes)]
         model.transform = _huggingface_preprocessing(folder / "preprocessor_config.json")
+        if config.get("model_type") in TEXT_TOWER_TYPES:
+            model.text_tower, model.text_tower_note = _text_tower(folder, state_dict, config)
     except ModelLoadError:
         raise
     except Exception as error:  # malformed configs or weights: a message, never a traceback
@@ -304,6 +306,29 @@ def load_huggingface_folder(folder: str | Path) -> ViT:
 
 
 SHARD_INDEX = "model.safetensors.index.json"
+TEXT_TOWER_TYPES = ("clip", "siglip")  # image-text models whose folders also give a text tower (vitviz.text)
+# what AutoTokenizer reads, across CLIP's byte-level BPE, SigLIP's SentencePiece and SigLIP 2's Gemma tokenizer
+TOKENIZER_FILES = ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt",
+                   "spiece.model", "tokenizer.model", "added_tokens.json"]  # fmt: skip
+
+
+def _text_tower(folder: Path, state_dict: dict, config: dict):
+    """(text tower, None), or (None, why there is none) for a CLIPModel or SiglipModel folder: the text half
+    built by transformers, and the folder's own tokenizer (AutoTokenizer, never downloaded here)."""
+    if not any(name.startswith("text_model.") for name in state_dict):
+        return None, f"{folder} holds the image tower only (no text_model weights)"
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        return None, (f"{folder} has no tokenizer files ({', '.join(TOKENIZER_FILES[:5])}...): save the processor "
+                      "beside the model (processor.save_pretrained(folder)) to read prompts")  # fmt: skip
+    from transformers import AutoTokenizer
+
+    from vitviz.text.towers import huggingface_text_tower
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    except Exception as error:  # a broken or foreign tokenizer: the image tower still works
+        return None, f"the tokenizer in {folder} could not be read ({type(error).__name__}: {error})"
+    return huggingface_text_tower(state_dict, config, tokenizer, source=str(folder)), None
 
 
 def shard_files(index: Path) -> list[str]:
