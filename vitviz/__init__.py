@@ -1,10 +1,11 @@
 """vitviz: see what a Vision Transformer looks at."""
 
 from vitviz.checkpoint import ModelLoadError, load_checkpoint, save_checkpoint
-from vitviz.importers import from_huggingface, from_timm, from_torchvision
+from vitviz.importers import from_huggingface, from_open_clip, from_timm, from_torchvision
 from vitviz.images import Preprocessing
 from vitviz.load import load_model
 from vitviz.model import ViT, ViTConfig, ViTOutput, autocast
+from vitviz.text import zero_shot
 
 __all__ = [
     "ModelLoadError",
@@ -14,9 +15,11 @@ __all__ = [
     "ViTOutput",
     "autocast",
     "from_huggingface",
+    "from_open_clip",
     "from_timm",
     "from_torchvision",
     "load_checkpoint",
     "load_model",
     "save_checkpoint",
+    "zero_shot",
 ]

@@ -106,3 +106,19 @@ def cache_folder() -> str:
     from huggingface_hub import constants
 
     return constants.HF_HUB_CACHE
+
+
+@contextmanager
+def cache_only(offline: bool = True) -> Iterator[None]:
+    """Inside this block, when ``offline``, huggingface_hub and the libraries built on it (transformers, open_clip,
+    timm) read their cache only and never wait on the network: its HF_HUB_OFFLINE switch, read at every call.
+    vitviz fetches a model's files first (``hub_file``, which fails fast with a message), then lets the library
+    build the model from the cache inside this block."""
+    from huggingface_hub import constants
+
+    before = constants.HF_HUB_OFFLINE
+    constants.HF_HUB_OFFLINE = before or offline
+    try:
+        yield
+    finally:
+        constants.HF_HUB_OFFLINE = before

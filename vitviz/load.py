@@ -6,10 +6,14 @@
     "timm:vit_base_patch16_224.augreg2_in21k_ft_in1k"   a pretrained timm model, through the Hugging Face Hub cache
     "hf:facebook/dinov2-with-registers-base"           a Hugging Face Hub repository (vit, deit, dinov2, clip, siglip...)
     "facebook/dinov2-with-registers-base"              the same, when no local path has that name
+    "open_clip:ViT-B-16/openai"        an open_clip model and pretrained tag, with its text tower
+    "open_clip:hf-hub:timm/ViT-B-16-SigLIP"            an open_clip model on the Hugging Face Hub
     "path/to/model.pt"                 a vitviz checkpoint
     "path/to/hf-folder"                a Hugging Face ViT saved with save_pretrained
 
-Every model comes back in eval mode with ``.class_names`` and ``.transform``. Downloads happen once;
+Every model comes back in eval mode with ``.class_names`` and ``.transform``; CLIP and SigLIP models loaded with
+their text half also have ``.text_tower`` (``vitviz.zero_shot`` turns prompts into classes), and image towers
+without one say why in ``.text_tower_note``. Downloads happen once;
 offline, a model already in its cache loads, and one that is not fails within seconds with a message
 that names the cache folder.
 """
@@ -32,7 +36,8 @@ from vitviz import hub
 from vitviz.importers import TORCHVISION_ARCHS, from_torchvision, load_huggingface_folder
 from vitviz.importers.common import read_json
 from vitviz.importers.huggingface import SHARD_INDEX, TEXT_TOWER_TYPES, TOKENIZER_FILES, shard_files
-from vitviz.importers.timm import load_timm
+from vitviz.importers.open_clip import load_open_clip, open_clip_for_timm
+from vitviz.importers.timm import load_timm, load_timm_preprocessing
 from vitviz.images import Preprocessing
 from vitviz.model import ViT
 
@@ -63,9 +68,11 @@ def load_model(spec: str | Path = "default") -> ViT:
     if spec.startswith("torchvision:"):
         return load_torchvision(spec.removeprefix("torchvision:"))
     if spec.startswith("timm:"):
-        return load_timm(spec.removeprefix("timm:").strip())
+        return load_timm_with_text(spec.removeprefix("timm:").strip())
     if spec.startswith("hf:"):
         return load_huggingface_hub(spec.removeprefix("hf:").strip())
+    if spec.startswith("open_clip:"):
+        return load_open_clip(spec.removeprefix("open_clip:").strip())
     path = Path(spec).expanduser()
     if path.is_dir():
         return load_huggingface_folder(path)
@@ -75,9 +82,29 @@ def load_model(spec: str | Path = "default") -> ViT:
         return load_huggingface_hub(spec)
     raise ModelLoadError(
         f"model {spec!r} not found: give 'default', 'torchvision:<arch>[:<weights>]' with arch one of "
-        f"{', '.join(TORCHVISION_ARCHS)}, 'timm:<name>', 'hf:<org>/<name>', a vitviz checkpoint file, "
+        f"{', '.join(TORCHVISION_ARCHS)}, 'timm:<name>', 'hf:<org>/<name>', 'open_clip:<model>/<tag>', "
+        "'open_clip:hf-hub:<org>/<name>', a vitviz checkpoint file, "
         "or a Hugging Face model folder"
     )
+
+
+def load_timm_with_text(name: str) -> ViT:
+    """A timm model; CLIP and SigLIP names whose Hub repository also holds open_clip's weights (``open_clip_for_timm``)
+    load through open_clip instead, with their text tower and timm's preprocessing. When that fails (offline, with
+    only timm's file cached) the image tower loads alone and ``text_tower_note`` says why."""
+    with_text = open_clip_for_timm(name)
+    note = None
+    if with_text:
+        try:
+            model = load_open_clip(with_text)
+        except ModelLoadError as error:
+            note = f"its text tower comes with open_clip:{with_text}, which could not be loaded: {error}"
+        else:
+            model.transform = load_timm_preprocessing(name)
+            return model
+    model = load_timm(name)
+    model.text_tower_note = note
+    return model
 
 
 REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")  # a Hub repository id: org/name

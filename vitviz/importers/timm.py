@@ -221,6 +221,14 @@ def load_timm(name: str) -> ViT:
     return model
 
 
+def load_timm_preprocessing(name: str) -> Preprocessing:
+    """timm's evaluation transform for a pretrained name, from a model built on the meta device (no weights)."""
+    import timm
+
+    with torch.device("meta"):
+        return preprocessing_from_timm(timm.create_model(name, pretrained=False))
+
+
 def imagenet_class_names(model: nn.Module) -> list[str] | None:
     """The model's class names from timm's own ImageNet metadata (shipped with timm), or None."""
     from timm.data import ImageNetInfo, infer_imagenet_subset
