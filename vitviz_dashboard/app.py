@@ -15,6 +15,7 @@ from vitviz_dashboard.budget import BUDGET_ERROR
 from vitviz_dashboard.cached import get_model_with_progress, model_input_png, photo_and_analysis
 from vitviz_dashboard.common import Page, keep_tab_widgets, prediction_line
 from vitviz_dashboard.images import choose_image
+from vitviz_dashboard.prompts import prompt_model
 from vitviz_dashboard.sidebar import MISSING_SPEC, describe_model, resolve, sidebar
 from vitviz_dashboard.tabs import anatomy, class_specific, faithfulness, heads, overview, patch, tokens
 
@@ -47,6 +48,7 @@ def main() -> None:
         return
     describe_model(model, settings.model_spec)
     settings = resolve(settings, model)  # precision "auto": what timing this model on this machine chose
+    model, settings = prompt_model(model, settings)  # CLIP, SigLIP: prompts become the classes
     if chosen is None:
         return
     name, images = chosen

@@ -171,18 +171,47 @@ def prediction_line(page: Page) -> str:
     saw = f"the model saw the photo as a {width}x{height} input ({cols}x{rows} patches of {model.config.patch_size} px)"
     if not has_classifier(model):
         return f"No predictions (the model is a backbone); {saw}."
-    top = int(np.argmax(analysis.probabilities))
+    top = top_class(analysis.probabilities)
+    if is_zero_shot(model):
+        return (f"**Zero-shot prediction: '{class_name(model, top)}' ({analysis.probabilities[top]:.1%}, "
+                f"{probability_kind(model)})**; {saw}.")  # fmt: skip
     return f"**Prediction: {class_name(model, top)} ({analysis.probabilities[top]:.1%})**; {saw}."
 
 
-def class_picker(page: Page) -> int:
+def top_class(probabilities: np.ndarray) -> int:
+    """The most probable class; among tied classes the first, as np.argmax and classes_by_probability agree."""
+    return int(np.argmax(probabilities))
+
+
+def classes_by_probability(probabilities: np.ndarray) -> list[int]:
+    """Every class, most probable first; tied classes in their own order, so the first is always ``top_class``.
+    (Reversing an ascending argsort would put the last of tied classes first.)"""
+    return [int(i) for i in np.argsort(-np.asarray(probabilities), kind="stable")]
+
+
+def class_picker(page: Page, label: str = "Explain the class", name: str = "class", default: int | None = None) -> int:
     """The class a tab explains, chosen once for the Class-specific and Faithfulness tabs (one widget key for both;
     only the open tab draws it): by default the top prediction, the classes ordered by probability."""
     probabilities = page.analysis.probabilities
-    order = [int(i) for i in np.argsort(probabilities)[::-1]]
-    return st.selectbox("Explain the class", order, key=page.key("class", order[0], per_image=True, options=order),
+    order = classes_by_probability(probabilities)
+    default = order[0] if default is None else default
+    what = "prompt" if is_zero_shot(page.model) else "class"
+    return st.selectbox(label.replace("class", what), order,
+                        key=page.key(name, default, per_image=True, options=order),
                         format_func=lambda i: f"{class_name(page.model, i)} ({probabilities[i]:.1%})",
                         help="Shared by the Class-specific and Faithfulness tabs.")  # fmt: skip
+
+
+def is_zero_shot(model: vitviz.ViT) -> bool:
+    """A model whose classes are prompts read by its text tower (vitviz.zero_shot)."""
+    return getattr(model, "text_tower", None) is not None and has_classifier(model)
+
+
+def probability_kind(model: vitviz.ViT) -> str:
+    """How the page's probabilities were made, in a few words."""
+    if model.config.probabilities == "sigmoid":
+        return "sigmoid: each prompt scored on its own"
+    return "softmax over the prompts" if is_zero_shot(model) else "softmax over the classes"
 
 
 def has_classifier(model: vitviz.ViT) -> bool:

@@ -36,7 +36,7 @@ class PageProgress(tqdm):
     def _draw(self) -> None:
         if get_script_run_ctx() is None:  # a download thread of huggingface_hub (Xet): attach the run
             add_script_run_ctx(threading.current_thread(), self.script)
-        self.slot.progress(fraction(self.n, self.total), text=describe(self.desc, self.n, self.total))
+        self.slot.progress(fraction(self.n, self.total), text=describe(self.desc, self.n, self.total, self.unit))
 
 
 def progress_class(slot: DeltaGenerator) -> type[PageProgress]:
@@ -50,8 +50,11 @@ def fraction(done: float, total: float | None) -> float:
     return min(max(done / total, 0.0), 1.0) if total else 0.0
 
 
-def describe(name: str, done: float, total: float | None) -> str:
-    """"Downloading model.safetensors: 12.0 of 346.0 MB" (of an unknown size: just what has arrived)."""
+def describe(name: str, done: float, total: float | None, unit: str = "B") -> str:
+    """"Downloading model.safetensors: 12.0 of 346.0 MB" (of an unknown size: just what has arrived); for a count
+    of something else (``unit``), "Embedding prompts: 1,024 of 80,000 prompts"."""
+    if unit != "B":
+        return f"{name}: {done:,.0f} of {total or 0:,.0f} {unit}s"
     name = name.rstrip(": ") or "weights"
     if not total:
         return f"Downloading {name}: {done / 1e6:.1f} MB"

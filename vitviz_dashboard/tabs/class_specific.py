@@ -10,7 +10,8 @@ from vitviz.explain import CLASS_SPECIFIC
 from vitviz.explain.methods import DESCRIPTIONS, TAM_STEPS
 
 from vitviz_dashboard.cached import cached_figure, class_map, logit_lens, overlay_picture
-from vitviz_dashboard.common import Page, class_name, class_picker, colour_legend, downloads, has_classifier, index_slider
+from vitviz_dashboard.common import (Page, class_name, class_picker, classes_by_probability, colour_legend, downloads,
+                                     has_classifier, index_slider, is_zero_shot, top_class)  # fmt: skip
 
 NEEDS_A_CLASSIFIER = ("Class-specific maps follow the gradient of one class's score back through the attention, "
                       "so they need a classifier; this model has none (a backbone). Every other tab works.")  # fmt: skip
@@ -32,16 +33,37 @@ def draw(page: Page) -> None:
     if not has_classifier(model):
         st.info(NEEDS_A_CLASSIFIER)
         return
-    target = class_picker(page)
+    pick, against = st.columns(2)
+    with pick:
+        target = class_picker(page)
+    with against:
+        other = compare_picker(page, target)
     methods = st.multiselect("Methods", GRADIENT_METHODS, key=page.key("class_methods", DEFAULT_METHODS),
                              format_func=lambda m: f"{m}: {DESCRIPTIONS[m]}",
                              help="Each map is computed once per image and class; TAM costs "
                                   f"{TAM_STEPS} forward and backward passes.")  # fmt: skip
-    maps = method_maps(page, target, methods)
+    maps = method_maps(page, target, methods) if other is None else compared_maps(page, target, other, methods)
     lens = lens_section(page, target)
-    arrays = maps | {"lens_probability": lens["probability"], "lens_votes": lens["votes"]}
-    downloads(page, f"class{target}", {f"{name}_class{target}": m for name, m in arrays.items()},
-              overlay=f"{methods[0]}_class{target}" if methods else None)  # fmt: skip
+    arrays = maps | {f"lens_probability_class{target}": lens["probability"], f"lens_votes_class{target}": lens["votes"]}
+    first = next(iter(maps), None)
+    downloads(page, f"class{target}", arrays, overlay=first)
+
+
+NO_COMPARISON = -1
+
+
+def compare_picker(page: Page, target: int) -> int | None:
+    """A second class (or prompt) whose maps are drawn beside the first's, on one colour scale; None: no comparison."""
+    probabilities = page.analysis.probabilities
+    others = [NO_COMPARISON] + [i for i in classes_by_probability(probabilities) if i != target]
+    what = "prompt" if is_zero_shot(page.model) else "class"
+    choice = st.selectbox(f"Compare with another {what}", others,
+                          key=page.key("compare_class", NO_COMPARISON, per_image=True, options=others),
+                          format_func=lambda i: "none" if i == NO_COMPARISON else
+                          f"{class_name(page.model, i)} ({probabilities[i]:.1%})",
+                          help="Each method's two maps side by side, on one colour scale: a brighter map is a "
+                               "stronger explanation of its class.")  # fmt: skip
+    return None if choice == NO_COMPARISON else choice
 
 
 def method_maps(page: Page, target: int, methods: list[str]) -> dict[str, np.ndarray]:
@@ -50,7 +72,7 @@ def method_maps(page: Page, target: int, methods: list[str]) -> dict[str, np.nda
         st.caption("Choose one or more methods above.")
         return {}
     settings, maps = page.settings, {}
-    top_class = int(np.argmax(page.analysis.probabilities))
+    top = top_class(page.analysis.probabilities)
     by_top = st.toggle("Compare classes: colour every class's map on the top class's scale",
                        key=page.key("class_scale_by_top", True),
                        help="On: each method's colours run from 0 to the largest value of its map for the top "
@@ -58,25 +80,53 @@ def method_maps(page: Page, target: int, methods: list[str]) -> dict[str, np.nda
                             "smallest to its largest value, which shows the pattern of any class but makes every "
                             "class look equally strong.")  # fmt: skip
     for column, method in zip(st.columns(len(methods)), methods):
-        cost = f" ({COST[method]})" if method in COST else ""
-        with column, st.spinner(f"Computing {method}{cost}..."):
-            maps[method] = class_map(page.model, settings.model_spec, page.file, settings.precision, target, method)
-            top_map = maps[method] if target == top_class else class_map(
-                page.model, settings.model_spec, page.file, settings.precision, top_class, method)  # fmt: skip
+        with column:
+            maps[f"{method}_class{target}"] = value = cached_class_map(page, target, method)
+            top_map = value if target == top else cached_class_map(page, top, method)
         high = float(top_map.max())
         value_range = (0.0, high) if by_top and high > 0 else None
-        column.image(overlay_picture(page.photo, maps[method], page.analysis.box, settings, value_range),
-                     width="stretch", caption=f"{method} for '{class_name(page.model, target)}'")  # fmt: skip
         with column:
-            if value_range:
-                colour_legend(settings, 0.0, high, f"{method} on the top class's scale")
-            else:
-                colour_legend(settings, float(maps[method].min()), float(maps[method].max()), f"{method}, this map's range")
-        column.caption(f"{DESCRIPTIONS[method][0].upper()}{DESCRIPTIONS[method][1:]}. {READING[method]}")
-        with column.expander("The patch grid, with the values on hover"):
-            st.plotly_chart(cached_figure("heatmap_figure", maps[method], "", settings.colormap),
-                            key=f"class_{method}", theme=None)  # fmt: skip
+            draw_map(page, method, target, value, value_range, "on the top class's scale")
     return maps
+
+
+def compared_maps(page: Page, target: int, other: int, methods: list[str]) -> dict[str, np.ndarray]:
+    """For each method, a row of two maps: ``target``'s and ``other``'s, coloured from 0 to the larger maximum of
+    the two, so the class the model sees more strongly looks brighter."""
+    if not methods:
+        st.caption("Choose one or more methods above.")
+        return {}
+    maps = {}
+    for method in methods:
+        pair = {index: cached_class_map(page, index, method) for index in (target, other)}
+        high = max(float(m.max()) for m in pair.values())
+        for column, (index, value) in zip(st.columns(2), pair.items()):
+            maps[f"{method}_class{index}"] = value
+            with column:
+                draw_map(page, method, index, value, (0.0, high) if high > 0 else None, "on one scale for both")
+    return maps
+
+
+def cached_class_map(page: Page, target: int, method: str) -> np.ndarray:
+    cost = f" ({COST[method]})" if method in COST else ""
+    with st.spinner(f"Computing {method} for '{class_name(page.model, target)}'{cost}..."):
+        settings = page.settings
+        return class_map(page.model, settings.model_spec, page.file, settings.precision, target, method)
+
+
+def draw_map(page: Page, method: str, target: int, value: np.ndarray, value_range, scale: str) -> None:
+    """One map over the photo, its colour legend, what it shows and its patch grid, in the current column."""
+    settings = page.settings
+    st.image(overlay_picture(page.photo, value, page.analysis.box, settings, value_range), width="stretch",
+             caption=f"{method} for '{class_name(page.model, target)}'")  # fmt: skip
+    if value_range:
+        colour_legend(settings, 0.0, value_range[1], f"{method} {scale}")
+    else:
+        colour_legend(settings, float(value.min()), float(value.max()), f"{method}, this map's range")
+    st.caption(f"{DESCRIPTIONS[method][0].upper()}{DESCRIPTIONS[method][1:]}. {READING[method]}")
+    with st.expander("The patch grid, with the values on hover"):
+        st.plotly_chart(cached_figure("heatmap_figure", value, "", settings.colormap),
+                        key=f"class_{method}_{target}", theme=None)  # fmt: skip
 
 
 def lens_section(page: Page, target: int) -> dict[str, np.ndarray]:

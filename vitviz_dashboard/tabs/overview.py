@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import numpy as np
 import streamlit as st
 
 from vitviz import explain
 
 from vitviz_dashboard.cached import cached_figure, overlay_picture, rollout_map
-from vitviz_dashboard.common import (Page, class_name, colour_legend, describe_pooling, downloads, has_classifier,
-                                     index_slider)  # fmt: skip
+from vitviz_dashboard.common import (Page, class_name, classes_by_probability, colour_legend, describe_pooling,
+                                     downloads, has_classifier, index_slider, is_zero_shot, probability_kind)  # fmt: skip
 
 
 @st.fragment
@@ -21,10 +20,14 @@ def draw(page: Page) -> None:
         if has_classifier(model):
             most = min(10, model.config.num_classes)
             top_k = st.slider("Top-k", 1, most, key=page.key("top_k", min(5, most), options=range(1, most + 1))) if most > 1 else 1
-            top = np.argsort(analysis.probabilities)[::-1][:top_k]  # only these reach the cache key, not 1000 names
+            top = classes_by_probability(analysis.probabilities)[:top_k]  # only these reach the cache key
             st.plotly_chart(cached_figure("predictions_figure", analysis.probabilities[top],
                                           [class_name(model, i) for i in top], top_k), theme=None,
                             config={"displayModeBar": False})  # its toolbar covered the top bar's label  # fmt: skip
+            if is_zero_shot(model):
+                st.caption(f"Zero-shot: the image's similarity to each prompt's text embedding, as "
+                           f"{probability_kind(model)}"
+                           + (" (the scores need not sum to 100 %)." if model.config.probabilities == "sigmoid" else "."))
         else:
             st.info(f"This model has no classifier (a backbone): no predictions. Every map still reads what its "
                     f"pooling reads ({describe_pooling(model.config)}); class-specific maps and faithfulness "

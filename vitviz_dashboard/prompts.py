@@ -1,0 +1,108 @@
+"""Prompts in the sidebar: for a model with a text tower (CLIP, SigLIP), the classes are prompts the user types, or a
+ready set (ImageNet, CIFAR-10, CIFAR-100) with one template or OpenAI's 80. ``prompt_model`` returns the zero-shot
+model every tab then explains (vitviz.zero_shot: the same image tower, a head that scores the prompts), or the
+model as it is when it has no text tower or the prompts cannot be used (the message says why)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+
+import streamlit as st
+
+import vitviz
+from vitviz.text import PROMPT_SETS, PromptError, check_prompts, parse_prompts, prompt_set, template_set
+from vitviz.text.zero_shot import NO_TEXT_TOWER
+
+from vitviz_dashboard.common import Settings
+from vitviz_dashboard.progress import progress_class
+
+MAX_PROMPTS = 100  # typed prompts; the ready sets go up to ImageNet's 1,000 classes
+DEFAULT_PROMPTS = "a photo of a cat\na photo of a dog\na photo of a bird"
+MY_PROMPTS = "my prompts"
+SOURCES = [MY_PROMPTS, *PROMPT_SETS]
+ENSEMBLE_HELP = ("Each class's text embedding becomes the mean of its 80 templates' embeddings (CLIP's ImageNet "
+                 "recipe): usually a few points more accurate, and 80x the prompts to embed once: 80,000 for "
+                 "ImageNet, several minutes to an hour on a CPU depending on the text tower. They are kept on disk, "
+                 "and an interrupted run resumes where it stopped.")  # fmt: skip
+
+
+def prompt_model(model: vitviz.ViT, settings: Settings) -> tuple[vitviz.ViT, Settings]:
+    """The sidebar's prompt section for ``model``, and the model and settings the page then uses. A zero-shot
+    model gets its own spec (the model's, plus a digest of its prompts), so every cache keeps its results apart."""
+    tower = getattr(model, "text_tower", None)
+    if tower is None:
+        if looks_like_clip(model, settings.model_spec):
+            note = getattr(model, "text_tower_note", None)
+            st.sidebar.caption(f"No text tower{': ' + note if note else ''}. For prompts as classes, "
+                               f"{NO_TEXT_TOWER.split('. ', 1)[1]}.")  # fmt: skip
+        return model, settings
+    st.sidebar.header("Prompts")
+    source = st.sidebar.selectbox("Classes", SOURCES, key="prompt_source",
+                                  format_func=lambda s: s if s == MY_PROMPTS else PROMPT_SETS[s].description,
+                                  help="Any prompt becomes a class: the text tower embeds it, and the image's "
+                                       "similarity to each embedding is its score.")  # fmt: skip
+    if source == MY_PROMPTS:
+        text = st.sidebar.text_area("One prompt per line", DEFAULT_PROMPTS, key="prompts", height=120)
+        try:
+            prompts = check_prompts(parse_prompts(text), MAX_PROMPTS)
+        except PromptError as error:
+            st.sidebar.error(f"{error}. Until then the model is shown as a backbone, without predictions.")
+            return model, settings
+        templates = None
+    else:
+        prompts = list(prompt_set(source))
+        ensemble = st.sidebar.toggle("OpenAI's 80 templates", key="prompt_ensemble", help=ENSEMBLE_HELP)
+        templates = list(template_set("openai-80" if ensemble else "photo"))
+        st.sidebar.caption(f"{len(prompts):,} classes x {len(templates)} template{'s' if len(templates) > 1 else ''} "
+                           f"= {len(prompts) * len(templates):,} prompts, e.g. '{templates[0].format(prompts[0])}'.")  # fmt: skip
+    truncation_notes(tower, prompts if templates is None else [])
+    kind = ("a softmax over the prompts (CLIP)" if tower.probabilities == "softmax"
+            else "a sigmoid per prompt, each scored on its own (SigLIP)")  # fmt: skip
+    st.sidebar.caption(f"Probabilities: {kind}.")
+    digest = hashlib.sha256(json.dumps([prompts, templates]).encode()).hexdigest()[:16]
+    spec = f"{settings.model_spec}#prompts={digest}"
+    slot = st.sidebar.empty()
+    try:
+        zero_shot = zero_shot_model(model, settings.model_spec, tuple(prompts), None if templates is None else tuple(templates),
+                                    _bar=progress_class(slot))  # fmt: skip
+    finally:
+        slot.empty()
+    return zero_shot, dataclasses.replace(settings, model_spec=spec)
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def zero_shot_model(_model: vitviz.ViT, spec: str, prompts: tuple[str, ...], templates: tuple[str, ...] | None,
+                    _bar=None) -> vitviz.ViT:  # fmt: skip
+    """Once per (model, prompts, templates): the text embeddings come from the disk cache when they are there, else
+    are computed with a progress bar (``_bar``, a tqdm class drawing on the page)."""
+    bar = None
+
+    def progress(done: int, total: int) -> None:
+        nonlocal bar
+        if _bar is None:
+            return
+        if bar is None:
+            bar = _bar(total=total, desc="Embedding prompts", unit="prompt")
+        bar.update(done - bar.n)
+
+    try:
+        return vitviz.zero_shot(_model, list(prompts), None if templates is None else list(templates), progress=progress)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def truncation_notes(tower, prompts: list[str]) -> None:
+    """A note for each typed prompt longer than the text tower reads: it is cut at the context length."""
+    for line, prompt in enumerate(prompts, start=1):
+        count = tower.token_count(prompt)
+        if count is not None and count > tower.context_length:
+            st.sidebar.warning(f"Prompt {line} is {count} tokens, longer than the text tower's {tower.context_length}: "
+                               "only its first tokens are read.")  # fmt: skip
+
+
+def looks_like_clip(model: vitviz.ViT, spec: str) -> bool:
+    """An image-text tower loaded without its text half: say how to get it."""
+    return getattr(model, "text_tower_note", None) is not None or any(w in spec.lower() for w in ("clip", "siglip"))
