@@ -1,0 +1,160 @@
+"""The page with a text tower (AppTest): prompts typed and ready sets, zero-shot predictions as softmax or sigmoid,
+two prompts compared, every bad input answered with a message, and the class picker when probabilities tie."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import streamlit as st
+import torch
+from PIL import Image
+from streamlit.testing.v1 import AppTest
+
+import vitviz
+import vitviz.analysis
+from test_app import APP, captions, open_tab, png_bytes
+from tiny_models import tiny_checkpoint
+from tiny_text import clip_folder, siglip_folder
+from vitviz.images import load_image
+from vitviz_dashboard import budget
+
+MAKERS = {"clip": clip_folder, "siglip": siglip_folder}
+
+
+@pytest.fixture(autouse=True)
+def fresh(monkeypatch, tmp_path):
+    st.cache_resource.clear()
+    st.cache_data.clear()
+    budget.STORE.clear()
+    monkeypatch.setenv("VITVIZ_SAMPLES", "")
+    monkeypatch.setenv("VITVIZ_CACHE", str(tmp_path / "cache"))  # text embeddings of this test only
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("towers")
+    made = {kind: make(root / kind)[2] for kind, make in MAKERS.items()}
+    made["clip-no-tokenizer"] = clip_folder(root / "bare", save_tokenizer=False)[2]
+    return made
+
+
+def page_with(folder: Path, monkeypatch) -> AppTest:
+    """The page whose "default" model is the folder's, with a photo uploaded."""
+    original = vitviz.load_model
+    monkeypatch.setattr(vitviz, "load_model", lambda spec: original(folder) if spec == "default" else original(spec))
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.run()
+    at.file_uploader[0].set_value(("photo.png", png_bytes(), "image/png")).run()
+    assert not at.exception, at.exception
+    return at
+
+
+def prediction(at) -> str:
+    return next(m.value for m in at.markdown if "prediction" in m.value.lower())
+
+
+def library_probabilities(folder: Path, prompts: list[str], templates=None) -> np.ndarray:
+    model = vitviz.zero_shot(vitviz.load_model(folder), prompts, templates, use_cache=False)
+    pixels = model.transform(load_image(png_bytes()))[None]
+    with torch.no_grad():
+        return model.probabilities(model(pixels).logits)[0].numpy()
+
+
+@pytest.mark.parametrize("kind", ["clip", "siglip"])
+def test_typed_prompts_become_the_classes_with_their_kind_of_probability(folders, monkeypatch, kind):
+    at = page_with(folders[kind], monkeypatch)
+    assert not at.error
+    prompts = ["a photo of a cat", "a photo of a dog", "a photo of a bird"]  # the box's default
+    expected = library_probabilities(folders[kind], prompts)
+    top = int(np.argmax(expected))
+    line = prediction(at)
+    assert f"Zero-shot prediction: '{prompts[top]}' ({expected[top]:.1%}" in line
+    assert ("sigmoid" if kind == "siglip" else "softmax over the prompts") in line
+    sidebar = " ".join(c.value for c in at.sidebar.caption)
+    assert ("a sigmoid per prompt" if kind == "siglip" else "a softmax over the prompts") in sidebar
+    assert f"a {kind.upper()} text tower" in sidebar
+    overview = " ".join(c.value for c in at.caption)
+    assert "Zero-shot: the image's similarity to each prompt" in overview
+
+    at.text_area(key="prompts").set_value("an astronaut\nthe moon").run()
+    expected = library_probabilities(folders[kind], ["an astronaut", "the moon"])
+    top = int(np.argmax(expected))
+    assert f"'{['an astronaut', 'the moon'][top]}' ({expected[top]:.1%}" in prediction(at)
+
+
+def test_two_prompts_side_by_side_in_the_class_specific_tab(folders, monkeypatch):
+    at = open_tab(page_with(folders["clip"], monkeypatch), "Class-specific")
+    picker = at.selectbox(key=next(k for k in at.session_state if str(k).endswith("|class")))
+    compare = next(s for s in at.selectbox if s.label == "Compare with another prompt")
+    first = picker.value
+    second = next(o for o in compare.options if o != "none")
+    compare.select_index(compare.options.index(second)).run()
+    assert not at.exception and not at.error
+    names = ["a photo of a cat", "a photo of a dog", "a photo of a bird"]
+    shown = [c for c in captions(at) if " for '" in c]
+    assert shown[:4] == [f"relevance for '{names[first]}'", f"relevance for {second.split(' (')[0]!r}".replace('"', "'"),
+                         f"legrad for '{names[first]}'", f"legrad for {second.split(' (')[0]!r}".replace('"', "'")]  # fmt: skip
+    open_tab(at, "Faithfulness")  # the chosen prompt is the one tested
+    assert not at.exception and not at.error
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("", "no prompts"),
+        ("a dog\n\na cat", "prompt 2 is empty"),
+        ("a dog\na cat\na dog", "prompt 3 ('a dog') repeats prompt 1"),
+        ("\n".join(f"thing {i}" for i in range(101)), "101 prompts, more than the limit of 100"),
+    ],
+)
+def test_bad_prompts_are_answered_with_a_message_and_the_model_stays_a_backbone(folders, monkeypatch, text, message):
+    at = page_with(folders["clip"], monkeypatch)
+    at.text_area(key="prompts").set_value(text).run()
+    assert not at.exception
+    assert any(message in e.value for e in at.sidebar.error), [e.value for e in at.sidebar.error]
+    assert "No predictions (the model is a backbone)" in prediction(at) or "backbone" in " ".join(i.value for i in at.info)
+
+
+def test_a_prompt_longer_than_the_context_is_truncated_with_a_note(folders, monkeypatch):
+    at = page_with(folders["clip"], monkeypatch)
+    at.text_area(key="prompts").set_value("a dog\n" + " ".join(["cat"] * 30)).run()
+    assert not at.exception and not at.error
+    assert any("Prompt 2 is" in w.value and "longer than the text tower's 16" in w.value for w in at.sidebar.warning)
+    assert "Zero-shot prediction" in prediction(at)
+
+
+def test_a_ready_set_with_its_template(folders, monkeypatch):
+    at = page_with(folders["siglip"], monkeypatch)
+    at.selectbox(key="prompt_source").set_value("cifar10").run()
+    assert not at.exception and not at.error
+    assert any("10 classes x 1 template = 10 prompts, e.g. 'a photo of a airplane.'" in c.value for c in at.sidebar.caption)
+    expected = library_probabilities(folders["siglip"], list(vitviz.text.prompt_set("cifar10")), ["a photo of a {}."])
+    top = int(np.argmax(expected))
+    assert f"({expected[top]:.1%}" in prediction(at)
+
+
+def test_a_clip_tower_without_its_text_half_says_how_to_get_it(folders, monkeypatch):
+    at = page_with(folders["clip-no-tokenizer"], monkeypatch)
+    assert not at.exception
+    notes = " ".join(c.value for c in at.sidebar.caption)
+    assert "No text tower" in notes and "no tokenizer files" in notes and "open_clip:ViT-B-16/openai" in notes
+    assert "No predictions (the model is a backbone)" in prediction(at)
+
+
+def test_when_probabilities_tie_the_picker_starts_on_the_top_class_and_maps_are_made_once(tmp_path, monkeypatch):
+    path = tiny_checkpoint(tmp_path / "tie.pt", names=("cat", "dog", "bird", "fish"))
+    checkpoint = torch.load(path, weights_only=True)
+    for name in ("head.weight", "head.bias"):  # a zero head: every class 25 %, a four-way tie
+        checkpoint["state_dict"][name].zero_()
+    torch.save(checkpoint, path)
+    monkeypatch.setattr(vitviz.load, "DEFAULT_CHECKPOINT", path)
+    calls = []
+    original = vitviz.analysis.class_maps
+    monkeypatch.setattr(vitviz.analysis, "class_maps", lambda *a, **k: calls.append((a[2], k["methods"])) or original(*a, **k))
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.run()
+    at.file_uploader[0].set_value(("photo.png", png_bytes(), "image/png")).run()
+    assert "Prediction: cat (25.0%)" in prediction(at)
+    open_tab(at, "Class-specific")
+    assert calls == [(0, ["relevance"]), (0, ["legrad"])]  # the top class's maps, once each: not twice
+    assert captions(at)[0] == "relevance for 'cat'"
