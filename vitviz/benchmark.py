@@ -44,6 +44,7 @@ from vitviz.images import ImageError, load_image
 from vitviz.load import load_model
 from vitviz.model import ViT, autocast
 from vitviz.precision import PRECISION_CHOICES, resolve_precision
+from vitviz.text.options import add_prompt_options, apply_prompt_options
 
 RANDOM = "random"  # a map of uniform noise: the chance level
 COLUMNS = ["method", "positive_auc", "negative_auc", "deletion_auc", "insertion_auc", "ms_per_image", "n_images"]
@@ -68,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="inference precision; auto times fp32 against bf16 on this model first (under torchrun, the "
                         "first process times it and every process uses its choice)")  # fmt: skip
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="torch device")
+    add_prompt_options(p)
     return p
 
 
@@ -78,9 +80,12 @@ def spread(paths: list[Path], limit: int | None) -> list[Path]:
     return [paths[i * len(paths) // limit] for i in range(limit)]
 
 
-def folder_labels(root: Path, paths: list[Path], class_names: list[str]) -> dict[Path, int] | None:
-    """Each image's label from its first sub-folder's name, when every image has one that is a class name."""
+def folder_labels(root: Path, paths: list[Path], class_names: list[str],
+                  aliases: list[str] | None = None) -> dict[Path, int] | None:  # fmt: skip
+    """Each image's label from its first sub-folder's name, when every image has one that is a class name (or,
+    given ``aliases``, one per class, that class's other name: ImageNet's WordNet ids, n01440764...)."""
     index = {name.lower(): i for i, name in enumerate(class_names)}
+    index |= {alias.lower(): i for i, alias in enumerate(aliases or [])}
     labels = {}
     for path in paths:
         parts = path.relative_to(root).parts
@@ -88,6 +93,16 @@ def folder_labels(root: Path, paths: list[Path], class_names: list[str]) -> dict
             return None
         labels[path] = index[parts[0].lower()]
     return labels
+
+
+def class_aliases(args: argparse.Namespace) -> list[str] | None:
+    """Other names of the classes, for folder labels: ImageNet's WordNet ids (timm's metadata) with --prompt-set
+    imagenet, since ImageNet's validation folders are named by them."""
+    if getattr(args, "prompt_set", None) != "imagenet":
+        return None
+    from timm.data import ImageNetInfo
+
+    return [str(wnid) for wnid in ImageNetInfo("imagenet-1k").label_names()]
 
 
 def random_map(shape: tuple[int, ...], name: str, seed: int) -> torch.Tensor:
@@ -216,11 +231,17 @@ def main(argv: list[str] | None = None) -> int:
 def run(args: argparse.Namespace, rank: int, world: int) -> int:
     paths = spread(find_images([args.images]), args.limit)
     try:
-        model = load_model(args.model).to(args.device)
+        model = load_model(args.model)
     except ModelLoadError as error:
         raise SystemExit(f"error: {error}") from None
+    if rank > 0 and world > 1:  # the first process embeds the prompts; the others then read them from the disk cache
+        dist.barrier()
+    model = apply_prompt_options(model, args).to(args.device)
+    if rank == 0 and world > 1:
+        dist.barrier()
     if model.config.num_classes == 0:
-        raise SystemExit("error: this model has no classification head; the benchmark needs class probabilities")
+        hint = " (give --prompts or --prompt-set: it has a text tower)" if getattr(model, "text_tower", None) else ""
+        raise SystemExit(f"error: this model has no classification head; the benchmark needs class probabilities{hint}")
     if args.precision == "auto":  # decided once, by the first process, so that every process uses the same
         choice = [resolve_precision("auto", model)[1] if rank == 0 else None]
         if world > 1:
@@ -228,7 +249,7 @@ def run(args: argparse.Namespace, rank: int, world: int) -> int:
         args.precision = choice[0].precision
         if rank == 0:
             print(choice[0].summary(), file=sys.stderr)
-    labels = folder_labels(args.images, paths, model.class_names)
+    labels = folder_labels(args.images, paths, model.class_names, class_aliases(args))
     if args.target == "label" and labels is None:
         raise SystemExit("error: --target label needs class sub-folders named after the model's classes")
     names = {path: str(path.relative_to(args.images)) for path in paths}

@@ -1,6 +1,7 @@
 """Batch explanations from the command line: `python -m vitviz.explain --help`.
 
     python -m vitviz.explain photos/ --model default --methods rollout relevance --out maps/
+    python -m vitviz.explain photos/ --model open_clip:ViT-B-16/openai --prompts "a dog" "a cat" --out maps/
 
 For every image: one overlay PNG per method (drawn on the photo at its own resolution), one
 .npz with the raw patch maps and the class probabilities (for "lens" also every block's maps,
@@ -27,6 +28,7 @@ from vitviz.load import load_model
 from vitviz.model import ViT
 from vitviz.plots import COLORMAPS, overlay
 from vitviz.precision import PRECISION_CHOICES, resolve_precision
+from vitviz.text.options import add_prompt_options, apply_prompt_options
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"}
 
@@ -49,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--alpha", type=float, default=0.5, help="overlay opacity in [0, 1]")
     p.add_argument("--precision", choices=PRECISION_CHOICES, default="fp32",
                    help="inference precision; auto times fp32 against bf16 on this model first")  # fmt: skip
+    add_prompt_options(p)
     return p
 
 
@@ -89,8 +92,10 @@ def main(argv: list[str] | None = None) -> int:
         model = load_model(args.model)
     except ModelLoadError as error:
         raise SystemExit(f"error: {error}") from None
+    model = apply_prompt_options(model, args)
     if model.config.num_classes == 0:
-        raise SystemExit("error: this model has no classification head; vitviz.explain needs a classifier")
+        hint = " (give --prompts or --prompt-set: it has a text tower)" if getattr(model, "text_tower", None) else ""
+        raise SystemExit(f"error: this model has no classification head; vitviz.explain needs a classifier{hint}")
     args.precision, measured = resolve_precision(args.precision, model)
     if measured:
         print(measured.summary(), file=sys.stderr)
@@ -119,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
             for method in args.methods:
                 overlay(image, maps[method], args.colormap, args.alpha, box).save(args.out / f"{name}_{method}.png")
             np.savez_compressed(args.out / f"{name}.npz", probabilities=probabilities, **maps)
-            top = np.argsort(probabilities)[::-1][:5]
+            top = np.argsort(-probabilities, kind="stable")[:5]
             writer.writerow([str(path)] + [v for i in top for v in (model.class_names[i], f"{probabilities[i]:.6f}")])
     explained = len(paths) - len(failures)
     print(f"explained {explained} of {len(paths)} images into {args.out}")
