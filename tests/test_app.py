@@ -846,6 +846,7 @@ def test_the_popular_models_exist_and_convert_and_the_spec_field_reads_any_spec(
     assert hub_spec("google/vit-base-patch16-224") == "hf:google/vit-base-patch16-224"
     assert hub_spec("vit_small_patch8_224.dino") == "timm:vit_small_patch8_224.dino"
     assert hub_spec("") == ""
+    assert hub_spec("open_clip:ViT-B-16/openai") == "open_clip:ViT-B-16/openai"
 
 
 def test_a_curated_model_offline_shows_a_message_and_the_page_keeps_working(default_model, offline_hub):
@@ -855,7 +856,7 @@ def test_a_curated_model_offline_shows_a_message_and_the_page_keeps_working(defa
     at.file_uploader[0].set_value(("photo.png", png_bytes(), "image/png")).run()
     picker = at.sidebar.selectbox[0]
     assert all(label in picker.options for label in CURATED_MODELS)
-    assert "timm or Hugging Face spec..." in picker.options and "path or upload..." in picker.options
+    assert "timm, Hugging Face or open_clip spec..." in picker.options and "path or upload..." in picker.options
     picker.set_value("timm:vit_small_patch8_224.dino").run()
     assert not at.exception
     assert "Could not load model `timm:vit_small_patch8_224.dino`" in at.error[0].value
@@ -867,7 +868,7 @@ def test_a_curated_model_offline_shows_a_message_and_the_page_keeps_working(defa
 
 def test_any_timm_or_hugging_face_spec_can_be_typed(default_model, offline_hub):
     at = started_app()
-    at.sidebar.selectbox[0].set_value("timm or Hugging Face spec...").run()
+    at.sidebar.selectbox[0].set_value("timm, Hugging Face or open_clip spec...").run()
     assert any("Enter a timm model" in info.value for info in at.info)  # nothing typed yet
     at.sidebar.text_input[0].set_value("google/vit-base-patch16-224").run()
     assert not at.exception and "Could not load model `hf:google/vit-base-patch16-224`" in at.error[0].value

@@ -79,14 +79,16 @@ def test_the_allowed_folders_come_from_vitviz_model_dirs(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("text", ["timm:local-dir:/etc", "timm: local-dir:/etc", "timm:local-dir:C:\\models",
                                   "timm:hf-hub:timm/vit_small_patch8_224", "local-dir:/etc", "hf:/etc/passwd",
-                                  "hf:../models", "hf:~/models", "/etc/passwd", "~/models"])  # fmt: skip
+                                  "hf:../models", "hf:~/models", "/etc/passwd", "~/models", "open_clip:local-dir:/etc",
+                                  "open_clip:/etc/passwd", "open_clip:hf-hub:../x", "open_clip: local-dir:/etc"])  # fmt: skip
 def test_the_spec_field_opens_no_local_path(text):
     with pytest.raises(ModelRefused, match="never a local path"):
         check_hub_spec(hub_spec(text))
 
 
 def test_the_spec_field_reads_timm_names_and_hub_repositories():
-    for text in ("timm:vit_small_patch8_224.dino", "vit_small_patch8_224.dino", "google/vit-base-patch16-224", ""):
+    for text in ("timm:vit_small_patch8_224.dino", "vit_small_patch8_224.dino", "google/vit-base-patch16-224", "",
+                 "open_clip:ViT-B-16/openai", "open_clip:hf-hub:timm/ViT-B-16-SigLIP"):
         assert check_hub_spec(hub_spec(text)) == hub_spec(text)
 
 
@@ -106,7 +108,7 @@ def test_the_page_refuses_paths_outside_alike_and_opens_checkpoints_inside(defau
         assert not at.exception and errors(at.sidebar) == errors(at) == [OUTSIDE_MESSAGE], outside
     field.set_value(str(tiny_checkpoint(allowed / "mine.pt"))).run()
     assert not at.exception and not at.error and "mine.pt" in at.sidebar.caption[0].value
-    at.sidebar.selectbox[0].set_value("timm or Hugging Face spec...").run()
+    at.sidebar.selectbox[0].set_value("timm, Hugging Face or open_clip spec...").run()
     at.sidebar.text_input[0].set_value(f"timm:local-dir:{allowed}").run()
     assert not at.exception and "never a local path" in errors(at.sidebar)[0]
 

@@ -71,10 +71,13 @@ def check_hub_spec(spec: str) -> str:
     kind, _, name = spec.partition(":")
     name = name.strip()
     plain_timm_name = kind == "timm" and not any(c in name for c in TIMM_SOURCE_CHARS)
-    if not spec or plain_timm_name or (kind == "hf" and load.REPO_ID.fullmatch(name)):
+    # open_clip: "<model>/<tag>" of its registry, or "hf-hub:<org>/<name>"; never its "local-dir:" schema
+    open_clip_name = kind == "open_clip" and load.REPO_ID.fullmatch(name.removeprefix("hf-hub:"))
+    if not spec or plain_timm_name or (kind == "hf" and load.REPO_ID.fullmatch(name)) or open_clip_name:
         return spec
     raise ModelRefused(
-        f"`{spec}` is not a timm model name or a Hugging Face repository: this field loads timm's models by name "
-        "(`timm:<name>`) and Hub repositories (`hf:<org>/<name>`), never a local path (timm's `local-dir:` "
+        f"`{spec}` is not a timm model name, an open_clip model or a Hugging Face repository: this field loads timm's "
+        "models by name (`timm:<name>`), open_clip's (`open_clip:<model>/<tag>`, `open_clip:hf-hub:<org>/<name>`) "
+        "and Hub repositories (`hf:<org>/<name>`), never a local path (timm's and open_clip's `local-dir:` "
         'included). For a checkpoint of your own, choose "path or upload..." in the model picker.'
     )

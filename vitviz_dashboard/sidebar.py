@@ -28,21 +28,23 @@ CURATED_MODELS = {
     "DeiT-B/16 distilled (timm)": "timm:deit_base_distilled_patch16_224.fb_in1k",
     "DINO ViT-S/8 (timm)": "timm:vit_small_patch8_224.dino",
     "DINOv2-B/14 with registers (timm)": "timm:vit_base_patch14_reg4_dinov2.lvd142m",
-    "CLIP ViT-B/16 image tower (timm)": "timm:vit_base_patch16_clip_224.openai",
-    "SigLIP B/16 image tower (timm)": "timm:vit_base_patch16_siglip_224.webli",
+    "CLIP ViT-B/16 with its text tower (OpenAI, open_clip)": "open_clip:ViT-B-16/openai",
+    "SigLIP B/16 with its text tower (open_clip)": "open_clip:ViT-B-16-SigLIP/webli",
+    "SigLIP B/16 with its text tower (Hugging Face, google)": "hf:google/siglip-base-patch16-224",
     "MAE ViT-B/16 (timm)": "timm:vit_base_patch16_224.mae",
     "ViT-B/16 AugReg ImageNet-1k (timm)": "timm:vit_base_patch16_224.augreg2_in21k_ft_in1k",
     "ViT-B/16 (Hugging Face, google)": "hf:google/vit-base-patch16-224",
 }
-HUB_SPEC = "timm or Hugging Face spec..."
+HUB_SPEC = "timm, Hugging Face or open_clip spec..."
 PATH_OR_UPLOAD = "path or upload..."
 # the picker's options: specs, except the two that open a field
 MODEL_CHOICES = ["default", *CURATED_MODELS.values(), *(f"torchvision:{arch}" for arch in TORCHVISION_ARCHS),
                  HUB_SPEC, PATH_OR_UPLOAD]  # fmt: skip
 LABELS = {spec: label for label, spec in CURATED_MODELS.items()}
 MISSING_SPEC = {
-    HUB_SPEC: "Enter a timm model (`timm:<name>`, e.g. `timm:vit_small_patch14_reg4_dinov2.lvd142m`) or a Hugging "
-              "Face repository (`hf:<org>/<name>` or just `<org>/<name>`) in the sidebar.",
+    HUB_SPEC: "Enter a timm model (`timm:<name>`, e.g. `timm:vit_small_patch14_reg4_dinov2.lvd142m`), a Hugging "
+              "Face repository (`hf:<org>/<name>` or just `<org>/<name>`) or an open_clip model "
+              "(`open_clip:<model>/<tag>`, e.g. `open_clip:ViT-B-16/openai`) in the sidebar.",
     PATH_OR_UPLOAD: "Upload a vitviz checkpoint in the sidebar, or enter the path of one (or of a Hugging Face ViT "
                     "folder) inside the folders this server allows.",
 }  # fmt: skip
@@ -65,7 +67,7 @@ def sidebar() -> Settings:
     )  # fmt: skip
     spec = choice
     if choice == HUB_SPEC:
-        text = st.sidebar.text_input("timm:<name>, hf:<org>/<name> or <org>/<name>", "",
+        text = st.sidebar.text_input("timm:<name>, hf:<org>/<name>, <org>/<name> or open_clip:<model>/<tag>", "",
                                      placeholder="timm:vit_small_patch14_reg4_dinov2.lvd142m")  # fmt: skip
         spec = unless_refused(lambda: check_hub_spec(hub_spec(text)))
     elif choice == PATH_OR_UPLOAD:
@@ -110,7 +112,7 @@ def hub_spec(text: str) -> str:
     """What the spec field means: ``timm:<name>`` and ``hf:<org>/<name>`` as given, a bare ``<org>/<name>``
     as a Hugging Face repository (never a local folder of that name), a bare name as a timm model."""
     text = text.strip()
-    if not text or text.startswith(("timm:", "hf:")):
+    if not text or text.startswith(("timm:", "hf:", "open_clip:")):
         return text
     return f"hf:{text}" if "/" in text else f"timm:{text}"
 

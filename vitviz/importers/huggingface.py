@@ -15,8 +15,9 @@ defaults of its Hugging Face config class (config.json files may leave them out)
 function turning its config into ``ViTConfig`` fields. Converted models reproduce the originals'
 outputs and every attention map (tests/test_import_huggingface.py).
 
-Transformers is not needed: a folder is read with json and the ``safetensors`` package (or
-torch for an older ``pytorch_model.bin``).
+The image tower needs no transformers: a folder is read with json and the ``safetensors`` package (or torch for
+an older ``pytorch_model.bin``). A ``clip`` or ``siglip`` folder with tokenizer files also gets its text tower,
+built by transformers (``vitviz.text.towers``).
 """
 
 from __future__ import annotations
