@@ -15,7 +15,7 @@ import vitviz
 import vitviz.load
 from tiny_models import tiny_checkpoint
 from vitviz import ModelLoadError, hub
-from vitviz_dashboard.progress import describe, fraction
+from vitviz_dashboard.progress import describe, fraction, remaining
 
 PAYLOAD = bytes(range(256)) * 4096  # 1 MiB
 PREFIX = hashlib.sha256(PAYLOAD).hexdigest()[:8]
@@ -96,6 +96,8 @@ def test_page_bar_text():
     assert fraction(5, 10) == 0.5 and fraction(12, 10) == 1.0 and fraction(3, None) == 0.0
     assert describe("model.safetensors", 12e6, 346e6) == "Downloading model.safetensors: 12.0 of 346.0 MB"
     assert describe("", 1.5e6, None) == "Downloading weights: 1.5 MB"
+    assert describe("Embedding prompts", 1024, 80000, "prompt") == "Embedding prompts: 1,024 of 80,000 prompts"
+    assert [remaining(s) for s in (12.4, 90, 3600 + 5 * 60)] == ["12 s", "2 min", "1 h 05 min"]
 
 
 def page(spec: str) -> None:

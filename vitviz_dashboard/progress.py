@@ -36,7 +36,11 @@ class PageProgress(tqdm):
     def _draw(self) -> None:
         if get_script_run_ctx() is None:  # a download thread of huggingface_hub (Xet): attach the run
             add_script_run_ctx(threading.current_thread(), self.script)
-        self.slot.progress(fraction(self.n, self.total), text=describe(self.desc, self.n, self.total, self.unit))
+        text = describe(self.desc, self.n, self.total, self.unit)
+        rate = self.format_dict.get("rate")
+        if self.unit != "B" and rate and self.total:  # a long count (prompts to embed): how long it still takes
+            text += f", about {remaining((self.total - self.n) / rate)} to go"
+        self.slot.progress(fraction(self.n, self.total), text=text)
 
 
 def progress_class(slot: DeltaGenerator) -> type[PageProgress]:
@@ -59,3 +63,11 @@ def describe(name: str, done: float, total: float | None, unit: str = "B") -> st
     if not total:
         return f"Downloading {name}: {done / 1e6:.1f} MB"
     return f"Downloading {name}: {done / 1e6:.1f} of {total / 1e6:.1f} MB"
+
+
+def remaining(seconds: float) -> str:
+    """"40 s", "12 min", "1 h 05 min"."""
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    minutes = round(seconds / 60)
+    return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60:02d} min"

@@ -24,7 +24,7 @@ from vitviz.text.prompts import check_prompts, check_templates, fill
 from vitviz.text.towers import TextTower
 
 Progress = Callable[[int, int], None]  # (prompts embedded so far, prompts in all)
-PROMPTS_PER_CHUNK = 1024  # a chunk holds whole classes, about this many prompts: what an interruption can lose
+PROMPTS_PER_CHUNK = 512  # a chunk holds whole classes, about this many prompts: what an interruption can lose
 BATCH_SIZE = 256  # prompts per forward pass of the text tower
 
 
@@ -71,12 +71,14 @@ def class_embeddings(
         chunk_file = folder / f"chunk-{start:06d}.pt" if folder else None
         chunk = _read(chunk_file) if chunk_file is not None and chunk_file.is_file() else None
         if chunk is None or chunk.shape[0] != len(names):
-            chunk = _embed_classes(tower, names, templates)
+            before = start * per_class  # prompts done before this chunk: progress is reported after every batch
+            step = (lambda done: progress(before + done, total)) if progress else None
+            chunk = _embed_classes(tower, names, templates, step)
             if chunk_file is not None:
                 _write(chunk, chunk_file)
+        elif progress:
+            progress((start + len(names)) * per_class, total)
         chunks.append(chunk)
-        if progress:
-            progress(min(total, (start + len(names)) * per_class), total)
     embeddings = torch.cat(chunks)
     if done_file is not None:
         _write(embeddings, done_file)
@@ -85,11 +87,17 @@ def class_embeddings(
     return embeddings
 
 
-def _embed_classes(tower: TextTower, names: Sequence[str], templates: Sequence[str] | None) -> torch.Tensor:
-    """(len(names), E): each class's normalised embedding, or the renormalised mean over its templates."""
+def _embed_classes(tower: TextTower, names: Sequence[str], templates: Sequence[str] | None,
+                   progress: Callable[[int], None] | None = None) -> torch.Tensor:  # fmt: skip
+    """(len(names), E): each class's normalised embedding, or the renormalised mean over its templates.
+    ``progress(prompts done)`` after each batch."""
     texts = list(names) if templates is None else [fill(t, name) for name in names for t in templates]
+    parts = []
     with torch.inference_mode():
-        parts = [tower.encode(texts[i : i + BATCH_SIZE]).float() for i in range(0, len(texts), BATCH_SIZE)]
+        for i in range(0, len(texts), BATCH_SIZE):
+            parts.append(tower.encode(texts[i : i + BATCH_SIZE]).float())
+            if progress:
+                progress(min(len(texts), i + BATCH_SIZE))
     embeddings = F.normalize(torch.cat(parts), dim=-1)  # (len(texts), E)
     if templates is not None:
         embeddings = F.normalize(embeddings.reshape(len(names), len(templates), -1).mean(dim=1), dim=-1)
