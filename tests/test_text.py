@@ -186,6 +186,16 @@ def test_bad_prompts_get_a_message(prompts, message):
         check_prompts(prompts)
 
 
+def test_a_ready_set_may_name_two_classes_alike_but_typed_prompts_may_not(saved, tmp_path):
+    _, _, _, model = saved
+    names = list(prompt_set("imagenet"))
+    assert names.count("missile") == 2  # two ImageNet classes, one name in open_clip's list
+    zs = zero_shot(model, names[:3] + ["missile", "missile"], cache_dir=tmp_path)
+    assert torch.allclose(zs.head.text_embeddings[3], zs.head.text_embeddings[4], atol=1e-6)
+    with pytest.raises(PromptError, match="repeats prompt 1"):
+        check_prompts(["missile", "missile"])
+
+
 def test_too_many_prompts_names_the_limit():
     with pytest.raises(PromptError, match="5 prompts, more than the limit of 4"):
         check_prompts(["a", "b", "c", "d", "e"], max_prompts=4)

@@ -52,7 +52,7 @@ def class_embeddings(
     name and the normalised embeddings are averaged and renormalised. ``cache_dir`` (default: default_cache_dir())
     keeps the result and the finished chunks of an interrupted run; ``use_cache=False`` neither reads nor writes it.
     """
-    classes = check_prompts(classes)
+    classes = check_prompts(classes, unique=False)
     templates = None if templates is None else check_templates(templates)
     per_class = 1 if templates is None else len(templates)
     total = len(classes) * per_class

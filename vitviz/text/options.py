@@ -13,7 +13,7 @@ import sys
 from tqdm import tqdm
 
 from vitviz.model import ViT
-from vitviz.text.prompts import PROMPT_SETS, TEMPLATE_SETS, PromptError, prompt_set, template_set
+from vitviz.text.prompts import PROMPT_SETS, TEMPLATE_SETS, PromptError, check_prompts, prompt_set, template_set
 from vitviz.text.zero_shot import NO_TEXT_TOWER, zero_shot
 
 
@@ -39,7 +39,7 @@ def apply_prompt_options(model: ViT, args: argparse.Namespace) -> ViT:
     if tower is None:
         raise SystemExit(f"error: --prompts and --prompt-set: {NO_TEXT_TOWER}")
     try:
-        prompts = list(args.prompts or prompt_set(args.prompt_set))
+        prompts = check_prompts(args.prompts) if args.prompts else list(prompt_set(args.prompt_set))
         templates = template_set(args.templates or "photo") if (args.templates or args.prompt_set) else None
         for line, prompt in enumerate(prompts if templates is None else [], start=1):
             count = tower.token_count(prompt) if isinstance(prompt, str) else None

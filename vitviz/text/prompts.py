@@ -94,9 +94,11 @@ def parse_prompts(text: str) -> list[str]:
     return lines
 
 
-def check_prompts(prompts: Sequence[str], max_prompts: int | None = None) -> list[str]:
+def check_prompts(prompts: Sequence[str], max_prompts: int | None = None, unique: bool = True) -> list[str]:
     """The prompts as a list of strings, or a PromptError naming the first problem: none at all, more than
-    ``max_prompts``, an empty one, one that is not text or is absurdly long, or the same prompt twice."""
+    ``max_prompts``, an empty one, one that is not text or is absurdly long, or (with ``unique``) the same prompt
+    twice. Typed prompts must be unique; a ready set may name two classes alike (open_clip's ImageNet names
+    'missile' and 'sunglasses' twice each: different classes, one text)."""
     if isinstance(prompts, str):
         raise PromptError("prompts must be a list of texts, not one string (split it into lines first)")
     prompts = list(prompts)
@@ -112,7 +114,7 @@ def check_prompts(prompts: Sequence[str], max_prompts: int | None = None) -> lis
             raise PromptError(f"prompt {line} is empty: remove the blank line")
         if len(prompt) > MAX_PROMPT_CHARS:
             raise PromptError(f"prompt {line} has {len(prompt)} characters, more than the limit of {MAX_PROMPT_CHARS}")
-        if prompt in seen:
+        if unique and prompt in seen:
             raise PromptError(f"prompt {line} ({prompt!r}) repeats prompt {seen[prompt]}: each class needs its own text")
         seen[prompt] = line
     return prompts

@@ -67,7 +67,8 @@ def zero_shot(
     """A ViT whose classes are ``prompts``, sharing ``model``'s image tower (``model`` itself is not changed).
 
     ``templates`` (e.g. ``["a photo of a {}."]``) turn each prompt into several texts, averaged as CLIP's ImageNet
-    recipe does; without them each prompt is read as it is. Text embeddings are cached on disk
+    recipe does; without them each prompt is read as it is. Two classes may share a text (ImageNet's two
+    'missile' classes); ``check_prompts`` refuses that for typed prompts. Text embeddings are cached on disk
     (``vitviz.text.embeddings``). Raises ValueError (PromptError for bad prompts) with a message.
     """
     tower = getattr(model, "text_tower", None)
