@@ -72,7 +72,7 @@ def test_typed_prompts_become_the_classes_with_their_kind_of_probability(folders
     assert ("sigmoid" if kind == "siglip" else "softmax over the prompts") in line
     sidebar = " ".join(c.value for c in at.sidebar.caption)
     assert ("a sigmoid per prompt" if kind == "siglip" else "a softmax over the prompts") in sidebar
-    assert f"a {kind.upper()} text tower" in sidebar
+    assert f"a {'SigLIP' if kind == 'siglip' else 'CLIP'} text tower" in sidebar
     overview = " ".join(c.value for c in at.caption)
     assert "Zero-shot: the image's similarity to each prompt" in overview
 
@@ -94,6 +94,7 @@ def test_two_prompts_side_by_side_in_the_class_specific_tab(folders, monkeypatch
     shown = [c for c in captions(at) if " for '" in c]
     assert shown[:4] == [f"relevance for '{names[first]}'", f"relevance for {second.split(' (')[0]!r}".replace('"', "'"),
                          f"legrad for '{names[first]}'", f"legrad for {second.split(' (')[0]!r}".replace('"', "'")]  # fmt: skip
+    assert "Text lens" in [h.value for h in at.subheader]  # the logit lens reads patches against the prompts
     open_tab(at, "Faithfulness")  # the chosen prompt is the one tested
     assert not at.exception and not at.error
 

@@ -149,7 +149,8 @@ def describe_model(model: vitviz.ViT, spec: str) -> None:
     rows, cols = c.grid_size
     classes = f"{len(model.class_names)} classes" if has_classifier(model) else "no classifier (a backbone)"
     if getattr(model, "text_tower", None) is not None:
-        classes = f"a {model.text_tower.kind.upper()} text tower: prompts are its classes (below)"
+        kind = {"clip": "CLIP", "siglip": "SigLIP"}[model.text_tower.kind]
+        classes = f"a {kind} text tower: prompts are its classes (below)"
     st.sidebar.caption(
         f"**{spec}**: {c.num_layers} layers x {c.num_heads} heads, patch {c.patch_size}, "
         f"input {c.image_hw[0]}x{c.image_hw[1]} ({rows}x{cols} patches), {classes}. "

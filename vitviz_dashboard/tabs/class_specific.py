@@ -11,7 +11,7 @@ from vitviz.explain.methods import DESCRIPTIONS, TAM_STEPS
 
 from vitviz_dashboard.cached import cached_figure, class_map, logit_lens, overlay_picture
 from vitviz_dashboard.common import (Page, class_name, class_picker, classes_by_probability, colour_legend, downloads,
-                                     has_classifier, index_slider, is_zero_shot, top_class)  # fmt: skip
+                                     has_classifier, index_slider, is_zero_shot, probability_kind, top_class)  # fmt: skip
 
 NEEDS_A_CLASSIFIER = ("Class-specific maps follow the gradient of one class's score back through the attention, "
                       "so they need a classifier; this model has none (a backbone). Every other tab works.")  # fmt: skip
@@ -133,10 +133,17 @@ def lens_section(page: Page, target: int) -> dict[str, np.ndarray]:
     """The logit lens: each patch token of a chosen block read by the final norm and head, as if that block were
     the last. Where, and from which block on, can the class be read?"""
     model, settings = page.model, page.settings
-    st.subheader("Logit lens", divider="gray")
-    st.caption("Each patch token after the chosen block, read on its own by the model's final norm and head. Left: "
-               f"the probability of '{class_name(model, target)}' from each patch, on a fixed scale from 0 (dark) to "
-               "100 % (bright). Right: the class each patch votes for.")  # fmt: skip
+    if is_zero_shot(model):  # the head is the prompts' text embeddings: a text lens
+        st.subheader("Text lens", divider="gray")
+        st.caption("Each patch token after the chosen block, read on its own by the model's final norm and image "
+                   "projection against every prompt's text embedding. Left: the probability of "
+                   f"'{class_name(model, target)}' from each patch ({probability_kind(model)}), on a fixed scale from "
+                   "0 (dark) to 100 % (bright). Right: the prompt each patch votes for.")  # fmt: skip
+    else:
+        st.subheader("Logit lens", divider="gray")
+        st.caption("Each patch token after the chosen block, read on its own by the model's final norm and head. "
+                   f"Left: the probability of '{class_name(model, target)}' from each patch, on a fixed scale from 0 "
+                   "(dark) to 100 % (bright). Right: the class each patch votes for.")  # fmt: skip
     lens = logit_lens(model, settings.model_spec, page.file, settings.precision, target)
     layers = range(len(lens["probability"]))
     block = index_slider("Block", len(layers), page.key("lens_block", layers[-1], options=layers))
