@@ -11,6 +11,7 @@ from vitviz import explain
 from vitviz.explain.methods import CLASS_SPECIFIC, method_maps
 from vitviz.text import PromptError, check_prompts, class_embeddings, parse_prompts, prompt_set, template_set, zero_shot
 from vitviz.text import embeddings as embeddings_module
+from test_load_hub import offline  # noqa: F401  (a fixture: no network, an empty Hub cache)
 from tiny_text import clip_folder, siglip_folder
 
 ATOL = 1e-4  # the bound on logits
@@ -240,3 +241,26 @@ def test_a_folder_without_a_tokenizer_loads_the_image_tower_and_says_why(tmp_pat
     assert model.text_tower is None and "no tokenizer files" in model.text_tower_note
     with pytest.raises(PromptError, match="no text tower"):
         zero_shot(model, ["a dog"])
+
+
+def test_a_zero_shot_model_is_not_saved_as_a_checkpoint(saved, tmp_path):
+    _, _, _, model = saved
+    zs = zero_shot(model, ["a dog", "a cat"], cache_dir=tmp_path)
+    with pytest.raises(ValueError, match="zero-shot model's prompts"):
+        vitviz.save_checkpoint(tmp_path / "zs.pt", zs, zs.class_names, zs.transform)
+
+
+def test_a_cached_hub_clip_loads_offline_with_its_tokenizer_and_text_tower(offline, tmp_path):
+    from test_load_hub import cached_snapshot
+
+    reference, tokenizer, folder = clip_folder(tmp_path / "source")
+    snapshot = cached_snapshot(offline, "someone/tiny-clip")
+    for file in folder.iterdir():
+        if file.is_file():
+            (snapshot / file.name).write_bytes(file.read_bytes())
+    model = vitviz.load_model("hf:someone/tiny-clip")
+    assert model.text_tower is not None
+    zs = zero_shot(model, PROMPTS, cache_dir=tmp_path / "cache")
+    pixels = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        assert (zs(pixels).logits - reference_logits("clip", reference, tokenizer, PROMPTS, pixels)).abs().max() < ATOL

@@ -80,6 +80,9 @@ def save_checkpoint(
     """
     if len(class_names) != model.config.num_classes:
         raise ValueError(f"{len(class_names)} class names for a model with {model.config.num_classes} classes")
+    if model.head is not None and not isinstance(model.head, torch.nn.Linear):
+        raise ValueError(f"a model whose head is a {type(model.head).__name__} (a zero-shot model's prompts) has no "
+                         "vitviz checkpoint: keep its source spec and prompts, and call vitviz.zero_shot again")  # fmt: skip
     state_dict = {name: t.detach().cpu() for name, t in model.state_dict().items()}
     if half:
         state_dict = {name: t.half() for name, t in state_dict.items()}
