@@ -193,10 +193,14 @@ def test_torchvision_weights_from_the_cache_need_no_network(tmp_path, monkeypatc
 def test_a_tiny_file_asking_for_a_gigantic_model_is_refused_without_allocating(tmp_path):
     saved_checkpoint(tmp_path / "model.pt")
     checkpoint = read_checkpoint(tmp_path / "model.pt")
-    checkpoint["config"]["mlp_size"] = 10**9  # would be 32 * 1e9 * 2 floats: 256 GB
+    checkpoint["config"]["mlp_size"] = 10**9  # would be 130 billion parameters: 520 GB in fp32
     torch.save(checkpoint, tmp_path / "huge.pt")
-    with pytest.raises(ModelLoadError, match="shape mismatches"):
+    with pytest.raises(ModelLoadError, match=r"130,000,015,683 parameters: 520.0 GB in fp32, more than the .* GB"):
         load_model(tmp_path / "huge.pt")
+    checkpoint["config"]["mlp_size"] = 128  # fits, but not these weights
+    torch.save(checkpoint, tmp_path / "other.pt")
+    with pytest.raises(ModelLoadError, match="shape mismatches"):
+        load_model(tmp_path / "other.pt")
     checkpoint["state_dict"]["norm.bias"] = "not a tensor"
     checkpoint["config"]["mlp_size"] = 64
     torch.save(checkpoint, tmp_path / "odd.pt")

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from vitviz.images import Preprocessing
+from vitviz.memory import available_memory, gigabytes
 from vitviz.model import ViT, ViTConfig
 
 FORMAT = "vitviz-checkpoint"
@@ -31,12 +32,23 @@ class ModelLoadError(ValueError):
     """A model could not be loaded; the message names the problem and, where possible, the fix."""
 
 
+def check_model_size(config: ViTConfig, source: str) -> None:
+    """Refuse a model that cannot fit in the memory free now (its fp32 weights, from the config's numbers alone),
+    with both numbers; a hostile config asking for billions of layers is refused here in microseconds."""
+    needed = config.num_parameters * 4
+    free = available_memory()
+    if needed > free:
+        raise ModelLoadError(f"{source} has {config.num_parameters:,} parameters: {gigabytes(needed)} in fp32, more "
+                             f"than the {gigabytes(free)} of memory free on this machine")  # fmt: skip
+
+
 def build_model(config: ViTConfig, state_dict: dict[str, torch.Tensor], source: str) -> ViT:
     """A ViT with exactly these weights, or an error listing missing, unexpected and misshapen ones.
 
     Shapes are checked on a model built on the meta device (no memory), so a tiny hostile file
     whose config asks for a gigantic model is refused before anything is allocated.
     """
+    check_model_size(config, source)
     not_tensors = sorted(name for name, t in state_dict.items() if not isinstance(t, torch.Tensor))
     if not_tensors:
         raise ModelLoadError(f"{source}: state_dict entries that are not tensors: {_shorten(not_tensors)}")

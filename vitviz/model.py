@@ -113,6 +113,25 @@ class ViTConfig:
         """Width of the vector the head reads: D, or 2D for pooling="cls+mean"."""
         return 2 * self.hidden_size if self.pooling == "cls+mean" else self.hidden_size
 
+    @property
+    def num_parameters(self) -> int:
+        """The model's parameter count, from these numbers alone (nothing is built): loaders check it against the
+        memory before allocating anything."""
+        D, M, L = self.hidden_size, self.mlp_size, self.num_layers
+        rows, cols = self.grid_size
+        linear = lambda fan_in, fan_out, bias=True: fan_in * fan_out + (fan_out if bias else 0)  # noqa: E731
+        mlp = linear(D, M) + linear(M, D)
+        block = 2 * D + linear(D, 3 * D, self.qkv_bias) + linear(D, D) + 2 * D + mlp + (2 * D if self.layer_scale else 0)
+        count = self.num_channels * self.patch_size**2 * D + D  # the patch convolution
+        count += self.num_prefix_tokens * D + (self.prefix_positions + rows * cols) * D  # tokens and positions
+        count += (2 * D if self.norm_pre else 0) + L * block + 2 * D  # the blocks and the final norm
+        if self.pooling == "map":  # query, q, kv, proj, norm, MLP
+            count += D + linear(D, D) + linear(D, 2 * D) + linear(D, D) + 2 * D + mlp
+        if self.num_classes:
+            count += linear(self.pooled_size, self.num_classes)
+            count += linear(D, self.num_classes) if self.distillation_head else 0
+        return count
+
     @classmethod
     def from_dict(cls, values: dict) -> ViTConfig:
         """Build from a plain dict (a checkpoint's), naming any unknown keys."""

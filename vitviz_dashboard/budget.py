@@ -33,6 +33,7 @@ import torch
 from PIL import Image
 
 from vitviz.images import ImageFile
+from vitviz.memory import machine_memory
 
 T = TypeVar("T")
 UNITS = {"": 1, "B": 1, "K": 2**10, "KB": 2**10, "M": 2**20, "MB": 2**20, "G": 2**30, "GB": 2**30, "T": 2**40,
@@ -53,19 +54,6 @@ def parse_bytes(text: str) -> int:
     if size <= 0:
         raise ValueError(f"a memory budget must be above 0 bytes; got {text!r}")
     return size
-
-
-def machine_memory() -> int:
-    """The memory this process may use: the machine's RAM, or a container's (cgroup) limit when lower."""
-    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    for limit_file in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
-        try:
-            text = open(limit_file).read().strip()
-        except OSError:
-            continue
-        if text.isdigit():
-            total = min(total, int(text))
-    return total
 
 
 def budget_bytes() -> int:

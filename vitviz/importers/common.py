@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from vitviz.checkpoint import ModelLoadError
+from vitviz.checkpoint import ModelLoadError, check_model_size
 from vitviz.model import ViT, ViTConfig
 
 _QKV_PARTS = {"query": 0, "key": 1, "value": 2, "q": 0, "k": 1, "v": 2}
@@ -50,10 +50,23 @@ def fuse_qkv(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return out
 
 
+MAX_JSON_BYTES = 16 * 2**20  # a config, preprocessor config or shard index; real ones are a few kB to a few 100 kB
+
+
 def read_json(path: Path) -> dict:
+    """A JSON object from a model's folder, or a ModelLoadError: unreadable, not JSON, too big, nested too deeply
+    for Python's parser (a hostile config of 100,000 nested lists), or not an object."""
     try:
+        size = path.stat().st_size
+        if size > MAX_JSON_BYTES:
+            raise ModelLoadError(f"{path} is {size / 2**20:.0f} MB, more than the {MAX_JSON_BYTES // 2**20} MB a model's "
+                                 "JSON file may take")  # fmt: skip
         value = json.loads(path.read_text())
+    except RecursionError:
+        raise ModelLoadError(f"{path} is nested too deeply to be a model's config") from None
     except (OSError, ValueError) as error:
+        if isinstance(error, ModelLoadError):
+            raise
         raise ModelLoadError(f"{path} is not valid JSON: {error}") from None
     if not isinstance(value, dict):
         raise ModelLoadError(f"{path} does not hold a JSON object")
@@ -63,6 +76,7 @@ def read_json(path: Path) -> dict:
 def add_zero_biases(config: ViTConfig, state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Zero biases for the linear and convolution layers the source built without one (CLIP's patch
     convolution, timm's proj_bias=False): adding 0 is exact. A missing LayerNorm bias stays missing."""
+    check_model_size(config, "the model")
     with torch.device("meta"):
         expected = ViT(config).state_dict()
     zeros = {}

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from collections import ChainMap
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
@@ -33,8 +33,9 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
-from vitviz.checkpoint import ModelLoadError, build_model
+from vitviz.checkpoint import ModelLoadError, build_model, check_model_size
 from vitviz.images import Preprocessing
+from vitviz.memory import available_memory, gigabytes
 from vitviz.importers.common import fuse_qkv, read_json, rename
 from vitviz.model import ViT, ViTConfig
 
@@ -237,9 +238,12 @@ def from_huggingface(state_dict: dict[str, torch.Tensor], config: dict) -> ViT:
             attention_dropout=c.get("attention_probs_dropout_prob", c.get("attention_dropout", 0.0)),
             **family.config(c, weights),
         )
-        weights = fuse_qkv(rename(weights, family.rules + _BLOCK_RULES, source="Hugging Face checkpoint"))
-        fields["num_classes"] = weights["head.weight"].shape[0] if "head.weight" in weights else 0
+        fields["num_classes"] = weights["classifier.weight"].shape[0] if "classifier.weight" in weights else 0
         vit_config = ViTConfig(**fields)
+        check_model_size(vit_config, f"the Hugging Face {model_type} model")  # before anything is built
+        weights = fuse_qkv(rename(weights, family.rules + _BLOCK_RULES, source="Hugging Face checkpoint"))
+        if "head.weight" in weights:
+            vit_config = replace(vit_config, num_classes=weights["head.weight"].shape[0])
         weights = _fix_layout(weights, vit_config, family.patch_bias)
     except ModelLoadError:
         raise
@@ -344,9 +348,16 @@ def shard_files(index: Path) -> list[str]:
 
 
 def read_safetensors(path: str | Path) -> dict[str, torch.Tensor]:
-    """The tensors of a .safetensors file, read by the ``safetensors`` package; a damaged file is a ModelLoadError."""
+    """The tensors of a .safetensors file, read by the ``safetensors`` package; a damaged file is a ModelLoadError,
+    and so is one whose tensors (summed from its header, before reading any) do not fit in the memory free now."""
     try:
+        size = Path(path).stat().st_size
+        if size > available_memory():
+            raise ModelLoadError(f"{path} holds {gigabytes(size)} of weights, more than the "
+                                 f"{gigabytes(available_memory())} of memory free on this machine")  # fmt: skip
         return load_file(path, device="cpu")
+    except ModelLoadError:
+        raise
     except (SafetensorError, OSError, ValueError) as error:
         raise ModelLoadError(f"{path} is not a safetensors file ({error})") from None
 
