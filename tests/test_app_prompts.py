@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import streamlit as st
 import torch
-from PIL import Image
 from streamlit.testing.v1 import AppTest
 
 import vitviz

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import re
 
-import torch
 from torch import nn
 
 from vitviz import hub

@@ -71,7 +71,7 @@ def method_maps(page: Page, target: int, methods: list[str]) -> dict[str, np.nda
     if not methods:
         st.caption("Choose one or more methods above.")
         return {}
-    settings, maps = page.settings, {}
+    maps = {}
     top = top_class(page.analysis.probabilities)
     by_top = st.toggle("Compare classes: colour every class's map on the top class's scale",
                        key=page.key("class_scale_by_top", True),

@@ -1,0 +1,33 @@
+"""vitviz's Vision Transformer (Dosovitskiy et al. 2020), as a small package read top to bottom:
+
+    config.py   ViTConfig: one field per architectural choice (DeiT, DINO, DINOv2, CLIP, SigLIP, MAE...)
+    layers.py   patch embedding, attention that returns its weights, MLP, LayerScale, the block, attention pooling
+    vit.py      the ViT: embeddings, blocks, final norm, pooling, head; ViTOutput; autocast
+
+``from vitviz.model import ViT, ViTConfig`` is the public way in.
+"""
+
+from vitviz.model.config import ACTIVATIONS, POOLINGS, PROBABILITIES, Activation, Pooling, Probabilities, ViTConfig
+from vitviz.model.layers import MLP, Attention, AttentionPool, Block, DropPath, LayerScale, PatchEmbedding
+from vitviz.model.vit import Precision, ViT, ViTOutput, autocast
+
+__all__ = [
+    "ACTIVATIONS",
+    "MLP",
+    "POOLINGS",
+    "PROBABILITIES",
+    "Activation",
+    "Attention",
+    "AttentionPool",
+    "Block",
+    "DropPath",
+    "LayerScale",
+    "PatchEmbedding",
+    "Pooling",
+    "Precision",
+    "Probabilities",
+    "ViT",
+    "ViTConfig",
+    "ViTOutput",
+    "autocast",
+]

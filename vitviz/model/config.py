@@ -1,0 +1,124 @@
+"""``ViTConfig``: every architectural choice of vitviz's ViT, one field each, with a line on what it does."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Literal
+
+Pooling = Literal["cls", "mean", "cls+mean", "map"]
+POOLINGS = ("cls", "mean", "cls+mean", "map")  # "map": a learned query attends to the patches (SigLIP)
+Activation = Literal["gelu", "gelu_tanh", "quick_gelu"]
+ACTIVATIONS = ("gelu", "gelu_tanh", "quick_gelu")
+Probabilities = Literal["softmax", "sigmoid"]
+PROBABILITIES = ("softmax", "sigmoid")
+
+
+@dataclass
+class ViTConfig:
+    image_size: int | tuple[int, int] = 224  # training resolution, side or (height, width)
+    patch_size: int = 16  # side of each square patch, in pixels
+    num_channels: int = 3  # input channels (3 for RGB)
+    hidden_size: int = 768  # token width D
+    num_layers: int = 12  # encoder blocks
+    num_heads: int = 12  # attention heads per block; must divide hidden_size
+    mlp_size: int = 3072  # hidden width of each block's MLP
+    num_classes: int = 1000  # 0 builds a backbone with no head (logits are None)
+    pooling: Pooling = "cls"  # what the head reads: [CLS], the mean patch token, both concatenated, or "map"
+    class_token: bool = True  # prepend a learnable [CLS] token
+    distillation_token: bool = False  # DeiT: a distillation token right after [CLS]
+    distillation_head: bool = False  # DeiT: a second head on the distillation token; logits = mean of both heads
+    num_register_tokens: int = 0  # extra learnable prefix tokens after [CLS] and distillation (Darcet et al. 2023)
+    pos_embed_prefix: bool = True  # position embeddings for prefix tokens too (False: timm's no_embed_class)
+    pos_embed_antialias: bool = False  # antialias when resampling position embeddings (timm: True; most HF: False)
+    norm_pre: bool = False  # a LayerNorm on the tokens before the first block (CLIP)
+    layer_scale: bool = False  # LayerScale: a learned per-channel gain on each residual branch (CaiT, DINOv2)
+    activation: Activation = "gelu"  # MLP activation: exact GELU, its tanh approximation, or OpenAI's quick-GELU
+    fc_norm: bool = False  # apply the final LayerNorm to the pooled vector instead of every token (timm's fc_norm)
+    dropout: float = 0.0  # after position embeddings, attention output and MLP
+    attention_dropout: float = 0.0  # on attention weights (the returned weights are pre-dropout)
+    drop_path: float = 0.0  # stochastic depth, rising linearly to this rate in the last block
+    layer_norm_eps: float = 1e-6  # torchvision uses 1e-6, Hugging Face 1e-12
+    qkv_bias: bool = True  # bias in the query/key/value projection
+    probabilities: Probabilities = "softmax"  # logits -> probabilities: softmax over classes, or a sigmoid each (SigLIP)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.image_size, (list, tuple)):  # lists come back from JSON and checkpoints
+            self.image_size = (int(self.image_size[0]), int(self.image_size[1]))
+        height, width = self.image_hw
+        problems = []
+        if self.hidden_size % self.num_heads:
+            problems.append(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
+        if height % self.patch_size or width % self.patch_size:
+            problems.append(f"image_size {height}x{width} is not a multiple of patch_size {self.patch_size}")
+        if self.pooling not in POOLINGS:
+            problems.append(f"pooling must be one of {', '.join(POOLINGS)}; got {self.pooling!r}")
+        if self.pooling in ("cls", "cls+mean") and not self.class_token:
+            problems.append(f"pooling={self.pooling!r} needs class_token=True")
+        if self.activation not in ACTIVATIONS:
+            problems.append(f"activation must be one of {', '.join(ACTIVATIONS)}; got {self.activation!r}")
+        if self.probabilities not in PROBABILITIES:
+            problems.append(f"probabilities must be one of {', '.join(PROBABILITIES)}; got {self.probabilities!r}")
+        if self.distillation_token and not self.class_token:
+            problems.append("distillation_token=True needs class_token=True (it comes right after [CLS])")
+        if self.distillation_head and not (self.distillation_token and self.pooling == "cls"):
+            problems.append("distillation_head=True needs distillation_token=True and pooling='cls'")
+        if min(self.patch_size, self.num_channels, self.hidden_size, self.num_layers, self.num_heads, self.mlp_size) < 1:
+            problems.append("sizes and counts must be positive")
+        if self.num_classes < 0 or self.num_register_tokens < 0:
+            problems.append("num_classes and num_register_tokens must be >= 0")
+        if problems:
+            raise ValueError("invalid ViTConfig: " + "; ".join(problems))
+
+    @property
+    def image_hw(self) -> tuple[int, int]:
+        size = self.image_size
+        return (size, size) if isinstance(size, int) else size
+
+    @property
+    def grid_size(self) -> tuple[int, int]:
+        """Patch grid (rows, cols) at the training resolution."""
+        height, width = self.image_hw
+        return height // self.patch_size, width // self.patch_size
+
+    @property
+    def num_prefix_tokens(self) -> int:
+        """Tokens before the patch tokens: [CLS], the distillation token, then the registers (each if any)."""
+        return int(self.class_token) + int(self.distillation_token) + self.num_register_tokens
+
+    @property
+    def prefix_positions(self) -> int:
+        """Prefix tokens that have a position embedding: all of them, or none without ``pos_embed_prefix``."""
+        return self.num_prefix_tokens if self.pos_embed_prefix else 0
+
+    @property
+    def pooled_size(self) -> int:
+        """Width of the vector the head reads: D, or 2D for pooling="cls+mean"."""
+        return 2 * self.hidden_size if self.pooling == "cls+mean" else self.hidden_size
+
+    @property
+    def num_parameters(self) -> int:
+        """The model's parameter count, from these numbers alone (nothing is built): loaders check it against the
+        memory before allocating anything."""
+        D, M, L = self.hidden_size, self.mlp_size, self.num_layers
+        rows, cols = self.grid_size
+        linear = lambda fan_in, fan_out, bias=True: fan_in * fan_out + (fan_out if bias else 0)  # noqa: E731
+        mlp = linear(D, M) + linear(M, D)
+        block = 2 * D + linear(D, 3 * D, self.qkv_bias) + linear(D, D) + 2 * D + mlp + (2 * D if self.layer_scale else 0)
+        count = self.num_channels * self.patch_size**2 * D + D  # the patch convolution
+        count += self.num_prefix_tokens * D + (self.prefix_positions + rows * cols) * D  # tokens and positions
+        count += (2 * D if self.norm_pre else 0) + L * block + 2 * D  # the blocks and the final norm
+        if self.pooling == "map":  # query, q, kv, proj, norm, MLP
+            count += D + linear(D, D) + linear(D, 2 * D) + linear(D, D) + 2 * D + mlp
+        if self.num_classes:
+            count += linear(self.pooled_size, self.num_classes)
+            count += linear(D, self.num_classes) if self.distillation_head else 0
+        return count
+
+    @classmethod
+    def from_dict(cls, values: dict) -> ViTConfig:
+        """Build from a plain dict (a checkpoint's), naming any unknown keys."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown ViTConfig fields {unknown}; known fields are {sorted(known)}")
+        return cls(**values)

@@ -1,0 +1,155 @@
+"""The layers of vitviz's ViT, in the order data flows through them: patch embedding, attention (which returns its
+weights), MLP, LayerScale, stochastic depth, the pre-norm block, and SigLIP's attention-pooling head."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from vitviz.model.config import Activation, ViTConfig
+
+class PatchEmbedding(nn.Module):
+    """Cut the image into non-overlapping patches and project each to D dimensions."""
+
+    def __init__(self, config: ViTConfig):
+        super().__init__()
+        self.patch_size = config.patch_size
+        # kernel = stride = patch size: one linear projection per patch
+        self.proj = nn.Conv2d(config.num_channels, config.hidden_size, config.patch_size, config.patch_size)
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        x = self.proj(pixel_values)  # (B, D, rows, cols)
+        return x.flatten(2).transpose(1, 2)  # (B, N, D), patches in row-major order
+
+
+class Attention(nn.Module):
+    """Multi-head self-attention that can return its post-softmax weights."""
+
+    def __init__(self, config: ViTConfig):
+        super().__init__()
+        self.num_heads = config.num_heads
+        self.head_dim = config.hidden_size // config.num_heads
+        self.scale = self.head_dim**-0.5
+        self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size, bias=config.qkv_bias)
+        self.attention_dropout = config.attention_dropout
+        self.proj = nn.Linear(config.hidden_size, config.hidden_size)
+
+    def forward(self, x: torch.Tensor, need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        B, T, D = x.shape
+        qkv = self.qkv(x).reshape(B, T, 3, self.num_heads, self.head_dim)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, heads, T, head_dim)
+        dropout_p = self.attention_dropout if self.training else 0.0
+        if need_weights:
+            # explicit path: the weights exist as a tensor, so they can be returned. The softmax
+            # runs in at least fp32 (fp64 for a float64 model), so under bf16/fp16 the returned rows
+            # still sum to 1 to fp32 precision; they are cast back to the values' dtype for the product.
+            # One expression, so the pre-softmax scores are freed at once: keeping them alive
+            # makes the allocator hand back and re-fault memory, slowing the whole block.
+            weights = _softmax((q * self.scale) @ k.transpose(-2, -1))  # (B, heads, T, T)
+            out = F.dropout(weights, dropout_p, self.training).to(v.dtype) @ v  # (B, heads, T, head_dim)
+        else:
+            # fast path: fused kernel, never materialises the T x T matrix
+            weights = None
+            out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
+        out = out.transpose(1, 2).reshape(B, T, D)  # heads back side by side
+        return self.proj(out), weights
+
+
+def _softmax(scores: torch.Tensor) -> torch.Tensor:
+    """Softmax over the last axis in fp32 or wider: fp32 for bf16/fp16 scores, fp64 for a float64 model."""
+    return scores.softmax(dim=-1, dtype=torch.promote_types(scores.dtype, torch.float32))
+
+
+def activation(x: torch.Tensor, kind: Activation) -> torch.Tensor:
+    if kind == "quick_gelu":  # OpenAI CLIP: x * sigmoid(1.702 x)
+        return x * torch.sigmoid(1.702 * x)
+    return F.gelu(x, approximate="tanh" if kind == "gelu_tanh" else "none")
+
+
+class MLP(nn.Module):
+    def __init__(self, config: ViTConfig):
+        super().__init__()
+        self.activation = config.activation
+        self.fc1 = nn.Linear(config.hidden_size, config.mlp_size)
+        self.fc2 = nn.Linear(config.mlp_size, config.hidden_size)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.fc2(self.dropout(activation(self.fc1(x), self.activation))))
+
+
+class LayerScale(nn.Module):
+    """A learned per-channel gain on a residual branch (Touvron et al. 2021)."""
+
+    def __init__(self, config: ViTConfig):
+        super().__init__()
+        self.gamma = nn.Parameter(torch.ones(config.hidden_size))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.gamma
+
+
+class DropPath(nn.Module):
+    """Stochastic depth: during training, skip a block's residual branch for random samples."""
+
+    def __init__(self, rate: float):
+        super().__init__()
+        self.rate = rate
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.rate == 0.0:
+            return x
+        keep = 1.0 - self.rate
+        mask = x.new_empty(x.shape[0], 1, 1).bernoulli_(keep)  # one draw per sample
+        return x * mask / keep
+
+
+class Block(nn.Module):
+    """Pre-norm encoder block: x + MSA(LN(x)), then x + MLP(LN(x))."""
+
+    def __init__(self, config: ViTConfig, drop_path: float = 0.0):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.attn = Attention(config)
+        self.norm2 = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.mlp = MLP(config)
+        self.dropout = nn.Dropout(config.dropout)
+        self.drop_path = DropPath(drop_path)
+        self.ls1 = LayerScale(config) if config.layer_scale else nn.Identity()
+        self.ls2 = LayerScale(config) if config.layer_scale else nn.Identity()
+
+    def forward(
+        self, x: torch.Tensor, need_weights: bool = False, normed: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``normed``, if given, stands in for norm1(x): Grad-CAM differentiates with respect to it."""
+        attended, weights = self.attn(self.norm1(x) if normed is None else normed, need_weights)
+        x = x + self.drop_path(self.ls1(self.dropout(attended)))  # (B, T, D)
+        x = x + self.drop_path(self.ls2(self.mlp(self.norm2(x))))  # (B, T, D)
+        return x, weights
+
+
+class AttentionPool(nn.Module):
+    """Attention pooling, SigLIP's "map" head: one learned query attends to the patch tokens, then an MLP
+    with a residual refines the result. Returns the pooled vector and the query's weights over patches."""
+
+    def __init__(self, config: ViTConfig):
+        super().__init__()
+        D = config.hidden_size
+        self.num_heads, self.head_dim = config.num_heads, D // config.num_heads
+        self.query = nn.Parameter(torch.zeros(1, 1, D))  # timm's "latent", Hugging Face's "probe"
+        self.q = nn.Linear(D, D)
+        self.kv = nn.Linear(D, 2 * D)
+        self.proj = nn.Linear(D, D)
+        self.norm = nn.LayerNorm(D, eps=config.layer_norm_eps)
+        self.mlp = MLP(config)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        B, N, D = x.shape
+        q = self.q(self.query).reshape(1, 1, self.num_heads, self.head_dim).transpose(1, 2)  # (1, heads, 1, hd)
+        k, v = self.kv(x).reshape(B, N, 2, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        # one query row: the explicit softmax costs nothing, and its weights are what the page shows
+        weights = _softmax((q * self.head_dim**-0.5) @ k.transpose(-2, -1))  # (B, heads, 1, N)
+        pooled = self.proj((weights.to(v.dtype) @ v).transpose(1, 2).reshape(B, D))  # (B, D)
+        pooled = pooled + self.mlp(self.norm(pooled))
+        return pooled, weights[:, :, 0]

@@ -1,0 +1,241 @@
+"""The Vision Transformer of Dosovitskiy et al. (2020), "An Image is Worth 16x16 Words".
+
+One file, top to bottom in the order data flows: patch embedding -> prefix tokens ([CLS],
+distillation, registers) and position embeddings -> pre-norm encoder blocks -> final LayerNorm ->
+pooling -> linear head. The optional parts cover the families people use (DeiT, DINO, DINOv2 with
+registers, CLIP, SigLIP, MAE); each is one ``ViTConfig`` field.
+
+Unlike most implementations, the attention weights are *returned* from every block when
+asked for (``model(x, output_attentions=True)``) rather than captured with hooks, which
+break silently when a library switches to fused attention kernels.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from vitviz.model.config import ViTConfig
+from vitviz.model.layers import AttentionPool, Block, PatchEmbedding
+
+Precision = Literal["fp32", "bf16"]
+
+
+def autocast(precision: Precision = "fp32", device_type: str = "cpu") -> contextlib.AbstractContextManager:
+    """Context for inference at a precision: "bf16" runs matrix products in bfloat16.
+
+    Whether it is faster depends on the CPU (about 2x faster on an AMD EPYC here, 1.7x slower on an Intel Xeon
+    without AMX): ``vitviz.precision.measure_precision`` times both. Returned attentions stay fp32.
+    """
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    if precision == "bf16":
+        return torch.autocast(device_type, dtype=torch.bfloat16)
+    raise ValueError(f"precision must be one of 'fp32', 'bf16'; got {precision!r}")
+
+@dataclass
+class ViTOutput:
+    logits: torch.Tensor | None  # (B, num_classes), None for a backbone
+    pooled: torch.Tensor  # (B, D) the representation the head sees
+    last_hidden_state: torch.Tensor  # (B, T, D) after the final LayerNorm
+    attentions: tuple[torch.Tensor, ...] | None  # per block (B, heads, T, T), rows sum to 1
+    grid_size: tuple[int, int]  # patch grid (rows, cols) of this input
+    num_prefix_tokens: int  # tokens before the patches; T = num_prefix_tokens + rows * cols
+    readout: torch.Tensor  # (B, T) how much of each token's final state the head reads; rows sum to 1
+    pool_attention: torch.Tensor | None = None  # (B, heads, N) the pooling head's weights over patches ("map")
+    hidden_states: tuple[torch.Tensor, ...] | None = None  # per block, its output (B, T, D), on request
+
+class ViT(nn.Module):
+    """Vision Transformer returning logits and, on request, every block's attention weights."""
+
+    def __init__(self, config: ViTConfig):
+        super().__init__()
+        self.config = config
+        D = config.hidden_size
+        self.patch_embed = PatchEmbedding(config)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, D)) if config.class_token else None
+        self.dist_token = nn.Parameter(torch.zeros(1, 1, D)) if config.distillation_token else None
+        self.register_tokens = (
+            nn.Parameter(torch.zeros(1, config.num_register_tokens, D)) if config.num_register_tokens else None
+        )
+        rows, cols = config.grid_size
+        self.pos_embed = nn.Parameter(torch.zeros(1, config.prefix_positions + rows * cols, D))
+        self.pos_dropout = nn.Dropout(config.dropout)
+        self.norm_pre = nn.LayerNorm(D, eps=config.layer_norm_eps) if config.norm_pre else nn.Identity()
+        rates = [config.drop_path * i / max(1, config.num_layers - 1) for i in range(config.num_layers)]
+        self.blocks = nn.ModuleList(Block(config, rate) for rate in rates)
+        self.norm = nn.LayerNorm(D, eps=config.layer_norm_eps)
+        self.attn_pool = AttentionPool(config) if config.pooling == "map" else None
+        self.head = nn.Linear(config.pooled_size, config.num_classes) if config.num_classes > 0 else None
+        self.head_dist = nn.Linear(D, config.num_classes) if config.distillation_head and self.head else None
+        # Which attention kernel runs when no weights are asked for: "sdpa" (the fused
+        # scaled_dot_product_attention) or "eager" (the explicit softmax path). Same maths; on a
+        # CPU with short sequences "eager" is faster to train (bench/bench_train_step.py).
+        self.attn_implementation = "sdpa"
+        self._init_weights()
+
+    def _init_weights(self) -> None:
+        # truncated normal for tokens and linear layers, as in the ViT paper's reference code;
+        # a zero head so training starts from uniform predictions
+        for param in (self.cls_token, self.dist_token, self.register_tokens, self.pos_embed):
+            if param is not None:
+                nn.init.trunc_normal_(param, std=0.02)
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.trunc_normal_(module.weight, std=0.02)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+        fan_in = self.patch_embed.proj.in_channels * self.config.patch_size**2
+        nn.init.trunc_normal_(self.patch_embed.proj.weight, std=math.sqrt(1 / fan_in))
+        nn.init.zeros_(self.patch_embed.proj.bias)
+        if self.attn_pool is not None:
+            nn.init.trunc_normal_(self.attn_pool.query, std=0.02)
+        for head in (self.head, self.head_dist):
+            if head is not None:
+                nn.init.zeros_(head.weight)
+                nn.init.zeros_(head.bias)
+
+    def position_embeddings(self, rows: int, cols: int) -> torch.Tensor:
+        """Position embeddings for a rows x cols patch grid, (1, prefix + rows * cols, D).
+
+        At another grid than the training one, the patch part is resized with bicubic interpolation
+        (align_corners=False, antialiased if ``pos_embed_antialias``, as in timm and Hugging Face); prefix
+        tokens keep theirs. Without ``pos_embed_prefix`` there are none: (1, rows * cols, D).
+        """
+        train_rows, train_cols = self.config.grid_size
+        if (rows, cols) == (train_rows, train_cols):
+            return self.pos_embed
+        prefix = self.config.prefix_positions
+        prefix_pos, patch_pos = self.pos_embed[:, :prefix], self.pos_embed[:, prefix:]
+        D = patch_pos.shape[-1]
+        patch_pos = patch_pos.reshape(1, train_rows, train_cols, D).permute(0, 3, 1, 2)  # (1, D, r, c)
+        patch_pos = F.interpolate(patch_pos, size=(rows, cols), mode="bicubic", align_corners=False,
+                                  antialias=self.config.pos_embed_antialias)  # fmt: skip
+        patch_pos = patch_pos.permute(0, 2, 3, 1).reshape(1, rows * cols, D)  # (1, N, D)
+        return torch.cat([prefix_pos, patch_pos], dim=1)
+
+    def forward(
+        self,
+        pixel_values: torch.Tensor,
+        output_attentions: bool = False,
+        attention_sink: Callable[[int, torch.Tensor], None] | None = None,
+        output_hidden_states: bool = False,
+    ) -> ViTOutput:
+        """Classify a batch of images, shape (B, C, H, W) with H and W multiples of the patch size.
+
+        Any such size works, non-square too: position embeddings are interpolated to the grid.
+        ``attention_sink(block_index, weights)``, if given, receives each block's attention
+        weights (B, heads, T, T) as soon as they exist; unless ``output_attentions`` is also set
+        they are not kept, so statistics can be streamed without holding every T x T matrix.
+        ``output_hidden_states`` keeps every block's output tokens (before the final LayerNorm).
+        """
+        x, grid = self.embed(pixel_values)
+        attentions, hidden_states = [], []
+        need_weights = output_attentions or attention_sink is not None
+        if self.attn_implementation not in ("sdpa", "eager"):
+            raise ValueError(f"attn_implementation must be 'sdpa' or 'eager', not {self.attn_implementation!r}")
+        explicit = need_weights or self.attn_implementation == "eager"
+        for index, block in enumerate(self.blocks):
+            x, weights = block(x, need_weights=explicit)
+            if attention_sink is not None:
+                attention_sink(index, weights)
+            if output_attentions:
+                attentions.append(weights)
+            if output_hidden_states:
+                hidden_states.append(x)
+        return replace(
+            self.forward_head(x, grid),
+            attentions=tuple(attentions) if output_attentions else None,
+            hidden_states=tuple(hidden_states) if output_hidden_states else None,
+        )
+
+    def probabilities(self, logits: torch.Tensor) -> torch.Tensor:
+        """Logits (..., classes) -> probabilities in at least fp32: a softmax over the classes, or for a model trained
+        with a sigmoid loss (SigLIP) an independent sigmoid per class, whose values need not sum to 1."""
+        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+        return logits.sigmoid() if self.config.probabilities == "sigmoid" else logits.softmax(dim=-1)
+
+    def embed(self, pixel_values: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
+        """Patches, prefix tokens and position embeddings: the first block's input (B, T, D), and the grid."""
+        self._check_input(pixel_values)
+        B, _, H, W = pixel_values.shape
+        grid = (H // self.config.patch_size, W // self.config.patch_size)
+        x = self.patch_embed(pixel_values)  # (B, N, D)
+        prefix = [t.expand(B, -1, -1) for t in (self.cls_token, self.dist_token, self.register_tokens) if t is not None]
+        if self.config.pos_embed_prefix:  # concatenate, then add positions to every token
+            x = torch.cat([*prefix, x], dim=1) + self.position_embeddings(*grid)  # (B, T, D), T = prefix + N
+        else:  # positions for the patches only, then concatenate
+            x = torch.cat([*prefix, x + self.position_embeddings(*grid)], dim=1)
+        return self.norm_pre(self.pos_dropout(x)), grid
+
+    def forward_head(self, x: torch.Tensor, grid_size: tuple[int, int]) -> ViTOutput:
+        """Final LayerNorm, pooling and head on the last block's output tokens (B, T, D).
+
+        ``forward`` ends here. Given an earlier block's output instead, it reads that block as if it were
+        the last: the logit lens that LeGrad and ``vitviz.explain.logit_lens`` use.
+        """
+        if not self.config.fc_norm:
+            x = self.norm(x)  # (B, T, D)
+        pooled, readout, pool_attention = self._pool(x)
+        if self.config.fc_norm:
+            pooled = self.norm(pooled)
+        if self.head_dist is not None:  # DeiT at inference: the mean of the [CLS] and distillation heads
+            logits = (self.head(x[:, 0]) + self.head_dist(x[:, 1])) / 2
+        else:
+            logits = self.head(pooled) if self.head is not None else None
+        return ViTOutput(
+            logits=logits,
+            pooled=pooled,
+            last_hidden_state=x,
+            attentions=None,
+            grid_size=grid_size,
+            num_prefix_tokens=self.config.num_prefix_tokens,
+            readout=readout,
+            pool_attention=pool_attention,
+        )
+
+    def _pool(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """(B, T, D) -> the pooled vector, the weight the head gives each token (B, T), and for "map"
+        pooling the pooling head's attention (B, heads, N)."""
+        B, T, _ = x.shape
+        p = self.config.num_prefix_tokens
+        readout = x.new_zeros(B, T, dtype=torch.promote_types(x.dtype, torch.float32))
+        patches = x[:, p:]
+        pool_attention = None
+        if self.config.pooling == "map":
+            pooled, pool_attention = self.attn_pool(patches)
+            readout[:, p:] = pool_attention.mean(dim=1)
+        elif self.config.pooling == "mean":
+            pooled = patches.mean(dim=1)
+            readout[:, p:] = 1 / (T - p)
+        elif self.config.pooling == "cls+mean":  # DINOv2's classifier reads both, side by side
+            pooled = torch.cat([x[:, 0], patches.mean(dim=1)], dim=-1)
+            readout[:, 0], readout[:, p:] = 0.5, 0.5 / (T - p)
+        elif self.config.distillation_head:  # DeiT: both tokens, averaged (timm's pre-logits)
+            pooled = (x[:, 0] + x[:, 1]) / 2
+            readout[:, :2] = 0.5
+        else:
+            pooled = x[:, 0]
+            readout[:, 0] = 1.0
+        return pooled, readout, pool_attention
+
+    def _check_input(self, pixel_values: torch.Tensor) -> None:
+        c = self.config
+        if pixel_values.ndim != 4 or pixel_values.shape[1] != c.num_channels:
+            raise ValueError(
+                f"expected pixel_values of shape (B, {c.num_channels}, H, W), got {tuple(pixel_values.shape)}"
+            )
+        H, W = pixel_values.shape[-2:]
+        if H % c.patch_size or W % c.patch_size or H == 0 or W == 0:
+            raise ValueError(
+                f"image {H}x{W} is not a positive multiple of the patch size {c.patch_size}; "
+                f"resize or crop it, e.g. to {max(1, round(H / c.patch_size)) * c.patch_size}x"
+                f"{max(1, round(W / c.patch_size)) * c.patch_size}"
+            )
