@@ -103,7 +103,8 @@ def forward_timer(
     synchronize = torch.cuda.synchronize if device.type == "cuda" else (lambda device=None: None)
     timed = model.blocks[: len(model.blocks) if blocks is None else blocks]
     with torch.inference_mode():
-        tokens, _ = model.embed(pixels)  # (1, T, D) the first block's input
+        tokens, grid = model.embed(pixels)  # (1, T, D) the first block's input
+        rope = model.rotary_embedding(grid)
 
     def time_forward(precision: str) -> float:
         with torch.inference_mode(), autocast(precision, device.type):
@@ -111,7 +112,7 @@ def forward_timer(
             start = timer()
             x = tokens
             for block in timed:
-                x, _ = block(x, need_weights=True)  # (1, T, D), and the (1, heads, T, T) weights, dropped
+                x, _ = block(x, need_weights=True, rope=rope)  # (1, T, D); the (1, heads, T, T) weights dropped
             synchronize(device)
             return timer() - start
 

@@ -22,11 +22,12 @@ from vitviz.checkpoint import ModelLoadError, build_model
 from vitviz.hub import hub_file
 from vitviz.images import Preprocessing
 from vitviz.importers.common import add_zero_biases, rename
+from vitviz.importers.timm_eva import RULES as EVA_RULES
+from vitviz.importers.timm_eva import eva_config, join_qkv_biases
 from vitviz.model import ViT, ViTConfig
 
 # timm classes that are not plain ViTs, and the feature that keeps each out
 _OTHER_FAMILIES = {
-    "Eva": "rotary position embeddings (EVA, DINOv3)",
     "Beit": "relative position bias (BEiT)",
     "VisionTransformerRelPos": "relative position bias",
     "VisionTransformerSAM": "windowed attention with relative position (SAM)",
@@ -59,7 +60,10 @@ def from_timm(model: nn.Module) -> ViT:
     """
     config = timm_config(model)
     source = f"timm {type(model).__name__}"
-    state_dict = rename(model.state_dict(), _RULES, source=source)
+    if type(model).__name__ == "Eva":  # the rotary-embedding family (DINOv3)
+        state_dict = join_qkv_biases(rename(model.state_dict(), EVA_RULES, source=source))
+    else:
+        state_dict = rename(model.state_dict(), _RULES, source=source)
     return build_model(config, add_zero_biases(config, state_dict), source=source)
 
 
@@ -69,6 +73,8 @@ def timm_config(model: nn.Module) -> ViTConfig:
     from timm.models.vision_transformer import VisionTransformer
 
     name = type(model).__name__
+    if name == "Eva":
+        return eva_config(model)
     if not isinstance(model, VisionTransformer):
         for family, feature in _OTHER_FAMILIES.items():
             if name == family or name.startswith(family):

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Literal
 
+from vitviz.model.rotary import ROTARIES, Rotary
+
 Pooling = Literal["cls", "mean", "cls+mean", "map"]
 POOLINGS = ("cls", "mean", "cls+mean", "map")  # "map": a learned query attends to the patches (SigLIP)
 Activation = Literal["gelu", "gelu_tanh", "quick_gelu"]
@@ -40,6 +42,9 @@ class ViTConfig:
     layer_norm_eps: float = 1e-6  # torchvision uses 1e-6, Hugging Face 1e-12
     qkv_bias: bool = True  # bias in the query/key/value projection
     probabilities: Probabilities = "softmax"  # logits -> probabilities: softmax over classes, or a sigmoid each (SigLIP)
+    absolute_positions: bool = True  # a learned position table added to the tokens (DINOv3 has none: rotary only)
+    rotary: Rotary = "none"  # rotary position embeddings on the patch tokens' queries and keys: "dinov3"
+    rotary_temperature: float = 100.0  # the base of the rotary periods (DINOv3: 100)
 
     def __post_init__(self) -> None:
         if isinstance(self.image_size, (list, tuple)):  # lists come back from JSON and checkpoints
@@ -56,6 +61,10 @@ class ViTConfig:
             problems.append(f"pooling={self.pooling!r} needs class_token=True")
         if self.activation not in ACTIVATIONS:
             problems.append(f"activation must be one of {', '.join(ACTIVATIONS)}; got {self.activation!r}")
+        if self.rotary not in ROTARIES:
+            problems.append(f"rotary must be one of {', '.join(ROTARIES)}; got {self.rotary!r}")
+        elif self.rotary != "none" and (self.hidden_size // max(1, self.num_heads)) % 4:
+            problems.append(f"rotary embeddings need a head width divisible by 4; got {self.hidden_size // self.num_heads}")
         if self.probabilities not in PROBABILITIES:
             problems.append(f"probabilities must be one of {', '.join(PROBABILITIES)}; got {self.probabilities!r}")
         if self.distillation_token and not self.class_token:
@@ -105,7 +114,8 @@ class ViTConfig:
         mlp = linear(D, M) + linear(M, D)
         block = 2 * D + linear(D, 3 * D, self.qkv_bias) + linear(D, D) + 2 * D + mlp + (2 * D if self.layer_scale else 0)
         count = self.num_channels * self.patch_size**2 * D + D  # the patch convolution
-        count += self.num_prefix_tokens * D + (self.prefix_positions + rows * cols) * D  # tokens and positions
+        count += self.num_prefix_tokens * D  # the prefix tokens
+        count += (self.prefix_positions + rows * cols) * D if self.absolute_positions else 0  # the position table
         count += (2 * D if self.norm_pre else 0) + L * block + 2 * D  # the blocks and the final norm
         if self.pooling == "map":  # query, q, kv, proj, norm, MLP
             count += D + linear(D, D) + linear(D, 2 * D) + linear(D, D) + 2 * D + mlp

@@ -8,6 +8,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from vitviz.model.config import Activation, ViTConfig
+from vitviz.model.rotary import rotate
+
+Rope = tuple[torch.Tensor, torch.Tensor] | None  # (sin, cos) of the patch tokens, (N, head_dim) each, or None
 
 class PatchEmbedding(nn.Module):
     """Cut the image into non-overlapping patches and project each to D dimensions."""
@@ -34,11 +37,15 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size, bias=config.qkv_bias)
         self.attention_dropout = config.attention_dropout
         self.proj = nn.Linear(config.hidden_size, config.hidden_size)
+        self.num_prefix_tokens = config.num_prefix_tokens  # not rotated by rotary embeddings
 
-    def forward(self, x: torch.Tensor, need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def forward(self, x: torch.Tensor, need_weights: bool = False, rope: Rope = None
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:  # fmt: skip
         B, T, D = x.shape
         qkv = self.qkv(x).reshape(B, T, 3, self.num_heads, self.head_dim)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, heads, T, head_dim)
+        if rope is not None:  # the patch tokens' queries and keys turned by their positions
+            q, k = rotate(q, *rope, self.num_prefix_tokens), rotate(k, *rope, self.num_prefix_tokens)
         dropout_p = self.attention_dropout if self.training else 0.0
         if need_weights:
             # explicit path: the weights exist as a tensor, so they can be returned. The softmax
@@ -120,10 +127,11 @@ class Block(nn.Module):
         self.ls2 = LayerScale(config) if config.layer_scale else nn.Identity()
 
     def forward(
-        self, x: torch.Tensor, need_weights: bool = False, normed: torch.Tensor | None = None
+        self, x: torch.Tensor, need_weights: bool = False, normed: torch.Tensor | None = None, rope: Rope = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """``normed``, if given, stands in for norm1(x): Grad-CAM differentiates with respect to it."""
-        attended, weights = self.attn(self.norm1(x) if normed is None else normed, need_weights)
+        """``normed``, if given, stands in for norm1(x): Grad-CAM differentiates with respect to it. ``rope``: the
+        rotary embedding of this input's grid (``ViT.rotary_embedding``), for a rotary model."""
+        attended, weights = self.attn(self.norm1(x) if normed is None else normed, need_weights, rope)
         x = x + self.drop_path(self.ls1(self.dropout(attended)))  # (B, T, D)
         x = x + self.drop_path(self.ls2(self.mlp(self.norm2(x))))  # (B, T, D)
         return x, weights

@@ -23,7 +23,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from vitviz.model.config import ViTConfig
-from vitviz.model.layers import AttentionPool, Block, PatchEmbedding
+from vitviz.model.layers import AttentionPool, Block, PatchEmbedding, Rope
+from vitviz.model.rotary import rotary_sin_cos
 
 Precision = Literal["fp32", "bf16"]
 
@@ -66,7 +67,8 @@ class ViT(nn.Module):
             nn.Parameter(torch.zeros(1, config.num_register_tokens, D)) if config.num_register_tokens else None
         )
         rows, cols = config.grid_size
-        self.pos_embed = nn.Parameter(torch.zeros(1, config.prefix_positions + rows * cols, D))
+        positions = config.prefix_positions + rows * cols
+        self.pos_embed = nn.Parameter(torch.zeros(1, positions, D)) if config.absolute_positions else None
         self.pos_dropout = nn.Dropout(config.dropout)
         self.norm_pre = nn.LayerNorm(D, eps=config.layer_norm_eps) if config.norm_pre else nn.Identity()
         rates = [config.drop_path * i / max(1, config.num_layers - 1) for i in range(config.num_layers)]
@@ -102,13 +104,23 @@ class ViT(nn.Module):
                 nn.init.zeros_(head.weight)
                 nn.init.zeros_(head.bias)
 
-    def position_embeddings(self, rows: int, cols: int) -> torch.Tensor:
+    def rotary_embedding(self, grid: tuple[int, int]) -> Rope:
+        """(sin, cos) of a rows x cols grid's patch tokens for a rotary model (each (N, head_dim), fp32), else None.
+        Every block rotates its queries and keys by it; computed once per forward pass."""
+        c = self.config
+        device = self.patch_embed.proj.weight.device
+        return rotary_sin_cos(c.rotary, grid, c.hidden_size // c.num_heads, c.rotary_temperature, device)
+
+    def position_embeddings(self, rows: int, cols: int) -> torch.Tensor | None:
         """Position embeddings for a rows x cols patch grid, (1, prefix + rows * cols, D).
 
         At another grid than the training one, the patch part is resized with bicubic interpolation
         (align_corners=False, antialiased if ``pos_embed_antialias``, as in timm and Hugging Face); prefix
-        tokens keep theirs. Without ``pos_embed_prefix`` there are none: (1, rows * cols, D).
+        tokens keep theirs. Without ``pos_embed_prefix`` there are none: (1, rows * cols, D). A rotary model
+        without a position table (``absolute_positions=False``): None.
         """
+        if self.pos_embed is None:
+            return None
         train_rows, train_cols = self.config.grid_size
         if (rows, cols) == (train_rows, train_cols):
             return self.pos_embed
@@ -142,8 +154,9 @@ class ViT(nn.Module):
         if self.attn_implementation not in ("sdpa", "eager"):
             raise ValueError(f"attn_implementation must be 'sdpa' or 'eager', not {self.attn_implementation!r}")
         explicit = need_weights or self.attn_implementation == "eager"
+        rope = self.rotary_embedding(grid)
         for index, block in enumerate(self.blocks):
-            x, weights = block(x, need_weights=explicit)
+            x, weights = block(x, need_weights=explicit, rope=rope)
             if attention_sink is not None:
                 attention_sink(index, weights)
             if output_attentions:
@@ -169,7 +182,9 @@ class ViT(nn.Module):
         grid = (H // self.config.patch_size, W // self.config.patch_size)
         x = self.patch_embed(pixel_values)  # (B, N, D)
         prefix = [t.expand(B, -1, -1) for t in (self.cls_token, self.dist_token, self.register_tokens) if t is not None]
-        if self.config.pos_embed_prefix:  # concatenate, then add positions to every token
+        if self.pos_embed is None:  # rotary only: the blocks rotate queries and keys instead
+            x = torch.cat([*prefix, x], dim=1)
+        elif self.config.pos_embed_prefix:  # concatenate, then add positions to every token
             x = torch.cat([*prefix, x], dim=1) + self.position_embeddings(*grid)  # (B, T, D), T = prefix + N
         else:  # positions for the patches only, then concatenate
             x = torch.cat([*prefix, x + self.position_embeddings(*grid)], dim=1)
