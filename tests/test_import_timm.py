@@ -30,6 +30,8 @@ def perturbed(name: str, **kwargs) -> torch.nn.Module:
                 param.normal_(std=0.5)
             elif param_name.startswith("head"):
                 param.normal_(std=0.05)
+            elif param_name.endswith("attn.qkv.weight"):  # scores of a few units: peaked, position-sensitive attention
+                param.normal_(std=0.06)
             else:
                 param.add_(torch.randn_like(param), alpha=0.02)
     return model
@@ -81,6 +83,12 @@ FAMILIES = [
     ("vit_small_patch16_384", {}, dict(image_size=(384, 384), grid_size=(24, 24))),
     ("vit_base_patch16_clip_quickgelu_224", {}, dict(activation="quick_gelu")),
     ("vit_base_patch16_224.mae", {}, dict(num_classes=0)),
+    # DINOv3 (timm's Eva class), cut to two blocks: rotary embeddings instead of a position table, 4 storage tokens
+    ("vit_small_patch16_dinov3", {"depth": 2}, dict(rotary="dinov3", absolute_positions=False, num_register_tokens=4,
+                                                    layer_scale=True, pooling="mean", qkv_bias=False)),
+    ("vit_base_patch16_dinov3_qkvb", {"depth": 2}, dict(rotary="dinov3", qkv_bias=True, layer_norm_eps=1e-5)),
+    ("vit_large_patch16_dinov3", {"depth": 2, "global_pool": "token", "num_classes": 10},
+     dict(rotary="dinov3", pooling="cls", num_classes=10, hidden_size=1024)),
 ]
 
 
@@ -103,6 +111,7 @@ def test_timm_family_reproduces_outputs_and_every_attention(name, kwargs, expect
         ("deit_base_distilled_patch16_224", {}),  # position embeddings with a prefix part
         ("vit_base_patch14_reg4_dinov2", {"img_size": 224}),  # without one (no_embed_class)
         ("vit_base_patch16_siglip_224", {}),
+        ("vit_small_patch16_dinov3", {"depth": 2}),  # rotary embeddings on a non-square grid
     ],
 )
 def test_non_square_input_matches_timm_dynamic_img_size(name, kwargs):
@@ -112,6 +121,21 @@ def test_non_square_input_matches_timm_dynamic_img_size(name, kwargs):
     output_difference, attention_difference, output = compare(model, images)
     assert output.grid_size == (10, 17)
     assert output_difference <= RTOL and attention_difference <= RTOL
+
+
+def test_dinov3s_rotary_embedding_is_what_makes_it_match():
+    """Without its rotary embedding the converted DINOv3 is far from timm's: the test above would notice one lost."""
+    import dataclasses
+
+    model = perturbed("vit_small_patch16_dinov3", depth=2, global_pool="token")
+    images = torch.randn(1, 3, 96, 160)
+    converted = vitviz.from_timm(model)
+    no_rotary = vitviz.ViT(dataclasses.replace(converted.config, rotary="none")).eval()
+    no_rotary.load_state_dict(converted.state_dict())
+    with torch.no_grad():
+        expected = model(images)
+        assert (converted(images).pooled - expected).abs().max() <= RTOL
+        assert (no_rotary(images).pooled - expected).abs().max() > 0.01
 
 
 def test_siglip_pooling_weights_come_back_with_the_output():

@@ -341,3 +341,38 @@ def test_half_precision_weights_and_autocast_run_both_attention_paths(dtype, fam
     assert attentions[0].dtype == torch.float32  # the softmax runs in fp32: rows sum to 1 at fp32 precision
     torch.testing.assert_close(attentions[-1].sum(-1), torch.ones_like(attentions[-1][..., 0]))
     assert autocast_output.attentions[0].dtype == torch.float32
+
+
+def test_rotary_rotation_leaves_prefix_tokens_and_lengths_alone_and_depends_on_relative_position():
+    from vitviz.model.rotary import rotary_sin_cos, rotate
+
+    torch.manual_seed(0)
+    grid, head_dim, prefix = (4, 6), 16, 2
+    sin, cos = rotary_sin_cos("dinov3", grid, head_dim, 100.0)
+    assert sin.shape == cos.shape == (24, 16)
+    q = torch.randn(1, 1, prefix + 24, head_dim)
+    rotated = rotate(q, sin, cos, prefix)
+    assert torch.equal(rotated[:, :, :prefix], q[:, :, :prefix])  # [CLS] and registers are not rotated
+    assert torch.allclose(rotated.norm(dim=-1), q.norm(dim=-1), atol=1e-5)  # a rotation keeps lengths
+    # one query and one key placed at every patch: their score depends only on the offset between the two patches
+    q1, k1 = torch.randn(head_dim), torch.randn(head_dim)
+    qs = rotate(q1.expand(1, 1, 24, head_dim), sin, cos, 0)[0, 0]
+    ks = rotate(k1.expand(1, 1, 24, head_dim), sin, cos, 0)[0, 0]
+    index = lambda r, c: r * grid[1] + c  # noqa: E731
+    assert torch.allclose(qs[index(0, 1)] @ ks[index(1, 3)], qs[index(2, 2)] @ ks[index(3, 4)], atol=1e-5)
+    assert not torch.allclose(qs[index(0, 1)] @ ks[index(1, 3)], qs[index(0, 1)] @ ks[index(3, 4)], atol=1e-3)
+
+
+def test_a_rotary_model_agrees_between_fused_and_explicit_attention_and_has_no_position_table():
+    config = ViTConfig(image_size=32, patch_size=8, hidden_size=32, num_layers=2, num_heads=2, mlp_size=64,
+                       num_classes=3, num_register_tokens=2, absolute_positions=False, rotary="dinov3")
+    model = ViT(config).eval()
+    assert model.pos_embed is None and config.num_parameters == sum(p.numel() for p in model.parameters())
+    with torch.no_grad():
+        for param in model.parameters():
+            param.normal_(std=0.3)
+        x = torch.randn(2, 3, 32, 48)  # non-square: a 4 x 6 grid
+        fused, explicit = model(x), model(x, output_attentions=True)
+    assert torch.allclose(fused.logits, explicit.logits, atol=1e-5)
+    with pytest.raises(ValueError, match="head width divisible by 4"):
+        ViTConfig(hidden_size=36, num_heads=6, rotary="dinov3")
