@@ -874,3 +874,22 @@ def test_any_timm_or_hugging_face_spec_can_be_typed(default_model, offline_hub):
     assert not at.exception and "Could not load model `hf:google/vit-base-patch16-224`" in at.error[0].value
     at.sidebar.text_input[0].set_value("timm:no_such_model").run()
     assert not at.exception and "timm has no model 'no_such_model'" in at.error[0].value
+
+
+DINOV3_STYLE = dict(num_register_tokens=4, layer_scale=True, absolute_positions=False, rotary="dinov3",
+                    layer_norm_eps=1e-5, pooling="mean")  # fmt: skip
+
+
+def test_a_dinov3_style_model_renders_every_tab_with_its_storage_tokens_and_rotary_anatomy(tmp_path, monkeypatch):
+    at = model_app(tiny_checkpoint(tmp_path / "dinov3.pt", **DINOV3_STYLE), monkeypatch)
+    assert "Tokens: [CLS] + 4 registers, then the patches" in at.sidebar.caption[0].value
+    seen = render_every_tab(at)
+    assert "Rotary embedding: how alike two patches' rotations are" in seen["Model anatomy"]["subheaders"]
+    assert "Position-embedding similarity" not in seen["Model anatomy"]["subheaders"]
+    open_tab(at, "Tokens")
+    bars = next(f for f in figures(at) if f["layout"].get("barmode") == "stack")
+    assert [trace["name"] for trace in bars["data"]] == ["[CLS]", *(f"register {i}" for i in range(1, 5)), "patches"]
+    model = vitviz.load_model(tmp_path / "dinov3.pt")
+    sin, cos = model.rotary_embedding(model.config.grid_size)
+    similarity = explain.rotary_similarity(sin, cos, model.config.grid_size)
+    assert similarity[1, 2, 1, 2] == pytest.approx(1.0) and similarity[0, 0, 3, 3] < similarity[0, 0, 0, 1]

@@ -271,6 +271,10 @@ def _figure(builder: str, *args, **kwargs) -> go.Figure:
 def model_anatomy(_model, model_spec: str) -> dict:
     """Weights-only views, computed once per model."""
     c = _model.config
-    similarity = explain.position_embedding_similarity(_model.pos_embed.detach(), c.grid_size, c.prefix_positions)
+    if _model.pos_embed is None:  # a rotary model: how alike the rotations of two patches are
+        sin, cos = _model.rotary_embedding(c.grid_size)
+        similarity = explain.rotary_similarity(sin.cpu(), cos.cpu(), c.grid_size)
+    else:
+        similarity = explain.position_embedding_similarity(_model.pos_embed.detach(), c.grid_size, c.prefix_positions)
     components, explained = explain.patch_embedding_components(_model.patch_embed.proj.weight, count=16)
     return {"similarity": similarity, "components": components, "explained": explained}

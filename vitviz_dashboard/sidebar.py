@@ -28,6 +28,8 @@ CURATED_MODELS = {
     "DeiT-B/16 distilled (timm)": "timm:deit_base_distilled_patch16_224.fb_in1k",
     "DINO ViT-S/8 (timm)": "timm:vit_small_patch8_224.dino",
     "DINOv2-B/14 with registers (timm)": "timm:vit_base_patch14_reg4_dinov2.lvd142m",
+    "DINOv3 ViT-S/16 (timm)": "timm:vit_small_patch16_dinov3.lvd1689m",
+    "DINOv3 ViT-B/16 (timm)": "timm:vit_base_patch16_dinov3.lvd1689m",
     "CLIP ViT-B/16 with its text tower (OpenAI, open_clip)": "open_clip:ViT-B-16/openai",
     "SigLIP B/16 with its text tower (open_clip)": "open_clip:ViT-B-16-SigLIP/webli",
     "SigLIP B/16 with its text tower (Hugging Face, google)": "hf:google/siglip-base-patch16-224",

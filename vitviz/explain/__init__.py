@@ -8,7 +8,7 @@
     lens.py          the patch-level logit lens: every token of every block read by the head
     methods.py       every map method by name: what the CLI, the benchmark and the dashboard compute
     sanity.py        the model-randomisation sanity check (Adebayo et al. 2018)
-    statistics.py    attention distance and entropy, position embeddings, patch-embedding filters
+    statistics.py    attention distance and entropy, position embeddings (or rotary phases), patch-embedding filters
     tokens.py        attention to prefix tokens, token norms, the attention-pooling head
     faithfulness.py  perturbation curves
     common.py        argument checks, the grid, the readout
@@ -39,7 +39,7 @@ from vitviz.explain.gradcam import grad_cam, norm1_gradients
 from vitviz.explain.lens import LogitLens, logit_lens, token_logits
 from vitviz.explain.methods import CLASS_SPECIFIC, METHODS, MethodMaps, method_maps
 from vitviz.explain.sanity import MapMethod, SanityCheck, cascading_randomization, spearman_correlation
-from vitviz.explain.statistics import attention_entropy, mean_attention_distance, patch_distances, patch_embedding_components, position_embedding_similarity
+from vitviz.explain.statistics import attention_entropy, mean_attention_distance, patch_distances, patch_embedding_components, position_embedding_similarity, rotary_similarity
 from vitviz.explain.tokens import attention_to_prefix_tokens, high_norm_patches, pooling_attention, token_norms
 from vitviz.explain.faithfulness import Baseline, area_under_curve, faithfulness, fraction_replaced, gaussian_blur, perturbation_curve
 
@@ -84,6 +84,7 @@ __all__ = [
     "perturbation_curve",
     "pooling_attention",
     "position_embedding_similarity",
+    "rotary_similarity",
     "query_attention",
     "readout_attention_all",
     "spearman_correlation",

@@ -33,17 +33,26 @@ def draw(page: Page) -> None:
     similarity = anatomy["similarity"]
     # the two pictures below each get the page's width: side by side, the similarity grid shrank to a
     # few pixels a map on an 800 px page
-    st.subheader("Position-embedding similarity")
-    st.caption("Cosine similarity of one patch's position embedding (the one named above each map, outlined in "
-               "it) with every other patch's, on one shared scale (the colorbar). A learned grid shows as a bright "
-               "blob around each patch, often with its row and column (Dosovitskiy et al. 2020, Fig. 7).")  # fmt: skip
+    rotary = model.pos_embed is None
+    if rotary:
+        st.subheader("Rotary embedding: how alike two patches' rotations are")
+        st.caption("This model has no learned position table: every block rotates the patch tokens' queries and keys "
+                   f"by angles set by their position ({model.config.rotary} rotary embedding), so a score depends on "
+                   "where two patches are relative to each other. Each map: for the patch named above it (outlined), "
+                   "the mean over channels of cos(its angle - another patch's angle), the factor by which the "
+                   "rotation scales a query there against the same key elsewhere, on one shared scale.")  # fmt: skip
+    else:
+        st.subheader("Position-embedding similarity")
+        st.caption("Cosine similarity of one patch's position embedding (the one named above each map, outlined in "
+                   "it) with every other patch's, on one shared scale (the colorbar). A learned grid shows as a bright "
+                   "blob around each patch, often with its row and column (Dosovitskiy et al. 2020, Fig. 7).")  # fmt: skip
     step = max(1, max(rows, cols) // 7)  # at most about 7 x 7 small maps
     picks = [(r, c) for r in range(0, rows, step) for c in range(0, cols, step)]
     # one shared scale (a colorbar), each map's own patch outlined
     st.plotly_chart(cached_figure("grid_figure", torch.stack([similarity[r, c] for r, c in picks]),
                                   [f"({r},{c})" for r, c in picks], len(range(0, cols, step)), "viridis",
                                   rescale_each=False, marks=picks, height=520), theme=None)  # fmt: skip
-    chart_download(st, page, "position-embedding similarity",
+    chart_download(st, page, "rotary similarity" if rotary else "position-embedding similarity",
                    {"similarity": similarity.numpy()})  # (rows, cols, rows, cols): every patch, not only those shown
     st.subheader("Patch-embedding filters: principal components")
     st.caption("The first principal components of the linear patch embedding's filters, as RGB pictures, with "
