@@ -30,7 +30,8 @@ def perturbed(name: str, **kwargs) -> torch.nn.Module:
                 param.normal_(std=0.5)
             elif param_name.startswith("head"):
                 param.normal_(std=0.05)
-            elif param_name.endswith("attn.qkv.weight"):  # scores of a few units: peaked, position-sensitive attention
+            elif param_name.endswith(("attn.qkv.weight", "attn.q_proj.weight", "attn.k_proj.weight")):
+                # scores of a few units: peaked, position-sensitive attention
                 param.normal_(std=0.06)
             else:
                 param.add_(torch.randn_like(param), alpha=0.02)
@@ -89,6 +90,17 @@ FAMILIES = [
     ("vit_base_patch16_dinov3_qkvb", {"depth": 2}, dict(rotary="dinov3", qkv_bias=True, layer_norm_eps=1e-5)),
     ("vit_large_patch16_dinov3", {"depth": 2, "global_pool": "token", "num_classes": 10},
      dict(rotary="dinov3", pooling="cls", num_classes=10, hidden_size=1024)),
+    ("vit_small_plus_patch16_dinov3", {"depth": 2}, dict(rotary="dinov3", gated_mlp=True, mlp_norm=False)),
+    # EVA-02 (timm's Eva class): a position table and EVA's rotary embedding, SwiGLU packed (T, S) or split with a
+    # norm inside (B, L), the CLIP tower's norm on the attention output; timm's rope ViTs (column-first frequencies)
+    ("eva02_tiny_patch14_224", {"depth": 2}, dict(rotary="eva", gated_mlp=True, mlp_norm=False,
+                                                  rotary_reference_grid=(16, 16), absolute_positions=True)),
+    ("eva02_small_patch14_224", {"depth": 2}, dict(rotary="eva", gated_mlp=True, rotary_temperature=10000.0)),
+    ("eva02_base_patch14_224", {"depth": 2}, dict(rotary="eva", gated_mlp=True, mlp_norm=True, fc_norm=True)),
+    ("eva02_large_patch14_224", {"depth": 2}, dict(rotary="eva", gated_mlp=True, mlp_norm=True, hidden_size=1024)),
+    ("eva02_base_patch16_clip_224", {"depth": 2}, dict(rotary="eva", attention_norm=True, pooling="cls")),
+    ("vit_base_patch16_rope_224", {"depth": 2}, dict(rotary="eva", rotary_column_first=True, layer_scale=True,
+                                                     rotary_reference_grid=None, absolute_positions=False)),
 ]
 
 
@@ -112,6 +124,8 @@ def test_timm_family_reproduces_outputs_and_every_attention(name, kwargs, expect
         ("vit_base_patch14_reg4_dinov2", {"img_size": 224}),  # without one (no_embed_class)
         ("vit_base_patch16_siglip_224", {}),
         ("vit_small_patch16_dinov3", {"depth": 2}),  # rotary embeddings on a non-square grid
+        ("eva02_small_patch14_224", {"depth": 2}),  # ... rescaled onto the pretraining grid, with a position table
+        ("vit_base_patch16_rope_224", {"depth": 2}),
     ],
 )
 def test_non_square_input_matches_timm_dynamic_img_size(name, kwargs):
@@ -123,12 +137,14 @@ def test_non_square_input_matches_timm_dynamic_img_size(name, kwargs):
     assert output_difference <= RTOL and attention_difference <= RTOL
 
 
-def test_dinov3s_rotary_embedding_is_what_makes_it_match():
-    """Without its rotary embedding the converted DINOv3 is far from timm's: the test above would notice one lost."""
+@pytest.mark.parametrize("name", ["vit_small_patch16_dinov3", "eva02_small_patch14_224", "vit_base_patch16_rope_224"])
+def test_the_rotary_embedding_is_what_makes_it_match(name):
+    """Without its rotary embedding the converted model is far from timm's: the tests above would notice one lost."""
     import dataclasses
 
-    model = perturbed("vit_small_patch16_dinov3", depth=2, global_pool="token")
-    images = torch.randn(1, 3, 96, 160)
+    model = perturbed(name, depth=2, global_pool="token", dynamic_img_size=True, num_classes=0)
+    patch = model.patch_embed.patch_size[0]
+    images = torch.randn(1, 3, 6 * patch, 10 * patch)  # non-square, and not the training grid
     converted = vitviz.from_timm(model)
     no_rotary = vitviz.ViT(dataclasses.replace(converted.config, rotary="none")).eval()
     no_rotary.load_state_dict(converted.state_dict())
@@ -163,7 +179,7 @@ def test_siglip_pooling_weights_come_back_with_the_output():
 @pytest.mark.parametrize(
     "build,feature",
     [
-        (lambda: timm.create_model("eva02_tiny_patch14_224", depth=1), "rotary position embeddings"),
+        (lambda: timm.create_model("vit_base_patch16_rope_mixed_224", depth=1), "learned per-head rotary frequencies"),
         (lambda: timm.create_model("beit_base_patch16_224", depth=1), "relative position bias"),
         (lambda: timm.create_model("vit_small_patch16_224", depth=1, qk_norm=True), "q/k normalisation"),
         (lambda: timm.create_model("vit_small_patch16_224", depth=1, mlp_layer=timm.layers.SwiGLUPacked,
@@ -172,7 +188,7 @@ def test_siglip_pooling_weights_come_back_with_the_output():
         (lambda: timm.create_model("vit_small_patch16_224", depth=1, global_pool="max"), "global_pool='max'"),
         (lambda: torch.nn.Linear(2, 2), "expected a timm VisionTransformer"),
     ],
-    ids=["eva", "beit", "qk_norm", "swiglu", "parallel", "max_pool", "not_timm"],
+    ids=["rope_mixed", "beit", "qk_norm", "swiglu", "parallel", "max_pool", "not_timm"],
 )
 def test_what_cannot_be_reproduced_is_refused_by_name(build, feature):
     with pytest.raises(ModelLoadError, match=feature):

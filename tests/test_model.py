@@ -343,21 +343,22 @@ def test_half_precision_weights_and_autocast_run_both_attention_paths(dtype, fam
     assert autocast_output.attentions[0].dtype == torch.float32
 
 
-def test_rotary_rotation_leaves_prefix_tokens_and_lengths_alone_and_depends_on_relative_position():
-    from vitviz.model.rotary import rotary_sin_cos, rotate
+@pytest.mark.parametrize("kind", ["dinov3", "eva"])
+def test_rotary_rotation_leaves_prefix_tokens_and_lengths_alone_and_depends_on_relative_position(kind):
+    from vitviz.model.rotary import rotary_embedding, rotate
 
     torch.manual_seed(0)
     grid, head_dim, prefix = (4, 6), 16, 2
-    sin, cos = rotary_sin_cos("dinov3", grid, head_dim, 100.0)
-    assert sin.shape == cos.shape == (24, 16)
+    rope = rotary_embedding(kind, grid, head_dim, 100.0, reference_grid=(8, 8) if kind == "eva" else None)
+    assert rope.sin.shape == rope.cos.shape == (24, 16) and rope.interleaved == (kind == "eva")
     q = torch.randn(1, 1, prefix + 24, head_dim)
-    rotated = rotate(q, sin, cos, prefix)
+    rotated = rotate(q, rope, prefix)
     assert torch.equal(rotated[:, :, :prefix], q[:, :, :prefix])  # [CLS] and registers are not rotated
     assert torch.allclose(rotated.norm(dim=-1), q.norm(dim=-1), atol=1e-5)  # a rotation keeps lengths
     # one query and one key placed at every patch: their score depends only on the offset between the two patches
     q1, k1 = torch.randn(head_dim), torch.randn(head_dim)
-    qs = rotate(q1.expand(1, 1, 24, head_dim), sin, cos, 0)[0, 0]
-    ks = rotate(k1.expand(1, 1, 24, head_dim), sin, cos, 0)[0, 0]
+    qs = rotate(q1.expand(1, 1, 24, head_dim), rope, 0)[0, 0]
+    ks = rotate(k1.expand(1, 1, 24, head_dim), rope, 0)[0, 0]
     index = lambda r, c: r * grid[1] + c  # noqa: E731
     assert torch.allclose(qs[index(0, 1)] @ ks[index(1, 3)], qs[index(2, 2)] @ ks[index(3, 4)], atol=1e-5)
     assert not torch.allclose(qs[index(0, 1)] @ ks[index(1, 3)], qs[index(0, 1)] @ ks[index(3, 4)], atol=1e-3)

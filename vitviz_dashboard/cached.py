@@ -272,8 +272,8 @@ def model_anatomy(_model, model_spec: str) -> dict:
     """Weights-only views, computed once per model."""
     c = _model.config
     if _model.pos_embed is None:  # a rotary model: how alike the rotations of two patches are
-        sin, cos = _model.rotary_embedding(c.grid_size)
-        similarity = explain.rotary_similarity(sin.cpu(), cos.cpu(), c.grid_size)
+        rope = _model.rotary_embedding(c.grid_size)
+        similarity = explain.rotary_similarity(rope.sin.cpu(), rope.cos.cpu(), c.grid_size)
     else:
         similarity = explain.position_embedding_similarity(_model.pos_embed.detach(), c.grid_size, c.prefix_positions)
     components, explained = explain.patch_embedding_components(_model.patch_embed.proj.weight, count=16)

@@ -23,7 +23,7 @@ from vitviz.hub import hub_file
 from vitviz.images import Preprocessing
 from vitviz.importers.common import add_zero_biases, rename
 from vitviz.importers.timm_eva import RULES as EVA_RULES
-from vitviz.importers.timm_eva import eva_config, join_qkv_biases
+from vitviz.importers.timm_eva import eva_config, join_qkv_biases, split_packed_swiglu
 from vitviz.model import ViT, ViTConfig
 
 # timm classes that are not plain ViTs, and the feature that keeps each out
@@ -62,6 +62,7 @@ def from_timm(model: nn.Module) -> ViT:
     source = f"timm {type(model).__name__}"
     if type(model).__name__ == "Eva":  # the rotary-embedding family (DINOv3)
         state_dict = join_qkv_biases(rename(model.state_dict(), EVA_RULES, source=source))
+        state_dict = split_packed_swiglu(state_dict, config)
     else:
         state_dict = rename(model.state_dict(), _RULES, source=source)
     return build_model(config, add_zero_biases(config, state_dict), source=source)

@@ -1,10 +1,12 @@
 """timm's ``Eva`` class into vitviz's ViT: the rotary-embedding family.
 
-Converted so far: DINOv3 with its GELU MLP (ViT-S/16, B/16, L/16, with or without ``_qkvb``): 4 storage tokens
-(vitviz's registers), LayerScale, no learned position table, DINOv3's axial rotary embedding on the patch tokens,
-the key bias fixed at zero. Like ``from_timm``, the architecture is read from the modules, and what vitviz's ViT
-cannot reproduce yet (SwiGLU MLPs, EVA's interleaved rotary embedding, q/k norms, norms inside the attention or
-the MLP, attention-pooling heads...) is refused by name. Called by ``vitviz.importers.timm.from_timm``.
+Converted: DINOv3 (S/16, S+/16, B/16, L/16, H+/16, with or without ``_qkvb``: 4 storage tokens as vitviz's
+registers, LayerScale, no position table, DINOv3's axial rotary embedding, GELU or SwiGLU MLPs), EVA-02 (T, S, B, L
+and the CLIP image towers: a learned position table and EVA's rotary embedding, SwiGLU packed or split, the norm
+inside the MLP and the one on the attention output) and timm's ``vit_*_rope_*`` ViTs. Eva has no key bias: q and
+v biases are joined with zeros. Like ``from_timm``, the architecture is read from the modules, and what vitviz's
+ViT cannot reproduce yet (q/k norms, learned per-head rotary frequencies, attention-pooling heads, RMSNorm...) is
+refused by name. Called by ``vitviz.importers.timm.from_timm``.
 """
 
 from __future__ import annotations
@@ -23,6 +25,11 @@ RULES = [
     (r"blocks\.(\d+)\.gamma_([12])", r"blocks.\1.ls\2.gamma"),
     (r"blocks\.(\d+)\.(norm1|norm2|attn\.qkv|attn\.proj|mlp\.fc1|mlp\.fc2)\.", r"blocks.\1.\2."),
     (r"blocks\.(\d+)\.attn\.(q|v)_bias", r"blocks.\1.attn.\2_bias"),  # joined with a zero key bias below
+    (r"blocks\.(\d+)\.attn\.(q|k|v)_proj\.", r"blocks.\1.attn.\2_proj."),  # joined into qkv below
+    (r"blocks\.(\d+)\.attn\.norm\.", r"blocks.\1.attn.norm."),
+    (r"blocks\.(\d+)\.mlp\.fc1_g\.", r"blocks.\1.mlp.gate."),  # SwiGLU, split: the gate, then the value
+    (r"blocks\.(\d+)\.mlp\.fc1_x\.", r"blocks.\1.mlp.fc1."),
+    (r"blocks\.(\d+)\.mlp\.norm\.", r"blocks.\1.mlp.norm."),
     (r"(norm|fc_norm)\.", r"norm."),  # exactly one of the two has weights
     (r"head\.", r"head."),
 ]
@@ -30,9 +37,9 @@ RULES = [
 
 def eva_config(model: nn.Module) -> ViTConfig:
     """The ViTConfig that reproduces a timm Eva model, or a ModelLoadError naming what it cannot reproduce yet."""
-    from timm.layers import LayerNorm, Mlp, PatchEmbed
-    from timm.layers.pos_embed_sincos import RotaryEmbeddingDinoV3
-    from timm.models.eva import EvaAttention, EvaBlock
+    from timm.layers import GluMlp, LayerNorm, Mlp, PatchEmbed, SwiGLU
+    from timm.layers.pos_embed_sincos import RotaryEmbeddingCat, RotaryEmbeddingDinoV3
+    from timm.models.eva import EvaBlock
 
     def refuse(feature: str):
         raise ModelLoadError(f"this timm Eva model uses {feature}, which vitviz's ViT does not have yet")
@@ -47,37 +54,35 @@ def eva_config(model: nn.Module) -> ViTConfig:
         refuse("an attention-pooling head (Perception Encoder)")
     if not isinstance(model.norm_pre, nn.Identity):
         refuse("a norm before the blocks")
-    rope = model.rope
-    if rope is not None and not isinstance(rope, RotaryEmbeddingDinoV3):
-        refuse(f"{type(rope).__name__}: EVA's interleaved rotary position embeddings (EVA-02, the Perception "
-               "Encoder) or learned per-head frequencies (rope_mixed)")  # fmt: skip
-    if rope is not None and (rope.min_period is not None or rope.normalize_coords != "separate" or rope.grid_offset
-                             or rope.grid_indexing != "ij" or not rope.rotate_half):  # fmt: skip
-        refuse("a DINOv3 rotary embedding with other coordinates or periods")
+    rotary = _rotary(model.rope, refuse, RotaryEmbeddingCat, RotaryEmbeddingDinoV3)
     blocks = list(model.blocks)
     first = blocks[0]
     if any(type(block) is not EvaBlock for block in blocks):
         refuse(f"{type(blocks[0]).__name__} blocks")
     attn, mlp = first.attn, first.mlp
-    if type(attn) is not EvaAttention or attn.qkv is None:
-        refuse(f"{type(attn).__name__} with separate q, k and v projections")
+    if type(attn).__name__ not in ("EvaAttention", "AttentionRope") or getattr(attn, "num_kv_groups", 1) != 1:
+        refuse(f"{type(attn).__name__} (grouped-query attention?)")
     if not (isinstance(attn.q_norm, nn.Identity) and isinstance(attn.k_norm, nn.Identity)):
         refuse("q/k normalisation")
-    if not isinstance(attn.norm, nn.Identity):
-        refuse("a norm on the attention output (scale_attn_inner)")
-    if attn.gate is not None:
+    if getattr(attn, "gate", None) is not None:
         refuse("gated attention")
     if attn.head_dim * attn.num_heads != model.embed_dim:
         refuse("a head width other than embed_dim / num_heads")
-    if type(mlp) is not Mlp:
-        refuse(f"a {type(mlp).__name__} MLP (SwiGLU)")
-    if not isinstance(mlp.norm, nn.Identity):
-        refuse("a norm inside the MLP (scale_mlp)")
-    if type(mlp.act) is not nn.GELU or mlp.act.approximate != "none":
-        refuse(f"the activation {type(mlp.act).__name__}")
+    attention_norm = not isinstance(getattr(attn, "norm", nn.Identity()), nn.Identity)
+    if type(mlp) is Mlp:
+        gated, hidden = False, mlp.fc1.out_features
+        if type(mlp.act) is not nn.GELU or mlp.act.approximate != "none":
+            refuse(f"the activation {type(mlp.act).__name__}")
+    elif type(mlp) in (GluMlp, SwiGLU):  # SwiGLU, packed (fc1 holds gate and value) or split (fc1_g, fc1_x)
+        gated = True
+        hidden = mlp.fc2.in_features
+        if type(mlp.act) is not nn.SiLU or (type(mlp) is GluMlp and (mlp.gate_last or mlp.chunk_dim != -1)):
+            refuse("a gated MLP other than SwiGLU with the gate first")
+    else:
+        refuse(f"a {type(mlp).__name__} MLP")
     if (first.gamma_1 is None) != (first.gamma_2 is None):
         refuse("LayerScale on one branch only")
-    norms = [m for block in blocks for m in (block.norm1, block.norm2)] + [model.norm, model.fc_norm]
+    norms = [m for block in blocks for m in (block.norm1, block.norm2)] + [model.norm, model.fc_norm, mlp.norm]
     if any(not isinstance(m, (nn.LayerNorm, LayerNorm, nn.Identity)) for m in norms):
         refuse("a normalisation other than LayerNorm (e.g. RMSNorm)")
     fc_norm = not isinstance(model.fc_norm, nn.Identity)
@@ -98,7 +103,7 @@ def eva_config(model: nn.Module) -> ViTConfig:
         hidden_size=model.embed_dim,
         num_layers=len(blocks),
         num_heads=attn.num_heads,
-        mlp_size=mlp.fc1.out_features,
+        mlp_size=hidden,
         num_classes=head.out_features if isinstance(head, nn.Linear) else 0,
         pooling=pooling,
         class_token=model.cls_token is not None,
@@ -108,21 +113,67 @@ def eva_config(model: nn.Module) -> ViTConfig:
         layer_scale=first.gamma_1 is not None,
         fc_norm=fc_norm,
         layer_norm_eps=first.norm1.eps,
-        qkv_bias=attn.q_bias is not None,
+        qkv_bias=_has_qkv_bias(attn),
         absolute_positions=model.pos_embed is not None,
-        rotary="dinov3" if rope is not None else "none",
-        rotary_temperature=float(rope.temperature) if rope is not None else 100.0,
+        gated_mlp=gated,
+        mlp_norm=not isinstance(mlp.norm, nn.Identity),
+        attention_norm=attention_norm,
+        **rotary,
     )
 
 
+def _rotary(rope: nn.Module | None, refuse, cat_class: type, dinov3_class: type) -> dict:
+    """The ViTConfig fields of timm's rotary embedding module, or a refusal for a kind vitviz does not have."""
+    if rope is None:
+        return {}
+    if isinstance(rope, dinov3_class):
+        if (rope.min_period is not None or rope.normalize_coords != "separate" or rope.grid_offset
+                or rope.grid_indexing != "ij" or not rope.rotate_half):  # fmt: skip
+            refuse("a DINOv3 rotary embedding with other coordinates or periods")
+        return dict(rotary="dinov3", rotary_temperature=float(rope.temperature))
+    if isinstance(rope, cat_class):
+        if rope.grid_type != "index" or rope.in_pixels or rope.grid_offset or rope.rotate_half:
+            refuse("a rotary embedding on pixel coordinates, with a grid offset or in the rotate-half layout "
+                   "(the Perception Encoder)")  # fmt: skip
+        reference = tuple(rope.ref_feat_shape) if rope.ref_feat_shape is not None else None
+        return dict(rotary="eva", rotary_temperature=float(rope.temperature), rotary_reference_grid=reference,
+                    rotary_column_first=rope.grid_indexing == "xy")  # fmt: skip
+    refuse(f"{type(rope).__name__}: learned per-head rotary frequencies (rope_mixed) or another rotary embedding")
+
+
+def _has_qkv_bias(attn: nn.Module) -> bool:
+    if getattr(attn, "qkv", None) is not None:
+        return attn.qkv.bias is not None or getattr(attn, "q_bias", None) is not None
+    return attn.q_proj.bias is not None
+
+
 def join_qkv_biases(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """blocks.i.attn.{q,v}_bias -> blocks.i.attn.qkv.bias (q, a zero key bias, v): Eva has no key bias."""
-    out = {}
-    for name, tensor in state_dict.items():
-        if name.endswith(".attn.q_bias"):
-            stem = name.removesuffix(".q_bias")
-            values = state_dict[f"{stem}.v_bias"]
-            out[f"{stem}.qkv.bias"] = torch.cat([tensor, torch.zeros_like(tensor), values])
-        elif not name.endswith(".attn.v_bias"):
-            out[name] = tensor
+    """Eva's separate query, key and value weights (q_proj, k_proj, v_proj) and its q and v biases (no key bias)
+    into vitviz's fused qkv layer: blocks.i.attn.qkv.{weight,bias} in q, k, v order, the key bias zero."""
+    out = dict(state_dict)
+    for name in [n for n in state_dict if n.endswith(".attn.q_proj.weight")]:
+        stem = name.removesuffix(".q_proj.weight")
+        out[f"{stem}.qkv.weight"] = torch.cat([out.pop(f"{stem}.{part}_proj.weight") for part in "qkv"])
+        if f"{stem}.q_proj.bias" in out:
+            out[f"{stem}.q_bias"] = out.pop(f"{stem}.q_proj.bias")
+            out[f"{stem}.v_bias"] = out.pop(f"{stem}.v_proj.bias")
+    for name in [n for n in out if n.endswith(".attn.q_bias")]:
+        stem = name.removesuffix(".q_bias")
+        q, v = out.pop(f"{stem}.q_bias"), out.pop(f"{stem}.v_bias")
+        out[f"{stem}.qkv.bias"] = torch.cat([q, torch.zeros_like(q), v])
+    return out
+
+
+def split_packed_swiglu(state_dict: dict[str, torch.Tensor], config: ViTConfig) -> dict[str, torch.Tensor]:
+    """timm's packed SwiGLU (GluMlp: fc1 holds the gate's rows, then the value's) into vitviz's gate and fc1."""
+    out = dict(state_dict)
+    if not config.gated_mlp:
+        return out
+    for name in [n for n in state_dict if n.endswith(".mlp.fc1.weight")]:
+        stem = name.removesuffix(".fc1.weight")
+        if f"{stem}.gate.weight" in out or out[name].shape[0] != 2 * config.mlp_size:
+            continue
+        for kind in ("weight", "bias"):
+            if f"{stem}.fc1.{kind}" in out:
+                out[f"{stem}.gate.{kind}"], out[f"{stem}.fc1.{kind}"] = out[f"{stem}.fc1.{kind}"].chunk(2)
     return out

@@ -43,12 +43,19 @@ class ViTConfig:
     qkv_bias: bool = True  # bias in the query/key/value projection
     probabilities: Probabilities = "softmax"  # logits -> probabilities: softmax over classes, or a sigmoid each (SigLIP)
     absolute_positions: bool = True  # a learned position table added to the tokens (DINOv3 has none: rotary only)
-    rotary: Rotary = "none"  # rotary position embeddings on the patch tokens' queries and keys: "dinov3"
-    rotary_temperature: float = 100.0  # the base of the rotary periods (DINOv3: 100)
+    rotary: Rotary = "none"  # rotary position embeddings on the patch tokens' queries and keys: "dinov3", "eva"
+    rotary_temperature: float = 100.0  # the base of the rotary periods (DINOv3: 100; EVA: 10000)
+    rotary_reference_grid: tuple[int, int] | None = None  # EVA: positions rescaled onto this (pretraining) grid
+    rotary_column_first: bool = False  # EVA: the column's frequencies before the row's (timm's rope ViTs: "xy")
+    gated_mlp: bool = False  # SwiGLU: fc2(silu(gate(x)) * fc1(x)) instead of fc2(act(fc1(x))) (EVA-02, DINOv3 S+/H+)
+    mlp_norm: bool = False  # a LayerNorm on the MLP's hidden units before fc2 (EVA-02's scale_mlp)
+    attention_norm: bool = False  # a LayerNorm on the heads' joined output before the projection (scale_attn_inner)
 
     def __post_init__(self) -> None:
         if isinstance(self.image_size, (list, tuple)):  # lists come back from JSON and checkpoints
             self.image_size = (int(self.image_size[0]), int(self.image_size[1]))
+        if isinstance(self.rotary_reference_grid, (list, tuple)):
+            self.rotary_reference_grid = (int(self.rotary_reference_grid[0]), int(self.rotary_reference_grid[1]))
         height, width = self.image_hw
         problems = []
         if self.hidden_size % self.num_heads:
@@ -111,8 +118,9 @@ class ViTConfig:
         D, M, L = self.hidden_size, self.mlp_size, self.num_layers
         rows, cols = self.grid_size
         linear = lambda fan_in, fan_out, bias=True: fan_in * fan_out + (fan_out if bias else 0)  # noqa: E731
-        mlp = linear(D, M) + linear(M, D)
-        block = 2 * D + linear(D, 3 * D, self.qkv_bias) + linear(D, D) + 2 * D + mlp + (2 * D if self.layer_scale else 0)
+        mlp = linear(D, M) + linear(M, D) + (linear(D, M) if self.gated_mlp else 0) + (2 * M if self.mlp_norm else 0)
+        attention = linear(D, 3 * D, self.qkv_bias) + linear(D, D) + (2 * D if self.attention_norm else 0)
+        block = 2 * D + attention + 2 * D + mlp + (2 * D if self.layer_scale else 0)
         count = self.num_channels * self.patch_size**2 * D + D  # the patch convolution
         count += self.num_prefix_tokens * D  # the prefix tokens
         count += (self.prefix_positions + rows * cols) * D if self.absolute_positions else 0  # the position table

@@ -8,9 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vitviz.model.config import Activation, ViTConfig
-from vitviz.model.rotary import rotate
-
-Rope = tuple[torch.Tensor, torch.Tensor] | None  # (sin, cos) of the patch tokens, (N, head_dim) each, or None
+from vitviz.model.rotary import Rope, rotate
 
 class PatchEmbedding(nn.Module):
     """Cut the image into non-overlapping patches and project each to D dimensions."""
@@ -36,16 +34,18 @@ class Attention(nn.Module):
         self.scale = self.head_dim**-0.5
         self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size, bias=config.qkv_bias)
         self.attention_dropout = config.attention_dropout
+        # EVA-02's CLIP towers (scale_attn_inner): a LayerNorm on the heads' joined output, before the projection
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.attention_norm else nn.Identity()
         self.proj = nn.Linear(config.hidden_size, config.hidden_size)
         self.num_prefix_tokens = config.num_prefix_tokens  # not rotated by rotary embeddings
 
-    def forward(self, x: torch.Tensor, need_weights: bool = False, rope: Rope = None
+    def forward(self, x: torch.Tensor, need_weights: bool = False, rope: Rope | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:  # fmt: skip
         B, T, D = x.shape
         qkv = self.qkv(x).reshape(B, T, 3, self.num_heads, self.head_dim)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, heads, T, head_dim)
         if rope is not None:  # the patch tokens' queries and keys turned by their positions
-            q, k = rotate(q, *rope, self.num_prefix_tokens), rotate(k, *rope, self.num_prefix_tokens)
+            q, k = rotate(q, rope, self.num_prefix_tokens), rotate(k, rope, self.num_prefix_tokens)
         dropout_p = self.attention_dropout if self.training else 0.0
         if need_weights:
             # explicit path: the weights exist as a tensor, so they can be returned. The softmax
@@ -60,7 +60,7 @@ class Attention(nn.Module):
             weights = None
             out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
         out = out.transpose(1, 2).reshape(B, T, D)  # heads back side by side
-        return self.proj(out), weights
+        return self.proj(self.norm(out)), weights
 
 
 def _softmax(scores: torch.Tensor) -> torch.Tensor:
@@ -75,15 +75,22 @@ def activation(x: torch.Tensor, kind: Activation) -> torch.Tensor:
 
 
 class MLP(nn.Module):
+    """fc2(act(fc1(x))); gated (SwiGLU, ``gated_mlp``): fc2(silu(gate(x)) * fc1(x)), optionally with a LayerNorm on
+    the hidden units before fc2 (``mlp_norm``, EVA-02's scale_mlp)."""
+
     def __init__(self, config: ViTConfig):
         super().__init__()
         self.activation = config.activation
         self.fc1 = nn.Linear(config.hidden_size, config.mlp_size)
+        self.gate = nn.Linear(config.hidden_size, config.mlp_size) if config.gated_mlp else None
+        self.norm = nn.LayerNorm(config.mlp_size, eps=config.layer_norm_eps) if config.mlp_norm else nn.Identity()
         self.fc2 = nn.Linear(config.mlp_size, config.hidden_size)
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.dropout(self.fc2(self.dropout(activation(self.fc1(x), self.activation))))
+        hidden = self.fc1(x)  # (B, T, mlp_size)
+        hidden = F.silu(self.gate(x)) * hidden if self.gate is not None else activation(hidden, self.activation)
+        return self.dropout(self.fc2(self.norm(self.dropout(hidden))))
 
 
 class LayerScale(nn.Module):
@@ -127,7 +134,7 @@ class Block(nn.Module):
         self.ls2 = LayerScale(config) if config.layer_scale else nn.Identity()
 
     def forward(
-        self, x: torch.Tensor, need_weights: bool = False, normed: torch.Tensor | None = None, rope: Rope = None
+        self, x: torch.Tensor, need_weights: bool = False, normed: torch.Tensor | None = None, rope: Rope | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``normed``, if given, stands in for norm1(x): Grad-CAM differentiates with respect to it. ``rope``: the
         rotary embedding of this input's grid (``ViT.rotary_embedding``), for a rotary model."""

@@ -7,6 +7,8 @@ prefix tokens ([CLS], registers) are not rotated.
     dinov3    DINOv3's axial form (Siméoni et al. 2025): patch centres normalised to [-1, 1] on each axis, the
               head's channels split between the row and the column, periods ``temperature ** (4 i / head_dim)``,
               and the rotate-half layout (the first half of the channels pairs with the second half)
+    eva       EVA-02's form (Fang et al. 2023; timm's RotaryEmbeddingCat): integer patch positions rescaled onto
+              the pretraining grid, frequencies ``temperature ** (-4 i / head_dim)``, neighbouring channels paired
 
 The maths follows the reference code (facebookresearch/dinov3 ``rope_position_encoding.py``, timm's
 ``RotaryEmbeddingDinoV3``, Hugging Face's ``Dinov3ViTRopePositionEmbedding``), computed in fp32; the training-time
@@ -16,18 +18,24 @@ coordinate shift, jitter and rescale are not part of inference.
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import torch
 
-Rotary = Literal["none", "dinov3"]
-ROTARIES = ("none", "dinov3")
+Rotary = Literal["none", "dinov3", "eva"]
+ROTARIES = ("none", "dinov3", "eva")
+
+
+class Rope(NamedTuple):
+    """The rotary embedding of one input's grid: what every block's attention rotates queries and keys by."""
+
+    sin: torch.Tensor  # (N, head_dim), fp32
+    cos: torch.Tensor  # (N, head_dim), fp32
+    interleaved: bool  # channel pairs (0, 1), (2, 3)... (EVA); else (i, i + head_dim / 2) (DINOv3's rotate-half)
 
 
 def dinov3_angles(grid: tuple[int, int], head_dim: int, temperature: float, device=None) -> torch.Tensor:
     """The rotation angle of every patch and channel pair, (rows * cols, head_dim // 2), fp32, rows first."""
-    if head_dim % 4:
-        raise ValueError(f"DINOv3's rotary embedding needs a head width divisible by 4; got {head_dim}")
     rows, cols = grid
     # patch centres, normalised by the grid's own height and width, then mapped to [-1, 1]
     y = (torch.arange(rows, device=device, dtype=torch.float32) + 0.5) / rows
@@ -39,14 +47,36 @@ def dinov3_angles(grid: tuple[int, int], head_dim: int, temperature: float, devi
     return angles.flatten(1)  # (N, head_dim / 2): the row's frequencies, then the column's
 
 
-def rotary_sin_cos(kind: Rotary, grid: tuple[int, int], head_dim: int, temperature: float,
-                   device=None) -> tuple[torch.Tensor, torch.Tensor] | None:  # fmt: skip
-    """(sin, cos), each (rows * cols, head_dim) in the layout ``rotate`` expects, or None for ``kind="none"``."""
+def eva_angles(grid: tuple[int, int], head_dim: int, temperature: float, reference_grid: tuple[int, int] | None,
+               column_first: bool = False, device=None) -> torch.Tensor:  # fmt: skip
+    """EVA's angles, (rows * cols, head_dim // 2), fp32: integer patch positions, rescaled so that this grid spans
+    the reference (pretraining) grid, times frequencies ``temperature ** (-i / (head_dim / 4))``."""
+    quarter = head_dim // 4
+    frequencies = 1.0 / (temperature ** (torch.arange(quarter, device=device).to(torch.float32) / quarter))
+    axes = [torch.arange(size, device=device).to(torch.float32) for size in grid]
+    if reference_grid is not None:  # positions at another resolution stretched onto the pretraining grid
+        axes = [t / size * ref for t, size, ref in zip(axes, grid, reference_grid)]
+    coords = torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=-1)  # (rows, cols, 2): row, col
+    if column_first:
+        coords = coords.flip(-1)
+    return (coords[..., None] * frequencies).reshape(grid[0] * grid[1], -1)  # (N, head_dim / 2)
+
+
+def rotary_embedding(kind: Rotary, grid: tuple[int, int], head_dim: int, temperature: float,
+                     reference_grid: tuple[int, int] | None = None, column_first: bool = False,
+                     device=None) -> Rope | None:  # fmt: skip
+    """The Rope of a rows x cols grid, or None for ``kind="none"``."""
     if kind == "none":
         return None
+    if head_dim % 4:
+        raise ValueError(f"rotary embeddings need a head width divisible by 4; got {head_dim}")
     if kind == "dinov3":
         angles = dinov3_angles(grid, head_dim, temperature, device).repeat(1, 2)  # rotate-half: both halves alike
-        return angles.sin(), angles.cos()
+        return Rope(angles.sin(), angles.cos(), interleaved=False)
+    if kind == "eva":
+        angles = eva_angles(grid, head_dim, temperature, reference_grid, column_first, device)
+        angles = angles.repeat_interleave(2, dim=-1)  # interleaved: each frequency on two neighbouring channels
+        return Rope(angles.sin(), angles.cos(), interleaved=True)
     raise ValueError(f"rotary must be one of {', '.join(ROTARIES)}; got {kind!r}")
 
 
@@ -56,9 +86,15 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat([-second, first], dim=-1)
 
 
-def rotate(x: torch.Tensor, sin: torch.Tensor, cos: torch.Tensor, num_prefix_tokens: int) -> torch.Tensor:
+def rotate_pairs(x: torch.Tensor) -> torch.Tensor:
+    """[x0, x1, x2, x3...] -> [-x1, x0, -x3, x2...]: neighbouring channels pair up (the interleaved layout)."""
+    return torch.stack([-x[..., 1::2], x[..., ::2]], dim=-1).reshape(x.shape)
+
+
+def rotate(x: torch.Tensor, rope: Rope, num_prefix_tokens: int) -> torch.Tensor:
     """Rotate the patch tokens of queries or keys x (B, heads, T, head_dim); the prefix tokens stay as they are.
     The rotation is computed in fp32 (sin and cos are), then cast back to x's dtype."""
     prefix, patches = x[:, :, :num_prefix_tokens], x[:, :, num_prefix_tokens:]
-    rotated = patches * cos + rotate_half(patches) * sin  # (B, heads, N, head_dim)
+    turned = rotate_pairs(patches) if rope.interleaved else rotate_half(patches)
+    rotated = patches * rope.cos + turned * rope.sin  # (B, heads, N, head_dim)
     return torch.cat([prefix, rotated.to(x.dtype)], dim=2)

@@ -23,8 +23,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from vitviz.model.config import ViTConfig
-from vitviz.model.layers import AttentionPool, Block, PatchEmbedding, Rope
-from vitviz.model.rotary import rotary_sin_cos
+from vitviz.model.layers import AttentionPool, Block, PatchEmbedding
+from vitviz.model.rotary import Rope, rotary_embedding
 
 Precision = Literal["fp32", "bf16"]
 
@@ -104,12 +104,13 @@ class ViT(nn.Module):
                 nn.init.zeros_(head.weight)
                 nn.init.zeros_(head.bias)
 
-    def rotary_embedding(self, grid: tuple[int, int]) -> Rope:
-        """(sin, cos) of a rows x cols grid's patch tokens for a rotary model (each (N, head_dim), fp32), else None.
-        Every block rotates its queries and keys by it; computed once per forward pass."""
+    def rotary_embedding(self, grid: tuple[int, int]) -> Rope | None:
+        """The rotary embedding of a rows x cols grid's patch tokens for a rotary model (sin and cos, each (N,
+        head_dim), fp32), else None. Every block rotates its queries and keys by it; made once per forward pass."""
         c = self.config
-        device = self.patch_embed.proj.weight.device
-        return rotary_sin_cos(c.rotary, grid, c.hidden_size // c.num_heads, c.rotary_temperature, device)
+        return rotary_embedding(c.rotary, grid, c.hidden_size // c.num_heads, c.rotary_temperature,
+                                c.rotary_reference_grid, c.rotary_column_first,
+                                self.patch_embed.proj.weight.device)  # fmt: skip
 
     def position_embeddings(self, rows: int, cols: int) -> torch.Tensor | None:
         """Position embeddings for a rows x cols patch grid, (1, prefix + rows * cols, D).
