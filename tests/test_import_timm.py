@@ -101,10 +101,21 @@ FAMILIES = [
     ("eva02_base_patch16_clip_224", {"depth": 2}, dict(rotary="eva", attention_norm=True, pooling="cls")),
     ("vit_base_patch16_rope_224", {"depth": 2}, dict(rotary="eva", rotary_column_first=True, layer_scale=True,
                                                      rotary_reference_grid=None, absolute_positions=False)),
+    # AIMv2 (timm's VisionTransformer): RMSNorm everywhere, one in the patch embedding too, SwiGLU, no biases, no [CLS]
+    ("aimv2_large_patch14_224", {"depth": 2}, dict(norm="rmsnorm", patch_norm=True, gated_mlp=True, class_token=False,
+                                                   pooling="mean", qkv_bias=False)),
+    # per-head q/k norms; SwiGLU packed; SwiGLU split with the norms inside the MLP and on the attention output
+    ("vit_small_patch16_224", {"depth": 2, "qk_norm": True}, dict(qk_norm=True)),
+    ("vit_small_patch16_224", {"depth": 2, "mlp_layer": timm.layers.SwiGLUPacked, "act_layer": torch.nn.SiLU},
+     dict(gated_mlp=True, mlp_size=768)),  # the packed fc1 (1536) holds the gate and the value
+    ("vit_small_patch16_224", {"depth": 2, "mlp_layer": timm.layers.SwiGLU, "act_layer": torch.nn.SiLU,
+                               "scale_mlp_norm": True, "scale_attn_norm": True},
+     dict(gated_mlp=True, mlp_norm=True, attention_norm=True)),
 ]
 
 
-@pytest.mark.parametrize("name,kwargs,expected_config", FAMILIES, ids=[f[0] for f in FAMILIES])
+@pytest.mark.parametrize("name,kwargs,expected_config", FAMILIES,
+                         ids=[f"{f[0]}-{i}" for i, f in enumerate(FAMILIES)])  # fmt: skip
 def test_timm_family_reproduces_outputs_and_every_attention(name, kwargs, expected_config):
     model = perturbed(name, **kwargs)
     size = model.patch_embed.img_size
@@ -126,6 +137,7 @@ def test_timm_family_reproduces_outputs_and_every_attention(name, kwargs, expect
         ("vit_small_patch16_dinov3", {"depth": 2}),  # rotary embeddings on a non-square grid
         ("eva02_small_patch14_224", {"depth": 2}),  # ... rescaled onto the pretraining grid, with a position table
         ("vit_base_patch16_rope_224", {"depth": 2}),
+        ("aimv2_large_patch14_224", {"depth": 2}),
     ],
 )
 def test_non_square_input_matches_timm_dynamic_img_size(name, kwargs):
@@ -181,14 +193,13 @@ def test_siglip_pooling_weights_come_back_with_the_output():
     [
         (lambda: timm.create_model("vit_base_patch16_rope_mixed_224", depth=1), "learned per-head rotary frequencies"),
         (lambda: timm.create_model("beit_base_patch16_224", depth=1), "relative position bias"),
-        (lambda: timm.create_model("vit_small_patch16_224", depth=1, qk_norm=True), "q/k normalisation"),
-        (lambda: timm.create_model("vit_small_patch16_224", depth=1, mlp_layer=timm.layers.SwiGLUPacked,
-                                   act_layer=torch.nn.SiLU, mlp_ratio=2.66667), "SwiGLU"),  # fmt: skip
+        (lambda: timm.create_model("vit_pe_core_small_patch16_384", depth=1), "attention-pooling head .Perception"),
+        (lambda: timm.create_model("vit_small_patch16_224", depth=1, act_layer=torch.nn.ReLU), "the activation ReLU"),
         (lambda: timm.create_model("vit_pwee_patch16_reg1_gap_256", depth=1), "ParallelScalingBlock blocks"),
         (lambda: timm.create_model("vit_small_patch16_224", depth=1, global_pool="max"), "global_pool='max'"),
         (lambda: torch.nn.Linear(2, 2), "expected a timm VisionTransformer"),
     ],
-    ids=["rope_mixed", "beit", "qk_norm", "swiglu", "parallel", "max_pool", "not_timm"],
+    ids=["rope_mixed", "beit", "pe_core", "relu", "parallel", "max_pool", "not_timm"],
 )
 def test_what_cannot_be_reproduced_is_refused_by_name(build, feature):
     with pytest.raises(ModelLoadError, match=feature):

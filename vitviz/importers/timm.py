@@ -39,9 +39,12 @@ _RULES = [
     (r"dist_token", r"dist_token"),
     (r"reg_token", r"register_tokens"),
     (r"pos_embed", r"pos_embed"),
-    (r"patch_embed\.proj\.", r"patch_embed.proj."),
+    (r"patch_embed\.(proj|norm)\.", r"patch_embed.\1."),
     (r"norm_pre\.", r"norm_pre."),
-    (r"blocks\.(\d+)\.(norm1|norm2|attn\.qkv|attn\.proj|mlp\.fc1|mlp\.fc2)\.", r"blocks.\1.\2."),
+    (r"blocks\.(\d+)\.(norm1|norm2|attn\.qkv|attn\.proj|attn\.q_norm|attn\.k_norm|attn\.norm|mlp\.fc1|mlp\.fc2|mlp\.norm)\.",
+     r"blocks.\1.\2."),
+    (r"blocks\.(\d+)\.mlp\.fc1_g\.", r"blocks.\1.mlp.gate."),  # SwiGLU, split: the gate, then the value
+    (r"blocks\.(\d+)\.mlp\.fc1_x\.", r"blocks.\1.mlp.fc1."),
     (r"blocks\.(\d+)\.(ls1|ls2)\.gamma", r"blocks.\1.\2.gamma"),
     (r"(norm|fc_norm)\.", r"norm."),  # exactly one of the two has weights
     (r"attn_pool\.latent", r"attn_pool.query"),
@@ -64,7 +67,7 @@ def from_timm(model: nn.Module) -> ViT:
         state_dict = join_qkv_biases(rename(model.state_dict(), EVA_RULES, source=source))
         state_dict = split_packed_swiglu(state_dict, config)
     else:
-        state_dict = rename(model.state_dict(), _RULES, source=source)
+        state_dict = split_packed_swiglu(rename(model.state_dict(), _RULES, source=source), config)
     return build_model(config, add_zero_biases(config, state_dict), source=source)
 
 
@@ -86,7 +89,7 @@ def timm_config(model: nn.Module) -> ViTConfig:
 
 def _describe(model: nn.Module) -> dict:
     """The ViTConfig fields of a timm VisionTransformer, refusing every feature vitviz cannot reproduce."""
-    from timm.layers import AttentionPoolLatent, LayerScale, Mlp, PatchEmbed
+    from timm.layers import AttentionPoolLatent, GluMlp, LayerScale, Mlp, PatchEmbed, SwiGLU
     from timm.layers.attention import Attention
     from timm.models.vision_transformer import Block
 
@@ -99,8 +102,6 @@ def _describe(model: nn.Module) -> dict:
     proj = embed.proj
     if not isinstance(proj, nn.Conv2d) or proj.kernel_size != proj.stride or proj.kernel_size[0] != proj.kernel_size[1]:
         refuse("a patch embedding other than one square non-overlapping convolution")
-    if not isinstance(embed.norm, nn.Identity):
-        refuse("a LayerNorm inside the patch embedding")
     if getattr(embed, "dynamic_img_pad", False):
         refuse("padding of images that are not a multiple of the patch size (dynamic_img_pad)")
     if model.pos_embed is None:
@@ -115,27 +116,26 @@ def _describe(model: nn.Module) -> dict:
     attn, mlp = first.attn, first.mlp
     if type(attn) is not Attention:
         refuse(f"{type(attn).__name__} (e.g. rotary embeddings)")
-    if not (isinstance(attn.q_norm, nn.Identity) and isinstance(attn.k_norm, nn.Identity)):
-        refuse("q/k normalisation (qk_norm)")
-    if not isinstance(getattr(attn, "norm", nn.Identity()), nn.Identity):
-        refuse("a norm on the attention output (scale_attn_norm)")
+    if isinstance(attn.q_norm, nn.Identity) != isinstance(attn.k_norm, nn.Identity):
+        refuse("a norm on the queries or on the keys alone")
     if getattr(attn, "gate", None) is not None:
         refuse("gated attention")
     if attn.head_dim * attn.num_heads != model.embed_dim:
         refuse("a head width other than embed_dim / num_heads")
-    if type(mlp) is not Mlp:
-        refuse(f"a {type(mlp).__name__} MLP (SwiGLU or another gated MLP)")
-    if not isinstance(mlp.norm, nn.Identity):
-        refuse("a norm inside the MLP (scale_mlp_norm)")
+    if type(mlp) in (SwiGLU, GluMlp):  # SwiGLU, split (fc1_g, fc1_x) or packed with the gate first
+        if type(mlp.act) is not nn.SiLU or (type(mlp) is GluMlp and (mlp.gate_last or mlp.chunk_dim != -1)):
+            refuse("a gated MLP other than SwiGLU with the gate first")
+    elif type(mlp) is not Mlp:
+        refuse(f"a {type(mlp).__name__} MLP")
     for module in (first.ls1, first.ls2):
         if not isinstance(module, (LayerScale, nn.Identity)):
             refuse(f"{type(module).__name__} on the residual branches")
-    norms = [m for block in blocks for m in (block.norm1, block.norm2)] + [model.norm, model.fc_norm, model.norm_pre]
-    if any(not isinstance(m, (nn.LayerNorm, nn.Identity)) for m in norms):
-        refuse("a normalisation other than LayerNorm (e.g. RMSNorm)")
-    fc_norm = isinstance(model.fc_norm, nn.LayerNorm)
-    if fc_norm == isinstance(model.norm, nn.LayerNorm):
-        refuse("no final LayerNorm, or two of them" if not fc_norm else "a LayerNorm both before and after pooling")
+    norms = [m for block in blocks for m in (block.norm1, block.norm2, block.attn.q_norm, block.attn.k_norm,
+                                             getattr(block.attn, "norm", nn.Identity()), block.mlp.norm)]
+    norm = _norm_kind(norms + [model.norm, model.fc_norm, model.norm_pre, embed.norm], refuse)
+    fc_norm = not isinstance(model.fc_norm, nn.Identity)
+    if fc_norm == (not isinstance(model.norm, nn.Identity)):
+        refuse("no final norm, or two of them" if not fc_norm else "a norm both before and after pooling")
 
     distilled = hasattr(model, "dist_token")
     pooling = {"token": "cls", "avg": "mean", "map": "map"}.get(model.global_pool)
@@ -162,7 +162,7 @@ def _describe(model: nn.Module) -> dict:
         hidden_size=model.embed_dim,
         num_layers=len(blocks),
         num_heads=attn.num_heads,
-        mlp_size=mlp.fc1.out_features,
+        mlp_size=mlp.fc2.in_features,
         num_classes=head.out_features if isinstance(head, nn.Linear) else 0,
         pooling=pooling,
         class_token=model.cls_token is not None,
@@ -171,13 +171,30 @@ def _describe(model: nn.Module) -> dict:
         num_register_tokens=model.num_reg_tokens,
         pos_embed_prefix=not model.no_embed_class,
         pos_embed_antialias=True,  # timm's resample_abs_pos_embed
-        norm_pre=isinstance(model.norm_pre, nn.LayerNorm),
+        norm_pre=not isinstance(model.norm_pre, nn.Identity),
         layer_scale=isinstance(first.ls1, LayerScale),
-        activation=_activation(mlp.act, refuse),
+        activation=_activation(mlp.act, refuse) if type(mlp) is Mlp else "gelu",  # SwiGLU's SiLU is its own
         fc_norm=fc_norm,
         layer_norm_eps=first.norm1.eps,
         qkv_bias=attn.qkv.bias is not None,
+        gated_mlp=type(mlp) is not Mlp,
+        mlp_norm=not isinstance(mlp.norm, nn.Identity),
+        attention_norm=not isinstance(getattr(attn, "norm", nn.Identity()), nn.Identity),
+        qk_norm=not isinstance(attn.q_norm, nn.Identity),
+        norm=norm,
+        patch_norm=not isinstance(embed.norm, nn.Identity),
     )
+
+
+def _norm_kind(modules: list[nn.Module], refuse) -> str:
+    """"layernorm" or "rmsnorm": the one kind of norm among ``modules`` (Identity aside), else a refusal."""
+    from timm.layers import RmsNorm
+
+    kinds = {"layernorm" if isinstance(m, nn.LayerNorm) else "rmsnorm" if isinstance(m, (RmsNorm, nn.RMSNorm))
+             else type(m).__name__ for m in modules if not isinstance(m, nn.Identity)}  # fmt: skip
+    if len(kinds) != 1 or not kinds <= {"layernorm", "rmsnorm"}:
+        refuse(f"norms of kinds {', '.join(sorted(kinds))} (vitviz has one kind per model: LayerNorm or RMSNorm)")
+    return kinds.pop()
 
 
 def _activation(module: nn.Module, refuse) -> str:

@@ -13,6 +13,8 @@ Activation = Literal["gelu", "gelu_tanh", "quick_gelu"]
 ACTIVATIONS = ("gelu", "gelu_tanh", "quick_gelu")
 Probabilities = Literal["softmax", "sigmoid"]
 PROBABILITIES = ("softmax", "sigmoid")
+Norm = Literal["layernorm", "rmsnorm"]
+NORMS = ("layernorm", "rmsnorm")
 
 
 @dataclass
@@ -48,8 +50,11 @@ class ViTConfig:
     rotary_reference_grid: tuple[int, int] | None = None  # EVA: positions rescaled onto this (pretraining) grid
     rotary_column_first: bool = False  # EVA: the column's frequencies before the row's (timm's rope ViTs: "xy")
     gated_mlp: bool = False  # SwiGLU: fc2(silu(gate(x)) * fc1(x)) instead of fc2(act(fc1(x))) (EVA-02, DINOv3 S+/H+)
-    mlp_norm: bool = False  # a LayerNorm on the MLP's hidden units before fc2 (EVA-02's scale_mlp)
-    attention_norm: bool = False  # a LayerNorm on the heads' joined output before the projection (scale_attn_inner)
+    mlp_norm: bool = False  # a norm on the MLP's hidden units before fc2 (EVA-02's scale_mlp)
+    attention_norm: bool = False  # a norm on the heads' joined output before the projection (scale_attn_inner)
+    qk_norm: bool = False  # per-head norms on queries and keys before attention (and before any rotation)
+    norm: Norm = "layernorm"  # every norm's kind: LayerNorm, or RMSNorm (AIMv2); layer_norm_eps is its epsilon
+    patch_norm: bool = False  # a norm on the patch embeddings, before anything is added (AIMv2)
 
     def __post_init__(self) -> None:
         if isinstance(self.image_size, (list, tuple)):  # lists come back from JSON and checkpoints
@@ -72,6 +77,8 @@ class ViTConfig:
             problems.append(f"rotary must be one of {', '.join(ROTARIES)}; got {self.rotary!r}")
         elif self.rotary != "none" and (self.hidden_size // max(1, self.num_heads)) % 4:
             problems.append(f"rotary embeddings need a head width divisible by 4; got {self.hidden_size // self.num_heads}")
+        if self.norm not in NORMS:
+            problems.append(f"norm must be one of {', '.join(NORMS)}; got {self.norm!r}")
         if self.probabilities not in PROBABILITIES:
             problems.append(f"probabilities must be one of {', '.join(PROBABILITIES)}; got {self.probabilities!r}")
         if self.distillation_token and not self.class_token:
@@ -118,15 +125,17 @@ class ViTConfig:
         D, M, L = self.hidden_size, self.mlp_size, self.num_layers
         rows, cols = self.grid_size
         linear = lambda fan_in, fan_out, bias=True: fan_in * fan_out + (fan_out if bias else 0)  # noqa: E731
-        mlp = linear(D, M) + linear(M, D) + (linear(D, M) if self.gated_mlp else 0) + (2 * M if self.mlp_norm else 0)
-        attention = linear(D, 3 * D, self.qkv_bias) + linear(D, D) + (2 * D if self.attention_norm else 0)
-        block = 2 * D + attention + 2 * D + mlp + (2 * D if self.layer_scale else 0)
-        count = self.num_channels * self.patch_size**2 * D + D  # the patch convolution
+        norm = lambda width: width * (2 if self.norm == "layernorm" else 1)  # noqa: E731  (weight, and LayerNorm's bias)
+        mlp = linear(D, M) + linear(M, D) + (linear(D, M) if self.gated_mlp else 0) + (norm(M) if self.mlp_norm else 0)
+        attention = linear(D, 3 * D, self.qkv_bias) + linear(D, D) + (norm(D) if self.attention_norm else 0)
+        attention += 2 * norm(D // self.num_heads) if self.qk_norm else 0
+        block = norm(D) + attention + norm(D) + mlp + (2 * D if self.layer_scale else 0)
+        count = self.num_channels * self.patch_size**2 * D + D + (norm(D) if self.patch_norm else 0)  # patches
         count += self.num_prefix_tokens * D  # the prefix tokens
         count += (self.prefix_positions + rows * cols) * D if self.absolute_positions else 0  # the position table
-        count += (2 * D if self.norm_pre else 0) + L * block + 2 * D  # the blocks and the final norm
+        count += (norm(D) if self.norm_pre else 0) + L * block + norm(D)  # the blocks and the final norm
         if self.pooling == "map":  # query, q, kv, proj, norm, MLP
-            count += D + linear(D, D) + linear(D, 2 * D) + linear(D, D) + 2 * D + mlp
+            count += D + linear(D, D) + linear(D, 2 * D) + linear(D, D) + norm(D) + mlp
         if self.num_classes:
             count += linear(self.pooled_size, self.num_classes)
             count += linear(D, self.num_classes) if self.distillation_head else 0

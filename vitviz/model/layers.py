@@ -10,18 +10,26 @@ from torch import nn
 from vitviz.model.config import Activation, ViTConfig
 from vitviz.model.rotary import Rope, rotate
 
+def norm_layer(config: ViTConfig, width: int) -> nn.Module:
+    """The model's kind of norm over ``width`` features: LayerNorm, or RMSNorm (AIMv2), with its epsilon."""
+    if config.norm == "rmsnorm":
+        return nn.RMSNorm(width, eps=config.layer_norm_eps)
+    return nn.LayerNorm(width, eps=config.layer_norm_eps)
+
+
 class PatchEmbedding(nn.Module):
-    """Cut the image into non-overlapping patches and project each to D dimensions."""
+    """Cut the image into non-overlapping patches and project each to D dimensions (then norm them, for AIMv2)."""
 
     def __init__(self, config: ViTConfig):
         super().__init__()
         self.patch_size = config.patch_size
         # kernel = stride = patch size: one linear projection per patch
         self.proj = nn.Conv2d(config.num_channels, config.hidden_size, config.patch_size, config.patch_size)
+        self.norm = norm_layer(config, config.hidden_size) if config.patch_norm else nn.Identity()
 
     def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
         x = self.proj(pixel_values)  # (B, D, rows, cols)
-        return x.flatten(2).transpose(1, 2)  # (B, N, D), patches in row-major order
+        return self.norm(x.flatten(2).transpose(1, 2))  # (B, N, D), patches in row-major order
 
 
 class Attention(nn.Module):
@@ -35,7 +43,10 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size, bias=config.qkv_bias)
         self.attention_dropout = config.attention_dropout
         # EVA-02's CLIP towers (scale_attn_inner): a LayerNorm on the heads' joined output, before the projection
-        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.attention_norm else nn.Identity()
+        self.norm = norm_layer(config, config.hidden_size) if config.attention_norm else nn.Identity()
+        # per-head norms on queries and keys (qk_norm), before any rotation
+        self.q_norm = norm_layer(config, self.head_dim) if config.qk_norm else nn.Identity()
+        self.k_norm = norm_layer(config, self.head_dim) if config.qk_norm else nn.Identity()
         self.proj = nn.Linear(config.hidden_size, config.hidden_size)
         self.num_prefix_tokens = config.num_prefix_tokens  # not rotated by rotary embeddings
 
@@ -44,6 +55,7 @@ class Attention(nn.Module):
         B, T, D = x.shape
         qkv = self.qkv(x).reshape(B, T, 3, self.num_heads, self.head_dim)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, heads, T, head_dim)
+        q, k = self.q_norm(q), self.k_norm(k)
         if rope is not None:  # the patch tokens' queries and keys turned by their positions
             q, k = rotate(q, rope, self.num_prefix_tokens), rotate(k, rope, self.num_prefix_tokens)
         dropout_p = self.attention_dropout if self.training else 0.0
@@ -83,7 +95,7 @@ class MLP(nn.Module):
         self.activation = config.activation
         self.fc1 = nn.Linear(config.hidden_size, config.mlp_size)
         self.gate = nn.Linear(config.hidden_size, config.mlp_size) if config.gated_mlp else None
-        self.norm = nn.LayerNorm(config.mlp_size, eps=config.layer_norm_eps) if config.mlp_norm else nn.Identity()
+        self.norm = norm_layer(config, config.mlp_size) if config.mlp_norm else nn.Identity()
         self.fc2 = nn.Linear(config.mlp_size, config.hidden_size)
         self.dropout = nn.Dropout(config.dropout)
 
@@ -124,9 +136,9 @@ class Block(nn.Module):
 
     def __init__(self, config: ViTConfig, drop_path: float = 0.0):
         super().__init__()
-        self.norm1 = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.norm1 = norm_layer(config, config.hidden_size)
         self.attn = Attention(config)
-        self.norm2 = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.norm2 = norm_layer(config, config.hidden_size)
         self.mlp = MLP(config)
         self.dropout = nn.Dropout(config.dropout)
         self.drop_path = DropPath(drop_path)
@@ -156,7 +168,7 @@ class AttentionPool(nn.Module):
         self.q = nn.Linear(D, D)
         self.kv = nn.Linear(D, 2 * D)
         self.proj = nn.Linear(D, D)
-        self.norm = nn.LayerNorm(D, eps=config.layer_norm_eps)
+        self.norm = norm_layer(config, D)
         self.mlp = MLP(config)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

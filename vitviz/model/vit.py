@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vitviz.model.config import ViTConfig
-from vitviz.model.layers import AttentionPool, Block, PatchEmbedding
+from vitviz.model.layers import AttentionPool, Block, PatchEmbedding, norm_layer
 from vitviz.model.rotary import Rope, rotary_embedding
 
 Precision = Literal["fp32", "bf16"]
@@ -70,10 +70,10 @@ class ViT(nn.Module):
         positions = config.prefix_positions + rows * cols
         self.pos_embed = nn.Parameter(torch.zeros(1, positions, D)) if config.absolute_positions else None
         self.pos_dropout = nn.Dropout(config.dropout)
-        self.norm_pre = nn.LayerNorm(D, eps=config.layer_norm_eps) if config.norm_pre else nn.Identity()
+        self.norm_pre = norm_layer(config, D) if config.norm_pre else nn.Identity()
         rates = [config.drop_path * i / max(1, config.num_layers - 1) for i in range(config.num_layers)]
         self.blocks = nn.ModuleList(Block(config, rate) for rate in rates)
-        self.norm = nn.LayerNorm(D, eps=config.layer_norm_eps)
+        self.norm = norm_layer(config, D)
         self.attn_pool = AttentionPool(config) if config.pooling == "map" else None
         self.head = nn.Linear(config.pooled_size, config.num_classes) if config.num_classes > 0 else None
         self.head_dist = nn.Linear(D, config.num_classes) if config.distillation_head and self.head else None
