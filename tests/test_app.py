@@ -893,3 +893,17 @@ def test_a_dinov3_style_model_renders_every_tab_with_its_storage_tokens_and_rota
     rope = model.rotary_embedding(model.config.grid_size)
     similarity = explain.rotary_similarity(rope.sin, rope.cos, model.config.grid_size)
     assert similarity[1, 2, 1, 2] == pytest.approx(1.0) and similarity[0, 0, 3, 3] < similarity[0, 0, 0, 1]
+
+
+@pytest.mark.parametrize("config", [
+    dict(pooling="map", pool_prefix=True, pool_heads=2, norm_pre=True, rotary="eva", rotary_offset=1.0,
+         rotary_column_first=True, rotary_reference_grid=(4, 4), rotary_temperature=10000.0),  # PE-Core
+    dict(norm="rmsnorm", patch_norm=True, gated_mlp=True, class_token=False, pooling="mean", qkv_bias=False),  # AIMv2
+    dict(rotary="eva", rotary_reference_grid=(4, 4), gated_mlp=True, mlp_norm=True, attention_norm=True,
+         qk_norm=True, fc_norm=True, pooling="mean", final_norm=True),  # EVA-02 and its CLIP tower's norms
+], ids=["pe-core", "aimv2", "eva02"])  # fmt: skip
+def test_the_2025_families_render_every_tab(tmp_path, monkeypatch, config):
+    at = model_app(tiny_checkpoint(tmp_path / "model.pt", **config), monkeypatch)
+    seen = render_every_tab(at)
+    rotary = config.get("rotary", "none") != "none"
+    assert ("Rotary embedding: how alike two patches' rotations are" in seen["Model anatomy"]["subheaders"]) == rotary

@@ -101,6 +101,11 @@ FAMILIES = [
     ("eva02_base_patch16_clip_224", {"depth": 2}, dict(rotary="eva", attention_norm=True, pooling="cls")),
     ("vit_base_patch16_rope_224", {"depth": 2}, dict(rotary="eva", rotary_column_first=True, layer_scale=True,
                                                      rotary_reference_grid=None, absolute_positions=False)),
+    # the Perception Encoder (Eva): PE-Core's attention-pooling head over every token, 8 heads against the blocks' 6,
+    # a norm before the blocks, EVA's rotary embedding offset by 1, column first; PE-Spatial: no final norm at all
+    ("vit_pe_core_small_patch16_384", {"depth": 2}, dict(pooling="map", pool_heads=8, pool_prefix=True, norm_pre=True,
+                                                         rotary_offset=1.0, rotary_column_first=True)),
+    ("vit_pe_spatial_small_patch16_512", {"depth": 2, "img_size": 256}, dict(final_norm=False, pooling="mean")),
     # AIMv2 (timm's VisionTransformer): RMSNorm everywhere, one in the patch embedding too, SwiGLU, no biases, no [CLS]
     ("aimv2_large_patch14_224", {"depth": 2}, dict(norm="rmsnorm", patch_norm=True, gated_mlp=True, class_token=False,
                                                    pooling="mean", qkv_bias=False)),
@@ -138,6 +143,7 @@ def test_timm_family_reproduces_outputs_and_every_attention(name, kwargs, expect
         ("eva02_small_patch14_224", {"depth": 2}),  # ... rescaled onto the pretraining grid, with a position table
         ("vit_base_patch16_rope_224", {"depth": 2}),
         ("aimv2_large_patch14_224", {"depth": 2}),
+        ("vit_pe_core_small_patch16_384", {"depth": 2}),
     ],
 )
 def test_non_square_input_matches_timm_dynamic_img_size(name, kwargs):
@@ -193,13 +199,13 @@ def test_siglip_pooling_weights_come_back_with_the_output():
     [
         (lambda: timm.create_model("vit_base_patch16_rope_mixed_224", depth=1), "learned per-head rotary frequencies"),
         (lambda: timm.create_model("beit_base_patch16_224", depth=1), "relative position bias"),
-        (lambda: timm.create_model("vit_pe_core_small_patch16_384", depth=1), "attention-pooling head .Perception"),
+        (lambda: timm.create_model("eva02_tiny_patch14_224", depth=1, qk_norm=True), "q/k normalisation"),
         (lambda: timm.create_model("vit_small_patch16_224", depth=1, act_layer=torch.nn.ReLU), "the activation ReLU"),
         (lambda: timm.create_model("vit_pwee_patch16_reg1_gap_256", depth=1), "ParallelScalingBlock blocks"),
         (lambda: timm.create_model("vit_small_patch16_224", depth=1, global_pool="max"), "global_pool='max'"),
         (lambda: torch.nn.Linear(2, 2), "expected a timm VisionTransformer"),
     ],
-    ids=["rope_mixed", "beit", "pe_core", "relu", "parallel", "max_pool", "not_timm"],
+    ids=["rope_mixed", "beit", "eva_qk_norm", "relu", "parallel", "max_pool", "not_timm"],
 )
 def test_what_cannot_be_reproduced_is_refused_by_name(build, feature):
     with pytest.raises(ModelLoadError, match=feature):

@@ -187,7 +187,7 @@ def _readout_before_the_pass(model: ViT, grid: tuple[int, int]) -> torch.Tensor 
         return None
     tokens = torch.zeros(1, model.config.num_prefix_tokens + grid[0] * grid[1], model.config.hidden_size)
     with torch.inference_mode():
-        return model.forward_head(tokens.to(model.norm.weight.dtype), grid).readout.float()
+        return model.forward_head(tokens.to(model.patch_embed.proj.weight.dtype), grid).readout.float()
 
 
 def _streamer(model: ViT, grid: tuple[int, int], pooling, head_fusion: HeadFusion = "mean", discard_ratio: float = 0.0,

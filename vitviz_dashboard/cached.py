@@ -271,10 +271,11 @@ def _figure(builder: str, *args, **kwargs) -> go.Figure:
 def model_anatomy(_model, model_spec: str) -> dict:
     """Weights-only views, computed once per model."""
     c = _model.config
-    if _model.pos_embed is None:  # a rotary model: how alike the rotations of two patches are
-        rope = _model.rotary_embedding(c.grid_size)
-        similarity = explain.rotary_similarity(rope.sin.cpu(), rope.cos.cpu(), c.grid_size)
-    else:
+    similarity = rotary = None
+    if _model.pos_embed is not None:  # a learned position table
         similarity = explain.position_embedding_similarity(_model.pos_embed.detach(), c.grid_size, c.prefix_positions)
+    if c.rotary != "none":  # rotary embeddings: how alike the rotations of two patches are
+        rope = _model.rotary_embedding(c.grid_size)
+        rotary = explain.rotary_similarity(rope.sin.cpu(), rope.cos.cpu(), c.grid_size)
     components, explained = explain.patch_embedding_components(_model.patch_embed.proj.weight, count=16)
-    return {"similarity": similarity, "components": components, "explained": explained}
+    return {"similarity": similarity, "rotary": rotary, "components": components, "explained": explained}

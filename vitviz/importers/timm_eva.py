@@ -30,14 +30,17 @@ RULES = [
     (r"blocks\.(\d+)\.mlp\.fc1_g\.", r"blocks.\1.mlp.gate."),  # SwiGLU, split: the gate, then the value
     (r"blocks\.(\d+)\.mlp\.fc1_x\.", r"blocks.\1.mlp.fc1."),
     (r"blocks\.(\d+)\.mlp\.norm\.", r"blocks.\1.mlp.norm."),
+    (r"norm_pre\.", r"norm_pre."),
     (r"(norm|fc_norm)\.", r"norm."),  # exactly one of the two has weights
+    (r"attn_pool\.latent", r"attn_pool.query"),
+    (r"attn_pool\.(q|kv|proj|norm|mlp\.fc1|mlp\.fc2)\.", r"attn_pool.\1."),
     (r"head\.", r"head."),
 ]
 
 
 def eva_config(model: nn.Module) -> ViTConfig:
     """The ViTConfig that reproduces a timm Eva model, or a ModelLoadError naming what it cannot reproduce yet."""
-    from timm.layers import GluMlp, LayerNorm, Mlp, PatchEmbed, SwiGLU
+    from timm.layers import AttentionPoolLatent, GluMlp, LayerNorm, Mlp, PatchEmbed, SwiGLU
     from timm.layers.pos_embed_sincos import RotaryEmbeddingCat, RotaryEmbeddingDinoV3
     from timm.models.eva import EvaBlock
 
@@ -50,10 +53,14 @@ def eva_config(model: nn.Module) -> ViTConfig:
     proj = embed.proj
     if proj.kernel_size != proj.stride or proj.kernel_size[0] != proj.kernel_size[1]:
         refuse("a patch embedding other than one square non-overlapping convolution")
-    if getattr(model, "attn_pool", None) is not None:
-        refuse("an attention-pooling head (Perception Encoder)")
-    if not isinstance(model.norm_pre, nn.Identity):
-        refuse("a norm before the blocks")
+    pool = getattr(model, "attn_pool", None)
+    if pool is not None:  # the Perception Encoder's: one query over every token, prefix included
+        if type(pool) is not AttentionPoolLatent or pool.latent_len != 1 or pool.pos_embed is not None:
+            refuse("an attention-pooling head with more than one query or its own position embedding")
+        if not (isinstance(pool.q_norm, nn.Identity) and isinstance(pool.k_norm, nn.Identity)):
+            refuse("q/k normalisation in the pooling head")
+        if type(pool.mlp) is not Mlp or pool.mlp.fc1.out_features != model.blocks[0].mlp.fc2.in_features:
+            refuse("an attention-pooling head whose MLP differs from the blocks'")
     rotary = _rotary(model.rope, refuse, RotaryEmbeddingCat, RotaryEmbeddingDinoV3)
     blocks = list(model.blocks)
     first = blocks[0]
@@ -82,15 +89,17 @@ def eva_config(model: nn.Module) -> ViTConfig:
         refuse(f"a {type(mlp).__name__} MLP")
     if (first.gamma_1 is None) != (first.gamma_2 is None):
         refuse("LayerScale on one branch only")
-    norms = [m for block in blocks for m in (block.norm1, block.norm2)] + [model.norm, model.fc_norm, mlp.norm]
+    norms = [m for block in blocks for m in (block.norm1, block.norm2)] + [model.norm, model.fc_norm, mlp.norm,
+                                                                           model.norm_pre]
     if any(not isinstance(m, (nn.LayerNorm, LayerNorm, nn.Identity)) for m in norms):
         refuse("a normalisation other than LayerNorm (e.g. RMSNorm)")
     fc_norm = not isinstance(model.fc_norm, nn.Identity)
-    if fc_norm == (not isinstance(model.norm, nn.Identity)):
-        refuse("no final norm, or two of them")
-    pooling = {"token": "cls", "avg": "mean"}.get(model.global_pool)
+    final_norm = fc_norm or not isinstance(model.norm, nn.Identity)  # PE-Spatial has neither
+    if fc_norm and not isinstance(model.norm, nn.Identity):
+        refuse("a norm both before and after pooling")
+    pooling = "map" if pool is not None else {"token": "cls", "avg": "mean"}.get(model.global_pool)
     if pooling is None:
-        refuse(f"global_pool={model.global_pool!r} (vitviz pools by 'token' or 'avg')")
+        refuse(f"global_pool={model.global_pool!r} (vitviz pools by 'token', 'avg' or an attention-pooling head)")
     head = model.head
     if not isinstance(head, (nn.Linear, nn.Identity)):
         refuse(f"a {type(head).__name__} head")
@@ -118,6 +127,10 @@ def eva_config(model: nn.Module) -> ViTConfig:
         gated_mlp=gated,
         mlp_norm=not isinstance(mlp.norm, nn.Identity),
         attention_norm=attention_norm,
+        norm_pre=not isinstance(model.norm_pre, nn.Identity),
+        final_norm=final_norm,
+        pool_heads=pool.num_heads if pool is not None else 0,
+        pool_prefix=pool is not None,
         **rotary,
     )
 
@@ -132,12 +145,11 @@ def _rotary(rope: nn.Module | None, refuse, cat_class: type, dinov3_class: type)
             refuse("a DINOv3 rotary embedding with other coordinates or periods")
         return dict(rotary="dinov3", rotary_temperature=float(rope.temperature))
     if isinstance(rope, cat_class):
-        if rope.grid_type != "index" or rope.in_pixels or rope.grid_offset or rope.rotate_half:
-            refuse("a rotary embedding on pixel coordinates, with a grid offset or in the rotate-half layout "
-                   "(the Perception Encoder)")  # fmt: skip
+        if rope.grid_type != "index" or rope.in_pixels or rope.rotate_half:
+            refuse("a rotary embedding on pixel coordinates or in the rotate-half layout")
         reference = tuple(rope.ref_feat_shape) if rope.ref_feat_shape is not None else None
         return dict(rotary="eva", rotary_temperature=float(rope.temperature), rotary_reference_grid=reference,
-                    rotary_column_first=rope.grid_indexing == "xy")  # fmt: skip
+                    rotary_column_first=rope.grid_indexing == "xy", rotary_offset=float(rope.grid_offset))  # fmt: skip
     refuse(f"{type(rope).__name__}: learned per-head rotary frequencies (rope_mixed) or another rotary embedding")
 
 

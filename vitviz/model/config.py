@@ -49,6 +49,10 @@ class ViTConfig:
     rotary_temperature: float = 100.0  # the base of the rotary periods (DINOv3: 100; EVA: 10000)
     rotary_reference_grid: tuple[int, int] | None = None  # EVA: positions rescaled onto this (pretraining) grid
     rotary_column_first: bool = False  # EVA: the column's frequencies before the row's (timm's rope ViTs: "xy")
+    rotary_offset: float = 0.0  # EVA: added to the integer patch positions before rescaling (Perception Encoder: 1)
+    pool_heads: int = 0  # heads of the attention-pooling head ("map"); 0: as many as the blocks have
+    pool_prefix: bool = False  # the attention-pooling head reads the prefix tokens too (Perception Encoder)
+    final_norm: bool = True  # a norm after the last block (or on the pooled vector, fc_norm); PE-Spatial has none
     gated_mlp: bool = False  # SwiGLU: fc2(silu(gate(x)) * fc1(x)) instead of fc2(act(fc1(x))) (EVA-02, DINOv3 S+/H+)
     mlp_norm: bool = False  # a norm on the MLP's hidden units before fc2 (EVA-02's scale_mlp)
     attention_norm: bool = False  # a norm on the heads' joined output before the projection (scale_attn_inner)
@@ -77,6 +81,8 @@ class ViTConfig:
             problems.append(f"rotary must be one of {', '.join(ROTARIES)}; got {self.rotary!r}")
         elif self.rotary != "none" and (self.hidden_size // max(1, self.num_heads)) % 4:
             problems.append(f"rotary embeddings need a head width divisible by 4; got {self.hidden_size // self.num_heads}")
+        if self.pool_heads < 0 or (self.pool_heads and self.hidden_size % self.pool_heads):
+            problems.append(f"pool_heads {self.pool_heads} must be 0 or divide hidden_size {self.hidden_size}")
         if self.norm not in NORMS:
             problems.append(f"norm must be one of {', '.join(NORMS)}; got {self.norm!r}")
         if self.probabilities not in PROBABILITIES:
@@ -133,7 +139,7 @@ class ViTConfig:
         count = self.num_channels * self.patch_size**2 * D + D + (norm(D) if self.patch_norm else 0)  # patches
         count += self.num_prefix_tokens * D  # the prefix tokens
         count += (self.prefix_positions + rows * cols) * D if self.absolute_positions else 0  # the position table
-        count += (norm(D) if self.norm_pre else 0) + L * block + norm(D)  # the blocks and the final norm
+        count += (norm(D) if self.norm_pre else 0) + L * block + (norm(D) if self.final_norm else 0)  # blocks, norm
         if self.pooling == "map":  # query, q, kv, proj, norm, MLP
             count += D + linear(D, D) + linear(D, 2 * D) + linear(D, D) + norm(D) + mlp
         if self.num_classes:

@@ -163,7 +163,8 @@ class AttentionPool(nn.Module):
     def __init__(self, config: ViTConfig):
         super().__init__()
         D = config.hidden_size
-        self.num_heads, self.head_dim = config.num_heads, D // config.num_heads
+        self.num_heads = config.pool_heads or config.num_heads
+        self.head_dim = D // self.num_heads
         self.query = nn.Parameter(torch.zeros(1, 1, D))  # timm's "latent", Hugging Face's "probe"
         self.q = nn.Linear(D, D)
         self.kv = nn.Linear(D, 2 * D)

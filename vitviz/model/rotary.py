@@ -48,12 +48,12 @@ def dinov3_angles(grid: tuple[int, int], head_dim: int, temperature: float, devi
 
 
 def eva_angles(grid: tuple[int, int], head_dim: int, temperature: float, reference_grid: tuple[int, int] | None,
-               column_first: bool = False, device=None) -> torch.Tensor:  # fmt: skip
+               column_first: bool = False, offset: float = 0.0, device=None) -> torch.Tensor:  # fmt: skip
     """EVA's angles, (rows * cols, head_dim // 2), fp32: integer patch positions, rescaled so that this grid spans
     the reference (pretraining) grid, times frequencies ``temperature ** (-i / (head_dim / 4))``."""
     quarter = head_dim // 4
     frequencies = 1.0 / (temperature ** (torch.arange(quarter, device=device).to(torch.float32) / quarter))
-    axes = [torch.arange(size, device=device).to(torch.float32) for size in grid]
+    axes = [torch.arange(size, device=device).to(torch.float32) + offset for size in grid]
     if reference_grid is not None:  # positions at another resolution stretched onto the pretraining grid
         axes = [t / size * ref for t, size, ref in zip(axes, grid, reference_grid)]
     coords = torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=-1)  # (rows, cols, 2): row, col
@@ -63,7 +63,7 @@ def eva_angles(grid: tuple[int, int], head_dim: int, temperature: float, referen
 
 
 def rotary_embedding(kind: Rotary, grid: tuple[int, int], head_dim: int, temperature: float,
-                     reference_grid: tuple[int, int] | None = None, column_first: bool = False,
+                     reference_grid: tuple[int, int] | None = None, column_first: bool = False, offset: float = 0.0,
                      device=None) -> Rope | None:  # fmt: skip
     """The Rope of a rows x cols grid, or None for ``kind="none"``."""
     if kind == "none":
@@ -74,7 +74,7 @@ def rotary_embedding(kind: Rotary, grid: tuple[int, int], head_dim: int, tempera
         angles = dinov3_angles(grid, head_dim, temperature, device).repeat(1, 2)  # rotate-half: both halves alike
         return Rope(angles.sin(), angles.cos(), interleaved=False)
     if kind == "eva":
-        angles = eva_angles(grid, head_dim, temperature, reference_grid, column_first, device)
+        angles = eva_angles(grid, head_dim, temperature, reference_grid, column_first, offset, device)
         angles = angles.repeat_interleave(2, dim=-1)  # interleaved: each frequency on two neighbouring channels
         return Rope(angles.sin(), angles.cos(), interleaved=True)
     raise ValueError(f"rotary must be one of {', '.join(ROTARIES)}; got {kind!r}")

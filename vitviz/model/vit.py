@@ -50,7 +50,7 @@ class ViTOutput:
     grid_size: tuple[int, int]  # patch grid (rows, cols) of this input
     num_prefix_tokens: int  # tokens before the patches; T = num_prefix_tokens + rows * cols
     readout: torch.Tensor  # (B, T) how much of each token's final state the head reads; rows sum to 1
-    pool_attention: torch.Tensor | None = None  # (B, heads, N) the pooling head's weights over patches ("map")
+    pool_attention: torch.Tensor | None = None  # (B, heads, N) the pooling head's weights on the patches ("map")
     hidden_states: tuple[torch.Tensor, ...] | None = None  # per block, its output (B, T, D), on request
 
 class ViT(nn.Module):
@@ -73,7 +73,7 @@ class ViT(nn.Module):
         self.norm_pre = norm_layer(config, D) if config.norm_pre else nn.Identity()
         rates = [config.drop_path * i / max(1, config.num_layers - 1) for i in range(config.num_layers)]
         self.blocks = nn.ModuleList(Block(config, rate) for rate in rates)
-        self.norm = norm_layer(config, D)
+        self.norm = norm_layer(config, D) if config.final_norm else nn.Identity()
         self.attn_pool = AttentionPool(config) if config.pooling == "map" else None
         self.head = nn.Linear(config.pooled_size, config.num_classes) if config.num_classes > 0 else None
         self.head_dist = nn.Linear(D, config.num_classes) if config.distillation_head and self.head else None
@@ -109,7 +109,7 @@ class ViT(nn.Module):
         head_dim), fp32), else None. Every block rotates its queries and keys by it; made once per forward pass."""
         c = self.config
         return rotary_embedding(c.rotary, grid, c.hidden_size // c.num_heads, c.rotary_temperature,
-                                c.rotary_reference_grid, c.rotary_column_first,
+                                c.rotary_reference_grid, c.rotary_column_first, c.rotary_offset,
                                 self.patch_embed.proj.weight.device)  # fmt: skip
 
     def position_embeddings(self, rows: int, cols: int) -> torch.Tensor | None:
@@ -225,7 +225,11 @@ class ViT(nn.Module):
         readout = x.new_zeros(B, T, dtype=torch.promote_types(x.dtype, torch.float32))
         patches = x[:, p:]
         pool_attention = None
-        if self.config.pooling == "map":
+        if self.config.pooling == "map" and self.config.pool_prefix:  # the Perception Encoder's head reads every token
+            pooled, pool_attention = self.attn_pool(x)
+            readout[:] = pool_attention.mean(dim=1)
+            pool_attention = pool_attention[:, :, p:]  # what the patches get: the map the page draws
+        elif self.config.pooling == "map":
             pooled, pool_attention = self.attn_pool(patches)
             readout[:, p:] = pool_attention.mean(dim=1)
         elif self.config.pooling == "mean":

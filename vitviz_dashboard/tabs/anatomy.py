@@ -1,4 +1,5 @@
-"""Model anatomy: mean attention distance and entropy per layer and head, position-embedding similarity,
+"""Model anatomy: mean attention distance and entropy per layer and head, position-embedding similarity (and a rotary
+model's rotation similarity),
 principal components of the patch-embedding filters (the ViT paper's Fig. 7)."""
 
 from __future__ import annotations
@@ -29,31 +30,22 @@ def draw(page: Page) -> None:
                   "attends to a single one, log T when attention is spread evenly over all T tokens.")  # fmt: skip
     right.plotly_chart(cached_figure("layer_head_figure", stats["entropy"], "", "nats"), theme=None)
     chart_download(right, page, "attention entropy", stats["entropy"], "layer", "head")
-    rows, cols = model.config.grid_size
-    similarity = anatomy["similarity"]
-    # the two pictures below each get the page's width: side by side, the similarity grid shrank to a
-    # few pixels a map on an 800 px page
-    rotary = model.pos_embed is None
-    if rotary:
-        st.subheader("Rotary embedding: how alike two patches' rotations are")
-        st.caption("This model has no learned position table: every block rotates the patch tokens' queries and keys "
-                   f"by angles set by their position ({model.config.rotary} rotary embedding), so a score depends on "
-                   "where two patches are relative to each other. Each map: for the patch named above it (outlined), "
-                   "the mean over channels of cos(its angle - another patch's angle), the factor by which the "
-                   "rotation scales a query there against the same key elsewhere, on one shared scale.")  # fmt: skip
-    else:
-        st.subheader("Position-embedding similarity")
-        st.caption("Cosine similarity of one patch's position embedding (the one named above each map, outlined in "
-                   "it) with every other patch's, on one shared scale (the colorbar). A learned grid shows as a bright "
-                   "blob around each patch, often with its row and column (Dosovitskiy et al. 2020, Fig. 7).")  # fmt: skip
-    step = max(1, max(rows, cols) // 7)  # at most about 7 x 7 small maps
-    picks = [(r, c) for r in range(0, rows, step) for c in range(0, cols, step)]
-    # one shared scale (a colorbar), each map's own patch outlined
-    st.plotly_chart(cached_figure("grid_figure", torch.stack([similarity[r, c] for r, c in picks]),
-                                  [f"({r},{c})" for r, c in picks], len(range(0, cols, step)), "viridis",
-                                  rescale_each=False, marks=picks, height=520), theme=None)  # fmt: skip
-    chart_download(st, page, "rotary similarity" if rotary else "position-embedding similarity",
-                   {"similarity": similarity.numpy()})  # (rows, cols, rows, cols): every patch, not only those shown
+    if anatomy["similarity"] is not None:
+        similarity_grid(page, anatomy["similarity"], "Position-embedding similarity",
+                        "Cosine similarity of one patch's position embedding (the one named above each map, outlined in "
+                        "it) with every other patch's, on one shared scale (the colorbar). A learned grid shows as a "
+                        "bright blob around each patch, often with its row and column (Dosovitskiy et al. 2020, "
+                        "Fig. 7).", "position-embedding similarity")  # fmt: skip
+    if anatomy["rotary"] is not None:
+        table = ("It has a learned position table too (above)" if anatomy["similarity"] is not None
+                 else "It has no learned position table")  # fmt: skip
+        similarity_grid(page, anatomy["rotary"], "Rotary embedding: how alike two patches' rotations are",
+                        f"Every block rotates the patch tokens' queries and keys by angles set by their position "
+                        f"({model.config.rotary} rotary embedding), so a score depends on where two patches are "
+                        f"relative to each other. {table}. Each map: for the patch named above it (outlined), the "
+                        "mean over channels of cos(its angle - another patch's angle), the factor by which the "
+                        "rotation scales a query there against the same key elsewhere, on one shared scale.",
+                        "rotary similarity")  # fmt: skip
     st.subheader("Patch-embedding filters: principal components")
     st.caption("The first principal components of the linear patch embedding's filters, as RGB pictures, with "
                "the share of variance each explains: what the model measures in a patch before any attention.")  # fmt: skip
@@ -64,3 +56,18 @@ def draw(page: Page) -> None:
              caption=[f"{100 * v:.1f}%" for v in explained.tolist()])  # fmt: skip
     chart_download(st, page, "patch-embedding components",
                    {"components": components.numpy(), "explained_variance": explained.numpy()})
+
+
+def similarity_grid(page: Page, similarity, title: str, caption: str, what: str) -> None:
+    """Small maps of a (rows, cols, rows, cols) similarity: for about 7 x 7 patches, that patch against every other,
+    one shared colour scale. Each gets the page's width: side by side, the grid shrank to a few pixels a map."""
+    rows, cols = page.model.config.grid_size
+    st.subheader(title)
+    st.caption(caption)
+    step = max(1, max(rows, cols) // 7)  # at most about 7 x 7 small maps
+    picks = [(r, c) for r in range(0, rows, step) for c in range(0, cols, step)]
+    # one shared scale (a colorbar), each map's own patch outlined
+    st.plotly_chart(cached_figure("grid_figure", torch.stack([similarity[r, c] for r, c in picks]),
+                                  [f"({r},{c})" for r, c in picks], len(range(0, cols, step)), "viridis",
+                                  rescale_each=False, marks=picks, height=520), theme=None, key=f"anatomy_{what}")  # fmt: skip
+    chart_download(st, page, what, {"similarity": similarity.numpy()})  # (rows, cols, rows, cols): every patch
