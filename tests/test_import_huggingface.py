@@ -354,3 +354,30 @@ def test_sharded_weights_are_read_shard_by_shard(tmp_path):
     (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
     with pytest.raises(ModelLoadError, match="outside its folder"):
         load_huggingface_folder(tmp_path)
+
+
+@pytest.mark.parametrize("gated", [False, True], ids=["gelu", "swiglu"])
+def test_a_dinov3_folder_reproduces_the_pooled_output_and_every_attention(tmp_path, gated):
+    """DINOv3ViTModel (rotary embeddings, 4 storage tokens, LayerScale, no key bias), eager attention, at its own
+    size and a non-square one."""
+    config = hf.DINOv3ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                                image_size=32, patch_size=8, num_register_tokens=4, use_gated_mlp=gated,
+                                hidden_act="silu" if gated else "gelu", attn_implementation="eager")  # fmt: skip
+    torch.manual_seed(0)
+    reference = hf.DINOv3ViTModel(config).eval()
+    with torch.no_grad():
+        for param in reference.parameters():
+            param.normal_(std=0.3)
+    reference.save_pretrained(tmp_path)
+    model = load_huggingface_folder(tmp_path)
+    assert model.config.rotary == "dinov3" and model.config.num_register_tokens == 4
+    assert model.config.gated_mlp == gated and not model.config.absolute_positions
+    for size in [(32, 32), (24, 40)]:
+        pixels = torch.randn(2, 3, *size)
+        with torch.no_grad():
+            expected = reference(pixel_values=pixels, output_attentions=True)
+            output = model(pixels, output_attentions=True)
+        assert (output.pooled - expected.pooler_output).abs().max() < ATOL
+        assert expected.pooler_output.abs().max() > 0.1
+        for ours, theirs in zip(output.attentions, expected.attentions, strict=True):
+            assert (ours - theirs).abs().max() < ATOL

@@ -9,6 +9,7 @@
     clip                   CLIPModel: its vision half, as a backbone
     siglip_vision_model    SiglipVisionModel (a backbone pooled by its attention head)
     siglip                 SiglipModel: its vision half, as a backbone
+    dinov3_vit             DINOv3ViTModel (rotary embeddings, storage tokens, GELU or SwiGLU MLP; a backbone)
 
 Each family is a table of renaming rules (plus the per-block rules all families share), the
 defaults of its Hugging Face config class (config.json files may leave them out), and a small
@@ -41,15 +42,16 @@ from vitviz.model import ViT, ViTConfig
 
 # Encoder blocks, as files on the Hub (and transformers 4) name them -- encoder.layer.i (ViT, DeiT,
 # DINOv2), encoder.layers.i (CLIP, SigLIP) -- and as transformers 5 models in memory do (layers.i).
-_BLOCK = r"(?:encoder\.layers?|layers)\.(\d+)\."
+_BLOCK = r"(?:encoder\.layers?|layers|(?:model\.)?layer)\.(\d+)\."
 _BLOCK_RULES = [
     (_BLOCK + r"(?:layernorm_before|norm1|layer_norm1)\.", r"blocks.\1.norm1."),
     (_BLOCK + r"(?:layernorm_after|norm2|layer_norm2)\.", r"blocks.\1.norm2."),
     (_BLOCK + r"attention\.attention\.(query|key|value)\.", r"blocks.\1.attn.\2."),
     (_BLOCK + r"(?:attention|self_attn)\.(q|k|v)_proj\.", r"blocks.\1.attn.\2."),
     (_BLOCK + r"(?:attention\.output\.dense|attention\.o_proj|self_attn\.out_proj)\.", r"blocks.\1.attn.proj."),
-    (_BLOCK + r"(?:intermediate\.dense|mlp\.fc1)\.", r"blocks.\1.mlp.fc1."),
-    (_BLOCK + r"(?:output\.dense|mlp\.fc2)\.", r"blocks.\1.mlp.fc2."),
+    (_BLOCK + r"(?:intermediate\.dense|mlp\.fc1|mlp\.up_proj)\.", r"blocks.\1.mlp.fc1."),
+    (_BLOCK + r"(?:output\.dense|mlp\.fc2|mlp\.down_proj)\.", r"blocks.\1.mlp.fc2."),
+    (_BLOCK + r"mlp\.gate_proj\.", r"blocks.\1.mlp.gate."),
     (_BLOCK + r"layer_scale([12])\.lambda1", r"blocks.\1.ls\2.gamma"),
 ]
 _VIT_RULES = [
@@ -71,6 +73,12 @@ _CLIP_RULES = [
     (r"embeddings\.position_embedding\.weight", r"pos_embed"),  # an nn.Embedding, (1 + N, D)
     (r"pre_layrnorm\.", r"norm_pre."),  # sic
     (r"post_layernorm\.", r"norm."),
+]
+_DINOV3_RULES = [
+    (r"embeddings\.cls_token", r"cls_token"),
+    (r"embeddings\.register_tokens", r"register_tokens"),  # DINOv3's storage tokens
+    (r"embeddings\.patch_embeddings\.", r"patch_embed.proj."),
+    (r"norm\.", r"norm."),
 ]
 _SIGLIP_RULES = [
     (r"embeddings\.patch_embedding\.", r"patch_embed.proj."),
@@ -133,6 +141,27 @@ def _dinov2_config(c: Mapping, weights: dict, registers: bool) -> dict:
     )
 
 
+def _dinov3_config(c: Mapping, weights: dict) -> dict:
+    """DINOv3: [CLS] and storage tokens, LayerScale, no position table, DINOv3's rotary embedding (rope_theta), a
+    GELU or gated (SwiGLU) MLP; pooler_output is the normed [CLS]. Its key bias, when absent, becomes zeros."""
+    if not (c["query_bias"] == c["value_bias"]) or not c["proj_bias"] or not c["mlp_bias"]:
+        raise ModelLoadError("DINOv3 with a query bias but no value bias (or the reverse), or without projection or "
+                             "MLP biases, is not supported")  # fmt: skip
+    if c["use_gated_mlp"] and c["hidden_act"] not in ("silu", "swish"):
+        raise ModelLoadError(f"a gated MLP with {c['hidden_act']!r}: vitviz's gated MLP is SwiGLU (silu)")
+    return dict(
+        mlp_size=c["intermediate_size"],
+        qkv_bias=bool(c["query_bias"] or c["key_bias"]),
+        layer_scale=True,
+        num_register_tokens=c["num_register_tokens"],
+        absolute_positions=False,
+        rotary="dinov3",
+        rotary_temperature=float(c["rope_theta"]),
+        gated_mlp=bool(c["use_gated_mlp"]),
+        **({"activation": "gelu"} if c["use_gated_mlp"] else {}),  # unused: SwiGLU's SiLU is its own
+    )
+
+
 def _clip_config(c: Mapping, weights: dict) -> dict:
     """A backbone whose pooled vector is Hugging Face's ``pooler_output`` (post_layernorm of [CLS]).
 
@@ -187,6 +216,12 @@ _FAMILIES = {
         "dinov2_with_registers", _DINOV2_RULES, r"embeddings\.mask_token",
         {**_DINOV2_DEFAULTS, "patch_size": 16, "num_register_tokens": 4}, partial(_dinov2_config, registers=True),
     ),  # fmt: skip
+    "dinov3_vit": _Family(
+        "", _DINOV3_RULES, r"embeddings\.mask_token",
+        dict(_VIT_DEFAULTS, patch_size=16, layer_norm_eps=1e-5, rope_theta=100.0, query_bias=True, key_bias=False,
+             value_bias=True, proj_bias=True, mlp_bias=True, use_gated_mlp=False, num_register_tokens=0),
+        _dinov3_config,
+    ),  # fmt: skip
     "clip_vision_model": _Family("vision_model", _CLIP_RULES, _CLIP_UNUSED, _CLIP_DEFAULTS, _clip_config, False),
     "siglip_vision_model": _Family(
         "vision_model", _SIGLIP_RULES, r"embeddings\.position_ids|text_model\..*|logit_scale|logit_bias",
@@ -221,7 +256,8 @@ def from_huggingface(state_dict: dict[str, torch.Tensor], config: dict) -> ViT:
         prefix = re.compile(rf"^{family.prefix}\.")
         weights = {prefix.sub("", name): t for name, t in state_dict.items()}
         weights = {name: t for name, t in weights.items() if not re.fullmatch(family.unused, name)}
-        activation = _ACTIVATIONS.get(c["hidden_act"])
+        family_fields = family.config(c, weights)
+        activation = family_fields.pop("activation", None) or _ACTIVATIONS.get(c["hidden_act"])
         if activation is None:
             supported = ", ".join(_ACTIVATIONS)
             raise ModelLoadError(f"hidden_act {c['hidden_act']!r} is not supported; vitviz has {supported}")
@@ -236,12 +272,13 @@ def from_huggingface(state_dict: dict[str, torch.Tensor], config: dict) -> ViT:
             layer_norm_eps=c["layer_norm_eps"],
             dropout=c.get("hidden_dropout_prob", 0.0),
             attention_dropout=c.get("attention_probs_dropout_prob", c.get("attention_dropout", 0.0)),
-            **family.config(c, weights),
+            **family_fields,
         )
         fields["num_classes"] = weights["classifier.weight"].shape[0] if "classifier.weight" in weights else 0
         vit_config = ViTConfig(**fields)
         check_model_size(vit_config, f"the Hugging Face {model_type} model")  # before anything is built
-        weights = fuse_qkv(rename(weights, family.rules + _BLOCK_RULES, source="Hugging Face checkpoint"))
+        weights = rename(weights, family.rules + _BLOCK_RULES, source="Hugging Face checkpoint")
+        weights = fuse_qkv(_zero_key_biases(weights))
         if "head.weight" in weights:
             vit_config = replace(vit_config, num_classes=weights["head.weight"].shape[0])
         weights = _fix_layout(weights, vit_config, family.patch_bias)
@@ -250,6 +287,15 @@ def from_huggingface(state_dict: dict[str, torch.Tensor], config: dict) -> ViT:
     except (TypeError, ValueError, KeyError, IndexError, AttributeError, RuntimeError) as error:
         raise ModelLoadError(f"Hugging Face config cannot describe a vitviz ViT ({model_type}): {error!r}") from None
     return build_model(vit_config, weights, source="Hugging Face checkpoint")
+
+
+def _zero_key_biases(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A zero key bias where the query has a bias and the key none (DINOv3's key_bias=False): adding 0 is exact.
+    Empty tensors (DINOv3's register_tokens of a model without registers) are dropped."""
+    out = {name: t for name, t in weights.items() if t.numel() > 0}
+    for name in [n for n in out if n.endswith(".attn.q.bias")]:
+        out.setdefault(name.replace(".attn.q.bias", ".attn.k.bias"), torch.zeros_like(out[name]))
+    return out
 
 
 def _fix_layout(weights: dict[str, torch.Tensor], config: ViTConfig, patch_bias: bool) -> dict[str, torch.Tensor]:
