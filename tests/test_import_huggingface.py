@@ -381,3 +381,46 @@ def test_a_dinov3_folder_reproduces_the_pooled_output_and_every_attention(tmp_pa
         assert expected.pooler_output.abs().max() > 0.1
         for ours, theirs in zip(output.attentions, expected.attentions, strict=True):
             assert (ours - theirs).abs().max() < ATOL
+
+
+def _perturbed(model):
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.normal_(std=0.3)
+    return model.eval()
+
+
+TINY_VISION = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, image_size=32,
+                   patch_size=8)  # fmt: skip
+
+
+@pytest.mark.parametrize("build", [
+    lambda: hf.IJepaModel(hf.IJepaConfig(**TINY_VISION, attn_implementation="eager")),
+    lambda: hf.Aimv2VisionModel(hf.Aimv2VisionConfig(**TINY_VISION, use_head=False, attn_implementation="eager")),
+    lambda: hf.Aimv2Model(hf.Aimv2Config(vision_config=dict(TINY_VISION, use_head=False), attn_implementation="eager",
+                                         text_config=dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                                          intermediate_size=64, vocab_size=100))),
+], ids=["ijepa", "aimv2_vision_model", "aimv2"])  # fmt: skip
+def test_ijepa_and_aimv2_folders_reproduce_their_tokens_and_every_attention(tmp_path, build):
+    reference = _perturbed(build())
+    reference.save_pretrained(tmp_path)
+    model = load_huggingface_folder(tmp_path)
+    assert not model.config.class_token and model.config.pooling == "mean"
+    if "Aimv2" in type(reference).__name__:
+        assert model.config.norm == "rmsnorm" and model.config.patch_norm and model.config.gated_mlp
+    vision = getattr(reference, "vision_model", reference)
+    pixels = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        expected = vision(pixel_values=pixels, output_attentions=True)
+        output = model(pixels, output_attentions=True)
+    assert (output.last_hidden_state - expected.last_hidden_state).abs().max() < ATOL
+    assert torch.allclose(output.pooled, expected.last_hidden_state.mean(dim=1), atol=ATOL)  # timm's AIMv2 readout
+    for ours, theirs in zip(output.attentions, expected.attentions, strict=True):
+        assert (ours - theirs).abs().max() < ATOL
+
+
+def test_aimv2_with_its_attention_pooling_head_is_refused_by_name(tmp_path):
+    _perturbed(hf.Aimv2VisionModel(hf.Aimv2VisionConfig(**TINY_VISION, use_head=True))).save_pretrained(tmp_path)
+    with pytest.raises(ModelLoadError, match="attention-pooling head .use_head=True"):
+        load_huggingface_folder(tmp_path)

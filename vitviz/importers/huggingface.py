@@ -10,6 +10,9 @@
     siglip_vision_model    SiglipVisionModel (a backbone pooled by its attention head)
     siglip                 SiglipModel: its vision half, as a backbone
     dinov3_vit             DINOv3ViTModel (rotary embeddings, storage tokens, GELU or SwiGLU MLP; a backbone)
+    aimv2_vision_model     Aimv2VisionModel (RMSNorm, SwiGLU, no [CLS]; a backbone read by its mean patch token)
+    aimv2                  Aimv2Model: its vision half
+    ijepa                  IJepaModel (no [CLS]; a backbone read by its mean patch token)
 
 Each family is a table of renaming rules (plus the per-block rules all families share), the
 defaults of its Hugging Face config class (config.json files may leave them out), and a small
@@ -37,21 +40,22 @@ from safetensors.torch import load_file
 from vitviz.checkpoint import ModelLoadError, build_model, check_model_size
 from vitviz.images import Preprocessing
 from vitviz.memory import available_memory, gigabytes
-from vitviz.importers.common import fuse_qkv, read_json, rename
+from vitviz.importers.common import add_zero_biases, fuse_qkv, read_json, rename
 from vitviz.model import ViT, ViTConfig
 
 # Encoder blocks, as files on the Hub (and transformers 4) name them -- encoder.layer.i (ViT, DeiT,
 # DINOv2), encoder.layers.i (CLIP, SigLIP) -- and as transformers 5 models in memory do (layers.i).
 _BLOCK = r"(?:encoder\.layers?|layers|(?:model\.)?layer)\.(\d+)\."
 _BLOCK_RULES = [
-    (_BLOCK + r"(?:layernorm_before|norm1|layer_norm1)\.", r"blocks.\1.norm1."),
-    (_BLOCK + r"(?:layernorm_after|norm2|layer_norm2)\.", r"blocks.\1.norm2."),
+    (_BLOCK + r"(?:layernorm_before|norm1|layer_norm1|rms_norm1)\.", r"blocks.\1.norm1."),
+    (_BLOCK + r"(?:layernorm_after|norm2|layer_norm2|rms_norm2)\.", r"blocks.\1.norm2."),
     (_BLOCK + r"attention\.attention\.(query|key|value)\.", r"blocks.\1.attn.\2."),
     (_BLOCK + r"(?:attention|self_attn)\.(q|k|v)_proj\.", r"blocks.\1.attn.\2."),
-    (_BLOCK + r"(?:attention\.output\.dense|attention\.o_proj|self_attn\.out_proj)\.", r"blocks.\1.attn.proj."),
-    (_BLOCK + r"(?:intermediate\.dense|mlp\.fc1|mlp\.up_proj)\.", r"blocks.\1.mlp.fc1."),
-    (_BLOCK + r"(?:output\.dense|mlp\.fc2|mlp\.down_proj)\.", r"blocks.\1.mlp.fc2."),
-    (_BLOCK + r"mlp\.gate_proj\.", r"blocks.\1.mlp.gate."),
+    (_BLOCK + r"(?:attention\.output\.dense|attention\.o_proj|self_attn\.out_proj|attention\.out_proj)\.",
+     r"blocks.\1.attn.proj."),
+    (_BLOCK + r"(?:intermediate\.dense|mlp\.fc1|(?:mlp|ffn)\.up_proj)\.", r"blocks.\1.mlp.fc1."),
+    (_BLOCK + r"(?:output\.dense|mlp\.fc2|(?:mlp|ffn)\.down_proj)\.", r"blocks.\1.mlp.fc2."),
+    (_BLOCK + r"(?:mlp|ffn)\.gate_proj\.", r"blocks.\1.mlp.gate."),
     (_BLOCK + r"layer_scale([12])\.lambda1", r"blocks.\1.ls\2.gamma"),
 ]
 _VIT_RULES = [
@@ -79,6 +83,12 @@ _DINOV3_RULES = [
     (r"embeddings\.register_tokens", r"register_tokens"),  # DINOv3's storage tokens
     (r"embeddings\.patch_embeddings\.", r"patch_embed.proj."),
     (r"norm\.", r"norm."),
+]
+_AIMV2_RULES = [
+    (r"embeddings\.patch_embed\.", r"patch_embed.proj."),
+    (r"embeddings\.rms_norm\.", r"patch_embed.norm."),  # AIMv2's norm inside the patch embedding
+    (r"embeddings\.position_embedding\.weight", r"pos_embed"),  # (N, D): no [CLS]
+    (r"rms_norm\.", r"norm."),
 ]
 _SIGLIP_RULES = [
     (r"embeddings\.patch_embedding\.", r"patch_embed.proj."),
@@ -162,6 +172,27 @@ def _dinov3_config(c: Mapping, weights: dict) -> dict:
     )
 
 
+def _ijepa_config(c: Mapping, weights: dict) -> dict:
+    """I-JEPA's encoder: a ViT without [CLS], read out by the mean patch token (a backbone)."""
+    return dict(mlp_size=c["intermediate_size"], qkv_bias=c["qkv_bias"], class_token=False, pooling="mean")
+
+
+def _aimv2_config(c: Mapping, weights: dict) -> dict:
+    """AIMv2's image tower: RMSNorm everywhere (one inside the patch embedding), SwiGLU, no [CLS], a learned position
+    table, read out by the mean patch token as timm does. Its optional attention-pooling head (use_head, the LiT
+    variants) has a form vitviz's pooling head does not: refused."""
+    if c["use_head"] and any(name.startswith("head.") for name in weights):
+        raise ModelLoadError("AIMv2 with its attention-pooling head (use_head=True, the LiT variants) is not supported: "
+                             "its head has no query projection and no MLP, unlike vitviz's; the backbones load")  # fmt: skip
+    if c.get("is_native"):
+        raise ModelLoadError("AIMv2's native-resolution variant (is_native=True, sine-cosine positions) is not supported")
+    if c["hidden_act"] not in ("silu", "swish"):
+        raise ModelLoadError(f"AIMv2 with {c['hidden_act']!r}: vitviz's gated MLP is SwiGLU (silu)")
+    return dict(mlp_size=c["intermediate_size"], qkv_bias=c["qkv_bias"], class_token=False, pooling="mean",
+                norm="rmsnorm", patch_norm=True, gated_mlp=True, layer_norm_eps=c["rms_norm_eps"],
+                activation="gelu")  # fmt: skip
+
+
 def _clip_config(c: Mapping, weights: dict) -> dict:
     """A backbone whose pooled vector is Hugging Face's ``pooler_output`` (post_layernorm of [CLS]).
 
@@ -222,6 +253,12 @@ _FAMILIES = {
              value_bias=True, proj_bias=True, mlp_bias=True, use_gated_mlp=False, num_register_tokens=0),
         _dinov3_config,
     ),  # fmt: skip
+    "ijepa": _Family("ijepa", _VIT_RULES, r"embeddings\.mask_token|pooler\.dense\..*", _VIT_DEFAULTS, _ijepa_config),
+    "aimv2_vision_model": _Family(
+        "vision_model", _AIMV2_RULES, r"embeddings\.position_ids|text_model\..*|logit_scale|visual_projection\..*|"
+        r"text_projection\..*", dict(_VIT_DEFAULTS, patch_size=14, hidden_act="silu", rms_norm_eps=1e-5, qkv_bias=False,
+                                    use_head=True, is_native=False, layer_norm_eps=1e-5), _aimv2_config,
+    ),  # fmt: skip
     "clip_vision_model": _Family("vision_model", _CLIP_RULES, _CLIP_UNUSED, _CLIP_DEFAULTS, _clip_config, False),
     "siglip_vision_model": _Family(
         "vision_model", _SIGLIP_RULES, r"embeddings\.position_ids|text_model\..*|logit_scale|logit_bias",
@@ -230,7 +267,7 @@ _FAMILIES = {
         _siglip_config,
     ),  # fmt: skip
 }
-_VISION_HALF = {"clip": "clip_vision_model", "siglip": "siglip_vision_model"}  # image-text models: vision_config
+_VISION_HALF = {"clip": "clip_vision_model", "siglip": "siglip_vision_model", "aimv2": "aimv2_vision_model"}  # image-text models: vision_config
 SUPPORTED_MODEL_TYPES = tuple(sorted([*_FAMILIES, *_VISION_HALF]))
 
 
@@ -269,7 +306,7 @@ def from_huggingface(state_dict: dict[str, torch.Tensor], config: dict) -> ViT:
             num_layers=c["num_hidden_layers"],
             num_heads=c["num_attention_heads"],
             activation=activation,
-            layer_norm_eps=c["layer_norm_eps"],
+            layer_norm_eps=family_fields.pop("layer_norm_eps", c["layer_norm_eps"]),
             dropout=c.get("hidden_dropout_prob", 0.0),
             attention_dropout=c.get("attention_probs_dropout_prob", c.get("attention_dropout", 0.0)),
             **family_fields,
@@ -281,7 +318,7 @@ def from_huggingface(state_dict: dict[str, torch.Tensor], config: dict) -> ViT:
         weights = fuse_qkv(_zero_key_biases(weights))
         if "head.weight" in weights:
             vit_config = replace(vit_config, num_classes=weights["head.weight"].shape[0])
-        weights = _fix_layout(weights, vit_config, family.patch_bias)
+        weights = add_zero_biases(vit_config, _fix_layout(weights, vit_config, family.patch_bias))  # AIMv2 has none
     except ModelLoadError:
         raise
     except (TypeError, ValueError, KeyError, IndexError, AttributeError, RuntimeError) as error:
