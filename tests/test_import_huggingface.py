@@ -113,7 +113,7 @@ def test_unknown_weights_and_unsupported_models_are_named(tmp_path):
     state_dict = {**reference.state_dict(), "vit.encoder.extra.weight": torch.zeros(1)}
     with pytest.raises(ModelLoadError, match="encoder.extra.weight"):
         from_huggingface(state_dict, reference.config.to_dict())
-    with pytest.raises(ModelLoadError, match="model_type 'swin' is not supported; supported: clip, clip_vision_model,"):
+    with pytest.raises(ModelLoadError, match="model_type 'swin' is not supported; supported: aimv2, aimv2_vision_model, clip, clip_vision_model,"):
         from_huggingface(reference.state_dict(), {**reference.config.to_dict(), "model_type": "swin"})
     with pytest.raises(ModelLoadError, match="no config.json"):
         load_huggingface_folder(tmp_path)
