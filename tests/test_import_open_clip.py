@@ -21,7 +21,8 @@ PROMPTS = ["a photo of a dog", "a photo of a cat", "an astronaut riding a horse"
 class StandInTokenizer:
     """Bytes as token ids, padded to a fixed context (what SigLIP's Hub tokenizer would do, without a download)."""
 
-    context_length = 64
+    def __init__(self, context_length: int = 64):
+        self.context_length = context_length
 
     def __call__(self, texts, context_length=None):
         ids = torch.zeros(len(texts), self.context_length, dtype=torch.long)
@@ -44,21 +45,27 @@ def perturbed_open_clip(name: str) -> torch.nn.Module:
     return model
 
 
-@pytest.fixture(scope="module", params=["ViT-B-16", "ViT-B-16-SigLIP"])
+# OpenCLIP's own tower; timm trunks: SigLIP's (a projection-free pooling head), EVA-CLIP's and PE-Core's (rotary
+# embeddings, the trunk's classifier as the projection)
+TOWERS = {"ViT-B-16": "VisionTransformer", "ViT-B-16-SigLIP": "TimmModel", "EVA02-B-16": "TimmModel",
+          "PE-Core-B-16": "TimmModel"}  # fmt: skip
+
+
+@pytest.fixture(scope="module", params=list(TOWERS))
 def converted(request):
     name = request.param
     model = perturbed_open_clip(name)
-    tokenizer = open_clip.get_tokenizer(name) if name == "ViT-B-16" else StandInTokenizer()
+    tokenizer = (open_clip.get_tokenizer(name) if name in ("ViT-B-16", "EVA02-B-16")
+                 else StandInTokenizer(model.text.context_length if hasattr(model, "text") else 64))  # fmt: skip
     return name, model, tokenizer, from_open_clip(model, tokenizer)
 
 
 def test_from_open_clip_logits_equal_open_clips(converted, tmp_path):
     name, model, tokenizer, vit = converted
-    tower = type(model.visual).__name__
-    assert tower == ("VisionTransformer" if name == "ViT-B-16" else "TimmModel")  # both kinds of image tower
+    assert type(model.visual).__name__ == TOWERS[name]  # both kinds of image tower
     zs = zero_shot(vit, PROMPTS, cache_dir=tmp_path)
     torch.manual_seed(1)
-    pixels = torch.randn(2, 3, 224, 224)
+    pixels = torch.randn(2, 3, *vit.config.image_hw)
     with torch.no_grad():
         image = model.encode_image(pixels, normalize=True)
         text = model.encode_text(tokenizer(PROMPTS), normalize=True)
@@ -69,7 +76,8 @@ def test_from_open_clip_logits_equal_open_clips(converted, tmp_path):
     assert (out.logits - expected).abs().max() < ATOL
     assert expected.std() > 0.01
     assert zs.config.probabilities == ("sigmoid" if name.endswith("SigLIP") else "softmax")
-    assert len(out.attentions) == 12 and out.grid_size == (14, 14)
+    assert zs.config.rotary == ("eva" if name in ("EVA02-B-16", "PE-Core-B-16") else "none")
+    assert len(out.attentions) == 12 and out.grid_size == (vit.config.image_hw[0] // 16, vit.config.image_hw[1] // 16)
     assert torch.allclose(out.attentions[0].sum(-1), torch.ones(1), atol=1e-5)
 
 

@@ -14,6 +14,7 @@ for ``encode_text``. Both converted towers reproduce open_clip's ``encode_image`
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from torch import nn
 
@@ -75,6 +76,12 @@ def _image_tower(visual: nn.Module) -> tuple[ViT, nn.Linear | None]:
                                  "linear projection or none")  # fmt: skip
         vit = from_timm(visual.trunk)
         projection = _copy_linear(visual.head.proj) if names else None
+        if vit.head is not None:  # the trunk's own classifier is the projection (EVA-CLIP, PE-Core: timm_proj "")
+            if projection is not None:
+                raise ModelLoadError("this open_clip timm tower has a classifier and a projection after it")
+            projection = vit.head
+            vit.head = None
+            vit.config = replace(vit.config, num_classes=0)
         return vit, projection
     if isinstance(visual, VisionTransformer):
         config = _describe(visual)
