@@ -74,3 +74,14 @@ def test_a_huge_json_file_is_not_parsed(tmp_path, monkeypatch):
     monkeypatch.setattr(common, "MAX_JSON_BYTES", 1000)
     with pytest.raises(ModelLoadError, match="more than the 0 MB a model's JSON file may take"):
         load_model(str(folder))
+
+
+def test_a_timm_model_too_big_for_the_memory_is_refused_before_any_download(monkeypatch):
+    """DINOv3 7B: 6.7 billion parameters, 27 GB in fp32, more than this machine's 24 GB: refused from its config."""
+    import socket
+
+    monkeypatch.setattr(socket.socket, "connect", lambda *a, **k: (_ for _ in ()).throw(OSError(101, "no network")))
+    monkeypatch.setattr(vitviz.checkpoint, "available_memory", lambda: 24 * 10**9)  # this machine, whatever runs it
+    with pytest.raises(ModelLoadError, match=r"timm:vit_7b_patch16_dinov3.lvd1689m has 6,7[\d,]+ parameters: 2[67].\d GB "
+                                             r"in fp32, more than the 24.0 GB of memory free"):
+        load_model("timm:vit_7b_patch16_dinov3.lvd1689m")

@@ -18,7 +18,7 @@ import math
 import torch
 from torch import nn
 
-from vitviz.checkpoint import ModelLoadError, build_model
+from vitviz.checkpoint import ModelLoadError, build_model, check_model_size
 from vitviz.hub import hub_file
 from vitviz.images import Preprocessing
 from vitviz.importers.common import add_zero_biases, rename
@@ -226,8 +226,9 @@ def load_timm(name: str) -> ViT:
     if not tags or ("." in name and name not in tags):
         choices = ", ".join(tags[:12]) + (" ..." if len(tags) > 12 else "") if tags else "none"
         raise ModelLoadError(f"timm has no pretrained weights {name!r}; pretrained tags: {choices}")
-    with torch.device("meta"):  # refuse what cannot be converted before downloading anything
-        timm_config(timm.create_model(name, pretrained=False))
+    with torch.device("meta"):  # refuse what cannot be converted, or cannot fit, before downloading anything
+        config = timm_config(timm.create_model(name, pretrained=False))
+    check_model_size(config, f"timm:{name}")
     cfg = timm.models.get_pretrained_cfg(name)
     if not cfg.hf_hub_id:  # a few old weights live at plain URLs: timm downloads those itself
         original = timm.create_model(name, pretrained=True)
