@@ -890,7 +890,7 @@ def test_a_dinov3_style_model_renders_every_tab_with_its_storage_tokens_and_rota
     bars = next(f for f in figures(at) if f["layout"].get("barmode") == "stack")
     assert [trace["name"] for trace in bars["data"]] == ["[CLS]", *(f"register {i}" for i in range(1, 5)), "patches"]
     model = vitviz.load_model(tmp_path / "dinov3.pt")
-    rope = model.rotary_embedding(model.config.grid_size)
+    rope = model.rotary_embeddings(model.config.grid_size)[0]
     similarity = explain.rotary_similarity(rope.sin, rope.cos, model.config.grid_size)
     assert similarity[1, 2, 1, 2] == pytest.approx(1.0) and similarity[0, 0, 3, 3] < similarity[0, 0, 0, 1]
 

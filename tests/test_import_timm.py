@@ -30,6 +30,8 @@ def perturbed(name: str, **kwargs) -> torch.nn.Module:
                 param.normal_(std=0.5)
             elif param_name.startswith("head"):
                 param.normal_(std=0.05)
+            elif param_name == "rope.freqs":  # RoPE-Mixed's learned frequencies: far from their start
+                param.normal_(std=0.3)
             elif param_name.endswith(("attn.qkv.weight", "attn.q_proj.weight", "attn.k_proj.weight")):
                 # scores of a few units: peaked, position-sensitive attention
                 param.normal_(std=0.06)
@@ -106,11 +108,16 @@ FAMILIES = [
     ("vit_pe_core_small_patch16_384", {"depth": 2}, dict(pooling="map", pool_heads=8, pool_prefix=True, norm_pre=True,
                                                          rotary_offset=1.0, rotary_column_first=True)),
     ("vit_pe_spatial_small_patch16_512", {"depth": 2, "img_size": 256}, dict(final_norm=False, pooling="mean")),
+    # RoPE-Mixed: learned rotary frequencies per block and head, with and without a position table
+    ("vit_base_patch16_rope_mixed_224", {"depth": 2}, dict(rotary="mixed", rotary_column_first=True,
+                                                           absolute_positions=False)),
+    ("vit_base_patch16_rope_mixed_ape_224", {"depth": 2}, dict(rotary="mixed", absolute_positions=True)),
     # AIMv2 (timm's VisionTransformer): RMSNorm everywhere, one in the patch embedding too, SwiGLU, no biases, no [CLS]
     ("aimv2_large_patch14_224", {"depth": 2}, dict(norm="rmsnorm", patch_norm=True, gated_mlp=True, class_token=False,
                                                    pooling="mean", qkv_bias=False)),
     # per-head q/k norms; SwiGLU packed; SwiGLU split with the norms inside the MLP and on the attention output
     ("vit_small_patch16_224", {"depth": 2, "qk_norm": True}, dict(qk_norm=True)),
+    ("vit_small_patch16_224", {"depth": 2, "pos_embed": "none"}, dict(absolute_positions=False, rotary="none")),
     ("vit_small_patch16_224", {"depth": 2, "mlp_layer": timm.layers.SwiGLUPacked, "act_layer": torch.nn.SiLU},
      dict(gated_mlp=True, mlp_size=768)),  # the packed fc1 (1536) holds the gate and the value
     ("vit_small_patch16_224", {"depth": 2, "mlp_layer": timm.layers.SwiGLU, "act_layer": torch.nn.SiLU,
@@ -142,6 +149,7 @@ def test_timm_family_reproduces_outputs_and_every_attention(name, kwargs, expect
         ("vit_small_patch16_dinov3", {"depth": 2}),  # rotary embeddings on a non-square grid
         ("eva02_small_patch14_224", {"depth": 2}),  # ... rescaled onto the pretraining grid, with a position table
         ("vit_base_patch16_rope_224", {"depth": 2}),
+        ("vit_base_patch16_rope_mixed_224", {"depth": 2}),
         ("aimv2_large_patch14_224", {"depth": 2}),
         ("vit_pe_core_small_patch16_384", {"depth": 2}),
     ],
@@ -155,7 +163,8 @@ def test_non_square_input_matches_timm_dynamic_img_size(name, kwargs):
     assert output_difference <= RTOL and attention_difference <= RTOL
 
 
-@pytest.mark.parametrize("name", ["vit_small_patch16_dinov3", "eva02_small_patch14_224", "vit_base_patch16_rope_224"])
+@pytest.mark.parametrize("name", ["vit_small_patch16_dinov3", "eva02_small_patch14_224", "vit_base_patch16_rope_224",
+                                  "vit_base_patch16_rope_mixed_224"])
 def test_the_rotary_embedding_is_what_makes_it_match(name):
     """Without its rotary embedding the converted model is far from timm's: the tests above would notice one lost."""
     import dataclasses
@@ -165,7 +174,7 @@ def test_the_rotary_embedding_is_what_makes_it_match(name):
     images = torch.randn(1, 3, 6 * patch, 10 * patch)  # non-square, and not the training grid
     converted = vitviz.from_timm(model)
     no_rotary = vitviz.ViT(dataclasses.replace(converted.config, rotary="none")).eval()
-    no_rotary.load_state_dict(converted.state_dict())
+    no_rotary.load_state_dict({k: v for k, v in converted.state_dict().items() if k != "rotary_frequencies"})
     with torch.no_grad():
         expected = model(images)
         assert (converted(images).pooled - expected).abs().max() <= RTOL
@@ -197,7 +206,7 @@ def test_siglip_pooling_weights_come_back_with_the_output():
 @pytest.mark.parametrize(
     "build,feature",
     [
-        (lambda: timm.create_model("vit_base_patch16_rope_mixed_224", depth=1), "learned per-head rotary frequencies"),
+        (lambda: timm.create_model("vit_small_patch16_224", depth=1, dynamic_img_pad=True), "dynamic_img_pad"),
         (lambda: timm.create_model("beit_base_patch16_224", depth=1), "relative position bias"),
         (lambda: timm.create_model("eva02_tiny_patch14_224", depth=1, qk_norm=True), "q/k normalisation"),
         (lambda: timm.create_model("vit_small_patch16_224", depth=1, act_layer=torch.nn.ReLU), "the activation ReLU"),
@@ -205,7 +214,7 @@ def test_siglip_pooling_weights_come_back_with_the_output():
         (lambda: timm.create_model("vit_small_patch16_224", depth=1, global_pool="max"), "global_pool='max'"),
         (lambda: torch.nn.Linear(2, 2), "expected a timm VisionTransformer"),
     ],
-    ids=["rope_mixed", "beit", "eva_qk_norm", "relu", "parallel", "max_pool", "not_timm"],
+    ids=["dynamic_img_pad", "beit", "eva_qk_norm", "relu", "parallel", "max_pool", "not_timm"],
 )
 def test_what_cannot_be_reproduced_is_refused_by_name(build, feature):
     with pytest.raises(ModelLoadError, match=feature):

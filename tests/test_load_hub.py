@@ -110,8 +110,8 @@ def test_hub_specs_are_validated_before_any_download(offline):
         load_model("timm:vit_nope")
     with pytest.raises(ModelLoadError, match="no pretrained weights 'vit_tiny_patch16_224.nope'.*augreg"):
         load_model("timm:vit_tiny_patch16_224.nope")
-    with pytest.raises(ModelLoadError, match="learned per-head rotary frequencies"):
-        load_model("timm:vit_base_patch16_rope_mixed_224.naver_in1k")
+    with pytest.raises(ModelLoadError, match="relative position bias"):
+        load_model("timm:beit_base_patch16_224.in22k_ft_in22k_in1k")
     with pytest.raises(ModelLoadError, match="not a Hugging Face repository id"):
         load_model("hf:not a repo")
 

@@ -104,14 +104,14 @@ def forward_timer(
     timed = model.blocks[: len(model.blocks) if blocks is None else blocks]
     with torch.inference_mode():
         tokens, grid = model.embed(pixels)  # (1, T, D) the first block's input
-        rope = model.rotary_embedding(grid)
+        ropes = model.rotary_embeddings(grid)
 
     def time_forward(precision: str) -> float:
         with torch.inference_mode(), autocast(precision, device.type):
             synchronize(device)
             start = timer()
             x = tokens
-            for block in timed:
+            for block, rope in zip(timed, ropes):
                 x, _ = block(x, need_weights=True, rope=rope)  # (1, T, D); the (1, heads, T, T) weights dropped
             synchronize(device)
             return timer() - start

@@ -275,7 +275,7 @@ def model_anatomy(_model, model_spec: str) -> dict:
     if _model.pos_embed is not None:  # a learned position table
         similarity = explain.position_embedding_similarity(_model.pos_embed.detach(), c.grid_size, c.prefix_positions)
     if c.rotary != "none":  # rotary embeddings: how alike the rotations of two patches are
-        rope = _model.rotary_embedding(c.grid_size)
-        rotary = explain.rotary_similarity(rope.sin.cpu(), rope.cos.cpu(), c.grid_size)
+        rope = _model.rotary_embeddings(c.grid_size)[0]  # the first block's (all blocks share it but RoPE-Mixed's)
+        rotary = explain.rotary_similarity(rope.sin.detach().cpu(), rope.cos.detach().cpu(), c.grid_size)
     components, explained = explain.patch_embedding_components(_model.patch_embed.proj.weight, count=16)
     return {"similarity": similarity, "rotary": rotary, "components": components, "explained": explained}

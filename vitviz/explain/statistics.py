@@ -64,11 +64,13 @@ def rotary_similarity(sin: torch.Tensor, cos: torch.Tensor, grid_size: tuple[int
     """What a rotary model has instead of a position table: how alike two patches' rotations are, the mean over
     channels of cos(angle_i - angle_j) from ``ViT.rotary_embedding`` (sin, cos: (N, head_dim) each). It is the factor
     by which rotation scales the score between a query at patch i and the same key at patch j, averaged over the
-    channels: 1 on the patch itself, falling with distance. (rows, cols, rows, cols), like
-    ``position_embedding_similarity``."""
-    if sin.shape[0] != grid_size[0] * grid_size[1] or sin.shape != cos.shape:
+    channels (and the heads, for learned per-head frequencies): 1 on the patch itself, falling with distance.
+    (rows, cols, rows, cols), like ``position_embedding_similarity``."""
+    if sin.shape[-2] != grid_size[0] * grid_size[1] or sin.shape != cos.shape:
         raise ValueError(f"rotary sin/cos of shape {tuple(sin.shape)} do not fit a {grid_size[0]}x{grid_size[1]} grid")
-    similarity = (cos.double() @ cos.double().T + sin.double() @ sin.double().T) / sin.shape[1]  # (N, N)
+    sin, cos = sin.double(), cos.double()  # (..., N, head_dim): a leading heads axis (RoPE-Mixed) is averaged over
+    similarity = (cos @ cos.transpose(-2, -1) + sin @ sin.transpose(-2, -1)) / sin.shape[-1]  # (..., N, N)
+    similarity = similarity.reshape(-1, *similarity.shape[-2:]).mean(dim=0)
     return similarity.float().reshape(*grid_size, *grid_size)
 
 

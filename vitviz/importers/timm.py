@@ -104,8 +104,6 @@ def _describe(model: nn.Module) -> dict:
         refuse("a patch embedding other than one square non-overlapping convolution")
     if getattr(embed, "dynamic_img_pad", False):
         refuse("padding of images that are not a multiple of the patch size (dynamic_img_pad)")
-    if model.pos_embed is None:
-        refuse("no absolute position embeddings")
     if getattr(model, "pool_include_prefix", False):
         refuse("pooling that includes the prefix tokens (pool_include_prefix)")
 
@@ -183,6 +181,7 @@ def _describe(model: nn.Module) -> dict:
         qk_norm=not isinstance(attn.q_norm, nn.Identity),
         norm=norm,
         patch_norm=not isinstance(embed.norm, nn.Identity),
+        absolute_positions=model.pos_embed is not None,  # pos_embed="none": no positions at all
     )
 
 

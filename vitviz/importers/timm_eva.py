@@ -5,7 +5,7 @@ registers, LayerScale, no position table, DINOv3's axial rotary embedding, GELU 
 and the CLIP image towers: a learned position table and EVA's rotary embedding, SwiGLU packed or split, the norm
 inside the MLP and the one on the attention output) and timm's ``vit_*_rope_*`` ViTs. Eva has no key bias: q and
 v biases are joined with zeros. Like ``from_timm``, the architecture is read from the modules, and what vitviz's
-ViT cannot reproduce yet (q/k norms, learned per-head rotary frequencies, attention-pooling heads, RMSNorm...) is
+ViT cannot reproduce yet (q/k norms in Eva blocks, RMSNorm in Eva blocks...) is
 refused by name. Called by ``vitviz.importers.timm.from_timm``.
 """
 
@@ -21,6 +21,7 @@ RULES = [
     (r"cls_token", r"cls_token"),
     (r"reg_token", r"register_tokens"),
     (r"pos_embed", r"pos_embed"),
+    (r"rope\.freqs", r"rotary_frequencies"),  # RoPE-Mixed's learned frequencies
     (r"patch_embed\.proj\.", r"patch_embed.proj."),
     (r"blocks\.(\d+)\.gamma_([12])", r"blocks.\1.ls\2.gamma"),
     (r"blocks\.(\d+)\.(norm1|norm2|attn\.qkv|attn\.proj|mlp\.fc1|mlp\.fc2)\.", r"blocks.\1.\2."),
@@ -41,7 +42,7 @@ RULES = [
 def eva_config(model: nn.Module) -> ViTConfig:
     """The ViTConfig that reproduces a timm Eva model, or a ModelLoadError naming what it cannot reproduce yet."""
     from timm.layers import AttentionPoolLatent, GluMlp, LayerNorm, Mlp, PatchEmbed, SwiGLU
-    from timm.layers.pos_embed_sincos import RotaryEmbeddingCat, RotaryEmbeddingDinoV3
+    from timm.layers.pos_embed_sincos import RotaryEmbeddingCat, RotaryEmbeddingDinoV3, RotaryEmbeddingMixed
     from timm.models.eva import EvaBlock
 
     def refuse(feature: str):
@@ -61,7 +62,7 @@ def eva_config(model: nn.Module) -> ViTConfig:
             refuse("q/k normalisation in the pooling head")
         if type(pool.mlp) is not Mlp or pool.mlp.fc1.out_features != model.blocks[0].mlp.fc2.in_features:
             refuse("an attention-pooling head whose MLP differs from the blocks'")
-    rotary = _rotary(model.rope, refuse, RotaryEmbeddingCat, RotaryEmbeddingDinoV3)
+    rotary = _rotary(model.rope, refuse, RotaryEmbeddingCat, RotaryEmbeddingDinoV3, RotaryEmbeddingMixed)
     blocks = list(model.blocks)
     first = blocks[0]
     if any(type(block) is not EvaBlock for block in blocks):
@@ -135,7 +136,7 @@ def eva_config(model: nn.Module) -> ViTConfig:
     )
 
 
-def _rotary(rope: nn.Module | None, refuse, cat_class: type, dinov3_class: type) -> dict:
+def _rotary(rope: nn.Module | None, refuse, cat_class: type, dinov3_class: type, mixed_class: type) -> dict:
     """The ViTConfig fields of timm's rotary embedding module, or a refusal for a kind vitviz does not have."""
     if rope is None:
         return {}
@@ -150,7 +151,11 @@ def _rotary(rope: nn.Module | None, refuse, cat_class: type, dinov3_class: type)
         reference = tuple(rope.ref_feat_shape) if rope.ref_feat_shape is not None else None
         return dict(rotary="eva", rotary_temperature=float(rope.temperature), rotary_reference_grid=reference,
                     rotary_column_first=rope.grid_indexing == "xy", rotary_offset=float(rope.grid_offset))  # fmt: skip
-    refuse(f"{type(rope).__name__}: learned per-head rotary frequencies (rope_mixed) or another rotary embedding")
+    if isinstance(rope, mixed_class):  # learned frequencies per block and head (RoPE-Mixed), integer positions
+        if rope.grid_indexing not in ("ij", "xy") or getattr(rope, "aug_active", False) and rope.training:
+            refuse("a RoPE-Mixed embedding with other coordinates")
+        return dict(rotary="mixed", rotary_column_first=rope.grid_indexing == "xy")
+    refuse(f"{type(rope).__name__}: a rotary embedding vitviz does not have")
 
 
 def _has_qkv_bias(attn: nn.Module) -> bool:

@@ -45,10 +45,10 @@ class ViTConfig:
     qkv_bias: bool = True  # bias in the query/key/value projection
     probabilities: Probabilities = "softmax"  # logits -> probabilities: softmax over classes, or a sigmoid each (SigLIP)
     absolute_positions: bool = True  # a learned position table added to the tokens (DINOv3 has none: rotary only)
-    rotary: Rotary = "none"  # rotary position embeddings on the patch tokens' queries and keys: "dinov3", "eva"
+    rotary: Rotary = "none"  # rotary embeddings on the patch tokens' queries and keys: "dinov3", "eva", "mixed"
     rotary_temperature: float = 100.0  # the base of the rotary periods (DINOv3: 100; EVA: 10000)
     rotary_reference_grid: tuple[int, int] | None = None  # EVA: positions rescaled onto this (pretraining) grid
-    rotary_column_first: bool = False  # EVA: the column's frequencies before the row's (timm's rope ViTs: "xy")
+    rotary_column_first: bool = False  # EVA, mixed: the column's frequencies before the row's (timm's "xy")
     rotary_offset: float = 0.0  # EVA: added to the integer patch positions before rescaling (Perception Encoder: 1)
     pool_heads: int = 0  # heads of the attention-pooling head ("map"); 0: as many as the blocks have
     pool_prefix: bool = False  # the attention-pooling head reads the prefix tokens too (Perception Encoder)
@@ -139,6 +139,7 @@ class ViTConfig:
         count = self.num_channels * self.patch_size**2 * D + D + (norm(D) if self.patch_norm else 0)  # patches
         count += self.num_prefix_tokens * D  # the prefix tokens
         count += (self.prefix_positions + rows * cols) * D if self.absolute_positions else 0  # the position table
+        count += L * D if self.rotary == "mixed" else 0  # learned rotary frequencies: 2 axes x heads x head_dim / 2
         count += (norm(D) if self.norm_pre else 0) + L * block + (norm(D) if self.final_norm else 0)  # blocks, norm
         if self.pooling == "map":  # query, q, kv, proj, norm, MLP
             count += D + linear(D, D) + linear(D, 2 * D) + linear(D, D) + norm(D) + mlp

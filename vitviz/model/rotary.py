@@ -9,6 +9,8 @@ prefix tokens ([CLS], registers) are not rotated.
               and the rotate-half layout (the first half of the channels pairs with the second half)
     eva       EVA-02's form (Fang et al. 2023; timm's RotaryEmbeddingCat): integer patch positions rescaled onto
               the pretraining grid, frequencies ``temperature ** (-4 i / head_dim)``, neighbouring channels paired
+    mixed     RoPE-Mixed (Heo et al. 2024): learned frequencies per block and head along both axes (the model's
+              ``rotary_frequencies``), neighbouring channels paired
 
 The maths follows the reference code (facebookresearch/dinov3 ``rope_position_encoding.py``, timm's
 ``RotaryEmbeddingDinoV3``, Hugging Face's ``Dinov3ViTRopePositionEmbedding``), computed in fp32; the training-time
@@ -22,15 +24,15 @@ from typing import Literal, NamedTuple
 
 import torch
 
-Rotary = Literal["none", "dinov3", "eva"]
-ROTARIES = ("none", "dinov3", "eva")
+Rotary = Literal["none", "dinov3", "eva", "mixed"]
+ROTARIES = ("none", "dinov3", "eva", "mixed")
 
 
 class Rope(NamedTuple):
     """The rotary embedding of one input's grid: what every block's attention rotates queries and keys by."""
 
-    sin: torch.Tensor  # (N, head_dim), fp32
-    cos: torch.Tensor  # (N, head_dim), fp32
+    sin: torch.Tensor  # (N, head_dim), fp32; (heads, N, head_dim) for learned per-head frequencies
+    cos: torch.Tensor  # the same shape
     interleaved: bool  # channel pairs (0, 1), (2, 3)... (EVA); else (i, i + head_dim / 2) (DINOv3's rotate-half)
 
 
@@ -78,6 +80,18 @@ def rotary_embedding(kind: Rotary, grid: tuple[int, int], head_dim: int, tempera
         angles = angles.repeat_interleave(2, dim=-1)  # interleaved: each frequency on two neighbouring channels
         return Rope(angles.sin(), angles.cos(), interleaved=True)
     raise ValueError(f"rotary must be one of {', '.join(ROTARIES)}; got {kind!r}")
+
+
+def mixed_angles(frequencies: torch.Tensor, grid: tuple[int, int], column_first: bool = False) -> torch.Tensor:
+    """Learned per-head frequencies (Heo et al. 2024, RoPE-Mixed): ``frequencies`` (2, layers, heads, head_dim // 2)
+    hold each head's frequency along the two axes, so a head's angle is x * f_x + y * f_y and may run diagonally.
+    Returns (layers, heads, rows * cols, head_dim // 2), fp32, with integer patch positions."""
+    rows, cols = grid
+    row, col = torch.meshgrid(torch.arange(rows, device=frequencies.device).to(torch.float32),
+                              torch.arange(cols, device=frequencies.device).to(torch.float32), indexing="ij")  # fmt: skip
+    first, second = (col.reshape(-1), row.reshape(-1)) if column_first else (row.reshape(-1), col.reshape(-1))
+    f = frequencies.float()
+    return first[:, None] * f[0][..., None, :] + second[:, None] * f[1][..., None, :]
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:

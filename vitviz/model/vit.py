@@ -24,7 +24,7 @@ from torch import nn
 
 from vitviz.model.config import ViTConfig
 from vitviz.model.layers import AttentionPool, Block, PatchEmbedding, norm_layer
-from vitviz.model.rotary import Rope, rotary_embedding
+from vitviz.model.rotary import Rope, mixed_angles, rotary_embedding
 
 Precision = Literal["fp32", "bf16"]
 
@@ -69,6 +69,9 @@ class ViT(nn.Module):
         rows, cols = config.grid_size
         positions = config.prefix_positions + rows * cols
         self.pos_embed = nn.Parameter(torch.zeros(1, positions, D)) if config.absolute_positions else None
+        # RoPE-Mixed: learned rotary frequencies along both axes, per block and head
+        frequencies = (2, config.num_layers, config.num_heads, D // config.num_heads // 2)
+        self.rotary_frequencies = nn.Parameter(torch.zeros(frequencies)) if config.rotary == "mixed" else None
         self.pos_dropout = nn.Dropout(config.dropout)
         self.norm_pre = norm_layer(config, D) if config.norm_pre else nn.Identity()
         rates = [config.drop_path * i / max(1, config.num_layers - 1) for i in range(config.num_layers)]
@@ -94,6 +97,14 @@ class ViT(nn.Module):
                 nn.init.trunc_normal_(module.weight, std=0.02)
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
+        if self.rotary_frequencies is not None:  # RoPE-Mixed's start: EVA-like magnitudes, a random direction per head
+            _, layers, heads, half = self.rotary_frequencies.shape
+            magnitudes = 1.0 / (self.config.rotary_temperature ** (torch.arange(0, 2 * half, 4) / (2 * half)))
+            direction = torch.rand(layers, heads, 1) * 2 * math.pi
+            x_axis = torch.cat([magnitudes * direction.cos(), magnitudes * (direction + math.pi / 2).cos()], dim=-1)
+            y_axis = torch.cat([magnitudes * direction.sin(), magnitudes * (direction + math.pi / 2).sin()], dim=-1)
+            with torch.no_grad():
+                self.rotary_frequencies.copy_(torch.stack([x_axis, y_axis]))
         fan_in = self.patch_embed.proj.in_channels * self.config.patch_size**2
         nn.init.trunc_normal_(self.patch_embed.proj.weight, std=math.sqrt(1 / fan_in))
         nn.init.zeros_(self.patch_embed.proj.bias)
@@ -104,13 +115,18 @@ class ViT(nn.Module):
                 nn.init.zeros_(head.weight)
                 nn.init.zeros_(head.bias)
 
-    def rotary_embedding(self, grid: tuple[int, int]) -> Rope | None:
-        """The rotary embedding of a rows x cols grid's patch tokens for a rotary model (sin and cos, each (N,
-        head_dim), fp32), else None. Every block rotates its queries and keys by it; made once per forward pass."""
+    def rotary_embeddings(self, grid: tuple[int, int]) -> list[Rope | None]:
+        """Each block's rotary embedding of a rows x cols grid's patch tokens (sin and cos, (N, head_dim) each, fp32;
+        (heads, N, head_dim) with learned per-head frequencies), or None for every block of a model without one.
+        Each block rotates its queries and keys by its own; made once per forward pass."""
         c = self.config
-        return rotary_embedding(c.rotary, grid, c.hidden_size // c.num_heads, c.rotary_temperature,
+        if c.rotary == "mixed":
+            angles = mixed_angles(self.rotary_frequencies, grid, c.rotary_column_first).repeat_interleave(2, dim=-1)
+            return [Rope(a.sin(), a.cos(), interleaved=True) for a in angles]  # (heads, N, head_dim) per block
+        rope = rotary_embedding(c.rotary, grid, c.hidden_size // c.num_heads, c.rotary_temperature,
                                 c.rotary_reference_grid, c.rotary_column_first, c.rotary_offset,
                                 self.patch_embed.proj.weight.device)  # fmt: skip
+        return [rope] * c.num_layers
 
     def position_embeddings(self, rows: int, cols: int) -> torch.Tensor | None:
         """Position embeddings for a rows x cols patch grid, (1, prefix + rows * cols, D).
@@ -155,9 +171,9 @@ class ViT(nn.Module):
         if self.attn_implementation not in ("sdpa", "eager"):
             raise ValueError(f"attn_implementation must be 'sdpa' or 'eager', not {self.attn_implementation!r}")
         explicit = need_weights or self.attn_implementation == "eager"
-        rope = self.rotary_embedding(grid)
+        ropes = self.rotary_embeddings(grid)
         for index, block in enumerate(self.blocks):
-            x, weights = block(x, need_weights=explicit, rope=rope)
+            x, weights = block(x, need_weights=explicit, rope=ropes[index])
             if attention_sink is not None:
                 attention_sink(index, weights)
             if output_attentions:
