@@ -907,3 +907,15 @@ def test_the_2025_families_render_every_tab(tmp_path, monkeypatch, config):
     seen = render_every_tab(at)
     rotary = config.get("rotary", "none") != "none"
     assert ("Rotary embedding: how alike two patches' rotations are" in seen["Model anatomy"]["subheaders"]) == rotary
+
+
+def test_what_looks_like_a_path_in_the_model_box(tmp_path):
+    from vitviz_dashboard.sidebar import looks_like_path
+
+    (tmp_path / "folder").mkdir()
+    for path in ("/srv/models/vit.pt", "~/models", "./checkpoints", "..\\x", "C:\\models\\vit", "model.pt", "weights.safetensors",
+                 str(tmp_path / "folder")):
+        assert looks_like_path(path), path
+    for spec in ("timm:vit_small_patch16_dinov3.lvd1689m", "hf:google/vit-base-patch16-224", "google/vit-base-patch16-224",
+                 "open_clip:ViT-B-16/openai", "vit_small_patch8_224.dino"):
+        assert not looks_like_path(spec), spec

@@ -102,3 +102,22 @@ def test_upload_overlay_and_click_a_patch(server):
         page.screenshot(path=str(SCREENSHOTS / "click_a_patch.png"), full_page=True)
         assert not page.get_by_text("Traceback").count()
         browser.close()
+
+
+def test_a_spec_or_a_path_typed_into_the_model_box(server):
+    """The model box accepts typed text (AppTest cannot type into it): a spec loads as if typed into the spec field,
+    a path is sent to the field for paths."""
+    running, _ = server
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(running.url, wait_until="domcontentloaded")
+        box = page.get_by_test_id("stSidebar").get_by_role("combobox").first
+        box.wait_for(timeout=60_000)
+        for typed, expected in [("./checkpoints/default.pt", "Paths go in the field below this box"),
+                                ("timm:no_such_model", "timm has no model 'no_such_model'")]:  # fmt: skip
+            box.click()
+            box.fill(typed)
+            box.press("Enter")
+            page.get_by_text(expected).first.wait_for(timeout=60_000)
+        browser.close()

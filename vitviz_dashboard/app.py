@@ -39,7 +39,7 @@ def main() -> None:
     if "tab" in st.session_state:  # and the open tab survives runs that stop before the tabs
         st.session_state.tab = st.session_state.tab
     if not settings.model_spec:
-        st.info(MISSING_SPEC.get(settings.model_choice, "Choose a model in the sidebar."))
+        st.info(MISSING_SPEC.get(settings.model_choice, "Choose a model in the sidebar, or type a spec into its box."))
         return
     try:
         model = get_model_with_progress(settings.model_spec)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -67,11 +68,18 @@ def sidebar() -> Settings:
     st.sidebar.header("Model")
     choice = st.sidebar.selectbox(
         "Model", MODEL_CHOICES, label_visibility="collapsed", format_func=lambda option: LABELS.get(option, option),
-        help="The pretrained models (timm, Hugging Face, torchvision) download once when online, into the "
-             "Hugging Face or torch cache, and load offline afterwards.",
+        accept_new_options=True, key="model_box",  # a spec typed straight into the box loads like one in the field
+        help="Pick a model, or type a timm, Hugging Face or open_clip spec here. The pretrained models download "
+             "once when online, into the Hugging Face or torch cache, and load offline afterwards.",
     )  # fmt: skip
     spec = choice
-    if choice == HUB_SPEC:
+    if choice not in MODEL_CHOICES:  # typed into the box: a spec, never a path
+        if looks_like_path(choice):
+            st.sidebar.info(PATH_IN_MODEL_BOX)
+            spec = ""
+        else:
+            spec = unless_refused(lambda: check_hub_spec(hub_spec(choice)))
+    elif choice == HUB_SPEC:
         text = st.sidebar.text_input("timm:<name>, hf:<org>/<name>, <org>/<name> or open_clip:<model>/<tag>", "",
                                      placeholder="timm:vit_small_patch14_reg4_dinov2.lvd142m")  # fmt: skip
         spec = unless_refused(lambda: check_hub_spec(hub_spec(text)))
@@ -120,6 +128,23 @@ def hub_spec(text: str) -> str:
     if not text or text.startswith(("timm:", "hf:", "open_clip:")):
         return text
     return f"hf:{text}" if "/" in text else f"timm:{text}"
+
+
+PATH_IN_MODEL_BOX = ('Paths go in the field below this box: choose "path or upload..." in it, then enter the path of a '
+                     "vitviz checkpoint or Hugging Face folder (or upload a checkpoint). This box takes specs: "
+                     "`timm:<name>`, `hf:<org>/<name>`, `open_clip:<model>/<tag>`.")  # fmt: skip
+
+
+def looks_like_path(text: str) -> bool:
+    """A local path rather than a spec: it starts like one (/, ~, ., a Windows drive), ends in a checkpoint's suffix,
+    or names something that exists here."""
+    text = text.strip()
+    if re.match(r"^(?:[/~.\\]|[A-Za-z]:[\\/])", text) or text.endswith((".pt", ".pth", ".safetensors", ".bin")):
+        return True
+    try:
+        return Path(text).expanduser().exists()
+    except OSError:
+        return False
 
 
 def unless_refused(check: Callable[[], str]) -> str:
