@@ -13,6 +13,7 @@ for ``encode_text``. Both converted towers reproduce open_clip's ``encode_image`
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import replace
 
@@ -235,10 +236,23 @@ def _fetch_tokenizer(model_cfg: dict, spec: str, offline: bool) -> None:
                              + (f" in the cache ({hub.cache_folder()}); is this machine offline?" if offline else ""))
 
 
+@functools.cache
+def _open_clip_repositories() -> dict[str, str]:
+    """Hub repository -> open_clip spec ("<model>/<tag>") for every pretrained tag open_clip knows; read once (about
+    a second), not at every timm load."""
+    import open_clip
+
+    found = {}
+    for model_name, tag in open_clip.list_pretrained():
+        repo = "/".join((open_clip.get_pretrained_cfg(model_name, tag).get("hf_hub") or "").strip("/").split("/")[:2])
+        if repo:
+            found.setdefault(repo, f"{model_name}/{tag}")
+    return found
+
+
 def open_clip_for_timm(name: str) -> str | None:
     """The open_clip spec ("<model>/<tag>") whose weights live in the Hub repository of timm's pretrained ``name``,
     if any: timm's CLIP and SigLIP repositories also hold open_clip's weights, text tower included."""
-    import open_clip
     import timm
 
     try:  # a name timm does not know is refused later, by load_timm, with its own message
@@ -248,10 +262,8 @@ def open_clip_for_timm(name: str) -> str | None:
     if cfg is None or not cfg.hf_hub_id:
         return None
     repo = cfg.hf_hub_id.split("@")[0].strip("/")
-    for model_name, tag in open_clip.list_pretrained():  # open_clip's own registry names the repository
-        cfg = open_clip.get_pretrained_cfg(model_name, tag)
-        if "/".join((cfg.get("hf_hub") or "").strip("/").split("/")[:2]) == repo:
-            return f"{model_name}/{tag}"
+    if repo in _open_clip_repositories():  # open_clip's own registry names the repository
+        return _open_clip_repositories()[repo]
     # else the repository itself may say so (timm's SigLIP repositories): from the cache only when offline
     try:
         config = hub.hub_file(repo, ["open_clip_config.json"], f"timm:{name}", required=False)

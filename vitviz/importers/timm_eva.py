@@ -88,6 +88,8 @@ def eva_config(model: nn.Module) -> ViTConfig:
             refuse("a gated MLP other than SwiGLU with the gate first")
     else:
         refuse(f"a {type(mlp).__name__} MLP")
+    if pool is not None and (gated or type(pool.mlp.act) is not type(mlp.act)):  # vitviz's pool MLP is the blocks'
+        refuse("an attention-pooling head whose MLP differs from the blocks'")
     if (first.gamma_1 is None) != (first.gamma_2 is None):
         refuse("LayerScale on one branch only")
     norms = [m for block in blocks for m in (block.norm1, block.norm2)] + [model.norm, model.fc_norm, mlp.norm,
