@@ -181,6 +181,31 @@ def test_the_rotary_embedding_is_what_makes_it_match(name):
         assert (no_rotary(images).pooled - expected).abs().max() > 0.01
 
 
+@pytest.mark.parametrize("name,kwargs", [("vit_base_patch14_reg4_dinov2", {"img_size": 112}),
+                                         ("deit_base_distilled_patch16_224", {}),
+                                         ("vit_small_patch16_dinov3", {})])  # fmt: skip
+def test_queries_keys_and_values_of_converted_models_give_timms_attention(name, kwargs):
+    """The facets of patch features: softmax(q kᵀ · scale) from the converted model's q and k is timm's own attention,
+    and its values are those timm's qkv projection makes (the value third of its output)."""
+    model = perturbed(name, depth=2, **kwargs)
+    values = []
+    hooks = [block.attn.qkv.register_forward_hook(lambda m, inputs, out: values.append(out.chunk(3, dim=-1)[2]))
+             for block in model.blocks]  # fmt: skip
+    size = model.patch_embed.img_size
+    images = torch.randn(2, 3, *size)
+    _, attentions = reference_run(model, images)
+    for hook in hooks:
+        hook.remove()
+    with torch.no_grad():
+        output = vitviz.from_timm(model)(images, output_qkv=True)
+    head_dim = output.qkv[0].q.shape[-1]
+    for (q, k, v), expected, timm_values in zip(output.qkv, attentions, values):
+        weights = torch.softmax(q @ k.transpose(-2, -1) * head_dim**-0.5, dim=-1)
+        assert (weights - expected).abs().max() <= RTOL
+        joined = v.transpose(1, 2).flatten(2)  # (B, T, heads * head_dim): the heads side by side, as timm's
+        assert (joined - timm_values).abs().max() <= RTOL * timm_values.abs().max()
+
+
 def test_siglip_pooling_weights_come_back_with_the_output():
     model = perturbed("vit_base_patch16_siglip_224")
     images = torch.randn(2, 3, 224, 224)

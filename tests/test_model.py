@@ -23,14 +23,14 @@ def test_shapes_of_every_block():
     images = torch.randn(B, 3, 32, 32)
     assert PatchEmbedding(config)(images).shape == (B, 16, D)  # (B, C, H, W) -> (B, N, D)
     tokens = torch.randn(B, T, D)
-    out, weights = Attention(config)(tokens, need_weights=True)
+    out, weights, _ = Attention(config)(tokens, need_weights=True)
     assert out.shape == (B, T, D) and weights.shape == (B, config.num_heads, T, T)
     assert MLP(config)(tokens).shape == (B, T, D)
     assert Block(config)(tokens)[0].shape == (B, T, D)
     model = ViT(config)
     encoded = tokens
     for block in model.blocks:
-        encoded, _ = block(encoded)
+        encoded = block(encoded).hidden
     assert encoded.shape == (B, T, D)
     output = model(images)
     assert output.logits.shape == (B, config.num_classes)
@@ -83,13 +83,40 @@ def test_attention_weights_match_a_manual_computation():
     config = ViTConfig(**TINY)
     attention = Attention(config)
     x = torch.randn(1, 5, config.hidden_size)
-    _, weights = attention(x, need_weights=True)
+    weights = attention(x, need_weights=True).weights
     q, k, _ = attention.qkv(x).split(config.hidden_size, dim=-1)
     head = 2
     hd = config.hidden_size // config.num_heads
     qh, kh = q[0, :, head * hd : (head + 1) * hd], k[0, :, head * hd : (head + 1) * hd]
     expected = torch.softmax(qh @ kh.T / hd**0.5, dim=-1)
     torch.testing.assert_close(weights[0, head], expected)
+
+
+@pytest.mark.parametrize("options", [{}, dict(num_register_tokens=2, layer_scale=True),
+                                     dict(rotary="dinov3", absolute_positions=False, qk_norm=True, num_register_tokens=4),
+                                     dict(rotary="eva", rotary_reference_grid=(4, 4), qkv_bias=False)])  # fmt: skip
+def test_queries_keys_and_values_are_what_the_attention_uses(options):
+    """softmax(q kᵀ · scale) is the block's attention, and its weights times v, heads joined and projected, is what
+    the block's attention writes (rotated, normed queries and keys included), on a non-square input."""
+    model = tiny_vit(**options).eval()
+    images = torch.randn(2, 3, 32, 48)
+    with torch.no_grad():
+        output = model(images, output_attentions=True, output_qkv=True)
+        fused = model(images, output_qkv=True)  # the sdpa path returns the same q, k, v
+    assert fused.attentions is None and len(output.qkv) == model.config.num_layers
+    T, heads, head_dim = output.num_prefix_tokens + 4 * 6, model.config.num_heads, model.config.hidden_size // 4
+    x = model.embed(images)[0]
+    for block, (q, k, v), weights, other in zip(model.blocks, output.qkv, output.attentions, fused.qkv):
+        assert q.shape == k.shape == v.shape == (2, heads, T, head_dim)
+        torch.testing.assert_close(torch.softmax(q @ k.transpose(-2, -1) * head_dim**-0.5, dim=-1), weights)
+        for ours, theirs in zip(other, (q, k, v)):
+            torch.testing.assert_close(ours, theirs)
+        with torch.no_grad():
+            written = block.attn.proj((weights @ v).transpose(1, 2).reshape(2, T, -1))
+            expected = block.attn(block.norm1(x), rope=model.rotary_embeddings((4, 6))[0]).out
+            x = block(x, rope=model.rotary_embeddings((4, 6))[0]).hidden
+        torch.testing.assert_close(written, expected)
+    assert model(images).qkv is None
 
 
 def test_returned_weights_are_taken_before_dropout():

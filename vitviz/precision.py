@@ -112,7 +112,7 @@ def forward_timer(
             start = timer()
             x = tokens
             for block, rope in zip(timed, ropes):
-                x, _ = block(x, need_weights=True, rope=rope)  # (1, T, D); the (1, heads, T, T) weights dropped
+                x = block(x, need_weights=True, rope=rope).hidden  # (1, T, D); the (1, heads, T, T) weights dropped
             synchronize(device)
             return timer() - start
 

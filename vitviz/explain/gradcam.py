@@ -25,11 +25,11 @@ def norm1_gradients(
         x, grid = model.embed(pixel_values)
         ropes = model.rotary_embeddings(grid)  # Nones unless the model is rotary
         for block, rope in zip(model.blocks[:-1], ropes):
-            x, _ = block(x, rope=rope)  # (B, T, D): the last block's input
+            x = block(x, rope=rope).hidden  # (B, T, D): the last block's input
     last = model.blocks[-1]
     with torch.enable_grad():
         activations = last.norm1(x).detach().requires_grad_()
-        tokens, _ = last(x, normed=activations, rope=ropes[-1])
+        tokens = last(x, normed=activations, rope=ropes[-1]).hidden
         output = model.forward_head(tokens, grid)
         (gradients,) = torch.autograd.grad(_target_score(output.logits, target), activations)
     return output, activations.detach(), gradients

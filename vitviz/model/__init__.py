@@ -1,14 +1,25 @@
 """vitviz's Vision Transformer (Dosovitskiy et al. 2020), as a small package read top to bottom:
 
     config.py   ViTConfig: one field per architectural choice (DeiT, DINO, DINOv2, CLIP, SigLIP, MAE...)
-    layers.py   patch embedding, attention that returns its weights, MLP, LayerScale, the block, attention pooling
+    layers.py   patch embedding, attention that returns its weights and q/k/v, MLP, LayerScale, the block, attention pooling
     vit.py      the ViT: embeddings, blocks, final norm, pooling, head; ViTOutput; autocast
 
 ``from vitviz.model import ViT, ViTConfig`` is the public way in.
 """
 
 from vitviz.model.config import ACTIVATIONS, POOLINGS, PROBABILITIES, Activation, Pooling, Probabilities, ViTConfig
-from vitviz.model.layers import MLP, Attention, AttentionPool, Block, DropPath, LayerScale, PatchEmbedding
+from vitviz.model.layers import (
+    MLP,
+    QKV,
+    Attention,
+    AttentionOutput,
+    AttentionPool,
+    Block,
+    BlockOutput,
+    DropPath,
+    LayerScale,
+    PatchEmbedding,
+)
 from vitviz.model.vit import Precision, ViT, ViTOutput, autocast
 
 __all__ = [
@@ -16,10 +27,13 @@ __all__ = [
     "MLP",
     "POOLINGS",
     "PROBABILITIES",
+    "QKV",
     "Activation",
     "Attention",
+    "AttentionOutput",
     "AttentionPool",
     "Block",
+    "BlockOutput",
     "DropPath",
     "LayerScale",
     "PatchEmbedding",

@@ -3,12 +3,15 @@ weights), MLP, LayerScale, stochastic depth, the pre-norm block, and SigLIP's at
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from vitviz.model.config import Activation, ViTConfig
 from vitviz.model.rotary import Rope, rotate
+
 
 def norm_layer(config: ViTConfig, width: int) -> nn.Module:
     """The model's kind of norm over ``width`` features: LayerNorm, or RMSNorm (AIMv2), with its epsilon."""
@@ -32,8 +35,23 @@ class PatchEmbedding(nn.Module):
         return self.norm(x.flatten(2).transpose(1, 2))  # (B, N, D), patches in row-major order
 
 
+class QKV(NamedTuple):
+    """One block's queries, keys and values as its attention uses them (after the query/key norms and the rotary
+    embedding), each (B, heads, T, head_dim): softmax(q @ k.T * head_dim**-0.5) is the block's attention."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+
+
+class AttentionOutput(NamedTuple):
+    out: torch.Tensor  # (B, T, D) what the attention adds to the residual stream (before LayerScale)
+    weights: torch.Tensor | None  # (B, heads, T, T) post-softmax, when asked for
+    qkv: QKV | None  # when asked for
+
+
 class Attention(nn.Module):
-    """Multi-head self-attention that can return its post-softmax weights."""
+    """Multi-head self-attention that can return its post-softmax weights and its queries, keys and values."""
 
     def __init__(self, config: ViTConfig):
         super().__init__()
@@ -50,8 +68,8 @@ class Attention(nn.Module):
         self.proj = nn.Linear(config.hidden_size, config.hidden_size)
         self.num_prefix_tokens = config.num_prefix_tokens  # not rotated by rotary embeddings
 
-    def forward(self, x: torch.Tensor, need_weights: bool = False, rope: Rope | None = None
-                ) -> tuple[torch.Tensor, torch.Tensor | None]:  # fmt: skip
+    def forward(self, x: torch.Tensor, need_weights: bool = False, rope: Rope | None = None, need_qkv: bool = False
+                ) -> AttentionOutput:  # fmt: skip
         B, T, D = x.shape
         qkv = self.qkv(x).reshape(B, T, 3, self.num_heads, self.head_dim)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, heads, T, head_dim)
@@ -72,7 +90,7 @@ class Attention(nn.Module):
             weights = None
             out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
         out = out.transpose(1, 2).reshape(B, T, D)  # heads back side by side
-        return self.proj(self.norm(out)), weights
+        return AttentionOutput(self.proj(self.norm(out)), weights, QKV(q, k, v) if need_qkv else None)
 
 
 def _softmax(scores: torch.Tensor) -> torch.Tensor:
@@ -131,6 +149,12 @@ class DropPath(nn.Module):
         return x * mask / keep
 
 
+class BlockOutput(NamedTuple):
+    hidden: torch.Tensor  # (B, T, D) the block's output tokens
+    weights: torch.Tensor | None  # (B, heads, T, T) its attention, when asked for
+    qkv: QKV | None  # its queries, keys and values, when asked for
+
+
 class Block(nn.Module):
     """Pre-norm encoder block: x + MSA(LN(x)), then x + MLP(LN(x))."""
 
@@ -146,14 +170,19 @@ class Block(nn.Module):
         self.ls2 = LayerScale(config) if config.layer_scale else nn.Identity()
 
     def forward(
-        self, x: torch.Tensor, need_weights: bool = False, normed: torch.Tensor | None = None, rope: Rope | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        self,
+        x: torch.Tensor,
+        need_weights: bool = False,
+        normed: torch.Tensor | None = None,
+        rope: Rope | None = None,
+        need_qkv: bool = False,
+    ) -> BlockOutput:
         """``normed``, if given, stands in for norm1(x): Grad-CAM differentiates with respect to it. ``rope``: the
         rotary embedding of this input's grid (``ViT.rotary_embedding``), for a rotary model."""
-        attended, weights = self.attn(self.norm1(x) if normed is None else normed, need_weights, rope)
-        x = x + self.drop_path(self.ls1(self.dropout(attended)))  # (B, T, D)
+        attended = self.attn(self.norm1(x) if normed is None else normed, need_weights, rope, need_qkv)
+        x = x + self.drop_path(self.ls1(self.dropout(attended.out)))  # (B, T, D)
         x = x + self.drop_path(self.ls2(self.mlp(self.norm2(x))))  # (B, T, D)
-        return x, weights
+        return BlockOutput(x, attended.weights, attended.qkv)
 
 
 class AttentionPool(nn.Module):

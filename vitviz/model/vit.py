@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vitviz.model.config import ViTConfig
-from vitviz.model.layers import AttentionPool, Block, PatchEmbedding, norm_layer
+from vitviz.model.layers import QKV, AttentionPool, Block, PatchEmbedding, norm_layer
 from vitviz.model.rotary import Rope, mixed_angles, rotary_embedding
 
 Precision = Literal["fp32", "bf16"]
@@ -52,6 +52,7 @@ class ViTOutput:
     readout: torch.Tensor  # (B, T) how much of each token's final state the head reads; rows sum to 1
     pool_attention: torch.Tensor | None = None  # (B, heads, N) the pooling head's weights on the patches ("map")
     hidden_states: tuple[torch.Tensor, ...] | None = None  # per block, its output (B, T, D), on request
+    qkv: tuple[QKV, ...] | None = None  # per block, its queries, keys and values (B, heads, T, head_dim), on request
 
 class ViT(nn.Module):
     """Vision Transformer returning logits and, on request, every block's attention weights."""
@@ -156,6 +157,7 @@ class ViT(nn.Module):
         output_attentions: bool = False,
         attention_sink: Callable[[int, torch.Tensor], None] | None = None,
         output_hidden_states: bool = False,
+        output_qkv: bool = False,
     ) -> ViTOutput:
         """Classify a batch of images, shape (B, C, H, W) with H and W multiples of the patch size.
 
@@ -163,27 +165,31 @@ class ViT(nn.Module):
         ``attention_sink(block_index, weights)``, if given, receives each block's attention
         weights (B, heads, T, T) as soon as they exist; unless ``output_attentions`` is also set
         they are not kept, so statistics can be streamed without holding every T x T matrix.
-        ``output_hidden_states`` keeps every block's output tokens (before the final LayerNorm).
+        ``output_hidden_states`` keeps every block's output tokens (before the final LayerNorm), ``output_qkv``
+        every block's queries, keys and values as its attention uses them (``QKV``): the "facets" of patch features.
         """
         x, grid = self.embed(pixel_values)
-        attentions, hidden_states = [], []
+        attentions, hidden_states, qkvs = [], [], []
         need_weights = output_attentions or attention_sink is not None
         if self.attn_implementation not in ("sdpa", "eager"):
             raise ValueError(f"attn_implementation must be 'sdpa' or 'eager', not {self.attn_implementation!r}")
         explicit = need_weights or self.attn_implementation == "eager"
         ropes = self.rotary_embeddings(grid)
         for index, block in enumerate(self.blocks):
-            x, weights = block(x, need_weights=explicit, rope=ropes[index])
+            x, weights, qkv = block(x, need_weights=explicit, rope=ropes[index], need_qkv=output_qkv)
             if attention_sink is not None:
                 attention_sink(index, weights)
             if output_attentions:
                 attentions.append(weights)
             if output_hidden_states:
                 hidden_states.append(x)
+            if output_qkv:
+                qkvs.append(qkv)
         return replace(
             self.forward_head(x, grid),
             attentions=tuple(attentions) if output_attentions else None,
             hidden_states=tuple(hidden_states) if output_hidden_states else None,
+            qkv=tuple(qkvs) if output_qkv else None,
         )
 
     def probabilities(self, logits: torch.Tensor) -> torch.Tensor:
