@@ -95,8 +95,8 @@ def download_labels(at) -> list[str]:
 def test_upload_renders_predictions_and_the_rollout_overlay(default_model):
     at = uploaded_app()
     assert not at.error
-    assert [tab.label for tab in at.tabs] == ["Overview", "Heads & layers", "Click a patch", "Class-specific",
-                                              "Model anatomy", "Tokens", "Faithfulness"]  # fmt: skip
+    assert [tab.label for tab in at.tabs] == ["Overview", "Heads & layers", "Click a patch", "Features",
+                                              "Class-specific", "Model anatomy", "Tokens", "Faithfulness"]  # fmt: skip
     specs = chart_specs(at)
     for name in NAMES:
         assert name in specs  # the prediction bars
@@ -632,7 +632,8 @@ def test_choosing_another_model_keeps_the_images_the_chosen_one_and_the_open_tab
 
 # --- the models people use: backbones, registers, attention pooling, the model picker ---------------
 
-EVERY_TAB = ["Overview", "Heads & layers", "Click a patch", "Class-specific", "Model anatomy", "Tokens", "Faithfulness"]
+EVERY_TAB = ["Overview", "Heads & layers", "Click a patch", "Features", "Class-specific", "Model anatomy", "Tokens",
+             "Faithfulness"]
 
 
 def figures(at) -> list[dict]:

@@ -2,16 +2,22 @@
 
     python -m vitviz.explain photos/ --model default --methods rollout relevance --out maps/
     python -m vitviz.explain photos/ --model open_clip:ViT-B-16/openai --prompts "a dog" "a cat" --out maps/
+    python -m vitviz.explain photos/ --model timm:vit_small_patch14_reg4_dinov2.lvd142m --features pca --out pca/
 
 For every image: one overlay PNG per method (drawn on the photo at its own resolution), one
 .npz with the raw patch maps and the class probabilities (for "lens" also every block's maps,
 lens_layers and lens_votes), and a row in predictions.csv with the top-5 classes. Unreadable
 images are reported and skipped; the exit status is 1 if any were.
+
+With --features pca, the patch features of every image (--feature-block, --facet) are also coloured by one PCA
+fitted over all of them: pca.png shows them side by side, <image>_pca.png each on its photo, pca.npz holds the
+colours. A backbone (no classifier) gives only these.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import sys
 from pathlib import Path
@@ -20,10 +26,11 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from vitviz import explain
+from vitviz import explain, feature_pictures
 from vitviz.checkpoint import ModelLoadError
-from vitviz.images import ImageError, load_image
+from vitviz.explain.facets import FACETS
 from vitviz.explain.methods import DESCRIPTIONS, METHODS
+from vitviz.images import ImageError, load_image
 from vitviz.load import load_model
 from vitviz.model import ViT
 from vitviz.plots import COLORMAPS, overlay
@@ -31,6 +38,7 @@ from vitviz.precision import PRECISION_CHOICES, resolve_precision
 from vitviz.text.options import add_prompt_options, apply_prompt_options
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"}
+MAX_FEATURE_IMAGES = 64  # one PCA over every image: their features are held together
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,6 +60,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--precision", choices=PRECISION_CHOICES, default="fp32",
                    help="inference precision; auto times fp32 against bf16 on this model first")  # fmt: skip
     add_prompt_options(p)
+    features = p.add_argument_group("patch features")
+    features.add_argument("--features", nargs="+", choices=["pca"], default=[],
+                          help=f"pca: colour the patches of every image by one joint PCA (at most {MAX_FEATURE_IMAGES} "
+                               "images)")  # fmt: skip
+    features.add_argument("--feature-block", type=int, default=-1, help="block whose features (default: the last)")
+    features.add_argument("--facet", choices=FACETS, default="token",
+                          help="token after the block, or the attention's key, query or value (default: %(default)s)")  # fmt: skip
+    features.add_argument("--foreground", type=float, metavar="THRESHOLD",
+                          help="DINOv2's recipe: keep patches whose first component (scaled to [0, 1]) is above this, "
+                               "and colour them by a second PCA; the background is black")  # fmt: skip
+    features.add_argument("--flip-first", action="store_true", help="negate the first component (which side is "
+                          "the foreground is arbitrary)")  # fmt: skip
     return p
 
 
@@ -88,18 +108,26 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 <= args.discard_ratio < 1:
         parser.error("--discard-ratio must be in [0, 1)")
     paths = find_images(args.images)
+    if args.features and len(paths) > MAX_FEATURE_IMAGES:
+        parser.error(f"--features pca fits one PCA over every image, at most {MAX_FEATURE_IMAGES}; got {len(paths)}")
+    if args.foreground is not None and not 0 <= args.foreground <= 1:
+        parser.error("--foreground must be in [0, 1]")
     try:
         model = load_model(args.model)
     except ModelLoadError as error:
         raise SystemExit(f"error: {error}") from None
     model = apply_prompt_options(model, args)
-    if model.config.num_classes == 0:
+    classify = model.config.num_classes > 0
+    if not classify and not args.features:
         hint = " (give --prompts or --prompt-set: it has a text tower)" if getattr(model, "text_tower", None) else ""
-        raise SystemExit(f"error: this model has no classification head; vitviz.explain needs a classifier{hint}")
+        raise SystemExit(f"error: this model has no classification head; vitviz.explain needs a classifier{hint}, "
+                         "or --features pca")  # fmt: skip
     args.precision, measured = resolve_precision(args.precision, model)
     if measured:
         print(measured.summary(), file=sys.stderr)
-    if args.target is not None and not 0 <= args.target < model.config.num_classes:
+    if not -model.config.num_layers <= args.feature_block < model.config.num_layers:
+        parser.error(f"--feature-block must be in [0, {model.config.num_layers - 1}] (or -1 for the last)")
+    if args.target is not None and classify and not 0 <= args.target < model.config.num_classes:
         parser.error(f"--target must be in [0, {model.config.num_classes - 1}]")
     if not 0 <= args.start_layer < model.config.num_layers:
         parser.error(f"--start-layer must be in [0, {model.config.num_layers - 1}]: the model has "
@@ -108,29 +136,59 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--methods cls needs a model with a [CLS] token; this one has none")
     args.out.mkdir(parents=True, exist_ok=True)
 
-    failures, used_names = [], set()
-    with open(args.out / "predictions.csv", "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["image"] + [f"{kind}{rank}" for rank in range(1, 6) for kind in ("class", "probability")])
+    failures, used_names, features = [], set(), []
+    with open(args.out / "predictions.csv", "w", newline="") if classify else contextlib.nullcontext() as f:
+        writer = csv.writer(f) if classify else None
+        if writer:
+            writer.writerow(["image"] + [f"{kind}{rank}" for rank in range(1, 6) for kind in ("class", "probability")])
         for path in tqdm(paths, desc="explaining", unit="image", disable=None, file=sys.stderr):
             try:
                 image = load_image(path.read_bytes())
             except (ImageError, OSError) as error:
                 failures.append(f"{path}: {error}")
                 continue
-            probabilities, maps = explain_image(model, model.transform(image)[None], args)
+            pixels = model.transform(image)[None]
             name = _unique_name(path, used_names)
             box = model.transform.crop_box(*image.size)
+            if args.features:
+                grid = (pixels.shape[-2] // model.config.patch_size, pixels.shape[-1] // model.config.patch_size)
+                features.append((name, image, box, grid, explain.patch_features(
+                    model, pixels, args.feature_block, args.facet, args.precision)[0]))  # fmt: skip
+            if not classify:
+                continue
+            probabilities, maps = explain_image(model, pixels, args)
             for method in args.methods:
                 overlay(image, maps[method], args.colormap, args.alpha, box).save(args.out / f"{name}_{method}.png")
             np.savez_compressed(args.out / f"{name}.npz", probabilities=probabilities, **maps)
             top = np.argsort(-probabilities, kind="stable")[:5]
             writer.writerow([str(path)] + [v for i in top for v in (model.class_names[i], f"{probabilities[i]:.6f}")])
+    if features:
+        try:
+            write_pca(features, args)
+        except ValueError as error:  # a foreground threshold that keeps no patch
+            raise SystemExit(f"error: no PCA colours: {error}") from None
     explained = len(paths) - len(failures)
     print(f"explained {explained} of {len(paths)} images into {args.out}")
     for failure in failures:
         print(f"skipped {failure}", file=sys.stderr)
     return 1 if failures else 0
+
+
+def write_pca(features: list[tuple], args: argparse.Namespace) -> None:
+    """One PCA over every image's patch features (explain.pca_rgb): pca.png side by side, <name>_pca.png each,
+    pca.npz with every image's (rows, cols, 3) colours and the explained variance."""
+    result = explain.pca_rgb([f[-1] for f in features], foreground=args.foreground, flip_first=args.flip_first)
+    pictures, arrays = [], {"explained_variance": result.explained_variance.numpy()}
+    for (name, image, box, grid, _), colours in zip(features, result.colours):
+        colours = colours.numpy().reshape(*grid, 3)
+        picture = feature_pictures.paint_patches(image, colours, box)
+        picture.save(args.out / f"{name}_pca.png")
+        pictures.append(picture)
+        arrays[f"{name}_colours"] = colours
+    feature_pictures.side_by_side(pictures).save(args.out / "pca.png")
+    np.savez_compressed(args.out / "pca.npz", **arrays)
+    variance = ", ".join(f"{v:.1%}" for v in result.explained_variance.tolist())
+    print(f"PCA over {len(features)} images (block {args.feature_block}, {args.facet}): explained variance {variance}")
 
 
 def _unique_name(path: Path, used: set[str]) -> str:

@@ -17,13 +17,14 @@ from vitviz_dashboard.common import Page, keep_tab_widgets, prediction_line
 from vitviz_dashboard.images import choose_image
 from vitviz_dashboard.prompts import prompt_model
 from vitviz_dashboard.sidebar import MISSING_SPEC, describe_model, resolve, sidebar
-from vitviz_dashboard.tabs import anatomy, class_specific, faithfulness, heads, overview, patch, tokens
+from vitviz_dashboard.tabs import anatomy, class_specific, faithfulness, features, heads, overview, patch, tokens
 
-# On a narrow page (800 px with the sidebar open) the seven tab names do not fit on one line, and Streamlit
+# On a narrow page (800 px with the sidebar open) the eight tab names do not fit on one line, and Streamlit
 # would hide the last ones behind a scroll arrow: let them wrap onto a second line instead. (A style element
 # alone takes no space on the page; the selectors are Streamlit's stable class and the tab list's ARIA role.)
 TAB_WRAP = "<style>.stTabs [role='tablist'] { flex-wrap: wrap; row-gap: 0.25rem; }</style>"
-TABS = ["Overview", "Heads & layers", "Click a patch", "Class-specific", "Model anatomy", "Tokens", "Faithfulness"]
+TABS = ["Overview", "Heads & layers", "Click a patch", "Features", "Class-specific", "Model anatomy", "Tokens",
+        "Faithfulness"]
 
 
 def main() -> None:
@@ -68,10 +69,11 @@ def main() -> None:
     height, width = analysis.pixel_values.shape[-2:]
     saw.image(model_input_png(settings.model_spec, photo.key, settings.precision, _analysis=analysis, _model=model),
               caption=f"What the model saw: {width}x{height}", width="content")  # fmt: skip
-    # Only the open tab runs (Streamlit's lazy tabs): a sidebar change redraws one tab, not seven, and
+    # Only the open tab runs (Streamlit's lazy tabs): a sidebar change redraws one tab, not eight, and
     # the class-specific maps (a backward pass) are computed when their tab is first opened.
-    draws = [overview.draw, lambda p: heads.draw(p, images, prepare), patch.draw, class_specific.draw, anatomy.draw,
-             tokens.draw, faithfulness.draw]  # fmt: skip
+    draws = [overview.draw, lambda p: heads.draw(p, images, prepare), patch.draw,
+             lambda p: features.draw(p, images, prepare), class_specific.draw, anatomy.draw, tokens.draw,
+             faithfulness.draw]  # fmt: skip
     for tab, draw in zip(st.tabs(TABS, key="tab", on_change="rerun"), draws):
         if tab.open:
             with tab:

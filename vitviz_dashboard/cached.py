@@ -245,6 +245,14 @@ def patch_maps(model_spec: str, image_key: str, precision: str, layer: int, row:
     return per_head.mean(dim=0).numpy(), per_head.numpy()
 
 
+@kept(spinner="Computing the patch features...")
+def patch_features(model_spec: str, image_key: str, precision: str, block: int, facet: str, *,
+                   _analysis: ImageAnalysis, _model: vitviz.ViT) -> np.ndarray:  # fmt: skip
+    """One photo's patch features (N, D) float32 in one block and facet (explain.patch_features), computed once:
+    the PCA, the matches and the parts are then cheap functions of them."""
+    return explain.patch_features(_model, _analysis.pixel_values, block, facet, precision)[0].numpy()
+
+
 def statistics(_analysis: ImageAnalysis) -> dict[str, np.ndarray]:
     return analysis_module.head_statistics(_analysis)
 

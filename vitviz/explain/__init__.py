@@ -10,6 +10,8 @@
     sanity.py        the model-randomisation sanity check (Adebayo et al. 2018)
     statistics.py    attention distance and entropy, position embeddings (or rotary phases), patch-embedding filters
     tokens.py        attention to prefix tokens, token norms, the attention-pooling head
+    facets.py        patch features from any block: tokens, keys, queries or values
+    features.py      what patch features show: joint PCA colours, cosine matches, k-means parts
     faithfulness.py  perturbation curves
     common.py        argument checks, the grid, the readout
 
@@ -30,28 +32,56 @@ check) take the model; everything else is a pure function of tensors.
 
 from __future__ import annotations
 
+from vitviz.explain.attention import (
+    StreamingExplainer,
+    attention_rollout,
+    cls_attention,
+    cls_attention_all,
+    discard_weakest,
+    fuse_heads,
+    query_attention,
+    readout_attention_all,
+)
 from vitviz.explain.common import HEAD_FUSIONS, HeadFusion, Pooling
-from vitviz.explain.attention import StreamingExplainer, attention_rollout, cls_attention, cls_attention_all, discard_weakest, fuse_heads, query_attention, readout_attention_all
+from vitviz.explain.facets import FACETS, Facet, patch_features
+from vitviz.explain.faithfulness import (
+    Baseline,
+    area_under_curve,
+    faithfulness,
+    fraction_replaced,
+    gaussian_blur,
+    perturbation_curve,
+)
+from vitviz.explain.features import PCAColours, feature_clusters, patch_similarity, pca_rgb, top_matches
+from vitviz.explain.gradcam import grad_cam, norm1_gradients
 from vitviz.explain.gradients import attention_gradients, gradient_weighted_attention, gradient_weighted_rollout
 from vitviz.explain.legrad import legrad, legrad_gradients
-from vitviz.explain.transition import integrated_attention_gradient, transition_attention_map
-from vitviz.explain.gradcam import grad_cam, norm1_gradients
 from vitviz.explain.lens import LogitLens, logit_lens, token_logits
 from vitviz.explain.methods import CLASS_SPECIFIC, METHODS, MethodMaps, method_maps
 from vitviz.explain.sanity import MapMethod, SanityCheck, cascading_randomization, spearman_correlation
-from vitviz.explain.statistics import attention_entropy, mean_attention_distance, patch_distances, patch_embedding_components, position_embedding_similarity, rotary_similarity
+from vitviz.explain.statistics import (
+    attention_entropy,
+    mean_attention_distance,
+    patch_distances,
+    patch_embedding_components,
+    position_embedding_similarity,
+    rotary_similarity,
+)
 from vitviz.explain.tokens import attention_to_prefix_tokens, high_norm_patches, pooling_attention, token_norms
-from vitviz.explain.faithfulness import Baseline, area_under_curve, faithfulness, fraction_replaced, gaussian_blur, perturbation_curve
+from vitviz.explain.transition import integrated_attention_gradient, transition_attention_map
 
 __all__ = [
-    "Baseline",
     "CLASS_SPECIFIC",
+    "FACETS",
     "HEAD_FUSIONS",
+    "METHODS",
+    "Baseline",
+    "Facet",
     "HeadFusion",
     "LogitLens",
-    "METHODS",
     "MapMethod",
     "MethodMaps",
+    "PCAColours",
     "Pooling",
     "SanityCheck",
     "StreamingExplainer",
@@ -65,6 +95,7 @@ __all__ = [
     "cls_attention_all",
     "discard_weakest",
     "faithfulness",
+    "feature_clusters",
     "fraction_replaced",
     "fuse_heads",
     "gaussian_blur",
@@ -81,14 +112,18 @@ __all__ = [
     "norm1_gradients",
     "patch_distances",
     "patch_embedding_components",
+    "patch_features",
+    "patch_similarity",
+    "pca_rgb",
     "perturbation_curve",
     "pooling_attention",
     "position_embedding_similarity",
-    "rotary_similarity",
     "query_attention",
     "readout_attention_all",
+    "rotary_similarity",
     "spearman_correlation",
     "token_logits",
     "token_norms",
+    "top_matches",
     "transition_attention_map",
 ]

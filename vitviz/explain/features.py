@@ -93,10 +93,12 @@ def pca_rgb(
     and ``explained_variance`` is that second PCA's. Works in float64 for float64 input, else float32.
     """
     x = _check_features(features)
-    x = x.to(torch.float64 if x.dtype == torch.float64 else torch.float32)
+    x = x.detach().to(torch.float64 if x.dtype == torch.float64 else torch.float32)
     N, D = x.shape
     if not 1 <= n_components <= min(N, D):
-        raise ValueError(f"n_components must be in [1, {min(N, D)}] for {N} patches of dimension {D}; got {n_components}")
+        raise ValueError(
+            f"n_components must be in [1, {min(N, D)}] for {N} patches of dimension {D}; got {n_components}"
+        )
     if not 0 <= clip < 0.5:
         raise ValueError(f"clip is the fraction clipped at each end and must be in [0, 0.5); got {clip}")
     sizes = [f.shape[0] for f in features]
@@ -197,7 +199,7 @@ def feature_clusters(features: Sequence[torch.Tensor], k: int, seed: int = 0) ->
     except ImportError as error:
         raise ImportError("feature_clusters needs scikit-learn: pip install scikit-learn") from error
 
-    points = F.normalize(x.detach().double(), dim=1).cpu().numpy()
+    points = F.normalize(x.detach().float(), dim=1).cpu().numpy()
     labels = torch.from_numpy(KMeans(n_clusters=k, random_state=seed, n_init=10).fit_predict(points)).long()
     counts = torch.bincount(labels, minlength=k)
     first = torch.full((k,), x.shape[0], dtype=torch.long).scatter_reduce(

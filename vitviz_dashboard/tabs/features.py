@@ -1,0 +1,223 @@
+"""Features: what the patch features themselves say, beside the attention. PCA colours fitted jointly over several
+photos (the DINOv2 and DINOv3 figures), a clicked patch's matches in its own photo and in another (dense
+correspondence), and k-means parts that get the same colour in every photo. Any block, any facet."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import streamlit as st
+import torch
+from PIL import Image
+
+from vitviz import explain, feature_pictures, plots
+from vitviz.analysis import ImageAnalysis
+from vitviz.explain.facets import FACETS
+from vitviz.images import ImageError, ImageFile
+
+from vitviz_dashboard.cached import grid_picture_uri, patch_features
+from vitviz_dashboard.click_picture import click_picture
+from vitviz_dashboard.common import Page, Photo, colour_legend, index_slider, npz_bytes, rerun_tab
+from vitviz_dashboard.tabs.patch import clicked_patch
+
+MAX_IMAGES = 8
+FACET_HELP = ("token: the patch's token after the block; key, query, value: what the block's attention computes from "
+              "it, heads side by side (Amir et al. 2021 found DINO's keys the best for parts and matches).")  # fmt: skip
+PCA_PAPER = "[DINOv2](https://arxiv.org/abs/2304.07193), Oquab et al. 2023, figure 1"
+MATCH_PAPER = "[Deep ViT Features as Dense Visual Descriptors](https://arxiv.org/abs/2112.05814), Amir et al. 2021"
+
+
+@dataclass(frozen=True)
+class Chosen:
+    """One chosen photo with its analysis and its patch features (N, D) in the chosen block and facet."""
+
+    name: str
+    photo: Photo
+    analysis: ImageAnalysis
+    features: np.ndarray
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        return self.analysis.grid_size
+
+
+@st.fragment
+def draw(page: Page, images: dict[str, ImageFile], prepare: Callable[[str], tuple[Photo, ImageAnalysis]]) -> None:
+    st.caption("Patch features are what a ViT hands on to whatever reads it (a segmentation head, a retrieval "
+               "index): here they are shown directly, as colours, matches and parts. Pick the photos, the block and "
+               "the facet; every view below uses them.")  # fmt: skip
+    chosen = choose(page, images, prepare)
+    if not chosen:
+        return
+    st.subheader("PCA colours")
+    pca_colours(page, chosen)
+    st.divider()
+    st.subheader("Click a patch: its matches")
+    matches(page, chosen)
+    st.divider()
+    st.subheader("Parts (k-means)")
+    parts(page, chosen)
+
+
+def choose(page: Page, images: dict[str, ImageFile], prepare) -> list[Chosen]:
+    """The photo, block and facet pickers, and the chosen photos' features (the page's photo first)."""
+    c = page.model.config
+    names = list(images)
+    others = [n for n in names if n != page.photo.name]
+    default = [page.photo.name, *others[:2]]
+    picked = st.multiselect(f"Photos (up to {MAX_IMAGES}; the PCA and the parts are fitted over all of them at once)",
+                            names, key=page.key("features_images", default, per_image=True), max_selections=MAX_IMAGES)  # fmt: skip
+    left, right = st.columns(2)
+    with left:
+        layers = range(c.num_layers)
+        block = index_slider("Block", c.num_layers, page.key("features_block", c.num_layers - 1, options=layers))
+    facet = right.selectbox("Facet", FACETS, key=page.key("features_facet", "token", options=FACETS), help=FACET_HELP)
+    if not picked:
+        st.info("Choose one or more photos above.")
+        return []
+    chosen = []
+    for name in picked:
+        try:
+            photo, analysis = (page.photo, page.analysis) if name == page.photo.name else prepare(name)
+        except ImageError as error:
+            st.error(f"Could not read {name}: {error}")
+            continue
+        features = patch_features(page.settings.model_spec, photo.key, page.settings.precision, block, facet,
+                                  _analysis=analysis, _model=page.model)  # fmt: skip
+        chosen.append(Chosen(name, photo, analysis, features))
+    st.caption(f"Block {block}, facet **{facet}**: {chosen[0].features.shape[1] if chosen else 0} numbers per patch.")
+    return chosen
+
+
+def pca_colours(page: Page, chosen: list[Chosen]) -> None:
+    st.caption(f"Each patch coloured by its first three principal components (red, green, blue), the PCA fitted on "
+               f"the patches of every photo at once, so one colour means the same feature in each ({PCA_PAPER}). "
+               "Removing the background follows DINOv2's recipe: the first component, scaled to [0, 1] over all "
+               "photos, splits foreground from background at the threshold, and a second PCA on the foreground "
+               "patches alone colours them.")  # fmt: skip
+    a, b, c = st.columns(3)
+    remove = a.toggle("Remove the background", key=page.key("features_background", False))
+    threshold = b.slider("Foreground threshold", 0.0, 1.0, key=page.key("features_threshold", 0.5), step=0.05,
+                         disabled=not remove)  # fmt: skip
+    flip = c.toggle("Flip the first component", key=page.key("features_flip", False),
+                    help="Which side of the first component is the foreground is arbitrary: flip it if the "
+                         "background came out as the foreground.")  # fmt: skip
+    try:
+        result = explain.pca_rgb([torch.from_numpy(one.features) for one in chosen],
+                                 foreground=threshold if remove else None, flip_first=flip)  # fmt: skip
+    except ValueError as error:  # e.g. a threshold that leaves no foreground
+        st.warning(f"No PCA colours: {error}")
+        return
+    pictures = [feature_pictures.paint_patches(one.photo.image, colours.numpy().reshape(*one.grid, 3),
+                                               one.analysis.box) for one, colours in zip(chosen, result.colours)]  # fmt: skip
+    show_row(pictures, [one.name for one in chosen])
+    variance = ", ".join(f"{v:.1%}" for v in result.explained_variance.tolist())
+    st.caption(f"Explained variance of the three components: {variance}"
+               + (" (of the foreground patches' PCA)." if remove else "."))  # fmt: skip
+    arrays = {"explained_variance": result.explained_variance.numpy()}
+    for index, (one, colours) in enumerate(zip(chosen, result.colours)):
+        arrays[f"colours_{index}"] = colours.numpy().reshape(*one.grid, 3)
+        if result.foreground is not None:
+            arrays[f"foreground_{index}"] = result.foreground[index].numpy().reshape(one.grid)
+    view_downloads("PCA colours", "pca_colours", pictures, arrays, chosen)
+
+
+def matches(page: Page, chosen: list[Chosen]) -> None:
+    source = chosen[0]
+    rows, cols = source.grid
+    row, col = st.session_state.get("features_patch", (rows // 2, cols // 2))
+    row, col = min(row, rows - 1), min(col, cols - 1)
+    st.caption(f"Click a patch of {source.name} (the first photo chosen above): each patch of both photos is coloured "
+               f"by the cosine similarity of its feature with the clicked patch's, and the best matches are "
+               f"outlined in green ({MATCH_PAPER}).")  # fmt: skip
+    names = [one.name for one in chosen]
+    a, b, c = st.columns(3)
+    target_name = a.selectbox("Match in", names, key=page.key("features_target", names[-1], per_image=True,
+                                                               options=names))  # fmt: skip
+    k = b.number_input("Matches outlined", 1, 20, key=page.key("features_top_k", 5))
+    radius = c.number_input("Skip the clicked patch's neighbours within (patches)", 0, 10,
+                            key=page.key("features_radius", 1),
+                            help="In the clicked photo, its own neighbourhood always looks alike; 0 skips only the "
+                                 "patch itself.")  # fmt: skip
+    target = chosen[names.index(target_name)]
+    left, middle, right = st.columns(3)
+    with left:
+        click = click_picture(grid_picture_uri(source.photo, source.analysis.box, source.grid, (row, col)),
+                              f"{source.name} with the model's patch grid", key="features_click")  # fmt: skip
+        st.caption(f"{source.name}: click a patch ({row}, {col} chosen).")
+        clicked = clicked_patch(click, source.photo.image.size, source.analysis)
+        if clicked is not None and clicked != (row, col):
+            st.session_state.features_patch = clicked
+            rerun_tab()
+    query = torch.from_numpy(source.features[row * cols + col])
+    here = explain.patch_similarity(query, torch.from_numpy(source.features))
+    there = explain.patch_similarity(query, torch.from_numpy(target.features))
+    low, high = float(min(here.min(), there.min())), float(max(here.max(), there.max()))
+    best_here = explain.top_matches(here, int(k), source.grid, exclude=row * cols + col, radius=int(radius))
+    best_there = explain.top_matches(there, int(k), target.grid,
+                                     exclude=row * cols + col if target is source else None, radius=int(radius))  # fmt: skip
+    pictures = [similarity_picture(page, one, similarity, best, (low, high), (row, col) if one is source else None)
+                for one, similarity, best in ((source, here, best_here), (target, there, best_there))]  # fmt: skip
+    middle.image(pictures[0], width="stretch", caption=f"{source.name}: similarity to patch ({row}, {col})")
+    right.image(pictures[1], width="stretch", caption=f"{target.name}: similarity to patch ({row}, {col})")
+    colour_legend(page.settings, low, high, "cosine similarity with the clicked patch, one scale for both photos")
+    arrays = {"similarity_source": here.numpy().reshape(source.grid), "similarity_target": there.numpy().reshape(target.grid),
+              "matches_source": best_here.numpy(), "matches_target": best_there.numpy(), "clicked": np.array([row, col])}  # fmt: skip
+    view_downloads("matches", f"matches_{row}_{col}", pictures, arrays, [source, target])
+
+
+def similarity_picture(page: Page, one: Chosen, similarity: torch.Tensor, best: torch.Tensor, value_range,
+                       clicked: tuple[int, int] | None) -> Image.Image:  # fmt: skip
+    """The similarity map over the photo, the best matches outlined in green and the clicked patch in cyan."""
+    settings, (rows, cols) = page.settings, one.grid
+    picture = plots.overlay(one.photo.image, similarity.numpy().reshape(rows, cols), settings.colormap,
+                            settings.alpha, one.analysis.box, value_range)  # fmt: skip
+    for index in best.tolist():
+        picture = plots.mark_patch(picture, divmod(index, cols), one.grid, one.analysis.box, colour=(0, 255, 0))
+    if clicked is not None:
+        picture = plots.mark_patch(picture, clicked, one.grid, one.analysis.box)
+    return picture
+
+
+def parts(page: Page, chosen: list[Chosen]) -> None:
+    st.caption(f"k-means on the patch features of every chosen photo at once (on unit-length features, so by cosine "
+               f"similarity): a part gets the same colour in each photo, a rough co-segmentation ({MATCH_PAPER}).")  # fmt: skip
+    total = sum(one.features.shape[0] for one in chosen)
+    options = list(range(2, min(12, total) + 1))
+    if not options:
+        st.caption("Too few patches for parts.")
+        return
+    k = st.select_slider("Parts", options, key=page.key("features_parts", min(5, options[-1]), options=options))
+    labels = explain.feature_clusters([torch.from_numpy(one.features) for one in chosen], int(k))
+    pictures = [feature_pictures.paint_patches(one.photo.image, feature_pictures.part_colours(
+                    part.numpy().reshape(one.grid)), one.analysis.box, alpha=0.6) for one, part in zip(chosen, labels)]  # fmt: skip
+    show_row(pictures, [one.name for one in chosen])
+    arrays = {f"parts_{index}": part.numpy().reshape(one.grid) for index, (one, part) in enumerate(zip(chosen, labels))}
+    view_downloads("parts", f"parts_{k}", pictures, arrays, chosen)
+
+
+def show_row(pictures: list[Image.Image], names: list[str]) -> None:
+    """The pictures side by side, up to four a row."""
+    for start in range(0, len(pictures), 4):
+        for column, picture, name in zip(st.columns(4), pictures[start:start + 4], names[start:start + 4]):
+            column.image(picture, width="stretch", caption=name)
+
+
+def view_downloads(view: str, stem: str, pictures: list[Image.Image], arrays: dict, chosen: list[Chosen]) -> None:
+    """A PNG of the view's pictures side by side and an .npz of its numbers with the photos' names, made on click."""
+
+    def png() -> bytes:
+        buffer = io.BytesIO()
+        feature_pictures.side_by_side(pictures).save(buffer, format="PNG")
+        return buffer.getvalue()
+
+    def npz() -> bytes:
+        return npz_bytes({**arrays, "photos": np.array([one.name for one in chosen])})
+
+    left, right = st.columns(2)
+    left.download_button(f"Download the {view} (PNG)", png, f"{stem}.png", "image/png", key=f"png_{view}")
+    right.download_button(f"Download the {view} numbers (.npz)", npz, f"{stem}.npz", "application/octet-stream",
+                          key=f"npz_{view}")  # fmt: skip
