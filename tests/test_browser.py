@@ -104,6 +104,42 @@ def test_upload_overlay_and_click_a_patch(server):
         browser.close()
 
 
+def test_features_tab_click_to_match_between_two_photos(server):
+    """A click on a patch in the Features tab lights up its matches in both photos; the matches download holds the
+    clicked patch, whose similarity with itself is 1."""
+    running, folder = server
+    paths = []
+    for name, colour in (("left.png", (40, 120, 200)), ("right.png", (200, 80, 40))):
+        image = Image.new("RGB", (320, 320), colour)
+        image.paste((230, 200, 40), (60, 60, 220, 260))
+        image.save(folder / name)
+        paths.append(str(folder / name))
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(running.url, wait_until="domcontentloaded")
+        page.get_by_text("Upload one or more photos").wait_for(timeout=120_000)
+        page.locator("input[type=file]").first.set_input_files(paths)
+        page.get_by_text("Attention rollout").first.wait_for(timeout=120_000)
+        page.get_by_role("tab", name="Features").click()
+        page.get_by_text("similarity to patch (2, 2)").first.wait_for(timeout=90_000)
+        source = page.get_by_text("(the first photo chosen above)").inner_text().split("Click a patch of ")[1].split(" ")[0]
+        picture = page.get_by_alt_text(f"{source} with the model's patch grid")
+        picture.wait_for(timeout=90_000)
+        page.wait_for_function("() => [...document.querySelectorAll('*')].some(e => e.shadowRoot && "
+                               "[...e.shadowRoot.querySelectorAll('img')].some(i => i.complete && i.width > 0))")
+        shown = picture.bounding_box()
+        picture.click(position={"x": shown["width"] / 8, "y": shown["height"] * 3 / 8})  # patch (1, 0) of the 4x4 grid
+        page.get_by_text(f"{source}: similarity to patch (1, 0)").first.wait_for(timeout=90_000)
+        matches = np.load(download(page, "Download the matches numbers (.npz)").path())
+        assert matches["clicked"].tolist() == [1, 0]
+        assert matches["similarity_source"][1, 0] == pytest.approx(1.0, abs=1e-5)
+        assert matches["similarity_target"].shape == (4, 4)
+        page.screenshot(path=str(SCREENSHOTS / "features.png"), full_page=True)
+        assert not page.get_by_text("Traceback").count()
+        browser.close()
+
+
 def test_a_spec_or_a_path_typed_into_the_model_box(server):
     """The model box accepts typed text (AppTest cannot type into it): a spec loads as if typed into the spec field,
     a path is sent to the field for paths."""

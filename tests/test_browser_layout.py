@@ -21,6 +21,7 @@ SCREENSHOTS = Path(os.environ.get("VITVIZ_SCREENSHOTS", ROOT / "tests" / "screen
 WIDTHS = [800, 1280, 1920]
 # each tab, and a text it shows once drawn
 TABS = {"Overview": "Attention rollout", "Heads & layers": "Every head in layer", "Click a patch": "Each head: what patch",
+        "Features": "Parts (k-means)",
         "Class-specific": "Logit lens", "Model anatomy": "Position-embedding similarity",
         "Tokens": "Attention to the prefix tokens", "Faithfulness": "Replace patches by"}  # fmt: skip
 

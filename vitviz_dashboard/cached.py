@@ -253,6 +253,22 @@ def patch_features(model_spec: str, image_key: str, precision: str, block: int, 
     return explain.patch_features(_model, _analysis.pixel_values, block, facet, precision)[0].numpy()
 
 
+@kept()
+def pca_colours(model_spec: str, image_keys: tuple[str, ...], precision: str, block: int, facet: str,
+                foreground: float | None, flip: bool, *, _features: list[np.ndarray]) -> explain.PCAColours:  # fmt: skip
+    """One PCA fitted over the chosen photos' features (explain.pca_rgb), once per choice of photos and options:
+    a click elsewhere in the tab does not fit it again."""
+    return explain.pca_rgb([torch.from_numpy(f) for f in _features], foreground=foreground, flip_first=flip)
+
+
+@kept(spinner="Finding the parts (k-means)...")
+def feature_parts(model_spec: str, image_keys: tuple[str, ...], precision: str, block: int, facet: str, k: int, *,
+                  _features: list[np.ndarray]) -> list[np.ndarray]:  # fmt: skip
+    """k-means part labels (N_i,) for each chosen photo, fitted over all of them (explain.feature_clusters), once
+    per choice of photos and k."""
+    return [labels.numpy() for labels in explain.feature_clusters([torch.from_numpy(f) for f in _features], k)]
+
+
 def statistics(_analysis: ImageAnalysis) -> dict[str, np.ndarray]:
     return analysis_module.head_statistics(_analysis)
 

@@ -18,7 +18,7 @@ from vitviz.analysis import ImageAnalysis
 from vitviz.explain.facets import FACETS
 from vitviz.images import ImageError, ImageFile
 
-from vitviz_dashboard.cached import grid_picture_uri, patch_features
+from vitviz_dashboard.cached import feature_parts, grid_picture_uri, patch_features, pca_colours
 from vitviz_dashboard.click_picture import click_picture
 from vitviz_dashboard.common import Page, Photo, colour_legend, index_slider, npz_bytes, rerun_tab
 from vitviz_dashboard.tabs.patch import clicked_patch
@@ -38,10 +38,18 @@ class Chosen:
     photo: Photo
     analysis: ImageAnalysis
     features: np.ndarray
+    block: int
+    facet: str
 
     @property
     def grid(self) -> tuple[int, int]:
         return self.analysis.grid_size
+
+
+def fit_key(page: Page, chosen: list[Chosen]) -> tuple:
+    """What a fit over the chosen photos' features depends on: the model, the photos, the precision, block, facet."""
+    return (page.settings.model_spec, tuple(one.photo.key for one in chosen), page.settings.precision,
+            chosen[0].block, chosen[0].facet)  # fmt: skip
 
 
 @st.fragment
@@ -53,13 +61,13 @@ def draw(page: Page, images: dict[str, ImageFile], prepare: Callable[[str], tupl
     if not chosen:
         return
     st.subheader("PCA colours")
-    pca_colours(page, chosen)
+    pca_view(page, chosen)
     st.divider()
     st.subheader("Click a patch: its matches")
-    matches(page, chosen)
+    matches_view(page, chosen)
     st.divider()
     st.subheader("Parts (k-means)")
-    parts(page, chosen)
+    parts_view(page, chosen)
 
 
 def choose(page: Page, images: dict[str, ImageFile], prepare) -> list[Chosen]:
@@ -87,12 +95,12 @@ def choose(page: Page, images: dict[str, ImageFile], prepare) -> list[Chosen]:
             continue
         features = patch_features(page.settings.model_spec, photo.key, page.settings.precision, block, facet,
                                   _analysis=analysis, _model=page.model)  # fmt: skip
-        chosen.append(Chosen(name, photo, analysis, features))
+        chosen.append(Chosen(name, photo, analysis, features, block, facet))
     st.caption(f"Block {block}, facet **{facet}**: {chosen[0].features.shape[1] if chosen else 0} numbers per patch.")
     return chosen
 
 
-def pca_colours(page: Page, chosen: list[Chosen]) -> None:
+def pca_view(page: Page, chosen: list[Chosen]) -> None:
     st.caption(f"Each patch coloured by its first three principal components (red, green, blue), the PCA fitted on "
                f"the patches of every photo at once, so one colour means the same feature in each ({PCA_PAPER}). "
                "Removing the background follows DINOv2's recipe: the first component, scaled to [0, 1] over all "
@@ -106,8 +114,8 @@ def pca_colours(page: Page, chosen: list[Chosen]) -> None:
                     help="Which side of the first component is the foreground is arbitrary: flip it if the "
                          "background came out as the foreground.")  # fmt: skip
     try:
-        result = explain.pca_rgb([torch.from_numpy(one.features) for one in chosen],
-                                 foreground=threshold if remove else None, flip_first=flip)  # fmt: skip
+        result = pca_colours(*fit_key(page, chosen), threshold if remove else None, flip,
+                             _features=[one.features for one in chosen])  # fmt: skip
     except ValueError as error:  # e.g. a threshold that leaves no foreground
         st.warning(f"No PCA colours: {error}")
         return
@@ -125,7 +133,7 @@ def pca_colours(page: Page, chosen: list[Chosen]) -> None:
     view_downloads("PCA colours", "pca_colours", pictures, arrays, chosen)
 
 
-def matches(page: Page, chosen: list[Chosen]) -> None:
+def matches_view(page: Page, chosen: list[Chosen]) -> None:
     source = chosen[0]
     rows, cols = source.grid
     row, col = st.session_state.get("features_patch", (rows // 2, cols // 2))
@@ -182,7 +190,7 @@ def similarity_picture(page: Page, one: Chosen, similarity: torch.Tensor, best: 
     return picture
 
 
-def parts(page: Page, chosen: list[Chosen]) -> None:
+def parts_view(page: Page, chosen: list[Chosen]) -> None:
     st.caption(f"k-means on the patch features of every chosen photo at once (on unit-length features, so by cosine "
                f"similarity): a part gets the same colour in each photo, a rough co-segmentation ({MATCH_PAPER}).")  # fmt: skip
     total = sum(one.features.shape[0] for one in chosen)
@@ -191,11 +199,11 @@ def parts(page: Page, chosen: list[Chosen]) -> None:
         st.caption("Too few patches for parts.")
         return
     k = st.select_slider("Parts", options, key=page.key("features_parts", min(5, options[-1]), options=options))
-    labels = explain.feature_clusters([torch.from_numpy(one.features) for one in chosen], int(k))
-    pictures = [feature_pictures.paint_patches(one.photo.image, feature_pictures.part_colours(
-                    part.numpy().reshape(one.grid)), one.analysis.box, alpha=0.6) for one, part in zip(chosen, labels)]  # fmt: skip
+    labels = feature_parts(*fit_key(page, chosen), int(k), _features=[one.features for one in chosen])
+    pictures = [feature_pictures.paint_patches(one.photo.image, feature_pictures.part_colours(part.reshape(one.grid)),
+                                               one.analysis.box, alpha=0.6) for one, part in zip(chosen, labels)]  # fmt: skip
     show_row(pictures, [one.name for one in chosen])
-    arrays = {f"parts_{index}": part.numpy().reshape(one.grid) for index, (one, part) in enumerate(zip(chosen, labels))}
+    arrays = {f"parts_{index}": part.reshape(one.grid) for index, (one, part) in enumerate(zip(chosen, labels))}
     view_downloads("parts", f"parts_{k}", pictures, arrays, chosen)
 
 
