@@ -11,7 +11,7 @@ images are reported and skipped; the exit status is 1 if any were.
 
 With --features pca, the patch features of every image (--feature-block, --facet) are also coloured by one PCA
 fitted over all of them: pca.png shows them side by side, <image>_pca.png each on its photo, pca.npz holds the
-colours. A backbone (no classifier) gives only these.
+colours (and the foreground masks). A backbone (no classifier) gives only these.
 """
 
 from __future__ import annotations
@@ -112,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--features pca fits one PCA over every image, at most {MAX_FEATURE_IMAGES}; got {len(paths)}")
     if args.foreground is not None and not 0 <= args.foreground <= 1:
         parser.error("--foreground must be in [0, 1]")
+    feature_options = args.foreground is not None or args.flip_first or args.facet != "token" or args.feature_block != -1
+    if feature_options and not args.features:
+        parser.error("--feature-block, --facet, --foreground and --flip-first need --features pca")
     try:
         model = load_model(args.model)
     except ModelLoadError as error:
@@ -162,15 +165,15 @@ def main(argv: list[str] | None = None) -> int:
             np.savez_compressed(args.out / f"{name}.npz", probabilities=probabilities, **maps)
             top = np.argsort(-probabilities, kind="stable")[:5]
             writer.writerow([str(path)] + [v for i in top for v in (model.class_names[i], f"{probabilities[i]:.6f}")])
+    explained = len(paths) - len(failures)
+    print(f"explained {explained} of {len(paths)} images into {args.out}")
+    for failure in failures:
+        print(f"skipped {failure}", file=sys.stderr)
     if features:
         try:
             write_pca(features, args)
         except ValueError as error:  # a foreground threshold that keeps no patch
             raise SystemExit(f"error: no PCA colours: {error}") from None
-    explained = len(paths) - len(failures)
-    print(f"explained {explained} of {len(paths)} images into {args.out}")
-    for failure in failures:
-        print(f"skipped {failure}", file=sys.stderr)
     return 1 if failures else 0
 
 
@@ -179,12 +182,14 @@ def write_pca(features: list[tuple], args: argparse.Namespace) -> None:
     pca.npz with every image's (rows, cols, 3) colours and the explained variance."""
     result = explain.pca_rgb([f[-1] for f in features], foreground=args.foreground, flip_first=args.flip_first)
     pictures, arrays = [], {"explained_variance": result.explained_variance.numpy()}
-    for (name, image, box, grid, _), colours in zip(features, result.colours):
-        colours = colours.numpy().reshape(*grid, 3)
+    for index, (name, image, box, grid, _) in enumerate(features):
+        colours = result.colours[index].numpy().reshape(*grid, 3)
         picture = feature_pictures.paint_patches(image, colours, box)
         picture.save(args.out / f"{name}_pca.png")
         pictures.append(picture)
         arrays[f"{name}_colours"] = colours
+        if result.foreground is not None:  # a foreground patch may be black too: the mask tells them apart
+            arrays[f"{name}_foreground"] = result.foreground[index].numpy().reshape(grid)
     feature_pictures.side_by_side(pictures).save(args.out / "pca.png")
     np.savez_compressed(args.out / "pca.npz", **arrays)
     variance = ", ".join(f"{v:.1%}" for v in result.explained_variance.tolist())

@@ -20,7 +20,7 @@ PART_COLOURS = np.array(
 def paint_patches(image: Image.Image, colours, box: tuple[float, float, float, float] | None = None,
                   alpha: float = 1.0) -> Image.Image:  # fmt: skip
     """The photo with each patch of ``box`` painted in its colour: ``colours`` is (rows, cols, 3), floats in [0, 1]
-    or uint8. Patches stay sharp squares (nearest neighbour), since a PCA colour or a part label belongs to a whole
+    or whole numbers in [0, 255]. Patches stay sharp squares (nearest neighbour), since a PCA colour or a part label belongs to a whole
     patch; ``alpha`` below 1 lets the photo show through. Outside the box the photo is dimmed, as in
     ``plots.overlay``."""
     colours = np.asarray(colours)
@@ -28,7 +28,13 @@ def paint_patches(image: Image.Image, colours, box: tuple[float, float, float, f
         raise ValueError(f"colours must be (rows, cols, 3); got shape {colours.shape}")
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"alpha must be in [0, 1]; got {alpha}")
-    if colours.dtype != np.uint8:
+    if np.issubdtype(colours.dtype, np.integer) and colours.dtype != np.uint8:
+        if colours.min() < 0 or colours.max() > 255:
+            raise ValueError("whole-number colours must be in [0, 255]")
+        colours = colours.astype(np.uint8)
+    elif colours.dtype != np.uint8:
+        if not np.isfinite(colours).all():
+            raise ValueError("colours hold NaN or infinite values")
         colours = (np.clip(colours, 0.0, 1.0) * 255).round().astype(np.uint8)
     rows, cols = colours.shape[:2]
     out = plots.outline_patches(image, np.zeros((rows, cols), dtype=bool), box)  # the photo, dimmed outside the box

@@ -59,15 +59,17 @@ def draw(page: Page) -> None:
 
 
 def similarity_grid(page: Page, similarity, title: str, caption: str, what: str) -> None:
-    """Small maps of a (rows, cols, rows, cols) similarity: for about 7 x 7 patches, that patch against every other,
-    one shared colour scale. Each gets the page's width: side by side, the grid shrank to a few pixels a map."""
+    """Small maps of a (rows, cols, rows, cols) similarity: for up to 4 x 4 patches spread over the grid, corners
+    included, that patch against every other, one shared colour scale. Each gets the page's width: side by side,
+    the grid shrank to a few pixels a map; with more maps (7 x 7 at first) each was too small to read."""
     rows, cols = page.model.config.grid_size
     st.subheader(title)
     st.caption(caption)
-    step = max(1, max(rows, cols) // 7)  # at most about 7 x 7 small maps
-    picks = [(r, c) for r in range(0, rows, step) for c in range(0, cols, step)]
+    pick_rows, pick_cols = (sorted({round(i * (n - 1) / 3) for i in range(4)}) for n in (rows, cols))
+    picks = [(r, c) for r in pick_rows for c in pick_cols]
     # one shared scale (a colorbar), each map's own patch outlined
     st.plotly_chart(cached_figure("grid_figure", torch.stack([similarity[r, c] for r, c in picks]),
-                                  [f"({r},{c})" for r, c in picks], len(range(0, cols, step)), "viridis",
-                                  rescale_each=False, marks=picks, height=520), theme=None, key=f"anatomy_{what}")  # fmt: skip
+                                  [f"({r},{c})" for r, c in picks], len(pick_cols), "viridis",
+                                  rescale_each=False, marks=picks, height=160 * len(pick_rows) + 40), theme=None,
+                    key=f"anatomy_{what}")  # fmt: skip
     chart_download(st, page, what, {"similarity": similarity.numpy()})  # (rows, cols, rows, cols): every patch
