@@ -34,9 +34,9 @@ def patch_features(model: ViT, pixel_values: torch.Tensor, block: int, facet: Fa
     device = next(model.parameters()).device
     with torch.inference_mode(), autocast(precision, device.type):
         x, grid = model.embed(pixel_values.to(device))
-        ropes = model.rotary_embeddings(grid)
+        arguments = model.block_arguments(grid, x.shape[0])  # rotary embeddings, a knocked-out model's masks
         for index in range(block + 1):
-            x, _, qkv = model.blocks[index](x, rope=ropes[index], need_qkv=index == block and facet != "token")
+            x, _, qkv = model.blocks[index](x, need_qkv=index == block and facet != "token", **arguments[index])
     p = model.config.num_prefix_tokens
     if facet == "token":
         return x[:, p:].float()

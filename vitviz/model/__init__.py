@@ -3,11 +3,13 @@
     config.py   ViTConfig: one field per architectural choice (DeiT, DINO, DINOv2, CLIP, SigLIP, MAE...)
     layers.py   patch embedding, attention that returns its weights and q/k/v, MLP, LayerScale, the block, attention pooling
     vit.py      the ViT: embeddings, blocks, final norm, pooling, head; ViTOutput; autocast
+    interventions.py  heads knocked out and tokens taken out of the attention: the masks, checked
 
 ``from vitviz.model import ViT, ViTConfig`` is the public way in.
 """
 
 from vitviz.model.config import ACTIVATIONS, POOLINGS, PROBABILITIES, Activation, Pooling, Probabilities, ViTConfig
+from vitviz.model.interventions import ABLATIONS, Interventions
 from vitviz.model.layers import (
     MLP,
     QKV,
@@ -23,6 +25,7 @@ from vitviz.model.layers import (
 from vitviz.model.vit import Precision, ViT, ViTOutput, autocast
 
 __all__ = [
+    "ABLATIONS",
     "ACTIVATIONS",
     "MLP",
     "POOLINGS",
@@ -35,6 +38,7 @@ __all__ = [
     "Block",
     "BlockOutput",
     "DropPath",
+    "Interventions",
     "LayerScale",
     "PatchEmbedding",
     "Pooling",

@@ -3,7 +3,7 @@ weights), MLP, LayerScale, stochastic depth, the pre-norm block, and SigLIP's at
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -11,6 +11,8 @@ from torch import nn
 
 from vitviz.model.config import Activation, ViTConfig
 from vitviz.model.rotary import Rope, rotate
+
+Ablation = Literal["zero", "mean"]  # what a removed head's output becomes: zeros, or its mean over the batch
 
 
 def norm_layer(config: ViTConfig, width: int) -> nn.Module:
@@ -68,8 +70,20 @@ class Attention(nn.Module):
         self.proj = nn.Linear(config.hidden_size, config.hidden_size)
         self.num_prefix_tokens = config.num_prefix_tokens  # not rotated by rotary embeddings
 
-    def forward(self, x: torch.Tensor, need_weights: bool = False, rope: Rope | None = None, need_qkv: bool = False
-                ) -> AttentionOutput:  # fmt: skip
+    def forward(
+        self,
+        x: torch.Tensor,
+        need_weights: bool = False,
+        rope: Rope | None = None,
+        need_qkv: bool = False,
+        head_mask: torch.Tensor | None = None,
+        key_mask: torch.Tensor | None = None,
+        head_ablation: Ablation = "zero",
+    ) -> AttentionOutput:
+        """``head_mask`` (B or 1, heads) scales each head's weights before they reach the values: 0 removes the head's
+        output ("zero"), or replaces it with its mean over the batch ("mean"); the returned weights stay the
+        softmax. ``key_mask`` (B, T) booleans: a key marked False gets no attention, each row renormalised over the
+        others (the returned weights are those rows)."""
         B, T, D = x.shape
         qkv = self.qkv(x).reshape(B, T, 3, self.num_heads, self.head_dim)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, heads, T, head_dim)
@@ -77,18 +91,24 @@ class Attention(nn.Module):
         if rope is not None:  # the patch tokens' queries and keys turned by their positions
             q, k = rotate(q, rope, self.num_prefix_tokens), rotate(k, rope, self.num_prefix_tokens)
         dropout_p = self.attention_dropout if self.training else 0.0
+        keys = None if key_mask is None else key_mask[:, None, None, :]  # (B, 1, 1, T): True takes part
         if need_weights:
             # explicit path: the weights exist as a tensor, so they can be returned. The softmax
             # runs in at least fp32 (fp64 for a float64 model), so under bf16/fp16 the returned rows
             # still sum to 1 to fp32 precision; they are cast back to the values' dtype for the product.
             # One expression, so the pre-softmax scores are freed at once: keeping them alive
             # makes the allocator hand back and re-fault memory, slowing the whole block.
-            weights = _softmax((q * self.scale) @ k.transpose(-2, -1))  # (B, heads, T, T)
+            scores = (q * self.scale) @ k.transpose(-2, -1)  # (B, heads, T, T)
+            weights = _softmax(scores if keys is None else scores.masked_fill(~keys, float("-inf")))
             out = F.dropout(weights, dropout_p, self.training).to(v.dtype) @ v  # (B, heads, T, head_dim)
         else:
             # fast path: fused kernel, never materialises the T x T matrix
             weights = None
-            out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=keys, dropout_p=dropout_p)
+        if head_mask is not None:  # scaling a head's weights scales its output: the same on both paths
+            mask = head_mask[:, :, None, None].to(out.dtype)  # (B or 1, heads, 1, 1)
+            removed = 0.0 if head_ablation == "zero" else out.mean(dim=0, keepdim=True)  # "mean": over the batch
+            out = mask * out + (1 - mask) * removed
         out = out.transpose(1, 2).reshape(B, T, D)  # heads back side by side
         return AttentionOutput(self.proj(self.norm(out)), weights, QKV(q, k, v) if need_qkv else None)
 
@@ -176,10 +196,15 @@ class Block(nn.Module):
         normed: torch.Tensor | None = None,
         rope: Rope | None = None,
         need_qkv: bool = False,
+        head_mask: torch.Tensor | None = None,
+        key_mask: torch.Tensor | None = None,
+        head_ablation: Ablation = "zero",
     ) -> BlockOutput:
         """``normed``, if given, stands in for norm1(x): Grad-CAM differentiates with respect to it. ``rope``: the
-        rotary embedding of this input's grid (``ViT.rotary_embedding``), for a rotary model."""
-        attended = self.attn(self.norm1(x) if normed is None else normed, need_weights, rope, need_qkv)
+        rotary embedding of this input's grid (``ViT.rotary_embedding``), for a rotary model. ``head_mask``,
+        ``key_mask`` and ``head_ablation``: interventions on the attention (``Attention.forward``)."""
+        attended = self.attn(self.norm1(x) if normed is None else normed, need_weights, rope, need_qkv, head_mask,
+                             key_mask, head_ablation)  # fmt: skip
         x = x + self.drop_path(self.ls1(self.dropout(attended.out)))  # (B, T, D)
         x = x + self.drop_path(self.ls2(self.mlp(self.norm2(x))))  # (B, T, D)
         return BlockOutput(x, attended.weights, attended.qkv)

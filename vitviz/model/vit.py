@@ -13,8 +13,9 @@ break silently when a library switches to fused attention kernels.
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -23,7 +24,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from vitviz.model.config import ViTConfig
-from vitviz.model.layers import QKV, AttentionPool, Block, PatchEmbedding, norm_layer
+from vitviz.model.interventions import (
+    ABLATIONS,
+    Interventions,
+    check_head_mask,
+    check_key_mask,
+    head_mask_of,
+    key_mask_of,
+)
+from vitviz.model.layers import QKV, Ablation, AttentionPool, Block, PatchEmbedding, norm_layer
 from vitviz.model.rotary import Rope, mixed_angles, rotary_embedding
 
 Precision = Literal["fp32", "bf16"]
@@ -85,6 +94,8 @@ class ViT(nn.Module):
         # scaled_dot_product_attention) or "eager" (the explicit softmax path). Same maths; on a
         # CPU with short sequences "eager" is faster to train (bench/bench_train_step.py).
         self.attn_implementation = "sdpa"
+        # knock-outs applied to every forward pass (``knock_out``); none by default
+        self.interventions = Interventions()
         self._init_weights()
 
     def _init_weights(self) -> None:
@@ -129,6 +140,49 @@ class ViT(nn.Module):
                                 self.patch_embed.proj.weight.device)  # fmt: skip
         return [rope] * c.num_layers
 
+    def block_arguments(self, grid: tuple[int, int], batch: int, head_mask: torch.Tensor | None = None,
+                        key_mask: torch.Tensor | None = None, head_ablation: Ablation | None = None) -> list[dict]:  # fmt: skip
+        """Each block's keyword arguments for an input of this grid and batch size: its rotary embedding, and the
+        interventions (the model's own, ``interventions``, combined with those given: masks multiply). Every pass
+        through the blocks takes them from here, so a knocked-out model stays knocked out everywhere."""
+        c = self.config
+        device = self.patch_embed.proj.weight.device
+        tokens = c.num_prefix_tokens + grid[0] * grid[1]
+        own = self.interventions
+        if own.heads:
+            default = head_mask_of(own.heads, c.num_layers, c.num_heads).to(device)
+            head_mask = default if head_mask is None else check_head_mask(head_mask, batch, *default.shape) * default
+        if head_mask is not None:
+            head_mask = check_head_mask(head_mask, batch, c.num_layers, c.num_heads).to(device)
+        if own.tokens:
+            default = key_mask_of(own.tokens, batch, tokens, device)
+            key_mask = default if key_mask is None else check_key_mask(key_mask, batch, tokens) & default
+        if key_mask is not None:
+            key_mask = check_key_mask(key_mask.to(device), batch, tokens)
+        head_ablation = head_ablation or own.ablation
+        if head_ablation not in ABLATIONS:
+            raise ValueError(f"head_ablation must be one of {ABLATIONS}; got {head_ablation!r}")
+        return [dict(rope=rope, head_mask=None if head_mask is None else head_mask[:, index], key_mask=key_mask,
+                     head_ablation=head_ablation) for index, rope in enumerate(self.rotary_embeddings(grid))]  # fmt: skip
+
+    def knock_out(self, heads: Sequence[tuple[int, int]] = (), tokens: Sequence[int] = (),
+                  ablation: Ablation = "zero") -> ViT:  # fmt: skip
+        """A model sharing every module of this one whose every forward pass removes these (layer, head) outputs and
+        takes these token indices out of every query's view (0: [CLS], the registers after it); the interventions
+        this model already carries are replaced. This model is left unchanged."""
+        c = self.config
+        head_mask_of(heads, c.num_layers, c.num_heads)  # checks each (layer, head)
+        if any(token < 0 for token in tokens):
+            raise ValueError(f"token indices must be >= 0; got {list(tokens)}")
+        if ablation not in ABLATIONS:
+            raise ValueError(f"ablation must be one of {ABLATIONS}; got {ablation!r}")
+        new = copy.copy(self)  # the same attributes: blocks, norms, head, transform, class names...
+        new._modules = dict(self._modules)  # its own table of the same modules
+        new._parameters = dict(self._parameters)
+        new._buffers = dict(self._buffers)
+        new.interventions = Interventions(tuple(sorted(set(heads))), tuple(sorted(set(tokens))), ablation)
+        return new
+
     def position_embeddings(self, rows: int, cols: int) -> torch.Tensor | None:
         """Position embeddings for a rows x cols patch grid, (1, prefix + rows * cols, D).
 
@@ -158,6 +212,9 @@ class ViT(nn.Module):
         attention_sink: Callable[[int, torch.Tensor], None] | None = None,
         output_hidden_states: bool = False,
         output_qkv: bool = False,
+        head_mask: torch.Tensor | None = None,
+        key_mask: torch.Tensor | None = None,
+        head_ablation: Ablation | None = None,
     ) -> ViTOutput:
         """Classify a batch of images, shape (B, C, H, W) with H and W multiples of the patch size.
 
@@ -167,6 +224,11 @@ class ViT(nn.Module):
         they are not kept, so statistics can be streamed without holding every T x T matrix.
         ``output_hidden_states`` keeps every block's output tokens (before the final LayerNorm), ``output_qkv``
         every block's queries, keys and values as its attention uses them (``QKV``): the "facets" of patch features.
+
+        Interventions: ``head_mask`` (layers, heads) or (B, layers, heads) multiplies each head's attention weights
+        before they reach the values (0 removes the head's output, or with ``head_ablation="mean"`` replaces it by
+        its mean over the batch); the returned attentions stay the softmax. ``key_mask`` (B, T) booleans takes
+        the keys marked False out of every query's view, each row renormalised over the rest.
         """
         x, grid = self.embed(pixel_values)
         attentions, hidden_states, qkvs = [], [], []
@@ -174,9 +236,9 @@ class ViT(nn.Module):
         if self.attn_implementation not in ("sdpa", "eager"):
             raise ValueError(f"attn_implementation must be 'sdpa' or 'eager', not {self.attn_implementation!r}")
         explicit = need_weights or self.attn_implementation == "eager"
-        ropes = self.rotary_embeddings(grid)
+        arguments = self.block_arguments(grid, x.shape[0], head_mask, key_mask, head_ablation)
         for index, block in enumerate(self.blocks):
-            x, weights, qkv = block(x, need_weights=explicit, rope=ropes[index], need_qkv=output_qkv)
+            x, weights, qkv = block(x, need_weights=explicit, need_qkv=output_qkv, **arguments[index])
             if attention_sink is not None:
                 attention_sink(index, weights)
             if output_attentions:
