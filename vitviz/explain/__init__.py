@@ -10,6 +10,8 @@
     sanity.py        the model-randomisation sanity check (Adebayo et al. 2018)
     statistics.py    attention distance and entropy, position embeddings (or rotary phases), patch-embedding filters
     tokens.py        attention to prefix tokens, token norms, the attention-pooling head
+    knockout.py      head importance: each head removed in turn, the target's logit and probability again
+    logit_attribution.py  the target's logit split into embeddings, heads, MLPs and biases
     facets.py        patch features from any block: tokens, keys, queries or values
     features.py      what patch features show: joint PCA colours, cosine matches, k-means parts
     faithfulness.py  perturbation curves
@@ -55,8 +57,10 @@ from vitviz.explain.faithfulness import (
 from vitviz.explain.features import PCAColours, feature_clusters, patch_similarity, pca_rgb, top_matches
 from vitviz.explain.gradcam import grad_cam, norm1_gradients
 from vitviz.explain.gradients import attention_gradients, gradient_weighted_attention, gradient_weighted_rollout
+from vitviz.explain.knockout import HeadImportance, head_importance
 from vitviz.explain.legrad import legrad, legrad_gradients
 from vitviz.explain.lens import LogitLens, logit_lens, token_logits
+from vitviz.explain.logit_attribution import LogitAttribution, direct_logit_attribution
 from vitviz.explain.methods import CLASS_SPECIFIC, METHODS, MethodMaps, method_maps
 from vitviz.explain.sanity import MapMethod, SanityCheck, cascading_randomization, spearman_correlation
 from vitviz.explain.statistics import (
@@ -78,6 +82,8 @@ __all__ = [
     "Baseline",
     "Facet",
     "HeadFusion",
+    "HeadImportance",
+    "LogitAttribution",
     "LogitLens",
     "MapMethod",
     "MethodMaps",
@@ -93,6 +99,7 @@ __all__ = [
     "cascading_randomization",
     "cls_attention",
     "cls_attention_all",
+    "direct_logit_attribution",
     "discard_weakest",
     "faithfulness",
     "feature_clusters",
@@ -102,6 +109,7 @@ __all__ = [
     "grad_cam",
     "gradient_weighted_attention",
     "gradient_weighted_rollout",
+    "head_importance",
     "high_norm_patches",
     "integrated_attention_gradient",
     "legrad",

@@ -100,7 +100,9 @@ def fraction_replaced(steps: int = 10) -> torch.Tensor:
 
 # --- Pixel-level protocols over a data set --------------------------------------------------------------------
 
-CHEFER_FRACTIONS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+# Chefer et al. 2021's x axis: the fraction of pixels removed, 0 (the intact image) to 90 %, as the authors
+# integrate it (np.trapz(y, x) * 100 with x = 0, 0.1, ..., 0.9; Transformer-Explainability issues #27, #31).
+CHEFER_FRACTIONS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
 
 def pixel_order(relevance: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
@@ -139,10 +141,12 @@ def chefer_perturbation(
     As their released evaluation does: the (B, rows, cols) map is upsampled bilinearly to pixels; for each
     fraction f the ``int(H * W * f)`` most relevant pixels (for the negative test: least relevant) are set to 0
     before normalisation (``pixel_values`` are normalised with ``mean`` and ``std``, so a removed pixel becomes
-    ``-mean / std``); the prediction is the top-1 class. Averaged over a data set this is an accuracy per
-    fraction; its area (``chefer_auc``) is low for a faithful map in the positive test and high in the negative.
+    ``-mean / std``); the prediction is the top-1 class. The first fraction, 0, is the intact image (their
+    curve's first point is the model's accuracy on intact images). Averaged over a data set this is an accuracy
+    per fraction; its area (``chefer_auc``) is low for a faithful map in the positive test and high in the
+    negative.
     """
-    B, C, H, W = pixel_values.shape
+    B, _, H, W = pixel_values.shape
     order = pixel_order(-relevance if negative else relevance, (H, W))
     masks = torch.zeros(len(fractions), B, H * W, dtype=torch.bool, device=pixel_values.device)
     for i, fraction in enumerate(fractions):
@@ -155,11 +159,14 @@ def chefer_perturbation(
 
 
 def chefer_auc(accuracy: torch.Tensor, fractions: tuple[float, ...] = CHEFER_FRACTIONS) -> float:
-    """Area under the accuracy curve (in %) over the removed fraction, 10 % to 90 %, by the trapezoidal rule.
+    """Area under the accuracy curve (in %) over the removed fraction, 0 % to 90 %, by the trapezoidal rule.
 
-    ``accuracy`` is (len(fractions),) in [0, 1]. The area is not divided by the 0.8 width of the interval, so
-    it lies in [0, 80]: a model that stays 100 % accurate scores 80.
+    The authors' own area: ``np.trapz(accuracy, fractions) * 100`` with fractions 0, 0.1, ..., 0.9, the first
+    point the accuracy on intact images. ``accuracy`` is (len(fractions),) in [0, 1]. The area is not divided by
+    the 0.9 width of the interval, so it lies in [0, 90]: a model that stays 100 % accurate scores 90.
     """
+    if accuracy.shape != (len(fractions),):
+        raise ValueError(f"accuracy must have one value per fraction ({len(fractions)}); got {tuple(accuracy.shape)}")
     return float(torch.trapezoid(100 * accuracy.double(), torch.tensor(fractions, dtype=torch.float64)))
 
 

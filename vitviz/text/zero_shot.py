@@ -48,6 +48,18 @@ class PromptHead(nn.Module):
     def out_features(self) -> int:
         return self.text_embeddings.shape[0]
 
+    def linear_readout(self, pooled: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each image's target logit as u . pooled + k, the image embedding's length frozen at its value for this
+        pooled vector (B, D): (u (B, D), k (B,)). What direct logit attribution reads the prompts through."""
+        image = self.projection(pooled) if self.projection is not None else pooled  # (B, E)
+        length = image.norm(dim=-1).clamp(min=1e-12)  # as F.normalize
+        text = self.text_embeddings[targets].to(image.dtype) * (self.logit_scale / length)[:, None]  # (B, E)
+        weight = self.projection.weight if self.projection is not None else None
+        vector = text @ weight if weight is not None else text
+        bias = self.projection.bias if self.projection is not None else None
+        constant = (text * bias).sum(dim=-1) if bias is not None else pooled.new_zeros(len(targets))
+        return vector, constant + (self.logit_bias if self.logit_bias is not None else 0.0)
+
     def forward(self, pooled: torch.Tensor) -> torch.Tensor:
         image = self.projection(pooled) if self.projection is not None else pooled  # (..., E)
         image = F.normalize(image, dim=-1)

@@ -1,0 +1,83 @@
+"""Head importance by knockout: remove one head, re-run the model, and see how much the target's logit and
+probability move (Michel et al. 2019, "Are Sixteen Heads Really Better than One?", ask this question of every head;
+Darcet et al. 2023 take registers out the same way). The model's own ``head_mask`` does the removing."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from vitviz.explain.common import _targets, class_probabilities
+from vitviz.model import ViT, autocast
+from vitviz.model.layers import Ablation
+
+
+@dataclass(frozen=True)
+class HeadImportance:
+    logit_change: torch.Tensor  # (B, layers, heads): the target's logit with that head removed, minus the intact one
+    probability_change: torch.Tensor  # (B, layers, heads): the same for its probability
+    logit: torch.Tensor  # (B,) the intact model's target logit
+    probability: torch.Tensor  # (B,) and its probability
+    target: torch.Tensor  # (B,) the class explained in each image
+
+
+def head_importance(
+    model: ViT,
+    pixel_values: torch.Tensor,
+    target: int | Sequence[int] | torch.Tensor | None = None,
+    ablation: Ablation = "zero",
+    progress: Callable[[int], None] | None = None,
+    precision: str = "fp32",
+    max_batch: int = 64,
+) -> HeadImportance:
+    """How much each head alone matters to the target class (default: each image's top prediction): the change of
+    its logit and probability when that head's output is removed (``ablation="zero"``) or replaced by its mean over
+    the batch ("mean"), one head at a time; negative where the head helped. (B, layers, heads) each.
+
+    Equal to a forward pass per head with ``head_mask`` zero at that head (tested), but cheaper: the blocks before
+    a head's own are the intact model's, so they run once, and the copies of an image with each head of one block
+    removed run the rest of the model as one batch (of at most ``max_batch`` images). ViT-B/16's 144 heads cost
+    about 78 forward passes instead of 144. ``progress(layer)`` follows the layers.
+    """
+    if ablation not in ("zero", "mean"):
+        raise ValueError(f"ablation must be 'zero' or 'mean'; got {ablation!r}")
+    c = model.config
+    if c.num_classes == 0:
+        raise ValueError("head importance needs a classifier: this model is a backbone (no logits)")
+    B, L, H = pixel_values.shape[0], c.num_layers, c.num_heads
+    device = next(model.parameters()).device
+    with torch.inference_mode(), autocast(precision, device.type):
+        x, grid = model.embed(pixel_values.to(device))
+        output = model(pixel_values.to(device), output_hidden_states=True)
+        inputs = [x, *output.hidden_states[:-1]]  # what each block received in the intact model
+        targets = _targets(output.logits, target if target is not None else output.logits.argmax(dim=-1))
+        logit = output.logits.float().gather(1, targets[:, None])[:, 0]
+        probability = class_probabilities(model, output.logits.float()).gather(1, targets[:, None])[:, 0]
+        logits = torch.empty(L, H, B, device=device)
+        probabilities = torch.empty(L, H, B, device=device)
+        per_chunk = max(1, max_batch // B)  # heads removed side by side in one batch
+        for layer in range(L):
+            for start in range(0, H, per_chunk):
+                heads = range(start, min(H, start + per_chunk))
+                mask = torch.ones(len(heads), B, L, H, device=device)
+                for row, head in enumerate(heads):
+                    mask[row, :, layer, head] = 0.0
+                hidden = inputs[layer].repeat(len(heads), 1, 1)  # (heads x B, T, D), head-major
+                arguments = model.block_arguments(grid, hidden.shape[0], mask.flatten(0, 1), head_ablation=ablation)
+                for index in range(layer, L):
+                    hidden = model.blocks[index](hidden, **arguments[index]).hidden
+                ablated = model.forward_head(hidden, grid).logits.float().view(len(heads), B, -1)
+                logits[layer, start : start + len(heads)] = ablated.gather(2, targets.expand(len(heads), B)[..., None])[..., 0]
+                chances = class_probabilities(model, ablated)
+                probabilities[layer, start : start + len(heads)] = chances.gather(2, targets.expand(len(heads), B)[..., None])[..., 0]
+            if progress is not None:
+                progress(layer)
+    return HeadImportance(
+        logit_change=(logits - logit).permute(2, 0, 1).cpu(),
+        probability_change=(probabilities - probability).permute(2, 0, 1).cpu(),
+        logit=logit.cpu(),
+        probability=probability.cpu(),
+        target=targets.cpu(),
+    )
