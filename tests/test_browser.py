@@ -122,7 +122,7 @@ def test_features_tab_click_to_match_between_two_photos(server):
         page.locator("input[type=file]").first.set_input_files(paths)
         page.get_by_text("Attention rollout").first.wait_for(timeout=120_000)
         page.get_by_role("tab", name="Features").click()
-        page.get_by_text("similarity to patch (2, 2)").first.wait_for(timeout=90_000)
+        page.get_by_text("similarity to its patch (2, 2)").first.wait_for(timeout=90_000)
         source = page.get_by_text("(the first photo chosen above)").inner_text().split("Click a patch of ")[1].split(" ")[0]
         picture = page.get_by_alt_text(f"{source} with the model's patch grid")
         picture.wait_for(timeout=90_000)
@@ -130,8 +130,8 @@ def test_features_tab_click_to_match_between_two_photos(server):
                                "[...e.shadowRoot.querySelectorAll('img')].some(i => i.complete && i.width > 0))")
         shown = picture.bounding_box()
         picture.click(position={"x": shown["width"] / 8, "y": shown["height"] * 3 / 8})  # patch (1, 0) of the 4x4 grid
-        page.get_by_text(f"{source}: similarity to patch (1, 0)").first.wait_for(timeout=90_000)
-        matches = np.load(download(page, "Download the matches numbers (.npz)").path())
+        page.get_by_text(f"{source}: similarity to its patch (1, 0)").first.wait_for(timeout=90_000)
+        matches = np.load(download(page, "Matches (.npz)").path())
         assert matches["clicked"].tolist() == [1, 0]
         assert matches["similarity_source"][1, 0] == pytest.approx(1.0, abs=1e-5)
         assert matches["similarity_target"].shape == (4, 4)

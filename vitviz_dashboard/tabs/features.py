@@ -105,12 +105,13 @@ def pca_view(page: Page, chosen: list[Chosen]) -> None:
                f"the patches of every photo at once, so one colour means the same feature in each ({PCA_PAPER}). "
                "Removing the background follows DINOv2's recipe: the first component, scaled to [0, 1] over all "
                "photos, splits foreground from background at the threshold, and a second PCA on the foreground "
-               "patches alone colours them.")  # fmt: skip
+               "patches alone colours them. The colours are laid over the photo at the sidebar's overlay opacity "
+               "(1 for DINOv2's opaque look).")  # fmt: skip
     a, b, c = st.columns(3)
-    remove = a.toggle("Remove the background", key=page.key("features_background", False))
+    remove = a.toggle("Remove background", key=page.key("features_background", False))
     threshold = b.slider("Foreground threshold", 0.0, 1.0, key=page.key("features_threshold", 0.5), step=0.05,
                          disabled=not remove)  # fmt: skip
-    flip = c.toggle("Flip the first component", key=page.key("features_flip", False),
+    flip = c.toggle("Flip 1st component", key=page.key("features_flip", False),
                     help="Which side of the first component is the foreground is arbitrary: flip it if the "
                          "background came out as the foreground.")  # fmt: skip
     try:
@@ -119,9 +120,17 @@ def pca_view(page: Page, chosen: list[Chosen]) -> None:
     except ValueError as error:  # e.g. a threshold that leaves no foreground
         st.warning(f"No PCA colours: {error}")
         return
+    alpha = page.settings.alpha
     pictures = [feature_pictures.paint_patches(one.photo.image, colours.numpy().reshape(*one.grid, 3),
-                                               one.analysis.box) for one, colours in zip(chosen, result.colours)]  # fmt: skip
+                                               one.analysis.box, alpha) for one, colours in zip(chosen, result.colours)]  # fmt: skip
     show_row(pictures, [one.name for one in chosen])
+    if result.foreground is not None:  # a photo wholly on one side: the first component tells the photos apart
+        whole = [f"{one.name} ({'all foreground' if mask.all() else 'all background'})"
+                 for one, mask in zip(chosen, result.foreground) if mask.all() or not mask.any()]  # fmt: skip
+        if whole:
+            st.caption(f"At this threshold {', '.join(whole)}: the first component separates these photos from "
+                       "the others rather than objects from their background. Try another block or facet, the "
+                       "threshold, or fewer photos.")  # fmt: skip
     variance = ", ".join(f"{v:.1%}" for v in result.explained_variance.tolist())
     st.caption(f"Explained variance of the three components: {variance}"
                + (" (of the foreground patches' PCA)." if remove else "."))  # fmt: skip
@@ -146,16 +155,16 @@ def matches_view(page: Page, chosen: list[Chosen]) -> None:
     target_name = a.selectbox("Match in", names, key=page.key("features_target", names[-1], per_image=True,
                                                                options=names))  # fmt: skip
     k = b.number_input("Matches outlined", 1, 20, key=page.key("features_top_k", 5))
-    radius = c.number_input("Skip the clicked patch's neighbours within (patches)", 0, 10,
-                            key=page.key("features_radius", 1),
-                            help="In the clicked photo, its own neighbourhood always looks alike; 0 skips only the "
-                                 "patch itself.")  # fmt: skip
+    radius = c.number_input("Skip neighbours within", 0, 10, key=page.key("features_radius", 1),
+                            help="In the clicked photo, the patches this many patches or fewer from the clicked one "
+                                 "are not counted as matches: a patch's own neighbourhood always looks alike. 0 "
+                                 "skips only the patch itself.")  # fmt: skip
     target = chosen[names.index(target_name)]
     left, middle, right = st.columns(3)
     with left:
         click = click_picture(grid_picture_uri(source.photo, source.analysis.box, source.grid, (row, col)),
                               f"{source.name} with the model's patch grid", key="features_click")  # fmt: skip
-        st.caption(f"{source.name}: click a patch ({row}, {col} chosen).")
+        st.caption(f"Click a patch of {source.name}; ({row}, {col}) is chosen.")
         clicked = clicked_patch(click, source.photo.image.size, source.analysis)
         if clicked is not None and clicked != (row, col):
             st.session_state.features_patch = clicked
@@ -163,18 +172,22 @@ def matches_view(page: Page, chosen: list[Chosen]) -> None:
     query = torch.from_numpy(source.features[row * cols + col])
     here = explain.patch_similarity(query, torch.from_numpy(source.features))
     there = explain.patch_similarity(query, torch.from_numpy(target.features))
-    low, high = float(min(here.min(), there.min())), float(max(here.max(), there.max()))
+    # one scale for both, set by every patch but the clicked one (its similarity with itself, 1, would flatten the rest)
+    others = torch.cat([here[torch.arange(len(here)) != row * cols + col], there if target is not source else here[:0]])
+    low, high = (float(others.min()), float(others.max())) if len(others) else (float(here.min()), float(here.max()))
     best_here = explain.top_matches(here, int(k), source.grid, exclude=row * cols + col, radius=int(radius))
     best_there = explain.top_matches(there, int(k), target.grid,
                                      exclude=row * cols + col if target is source else None, radius=int(radius))  # fmt: skip
     pictures = [similarity_picture(page, one, similarity, best, (low, high), (row, col) if one is source else None)
                 for one, similarity, best in ((source, here, best_here), (target, there, best_there))]  # fmt: skip
-    middle.image(pictures[0], width="stretch", caption=f"{source.name}: similarity to patch ({row}, {col})")
-    right.image(pictures[1], width="stretch", caption=f"{target.name}: similarity to patch ({row}, {col})")
-    colour_legend(page.settings, low, high, "cosine similarity with the clicked patch, one scale for both photos")
+    middle.image(pictures[0], width="stretch", caption=f"{source.name}: similarity to its patch ({row}, {col})")
+    right.image(pictures[1], width="stretch", caption=f"{target.name}: similarity to {source.name}'s patch ({row}, {col})"
+                if target is not source else f"{target.name}: similarity to its patch ({row}, {col})")  # fmt: skip
+    colour_legend(page.settings, low, high, "cosine similarity with the clicked patch, one scale for both photos "
+                  "(set by every patch but the clicked one, which is 1)")  # fmt: skip
     arrays = {"similarity_source": here.numpy().reshape(source.grid), "similarity_target": there.numpy().reshape(target.grid),
               "matches_source": best_here.numpy(), "matches_target": best_there.numpy(), "clicked": np.array([row, col])}  # fmt: skip
-    view_downloads("matches", f"matches_{row}_{col}", pictures, arrays, [source, target])
+    view_downloads("Matches", f"matches_{row}_{col}", pictures, arrays, [source, target])
 
 
 def similarity_picture(page: Page, one: Chosen, similarity: torch.Tensor, best: torch.Tensor, value_range,
@@ -201,16 +214,18 @@ def parts_view(page: Page, chosen: list[Chosen]) -> None:
     k = st.select_slider("Parts", options, key=page.key("features_parts", min(5, options[-1]), options=options))
     labels = feature_parts(*fit_key(page, chosen), int(k), _features=[one.features for one in chosen])
     pictures = [feature_pictures.paint_patches(one.photo.image, feature_pictures.part_colours(part.reshape(one.grid)),
-                                               one.analysis.box, alpha=0.6) for one, part in zip(chosen, labels)]  # fmt: skip
+                                               one.analysis.box, page.settings.alpha) for one, part in zip(chosen, labels)]  # fmt: skip
     show_row(pictures, [one.name for one in chosen])
     arrays = {f"parts_{index}": part.reshape(one.grid) for index, (one, part) in enumerate(zip(chosen, labels))}
-    view_downloads("parts", f"parts_{k}", pictures, arrays, chosen)
+    view_downloads("Parts", f"parts_{k}", pictures, arrays, chosen)
 
 
 def show_row(pictures: list[Image.Image], names: list[str]) -> None:
-    """The pictures side by side, up to four a row."""
-    for start in range(0, len(pictures), 4):
-        for column, picture, name in zip(st.columns(4), pictures[start:start + 4], names[start:start + 4]):
+    """The pictures side by side, up to four a row (at least three columns: one or two photos are not blown up)."""
+    columns = min(4, max(3, len(pictures)))
+    for start in range(0, len(pictures), columns):
+        row = zip(st.columns(columns), pictures[start : start + columns], names[start : start + columns])
+        for column, picture, name in row:
             column.image(picture, width="stretch", caption=name)
 
 
@@ -226,6 +241,7 @@ def view_downloads(view: str, stem: str, pictures: list[Image.Image], arrays: di
         return npz_bytes({**arrays, "photos": np.array([one.name for one in chosen])})
 
     left, right = st.columns(2)
-    left.download_button(f"Download the {view} (PNG)", png, f"{stem}.png", "image/png", key=f"png_{view}")
-    right.download_button(f"Download the {view} numbers (.npz)", npz, f"{stem}.npz", "application/octet-stream",
-                          key=f"npz_{view}")  # fmt: skip
+    left.download_button(f"{view} (PNG)", png, f"{stem}.png", "image/png", key=f"png_{view}",
+                         icon=":material/download:", help=f"The {view} pictures side by side")  # fmt: skip
+    right.download_button(f"{view} (.npz)", npz, f"{stem}.npz", "application/octet-stream", key=f"npz_{view}",
+                          icon=":material/download:", help=f"The {view} numbers, with the photos' names")  # fmt: skip
