@@ -15,6 +15,7 @@ from vitviz_dashboard.budget import BUDGET_ERROR
 from vitviz_dashboard.cached import get_model_with_progress, model_input_png, photo_and_analysis
 from vitviz_dashboard.common import Page, keep_tab_widgets, prediction_line
 from vitviz_dashboard.images import choose_image
+from vitviz_dashboard.knockout import knocked_out_model
 from vitviz_dashboard.prompts import prompt_model
 from vitviz_dashboard.sidebar import MISSING_SPEC, describe_model, resolve, sidebar
 from vitviz_dashboard.tabs import anatomy, class_specific, faithfulness, features, heads, overview, patch, tokens
@@ -50,6 +51,8 @@ def main() -> None:
     describe_model(model, settings.model_spec)
     settings = resolve(settings, model)  # precision "auto": what timing this model on this machine chose
     model, settings = prompt_model(model, settings)  # CLIP, SigLIP: prompts become the classes
+    intact_model, intact_settings = model, settings
+    model, settings = knocked_out_model(model, settings)  # heads and tokens the user removed, with a banner
     if chosen is None:
         return
     name, images = chosen
@@ -63,7 +66,9 @@ def main() -> None:
     except ImageError as error:
         st.error(f"Could not read {name}: {error}")
         return
-    page = Page(model, settings, images[name], photo, analysis)
+    intact = model is not intact_model
+    page = Page(model, settings, images[name], photo, analysis, intact_model if intact else None,
+                intact_settings if intact else None)  # fmt: skip
     line, saw = st.columns([4, 1], vertical_alignment="center")
     line.markdown(prediction_line(page))  # above the tabs: seen whichever is open
     height, width = analysis.pixel_values.shape[-2:]

@@ -269,6 +269,29 @@ def feature_parts(model_spec: str, image_keys: tuple[str, ...], precision: str, 
     return [labels.numpy() for labels in explain.feature_clusters([torch.from_numpy(f) for f in _features], k)]
 
 
+@kept()
+def head_ranking(model_spec: str, image_key: str, precision: str, target: int, *, _analysis: ImageAnalysis,
+                 _model: vitviz.ViT) -> dict[str, np.ndarray]:  # fmt: skip
+    """Each head removed in turn (explain.head_importance): the target's logit and probability change, (layers,
+    heads) each, with a progress bar per layer; computed once per (model, image, class)."""
+    with block_progress("Removing each head in turn", _model.config.num_layers) as progress:
+        result = explain.head_importance(_model, _analysis.pixel_values, target, progress=progress, precision=precision)
+    return {"logit_change": result.logit_change[0].numpy(), "probability_change": result.probability_change[0].numpy(),
+            "logit": result.logit.numpy(), "probability": result.probability.numpy()}  # fmt: skip
+
+
+@kept(spinner="Splitting the logit into what each part wrote...")
+def logit_parts(model_spec: str, image_key: str, precision: str, target: int, *, _analysis: ImageAnalysis,
+                _model: vitviz.ViT) -> dict[str, np.ndarray] | str:  # fmt: skip
+    """Direct logit attribution (explain.direct_logit_attribution) of the target's logit, or why this model's readout
+    cannot be split (an attention-pooling head...)."""
+    try:
+        parts = explain.direct_logit_attribution(_model, _analysis.pixel_values, target)
+    except ValueError as error:
+        return str(error)
+    return {name: getattr(parts, name)[0].numpy() for name in ("embeddings", "heads", "mlps", "biases", "logit")}
+
+
 def statistics(_analysis: ImageAnalysis) -> dict[str, np.ndarray]:
     return analysis_module.head_statistics(_analysis)
 

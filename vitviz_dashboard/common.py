@@ -18,6 +18,7 @@ from vitviz.analysis import ImageAnalysis
 from vitviz.images import ImageFile
 
 KEPT = "kept|"  # prefix of the keys of tab widgets, whose values outlive runs that do not draw them
+KNOCKOUT = "#knockout="  # what a knocked-out model's spec adds to its model's (knockout.py)
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,9 @@ class Page:
     file: ImageFile
     photo: Photo
     analysis: ImageAnalysis  # its box is on the shown photo (photo.image)
+    # with heads or tokens knocked out (knockout.py), the model and settings before: for "what changes" views
+    intact_model: vitviz.ViT | None = None
+    intact_settings: Settings | None = None
 
     def key(self, name: str, default, per_image: bool = False, options=None) -> str:
         """The session-state key of a tab widget, holding its value (the default at first).
@@ -68,8 +72,10 @@ class Page:
         return key
 
     def scopes(self) -> tuple[str, str]:
-        # the name too: two images with the same bytes are still two choices in the compare pickers
-        return self.settings.model_spec, f"{self.settings.model_spec}|{self.photo.key}|{self.photo.name}"
+        # the name too: two images with the same bytes are still two choices in the compare pickers; a knocked-out
+        # model keeps its model's widget values (its spec is the model's plus what was removed)
+        spec = self.settings.model_spec.split(KNOCKOUT)[0]
+        return spec, f"{spec}|{self.photo.key}|{self.photo.name}"
 
 
 def keep_tab_widgets() -> None:

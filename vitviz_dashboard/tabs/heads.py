@@ -1,5 +1,6 @@
 """Heads & layers: what the tokens the head reads attend to, for every head of a layer, two (image,
-layer, head) choices side by side, and every layer x head at once."""
+layer, head) choices side by side, every layer x head at once, and which heads the prediction depends on (each
+knocked out in turn, and direct logit attribution), with heads to knock out of the page."""
 
 from __future__ import annotations
 
@@ -11,8 +12,12 @@ import streamlit as st
 from vitviz.analysis import ImageAnalysis
 from vitviz.images import ImageError, ImageFile
 
-from vitviz_dashboard.cached import cached_figure, overlay_picture, readout_maps
-from vitviz_dashboard.common import Page, Photo, downloads, index_slider, readout_file_name, readout_title
+from vitviz import head_plots
+
+from vitviz_dashboard.cached import cached_figure, head_ranking, logit_parts, overlay_picture, readout_maps
+from vitviz_dashboard.common import (Page, Photo, chart_download, class_name, class_picker, downloads, has_classifier,
+                                     index_slider, readout_file_name, readout_title)  # fmt: skip
+from vitviz_dashboard.knockout import head_label, head_labels, heads_key, parse_head, removed
 from vitviz_dashboard.small_multiples import head_maps
 
 FUSIONS = {"mean": np.mean, "max": np.max, "min": np.min}  # over heads
@@ -69,4 +74,74 @@ def draw(page: Page, images: dict[str, ImageFile], prepare: Callable[[str], tupl
         titles = [f"L{l} H{h}" for l in range(c.num_layers) for h in range(c.num_heads)]
         st.plotly_chart(cached_figure("grid_figure", flat, titles, c.num_heads, settings.colormap), theme=None)
     downloads(page, f"{stem}_attention", chosen | {f"{stem}_all_layers_heads": maps}, overlay=next(iter(chosen), None))
+    st.divider()
+    head_causes(page)
+
+
+def head_causes(page: Page) -> None:
+    """Which heads the prediction depends on: each removed in turn (knockout), and what each writes to the logit
+    directly (direct logit attribution); clicking a head, or choosing heads below, knocks them out of the page."""
+    c = page.model.config
+    st.subheader("Which heads the prediction depends on")
+    if not has_classifier(page.model):
+        st.info("This model has no classifier (a backbone): head importance and logit attribution need one.")
+        return
+    target = class_picker(page)
+    name = class_name(page.model, target)
+    base_spec = (page.intact_settings or page.settings).model_spec
+    heads = list(page.model.interventions.heads)  # what this run's model has removed
+    passes = sum(c.num_layers - layer for layer in range(c.num_layers)) * c.num_heads / c.num_layers
+    if c.num_layers * c.num_heads > 64 and not st.toggle(
+        f"Rank every head (about {passes:.0f} forward passes' work)", key=page.key("rank_heads", False)
+    ):
+        st.caption("Ranking every head removes each of the model's heads in turn: turn it on to compute it.")
+    else:
+        ranking = head_ranking(page.settings.model_spec, page.photo.key, page.settings.precision, target,
+                               _analysis=page.analysis, _model=page.model)  # fmt: skip
+        left, right = st.columns(2)
+        st.caption(
+            f"Left: how much '{name}''s logit moves when each head alone is removed (its output zeroed, the rest of the "
+            "model re-run; Michel et al. 2019): blue heads helped the class, red ones worked against it. Right: "
+            "what each head writes straight into the logit through the residual stream, with the final norm's scale "
+            "held fixed (direct logit attribution, Elhage et al. 2021): it leaves out what a head does through later "
+            "blocks. Crossed heads are knocked out. Click a head on the left to knock it out of the whole page."
+        )  # fmt: skip
+        figure = head_plots.signed_layer_head_figure(ranking["logit_change"], f"Logit change when removed ({name})",
+                                                     "logit change", heads)  # fmt: skip
+        event = left.plotly_chart(figure, theme=None, on_select="rerun", selection_mode="points",
+                                  key=f"head_ranking|{base_spec}")  # fmt: skip
+        clicked_head(event, base_spec)
+        parts = logit_parts(page.settings.model_spec, page.photo.key, page.settings.precision, target,
+                            _analysis=page.analysis, _model=page.model)  # fmt: skip
+        if isinstance(parts, str):
+            right.info(f"No direct logit attribution: {parts}.")
+        else:
+            right.plotly_chart(head_plots.signed_layer_head_figure(parts["heads"], f"Direct logit attribution ({name})",
+                                                                   "logit", heads), theme=None)  # fmt: skip
+            right.caption(f"Logit {parts['logit']:.3f} = embeddings {parts['embeddings']:.3f} + heads "
+                          f"{parts['heads'].sum():.3f} + MLPs {parts['mlps'].sum():.3f} + biases {parts['biases']:.3f}.")  # fmt: skip
+        chart_download(st, page, f"head importance for {name}", {k: np.asarray(v) for k, v in ranking.items()} |
+                       ({} if isinstance(parts, str) else {f"logit_attribution_{k}": v for k, v in parts.items()}))  # fmt: skip
+    st.multiselect("Knock out heads", head_labels(page.model), key=heads_key(base_spec),
+                   help="The chosen heads' outputs are removed from every forward pass of the page: the prediction, "
+                        "the predictions and the maps of every tab then show the intervened model.")  # fmt: skip
+    if removed(page.model, base_spec)[0] != list(page.model.interventions.heads):
+        st.rerun()  # this tab runs alone (a fragment): the whole page must run again, with the new model
+
+
+def clicked_head(event, base_spec: str) -> None:
+    """A click on a head of the ranking toggles it in the knocked-out heads, once per click (the chart keeps its
+    selection across runs, so the one already handled is remembered)."""
+    points = (event or {}).get("selection", {}).get("points", [])
+    handled_key = f"handled_click|{base_spec}"
+    click = [(int(p["y"]), int(p["x"])) for p in points]
+    if not click or click == st.session_state.get(handled_key):
+        st.session_state[handled_key] = click
+        return
+    st.session_state[handled_key] = click
+    chosen = set(st.session_state.get(heads_key(base_spec), []))
+    for layer, head in click:
+        chosen ^= {head_label(layer, head)}
+    st.session_state[heads_key(base_spec)] = sorted(chosen, key=parse_head)
+    st.rerun()
 

@@ -1,6 +1,6 @@
 """Tokens: where the patches' attention goes among the prefix tokens ([CLS], distillation, registers),
 the norm of every token with the high-norm outliers flagged (Darcet et al. 2023, "Vision Transformers
-Need Registers"), and the attention-pooling head's map (SigLIP)."""
+Need Registers"), the attention-pooling head's map (SigLIP), and prefix tokens taken out of the attention."""
 
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ import torch
 
 from vitviz import explain
 
-from vitviz_dashboard.cached import cached_figure, outlined_picture, overlay_picture, token_views
-from vitviz_dashboard.common import Page, describe_pooling, downloads, index_slider, prefix_token_names
+from vitviz_dashboard.cached import cached_figure, outlined_picture, overlay_picture, photo_and_analysis, token_views
+from vitviz_dashboard.common import (Page, class_name, classes_by_probability, describe_pooling, downloads,
+                                     has_classifier, index_slider, prefix_token_names, readout_title)  # fmt: skip
+from vitviz_dashboard.knockout import removed, tokens_key
 
 PAPER = "Darcet et al. 2023, [Vision Transformers Need Registers](https://arxiv.org/abs/2309.16588)"
 HEADS = ["mean", "max", "min"]
@@ -26,7 +28,46 @@ def draw(page: Page) -> None:
     overlay = token_norms(page, views["token_norms"], maps)
     st.divider()
     pooling_head(page, maps)
+    st.divider()
+    take_out(page, maps)
     downloads(page, "tokens", maps, overlay=overlay)
+
+
+def take_out(page: Page, maps: dict) -> None:
+    """Take prefix tokens out of every query's attention (the whole page's model), and what that changes."""
+    c = page.model.config
+    names = prefix_token_names(c)
+    st.subheader("Take tokens out of the attention")
+    if not names:
+        st.caption("This model has no prefix tokens to take out.")
+        return
+    st.caption(f"A token taken out gets no attention from any query in any block: each attention row is "
+               f"renormalised over the other tokens. {PAPER} do this to registers to show what they hold. The whole "
+               "page then shows the intervened model.")  # fmt: skip
+    base_spec = (page.intact_settings or page.settings).model_spec
+    st.multiselect("Take out of the attention", names, key=tokens_key(base_spec))
+    if removed(page.model, base_spec)[1] != list(page.model.interventions.tokens):
+        st.rerun()  # this tab runs alone (a fragment): the whole page must run again, with the new model
+    if page.intact_model is None:
+        return
+    _, intact = photo_and_analysis(page.intact_model, page.intact_settings, page.photo.name, page.file)
+    now = page.analysis
+    if has_classifier(page.model):
+        top = classes_by_probability(intact.probabilities)[:5]
+        rows = [f"| {class_name(page.model, k)} | {intact.probabilities[k]:.1%} | {now.probabilities[k]:.1%} |"
+                for k in top]  # fmt: skip
+        st.markdown("**What changes**: the intact model's top classes, before and after\n\n"
+                    "| class | intact | intervened |\n| --- | ---: | ---: |\n" + "\n".join(rows))  # fmt: skip
+    last = c.num_layers - 1
+    before, after = intact.readout_attention[last].mean(dim=0).numpy(), now.readout_attention[last].mean(dim=0).numpy()
+    low, high = float(min(before.min(), after.min())), float(max(before.max(), after.max()))
+    left, right = st.columns(2)
+    title = readout_title(c)
+    left.image(overlay_picture(page.photo, before, page.analysis.box, page.settings, (low, high)), width="stretch",
+               caption=f"intact: {title}, last layer, mean over heads")  # fmt: skip
+    right.image(overlay_picture(page.photo, after, page.analysis.box, page.settings, (low, high)), width="stretch",
+                caption=f"intervened: {title}, last layer, mean over heads (one scale for both)")  # fmt: skip
+    maps["readout_last_layer_intact"], maps["readout_last_layer_intervened"] = before, after
 
 
 def prefix_tokens(page: Page, shares: np.ndarray, maps: dict) -> None:

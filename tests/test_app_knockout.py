@@ -1,0 +1,105 @@
+"""Knocking heads and tokens out of the page's model, through Streamlit's AppTest: the banner, the changed
+prediction, the head ranking and logit attribution against explain's functions, and one click to restore."""
+
+import io
+import json
+
+import numpy as np
+import torch
+from PIL import Image
+from streamlit.testing.v1 import AppTest
+from test_app import APP, fresh_caches, open_tab, values  # noqa: F401 (fresh_caches: an autouse fixture)
+from test_app_features import PHOTOS
+from tiny_models import tiny_checkpoint
+
+import vitviz
+import vitviz.load
+from vitviz import explain
+
+
+def app_with(path, monkeypatch, tab: str) -> AppTest:
+    monkeypatch.setattr(vitviz.load, "DEFAULT_CHECKPOINT", path)
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.run()
+    at.file_uploader[0].set_value([(name, data, "image/png") for name, data in PHOTOS.items()]).run()
+    return open_tab(at, tab)
+
+
+def prediction(at) -> str:
+    return next(m.value for m in at.markdown if "Prediction" in m.value)
+
+
+def banners(at) -> list[str]:
+    return [w.value for w in at.warning if w.value.startswith("**Intervened model**")]
+
+
+def photo_pixels(model) -> torch.Tensor:
+    """The page's photo (the last uploaded) as the model's input."""
+    return model.transform(Image.open(io.BytesIO(PHOTOS["b.png"])).convert("RGB"))[None]
+
+
+def test_knock_a_head_out_see_the_banner_and_a_changed_prediction_then_restore(tmp_path, monkeypatch):
+    path = tiny_checkpoint(tmp_path / "model.pt")
+    at = app_with(path, monkeypatch, "Heads & layers")
+    intact = prediction(at)
+    assert "Which heads the prediction depends on" in [s.value for s in at.subheader] and not banners(at)
+    # the ranking is explain.head_importance of the page's model on its photo, for the top class
+    model = vitviz.load_model(path)
+    expected = explain.head_importance(model, photo_pixels(model))
+    ranking = next(f for f in (json.loads(c.proto.spec) for c in at.get("plotly_chart"))
+                   if f["layout"].get("title", {}).get("text", "").startswith("Logit change when removed"))  # fmt: skip
+    np.testing.assert_allclose(values(ranking["data"][1]["customdata"]).astype(float),
+                               expected.logit_change[0].numpy().ravel(), atol=1e-5)  # fmt: skip
+    parts = explain.direct_logit_attribution(model, photo_pixels(model))
+    assert f"Logit {parts.logit[0]:.3f} = embeddings {parts.embeddings[0]:.3f}" in " ".join(c.value for c in at.caption)
+
+    strongest = np.unravel_index(np.abs(expected.logit_change[0].numpy()).argmax(), (2, 4))
+    label = f"L{strongest[0]} H{strongest[1]}"
+    next(m for m in at.multiselect if m.label == "Knock out heads").set_value([label]).run()
+    assert not at.exception and not at.error
+    assert banners(at) == [f"**Intervened model**: heads removed: {label}. The predictions and every map below are "
+                           "this model's."]  # fmt: skip
+    knocked = model.knock_out(heads=[tuple(int(v) for v in strongest)])
+    with torch.no_grad():
+        probabilities = knocked.probabilities(knocked(photo_pixels(knocked)).logits)[0]
+    top = int(probabilities.argmax())
+    assert prediction(at).startswith(f"**Prediction: {model.class_names[top]} ({probabilities[top]:.1%})**")
+    assert prediction(at) != intact
+    figures = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    marks = [t for f in figures for t in f["data"] if t.get("name") == "knocked out"]
+    assert marks and list(values(marks[0]["x"])) == [strongest[1]] and list(values(marks[0]["y"])) == [strongest[0]]
+
+    open_tab(at, "Overview")  # every tab shows the intervened model
+    assert banners(at) and prediction(at) != intact
+    at.button(key="restore_model").click().run()
+    assert not banners(at) and prediction(at) == intact
+    open_tab(at, "Heads & layers")
+    assert next(m for m in at.multiselect if m.label == "Knock out heads").value == []
+
+
+def test_take_the_registers_out_of_the_attention_and_see_what_changes(tmp_path, monkeypatch):
+    path = tiny_checkpoint(tmp_path / "model.pt", num_register_tokens=2)
+    at = app_with(path, monkeypatch, "Tokens")
+    picker = next(m for m in at.multiselect if m.label == "Take out of the attention")
+    assert picker.options == ["[CLS]", "register 1", "register 2"]
+    picker.set_value(["register 1", "register 2"]).run()
+    assert not at.exception and not at.error
+    assert banners(at) == ["**Intervened model**: taken out of the attention: register 1, register 2. The predictions "
+                           "and every map below are this model's."]  # fmt: skip
+    model = vitviz.load_model(path)
+    with torch.no_grad():
+        before = model.probabilities(model(photo_pixels(model)).logits)[0]
+        after = model.probabilities(model(photo_pixels(model), key_mask=torch.tensor([True, False, False] + [True] * 16)).logits)[0]
+    table = next(m.value for m in at.markdown if m.value.startswith("**What changes**"))
+    for k in range(3):
+        assert f"| {model.class_names[k]} | {before[k]:.1%} | {after[k]:.1%} |" in table
+    captions = [img.proto.imgs[0].caption for img in at.get("image")]
+    assert "intact: [CLS] attention, last layer, mean over heads" in captions
+
+
+def test_a_backbone_has_no_head_ranking_but_can_lose_its_cls_token(tmp_path, monkeypatch):
+    at = app_with(tiny_checkpoint(tmp_path / "backbone.pt", names=()), monkeypatch, "Heads & layers")
+    assert any("head importance and logit attribution need one" in i.value for i in at.info)
+    open_tab(at, "Tokens")
+    next(m for m in at.multiselect if m.label == "Take out of the attention").set_value(["[CLS]"]).run()
+    assert not at.exception and not at.error and banners(at)
