@@ -140,6 +140,37 @@ def test_features_tab_click_to_match_between_two_photos(server):
         browser.close()
 
 
+def test_click_a_head_in_the_ranking_to_knock_it_out_then_restore(server):
+    """Heads & layers ranks every head; a click on a head's cell knocks it out of the page (a banner, a cross on the
+    cell), and the banner's button restores the model."""
+    running, folder = server
+    photo = folder / "head.png"
+    image = Image.new("RGB", (320, 320), (40, 120, 200))
+    image.paste((230, 200, 40), (60, 60, 220, 260))
+    image.save(photo)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(running.url, wait_until="domcontentloaded")
+        page.get_by_text("Upload one or more photos").wait_for(timeout=120_000)
+        page.locator("input[type=file]").first.set_input_files(str(photo))
+        page.get_by_text("Attention rollout").first.wait_for(timeout=120_000)
+        page.get_by_role("tab", name="Heads & layers").click()
+        page.get_by_text("Logit change when removed").first.wait_for(timeout=90_000)
+        chart = page.locator(".js-plotly-plot", has_text="Logit change when removed").first
+        chart.scroll_into_view_if_needed()
+        area = chart.locator(".nsewdrag").first.bounding_box()  # the plotting area: 2 layers x 4 heads of cells
+        page.mouse.click(area["x"] + area["width"] * 3 / 8, area["y"] + area["height"] / 4)  # layer 0, head 1
+        banner = page.get_by_text("heads removed: L0 H1")
+        banner.wait_for(timeout=90_000)
+        page.get_by_text("Logit change when removed").first.wait_for(timeout=90_000)
+        page.screenshot(path=str(SCREENSHOTS / "head_knocked_out.png"), full_page=True)
+        page.get_by_role("button", name="Restore the model").click()
+        page.get_by_text("Intervened model").wait_for(state="detached", timeout=90_000)
+        assert not page.get_by_text("Traceback").count()
+        browser.close()
+
+
 def test_a_spec_or_a_path_typed_into_the_model_box(server):
     """The model box accepts typed text (AppTest cannot type into it): a spec loads as if typed into the spec field,
     a path is sent to the field for paths."""
