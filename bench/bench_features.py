@@ -11,9 +11,7 @@ the same). The model is timm's ``vit_base_patch14_reg4_dinov2`` built at 224 wit
 from __future__ import annotations
 
 import dataclasses
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import timm
@@ -25,18 +23,9 @@ from vitviz import explain, feature_pictures, plots
 from vitviz.importers.timm import preprocessing_from_timm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import parser, save  # noqa: E402
+from common import median_seconds, parser, save  # noqa: E402
 
 PHOTOS = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "photos"
-
-
-def median_seconds(work, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        work()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def photos(count: int) -> list[Image.Image]:

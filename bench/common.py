@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
+import time
 from pathlib import Path
 
 
@@ -19,3 +21,13 @@ def save(results: dict, out: Path | None) -> None:
     if out:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(results, indent=1))
+
+
+def median_seconds(work, repeats: int) -> float:
+    """The median wall time of ``work()`` over ``repeats`` calls, in seconds."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
