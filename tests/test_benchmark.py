@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
-
-import vitviz.benchmark as benchmark
-from vitviz.precision import PrecisionChoice
 from tiny_models import tiny_checkpoint
+
+from vitviz import benchmark
 from vitviz.explain.faithfulness import CHEFER_FRACTIONS, chefer_auc, chefer_perturbation, deletion_insertion
+from vitviz.precision import PrecisionChoice
 
 MEAN, STD = (0.5, 0.5, 0.5), (0.25, 0.25, 0.25)
 BLACK = -2.0  # (0 - 0.5) / 0.25: a pixel set to 0 before normalisation
@@ -44,16 +44,54 @@ class BrightnessModel(torch.nn.Module):
         return SimpleNamespace(logits=torch.stack([score, torch.zeros_like(score)], dim=1))
 
 
-def test_chefer_positive_and_negative_tests_on_a_model_that_reads_one_pixel():
+class ConstantModel(torch.nn.Module):
+    """Predicts class 0 whatever it is shown."""
+
+    def forward(self, x):
+        return SimpleNamespace(logits=torch.tensor([[1.0, 0.0]]).expand(len(x), 2))
+
+
+def test_chefer_fractions_are_the_authors_x_axis():
+    assert CHEFER_FRACTIONS == pytest.approx([0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9])
+
+
+def test_chefer_a_model_that_stays_right_scores_90_on_both_tests():
+    torch.manual_seed(2)
+    image, relevance, labels = torch.randn(3, 3, 16, 16), torch.rand(3, 4, 4), torch.tensor([0, 0, 0])
+    for negative in (False, True):
+        hits = chefer_perturbation(ConstantModel(), image, relevance, labels, MEAN, STD, negative=negative)
+        assert hits.shape == (10, 3) and hits.all()
+        assert chefer_auc(hits.float().mean(dim=1)) == pytest.approx(90.0)
+
+
+def test_chefer_a_perfect_map_on_a_model_that_reads_one_pixel_scores_5_and_90():
     image = torch.ones(1, 3, 16, 16)  # normalised value 1 everywhere: not black
     toward_corner = torch.zeros(1, 4, 4)
     toward_corner[0, 0, 0] = 1.0  # the map names the corner patch
     labels = torch.tensor([0])
     positive = chefer_perturbation(CornerModel(), image, toward_corner, labels, MEAN, STD)
     negative = chefer_perturbation(CornerModel(), image, toward_corner, labels, MEAN, STD, negative=True)
-    assert positive.shape == (9, 1) and not positive.any()  # the corner goes first: wrong from 10 % on
+    # 0 % removed is the intact image: right; the corner goes first: wrong from 10 % on
+    assert positive.shape == (10, 1) and positive[:, 0].tolist() == [True] + [False] * 9
     assert negative.all()  # the corner goes last: still there at 90 %
-    assert chefer_auc(positive[:, 0].float()) == 0.0 and chefer_auc(negative[:, 0].float()) == pytest.approx(80.0)
+    # positive: the trapezoid 0.5 * (1 + 0) * 0.1 * 100 = 5; negative: 100 % over 0-90 %, 90
+    assert chefer_auc(positive[:, 0].float()) == pytest.approx(5.0)
+    assert chefer_auc(negative[:, 0].float()) == pytest.approx(90.0)
+
+
+def test_chefer_auc_is_the_authors_trapezoid():
+    """Chefer et al.'s area, written as they did: np.trapz(y, x) * 100 over x = 0, 0.1, ..., 0.9 (np.trapz is
+    np.trapezoid since NumPy 2.0)."""
+    trapz = getattr(np, "trapezoid", None) or np.trapz
+    x = np.arange(0, 1, 0.1)
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        y = rng.random(10)
+        assert chefer_auc(torch.tensor(y)) == pytest.approx(trapz(y, x) * 100, rel=1e-12)
+    y = np.sort(rng.random(10))[::-1].copy()  # a falling curve, as positive tests give
+    assert chefer_auc(torch.tensor(y)) == pytest.approx(trapz(y, x) * 100, rel=1e-12)
+    with pytest.raises(ValueError, match="one value per fraction"):
+        chefer_auc(torch.rand(9))  # a curve without the intact point
 
 
 def test_chefer_removes_int_of_the_fraction_of_pixels_set_to_black():
@@ -75,7 +113,7 @@ def test_chefer_removes_int_of_the_fraction_of_pixels_set_to_black():
     batch = []
     Spy.forward = lambda self, x: batch.append(x) or SimpleNamespace(logits=torch.zeros(len(x), 2))
     chefer_perturbation(Spy(), image, relevance, torch.tensor([0, 0]), MEAN, STD)
-    half = batch[0][4 * 2 + 1]  # fraction 0.5, second image
+    half = batch[0][CHEFER_FRACTIONS.index(0.5) * 2 + 1]  # fraction 0.5, second image
     threshold = up[1].flatten().sort(descending=True).values[int(16 * 24 * 0.5) - 1]
     assert torch.equal((half == BLACK).all(dim=0), up[1] >= threshold)
 
@@ -127,7 +165,7 @@ def test_benchmark_writes_every_output_and_its_areas_are_the_mean_curves(folder,
                            "--steps", "4", "--out", str(tmp_path / "out")]) == 0  # fmt: skip
     rows = read_csv(tmp_path / "out" / "results.csv")
     assert list(rows[0]) == benchmark.COLUMNS and [r["method"] for r in rows] == ["rollout", "relevance", "random"]
-    assert all(r["n_images"] == "9" for r in rows)
+    assert all(r["n_images"] == "9" and r["protocol"] == "model" for r in rows)
     records = [json.loads(line) for line in (tmp_path / "out" / "images.jsonl").read_text().splitlines()]
     assert len(records) == 9 and all(r["label"] is not None for r in records)  # labels from the folders
     positive = torch.tensor([r["methods"]["relevance"]["positive"] for r in records], dtype=torch.float64).mean(0)
@@ -137,6 +175,73 @@ def test_benchmark_writes_every_output_and_its_areas_are_the_mean_curves(folder,
     assert (tmp_path / "out" / "curves.png").read_bytes()[:4] == b"\x89PNG"
     assert "| relevance |" in (tmp_path / "out" / "results.md").read_text()
     assert not list((tmp_path / "out" / "partial").glob("*.jsonl"))
+
+
+def test_chefer2021_protocol_resizes_the_whole_image_without_a_crop(tmp_path):
+    """A 96 x 32 image (red, green and blue thirds) reaches the model squashed to its 32 x 32 input, whole; the
+    model's own transform (shorter side to 32, centre crop) shows only the green third."""
+    from torchvision.transforms import functional as TF
+
+    from vitviz.checkpoint import load_checkpoint
+
+    model = load_checkpoint(tiny_checkpoint(tmp_path / "model.pt"))
+    stripes = np.zeros((32, 96, 3), dtype=np.uint8)
+    stripes[:, :32, 0] = stripes[:, 32:64, 1] = stripes[:, 64:, 2] = 255
+    image = Image.fromarray(stripes)
+    own, chefer = benchmark.protocol_transform(model, "model"), benchmark.protocol_transform(model, "chefer2021")
+    assert own.crop is not None and chefer.crop is None and chefer.resize == (32, 32) and chefer.mean == own.mean
+    cropped, squashed = own(image), chefer(image)
+    assert cropped.shape == squashed.shape == (3, 32, 32)
+    assert (cropped[1] > 0).all() and (cropped[[0, 2]] < 0).all()  # the middle third only (0.5 is the mean)
+    assert (squashed[0, :, :9] > 0).all() and (squashed[1, :, 12:20] > 0).all() and (squashed[2, :, -9:] > 0).all()
+    whole = TF.pil_to_tensor(image.resize((32, 32), Image.BILINEAR)).float() / 255  # as Resize((32, 32)) does
+    assert torch.allclose(squashed, (whole - 0.5) / 0.25, atol=1e-5)
+    assert chefer.crop_box(96, 32) == (0.0, 0.0, 96.0, 32.0)  # a map drawn on the image covers all of it
+    with pytest.raises(ValueError, match="protocol"):
+        benchmark.protocol_transform(model, "chefer")
+
+
+def test_benchmark_with_chefer2021_feeds_whole_squashed_images_and_labels_its_results(folder, tmp_path, monkeypatch):
+    data, checkpoint = folder  # images 32 x 32, 40 x 32 and 48 x 32: the model's own transform crops the wider ones
+    seen = {}
+    evaluate = benchmark.evaluate_image
+
+    def spy(model, pixels, label, name, args):
+        seen[name] = pixels.clone()
+        return evaluate(model, pixels, label, name, args)
+
+    monkeypatch.setattr(benchmark, "evaluate_image", spy)
+    args = [str(data), "--model", str(checkpoint), "--methods", "rollout", "--steps", "2"]
+    assert benchmark.main([*args, "--protocol", "chefer2021", "--out", str(tmp_path / "out")]) == 0
+    assert len(seen) == 9
+    for name, pixels in seen.items():
+        image = Image.open(data / name).convert("RGB")
+        expected = torch.tensor(np.asarray(image.resize((32, 32), Image.BILINEAR)), dtype=torch.float32)
+        assert pixels.shape == (1, 3, 32, 32)
+        assert torch.allclose(pixels[0], (expected.permute(2, 0, 1) / 255 - 0.5) / 0.25, atol=1e-5), name
+    assert all(row["protocol"] == "chefer2021" for row in read_csv(tmp_path / "out" / "results.csv"))
+    assert "protocol `chefer2021`" in (tmp_path / "out" / "results.md").read_text()
+    records = [json.loads(line) for line in (tmp_path / "out" / "images.jsonl").read_text().splitlines()]
+    assert all(r["protocol"] == "chefer2021" and len(r["methods"]["rollout"]["positive"]) == 10 for r in records)
+    with pytest.raises(SystemExit, match="--protocol chefer2021"):  # resuming with the other protocol would mix them
+        benchmark.main([*args, "--out", str(tmp_path / "out")])
+
+
+def test_resuming_refuses_records_made_with_other_settings(folder, tmp_path):
+    data, checkpoint = folder
+    args = [str(data), "--model", str(checkpoint), "--methods", "cls", "--steps", "2", "--out", str(tmp_path / "out")]
+    benchmark.main(args)
+    lines = (tmp_path / "out" / "images.jsonl").read_text().splitlines()
+    old = json.loads(lines[0])
+    old.pop("protocol")
+    for curves in old["methods"].values():  # as vitviz wrote them before the 0 % point: 10 %..90 % only
+        curves["positive"], curves["negative"] = curves["positive"][1:], curves["negative"][1:]
+    (tmp_path / "out" / "images.jsonl").write_text("\n".join([json.dumps(old), *lines[1:]]) + "\n")
+    with pytest.raises(SystemExit, match="start at 10 %"):
+        benchmark.main(args)
+    (tmp_path / "out" / "images.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(SystemExit, match="--steps 2"):
+        benchmark.main([*args, "--steps", "4"])
 
 
 def test_an_interrupted_benchmark_resumes_where_it_stopped(folder, tmp_path, monkeypatch):
@@ -189,6 +294,20 @@ def test_torchrun_with_two_processes_gives_the_numbers_of_one(folder, tmp_path):
     one, two = read_csv(tmp_path / "one" / "results.csv"), read_csv(tmp_path / "two" / "results.csv")
     for a, b in zip(one, two, strict=True):
         assert {k: v for k, v in a.items() if k != "ms_per_image"} == {k: v for k, v in b.items() if k != "ms_per_image"}
+
+
+def test_imagenet_classifiers_read_labels_from_wordnet_id_folders(tmp_path):
+    """timm's ImageNet-1k classifiers name their classes by description ("tench, Tinca tinca"); ImageNet's
+    validation folders are named by WordNet id: the ids are their aliases, so accuracy is against the labels."""
+    from timm.data import ImageNetInfo
+
+    names = [str(name) for name in ImageNetInfo("imagenet-1k").label_descriptions()]
+    aliases = benchmark.class_aliases(SimpleNamespace(prompt_set=None), names)
+    assert len(aliases) == 1000 and aliases[:2] == ["n01440764", "n01443537"]
+    paths = [tmp_path / "n01443537" / "ILSVRC2012_val_00000001.JPEG", tmp_path / "n01440764" / "b.JPEG"]
+    assert benchmark.folder_labels(tmp_path, paths, names, aliases) == {paths[0]: 1, paths[1]: 0}
+    assert benchmark.class_aliases(SimpleNamespace(prompt_set=None), ["cat", "dog"]) is None
+    assert benchmark.class_aliases(SimpleNamespace(prompt_set=None), [*names[:-1], "something else"]) is None
 
 
 def test_random_baseline_does_not_depend_on_order_or_process():

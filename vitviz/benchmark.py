@@ -5,25 +5,34 @@
 
 For every image, each method's map (for the predicted class, or with --target label the true one), then
 two protocols (see vitviz.explain.faithfulness):
-- Chefer et al. 2021's positive and negative perturbation: the top (bottom) 10 %..90 % of pixels set to 0,
-  top-1 accuracy over the data set, and its area (positive: lower is better; negative: higher is better);
+- Chefer et al. 2021's positive and negative perturbation: the top (bottom) 0 %, 10 %..90 % of pixels set to 0,
+  top-1 accuracy over the data set, and its area over 0-90 % as the authors compute it, at most 90
+  (positive: lower is better; negative: higher is better);
 - Petsiuk et al. 2018's deletion and insertion: the class probability as pixels are removed from the image
   or put back into a blurred copy, and its area (deletion: lower is better; insertion: higher is better).
 A random map is the chance level every method should beat.
 
-Accuracy is against the folder's labels when its sub-folders are named after the model's classes, else
-against the model's own prediction on the intact image. Writes to --out: results.csv (one row per method),
-results.md (the table), curves.png (the mean curves), images.jsonl (every image's numbers). A second run
-with the same --out skips the images already done; so does a run under torchrun, where each process takes
-a deterministic share and the first writes the results: the same numbers as one process running with
-as many threads. torchrun gives each process one thread; with another thread count the float sums change, and
-with them near-tied pixel ranks: on 30 CIFAR-10 images the areas differed by at most 4e-5.
+Images go through the model's own preprocessing (--protocol model, the default) or, with --protocol chefer2021,
+through Chefer et al.'s: resized to the model's input size without a crop (their Resize((224, 224)), bilinear),
+so the whole image, squashed, is explained and perturbed. The model's mean and std are kept either way.
+
+Accuracy is against the folder's labels when its sub-folders are named after the model's classes (for an
+ImageNet-1k classifier, also by WordNet id, as ImageNet's validation folders are: n01440764...), else against
+the model's own prediction on the intact image. Writes to --out: results.csv (one row per method),
+results.md (the table), curves.png (the mean curves), images.jsonl (every image's numbers); the first two
+and every image's line name the protocol. A second run with the same --out skips the images already done
+(it refuses an --out holding images done with another protocol, other --steps or methods, or by an older
+vitviz); so does a run under torchrun, where each process takes a deterministic share and the first writes
+the results: the same numbers as one process running with as many threads. torchrun gives each process one
+thread; with another thread count the float sums change, and with them near-tied pixel ranks: on 30 CIFAR-10
+images the areas differed by at most 4e-5.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import hashlib
 import json
 import os
@@ -40,14 +49,16 @@ from vitviz.explain.faithfulness import CHEFER_FRACTIONS, chefer_auc, chefer_per
 from vitviz.explain.methods import METHODS, method_maps
 from vitviz.explain.sanity import cascading_randomization
 from vitviz.explain_cli import find_images
-from vitviz.images import ImageError, load_image
+from vitviz.images import ImageError, Preprocessing, load_image
 from vitviz.load import load_model
 from vitviz.model import ViT, autocast
 from vitviz.precision import PRECISION_CHOICES, resolve_precision
 from vitviz.text.options import add_prompt_options, apply_prompt_options
 
 RANDOM = "random"  # a map of uniform noise: the chance level
-COLUMNS = ["method", "positive_auc", "negative_auc", "deletion_auc", "insertion_auc", "ms_per_image", "n_images"]
+COLUMNS = ["method", "positive_auc", "negative_auc", "deletion_auc", "insertion_auc", "ms_per_image", "n_images",
+           "protocol"]  # fmt: skip
+PROTOCOLS = ("model", "chefer2021")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, help="test this many images, spread evenly over the sorted list")
     p.add_argument("--target", choices=["predicted", "label"], default="predicted",
                    help="the class explained: the model's top prediction (as in Chefer et al.'s table) or the label")  # fmt: skip
+    p.add_argument("--protocol", choices=PROTOCOLS, default="model",
+                   help="preprocessing: the model's own transform (default) or chefer2021, Chefer et al.'s: resized to "
+                        "the model's input size without a crop")  # fmt: skip
     p.add_argument("--steps", type=int, default=16, help="deletion and insertion steps from 0 to 100 %% of pixels")
     p.add_argument("--seed", type=int, default=0, help="seed of the random baseline maps and of the sanity check")
     p.add_argument("--sanity", type=int, default=0, metavar="N",
@@ -95,14 +109,32 @@ def folder_labels(root: Path, paths: list[Path], class_names: list[str],
     return labels
 
 
-def class_aliases(args: argparse.Namespace) -> list[str] | None:
+def class_aliases(args: argparse.Namespace, class_names: list[str] | None = None) -> list[str] | None:
     """Other names of the classes, for folder labels: ImageNet's WordNet ids (timm's metadata) with --prompt-set
-    imagenet, since ImageNet's validation folders are named by them."""
-    if getattr(args, "prompt_set", None) != "imagenet":
+    imagenet or for a classifier whose classes are ImageNet-1k's (timm's, named by their descriptions), since
+    ImageNet's validation folders are named by them (n01440764...)."""
+    by_prompts = getattr(args, "prompt_set", None) == "imagenet"
+    if not by_prompts and (class_names is None or len(class_names) != 1000):
         return None
     from timm.data import ImageNetInfo
 
-    return [str(wnid) for wnid in ImageNetInfo("imagenet-1k").label_names()]
+    info = ImageNetInfo("imagenet-1k")
+    if not by_prompts and list(class_names) != [str(name) for name in info.label_descriptions()]:
+        return None
+    return [str(wnid) for wnid in info.label_names()]
+
+
+def protocol_transform(model: ViT, protocol: str) -> Preprocessing:
+    """The preprocessing of ``protocol``: the model's own, or (chefer2021) Chefer et al.'s, which resizes every image
+    to the model's input size (``config.image_hw``) without a crop, bilinearly as torchvision's Resize((224, 224))
+    does, keeping the model's mean and std. Its output is always the model's input size, so the maps' grid is the
+    model's and their box (``crop_box``) is the whole image."""
+    if protocol == "model":
+        return model.transform
+    if protocol == "chefer2021":
+        return dataclasses.replace(model.transform, resize=tuple(model.config.image_hw), crop=None,
+                                   interpolation="bilinear")  # fmt: skip
+    raise ValueError(f"protocol must be one of {PROTOCOLS}; got {protocol!r}")
 
 
 def random_map(shape: tuple[int, ...], name: str, seed: int) -> torch.Tensor:
@@ -112,12 +144,14 @@ def random_map(shape: tuple[int, ...], name: str, seed: int) -> torch.Tensor:
 
 
 def evaluate_image(model: ViT, pixels: torch.Tensor, label: int | None, name: str, args: argparse.Namespace) -> dict:
-    """Every method's numbers for one image: the two protocols' raw results and the time its map took."""
+    """Every method's numbers for one image: the two protocols' raw results and the time its map took.
+    ``pixels`` come from ``protocol_transform``, whose mean and std are the model's."""
     with torch.inference_mode(), autocast(args.precision, pixels.device.type):
         predicted = int(model(pixels).logits.argmax(dim=-1))
     target = label if args.target == "label" and label is not None else predicted
     truth = torch.tensor([predicted if label is None else label], device=pixels.device)
-    record = {"image": name, "label": label, "predicted": predicted, "target": target, "methods": {}}
+    record = {"image": name, "label": label, "predicted": predicted, "target": target, "protocol": args.protocol,
+              "methods": {}}  # fmt: skip
     mean, std = model.transform.mean, model.transform.std
     for method in [*args.methods, RANDOM]:
         start = time.perf_counter()
@@ -155,15 +189,24 @@ def summarise(records: list[dict], methods: list[str]) -> list[dict]:
             "insertion_auc": float(torch.trapezoid(curves["insertion"], dx=1 / steps)),
             "ms_per_image": sum(r["methods"][method]["ms"] for r in records) / len(records),
             "n_images": len(records),
+            "protocol": records[0].get("protocol", "model"),
             "curves": {kind: curve.tolist() for kind, curve in curves.items()},
         })  # fmt: skip
     return rows
 
 
-def markdown(rows: list[dict], model: str, target: str, precision: str = "fp32") -> str:
-    lines = [f"{rows[0]['n_images']} images, model `{model}` in {precision}, maps of the {target} class", "",
-             "| method | positive AUC (lower is better) | negative AUC (higher) | deletion AUC (lower) "
-             "| insertion AUC (higher) | ms per image |", "| --- | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+PROTOCOL_NOTES = {
+    "model": "the model's own preprocessing",
+    "chefer2021": "Chefer et al. 2021's preprocessing (resized to the model's input size, no crop)",
+}
+
+
+def markdown(rows: list[dict], model: str, target: str, precision: str = "fp32", protocol: str = "model") -> str:
+    lines = [(f"{rows[0]['n_images']} images, model `{model}` in {precision}, maps of the {target} class, "
+              f"protocol `{protocol}`: {PROTOCOL_NOTES[protocol]}; positive and negative AUC over 0-90 % removed "
+              "(at most 90)"), "",
+             ("| method | positive AUC (lower is better) | negative AUC (higher) | deletion AUC (lower) "
+              "| insertion AUC (higher) | ms per image |"), "| --- | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
     for r in rows:
         lines.append(f"| {r['method']} | {r['positive_auc']:.2f} | {r['negative_auc']:.2f} | {r['deletion_auc']:.4f} "
                      f"| {r['insertion_auc']:.4f} | {r['ms_per_image']:.1f} |")  # fmt: skip
@@ -188,6 +231,25 @@ def plot(rows: list[dict], path: Path) -> None:
         axes.grid(alpha=0.3)
     figure.axes[0].legend(fontsize="small")
     FigureCanvasAgg(figure).print_png(str(path))
+
+
+def check_records(done: dict[str, dict], args: argparse.Namespace) -> None:
+    """Refuse to resume from records made with other settings: their numbers would be averaged with these."""
+    for record in done.values():
+        methods = record["methods"]
+        first = next(iter(methods.values()), {})
+        problem = None
+        if record.get("protocol", "model") != args.protocol:
+            problem = f"with --protocol {record.get('protocol', 'model')}"
+        elif len(first.get("positive", CHEFER_FRACTIONS)) != len(CHEFER_FRACTIONS):
+            problem = "by an older vitviz whose perturbation curves start at 10 % (the area now starts at 0 %)"
+        elif len(first.get("deletion", range(args.steps + 1))) != args.steps + 1:
+            problem = f"with --steps {len(first['deletion']) - 1}"
+        elif missing := [m for m in [*args.methods, RANDOM] if m not in methods]:
+            problem = f"without the method(s) {', '.join(missing)}"
+        if problem:
+            raise SystemExit(f"error: {args.out} holds images benchmarked {problem} ({record['image']}); "
+                             "give another --out, or the same settings")  # fmt: skip
 
 
 def read_records(out: Path) -> dict[str, dict]:
@@ -219,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     if distributed:  # under torchrun: gloo on CPUs, NCCL on GPUs, torchrun's rendezvous across machines
         dist.init_process_group("nccl" if args.device.startswith("cuda") else "gloo")
         if args.device.startswith("cuda"):
-            args.device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
+            args.device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
     rank, world = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
     try:
         return run(args, rank, world)
@@ -249,11 +311,13 @@ def run(args: argparse.Namespace, rank: int, world: int) -> int:
         args.precision = choice[0].precision
         if rank == 0:
             print(choice[0].summary(), file=sys.stderr)
-    labels = folder_labels(args.images, paths, model.class_names, class_aliases(args))
+    labels = folder_labels(args.images, paths, model.class_names, class_aliases(args, model.class_names))
     if args.target == "label" and labels is None:
         raise SystemExit("error: --target label needs class sub-folders named after the model's classes")
     names = {path: str(path.relative_to(args.images)) for path in paths}
     done = read_records(args.out)
+    check_records(done, args)
+    transform = protocol_transform(model, args.protocol)
     todo = [path for path in paths if names[path] not in done][rank::world]  # a deterministic share
     (args.out / "partial").mkdir(parents=True, exist_ok=True)
     failures, records = [], []
@@ -261,7 +325,7 @@ def run(args: argparse.Namespace, rank: int, world: int) -> int:
         for path in tqdm(todo, desc=f"benchmark (process {rank + 1} of {world})" if world > 1 else "benchmark",
                          unit="image", disable=None, file=sys.stderr, position=rank):  # fmt: skip
             try:
-                pixels = model.transform(load_image(path.read_bytes()))[None].to(args.device)
+                pixels = transform(load_image(path.read_bytes()))[None].to(args.device)
             except (ImageError, OSError) as error:
                 failures.append(f"{path}: {error}")
                 continue
@@ -283,11 +347,12 @@ def run(args: argparse.Namespace, rank: int, world: int) -> int:
         raise SystemExit("error: no image could be read")
     write_results(args, finished, labelled=labels is not None)
     if args.sanity:
-        sanity(model, [p for p in paths if names[p] in done][: args.sanity], labels, args)
+        sanity(model, transform, [p for p in paths if names[p] in done][: args.sanity], labels, args)
     return 1 if failures else 0
 
 
-def sanity(model: ViT, paths: list[Path], labels: dict[Path, int] | None, args: argparse.Namespace) -> None:
+def sanity(model: ViT, transform: Preprocessing, paths: list[Path], labels: dict[Path, int] | None,
+           args: argparse.Namespace) -> None:  # fmt: skip
     """Adebayo et al.'s check on ``paths``: each method's mean Spearman correlation with its original map as the
     blocks are randomised from the top; written to sanity.csv and appended to results.md."""
     def method(name: str):
@@ -300,7 +365,7 @@ def sanity(model: ViT, paths: list[Path], labels: dict[Path, int] | None, args: 
     methods = {name: method(name) for name in [*args.methods, RANDOM]}
     checks = []
     for path in tqdm(paths, desc="sanity check", unit="image", disable=None, file=sys.stderr):
-        pixels = model.transform(load_image(path.read_bytes()))[None].to(args.device)
+        pixels = transform(load_image(path.read_bytes()))[None].to(args.device)
         with torch.inference_mode():
             predicted = int(model(pixels).logits.argmax(dim=-1))
         target = labels[path] if args.target == "label" and labels else predicted
@@ -313,9 +378,9 @@ def sanity(model: ViT, paths: list[Path], labels: dict[Path, int] | None, args: 
         writer.writerow(["method", *(f"depth_{d}" for d in depths)])
         writer.writerows([name, *(f"{v:.4f}" for v in values)] for name, values in mean.items())
     threshold = checks[0].threshold
-    lines = ["", f"Sanity check (Adebayo et al. 2018) on {len(checks)} images: mean Spearman correlation of each map "
-             "with the model's own as the last k blocks are re-initialised (k = 0 is the model itself); a map still "
-             f"above {threshold} with every block random fails.", "",
+    lines = ["", (f"Sanity check (Adebayo et al. 2018) on {len(checks)} images: mean Spearman correlation of each map "
+                  "with the model's own as the last k blocks are re-initialised (k = 0 is the model itself); a map "
+                  f"still above {threshold} with every block random fails."), "",
              "| method | " + " | ".join(f"k = {d}" for d in depths) + " | passes |",
              "| --- |" + " ---: |" * (len(depths) + 1)]  # fmt: skip
     for name, values in mean.items():
@@ -333,7 +398,7 @@ def write_results(args: argparse.Namespace, records: list[dict], labelled: bool)
         writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
-    table = markdown(rows, args.model, args.target, args.precision)
+    table = markdown(rows, args.model, args.target, args.precision, args.protocol)
     table += f"\n\nAccuracy against the {'folder labels' if labelled else 'prediction on the intact image'}."
     (args.out / "results.md").write_text(table + "\n")
     plot(rows, args.out / "curves.png")
