@@ -30,7 +30,7 @@ def prediction(at) -> str:
 
 
 def banners(at) -> list[str]:
-    return [w.value for w in at.warning if w.value.startswith("**Intervened model**")]
+    return [w.value for w in at.warning if w.value.startswith("**Intervened model.**")]
 
 
 def photo_pixels(model) -> torch.Tensor:
@@ -47,9 +47,9 @@ def test_knock_a_head_out_see_the_banner_and_a_changed_prediction_then_restore(t
     model = vitviz.load_model(path)
     expected = explain.head_importance(model, photo_pixels(model))
     ranking = next(f for f in (json.loads(c.proto.spec) for c in at.get("plotly_chart"))
-                   if f["layout"].get("title", {}).get("text", "").startswith("Logit change when removed"))  # fmt: skip
+                   if f["layout"].get("title", {}).get("text", "").startswith("Logit drop when removed"))  # fmt: skip
     np.testing.assert_allclose(values(ranking["data"][1]["customdata"]).astype(float),
-                               expected.logit_change[0].numpy().ravel(), atol=1e-5)  # fmt: skip
+                               -expected.logit_change[0].numpy().ravel(), atol=1e-5)  # fmt: skip
     parts = explain.direct_logit_attribution(model, photo_pixels(model))
     assert f"Logit {parts.logit[0]:.3f} = embeddings {parts.embeddings[0]:.3f}" in " ".join(c.value for c in at.caption)
 
@@ -57,7 +57,7 @@ def test_knock_a_head_out_see_the_banner_and_a_changed_prediction_then_restore(t
     label = f"L{strongest[0]} H{strongest[1]}"
     next(m for m in at.multiselect if m.label == "Knock out heads").set_value([label]).run()
     assert not at.exception and not at.error
-    assert banners(at) == [f"**Intervened model**: heads removed: {label}. The predictions and every map below are "
+    assert banners(at) == [f"**Intervened model.** Heads removed: {label}. The predictions and every map below are "
                            "this model's."]  # fmt: skip
     knocked = model.knock_out(heads=[tuple(int(v) for v in strongest)])
     with torch.no_grad():
@@ -84,7 +84,7 @@ def test_take_the_registers_out_of_the_attention_and_see_what_changes(tmp_path, 
     assert picker.options == ["[CLS]", "register 1", "register 2"]
     picker.set_value(["register 1", "register 2"]).run()
     assert not at.exception and not at.error
-    assert banners(at) == ["**Intervened model**: taken out of the attention: register 1, register 2. The predictions "
+    assert banners(at) == ["**Intervened model.** Taken out of the attention: register 1, register 2. The predictions "
                            "and every map below are this model's."]  # fmt: skip
     model = vitviz.load_model(path)
     with torch.no_grad():

@@ -156,14 +156,14 @@ def test_click_a_head_in_the_ranking_to_knock_it_out_then_restore(server):
         page.locator("input[type=file]").first.set_input_files(str(photo))
         page.get_by_text("Attention rollout").first.wait_for(timeout=120_000)
         page.get_by_role("tab", name="Heads & layers").click()
-        page.get_by_text("Logit change when removed").first.wait_for(timeout=90_000)
-        chart = page.locator(".js-plotly-plot", has_text="Logit change when removed").first
+        page.get_by_text("Logit drop when removed").first.wait_for(timeout=90_000)
+        chart = page.locator(".js-plotly-plot", has_text="Logit drop when removed").first
         chart.scroll_into_view_if_needed()
         area = chart.locator(".nsewdrag").first.bounding_box()  # the plotting area: 2 layers x 4 heads of cells
         page.mouse.click(area["x"] + area["width"] * 3 / 8, area["y"] + area["height"] / 4)  # layer 0, head 1
-        banner = page.get_by_text("heads removed: L0 H1")
+        banner = page.get_by_text("Heads removed: L0 H1")
         banner.wait_for(timeout=90_000)
-        page.get_by_text("Logit change when removed").first.wait_for(timeout=90_000)
+        page.get_by_text("Logit drop when removed").first.wait_for(timeout=90_000)
         page.screenshot(path=str(SCREENSHOTS / "head_knocked_out.png"), full_page=True)
         page.get_by_role("button", name="Restore the model").click()
         page.get_by_text("Intervened model").wait_for(state="detached", timeout=90_000)

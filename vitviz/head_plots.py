@@ -29,7 +29,9 @@ def signed_layer_head_figure(values, title: str, colorbar: str, marked: list[tup
         traces.append(dict(type="scatter", mode="markers", x=[h for _, h in marked], y=[l for l, _ in marked],
                            marker=dict(symbol="x-thin", size=14, line=dict(width=3, color="black")),
                            hoverinfo="skip", showlegend=False, name="knocked out"))  # fmt: skip
-    layout = dict(template=TEMPLATE, title=dict(text=title), xaxis=dict(title=dict(text="head"), dtick=1),
-                  yaxis=dict(title=dict(text="layer"), autorange="reversed", dtick=1),
+    # fixed ranges: the transparent markers would otherwise widen the axes past the cells
+    layout = dict(template=TEMPLATE, title=dict(text=title),
+                  xaxis=dict(title=dict(text="head"), dtick=1, range=[-0.5, heads - 0.5]),
+                  yaxis=dict(title=dict(text="layer"), dtick=1, range=[layers - 0.5, -0.5]),
                   margin=dict(l=0, r=0, t=40, b=0), height=max(260, 28 * layers + 90))  # fmt: skip
     return go.Figure(data=traces, layout=layout)  # built in one call, as plots._figure explains

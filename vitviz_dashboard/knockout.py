@@ -64,11 +64,11 @@ def knocked_out_model(model: vitviz.ViT, settings: Settings) -> tuple[vitviz.ViT
     names = prefix_token_names(model.config)
     parts = []
     if heads:
-        parts.append(f"heads removed: {', '.join(head_label(*h) for h in heads)}")
+        parts.append(f"Heads removed: {', '.join(head_label(*h) for h in heads)}")
     if tokens:
-        parts.append(f"taken out of the attention: {', '.join(names[t] for t in tokens)}")
-    text, button = st.columns([5, 1], vertical_alignment="center")
-    text.warning(f"**Intervened model**: {'; '.join(parts)}. The predictions and every map below are this model's.",
+        parts.append(f"{'t' if heads else 'T'}aken out of the attention: {', '.join(names[t] for t in tokens)}")
+    text, button = st.columns([3, 1], vertical_alignment="center")
+    text.warning(f"**Intervened model.** {'; '.join(parts)}. The predictions and every map below are this model's.",
                  icon=":material/content_cut:")  # fmt: skip
     button.button("Restore the model", on_click=restore, args=(base_spec,), key="restore_model",
                   help="Put every head and token back")  # fmt: skip

@@ -100,14 +100,14 @@ def head_causes(page: Page) -> None:
                                _analysis=page.analysis, _model=page.model)  # fmt: skip
         left, right = st.columns(2)
         st.caption(
-            f"Left: how much '{name}''s logit moves when each head alone is removed (its output zeroed, the rest of the "
-            "model re-run; Michel et al. 2019): blue heads helped the class, red ones worked against it. Right: "
-            "what each head writes straight into the logit through the residual stream, with the final norm's scale "
-            "held fixed (direct logit attribution, Elhage et al. 2021): it leaves out what a head does through later "
-            "blocks. Crossed heads are knocked out. Click a head on the left to knock it out of the whole page."
+            f"Left: how much the logit of '{name}' drops when each head alone is removed (its output zeroed, the rest of "
+            "the model re-run; Michel et al. 2019). Right: what each head writes straight into the logit through the "
+            "residual stream, with the final norm's scale held fixed (direct logit attribution, Elhage et al. 2021); "
+            "it leaves out what a head does through later blocks. On both, red heads push the class up and blue ones "
+            "down. Crossed heads are knocked out. Click a head on the left to knock it out of the whole page."
         )  # fmt: skip
-        figure = head_plots.signed_layer_head_figure(ranking["logit_change"], f"Logit change when removed ({name})",
-                                                     "logit change", heads)  # fmt: skip
+        figure = head_plots.signed_layer_head_figure(-ranking["logit_change"], f"Logit drop when removed ({name})",
+                                                     "logit drop", heads)  # fmt: skip
         event = left.plotly_chart(figure, theme=None, on_select="rerun", selection_mode="points",
                                   key=f"head_ranking|{base_spec}")  # fmt: skip
         clicked_head(event, base_spec)
