@@ -338,7 +338,8 @@ def predictions_figure(probabilities, class_names: list[str], top_k: int = 5) ->
     order = np.argsort(values)[::-1][:top_k][::-1]
     bars = dict(type="bar", x=values[order], y=[class_names[i] for i in order], orientation="h",
                 text=[f"{values[i]:.1%}" for i in order], textposition="auto")  # fmt: skip
-    return _figure([bars], height=60 + 32 * len(order), margin=dict(l=0, r=0, t=10, b=0),
+    # room on the right for the "100%" tick, centred on the axis's end
+    return _figure([bars], height=60 + 32 * len(order), margin=dict(l=0, r=18, t=10, b=0),
                    xaxis=dict(range=[0, 1], tickformat=".0%"), yaxis=dict(automargin=True))  # fmt: skip
 
 
@@ -424,7 +425,7 @@ def prefix_attention_by_layer_figure(shares, names: list[str], layer: int | None
                   line=dict(color=colour), hovertemplate="layer %{x}: %{y:.1%} to " + name + "<extra></extra>")
              for i, (name, colour) in enumerate(zip(names, _token_colours(names)))]  # fmt: skip
     return _figure(lines, shapes=_layer_marker(layer), height=360, margin=dict(l=0, r=0, t=40, b=0),
-                   title=dict(text="Every layer, mean over heads"), showlegend=False,  # the bars' colours and legend
+                   title=dict(text="Mean over heads"), showlegend=False,  # the bars' colours and legend
                    xaxis=dict(title=dict(text="layer (depth)"), dtick=1 if len(values) <= 24 else None),
                    yaxis=dict(range=[0, 1], tickformat=".0%", title=dict(text="share of attention")))  # fmt: skip
 
