@@ -134,7 +134,7 @@ def clicked_head(event, base_spec: str) -> None:
     selection across runs, so the one already handled is remembered)."""
     points = (event or {}).get("selection", {}).get("points", [])
     handled_key = f"handled_click|{base_spec}"
-    click = [(int(p["y"]), int(p["x"])) for p in points]
+    click = sorted({(int(p["y"]), int(p["x"])) for p in points})  # a cell once, whichever of its traces answered
     if not click or click == st.session_state.get(handled_key):
         st.session_state[handled_key] = click
         return
