@@ -157,9 +157,8 @@ def csv_table(values, rows: str, columns: str) -> str:
 
 def colour_legend(settings: Settings, low: float, high: float, what: str) -> None:
     """The colour scale of the overlay above: a strip of the colormap, and what its two ends stand for."""
-    # 384 px wide, whatever the page: stretched across a wide page a strip grew 60 px tall, and with width="content"
-    # a long caption widened it (a narrower column still shrinks it)
-    st.image(colour_bar_png(settings.colormap), width=384,
+    # at its own 384 px (narrower in a narrower column): stretched across a wide page, a strip grew 60 px tall
+    st.image(colour_bar_png(settings.colormap), width="content",
              caption=f"Colours: {what}, from {low:.3g} (left of the strip) to {high:.3g} (right).")
 
 
