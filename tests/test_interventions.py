@@ -2,19 +2,13 @@
 
 import pytest
 import torch
+from tiny_models import perturbed_vit
 
-from vitviz.model import ViT, ViTConfig
-
-TINY = dict(image_size=32, patch_size=8, hidden_size=32, num_layers=3, num_heads=4, mlp_size=64, num_classes=5)
+from vitviz.model import ViT
 
 
 def tiny_vit(**overrides) -> ViT:
-    torch.manual_seed(0)
-    model = ViT(ViTConfig(**{**TINY, **overrides})).eval()
-    with torch.no_grad():
-        for param in model.parameters():
-            param.add_(torch.randn_like(param), alpha=0.2)  # every part matters, LayerScale and the head included
-    return model
+    return perturbed_vit(0.2, **overrides)  # every part matters, LayerScale and the head included
 
 
 def without_head(model: ViT, layer: int, head: int) -> ViT:

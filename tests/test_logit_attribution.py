@@ -5,22 +5,16 @@ import pytest
 import torch
 from test_import_timm import perturbed
 from test_load_hub import offline  # noqa: F401  (a fixture: no network)
+from tiny_models import perturbed_vit
 from tiny_text import clip_folder
 
 import vitviz
 from vitviz import explain
-from vitviz.model import ViT, ViTConfig
-
-TINY = dict(image_size=32, patch_size=8, hidden_size=32, num_layers=3, num_heads=4, mlp_size=64, num_classes=5)
+from vitviz.model import ViT
 
 
 def tiny_vit(**overrides) -> ViT:
-    torch.manual_seed(0)
-    model = ViT(ViTConfig(**{**TINY, **overrides})).eval()
-    with torch.no_grad():
-        for param in model.parameters():
-            param.add_(torch.randn_like(param), alpha=0.3)
-    return model
+    return perturbed_vit(0.3, **overrides)  # every part matters, LayerScale and the head included
 
 
 def assert_sums_to_the_logit(model: ViT, images: torch.Tensor, target=None) -> explain.LogitAttribution:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from vitviz.explain.common import _targets, class_probabilities
-from vitviz.model import ViT, autocast
+from vitviz.model import ABLATIONS, ViT, autocast
 from vitviz.model.layers import Ablation
 
 
@@ -42,7 +42,7 @@ def head_importance(
     blocks of 78 forward passes instead of 144, and took the time of 61 on a 2-core CPU (bench/bench_heads.py).
     ``progress(layer)`` follows the layers.
     """
-    if ablation not in ("zero", "mean"):
+    if ablation not in ABLATIONS:
         raise ValueError(f"ablation must be 'zero' or 'mean'; got {ablation!r}")
     c = model.config
     if c.num_classes == 0:
@@ -70,9 +70,9 @@ def head_importance(
                 for index in range(layer, L):
                     hidden = model.blocks[index](hidden, **arguments[index]).hidden
                 ablated = model.forward_head(hidden, grid).logits.float().view(len(heads), B, -1)
-                logits[layer, start : start + len(heads)] = ablated.gather(2, targets.expand(len(heads), B)[..., None])[..., 0]
-                chances = class_probabilities(model, ablated)
-                probabilities[layer, start : start + len(heads)] = chances.gather(2, targets.expand(len(heads), B)[..., None])[..., 0]
+                index = targets.expand(len(heads), B)[..., None]  # each copy's target class
+                logits[layer, start : start + len(heads)] = ablated.gather(2, index)[..., 0]
+                probabilities[layer, start : start + len(heads)] = class_probabilities(model, ablated).gather(2, index)[..., 0]
             if progress is not None:
                 progress(layer)
     return HeadImportance(

@@ -96,10 +96,13 @@ class Attention(nn.Module):
             # explicit path: the weights exist as a tensor, so they can be returned. The softmax
             # runs in at least fp32 (fp64 for a float64 model), so under bf16/fp16 the returned rows
             # still sum to 1 to fp32 precision; they are cast back to the values' dtype for the product.
-            # One expression, so the pre-softmax scores are freed at once: keeping them alive
+            # The pre-softmax scores are freed as soon as the softmax exists: keeping them alive
             # makes the allocator hand back and re-fault memory, slowing the whole block.
             scores = (q * self.scale) @ k.transpose(-2, -1)  # (B, heads, T, T)
-            weights = _softmax(scores if keys is None else scores.masked_fill(~keys, float("-inf")))
+            if keys is not None:
+                scores.masked_fill_(~keys, float("-inf"))  # in place: no second T x T tensor
+            weights = _softmax(scores)
+            del scores
             out = F.dropout(weights, dropout_p, self.training).to(v.dtype) @ v  # (B, heads, T, head_dim)
         else:
             # fast path: fused kernel, never materialises the T x T matrix

@@ -149,16 +149,16 @@ class ViT(nn.Module):
         device = self.patch_embed.proj.weight.device
         tokens = c.num_prefix_tokens + grid[0] * grid[1]
         own = self.interventions
-        if own.heads:
-            default = head_mask_of(own.heads, c.num_layers, c.num_heads).to(device)
-            head_mask = default if head_mask is None else check_head_mask(head_mask, batch, *default.shape) * default
         if head_mask is not None:
             head_mask = check_head_mask(head_mask, batch, c.num_layers, c.num_heads).to(device)
-        if own.tokens:
-            default = key_mask_of(own.tokens, batch, tokens, device)
-            key_mask = default if key_mask is None else check_key_mask(key_mask, batch, tokens) & default
+        if own.heads:
+            default = head_mask_of(own.heads, c.num_layers, c.num_heads)[None].to(device)  # (1, layers, heads)
+            head_mask = default if head_mask is None else head_mask * default
         if key_mask is not None:
             key_mask = check_key_mask(key_mask.to(device), batch, tokens)
+        if own.tokens:
+            default = key_mask_of(own.tokens, batch, tokens, device)
+            key_mask = default if key_mask is None else key_mask & default
         head_ablation = head_ablation or own.ablation
         if head_ablation not in ABLATIONS:
             raise ValueError(f"head_ablation must be one of {ABLATIONS}; got {head_ablation!r}")
@@ -176,11 +176,18 @@ class ViT(nn.Module):
             raise ValueError(f"token indices must be >= 0; got {list(tokens)}")
         if ablation not in ABLATIONS:
             raise ValueError(f"ablation must be one of {ABLATIONS}; got {ablation!r}")
-        new = copy.copy(self)  # the same attributes: blocks, norms, head, transform, class names...
-        new._modules = dict(self._modules)  # its own table of the same modules
+        new = self.sharing_copy()
+        new.interventions = Interventions(tuple(sorted(set(heads))), tuple(sorted(set(tokens))), ablation)
+        return new
+
+    def sharing_copy(self) -> ViT:
+        """A new ViT object over the very same modules, parameters and attributes (blocks, norms, head, transform,
+        class names...), with tables of its own: setting ``copy.head`` or ``copy.interventions`` leaves this model
+        unchanged. What ``knock_out`` and the zero-shot prompt head build on."""
+        new = copy.copy(self)
+        new._modules = dict(self._modules)
         new._parameters = dict(self._parameters)
         new._buffers = dict(self._buffers)
-        new.interventions = Interventions(tuple(sorted(set(heads))), tuple(sorted(set(tokens))), ablation)
         return new
 
     def position_embeddings(self, rows: int, cols: int) -> torch.Tensor | None:

@@ -13,7 +13,6 @@ shares every module of the image tower: new prompts cost only their text embeddi
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -101,10 +100,7 @@ def zero_shot(
 def with_head(model: ViT, head: nn.Module, class_names: list[str], probabilities: str) -> ViT:
     """A ViT that shares every module of ``model`` but reads out through ``head``. The copy has its own module
     table (so ``model.head`` is untouched) and its own config (``num_classes``, ``probabilities``)."""
-    new = copy.copy(model)  # the same attributes: blocks, norms, transform, text_tower...
-    new._modules = dict(model._modules)  # its own table of the same modules
-    new._parameters = dict(model._parameters)
-    new._buffers = dict(model._buffers)
+    new = model.sharing_copy()  # the same modules and attributes (text_tower...), tables of its own
     new.config = replace(model.config, num_classes=len(class_names), probabilities=probabilities)
     new.head = head
     new.head_dist = None
