@@ -14,6 +14,7 @@ import streamlit as st
 import torch
 from PIL import Image
 from hostile_images import CORPUS
+from test_app_reading import fix_precision, same_text, shown_in
 from tiny_models import tiny_checkpoint
 from streamlit.testing.v1 import AppTest
 
@@ -32,6 +33,7 @@ def fresh_caches(monkeypatch):
     st.cache_data.clear()
     budget.STORE.clear()  # and the page's own store, bounded by the memory budget
     monkeypatch.setenv("VITVIZ_SAMPLES", "")  # no local sample images unless a test provides some
+    fix_precision(monkeypatch)  # "auto" is fp32 here, whatever the machine's load (test_app_reading.py)
 
 
 @pytest.fixture()
@@ -117,8 +119,8 @@ def test_every_tab_draws_its_maps(default_model):
         assert not at.error
         assert "What the model saw: 32x32" in [img.proto.imgs[0].caption for img in at.get("image")]
         # the prediction, and what the model saw, whichever tab is open
-        assert (f"**Prediction: {NAMES[top]} ({probabilities[top]:.1%})**; the model saw the photo as a 32x32 input "
-                "(4x4 patches of 8 px)." in [m.value for m in at.markdown])  # fmt: skip
+        assert shown_in(f"**Prediction: {NAMES[top]} ({probabilities[top]:.1%})**; the model saw the photo as a 32x32 "
+                        "input (4x4 patches of 8 px).", [m.value for m in at.markdown])  # fmt: skip
         drawn[tab] = captions(at)
         if tab == "Model anatomy":
             specs = chart_specs(at)
@@ -239,8 +241,8 @@ def test_every_head_is_drawn_over_the_photo_on_one_colour_scale_unless_asked(def
     model = vitviz.load_model(str(vitviz.load.DEFAULT_CHECKPOINT))
     analysis = vitviz.analysis.analyse_image(model, Image.open(io.BytesIO(png_bytes())).convert("RGB"))
     top = float(analysis.readout_attention[-1].max())
-    assert f"Colour scale: 0 to {top:.3g}, shared by every head (the strip below)." in [c.value for c in at.caption]
-    assert f"Colours: attention weight, every head, from 0 (left of the strip) to {top:.3g} (right)." in legends(at)
+    assert shown_in(f"Colour scale: 0 to {top:.3g}, shared by every head (the strip below).", [c.value for c in at.caption])
+    assert shown_in(f"Colours: attention weight, every head, from 0 (left of the strip) to {top:.3g} (right).", legends(at))
     heads = [img.proto.imgs[0].url for img in at.get("image") if img.proto.imgs[0].caption.startswith("head ")]
     assert len(heads) == 4
     next(t for t in at.toggle if t.label == "One colour scale for every head").set_value(False).run()
@@ -383,11 +385,11 @@ def test_class_maps_share_the_top_class_scale_unless_asked(default_model):
     next(s for s in at.selectbox if s.label == "Explain the class").select_index(2).run()  # the least likely class
     target = next(s for s in at.selectbox if s.label == "Explain the class").value
     weak_map = explain.method_maps(model, pixels, ["relevance"], target).maps["relevance"]
-    assert (f"Colours: relevance on the top class's scale, from 0 (left of the strip) to {float(top_map.max()):.3g} "
-            "(right).") in legends(at)  # fmt: skip
+    assert shown_in(f"Colours: relevance on the top class's scale, from 0 (left of the strip) to "
+                    f"{float(top_map.max()):.3g} (right).", legends(at))  # fmt: skip
     next(t for t in at.toggle if t.label.startswith("Compare classes")).set_value(False).run()
-    assert (f"Colours: relevance, this map's range, from {float(weak_map.min()):.3g} (left of the strip) to "
-            f"{float(weak_map.max()):.3g} (right).") in legends(at)  # fmt: skip
+    assert shown_in(f"Colours: relevance, this map's range, from {float(weak_map.min()):.3g} (left of the strip) to "
+                    f"{float(weak_map.max()):.3g} (right).", legends(at))  # fmt: skip
 
 
 def run_faithfulness(at) -> None:
@@ -784,10 +786,10 @@ def test_the_token_norms_follow_the_layer_slider_and_flag_the_outlier(tmp_path, 
         return int((norms[layer] > factor * np.median(norms[layer])).sum())
 
     last = norm_view()
-    assert last[0] == f"norm of each patch token after block 1 ({norms[1].min():.2f} to {norms[1].max():.2f})"
-    assert last[2] == (f"**1 of 16** patch tokens in layer 1 have a norm above 2x the median patch norm "
-                       f"({np.median(norms[1]):.2f}); the largest is {norms[1].max():.2f} "
-                       f"({norms[1].max() / np.median(norms[1]):.1f}x the median).")  # fmt: skip
+    assert same_text(last[0], f"norm of each patch token after block 1 ({norms[1].min():.2f} to {norms[1].max():.2f})")
+    assert same_text(last[2], f"**1 of 16** patch tokens in layer 1 have a norm above 2x the median patch norm "
+                              f"({np.median(norms[1]):.2f}); the largest is {norms[1].max():.2f} "
+                              f"({norms[1].max() / np.median(norms[1]):.1f}x the median).")  # fmt: skip
     assert "outlined: 1 patch above 2x the median norm" in captions(at)
     factor = next(s for s in at.slider if s.label.startswith("Flag patches above"))
     factor.set_value(10.0).run()
@@ -795,7 +797,7 @@ def test_the_token_norms_follow_the_layer_slider_and_flag_the_outlier(tmp_path, 
     assert "outlined: 0 patches above 10x the median norm" in captions(at)
     next(s for s in at.slider if s.label == "Layer (token norms)").set_value(0).run()
     first = norm_view()
-    assert first[0] == f"norm of each patch token after block 0 ({norms[0].min():.2f} to {norms[0].max():.2f})"
+    assert same_text(first[0], f"norm of each patch token after block 0 ({norms[0].min():.2f} to {norms[0].max():.2f})")
     assert first[1] != last[1] and first[2].startswith("**1 of 16** patch tokens in layer 0")
     assert "outlined: 1 patch above 10x the median norm" in captions(at)
     # the per-layer chart: the median and the largest patch norm of every layer

@@ -9,6 +9,7 @@ import torch
 from PIL import Image
 from streamlit.testing.v1 import AppTest
 from test_app import APP, DINOV3_STYLE, captions, fresh_caches, open_tab  # noqa: F401 (fresh_caches: an autouse fixture)
+from test_app_reading import shown_in
 from tiny_models import tiny_checkpoint
 
 import vitviz
@@ -72,7 +73,7 @@ def test_the_tab_shows_pca_colours_matches_and_parts_fitted_over_both_photos(tmp
     for ours, theirs in zip(fitted.colours, expected.colours):
         torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=0)
     variance = ", ".join(f"{v:.1%}" for v in expected.explained_variance.tolist())
-    assert f"Explained variance of the three components: {variance}." in [c.value for c in at.caption]
+    assert shown_in(f"Explained variance of the three components: {variance}.", [c.value for c in at.caption])
     (labels,) = kept("feature_parts")
     assert [len(part) for part in labels] == [16, 16] and len(np.unique(np.concatenate(labels))) == 5
     assert [b.proto.label for b in at.get("download_button")] == [

@@ -10,6 +10,7 @@ from PIL import Image
 from streamlit.testing.v1 import AppTest
 from test_app import APP, fresh_caches, open_tab, values  # noqa: F401 (fresh_caches: an autouse fixture)
 from test_app_features import PHOTOS
+from test_app_reading import assert_percent, shown_in
 from tiny_models import tiny_checkpoint
 
 import vitviz
@@ -51,7 +52,8 @@ def test_knock_a_head_out_see_the_banner_and_a_changed_prediction_then_restore(t
     np.testing.assert_allclose(values(ranking["data"][1]["customdata"]).astype(float),
                                -expected.logit_change[0].numpy().ravel(), atol=1e-5)  # fmt: skip
     parts = explain.direct_logit_attribution(model, photo_pixels(model))
-    assert f"Logit {parts.logit[0]:.3f} = embeddings {parts.embeddings[0]:.3f}" in " ".join(c.value for c in at.caption)
+    caption = next(c.value for c in at.caption if c.value.startswith("Logit "))
+    assert shown_in(f"Logit {parts.logit[0]:.3f} = embeddings {parts.embeddings[0]:.3f}", [caption.split(" + heads")[0]])
 
     strongest = np.unravel_index(np.abs(expected.logit_change[0].numpy()).argmax(), (2, 4))
     label = f"L{strongest[0]} H{strongest[1]}"
@@ -63,7 +65,7 @@ def test_knock_a_head_out_see_the_banner_and_a_changed_prediction_then_restore(t
     with torch.no_grad():
         probabilities = knocked.probabilities(knocked(photo_pixels(knocked)).logits)[0]
     top = int(probabilities.argmax())
-    assert prediction(at).startswith(f"**Prediction: {model.class_names[top]} ({probabilities[top]:.1%})**")
+    assert_percent(prediction(at), f"**Prediction: {model.class_names[top]} (", float(probabilities[top]))
     assert prediction(at) != intact
     figures = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
     marks = [t for f in figures for t in f["data"] if t.get("name") == "knocked out"]
