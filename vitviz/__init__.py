@@ -1,6 +1,7 @@
 """vitviz: see what a Vision Transformer looks at."""
 
 from vitviz.checkpoint import ModelLoadError, load_checkpoint, save_checkpoint
+from vitviz.dataset import open_index
 from vitviz.importers import from_huggingface, from_open_clip, from_timm, from_torchvision
 from vitviz.images import Preprocessing
 from vitviz.load import load_model
@@ -20,6 +21,7 @@ __all__ = [
     "from_torchvision",
     "load_checkpoint",
     "load_model",
+    "open_index",
     "save_checkpoint",
     "zero_shot",
 ]

@@ -5,6 +5,7 @@
     vitviz train [options]             train a ViT (`python -m vitviz.train`)
     vitviz evaluate MODEL [options]    accuracy, per-class accuracy, confusion matrix (`python -m vitviz.evaluate`)
     vitviz benchmark [options]         faithfulness of the explanation methods over a data set
+    vitviz index SOURCE --out DIR      index a whole dataset once (docs/dataset-index.md)
 
 `vitviz <command> --help` shows each command's options. `python -m vitviz` is the same command.
 """
@@ -24,6 +25,7 @@ COMMANDS = {
     "train": ("vitviz.train", "train a ViT on CIFAR-10, MNIST or an image folder"),
     "evaluate": ("vitviz.evaluate", "top-1, per-class accuracy and confusion matrix on a labelled folder"),
     "benchmark": ("vitviz.benchmark", "faithfulness of the explanation methods over a labelled image folder"),
+    "index": ("vitviz.dataset.command", "index a dataset once (Parquet, arrays, FAISS), then query it: open_index"),
 }
 
 

@@ -1,0 +1,160 @@
+"""`vitviz index SOURCE --model SPEC --out DIR`: index a dataset once, then query it (docs/dataset-index.md).
+
+    vitviz index /data/cifar10/test --model default --out cifar-index/
+    vitviz index photos.zip --model open_clip:ViT-B-16/openai --prompt-set imagenet --out photos-index/
+    vitviz index images.csv --label-column species --model default --out index/ --limit 1000
+    torchrun --standalone --nproc-per-node 2 -m vitviz index /data/test --model default --out index/
+
+Stored per image: path, label, size, sha256, the top-5 classes, per-head entropy, attention distance and prefix
+shares, the rollout and the last block's readout attention per head (fp16), high-norm patches, the pooled embedding
+and patch features (fp16); then FAISS indexes over the features and embeddings. Unreadable files get a row with
+`error` set and the run goes on. Open the result with `vitviz.open_index(DIR)`, DuckDB, pandas or polars.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from tqdm import tqdm
+
+from vitviz.checkpoint import ModelLoadError
+from vitviz.dataset.build import build_index, check_model
+from vitviz.dataset.indexing import IndexOptions
+from vitviz.dataset.sources import SourceError, open_source
+from vitviz.dataset.storage import IndexBusyError, IndexFormatError
+from vitviz.explain.facets import FACETS
+from vitviz.images import ImageError
+from vitviz.load import load_model
+from vitviz.precision import PRECISION_CHOICES, resolve_precision
+from vitviz.text.options import add_prompt_options, apply_prompt_options
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="vitviz index", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("source", help="a folder of images (class sub-folders give labels), a .zip, a .csv/.parquet with a "
+                   "path column, a folder saved with datasets.save_to_disk, or hf:<dataset id> (streamed)")  # fmt: skip
+    p.add_argument("--model", default="default", help="model spec for vitviz.load_model (default: %(default)s)")
+    p.add_argument("--out", type=Path, required=True, help="index folder (created; must be new unless --resume)")
+    p.add_argument("--precision", choices=PRECISION_CHOICES, default="fp32",
+                   help="inference precision; auto times fp32 against bf16 on this model first (under torchrun the "
+                        "first process decides for all)")  # fmt: skip
+    p.add_argument("--batch-size", type=int, default=64, help="images per forward pass (default: %(default)s)")
+    p.add_argument("--limit", type=int, help="index only the first N images of the source")
+    p.add_argument("--resume", action="store_true", help="continue a killed run from its last complete shard "
+                   "(refused if the model or options differ)")  # fmt: skip
+    p.add_argument("--device", default="auto", help="auto (CUDA when present; under torchrun cuda:LOCAL_RANK), cpu, "
+                   "cuda or cuda:N")  # fmt: skip
+    source = p.add_argument_group("source")
+    source.add_argument("--path-column", default="path", help="CSV/Parquet: the column of image paths, relative to "
+                        "the table's folder (default: %(default)s)")  # fmt: skip
+    source.add_argument("--label-column", help="CSV/Parquet/datasets: the label column (default: 'label' if present)")
+    source.add_argument("--split", help="datasets: the split (default: the only one; 'train' for the Hub)")
+    stored = p.add_argument_group("what is stored")
+    stored.add_argument("--no-features", action="store_true", help="store no patch features (and no patch search): "
+                        "the largest item, rows x cols x D fp16 per image")  # fmt: skip
+    stored.add_argument("--features-block", type=int, default=-1, help="block whose patch features (default: the last)")
+    stored.add_argument("--facet", choices=FACETS, default="token", help="token after the block (free: from the pass "
+                        "itself), or the attention's key, query or value (a second pass up to that block)")  # fmt: skip
+    stored.add_argument("--pca", type=int, metavar="N", help="reduce the patch features to N PCA components, fitted on "
+                        "the first --pca-sample images (one extra partial pass over them)")  # fmt: skip
+    stored.add_argument("--pca-sample", type=int, default=512, help="images the PCA is fitted on (default: %(default)s)")
+    stored.add_argument("--relevance", action="store_true", help="also store class-specific relevance (Chefer et al.) "
+                        "for the top class: a forward and backward pass per image, about 3x the pass's cost")  # fmt: skip
+    stored.add_argument("--faithfulness", action="store_true", help="also store per-image perturbation AUCs of the "
+                        "relevance map (else the rollout): 22 extra forward passes per image, about 20x the cost")  # fmt: skip
+    stored.add_argument("--shard-size", type=int, default=1024, help="images per shard (default: %(default)s)")
+    add_prompt_options(p)
+    return p
+
+
+def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    for name in ("batch_size", "shard_size", "pca_sample"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.limit is not None and args.limit < 1:
+        parser.error("--limit must be at least 1")
+    if args.pca is not None and (args.pca < 1 or args.no_features):
+        parser.error("--pca must be at least 1, and needs patch features (not --no-features)")
+
+
+def pick_device(choice: str) -> torch.device:
+    if choice == "auto":
+        if torch.cuda.is_available():
+            return torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}")
+        return torch.device("cpu")
+    return torch.device(choice)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_arguments(parser, args)
+    device = pick_device(args.device)
+    distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    if distributed:  # under torchrun: gloo on CPUs, NCCL on GPUs, torchrun's rendezvous across machines
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    rank, world = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
+    try:
+        return run(args, device, rank, world, distributed)
+    except (SourceError, IndexFormatError, IndexBusyError, ImageError) as error:
+        raise SystemExit(f"error: {error}") from None
+    finally:
+        if distributed:
+            dist.destroy_process_group()
+
+
+def run(args: argparse.Namespace, device: torch.device, rank: int, world: int, distributed: bool) -> int:
+    source = open_source(args.source, args.path_column, args.label_column, args.split)
+    try:
+        model = load_model(args.model)
+    except ModelLoadError as error:
+        raise SystemExit(f"error: {error}") from None
+    barrier = dist.barrier if distributed else (lambda: None)
+    if rank > 0:  # the first process embeds the prompts; the others then read them from the disk cache
+        barrier()
+    model = apply_prompt_options(model, args).to(device)
+    if rank == 0 and world > 1:
+        barrier()
+    check_model(model)
+    if not -model.config.num_layers <= args.features_block < model.config.num_layers:
+        parser_error = f"--features-block must be in [0, {model.config.num_layers - 1}] (or -1 for the last)"
+        raise SystemExit(f"error: {parser_error}")
+    precision = args.precision
+    if precision == "auto":  # decided once, by the first process, so that every process uses the same
+        choice = [resolve_precision("auto", model)[1] if rank == 0 else None]
+        if distributed:
+            dist.broadcast_object_list(choice, src=0)
+        precision = choice[0].precision
+        if rank == 0:
+            print(choice[0].summary(), file=sys.stderr)
+    options = IndexOptions(precision=precision, features=not args.no_features, features_block=args.features_block,
+                           facet=args.facet, pca=args.pca, pca_sample=args.pca_sample, relevance=args.relevance,
+                           faithfulness=args.faithfulness, shard_size=args.shard_size, limit=args.limit)  # fmt: skip
+    extra = {"prompts": args.prompts, "prompt_set": args.prompt_set, "templates": args.templates}
+    total = source.count if args.limit is None else min(args.limit, source.count or args.limit)
+    share = None if total is None else len(range(rank, -(-total // args.shard_size), world)) * args.shard_size
+    label = f"indexing (process {rank + 1} of {world})" if world > 1 else "indexing"
+    with tqdm(total=min(share, total) if share else total, desc=label, unit="image", disable=None, file=sys.stderr,
+              position=rank) as bar:  # fmt: skip
+        manifest = build_index(model, source, args.out, options, args.model, args.batch_size, args.resume, rank, world,
+                               barrier, bar.update, extra)  # fmt: skip
+    if manifest is not None:
+        failed = _count_errors(args.out)
+        print(f"indexed {manifest['count']} images into {args.out} ({failed} unreadable, recorded with their error)")
+    return 0
+
+
+def _count_errors(out: Path) -> int:
+    from vitviz.dataset.index import open_index
+
+    return int(open_index(out).query("SELECT count(*) AS n FROM images WHERE error IS NOT NULL")["n"][0])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

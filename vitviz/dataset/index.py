@@ -1,0 +1,227 @@
+"""Reading an index: ``vitviz.open_index(DIR)``.
+
+SQL goes to DuckDB over views of the index's own Parquet files, read-only: one SELECT per call, with the external
+access that DuckDB allows limited to the index folder and the settings locked, so COPY, ATTACH, INSTALL and
+reading any other file are refused. Results come a page at a time. Arrays are memory-mapped per shard and only
+the requested rows are read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from vitviz.dataset import search
+from vitviz.dataset.storage import SHARDS, IndexFormatError, read_manifest
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+PAGE = 10_000  # rows a query returns unless asked for another page size
+
+
+class QueryError(ValueError):
+    """A query the index refuses (it writes, attaches or reads other files) or DuckDB rejects; the message says why."""
+
+
+class DatasetIndex:
+    """An index folder made by `vitviz index`. Open with ``vitviz.open_index(DIR)``."""
+
+    def __init__(self, folder: str | Path):
+        self.folder = Path(folder).expanduser().resolve()
+        self.manifest = read_manifest(self.folder)
+        if not self.manifest["complete"]:
+            raise IndexFormatError(f"{self.folder} is an unfinished index (the run stopped before its end); "
+                                   "finish it with `vitviz index ... --resume`")  # fmt: skip
+        if not self.manifest["shards"]:
+            raise IndexFormatError(f"{self.folder} lists no shards: the manifest was edited; index the dataset again")
+        self.layout = self.manifest["layout"]
+        self.shards = sorted(self.manifest["shards"], key=lambda s: s["start"])
+        self._starts = np.array([s["start"] for s in self.shards])
+        self._mapped: dict[tuple[str, str], np.ndarray] = {}
+        for shard in self.shards:
+            for name in shard["files"]:
+                if not (self.folder / SHARDS / shard["name"] / name).is_file():
+                    raise IndexFormatError(f"{self.folder}: shard {shard['name']} lacks {name}: the index is damaged; "
+                                           "delete that shard folder and run `vitviz index ... --resume`")  # fmt: skip
+
+    def __repr__(self) -> str:
+        return f"DatasetIndex({str(self.folder)!r}, {self.count} images, model {self.manifest['model'].get('spec')!r})"
+
+    @property
+    def count(self) -> int:
+        return sum(s["count"] for s in self.shards)
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        return tuple(self.layout["grid"])
+
+    # --- SQL -----------------------------------------------------------------------------------------------------
+
+    def _files(self, table: str) -> list[str]:
+        return [str(self.folder / SHARDS / s["name"] / f"{table}.parquet") for s in self.shards]
+
+    @cached_property
+    def _connection(self):
+        import duckdb
+
+        connection = duckdb.connect(":memory:")
+        for table in ("images", "heads"):
+            files = ", ".join(_quote(f) for f in self._files(table))
+            connection.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet([{files}])")
+        connection.execute(f"SET allowed_directories = [{_quote(str(self.folder / SHARDS) + '/')}]")
+        connection.execute("SET enable_external_access = false")
+        connection.execute("SET autoinstall_known_extensions = false")
+        connection.execute("SET autoload_known_extensions = false")
+        connection.execute("SET lock_configuration = true")
+        return connection
+
+    def query(self, sql: str, limit: int = PAGE, offset: int = 0) -> pd.DataFrame:
+        """One SELECT over the tables ``images`` and ``heads``: rows [offset, offset + limit) of its result.
+        ``df.attrs["more"]`` says whether rows follow; ask for them with ``offset``."""
+        import duckdb
+
+        if limit < 1 or offset < 0:
+            raise QueryError(f"limit must be at least 1 and offset at least 0; got limit={limit}, offset={offset}")
+        statement = self._one_select(sql)
+        cursor = self._connection.cursor()
+        try:
+            paged = f"SELECT * FROM ({statement}) LIMIT {int(limit) + 1} OFFSET {int(offset)}"
+            frame = cursor.execute(paged).df()
+        except duckdb.PermissionException as error:
+            raise QueryError(f"the query reads something outside the index, which is not allowed: {error}") from None
+        except duckdb.Error as error:
+            raise QueryError(f"DuckDB could not run the query: {error}") from None
+        finally:
+            cursor.close()
+        more = len(frame) > limit
+        frame = frame.iloc[:limit]
+        frame.attrs["more"], frame.attrs["offset"] = more, offset
+        return frame
+
+    def _one_select(self, sql: str) -> str:
+        import duckdb
+
+        try:
+            statements = self._connection.extract_statements(sql)
+        except duckdb.Error as error:
+            raise QueryError(f"the query does not parse: {error}") from None
+        if len(statements) != 1:
+            raise QueryError(f"give exactly one SELECT statement; got {len(statements)}")
+        kind = statements[0].type
+        if kind != duckdb.StatementType.SELECT:
+            name = str(kind).rsplit(".", 1)[-1]
+            raise QueryError(f"only SELECT queries are allowed: the index is read-only ({name} is refused; "
+                             "COPY, ATTACH, INSTALL, SET, CREATE and the like cannot run here)")  # fmt: skip
+        return statements[0].query.rstrip().rstrip(";")
+
+    def images(self, limit: int = PAGE, offset: int = 0) -> pd.DataFrame:
+        """The images table, a page at a time."""
+        return self.query("SELECT * FROM images ORDER BY image_id", limit, offset)
+
+    # --- arrays ----------------------------------------------------------------------------------------------------
+
+    def _array(self, shard: dict, name: str) -> np.ndarray:
+        key = (shard["name"], name)
+        if key not in self._mapped:
+            path = self.folder / SHARDS / shard["name"] / f"{name}.npy"
+            if not path.is_file():
+                stored = sorted({f.removesuffix(".npy") for s in self.shards for f in s["files"] if f.endswith(".npy")})
+                raise ValueError(f"this index stores no {name!r} arrays; it has {', '.join(stored)}")
+            self._mapped[key] = np.load(path, mmap_mode="r")
+        return self._mapped[key]
+
+    def _rows(self, image_ids: Sequence[int] | int, name: str) -> np.ndarray:
+        """The rows of array ``name`` for these images, in their order, as fp32 (only these rows are read)."""
+        ids = np.atleast_1d(np.asarray(image_ids, dtype=np.int64))
+        if ids.ndim != 1 or ((ids < 0) | (ids >= self.count)).any():
+            raise ValueError(f"image ids must be in [0, {self.count - 1}]; got {np.asarray(image_ids).tolist()}")
+        which = np.searchsorted(self._starts, ids, side="right") - 1
+        first = self._array(self.shards[0], name)
+        out = np.empty((len(ids), *first.shape[1:]), np.float32)
+        for shard_index in np.unique(which):
+            shard, mask = self.shards[shard_index], which == shard_index
+            out[mask] = self._array(shard, name)[ids[mask] - shard["start"]]
+        return out
+
+    def maps(self, image_ids: Sequence[int] | int, kind: str = "rollout") -> np.ndarray:
+        """Stored maps (n, rows, cols): "rollout", "readout" (the last block's heads averaged), "readout:<head>",
+        or "relevance" (indexed with --relevance)."""
+        if kind == "readout" or kind.startswith("readout:"):
+            per_head = self._rows(image_ids, "readout")  # (n, heads, rows, cols)
+            if kind == "readout":
+                return per_head.mean(axis=1)
+            head = _head_number(kind, per_head.shape[1])
+            return per_head[:, head]
+        if kind not in ("rollout", "relevance"):
+            raise ValueError(f"map kind must be 'rollout', 'readout', 'readout:<head>' or 'relevance'; got {kind!r}")
+        return self._rows(image_ids, kind)
+
+    def features(self, image_ids: Sequence[int] | int) -> np.ndarray:
+        """Stored patch features (n, rows, cols, D), fp32 from the fp16 store."""
+        return self._rows(image_ids, "features")
+
+    def embeddings(self, image_ids: Sequence[int] | int) -> np.ndarray:
+        """Pooled embeddings (n, D)."""
+        return self._rows(image_ids, "embedding")
+
+    # --- search ---------------------------------------------------------------------------------------------------
+
+    def _search_index(self, kind: str):
+        info = self.manifest.get("search", {}).get(kind)
+        if info is None:
+            raise ValueError(f"this index has no {kind} search index (it was made without one)")
+        cache = self.__dict__.setdefault("_search", {})
+        if kind not in cache:
+            cache[kind] = search.load(self.folder / search.SEARCH / f"{kind}.faiss")
+        return cache[kind], info
+
+    def nearest_patches(self, image_id: int, patch: tuple[int, int], k: int = 10) -> pd.DataFrame:
+        """The k stored patches most like patch (row, col) of ``image_id``, best first (itself included):
+        DataFrame(image_id, row, col, similarity), similarity the cosine of the stored features."""
+        rows, cols = self.grid
+        row, col = patch
+        if not (0 <= row < rows and 0 <= col < cols):
+            raise ValueError(f"patch ({row}, {col}) is outside the {rows}x{cols} grid")
+        query = self.features(image_id)[0, row, col]
+        index, info = self._search_index("patches")
+        similarity, ids = search.search(index, query, k, info.get("nprobe"))
+        import pandas as pd
+
+        image, position = np.divmod(ids, rows * cols)
+        return pd.DataFrame({"image_id": image, "row": position // cols, "col": position % cols,
+                             "similarity": similarity})  # fmt: skip
+
+    def nearest_images(self, image_id: int, k: int = 10) -> pd.DataFrame:
+        """The k images whose pooled embeddings are most like this one's, best first (itself included):
+        DataFrame(image_id, similarity)."""
+        query = self.embeddings(image_id)[0]
+        index, info = self._search_index("images")
+        similarity, ids = search.search(index, query, k, info.get("nprobe"))
+        import pandas as pd
+
+        return pd.DataFrame({"image_id": ids, "similarity": similarity})
+
+
+def _head_number(kind: str, heads: int) -> int:
+    text = kind.split(":", 1)[1]
+    if not text.isdigit() or not 0 <= int(text) < heads:
+        raise ValueError(f"map kind {kind!r}: the head must be a number in [0, {heads - 1}]")
+    return int(text)
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def open_index(folder: str | Path) -> DatasetIndex:
+    """Open an index made by `vitviz index` (see docs/dataset-index.md). Problems with the folder raise
+    ``IndexFormatError`` (a ValueError) with what to do."""
+    return DatasetIndex(folder)
+
+
+__all__ = ["DatasetIndex", "IndexFormatError", "QueryError", "open_index"]

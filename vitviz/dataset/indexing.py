@@ -1,0 +1,276 @@
+"""The pass: images through the model in batches, once, and what is kept of each.
+
+``analyse_batch`` runs one batched forward pass with a ``StreamingExplainer`` as the attention sink, so the head
+statistics, prefix shares and rollout are folded in block by block and no (B, heads, T, T) tensor outlives its
+block (the last block's is kept until its readout rows are read with the head's actual weights). ``index_shard``
+reads a shard's files, batches the readable ones and lays the results out as the shard's tables and arrays.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from vitviz import explain
+from vitviz.dataset.sources import Entry, read_entry
+from vitviz.explain.facets import Facet
+from vitviz.images import ImageError, load_image
+from vitviz.model import ViT, autocast
+
+TOP = 5  # classes kept per image
+
+
+@dataclass(frozen=True)
+class IndexOptions:
+    """What the pass stores; recorded in the manifest, and a resumed run must match it."""
+
+    precision: str = "fp32"  # "fp32" or "bf16" (autocast), already resolved from "auto"
+    features: bool = True  # store patch features
+    features_block: int = -1  # block whose patch features (0 is the first, -1 the last)
+    facet: Facet = "token"  # token after the block; key, query or value cost a second partial pass
+    pca: int | None = None  # reduce the features to this many PCA components, fitted on the first pca_sample images
+    pca_sample: int = 512
+    relevance: bool = False  # class-specific relevance for the top class (a backward pass per image)
+    faithfulness: bool = False  # per-image perturbation AUCs of the stored map (11 x 2 forward passes per image)
+    outlier_factor: float = 2.0  # high-norm patches: last-block norm above this x the median patch norm
+    shard_size: int = 1024  # images per shard
+    limit: int | None = None  # index only the first images of the source
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Projection:
+    """A PCA fitted on a sample of patch features: project with (x - mean) @ components.T."""
+
+    mean: torch.Tensor  # (D,)
+    components: torch.Tensor  # (k, D)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return (x - self.mean.to(x.device)) @ self.components.T.to(x.device)
+
+
+def fit_projection(features: torch.Tensor, components: int) -> Projection:
+    """PCA of feature rows (n, D) by SVD, each component signed so its largest entry is positive."""
+    if not 1 <= components <= min(features.shape):
+        raise ValueError(f"--pca must be in [1, {min(features.shape)}] for {features.shape[0]} sample patches of "
+                         f"{features.shape[1]} dimensions; got {components}")  # fmt: skip
+    x = features.double()
+    mean = x.mean(dim=0)
+    _, _, vh = torch.linalg.svd(x - mean, full_matrices=False)
+    top = vh[:components]  # (k, D)
+    signs = top.gather(1, top.abs().argmax(dim=1, keepdim=True)).sign()
+    return Projection(mean.float(), (top * torch.where(signs == 0, 1.0, signs)).float())
+
+
+def prefix_names(model: ViT) -> list[str]:
+    """Names of the prefix tokens in their order: cls, dist, reg0, reg1..."""
+    c = model.config
+    names = (["cls"] if c.class_token else []) + (["dist"] if c.distillation_token else [])
+    names += [f"reg{i}" for i in range(c.num_register_tokens)]
+    return names if len(names) == c.num_prefix_tokens else [f"prefix{i}" for i in range(c.num_prefix_tokens)]
+
+
+def analyse_batch(model: ViT, pixels: torch.Tensor, options: IndexOptions,
+                  projection: Projection | None = None) -> dict[str, torch.Tensor]:  # fmt: skip
+    """One forward pass over pixels (B, 3, H, W); every result on the CPU in fp32 (the caller stores fp16):
+    probabilities (B, C); entropy, distance_px (B, layers, heads); prefix_shares (B, layers, heads, P + 1); rollout
+    (B, rows, cols); readout (B, heads, rows, cols), the last block's; high_norm (B, rows * cols) bool; embedding
+    (B, D); features (B, rows, cols, D'); relevance (B, rows, cols) and faithfulness (B, 2) when asked."""
+    c, device = model.config, next(model.parameters()).device
+    pixels = pixels.to(device)
+    grid = (pixels.shape[-2] // c.patch_size, pixels.shape[-1] // c.patch_size)
+    p = c.num_prefix_tokens
+    # the head's weights are known after the pass; the rollout is read out then, the readout rows from the kept block
+    streamer = explain.StreamingExplainer(grid, c.patch_size, p, pooling="mean")
+    last: list[torch.Tensor] = []
+
+    def sink(layer: int, attention: torch.Tensor) -> None:
+        streamer(layer, attention)
+        if layer == c.num_layers - 1:
+            last.append(attention.detach().float())  # (B, heads, T, T), one block only
+
+    with torch.inference_mode(), autocast(options.precision, device.type):
+        output = model(pixels, attention_sink=sink, output_hidden_states=True)
+    readout = output.readout.float()  # (B, T)
+    streamer.pooling = readout
+    views = streamer.results()
+    results = {
+        "entropy": views["entropy"],
+        "distance_px": views["mean_distance"],
+        "prefix_shares": views["prefix_shares"],
+        "rollout": views["rollout"],
+        "readout": explain.readout_attention_all(last, readout, p, grid)[:, 0],
+        "high_norm": explain.high_norm_patches(explain.token_norms(output.hidden_states[-1:])[:, 0], p,
+                                               options.outlier_factor),  # fmt: skip
+        "embedding": output.pooled.float(),
+    }
+    if output.logits is not None:
+        results["probabilities"] = model.probabilities(output.logits.float())
+    if options.features:
+        block = options.features_block % c.num_layers
+        if options.facet == "token":  # the block's output tokens: what explain.patch_features returns, for free
+            features = output.hidden_states[block][:, p:].float()  # (B, N, D)
+        else:
+            features = explain.patch_features(model, pixels, block, options.facet, options.precision)
+        if projection is not None:
+            features = projection(features)
+        results["features"] = features.reshape(features.shape[0], *grid, -1)  # (B, rows, cols, D')
+    del output, last
+    if options.relevance or options.faithfulness:
+        results |= _per_image_extras(model, pixels, results, options)
+    return {name: value.detach().cpu() for name, value in results.items()}
+
+
+def _per_image_extras(model: ViT, pixels: torch.Tensor, results: dict, options: IndexOptions) -> dict:
+    """Relevance for the top class and faithfulness AUCs, image by image (they need gradients or extra passes)."""
+    if "probabilities" not in results:
+        raise ValueError("--relevance and --faithfulness need a classifier; this model is a backbone")
+    relevance, aucs = [], []
+    for i, target in enumerate(results["probabilities"].argmax(dim=1).tolist()):
+        one = pixels[i : i + 1]
+        if options.relevance:
+            relevance.append(explain.method_maps(model, one, ["relevance"], target, options.precision).maps["relevance"])
+        if options.faithfulness:
+            scored = relevance[-1] if options.relevance else results["rollout"][i]
+            with autocast(options.precision, one.device.type):
+                curves = explain.faithfulness(model, one, scored.to(one.device), target)
+            aucs.append([curves["auc_most_first"], curves["auc_least_first"]])
+    extras = {}
+    if relevance:
+        extras["relevance"] = torch.stack(relevance)  # (B, rows, cols)
+    if aucs:
+        extras["faithfulness"] = torch.tensor(aucs)  # (B, 2)
+    return extras
+
+
+def index_shard(model: ViT, entries: Sequence[Entry], start: int, options: IndexOptions, batch_size: int,
+                projection: Projection | None = None,
+                progress: Callable[[int], None] | None = None) -> tuple[dict[str, pa.Table], dict[str, np.ndarray]]:  # fmt: skip
+    """The tables ("images", "heads") and arrays (one row per entry, zeros for unreadable ones) of one shard whose
+    first image is ``start``. ``progress(n)`` is called as n more images are done."""
+    c = model.config
+    size = model.transform.output_size  # fixed: checked by the caller
+    grid = (size[0] // c.patch_size, size[1] // c.patch_size)
+    n = len(entries)
+    rows = [{"image_id": start + i, "path": e.path, "label": e.label, "width": None, "height": None, "sha256": None,
+             "error": None} for i, e in enumerate(entries)]  # fmt: skip
+    arrays: dict[str, np.ndarray] = {}
+    heads: list[dict[str, np.ndarray]] = []
+    pending: list[tuple[int, torch.Tensor]] = []
+
+    def flush() -> None:
+        if not pending:
+            return
+        positions = [i for i, _ in pending]
+        batch = analyse_batch(model, torch.stack([x for _, x in pending]), options, projection)
+        _store(batch, positions, rows, arrays, heads, n, start, model)
+        if progress is not None:
+            progress(len(pending))
+        pending.clear()
+
+    for i, entry in enumerate(entries):
+        data, error = read_entry(entry)
+        if data is not None:
+            rows[i]["sha256"] = hashlib.sha256(data).hexdigest()
+            try:
+                image = load_image(data)
+                rows[i]["width"], rows[i]["height"] = image.size
+                pending.append((i, model.transform(image)))
+            except (ImageError, OSError, ValueError) as failure:
+                error = str(failure) or type(failure).__name__
+        if error is not None:
+            rows[i]["error"] = error
+            if progress is not None:
+                progress(1)
+        if len(pending) == batch_size:
+            flush()
+    flush()
+    if not arrays:  # nothing readable in this shard: still the arrays, all zeros, so every shard has every file
+        probe = analyse_batch(model, torch.zeros(1, c.num_channels, *size), options, projection)
+        for name, value in probe.items():
+            if name not in ("probabilities", "entropy", "distance_px", "prefix_shares", "high_norm", "faithfulness"):
+                arrays[name] = np.zeros((n, *value.shape[1:]), _dtype(name))
+    tables = {"images": pa.Table.from_pylist(rows, schema=_images_schema(model, options)),
+              "heads": _heads_table(heads, model)}  # fmt: skip
+    return tables, {name: arrays[name] for name in sorted(arrays)}
+
+
+def _dtype(name: str) -> type:
+    return np.float32 if name == "embedding" else np.float16  # maps and features in fp16
+
+
+def _store(batch: dict, positions: list[int], rows: list[dict], arrays: dict, heads: list, n: int, start: int,
+           model: ViT) -> None:  # fmt: skip
+    """Copy one batch's results into the shard's rows, arrays and head records."""
+    for name in ("rollout", "readout", "embedding", "features", "relevance"):
+        if name in batch:
+            if name not in arrays:
+                arrays[name] = np.zeros((n, *batch[name].shape[1:]), _dtype(name))
+            arrays[name][positions] = batch[name].numpy().astype(_dtype(name))
+    names = model.class_names
+    for j, i in enumerate(positions):
+        row = rows[i]
+        row["high_norm_patches"] = batch["high_norm"][j].nonzero().flatten().tolist()
+        if "probabilities" in batch:
+            top = batch["probabilities"][j].topk(min(TOP, len(names)))
+            row["top5_indices"] = top.indices.tolist()
+            row["top5_classes"] = [names[k] for k in top.indices.tolist()]
+            row["top5_probabilities"] = top.values.tolist()
+            row["prediction"], row["prediction_index"] = row["top5_classes"][0], row["top5_indices"][0]
+            row["probability"] = row["top5_probabilities"][0]
+            row["correct"] = None if row["label"] is None else row["label"] == row["prediction"]
+        if "faithfulness" in batch:
+            row["faithfulness_most_first"], row["faithfulness_least_first"] = batch["faithfulness"][j].tolist()
+    heads.append({"image_id": np.asarray(positions) + start, "entropy": batch["entropy"].numpy(),
+                  "distance_px": batch["distance_px"].numpy(), "prefix_shares": batch["prefix_shares"].numpy()})  # fmt: skip
+
+
+def _images_schema(model: ViT, options: IndexOptions) -> pa.Schema:
+    fields = [("image_id", pa.int64()), ("path", pa.string()), ("label", pa.string()), ("width", pa.int32()),
+              ("height", pa.int32()), ("sha256", pa.string()), ("error", pa.string())]  # fmt: skip
+    if model.config.num_classes > 0:
+        fields += [("prediction", pa.string()), ("prediction_index", pa.int32()), ("probability", pa.float32()),
+                   ("correct", pa.bool_()), ("top5_classes", pa.list_(pa.string())),
+                   ("top5_indices", pa.list_(pa.int32())), ("top5_probabilities", pa.list_(pa.float32()))]  # fmt: skip
+    fields.append(("high_norm_patches", pa.list_(pa.int32())))
+    if options.faithfulness:
+        fields += [("faithfulness_most_first", pa.float32()), ("faithfulness_least_first", pa.float32())]
+    return pa.schema(fields)
+
+
+def _heads_table(heads: list[dict], model: ViT) -> pa.Table:
+    """One row per (image, layer, head), in that order."""
+    c = model.config
+    prefix = prefix_names(model)
+    columns: dict[str, list[np.ndarray]] = {}
+    for part in heads:
+        B = len(part["image_id"])
+        per = c.num_layers * c.num_heads
+        shares = part["prefix_shares"].reshape(B * per, -1)  # (B * layers * heads, P + 1)
+        values = {
+            "image_id": np.repeat(part["image_id"].astype(np.int64), per),
+            "layer": np.tile(np.repeat(np.arange(c.num_layers, dtype=np.int16), c.num_heads), B),
+            "head": np.tile(np.arange(c.num_heads, dtype=np.int16), B * c.num_layers),
+            "entropy": part["entropy"].reshape(-1).astype(np.float32),
+            "distance_px": part["distance_px"].reshape(-1).astype(np.float32),
+            "distance_patches": (part["distance_px"].reshape(-1) / c.patch_size).astype(np.float32),
+        }
+        values |= {f"to_{name}": shares[:, k].astype(np.float32) for k, name in enumerate(prefix)}
+        values["to_patches"] = shares[:, -1].astype(np.float32)
+        for name, value in values.items():
+            columns.setdefault(name, []).append(value)
+    schema = pa.schema([("image_id", pa.int64()), ("layer", pa.int16()), ("head", pa.int16())]
+                       + [(name, pa.float32()) for name in ("entropy", "distance_px", "distance_patches",
+                          *(f"to_{n}" for n in prefix), "to_patches")])  # fmt: skip
+    if not columns:
+        return schema.empty_table()
+    table = pa.table({name: np.concatenate(parts) for name, parts in columns.items()})
+    order = np.argsort(table["image_id"].to_numpy(), kind="stable")  # batches come in image order already
+    return table.take(order).cast(schema)
