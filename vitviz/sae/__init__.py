@@ -1,0 +1,49 @@
+"""Sparse autoencoders (SAEs) on one block's output tokens: training, loading, metrics and feature edits.
+
+The map of this folder, in the order work flows:
+- ``model.py``     ``SAEConfig`` and ``TopKSAE``: Gao et al.'s TopK SAE (normalised inputs, pre-encoder bias,
+                   unit-norm decoder rows); ``encode(x) -> codes (..., N)``, ``decode(codes) -> x`` in x's units.
+- ``data.py``      the training data: any sequential source of (n, d) chunks (memory-mapped fp16 ``.npy`` files...),
+                   shuffled within a buffer, and one pass for the normalisation statistics and an init sample.
+- ``training.py``  ``train_sae``: reconstruction + AuxK on dead latents, data initialisation, Adam with warm-up and
+                   decay, progress, per-epoch checkpoints to resume, CPU or CUDA, deterministic for a seed, and a
+                   memory check before allocating.
+- ``metrics.py``   explained variance, L0, dead and dense latents, normalised MSE; top-1 agreement and ViT-Prisma's
+                   "CE loss recovered" with the block's patch tokens replaced by the reconstruction.
+- ``editing.py``   ``with_sae(model, sae, block, scale={latent: factor})``: a model sharing every weight whose block
+                   output on the patch tokens is h + decode(edited codes) - decode(codes).
+- ``files.py``     ``save_sae`` (safetensors + config.json, keys documented there) and ``load_sae``, which also reads
+                   saev's ``sae.pt`` and ViT-Prisma's ``config.json`` + ``.pt``.
+- ``command.py``   ``vitviz sae train``: from a folder of images through a model, or from ``.npy`` activations.
+- ``errors.py``    ``SAEError`` (a ValueError) and its kinds: bad formats, not enough memory.
+
+Why vitviz has its own SAE rather than a library's: ``overcomplete`` 0.3's TopKSAE encodes with Linear + BatchNorm by
+default, its "AuxK" reconstructs the residual from the top half of all unchosen codes rather than from the top
+k_aux dead latents as Gao et al. do, and it pulls in opencv-python and scikit-image; ``sae-lens`` is built for
+language models through TransformerLens hooks. The SAE here is ~100 lines and is tested against a reference written
+from the paper (tests/test_sae_model.py).
+"""
+
+from vitviz.sae.editing import replace_with, with_sae
+from vitviz.sae.errors import SAEError, SAEFormatError, SAEMemoryError
+from vitviz.sae.files import load_sae, save_sae
+from vitviz.sae.metrics import evaluate, largest_activations, top1_agreement
+from vitviz.sae.model import SAEConfig, TopKSAE
+from vitviz.sae.training import TrainConfig, train_sae
+
+__all__ = [
+    "SAEConfig",
+    "SAEError",
+    "SAEFormatError",
+    "SAEMemoryError",
+    "TopKSAE",
+    "TrainConfig",
+    "evaluate",
+    "largest_activations",
+    "load_sae",
+    "replace_with",
+    "save_sae",
+    "top1_agreement",
+    "train_sae",
+    "with_sae",
+]
