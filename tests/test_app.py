@@ -396,11 +396,14 @@ def run_faithfulness(at) -> None:
     next(t for t in at.toggle if t.label.startswith("Run the perturbation test")).set_value(True).run()
 
 
-def test_faithfulness_tab_runs_on_request(default_model):
+def test_faithfulness_tab_runs_on_request_and_says_so(default_model):
     at = open_tab(uploaded_app(), "Faithfulness")
     assert "most relevant first" not in chart_specs(at)
+    assert [i.value for i in at.info] == ["Nothing is drawn until you switch on 'Run the perturbation test' above: "
+                                          "it re-runs the model on the photo with patches replaced, so it runs only "
+                                          "when asked. Once on, it stays on for every photo and class you choose."]
     run_faithfulness(at)
-    assert not at.exception
+    assert not at.exception and not at.info
     table = at.table[0].value
     assert len(table) == 3
     lines = figures(at)[0]["data"]
@@ -691,7 +694,9 @@ def test_a_backbone_shows_every_map_and_says_it_has_no_predictions(tmp_path, mon
     assert any("this model has no classifier (a backbone): no predictions" in i.lower() for i in overview["info"])
     assert overview["captions"] == ["photo.png, 64x48 (full resolution in the PNG download)"]  # the rollout
     for tab in ("Class-specific", "Faithfulness"):
-        assert len(seen[tab]["info"]) == 1 and "need" in seen[tab]["info"][0] and "classifier" in seen[tab]["info"][0]
+        (info,) = seen[tab]["info"]
+        assert info.startswith("This model has no classifier (a backbone)")
+        assert info.endswith(("so they need classes. Every other tab works.", "so it needs classes."))
         assert seen[tab]["captions"] == []
     readout = "[CLS] attention" if config == {} else "mean of the patch rows"
     assert seen["Heads & layers"]["subheaders"][0] == f"Every head in layer 1: {readout}"

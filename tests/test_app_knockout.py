@@ -5,6 +5,7 @@ import io
 import json
 
 import numpy as np
+import pytest
 import torch
 from PIL import Image
 from streamlit.testing.v1 import AppTest
@@ -32,6 +33,42 @@ def prediction(at) -> str:
 
 def banners(at) -> list[str]:
     return [w.value for w in at.warning if w.value.startswith("**Intervened model.**")]
+
+
+def change_table(at) -> list[tuple[str, float, float, float, int]]:
+    """The rows of "What the intervention changes": (class, intact %, intervened %, change in pp, decimals shown)."""
+    table = next(m.value for m in at.markdown if m.value.startswith("**What the intervention changes**"))
+    rows = []
+    for line in table.splitlines()[4:]:
+        name, before, after, change = [cell.strip() for cell in line.strip("|").split("|")]
+        decimals = len(before.removesuffix(" %").partition(".")[2])
+        rows.append((name, float(before[:-2]), float(after[:-2]), float(change[:-3].replace("−", "-")), decimals))
+    return rows
+
+
+def assert_changes(at, names: list[str], before: torch.Tensor, after: torch.Tensor) -> None:
+    """The table shows the intact model's top classes, before and after, each probability within half a unit of its
+    last shown digit (and a little for float sums), each change to its two significant digits."""
+    rows = change_table(at)
+    top = torch.argsort(-before, stable=True)[: len(rows)].tolist()
+    assert [row[0] for row in rows] == [names[k] for k in top]
+    for (_, shown_before, shown_after, shown_change, decimals), k in zip(rows, top):
+        unit = 10.0**-decimals
+        assert shown_before == pytest.approx(100 * float(before[k]), abs=0.51 * unit)
+        assert shown_after == pytest.approx(100 * float(after[k]), abs=0.51 * unit)
+        assert shown_change == pytest.approx(100 * float(after[k] - before[k]), rel=0.05, abs=1e-6)
+    largest = max(abs(row[3]) for row in rows)
+    assert largest == 0 or 10.0 ** -rows[0][4] <= largest  # enough decimals to see the largest change
+
+
+def test_small_changes_get_the_digits_to_show_them():
+    from vitviz_dashboard.knockout import change_decimals, percent, signed
+
+    decimals = change_decimals(0.025)  # [CLS] out of the default model: 2.5e-4 of the top probability
+    shown = (percent(0.92030, decimals), percent(0.92005, decimals), signed(-0.025))
+    assert shown == ("92.030 %", "92.005 %", "−0.025")
+    assert [change_decimals(x) for x in (30, 5, 0.5, 0.05, 1e-9, 0)] == [1, 1, 2, 3, 6, 1]
+    assert (signed(0.5), signed(0), signed(-1e-5)) == ("+0.5", "0", "−1e-05")
 
 
 def photo_pixels(model) -> torch.Tensor:
@@ -67,6 +104,10 @@ def test_knock_a_head_out_see_the_banner_and_a_changed_prediction_then_restore(t
     top = int(probabilities.argmax())
     assert_percent(prediction(at), f"**Prediction: {model.class_names[top]} (", float(probabilities[top]))
     assert prediction(at) != intact
+    # the tab where the head was knocked out shows what that changed, in numbers
+    with torch.no_grad():
+        intact_probabilities = model.probabilities(model(photo_pixels(model)).logits)[0]
+    assert_changes(at, model.class_names, intact_probabilities, probabilities)
     figures = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
     marks = [t for f in figures for t in f["data"] if t.get("name") == "knocked out"]
     assert marks and list(values(marks[0]["x"])) == [strongest[1]] and list(values(marks[0]["y"])) == [strongest[0]]
@@ -92,16 +133,15 @@ def test_take_the_registers_out_of_the_attention_and_see_what_changes(tmp_path, 
     with torch.no_grad():
         before = model.probabilities(model(photo_pixels(model)).logits)[0]
         after = model.probabilities(model(photo_pixels(model), key_mask=torch.tensor([True, False, False] + [True] * 16)).logits)[0]
-    table = next(m.value for m in at.markdown if m.value.startswith("**What changes**"))
-    for k in range(3):
-        assert f"| {model.class_names[k]} | {before[k]:.1%} | {after[k]:.1%} |" in table
+    assert_changes(at, model.class_names, before, after)
     captions = [img.proto.imgs[0].caption for img in at.get("image")]
     assert "intact: [CLS] attention, last layer, mean over heads" in captions
 
 
 def test_a_backbone_has_no_head_ranking_but_can_lose_its_cls_token(tmp_path, monkeypatch):
     at = app_with(tiny_checkpoint(tmp_path / "backbone.pt", names=()), monkeypatch, "Heads & layers")
-    assert any("head importance and logit attribution need one" in i.value for i in at.info)
+    assert ("This model has no classifier (a backbone): head importance and logit attribution need classes."
+            in [i.value for i in at.info])  # fmt: skip
     open_tab(at, "Tokens")
     next(m for m in at.multiselect if m.label == "Take out of the attention").set_value(["[CLS]"]).run()
     assert not at.exception and not at.error and banners(at)

@@ -17,6 +17,7 @@ from tiny_models import tiny_checkpoint
 from tiny_text import clip_folder, siglip_folder
 from vitviz.images import load_image
 from vitviz_dashboard import budget
+from vitviz_dashboard.prompts import PROMPTS_KEY, SOURCE_KEY
 
 MAKERS = {"clip": clip_folder, "siglip": siglip_folder}
 
@@ -77,10 +78,11 @@ def test_typed_prompts_become_the_classes_with_their_kind_of_probability(folders
     overview = " ".join(c.value for c in at.caption)
     assert "Zero-shot: the image's similarity to each prompt" in overview
 
-    at.text_area(key="prompts").set_value("an astronaut\nthe moon").run()
+    at.text_area(key=PROMPTS_KEY).set_value("an astronaut\nthe moon").run()
     expected = library_probabilities(folders[kind], ["an astronaut", "the moon"])
     top = int(np.argmax(expected))
-    assert_percent(prediction(at), f"Zero-shot prediction: '{['an astronaut', 'the moon'][top]}' (", float(expected[top]))
+    prompt = ["an astronaut", "the moon"][top]
+    assert_percent(prediction(at), f"Zero-shot prediction: '{prompt}' (", float(expected[top]))
 
 
 def test_two_prompts_side_by_side_in_the_class_specific_tab(folders, monkeypatch):
@@ -109,17 +111,24 @@ def test_two_prompts_side_by_side_in_the_class_specific_tab(folders, monkeypatch
         ("\n".join(f"thing {i}" for i in range(101)), "101 prompts, more than the limit of 100"),
     ],
 )
-def test_bad_prompts_are_answered_with_a_message_and_the_model_stays_a_backbone(folders, monkeypatch, text, message):
+def test_bad_prompts_are_answered_with_their_cause_in_the_main_area_too(folders, monkeypatch, text, message):
     at = page_with(folders["clip"], monkeypatch)
-    at.text_area(key="prompts").set_value(text).run()
+    at.text_area(key=PROMPTS_KEY).set_value(text).run()
     assert not at.exception
     assert any(message in e.value for e in at.sidebar.error), [e.value for e in at.sidebar.error]
-    assert "No predictions (the model is a backbone)" in prediction(at) or "backbone" in " ".join(i.value for i in at.info)
+    # the sidebar may be collapsed: the line above the tabs, and the tab, say what is wrong and where to fix it
+    assert prediction(at).startswith(f"**No predictions: the prompts cannot be used** ({message}")
+    assert "fix them under Prompts in the sidebar" in prediction(at) and "backbone" not in prediction(at)
+    (overview,) = [i.value for i in at.info]
+    assert overview.startswith(f"The prompts cannot be used ({message}") and "backbone" not in overview
+    for tab in ("Heads & layers", "Class-specific", "Faithfulness"):
+        open_tab(at, tab)
+        assert any(i.value.startswith("The prompts cannot be used") for i in at.info), tab
 
 
 def test_a_prompt_longer_than_the_context_is_truncated_with_a_note(folders, monkeypatch):
     at = page_with(folders["clip"], monkeypatch)
-    at.text_area(key="prompts").set_value("a dog\n" + " ".join(["cat"] * 30)).run()
+    at.text_area(key=PROMPTS_KEY).set_value("a dog\n" + " ".join(["cat"] * 30)).run()
     assert not at.exception and not at.error
     assert any("Prompt 2 is" in w.value and "longer than the text tower's 16" in w.value for w in at.sidebar.warning)
     assert "Zero-shot prediction" in prediction(at)
@@ -127,9 +136,10 @@ def test_a_prompt_longer_than_the_context_is_truncated_with_a_note(folders, monk
 
 def test_a_ready_set_with_its_template(folders, monkeypatch):
     at = page_with(folders["siglip"], monkeypatch)
-    at.selectbox(key="prompt_source").set_value("cifar10").run()
+    at.selectbox(key=SOURCE_KEY).set_value("cifar10").run()
     assert not at.exception and not at.error
-    assert any("10 classes x 1 template = 10 prompts, e.g. 'a photo of a airplane.'" in c.value for c in at.sidebar.caption)
+    # CLIP's template word for word ("a photo of a airplane." for the first class): the example reads correctly
+    assert any("10 classes x 1 template = 10 prompts, e.g. 'a photo of a bird.'" in c.value for c in at.sidebar.caption)
     expected = library_probabilities(folders["siglip"], list(vitviz.text.prompt_set("cifar10")), ["a photo of a {}."])
     top = int(np.argmax(expected))
     assert_percent(prediction(at), f"Zero-shot prediction: '{vitviz.text.prompt_set('cifar10')[top]}' (",
@@ -161,3 +171,51 @@ def test_when_probabilities_tie_the_picker_starts_on_the_top_class_and_maps_are_
     open_tab(at, "Class-specific")
     assert calls == [(0, ["relevance"]), (0, ["legrad"])]  # the top class's maps, once each: not twice
     assert captions(at)[0] == "relevance for 'cat'"
+
+
+def test_typed_prompts_survive_a_look_at_a_ready_set(folders, monkeypatch):
+    at = page_with(folders["clip"], monkeypatch)
+    at.text_area(key=PROMPTS_KEY).set_value("an astronaut\nthe moon").run()
+    at.selectbox(key=SOURCE_KEY).set_value("cifar10").run()
+    assert not at.exception and not at.text_area  # the ready set: no box for typed prompts
+    at.selectbox(key=SOURCE_KEY).set_value("my prompts").run()
+    assert at.text_area(key=PROMPTS_KEY).value == "an astronaut\nthe moon"
+    expected = library_probabilities(folders["clip"], ["an astronaut", "the moon"])
+    top = int(np.argmax(expected))
+    prompt = ["an astronaut", "the moon"][top]
+    assert_percent(prediction(at), f"Zero-shot prediction: '{prompt}' (", float(expected[top]))
+
+
+def test_the_input_size_in_the_sidebar_is_the_one_the_model_is_fed(folders, monkeypatch):
+    # the tiny CLIP folder has no preprocessor_config.json: the loader feeds it ViTImageProcessor's 224x224
+    at = page_with(folders["clip"], monkeypatch)
+    model = vitviz.load_model(folders["clip"])
+    height, width = model.transform(load_image(png_bytes())).shape[-2:]
+    rows, cols = height // 8, width // 8
+    sidebar = at.sidebar.caption[0].value
+    assert f"input {height}x{width} ({rows}x{cols} patches" in sidebar
+    assert f"as a {width}x{height} input ({cols}x{rows} patches of 8 px)" in prediction(at)
+    if (height, width) != (32, 32):
+        assert "built for 32x32, its positions resized to this grid" in sidebar
+
+
+def banner(at) -> str | None:
+    return next((w.value for w in at.warning if w.value.startswith("**Intervened model.**")), None)
+
+
+def test_a_knocked_out_head_stays_out_when_the_prompts_change(folders, monkeypatch):
+    at = open_tab(page_with(folders["clip"], monkeypatch), "Heads & layers")
+    next(m for m in at.multiselect if m.label == "Knock out heads").set_value(["L1 H2"]).run()
+    assert "Heads removed: L1 H2" in banner(at)
+    model = vitviz.load_model(folders["clip"])
+    pixels = model.transform(load_image(png_bytes()))[None]
+    for prompts in (["an astronaut", "the moon"], ["a photo of a cat", "a photo of a dog", "a photo of a bird"]):
+        at.text_area(key=PROMPTS_KEY).set_value("\n".join(prompts)).run()
+        assert not at.exception and "Heads removed: L1 H2" in banner(at)  # the same heads, the new prompts
+        knocked = vitviz.zero_shot(model, prompts, use_cache=False).knock_out(heads=[(1, 2)])
+        with torch.no_grad():
+            expected = knocked.probabilities(knocked(pixels).logits)[0].numpy()
+        top = int(np.argmax(expected))
+        assert_percent(prediction(at), f"Zero-shot prediction: '{prompts[top]}' (", float(expected[top]))
+    at.button(key="restore_model").click().run()
+    assert banner(at) is None

@@ -19,6 +19,7 @@ from vitviz.images import ImageFile
 
 KEPT = "kept|"  # prefix of the keys of tab widgets, whose values outlive runs that do not draw them
 KNOCKOUT = "#knockout="  # what a knocked-out model's spec adds to its model's (knockout.py)
+PROMPTS = "#prompts="  # what a zero-shot model's spec adds to its model's (prompts.py)
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,7 @@ class Settings:
     colormap: str
     alpha: float
     model_choice: str = "default"  # the model picker's option (a spec, or "path or upload...", ...)
+    prompt_error: str = ""  # why the typed prompts cannot be the classes ("prompt 2 is empty"); "" when they can
 
 
 @dataclass(frozen=True)
@@ -175,6 +177,8 @@ def prediction_line(page: Page) -> str:
     height, width = analysis.pixel_values.shape[-2:]
     rows, cols = analysis.grid_size
     saw = f"the model saw the photo as a {width}x{height} input ({cols}x{rows} patches of {model.config.patch_size} px)"
+    if page.settings.prompt_error:
+        return f"**No predictions: the prompts cannot be used** ({prompts_to_fix(page.settings)}); {saw}."
     if not has_classifier(model):
         return f"No predictions (the model is a backbone); {saw}."
     top = top_class(analysis.probabilities)
@@ -182,6 +186,19 @@ def prediction_line(page: Page) -> str:
         return (f"**Zero-shot prediction: '{class_name(model, top)}' ({analysis.probabilities[top]:.1%}, "
                 f"{probability_kind(model)})**; {saw}.")  # fmt: skip
     return f"**Prediction: {class_name(model, top)} ({analysis.probabilities[top]:.1%})**; {saw}."
+
+
+def prompts_to_fix(settings: Settings) -> str:
+    """What is wrong with the typed prompts, and where to fix them (the sidebar may be collapsed)."""
+    return f"{settings.prompt_error}: fix them under Prompts in the sidebar"
+
+
+def without_classes(settings: Settings) -> str:
+    """Why the page's model has no classes, as a sentence without its full stop: its typed prompts cannot be used,
+    or it is a backbone. Every tab that needs classes says this, so the cause is in the main area."""
+    if settings.prompt_error:
+        return f"The prompts cannot be used ({prompts_to_fix(settings)}), so the model has no classes"
+    return "This model has no classifier (a backbone)"
 
 
 def top_class(probabilities: np.ndarray) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 
 import streamlit as st
 
@@ -15,13 +16,15 @@ import vitviz
 from vitviz.text import PROMPT_SETS, PromptError, check_prompts, parse_prompts, prompt_set, template_set
 from vitviz.text.zero_shot import NO_TEXT_TOWER
 
-from vitviz_dashboard.common import Settings
+from vitviz_dashboard.common import KEPT, PROMPTS, Settings
 from vitviz_dashboard.progress import progress_class
 
 MAX_PROMPTS = 100  # typed prompts; the ready sets go up to ImageNet's 1,000 classes
 DEFAULT_PROMPTS = "a photo of a cat\na photo of a dog\na photo of a bird"
 MY_PROMPTS = "my prompts"
 SOURCES = [MY_PROMPTS, *PROMPT_SETS]
+# kept (common.keep_tab_widgets): typed prompts outlive a look at a ready set, or at a model without a text tower
+SOURCE_KEY, PROMPTS_KEY, ENSEMBLE_KEY = f"{KEPT}prompt_source", f"{KEPT}prompts", f"{KEPT}prompt_ensemble"
 ENSEMBLE_HELP = ("Each class's text embedding becomes the mean of its 80 templates' embeddings (CLIP's ImageNet "
                  "recipe): usually a few points more accurate, and 80x the prompts to embed, once: 80,000 for "
                  "ImageNet. On a 2-core CPU a B-sized text tower takes 45-70 ms per prompt, so about an hour for "
@@ -40,30 +43,32 @@ def prompt_model(model: vitviz.ViT, settings: Settings) -> tuple[vitviz.ViT, Set
                                f"{NO_TEXT_TOWER.split('. ', 1)[1]}.")  # fmt: skip
         return model, settings
     st.sidebar.header("Prompts")
-    source = st.sidebar.selectbox("Classes", SOURCES, key="prompt_source",
+    source = st.sidebar.selectbox("Classes", SOURCES, key=SOURCE_KEY,
                                   format_func=lambda s: s if s == MY_PROMPTS else PROMPT_SETS[s].description,
                                   help="Any prompt becomes a class: the text tower embeds it, and the image's "
                                        "similarity to each embedding is its score.")  # fmt: skip
     if source == MY_PROMPTS:
-        text = st.sidebar.text_area("One prompt per line", DEFAULT_PROMPTS, key="prompts", height=120)
+        st.session_state.setdefault(PROMPTS_KEY, DEFAULT_PROMPTS)
+        text = st.sidebar.text_area("One prompt per line", key=PROMPTS_KEY, height=120)
         try:
             prompts = check_prompts(parse_prompts(text), MAX_PROMPTS)
         except PromptError as error:
             st.sidebar.error(f"{error}. Until then the model is shown as a backbone, without predictions.")
-            return model, settings
+            return model, dataclasses.replace(settings, prompt_error=str(error))
         templates = None
     else:
         prompts = list(prompt_set(source))
-        ensemble = st.sidebar.toggle("OpenAI's 80 templates", key="prompt_ensemble", help=ENSEMBLE_HELP)
+        ensemble = st.sidebar.toggle("OpenAI's 80 templates", key=ENSEMBLE_KEY, help=ENSEMBLE_HELP)
         templates = list(template_set("openai-80" if ensemble else "photo"))
         st.sidebar.caption(f"{len(prompts):,} classes x {len(templates)} template{'s' if len(templates) > 1 else ''} "
-                           f"= {len(prompts) * len(templates):,} prompts, e.g. '{templates[0].format(prompts[0])}'.")  # fmt: skip
+                           f"= {len(prompts) * len(templates):,} prompts, "
+                           f"e.g. '{example_prompt(templates[0], prompts)}'.")  # fmt: skip
     truncation_notes(tower, prompts if templates is None else [])
     kind = ("a softmax over the prompts (CLIP)" if tower.probabilities == "softmax"
             else "a sigmoid per prompt, each scored on its own (SigLIP)")  # fmt: skip
     st.sidebar.caption(f"Probabilities: {kind}.")
     digest = hashlib.sha256(json.dumps([prompts, templates]).encode()).hexdigest()[:16]
-    spec = f"{settings.model_spec}#prompts={digest}"
+    spec = f"{settings.model_spec}{PROMPTS}{digest}"
     slot = st.sidebar.empty()
     try:
         zero_shot = zero_shot_model(model, settings.model_spec, tuple(prompts), None if templates is None else tuple(templates),
@@ -107,3 +112,12 @@ def truncation_notes(tower, prompts: list[str]) -> None:
 def looks_like_clip(model: vitviz.ViT, spec: str) -> bool:
     """An image-text tower loaded without its text half: say how to get it."""
     return getattr(model, "text_tower_note", None) is not None or any(w in spec.lower() for w in ("clip", "siglip"))
+
+
+def example_prompt(template: str, classes: list[str]) -> str:
+    """One class put through the template, for the sidebar's example. The template is used word for word, as CLIP's
+    authors wrote it (zero-shot scores depend on the exact text), so "a photo of a {}." reads "a photo of a
+    airplane." for a class that starts with a vowel: the example is the first class that reads correctly."""
+    article = re.search(r"\ba \{\}", template) is not None
+    reads_well = [name for name in classes if not article or name[:1].lower() not in "aeiou"]
+    return template.format((reads_well or classes)[0])

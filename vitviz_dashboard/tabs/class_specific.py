@@ -11,10 +11,11 @@ from vitviz.explain.methods import DESCRIPTIONS, TAM_STEPS
 
 from vitviz_dashboard.cached import cached_figure, class_map, logit_lens, overlay_picture
 from vitviz_dashboard.common import (Page, class_name, class_picker, classes_by_probability, colour_legend, downloads,
-                                     has_classifier, index_slider, is_zero_shot, probability_kind, top_class)  # fmt: skip
+                                     has_classifier, index_slider, is_zero_shot, probability_kind, top_class,
+                                     without_classes)  # fmt: skip
 
-NEEDS_A_CLASSIFIER = ("Class-specific maps follow the gradient of one class's score back through the attention, "
-                      "so they need a classifier; this model has none (a backbone). Every other tab works.")  # fmt: skip
+NEEDS_CLASSES = ("Class-specific maps follow the gradient of one class's score back through the attention, so "
+                 "they need classes. Every other tab works.")  # fmt: skip
 GRADIENT_METHODS = [m for m in CLASS_SPECIFIC if m != "lens"]  # the lens has its own section below
 DEFAULT_METHODS = ["relevance", "legrad"]
 READING = {  # how to read each map, in a sentence
@@ -31,7 +32,7 @@ COST = {"tam": f"{TAM_STEPS} forward and backward passes", "legrad": "one backwa
 def draw(page: Page) -> None:
     model = page.model
     if not has_classifier(model):
-        st.info(NEEDS_A_CLASSIFIER)
+        st.info(f"{without_classes(page.settings)}. {NEEDS_CLASSES}")
         return
     pick, against = st.columns(2)
     with pick:

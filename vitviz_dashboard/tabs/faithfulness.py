@@ -9,12 +9,15 @@ import streamlit as st
 from vitviz import explain, plots
 
 from vitviz_dashboard.cached import faithfulness_curves
-from vitviz_dashboard.common import Page, class_name, class_picker, downloads, has_classifier
+from vitviz_dashboard.common import Page, class_name, class_picker, downloads, has_classifier, without_classes
 
-NEEDS_A_CLASSIFIER = ("The perturbation test replaces patches and watches the probability of the predicted class "
-                      "fall, so it needs a classifier; this model has none (a backbone).")  # fmt: skip
+NEEDS_CLASSES = ("The perturbation test replaces patches and watches the probability of the predicted class fall, "
+                 "so it needs classes.")  # fmt: skip
 
 
+RUN = "Run the perturbation test (7 batched forward passes)"
+OFF = (f"Nothing is drawn until you switch on '{RUN.split(' (')[0]}' above: it re-runs the model on the photo with "
+       "patches replaced, so it runs only when asked. Once on, it stays on for every photo and class you choose.")
 SEPARABLE = 0.02  # areas closer than this, on one image in 10 % steps, do not rank the maps
 
 
@@ -22,7 +25,7 @@ SEPARABLE = 0.02  # areas closer than this, on one image in 10 % steps, do not r
 def draw(page: Page) -> None:
     model, analysis, settings = page.model, page.analysis, page.settings
     if not has_classifier(model):
-        st.info(NEEDS_A_CLASSIFIER)
+        st.info(f"{without_classes(settings)}. {NEEDS_CLASSES}")
         return
     target = class_picker(page)
     st.caption(f"Patches are replaced 10 % at a time, most- or least-relevant first, and the probability of "
@@ -33,7 +36,8 @@ def draw(page: Page) -> None:
     baseline = st.radio("Replace patches by", ["mean", "blur"], horizontal=True, key=page.key("baseline", "mean"),
                         format_func=lambda b: {"mean": "the mean colour", "blur": "a blur"}[b])  # fmt: skip
     # per model, not per image: once on, the test runs for every image chosen after
-    if not st.toggle("Run the perturbation test (7 batched forward passes)", key=page.key("run", False)):
+    if not st.toggle(RUN, key=page.key("run", False)):
+        st.info(OFF)
         return
     results = faithfulness_curves(model, settings.model_spec, page.file, settings.precision, target, baseline)
     x = explain.fraction_replaced()

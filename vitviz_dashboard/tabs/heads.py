@@ -16,8 +16,8 @@ from vitviz import head_plots
 
 from vitviz_dashboard.cached import cached_figure, head_ranking, logit_parts, overlay_picture, readout_maps
 from vitviz_dashboard.common import (Page, Photo, chart_download, class_name, class_picker, downloads, has_classifier,
-                                     index_slider, readout_file_name, readout_title)  # fmt: skip
-from vitviz_dashboard.knockout import head_label, head_labels, heads_key, parse_head, removed
+                                     index_slider, readout_file_name, readout_title, without_classes)  # fmt: skip
+from vitviz_dashboard.knockout import head_label, head_labels, heads_key, parse_head, removed, scope, what_changes
 from vitviz_dashboard.small_multiples import head_maps
 
 FUSIONS = {"mean": np.mean, "max": np.max, "min": np.min}  # over heads
@@ -84,11 +84,11 @@ def head_causes(page: Page) -> None:
     c = page.model.config
     st.subheader("Which heads the prediction depends on")
     if not has_classifier(page.model):
-        st.info("This model has no classifier (a backbone): head importance and logit attribution need one.")
+        st.info(f"{without_classes(page.settings)}: head importance and logit attribution need classes.")
         return
     target = class_picker(page)
     name = class_name(page.model, target)
-    base_spec = (page.intact_settings or page.settings).model_spec
+    base_spec = scope(page.settings.model_spec)
     heads = list(page.model.interventions.heads)  # what this run's model has removed
     passes = sum(c.num_layers - layer for layer in range(c.num_layers)) * c.num_heads / c.num_layers
     if c.num_layers * c.num_heads > 64 and not st.toggle(
@@ -127,6 +127,7 @@ def head_causes(page: Page) -> None:
                         "the predictions and the maps of every tab then show the intervened model.")  # fmt: skip
     if removed(page.model, base_spec)[0] != list(page.model.interventions.heads):
         st.rerun()  # this tab runs alone (a fragment): the whole page must run again, with the new model
+    what_changes(page)
 
 
 def clicked_head(event, base_spec: str) -> None:

@@ -8,7 +8,8 @@ from vitviz import explain
 
 from vitviz_dashboard.cached import cached_figure, overlay_picture, rollout_map
 from vitviz_dashboard.common import (Page, class_name, classes_by_probability, colour_legend, describe_pooling,
-                                     downloads, has_classifier, index_slider, is_zero_shot, probability_kind)  # fmt: skip
+                                     downloads, has_classifier, index_slider, is_zero_shot, probability_kind,
+                                     without_classes)  # fmt: skip
 
 
 @st.fragment
@@ -29,9 +30,8 @@ def draw(page: Page) -> None:
                            f"{probability_kind(model)}"
                            + (" (the scores need not sum to 100 %)." if model.config.probabilities == "sigmoid" else "."))
         else:
-            st.info(f"This model has no classifier (a backbone): no predictions. Every map still reads what its "
-                    f"pooling reads ({describe_pooling(model.config)}); class-specific maps and faithfulness "
-                    "curves need a classifier.")  # fmt: skip
+            st.info(f"{without_classes(settings)}: no predictions. Every map still reads what its pooling reads "
+                    f"({describe_pooling(model.config)}); class-specific maps and faithfulness curves need classes.")
         st.subheader("Rollout settings")
         fusion = st.selectbox("Head fusion", explain.HEAD_FUSIONS, key=page.key("fusion", explain.HEAD_FUSIONS[0]))
         discard = st.slider("Discard ratio", 0.0, 0.95, step=0.05, key=page.key("discard", 0.0),
