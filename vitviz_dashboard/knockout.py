@@ -1,20 +1,32 @@
 """Knocking heads and tokens out of the model the whole page shows.
 
-What the user removed lives in session state per model (heads chosen in Heads & layers, prefix tokens in Tokens).
-Before any tab is drawn, ``knocked_out_model`` turns it into ``model.knock_out(...)``, which shares every weight,
+What the user removed lives in session state per image tower (heads chosen in Heads & layers, prefix tokens in
+Tokens): a new prompt set changes only the head that scores the prompts, so what was removed stays removed. Before
+any tab is drawn, ``knocked_out_model`` turns the model into ``model.knock_out(...)``, which shares every weight,
 under a spec of its own so every cache keeps its results apart, and puts a banner above the tabs with one click to
-restore the model. Every tab then shows the intervened model: the prediction line, the predictions and the maps.
+restore the model. Every tab then shows the intervened model: the prediction line, the predictions and the maps;
+the tab where the intervention was made shows what it changed (``what_changes``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
+import numpy as np
 import streamlit as st
 
 import vitviz
 
-from vitviz_dashboard.common import KEPT, KNOCKOUT, Settings, prefix_token_names
+from vitviz_dashboard.cached import photo_and_analysis
+from vitviz_dashboard.common import (KEPT, KNOCKOUT, PROMPTS, Page, Settings, class_name, classes_by_probability,
+                                     has_classifier, prefix_token_names)  # fmt: skip
+
+
+def scope(spec: str) -> str:
+    """What knock-outs are kept under: the spec of the image tower, without the prompt set or the knock-out
+    itself (a zero-shot model's prompts only change the head that scores them)."""
+    return spec.split(KNOCKOUT)[0].split(PROMPTS)[0]
 
 
 def heads_key(base_spec: str) -> str:
@@ -57,7 +69,7 @@ def restore(base_spec: str) -> None:
 def knocked_out_model(model: vitviz.ViT, settings: Settings) -> tuple[vitviz.ViT, Settings]:
     """The model the page shows: with the heads and tokens the user removed, a banner saying so and a restore
     button; or the model itself."""
-    base_spec = settings.model_spec
+    base_spec = scope(settings.model_spec)
     heads, tokens = removed(model, base_spec)
     if not heads and not tokens:
         return model, settings
@@ -73,4 +85,44 @@ def knocked_out_model(model: vitviz.ViT, settings: Settings) -> tuple[vitviz.ViT
     button.button("Restore the model", on_click=restore, args=(base_spec,), key="restore_model",
                   help="Put every head and token back")  # fmt: skip
     suffix = ",".join(head_label(*h).replace(" ", "") for h in heads) + ";" + ",".join(map(str, tokens))
-    return model.knock_out(heads, tokens), dataclasses.replace(settings, model_spec=f"{base_spec}{KNOCKOUT}{suffix}")
+    spec = f"{settings.model_spec}{KNOCKOUT}{suffix}"  # the prompts' digest kept: every cache keeps them apart
+    return model.knock_out(heads, tokens), dataclasses.replace(settings, model_spec=spec)
+
+
+def what_changes(page: Page) -> None:
+    """With heads or tokens removed: the intact model's top classes, their probabilities before and after, and the
+    change in percentage points, with enough digits to see a small one (92.030 % → 92.005 %, −0.025 pp)."""
+    if page.intact_model is None or not has_classifier(page.model):
+        return
+    _, intact = photo_and_analysis(page.intact_model, page.intact_settings, page.photo.name, page.file)
+    before, after = intact.probabilities, page.analysis.probabilities
+    top = classes_by_probability(before)[:5]
+    changes = [100 * (float(after[k]) - float(before[k])) for k in top]
+    decimals = change_decimals(max(abs(change) for change in changes))
+    rows = [f"| {class_name(page.model, k)} | {percent(before[k], decimals)} | {percent(after[k], decimals)} | "
+            f"{signed(change)} pp |" for k, change in zip(top, changes)]  # fmt: skip
+    now = classes_by_probability(after)[0]
+    moved = "" if now == top[0] else f" The top prediction is now '{class_name(page.model, now)}'."
+    header = "| class | intact | intervened | change |\n| --- | ---: | ---: | ---: |\n"
+    st.markdown(f"**What the intervention changes**: the intact model's top classes, before and after.{moved}\n\n"
+                + header + "\n".join(rows))  # fmt: skip
+    st.caption(f"Probabilities to {decimals} decimal{'s' if decimals > 1 else ''}, enough to see the largest change; "
+               "the change is intervened minus intact, in percentage points (pp).")  # fmt: skip
+
+
+def change_decimals(largest_pp: float) -> int:
+    """Decimals of a percentage that show a change of ``largest_pp`` points with about two digits: 5 pp -> 1,
+    0.5 -> 2, 0.025 -> 3; at most 6 (a change below that reads as 0)."""
+    if not largest_pp > 0:
+        return 1
+    return int(np.clip(math.ceil(-math.log10(largest_pp)) + 1, 1, 6))
+
+
+def percent(probability: float, decimals: int) -> str:
+    return f"{100 * float(probability):.{decimals}f} %"
+
+
+def signed(value: float) -> str:
+    """+0.5, −0.025 (a true minus sign), 0 for no change."""
+    text = f"{value:+.2g}"
+    return "0" if value == 0 else "−" + text[1:] if text.startswith("-") else text

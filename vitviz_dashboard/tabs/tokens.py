@@ -11,9 +11,8 @@ import torch
 from vitviz import explain
 
 from vitviz_dashboard.cached import cached_figure, outlined_picture, overlay_picture, photo_and_analysis, token_views
-from vitviz_dashboard.common import (Page, class_name, classes_by_probability, describe_pooling, downloads,
-                                     has_classifier, index_slider, prefix_token_names, readout_title)  # fmt: skip
-from vitviz_dashboard.knockout import removed, tokens_key
+from vitviz_dashboard.common import Page, describe_pooling, downloads, index_slider, prefix_token_names, readout_title
+from vitviz_dashboard.knockout import removed, scope, tokens_key, what_changes
 
 PAPER = "Darcet et al. 2023, [Vision Transformers Need Registers](https://arxiv.org/abs/2309.16588)"
 HEADS = ["mean", "max", "min"]
@@ -44,20 +43,15 @@ def take_out(page: Page, maps: dict) -> None:
     st.caption(f"A token taken out gets no attention from any query in any block: each attention row is "
                f"renormalised over the other tokens. {PAPER} do this to registers to show what they hold. The whole "
                "page then shows the intervened model.")  # fmt: skip
-    base_spec = (page.intact_settings or page.settings).model_spec
+    base_spec = scope(page.settings.model_spec)
     st.multiselect("Take out of the attention", names, key=tokens_key(base_spec))
     if removed(page.model, base_spec)[1] != list(page.model.interventions.tokens):
         st.rerun()  # this tab runs alone (a fragment): the whole page must run again, with the new model
     if page.intact_model is None:
         return
+    what_changes(page)
     _, intact = photo_and_analysis(page.intact_model, page.intact_settings, page.photo.name, page.file)
     now = page.analysis
-    if has_classifier(page.model):
-        top = classes_by_probability(intact.probabilities)[:5]
-        rows = [f"| {class_name(page.model, k)} | {intact.probabilities[k]:.1%} | {now.probabilities[k]:.1%} |"
-                for k in top]  # fmt: skip
-        st.markdown("**What changes**: the intact model's top classes, before and after\n\n"
-                    "| class | intact | intervened |\n| --- | ---: | ---: |\n" + "\n".join(rows))  # fmt: skip
     last = c.num_layers - 1
     before, after = intact.readout_attention[last].mean(dim=0).numpy(), now.readout_attention[last].mean(dim=0).numpy()
     low, high = float(min(before.min(), after.min())), float(max(before.max(), after.max()))
