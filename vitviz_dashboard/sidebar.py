@@ -176,16 +176,32 @@ def save_uploaded_checkpoint(uploaded) -> str:
 
 def describe_model(model: vitviz.ViT, spec: str) -> None:
     c = model.config
-    rows, cols = c.grid_size
     classes = f"{len(model.class_names)} classes" if has_classifier(model) else "no classifier (a backbone)"
     if getattr(model, "text_tower", None) is not None:
         kind = {"clip": "CLIP", "siglip": "SigLIP"}[model.text_tower.kind]
         classes = f"a {kind} text tower: prompts are its classes (below)"
     st.sidebar.caption(
-        f"**{spec}**: {c.num_layers} layers x {c.num_heads} heads, patch {c.patch_size}, "
-        f"input {c.image_hw[0]}x{c.image_hw[1]} ({rows}x{cols} patches), {classes}. "
-        f"Tokens: {describe_prefix_tokens(c)}, then the patches; pooling: {describe_pooling(c)}."
+        f"**{spec}**: {c.num_layers} layers x {c.num_heads} heads, patch {c.patch_size}, {describe_input(model)}, "
+        f"{classes}. Tokens: {describe_prefix_tokens(c)}, then the patches; pooling: {describe_pooling(c)}."
     )
     if has_classifier(model):
         with st.sidebar.expander("Classes"):
             st.write(", ".join(model.class_names) if model.class_names else "unnamed")
+
+
+def describe_input(model: vitviz.ViT) -> str:
+    """The input the model is fed, as its preprocessing makes it (the size the prediction line reports for each photo),
+    and the size it was built for where they differ: a Hugging Face folder without preprocessor_config.json gets
+    ViTImageProcessor's 224x224 whatever its config says, and the model resizes its positions to the new grid."""
+    c, transform = model.config, model.transform
+    built = f"{c.image_hw[0]}x{c.image_hw[1]}"
+    if transform.output_size is None:  # the shape follows the photo's
+        fed = "each photo at its own size"
+        if isinstance(transform.resize, int):
+            fed = f"shorter side {transform.resize} px"
+        return f"input: {fed}, the patch grid following the photo's shape (built for {built})"
+    height, width = transform.output_size
+    grid = f"{height // c.patch_size}x{width // c.patch_size} patches"
+    if (height, width) == tuple(c.image_hw):
+        return f"input {built} ({grid})"
+    return f"input {height}x{width} ({grid}; built for {built}, its positions resized to this grid)"
