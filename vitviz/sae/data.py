@@ -24,7 +24,8 @@ Source = Sequence[Chunk] | Callable[[], Iterable[Chunk]]
 def chunks(source: Source) -> Iterator[torch.Tensor]:
     """Each chunk of the source in order, as a float32 CPU tensor (n, d); memory maps are read one chunk at a time."""
     for chunk in source() if callable(source) else source:
-        tensor = torch.as_tensor(np.asarray(chunk)) if not isinstance(chunk, torch.Tensor) else chunk
+        # one float32 copy of a (possibly read-only, fp16) memory-mapped slice
+        tensor = chunk if isinstance(chunk, torch.Tensor) else torch.from_numpy(np.array(chunk, dtype=np.float32))
         if tensor.ndim != 2:
             raise SAEError(f"activation chunks must be (tokens, width); got shape {tuple(tensor.shape)}")
         yield tensor.detach().to("cpu", torch.float32)
