@@ -17,7 +17,7 @@ from vitviz.dataset.search import build_vector_index, exact_neighbours, normalis
 from vitviz.images import load_image
 from vitviz.load import load_model
 
-FP16 = dict(rtol=2e-3, atol=2e-3)
+FP16 = {"rtol": 2e-3, "atol": 2e-3}
 
 
 def make_images(folder, count=24, seed=0):

@@ -11,6 +11,7 @@ import contextlib
 import datetime
 import importlib.metadata
 import itertools
+import json
 from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from pathlib import Path
@@ -64,21 +65,22 @@ def new_manifest(model: ViT, model_spec: str, extra: dict, options: IndexOptions
     c = model.config
     size = check_model(model)
     grid = [size[0] // c.patch_size, size[1] // c.patch_size]
-    return {
+    manifest = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "vitviz_version": vitviz_version(),
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "model": {"spec": model_spec, "fingerprint": weight_fingerprint(model), "class_names": list(model.class_names),
-                  "config": asdict(c), "preprocessing": model.transform.to_dict(), **extra},  # fmt: skip
+                  "config": asdict(c), "preprocessing": model.transform.to_dict(), **extra},
         "options": options.to_dict(),
         "source": {"description": source.description},
         "layout": {"grid": grid, "input_size": list(size), "patch_size": c.patch_size, "layers": c.num_layers,
-                   "heads": c.num_heads, "prefix_tokens": prefix_names(model), "shard_size": options.shard_size},  # fmt: skip
+                   "heads": c.num_heads, "prefix_tokens": prefix_names(model), "shard_size": options.shard_size},
         "grid": grid,
         "complete": False,
         "shards": [],
     }
+    return json.loads(json.dumps(manifest))  # as it reads back (tuples become lists), so a resumed run compares equal
 
 
 def shards_of(source: Source, options: IndexOptions) -> Iterator[tuple[int, list]]:
@@ -118,7 +120,7 @@ def sample_projection(model: ViT, source: Source, options: IndexOptions, out: Pa
                                   else min(options.pca_sample, options.limit)):  # fmt: skip
         try:
             pixels.append(model.transform(load_image(entry.read())))
-        except Exception:  # unreadable files are recorded by the pass; the sample just skips them  # noqa: BLE001
+        except Exception:  # noqa: BLE001, S112 - unreadable files are recorded by the pass; the sample skips them
             continue
     if not pixels:
         raise ImageError("no readable image among the first ones, so there is nothing to fit the PCA on")
@@ -204,7 +206,7 @@ def build_search(out: Path, manifest: dict, exact_limit: int = search.EXACT_LIMI
         per_image = int(np.prod(first.shape[1:-1])) if kind == "patches" else 1
         dimension = first.shape[-1]
 
-        def chunks(array=array, per_image=per_image):
+        def chunks(array=array, per_image=per_image, dimension=dimension):
             for shard in shards:
                 values = np.load(out / SHARDS / shard["name"] / f"{array}.npy", mmap_mode="r")
                 keep = np.array([shard["start"] + i in readable for i in range(shard["count"])], dtype=bool)

@@ -108,7 +108,7 @@ def analyse_batch(model: ViT, pixels: torch.Tensor, options: IndexOptions,
         "rollout": views["rollout"],
         "readout": explain.readout_attention_all(last, readout, p, grid)[:, 0],
         "high_norm": explain.high_norm_patches(explain.token_norms(output.hidden_states[-1:])[:, 0], p,
-                                               options.outlier_factor),  # fmt: skip
+                                               options.outlier_factor),
         "embedding": output.pooled.float(),
     }
     if output.logits is not None:
@@ -122,7 +122,8 @@ def analyse_batch(model: ViT, pixels: torch.Tensor, options: IndexOptions,
         if projection is not None:
             features = projection(features)
         results["features"] = features.reshape(features.shape[0], *grid, -1)  # (B, rows, cols, D')
-    del output, last
+    del output
+    last.clear()
     if options.relevance or options.faithfulness:
         results |= _per_image_extras(model, pixels, results, options)
     return {name: value.detach().cpu() for name, value in results.items()}
@@ -157,7 +158,6 @@ def index_shard(model: ViT, entries: Sequence[Entry], start: int, options: Index
     first image is ``start``. ``progress(n)`` is called as n more images are done."""
     c = model.config
     size = model.transform.output_size  # fixed: checked by the caller
-    grid = (size[0] // c.patch_size, size[1] // c.patch_size)
     n = len(entries)
     rows = [{"image_id": start + i, "path": e.path, "label": e.label, "width": None, "height": None, "sha256": None,
              "error": None} for i, e in enumerate(entries)]  # fmt: skip

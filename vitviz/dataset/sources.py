@@ -125,7 +125,7 @@ def _table_source(path: Path, path_column: str, label_column: str, label_require
 
     try:
         table = pd.read_csv(path) if path.suffix.lower() == ".csv" else pd.read_parquet(path)
-    except Exception as error:  # pandas raises many kinds for a bad file
+    except Exception as error:  # noqa: BLE001 - pandas raises many kinds for a bad file
         raise SourceError(f"{path} could not be read as a table: {error}") from None
     if path_column not in table.columns:
         raise SourceError(f"{path} has no {path_column!r} column (columns: {', '.join(map(str, table.columns))}); "
@@ -139,7 +139,7 @@ def _table_source(path: Path, path_column: str, label_column: str, label_require
     entries = []
     for name, label in zip(table[path_column], labels):
         file = base / str(name)  # relative paths are relative to the table's folder
-        entries.append(Entry(str(name), None if label is None or label != label else str(label), file.read_bytes))
+        entries.append(Entry(str(name), None if pd.isna(label) else str(label), file.read_bytes))
     return Source(f"table {path.resolve()}", entries, len(entries))
 
 
@@ -180,7 +180,7 @@ def _saved_dataset_source(folder: Path, split: str | None, label_column: str | N
 
     try:
         dataset = datasets.load_from_disk(str(folder))
-    except Exception as error:
+    except Exception as error:  # noqa: BLE001 - whatever datasets raises, said in one message
         raise SourceError(f"{folder} could not be opened with datasets.load_from_disk: {error}") from None
     if isinstance(dataset, datasets.DatasetDict):
         if split is None and len(dataset) > 1:
@@ -223,7 +223,7 @@ def _hub_source(dataset_id: str, split: str | None, label_column: str | None) ->
     try:
         stream = datasets.load_dataset(dataset_id, split=split, streaming=True)
         features = stream.features
-    except Exception as error:  # offline, unknown id, no such split...
+    except Exception as error:  # noqa: BLE001 - offline, unknown id, no such split...
         raise SourceError(f"could not stream the Hugging Face dataset {dataset_id!r} (split {split!r}): {error}; "
                           "on a machine without the network, save it with datasets.save_to_disk elsewhere and "
                           "index that folder") from None  # fmt: skip
@@ -253,5 +253,5 @@ def read_entry(entry: Entry) -> tuple[bytes | None, str | None]:
     """The entry's bytes, or None and why they could not be read."""
     try:
         return entry.read(), None
-    except Exception as error:  # a vanished file, a corrupt zip member, a broken row: recorded, never fatal
+    except Exception as error:  # noqa: BLE001 - a vanished file, a corrupt zip member, a broken row: never fatal
         return None, f"unreadable: {type(error).__name__}: {error}"

@@ -1,0 +1,192 @@
+"""Indexing runs that stop, restart, split or get bad input: resume after SIGKILL, torchrun with two processes, the
+lock, and every refusal with its message."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from test_dataset_index import make_images
+from tiny_models import tiny_checkpoint
+
+import vitviz
+from vitviz.dataset import IndexBusyError, IndexFormatError
+from vitviz.dataset.command import main
+from vitviz.dataset.storage import folder_lock
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs")
+    return tiny_checkpoint(root / "model.pt"), make_images(root / "images", count=20), root
+
+
+def run_index(*argv, torchrun=0):
+    prefix = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={torchrun}", "-m"] \
+        if torchrun else [sys.executable, "-m"]  # fmt: skip
+    env = os.environ | {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen([*prefix, "vitviz", "index", *map(str, argv)], env=env, cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+
+
+def assert_same_index(a, b):
+    """Two indexes hold the same rows (each once) and arrays, to fp16 precision."""
+    first, second = vitviz.open_index(a), vitviz.open_index(b)
+    sql = "SELECT * EXCLUDE (top5_probabilities, probability) FROM images ORDER BY image_id"
+    pd.testing.assert_frame_equal(first.query(sql), second.query(sql))
+    ids = first.query("SELECT image_id FROM images")["image_id"]
+    assert ids.is_unique and len(ids) == first.count == second.count
+    heads = "SELECT * FROM heads ORDER BY image_id, layer, head"
+    pd.testing.assert_frame_equal(first.query(heads), second.query(heads), rtol=1e-4)
+    everything = list(range(first.count))
+    for kind in ("rollout", "readout"):
+        np.testing.assert_allclose(first.maps(everything, kind), second.maps(everything, kind), rtol=2e-3, atol=1e-4)
+    np.testing.assert_allclose(first.features(everything), second.features(everything), rtol=2e-3, atol=2e-3)
+    assert [s["count"] for s in first.shards] == [s["count"] for s in second.shards]
+
+
+def test_resume_after_sigkill_equals_a_clean_run(setup, tmp_path):
+    model, images, _ = setup
+    files = sorted(p.relative_to(images).as_posix() for p in images.rglob("*.png"))
+    listed = tmp_path / "list"
+    listed.mkdir()
+    for name in files:
+        (listed / name).parent.mkdir(exist_ok=True)
+        (listed / name).write_bytes((images / name).read_bytes())
+    blocker = listed / files[13]
+    blocker.unlink()
+    os.mkfifo(blocker)  # reading it blocks: the run stops there, after its first shards, until killed
+    pd.DataFrame({"path": files}).to_csv(listed / "list.csv", index=False)
+    out = tmp_path / "killed"
+    process = run_index(listed / "list.csv", "--model", model, "--out", out, "--shard-size", "4", "--batch-size", "3")
+    deadline = time.monotonic() + 120
+    while len(list((out / "shards").glob("00000[0-2]"))) < 3 and time.monotonic() < deadline:
+        assert process.poll() is None, process.stdout.read()
+        time.sleep(0.2)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert not json.loads((out / "manifest.json").read_text())["complete"]
+    with pytest.raises(IndexFormatError, match="unfinished"):
+        vitviz.open_index(out)
+    blocker.unlink()
+    blocker.write_bytes((images / files[13]).read_bytes())
+    assert main([str(listed / "list.csv"), "--model", str(model), "--out", str(out), "--shard-size", "4",
+                 "--batch-size", "3", "--resume"]) == 0  # fmt: skip
+    clean = tmp_path / "clean"
+    assert main([str(listed / "list.csv"), "--model", str(model), "--out", str(clean), "--shard-size", "4",
+                 "--batch-size", "3"]) == 0  # fmt: skip
+    assert_same_index(out, clean)
+    with pytest.raises(SystemExit, match="already holds an index"):
+        main([str(listed / "list.csv"), "--model", str(model), "--out", str(clean)])
+    with pytest.raises(SystemExit, match=r"options .*'shard_size': 4.*this run has .*'shard_size': 8"):
+        main([str(listed / "list.csv"), "--model", str(model), "--out", str(clean), "--shard-size", "8", "--resume"])
+    other = tiny_checkpoint(tmp_path / "other.pt", num_register_tokens=1)  # other weights
+    with pytest.raises(SystemExit, match="made with model .*'fingerprint'.*this run has .*'fingerprint'"):
+        main([str(listed / "list.csv"), "--model", str(other), "--out", str(clean), "--shard-size", "4", "--resume"])
+
+
+def test_torchrun_two_processes_equal_one(setup, tmp_path):
+    model, images, _ = setup
+    process = run_index(images, "--model", model, "--out", tmp_path / "two", "--shard-size", "3", torchrun=2)
+    output, _ = process.communicate(timeout=300)
+    assert process.returncode == 0, output
+    assert main([str(images), "--model", str(model), "--out", str(tmp_path / "one"), "--shard-size", "3"]) == 0
+    assert_same_index(tmp_path / "two", tmp_path / "one")
+
+
+def test_a_second_run_on_the_same_folder_is_refused(setup, tmp_path):
+    model, images, _ = setup
+    with folder_lock(tmp_path / "busy"), pytest.raises(SystemExit, match=rf"another run \(pid {os.getpid()}\)"):
+        main([str(images), "--model", str(model), "--out", str(tmp_path / "busy")])
+    with pytest.raises(IndexBusyError), folder_lock(tmp_path / "b"), folder_lock(tmp_path / "b"):
+        pass
+
+
+def test_sources_zip_table_and_datasets(setup, tmp_path, monkeypatch):
+    model, images, _ = setup
+    files = sorted(p for p in images.rglob("*.png"))
+    archive = tmp_path / "photos.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        for path in files:
+            z.write(path, "test/" + path.relative_to(images).as_posix())  # one wrapping folder, then classes
+    assert main([str(archive), "--model", str(model), "--out", str(tmp_path / "zip")]) == 0
+    assert_same_index(tmp_path / "zip", _folder_index(model, images, tmp_path / "folder"))
+    table = pd.DataFrame({"file": [p.relative_to(images).as_posix() for p in files],
+                          "species": [p.parent.name for p in files]})  # fmt: skip
+    table.to_parquet(tmp_path / "list.parquet")
+    assert main([str(tmp_path / "list.parquet"), "--model", str(model), "--out", str(tmp_path / "pq"),
+                 "--path-column", "file", "--label-column", "species", "--limit", "5"]) == 0  # fmt: skip
+    labels = vitviz.open_index(tmp_path / "pq").query("SELECT label FROM images ORDER BY image_id")["label"]
+    assert labels.tolist() == [p.parent.name for p in files[:5]]
+
+    import datasets
+
+    readable = [p for p in files if p.name != "broken.png"]
+    saved = datasets.Dataset.from_dict(
+        {"image": [str(p) for p in readable], "label": [int(p.parent.name == "dog") for p in readable]},
+        features=datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=["cat", "dog"])}))
+    saved.save_to_disk(str(tmp_path / "saved"))
+    assert main([str(tmp_path / "saved"), "--model", str(model), "--out", str(tmp_path / "hf")]) == 0
+    index = vitviz.open_index(tmp_path / "hf")
+    assert index.query("SELECT label FROM images ORDER BY image_id")["label"].tolist() == \
+        [p.parent.name for p in readable]  # fmt: skip
+
+    def offline(*args, **kwargs):
+        raise ConnectionError("Couldn't reach 'someone/photos' on the Hub (LocalEntryNotFoundError)")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)  # the network simulated away
+    with pytest.raises(SystemExit, match="could not stream the Hugging Face dataset 'someone/photos'.*save_to_disk"):
+        main(["hf:someone/photos", "--model", str(model), "--out", str(tmp_path / "hub")])
+
+
+def _folder_index(model, images, out):
+    assert main([str(images), "--model", str(model), "--out", str(out)]) == 0
+    return out
+
+
+def test_bad_input_gets_its_message(setup, tmp_path):
+    model, images, _ = setup
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SystemExit, match="is empty"):
+        main([str(tmp_path / "empty"), "--model", str(model), "--out", str(tmp_path / "x")])
+    (tmp_path / "text").mkdir()
+    (tmp_path / "text" / "notes.txt").write_text("hello")
+    with pytest.raises(SystemExit, match="none is an image"):
+        main([str(tmp_path / "text"), "--model", str(model), "--out", str(tmp_path / "x")])
+    with pytest.raises(SystemExit, match="does not exist"):
+        main([str(tmp_path / "nowhere"), "--model", str(model), "--out", str(tmp_path / "x")])
+    pd.DataFrame({"file": ["a.png"]}).to_csv(tmp_path / "t.csv", index=False)
+    with pytest.raises(SystemExit, match="no 'path' column.*--path-column"):
+        main([str(tmp_path / "t.csv"), "--model", str(model), "--out", str(tmp_path / "x")])
+    shorter = tiny_checkpoint(tmp_path / "short.pt")
+    import torch
+
+    checkpoint = torch.load(shorter, weights_only=False)
+    checkpoint["preprocessing"] = checkpoint["preprocessing"] | {"resize": 32, "crop": None}
+    torch.save(checkpoint, shorter)
+    with pytest.raises(SystemExit, match="shorter side only"):
+        main([str(images), "--model", str(shorter), "--out", str(tmp_path / "x")])
+
+    out = _folder_index(model, images, tmp_path / "good")
+    manifest = json.loads((out / "manifest.json").read_text())
+    (out / "manifest.json").write_text('{"format": "vitviz-index", "format_version": 1, "model": ')
+    with pytest.raises(IndexFormatError, match="not valid JSON.*edited by hand"):
+        vitviz.open_index(out)
+    (out / "manifest.json").write_text(json.dumps({k: v for k, v in manifest.items() if k != "shards"}))
+    with pytest.raises(IndexFormatError, match="'shards' is missing"):
+        vitviz.open_index(out)
+    (out / "manifest.json").write_text(json.dumps(manifest | {"format_version": 99, "vitviz_version": "9.0"}))
+    with pytest.raises(IndexFormatError, match="vitviz 9.0 in index format 99.*upgrade vitviz"):
+        vitviz.open_index(out)
+    with pytest.raises(IndexFormatError, match="no manifest.json"):
+        vitviz.open_index(tmp_path / "empty")
+    assert isinstance(IndexFormatError("x"), ValueError)
