@@ -3,6 +3,9 @@ A tiny random CLIP folder (tests/tiny_text.py) stands in for a pretrained model;
 
 import csv
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -95,3 +98,16 @@ def test_a_prompt_longer_than_the_context_is_noted(clip, tmp_path, capsys):
     assert explain_cli.main([str(tmp_path / "a.png"), "--model", str(clip), "--prompts", "a dog", long,
                              "--methods", "rollout", "--out", str(tmp_path / "maps")]) == 0  # fmt: skip
     assert "prompt 2 is" in capsys.readouterr().err
+
+
+def test_a_prompt_of_invalid_utf8_exits_with_one_line_not_a_traceback(clip, tmp_path):
+    """Bytes that are not UTF-8 in an argument become a lone surrogate ('\\udcff') in Python's argv."""
+    photo(tmp_path / "a.png", (0, 0, 0))
+    arguments = [str(tmp_path / "a.png"), "--model", str(clip), "--out", str(tmp_path / "maps")]
+    with pytest.raises(SystemExit, match="^error: prompt 2 is not valid text: character 3 is '.udcff'"):
+        explain_cli.main([*arguments, "--prompts", "a dog", "a \udcff cat"])
+    command = [sys.executable, "-m", "vitviz", "explain", *arguments, "--prompts", b"a \xff dog", "a cat"]
+    done = subprocess.run(command, capture_output=True, env=dict(os.environ), timeout=300)
+    stderr = done.stderr.decode(errors="replace")
+    assert done.returncode == 1 and "Traceback" not in stderr
+    assert stderr.strip().splitlines()[-1].startswith("error: prompt 1 is not valid text: character 3 is '\\udcff'")

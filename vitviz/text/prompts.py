@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 MAX_PROMPT_CHARS = 1000  # longer lines are refused before anything is tokenized
+SHOWN_CHARS = 80  # a message echoes at most about this much of a prompt or template
 
 
 class PromptError(ValueError):
@@ -114,8 +115,9 @@ def check_prompts(prompts: Sequence[str], max_prompts: int | None = None, unique
             raise PromptError(f"prompt {line} is empty: remove the blank line")
         if len(prompt) > MAX_PROMPT_CHARS:
             raise PromptError(f"prompt {line} has {len(prompt)} characters, more than the limit of {MAX_PROMPT_CHARS}")
+        check_text(prompt, f"prompt {line}")
         if unique and prompt in seen:
-            raise PromptError(f"prompt {line} ({prompt!r}) repeats prompt {seen[prompt]}: each class needs its own text")
+            raise PromptError(f"prompt {line} ({shown(prompt)}) repeats prompt {seen[prompt]}: each class needs its own text")
         seen[prompt] = line
     return prompts
 
@@ -129,8 +131,25 @@ def check_templates(templates: Sequence[str]) -> list[str]:
         raise PromptError("no templates: give at least one, e.g. 'a photo of a {}.', or none to use prompts as they are")
     for template in templates:
         if not isinstance(template, str) or template.count("{}") != 1:
-            raise PromptError(f"template {template!r} must hold exactly one '{{}}', where the class name goes")
+            raise PromptError(f"template {shown(template)} must hold exactly one '{{}}', where the class name goes")
+        check_text(template, f"template {shown(template)}")
     return templates
+
+
+def check_text(text: str, what: str) -> None:
+    """A PromptError if ``text`` cannot be written as UTF-8: a lone surrogate, which Python makes of bytes that are
+    not UTF-8 in a command-line argument (``'\\udcff'``), and no tokenizer can read."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise PromptError(f"{what} is not valid text: character {error.start + 1} is {text[error.start]!r}, a lone "
+                          "surrogate (bytes that are not UTF-8?); retype it or save it as UTF-8") from None
+
+
+def shown(value: object, limit: int = SHOWN_CHARS) -> str:
+    """``repr(value)`` cut to about ``limit`` characters, for messages that echo a prompt back."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 12]}...' ({len(str(value)):,} characters)"
 
 
 def fill(template: str, name: str) -> str:
