@@ -11,12 +11,15 @@ from vitviz import explain
 from vitviz.explain.methods import CLASS_SPECIFIC, method_maps
 from vitviz.text import PromptError, check_prompts, class_embeddings, parse_prompts, prompt_set, template_set, zero_shot
 from vitviz.text import embeddings as embeddings_module
+from vitviz.text.prompts import check_templates
+from vitviz.text.towers import OpenClipTextTower
 from test_load_hub import offline  # noqa: F401  (a fixture: no network, an empty Hub cache)
-from tiny_text import clip_folder, siglip_folder
+from tiny_text import clip_folder, open_clip_siglip, siglip_folder, spied
 
 ATOL = 1e-4  # the issue's bound on logits
 PROMPTS = ["a photo of a dog", "a photo of a cat", "a red car on the road", "the moon"]
 MAKERS = {"clip": clip_folder, "siglip": siglip_folder}
+LONE = "a photo of a \udcff dog"  # what Python makes of the byte 0xff in a command-line argument
 
 
 @pytest.fixture(scope="module", params=["clip", "siglip"])
@@ -26,11 +29,17 @@ def saved(request, tmp_path_factory):
     return request.param, reference, tokenizer, vitviz.load_model(str(folder))
 
 
-def reference_logits(kind, reference, tokenizer, texts, pixels):
-    padding = "max_length" if kind == "siglip" else True  # as the model cards instruct
+def reference_inputs(kind, tokenizer, texts):
+    """What transformers' model reads: CLIP padded to the longest with a mask; SigLIP padded to its full length, as
+    the model cards instruct, and without the mask SiglipTokenizer returns (SigLIP was trained without one)."""
+    padding = "max_length" if kind == "siglip" else True
     inputs = tokenizer(texts, padding=padding, max_length=16, truncation=True, return_tensors="pt")
+    return {"input_ids": inputs["input_ids"]} if kind == "siglip" else dict(inputs)
+
+
+def reference_logits(kind, reference, tokenizer, texts, pixels):
     with torch.no_grad():
-        return reference(pixel_values=pixels, **inputs).logits_per_image
+        return reference(pixel_values=pixels, **reference_inputs(kind, tokenizer, texts)).logits_per_image
 
 
 def test_a_saved_folder_loads_its_text_tower_and_zero_shot_logits_equal_logits_per_image(saved, tmp_path):
@@ -52,6 +61,38 @@ def test_a_saved_folder_loads_its_text_tower_and_zero_shot_logits_equal_logits_p
         assert torch.allclose(probabilities, torch.sigmoid(expected), atol=1e-5)  # independent, need not sum to 1
     else:
         assert torch.allclose(probabilities.sum(-1), torch.ones(3))
+
+
+def test_siglip_text_is_read_without_an_attention_mask_and_clip_text_with_one(saved, tmp_path):
+    kind, _, tokenizer, model = saved
+    assert "attention_mask" in tokenizer(["a dog"])  # SiglipTokenizer returns one too: the tower must drop it
+    with spied(model.text_tower.text_model) as calls:
+        zero_shot(model, ["a dog", "a photo of a cat"], cache_dir=tmp_path)
+    assert calls
+    if kind == "siglip":  # as big_vision trained it: the padding is read, to the full length
+        assert all(call.get("attention_mask") is None and call["input_ids"].shape[1] == 16 for call in calls)
+    else:
+        assert all(call["attention_mask"] is not None for call in calls)
+
+
+def test_open_clip_siglip_reads_no_mask_either_and_equals_the_hf_tower(tmp_path):
+    reference, tokenizer, folder = siglip_folder(tmp_path / "siglip")
+    clip_model = open_clip_siglip(reference)  # the same weights in open_clip's SigLIP text tower
+
+    def ids(texts):  # open_clip's kind of tokenizer: (N, 16) ids padded to the full length
+        return tokenizer(texts, padding="max_length", max_length=16, truncation=True, return_tensors="pt")["input_ids"]
+
+    tower = OpenClipTextTower(clip_model, ids, None, "open_clip SigLIP")
+    assert tower.kind == "siglip" and tower.causal is None  # reads its padding: never cut short
+    texts = ["a photo of a dog", "cat", "the quick brown fox jumps over the lazy dog", "many cats sleeping in the sun"]
+    with spied(clip_model.text.transformer.resblocks[0]) as calls, torch.no_grad():
+        theirs = tower.encode(texts)
+        mine = vitviz.load_model(str(folder)).text_tower.encode(texts)
+        masked = reference.text_model(**tokenizer(texts, padding="max_length", max_length=16, truncation=True,
+                                                  return_tensors="pt")).pooler_output  # fmt: skip
+    assert calls and all(call["attn_mask"] is None for call in calls)
+    assert (mine - theirs).abs().max() < 1e-5 and theirs.std() > 0.1
+    assert (masked - mine).abs().max() > 1e-2  # with the mask, the two loaders would disagree: the test can tell
 
 
 def test_the_image_towers_attentions_equal_the_eager_ones(saved, tmp_path):
@@ -83,12 +124,10 @@ def test_templates_are_averaged_as_clips_recipe_does_with_transformers(saved, tm
     names = ["dog", "cat", "car"]
     zs = zero_shot(model, names, templates, cache_dir=tmp_path)
     pixels = torch.randn(2, 3, 32, 32)
-    padding = "max_length" if kind == "siglip" else True
     with torch.no_grad():
         per_class = []
         for name in names:
-            inputs = tokenizer([t.format(name) for t in templates], padding=padding, max_length=16,
-                               truncation=True, return_tensors="pt")  # fmt: skip
+            inputs = reference_inputs(kind, tokenizer, [t.format(name) for t in templates])
             text = F.normalize(reference.get_text_features(**inputs).pooler_output, dim=-1)
             per_class.append(F.normalize(text.mean(dim=0), dim=-1))
         text = torch.stack(per_class)
@@ -180,11 +219,22 @@ def test_a_damaged_cache_file_is_recomputed(saved, tmp_path):
         (["x" * 1001], "1001 characters"),
         ("a dog", "not one string"),
         ([3], "prompt 1 is a int"),
+        (["a dog", LONE], r"^prompt 2 is not valid text: character 14 is '\\udcff', a lone surrogate"),
+        (["a", "x" * 900, "x" * 900], r"^prompt 3 \('x{60,70}\.\.\.' \(900 characters\)\) repeats prompt 2"),
     ],
 )
 def test_bad_prompts_get_a_message(prompts, message):
-    with pytest.raises(PromptError, match=message):
+    with pytest.raises(PromptError, match=message) as error:
         check_prompts(prompts)
+    assert "\n" not in str(error.value) and len(str(error.value)) < 200  # one line, long echoes cut
+
+
+def test_a_lone_surrogate_is_refused_wherever_text_is_read(saved):
+    _, _, _, model = saved
+    with pytest.raises(PromptError, match="template 'a photo of a {} .udcff' is not valid text"):
+        check_templates(["a photo of a {} \udcff"])
+    with pytest.raises(PromptError, match="prompt 2 is not valid text"):
+        class_embeddings(model.text_tower, ["dog", LONE], use_cache=False)
 
 
 def test_a_ready_set_may_name_two_classes_alike_but_typed_prompts_may_not(saved, tmp_path):

@@ -3,11 +3,16 @@
     clip_tokenizer(folder)      a byte-level BPE vocabulary in CLIP's format (vocab.json, merges.txt)
     siglip_tokenizer(folder)    a SentencePiece model trained on a few lines (spiece.model)
     clip_folder / siglip_folder a random CLIPModel / SiglipModel saved with save_pretrained, tokenizer beside it
+    open_clip_clip(**text)      a random open_clip CLIP with a 77-token causal text tower (text_cfg overridable)
+    open_clip_siglip(reference) open_clip's SigLIP text tower holding a transformers SiglipModel's text weights
+    spied(module)               the keyword arguments of every call of a module, while the context lasts
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -113,3 +118,63 @@ def siglip_folder(folder: Path, save_tokenizer: bool = True) -> tuple[hf.SiglipM
     if save_tokenizer:
         tokenizer.save_pretrained(folder)
     return model, tokenizer, folder
+
+
+TINY_VISION = dict(image_size=32, layers=1, width=32, patch_size=8, head_width=8)  # open_clip's vision_cfg
+
+
+def open_clip_clip(custom_text: bool = False, **text) -> torch.nn.Module:
+    """A random open_clip CLIP (``custom_text``: a CustomTextCLIP holding a TextTransformer) with a 77-token causal
+    text tower of 2 layers, every parameter perturbed; ``text`` overrides its text_cfg (pool_type, embed_cls...)."""
+    import open_clip
+
+    cfg = dict(context_length=77, vocab_size=49408, width=32, heads=4, layers=2) | text
+    kind = open_clip.CustomTextCLIP if custom_text else open_clip.CLIP
+    return perturbed(kind(embed_dim=16, vision_cfg=TINY_VISION, text_cfg=cfg))
+
+
+def open_clip_siglip(reference: hf.SiglipModel) -> torch.nn.Module:
+    """open_clip's SigLIP text tower (bidirectional, pooled at the last position, as its ViT-B-16-SigLIP config)
+    holding ``reference``'s text weights, logit scale and bias: the same model through the other library."""
+    import open_clip
+
+    config = reference.config.text_config
+    text_cfg = dict(context_length=config.max_position_embeddings, vocab_size=config.vocab_size,
+                    width=config.hidden_size, heads=config.num_attention_heads, layers=config.num_hidden_layers,
+                    mlp_ratio=config.intermediate_size / config.hidden_size, no_causal_mask=True, pool_type="last",
+                    proj_bias=True, norm_kwargs={"eps": config.layer_norm_eps},
+                    act_kwargs={"approximate": "tanh"})  # transformers' gelu_pytorch_tanh  # fmt: skip
+    model = open_clip.CustomTextCLIP(embed_dim=config.projection_size, vision_cfg=TINY_VISION, text_cfg=text_cfg,
+                                     init_logit_bias=0.0).eval()  # fmt: skip
+    hf_weights = {k.removeprefix("text_model."): v for k, v in reference.state_dict().items() if k.startswith("text_model.")}
+    weights = {"token_embedding.weight": hf_weights["embeddings.token_embedding.weight"],
+               "positional_embedding": hf_weights["embeddings.position_embedding.weight"]}  # fmt: skip
+    for i in range(config.num_hidden_layers):
+        hf_layer, layer = f"encoder.layers.{i}.", f"transformer.resblocks.{i}."
+        for kind in ("weight", "bias"):
+            q, k, v = (hf_weights[f"{hf_layer}self_attn.{p}_proj.{kind}"] for p in "qkv")
+            weights[f"{layer}attn.in_proj_{kind}"] = torch.cat([q, k, v])
+            for mine, theirs in [("attn.out_proj", "self_attn.out_proj"), ("ln_1", "layer_norm1"), ("ln_2", "layer_norm2"),
+                                 ("mlp.c_fc", "mlp.fc1"), ("mlp.c_proj", "mlp.fc2")]:  # fmt: skip
+                weights[f"{layer}{mine}.{kind}"] = hf_weights[f"{hf_layer}{theirs}.{kind}"]
+    for mine, theirs in [("ln_final", "final_layer_norm"), ("text_projection", "head")]:
+        for kind in ("weight", "bias"):
+            weights[f"{mine}.{kind}"] = hf_weights[f"{theirs}.{kind}"]
+    model.text.load_state_dict(weights, strict=True)
+    with torch.no_grad():
+        model.logit_scale.copy_(reference.logit_scale.reshape(()))
+        model.logit_bias.copy_(reference.logit_bias.reshape(()))
+    return model
+
+
+@contextmanager
+def spied(module: torch.nn.Module) -> Iterator[list[dict]]:
+    """Records the keyword arguments of every call of ``module`` (the positional ones under "args") until the
+    context ends."""
+    calls: list[dict] = []
+    handle = module.register_forward_pre_hook(lambda _, args, kwargs: calls.append(kwargs | {"args": args}),
+                                              with_kwargs=True)  # fmt: skip
+    try:
+        yield calls
+    finally:
+        handle.remove()

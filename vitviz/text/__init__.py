@@ -2,7 +2,9 @@
 
     towers.py      the text encoder and tokenizer from transformers or open_clip, and the logit scale and bias
     prompts.py     ready prompt sets (ImageNet, CIFAR-10, CIFAR-100), templates, and checks on prompts
-    embeddings.py  class embeddings (templates averaged as CLIP's recipe does), cached on disk, resumable
+    embeddings.py  class embeddings (templates averaged as CLIP's recipe does), cached on disk, resumable; the
+                   estimated time of a long set
+    cut.py         causal CLIP text towers run only as far as each group's longest prompt reaches (exact)
     zero_shot.py   zero_shot(model, prompts): the image tower with a head that scores the prompts
 """
 

@@ -4,7 +4,9 @@ them, and what the image side needs to meet the text: the image projection, the 
     HuggingFaceTextTower   transformers' CLIPTextModelWithProjection / SiglipTextModel with its AutoTokenizer
     OpenClipTextTower      an open_clip model's encode_text with open_clip's tokenizer
 
-Neither re-implements a text transformer or a tokenizer: ``encode`` calls the library's own forward. A tower is
+Neither re-implements a text transformer or a tokenizer: ``encode`` calls the library's own modules. Causal CLIP
+towers read each batch only as far as its prompts reach (``vitviz.text.cut``: sorted by length, exact); SigLIP
+reads its full-length padding without an attention mask, as big_vision trained it. A tower is
 not an ``nn.Module`` attribute of the ViT (``model.text_tower`` is a plain object), so the ViT's state dict,
 checkpoints and ``.to()`` stay those of the image tower.
 """
@@ -17,6 +19,8 @@ from typing import Literal
 
 import torch
 from torch import nn
+
+from vitviz.text.cut import causal_parts, encode_cut, in_length_groups
 
 TowerKind = Literal["clip", "siglip"]
 
@@ -78,9 +82,11 @@ class TextTower:
 class HuggingFaceTextTower(TextTower):
     """transformers' text half of a CLIPModel or SiglipModel, with its AutoTokenizer.
 
-    CLIP prompts are padded to the longest in the batch, with an attention mask, as ``CLIPProcessor`` does; SigLIP
-    prompts are padded to the text model's ``max_position_embeddings`` (``padding="max_length"``), as its model
-    cards instruct, and read without a mask, as the model was trained.
+    CLIP prompts are padded to the longest of their group, with an attention mask, as ``CLIPProcessor`` pads a
+    batch; sorted by length first (``in_length_groups``), so a group's padding is short. SigLIP prompts are padded to
+    the text model's ``max_position_embeddings`` (``padding="max_length"``), as its model cards instruct, and read
+    without an attention mask, as big_vision trained it: the padding (its end-of-text token) is read, and the
+    embedding is pooled at the last position (open_clip #984). SiglipTokenizer returns a mask; it is dropped.
     """
 
     def __init__(self, text_model: nn.Module, tokenizer, kind: TowerKind, logit_scale: torch.Tensor,
@@ -91,12 +97,18 @@ class HuggingFaceTextTower(TextTower):
         self.tokenizer = tokenizer
 
     def encode(self, texts: list[str]) -> torch.Tensor:
-        padding = "max_length" if self.kind == "siglip" else True
-        batch = self.tokenizer(list(texts), padding=padding, truncation=True, max_length=self.context_length,
+        if self.kind == "siglip":
+            batch = self.tokenizer(list(texts), padding="max_length", truncation=True, max_length=self.context_length,
+                                   return_tensors="pt")  # fmt: skip
+            return self.text_model(input_ids=batch["input_ids"]).pooler_output  # no attention_mask: as trained
+        batch = self.tokenizer(list(texts), padding=True, truncation=True, max_length=self.context_length,
                                return_tensors="pt")  # fmt: skip
-        inputs = {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask", "position_ids")}
-        output = self.text_model(**inputs)
-        return output.text_embeds if self.kind == "clip" else output.pooler_output
+        ids, mask = batch["input_ids"], batch["attention_mask"]
+
+        def run(rows: torch.Tensor, length: int) -> torch.Tensor:
+            return self.text_model(input_ids=ids[rows, :length], attention_mask=mask[rows, :length]).text_embeds
+
+        return in_length_groups(mask.sum(dim=1), run)
 
     def token_count(self, text: str) -> int | None:
         return len(self.tokenizer(text)["input_ids"])
@@ -110,7 +122,8 @@ class HuggingFaceTextTower(TextTower):
 
 
 class OpenClipTextTower(TextTower):
-    """An open_clip model's text side: ``model.encode_text(tokenizer(texts))``.
+    """An open_clip model's text side: ``model.encode_text(tokenizer(texts))``; for a causal CLIP tower, the same
+    modules run only up to each group's longest prompt (``vitviz.text.cut``), which gives the same embeddings.
 
     The open_clip model keeps only its text parts: its image tower (``visual``) is replaced by an empty module
     once vitviz's ViT holds the converted copy, so the weights are not held twice.
@@ -123,9 +136,14 @@ class OpenClipTextTower(TextTower):
         super().__init__(kind, context, clip_model.logit_scale.exp(), bias, image_projection, source)
         self.clip_model = clip_model.eval()
         self.tokenizer = tokenizer
+        self.causal = causal_parts(clip_model)  # None: the tower reads its padding (SigLIP), so it runs at full length
+        self.cut = self.causal is not None  # False runs every tower at full length (the benchmark's "before")
 
     def encode(self, texts: list[str]) -> torch.Tensor:
-        return self.clip_model.encode_text(self.tokenizer(list(texts)))
+        tokens = self.tokenizer(list(texts))
+        if not self.cut or self.causal is None or tokens.shape[1] != self.causal.source.positional_embedding.shape[0]:
+            return self.clip_model.encode_text(tokens)
+        return encode_cut(self.causal, tokens)
 
     def token_count(self, text: str) -> int | None:
         from open_clip.tokenizer import HFTokenizer, SimpleTokenizer
