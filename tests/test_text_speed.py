@@ -134,3 +134,34 @@ def test_prompts_left_and_the_estimate_follow_the_cache(tmp_path, monkeypatch):
     assert estimated_seconds(tower, names, templates, tmp_path, least=1) is None
 
 
+
+
+def test_the_page_states_a_long_sets_estimated_time_before_it_starts(tmp_path, monkeypatch):
+    import streamlit as st
+
+    from vitviz_dashboard.prompts import zero_shot_model
+
+    monkeypatch.setenv("VITVIZ_CACHE", str(tmp_path))
+    monkeypatch.setattr(embeddings_module, "LONG_SET", 6)
+    model = vitviz.load_model(str(clip_folder(tmp_path / "clip")[2]))
+    bars = []
+
+    class Bar:  # the page's tqdm class, recorded
+        def __init__(self, total, desc, unit):
+            self.total, self.desc, self.n, self.updates = total, desc, 0, []
+            bars.append(self)
+
+        def update(self, step):
+            self.n += step
+            self.updates.append(self.n)
+
+        def close(self):
+            pass
+
+    st.cache_resource.clear()
+    zero_shot_model(model, "tiny", ("dog", "cat", "bird"), ("a {}", "the {}"), _bar=Bar)
+    (bar,) = bars
+    assert bar.total == 6 and bar.desc.startswith("Embedding prompts (estimated ") and bar.updates[-1] == 6
+    zero_shot_model(model, "tiny", ("dog", "cat"), ("a {}",), _bar=Bar)  # 2 prompts: no estimate, a plain bar
+    assert len(bars) == 2 and bars[1].desc == "Embedding prompts"
+    st.cache_resource.clear()

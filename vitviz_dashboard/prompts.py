@@ -14,10 +14,11 @@ import streamlit as st
 
 import vitviz
 from vitviz.text import PROMPT_SETS, PromptError, check_prompts, parse_prompts, prompt_set, template_set
+from vitviz.text.embeddings import estimated_seconds
 from vitviz.text.zero_shot import NO_TEXT_TOWER
 
 from vitviz_dashboard.common import KEPT, PROMPTS, Settings
-from vitviz_dashboard.progress import progress_class
+from vitviz_dashboard.progress import progress_class, remaining
 
 MAX_PROMPTS = 100  # typed prompts; the ready sets go up to ImageNet's 1,000 classes
 DEFAULT_PROMPTS = "a photo of a cat\na photo of a dog\na photo of a bird"
@@ -82,8 +83,14 @@ def prompt_model(model: vitviz.ViT, settings: Settings) -> tuple[vitviz.ViT, Set
 def zero_shot_model(_model: vitviz.ViT, spec: str, prompts: tuple[str, ...], templates: tuple[str, ...] | None,
                     _bar=None) -> vitviz.ViT:  # fmt: skip
     """Once per (model, prompts, templates): the text embeddings come from the disk cache when they are there, else
-    are computed with a progress bar (``_bar``, a tqdm class drawing on the page)."""
+    are computed with a progress bar (``_bar``, a tqdm class drawing on the page). A long set's bar states its
+    estimated time before the first prompt is embedded."""
     bar = None
+    texts = None if templates is None else list(templates)
+    seconds = None if _bar is None else estimated_seconds(_model.text_tower, list(prompts), texts)
+    if seconds is not None:
+        total = len(prompts) * (len(templates) if templates else 1)
+        bar = _bar(total=total, desc=f"Embedding prompts (estimated {remaining(seconds)})", unit="prompt")
 
     def progress(done: int, total: int) -> None:
         nonlocal bar

@@ -98,12 +98,12 @@ def prompts_left(tower: TextTower, classes: Sequence[str], templates: Sequence[s
 
 
 def estimated_seconds(tower: TextTower, classes: Sequence[str], templates: Sequence[str] | None = None,
-                      cache_dir: str | Path | None = None, least: int = LONG_SET) -> float | None:  # fmt: skip
+                      cache_dir: str | Path | None = None, least: int | None = None) -> float | None:  # fmt: skip
     """About how long ``class_embeddings`` will take, in seconds: the prompts left (``prompts_left``) times the
-    time per prompt of a sample of them (``seconds_per_prompt``); None when fewer than ``least`` prompts are left,
-    which takes seconds at most and is not worth the sample's time."""
+    time per prompt of a sample of them (``seconds_per_prompt``); None when fewer than ``least`` (default LONG_SET)
+    prompts are left, which takes seconds at most and is not worth the sample's time."""
     left = prompts_left(tower, classes, templates, cache_dir)
-    if left < least:
+    if left < (LONG_SET if least is None else least):
         return None
     texts = list(classes) if templates is None else [fill(t, name) for name in classes for t in templates]
     return left * seconds_per_prompt(tower, texts)
