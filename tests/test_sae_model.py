@@ -118,3 +118,17 @@ def test_width_mismatch():
     with pytest.raises(SAEError, match="codes have 41 latents"):
         sae.decode(torch.randn(2, 41))
     assert math.isfinite(float(sae.encode(torch.randn(2, 12)).sum()))
+
+
+def test_sparse_decode_gradients_equal_the_dense_product():
+    sae = random_sae()
+    values = torch.rand(6, 5, requires_grad=True)
+    indices = torch.randint(0, 40, (6, 5))
+    grad = torch.randn(6, 12)
+    (sae.decode_sparse(values, indices) * grad).sum().backward()
+    sparse_values, sparse_weight = values.grad.clone(), sae.W_dec.grad.clone()
+    values.grad, sae.W_dec.grad = None, None
+    dense = torch.zeros(6, 40).index_put((torch.arange(6)[:, None].expand(6, 5), indices), values, accumulate=True)
+    ((dense @ sae.W_dec + sae.b_dec) * grad).sum().backward()
+    torch.testing.assert_close(sparse_values, values.grad)
+    torch.testing.assert_close(sparse_weight, sae.W_dec.grad)

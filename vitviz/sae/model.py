@@ -51,6 +51,31 @@ class SAEConfig:
         return asdict(self)
 
 
+class SparseDecode(torch.autograd.Function):
+    """sum_j values[:, j] * W[indices[:, j]]: (B, k) values and indices, W (N, d) -> (B, d). Its backward touches only
+    the k chosen rows per token (an index_add), where a dense product would cost B x N x d and F.embedding_bag's
+    backward sorts the indices (3x slower on a CPU)."""
+
+    @staticmethod
+    def forward(ctx, values: torch.Tensor, indices: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        rows = weight.index_select(0, indices.flatten()).view(*indices.shape, -1)  # (B, k, d); faster than weight[indices]
+        ctx.save_for_backward(values, indices, weight)
+        return torch.bmm(values.unsqueeze(1), rows).squeeze(1)  # (B, d)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):  # grad (B, d)
+        values, indices, weight = ctx.saved_tensors
+        grad_values = None
+        if ctx.needs_input_grad[0]:
+            rows = weight.index_select(0, indices.flatten()).view(*indices.shape, -1)  # (B, k, d)
+            grad_values = torch.bmm(rows, grad.unsqueeze(-1)).squeeze(-1)  # (B, k)
+        grad_weight = None
+        if ctx.needs_input_grad[2]:
+            per_row = values.unsqueeze(-1) * grad.unsqueeze(1)  # (B, k, d)
+            grad_weight = torch.zeros_like(weight).index_add_(0, indices.flatten(), per_row.flatten(0, 1))
+        return grad_values, None, grad_weight
+
+
 class TopKSAE(nn.Module):
     """encode(x) -> codes (..., N); decode(codes) -> x in the input's units. Weights are fp32."""
 
@@ -125,7 +150,7 @@ class TopKSAE(nn.Module):
 
     def decode_sparse(self, values: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
         """The k kept values and indices (B, k) -> normalised ẑ (B, d): reads k rows of W_dec per token, not N."""
-        return F.embedding_bag(indices, self.W_dec, per_sample_weights=values, mode="sum") + self.b_dec
+        return SparseDecode.apply(values, indices, self.W_dec) + self.b_dec
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Reconstruction (..., d) of x (..., d), in x's units."""

@@ -109,11 +109,14 @@ def initialise(sae: TopKSAE, mean: torch.Tensor, scale: torch.Tensor, sample: to
 def auxk_loss(sae: TopKSAE, pre: torch.Tensor, residual: torch.Tensor, dead: torch.Tensor) -> torch.Tensor:
     """Gao et al.'s AuxK: the residual e = z - ẑ (B, d) reconstructed from the top aux_k dead latents of the
     pre-activations (B, N), as a normalised MSE: |e - ê|² / |e - mean(e)|². 0 when no latent is dead."""
-    count = min(sae.config.aux_k, int(dead.sum()))
-    if count == 0:
+    candidates = dead.nonzero().squeeze(1)  # (dead,)
+    if len(candidates) == 0:
         return pre.new_zeros(())
-    values, indices = pre.masked_fill(~dead, -math.inf).topk(count, dim=-1, sorted=False)  # (B, count)
-    estimate = torch.nn.functional.embedding_bag(indices, sae.W_dec, per_sample_weights=values.relu(), mode="sum")
+    values = pre.index_select(1, candidates).relu()  # (B, dead)
+    if len(candidates) > sae.config.aux_k:  # else every dead latent takes part: no top-k to take
+        kept, chosen = values.topk(sae.config.aux_k, dim=-1, sorted=False)  # (B, aux_k)
+        values = torch.zeros_like(values).scatter(-1, chosen, kept)
+    estimate = values @ sae.W_dec.index_select(0, candidates)  # (B, d): a (B, dead) x (dead, d) product, at most one dense one
     residual = residual.detach()
     spread = (residual - residual.mean(dim=0)).square().sum(dim=-1).mean().clamp_min(1e-12)
     return (estimate - residual).square().sum(dim=-1).mean() / spread
