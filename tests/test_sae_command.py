@@ -5,7 +5,6 @@ import json
 
 import numpy as np
 import pytest
-import torch
 from PIL import Image
 
 from tests.tiny_models import tiny_checkpoint
@@ -52,13 +51,16 @@ def test_train_from_images_through_a_model(tmp_path):
     assert header["config"]["block"] == 1 and header["config"]["d_in"] == 32
 
 
-@pytest.mark.parametrize("arguments, message", [
-    (["--activations", "missing.npy"], "missing.npy is not a .npy file"),
-    (["--activations", "train.npy", "--holdout-activations", "wide.npy"], "one width; got widths"),
-    (["--activations", "train.npy", "--latents", "4000000000"], "need about .* GiB"),
-    (["--activations", "train.npy", "--k", "64"], "k must be between 1 and latents = 32"),
-    (["--images", "."], "--images needs --block"),
-])
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (["--activations", "missing.npy"], "missing.npy is not a .npy file"),
+        (["--activations", "train.npy", "--holdout-activations", "wide.npy"], "one width; got widths"),
+        (["--activations", "train.npy", "--latents", "4000000000"], "need about .* GiB"),
+        (["--activations", "train.npy", "--k", "64"], "k must be between 1 and latents = 32"),
+        (["--images", "."], "--images needs --block"),
+    ],
+)
 def test_bad_input_gets_a_message(tmp_path, monkeypatch, capsys, arguments, message):
     monkeypatch.chdir(tmp_path)
     activations(tmp_path / "train.npy", 0)

@@ -58,7 +58,7 @@ def test_no_change_leaves_the_logits(model, images, attention):
     sae = sae_for(model)
     with torch.no_grad():
         expected = model(images).logits
-        for edit in (dict(), dict(scale={3: 1.0, 5: 1.0})):
+        for edit in ({}, {"scale": {3: 1.0, 5: 1.0}}):
             torch.testing.assert_close(with_sae(model, sae, 1, **edit)(images).logits, expected, atol=1e-5, rtol=0)
 
 
@@ -83,6 +83,7 @@ def test_suppressing_a_firing_latent_matches_the_edit_by_hand(model, images):
 def test_set_to_and_doubling(model, images):
     sae = sae_for(model)
     with torch.no_grad():
+
         def setting(patches):
             c = sae.encode(patches)
             e = c.clone()

@@ -14,8 +14,12 @@ D, N = 12, 48
 
 def random_tensors(seed=0):
     g = torch.Generator().manual_seed(seed)
-    return dict(W_enc=torch.randn(D, N, generator=g), b_enc=torch.randn(N, generator=g),
-                W_dec=torch.randn(N, D, generator=g), b_dec=torch.randn(D, generator=g))
+    return {
+        "W_enc": torch.randn(D, N, generator=g),
+        "b_enc": torch.randn(N, generator=g),
+        "W_dec": torch.randn(N, D, generator=g),
+        "b_dec": torch.randn(D, generator=g),
+    }
 
 
 def topk(pre, k):
@@ -55,12 +59,16 @@ def write_saev(path, header, state):
 def test_saev_sae_pt(tmp_path, schema):
     state = random_tensors()
     if schema == "legacy":  # the first files (the published CLIP and DINOv2 SAEs): the config itself, ReLU
-        header = dict(d_vit=D, exp_factor=N // D, n_reinit_samples=10, seed=0)
+        header = {"d_vit": D, "exp_factor": N // D, "n_reinit_samples": 10, "seed": 0}
     elif schema == 1:
-        header = dict(schema=1, cls="TopK", cfg=dict(d_vit=D, exp_factor=N // D, top_k=5))
+        header = {"schema": 1, "cls": "TopK", "cfg": {"d_vit": D, "exp_factor": N // D, "top_k": 5}}
     else:
-        header = dict(schema=2, cfg=dict(d_vit=D, exp_factor=N // D, activation=dict(cls="TopK", params=dict(top_k=5))),
-                      commit="abc", lib="1.0")
+        header = {
+            "schema": 2,
+            "cfg": {"d_vit": D, "exp_factor": N // D, "activation": {"cls": "TopK", "params": {"top_k": 5}}},
+            "commit": "abc",
+            "lib": "1.0",
+        }
     (tmp_path / "clip").mkdir()
     write_saev(tmp_path / "clip" / "sae.pt", header, state)
     x = torch.randn(6, D)
@@ -72,15 +80,25 @@ def test_saev_sae_pt(tmp_path, schema):
         sae = load_sae(path)
         with torch.no_grad():
             torch.testing.assert_close(sae.encode(x), expected, atol=1e-5, rtol=1e-5)
-            torch.testing.assert_close(sae.decode(expected), expected @ state["W_dec"] + state["b_dec"], atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(
+                sae.decode(expected), expected @ state["W_dec"] + state["b_dec"], atol=1e-5, rtol=1e-5
+            )
 
 
 @pytest.mark.parametrize("activation", ["relu", "topk"])
 def test_vit_prisma_folder(tmp_path, activation):
     state = random_tensors(1)
-    config = dict(d_in=D, d_sae=N, expansion_factor=N // D, activation_fn_str=activation, hook_point_layer=9,
-                  activation_fn_kwargs=dict(k=3) if activation == "topk" else {}, normalize_activations="none",
-                  layer_subtype="hook_resid_post", model_name="open-clip:laion/CLIP-ViT-B-32-DataComp.XL-s13B-b90K")
+    config = {
+        "d_in": D,
+        "d_sae": N,
+        "expansion_factor": N // D,
+        "activation_fn_str": activation,
+        "hook_point_layer": 9,
+        "activation_fn_kwargs": {"k": 3} if activation == "topk" else {},
+        "normalize_activations": "none",
+        "layer_subtype": "hook_resid_post",
+        "model_name": "open-clip:laion/CLIP-ViT-B-32-DataComp.XL-s13B-b90K",
+    }
     (tmp_path / "config.json").write_text(json.dumps(config))
     torch.save(state, tmp_path / "n_images_2600058.pt")
     sae = load_sae(tmp_path)
@@ -90,7 +108,9 @@ def test_vit_prisma_folder(tmp_path, activation):
     expected = pre.relu() if activation == "relu" else topk(pre, 3)
     with torch.no_grad():
         torch.testing.assert_close(sae.encode(x), expected, atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(sae.decode(expected), expected @ state["W_dec"] + state["b_dec"], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(
+            sae.decode(expected), expected @ state["W_dec"] + state["b_dec"], atol=1e-5, rtol=1e-5
+        )
     config["normalize_activations"] = "layer_norm"
     (tmp_path / "config.json").write_text(json.dumps(config))
     with pytest.raises(SAEFormatError, match="normalises each token by its own statistics"):

@@ -101,11 +101,14 @@ def test_batchtopk_keeps_k_per_token_on_average_when_training():
     assert float(sae.threshold) > 0
 
 
-@pytest.mark.parametrize("config, message", [
-    (dict(d_in=4, latents=8, k=9), "k must be between 1 and latents"),
-    (dict(d_in=0, latents=8), "at least 1"),
-    (dict(d_in=4, latents=8, activation="jumprelu"), "activation must be one of"),
-])
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        ({"d_in": 4, "latents": 8, "k": 9}, "k must be between 1 and latents"),
+        ({"d_in": 0, "latents": 8}, "at least 1"),
+        ({"d_in": 4, "latents": 8, "activation": "jumprelu"}, "activation must be one of"),
+    ],
+)
 def test_bad_configs(config, message):
     with pytest.raises(SAEError, match=message):
         SAEConfig(**config)

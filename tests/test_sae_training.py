@@ -5,8 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-import vitviz.sae.training as training
-from vitviz.sae import SAEConfig, SAEError, SAEMemoryError, TrainConfig, evaluate, train_sae
+from vitviz.sae import SAEConfig, SAEError, SAEMemoryError, TrainConfig, evaluate, train_sae, training
 from vitviz.sae.data import npy_source, shuffled_batches, statistics
 
 QUICK = TrainConfig(epochs=2, batch=128, buffer=512, sample=256, dead_after=500)
@@ -111,11 +110,14 @@ def test_memory_check_refuses_before_allocating():
     assert isinstance(SAEMemoryError("x"), ValueError)
 
 
-@pytest.mark.parametrize("chunks, message", [
-    ([torch.zeros(4, 8), torch.zeros(4, 9)], "differ in width"),
-    ([torch.zeros(4)], r"must be \(tokens, width\)"),
-    ([], "holds no tokens"),
-])
+@pytest.mark.parametrize(
+    "chunks, message",
+    [
+        ([torch.zeros(4, 8), torch.zeros(4, 9)], "differ in width"),
+        ([torch.zeros(4)], r"must be \(tokens, width\)"),
+        ([], "holds no tokens"),
+    ],
+)
 def test_bad_sources(chunks, message):
     with pytest.raises(SAEError, match=message):
         train_sae(chunks, SAEConfig(d_in=8, latents=16, k=2), QUICK, progress=False)

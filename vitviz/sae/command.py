@@ -31,7 +31,9 @@ from vitviz.sae.training import TrainConfig, train_sae
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="vitviz sae", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="vitviz sae", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     commands = p.add_subparsers(dest="command", required=True)
     t = commands.add_parser("train", help="train an SAE on one block's output tokens", description=__doc__,
                             formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
@@ -39,7 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--images", type=Path, help="a folder of images (searched recursively) run through --model")
     data.add_argument("--activations", type=Path, nargs="+", help=".npy files of (tokens, width) activations")
     t.add_argument("--model", default="default", help="model spec for --images (any load_model spec)")
-    t.add_argument("--block", type=int, default=None, help="the block whose output is read, 0-based (needed with --images)")
+    t.add_argument(
+        "--block", type=int, default=None, help="the block whose output is read, 0-based (needed with --images)"
+    )
     t.add_argument("--holdout", type=float, default=0.1, help="share of the images (or tokens) kept for the metrics")
     t.add_argument("--holdout-activations", type=Path, nargs="+", help=".npy files of held-out activations")
     t.add_argument("--latents", type=int, required=True, help="number of latents N (8x or 16x the width is usual)")
@@ -113,7 +117,7 @@ def train_command(args: argparse.Namespace) -> dict:
             raise SAEError(f"--block must be in [0, {layers - 1}] for this model; got {args.block}")
         files = image_files(args.images, args.max_images)
         order = torch.randperm(len(files), generator=torch.Generator().manual_seed(args.seed)).tolist()
-        cut = len(files) - int(round(args.holdout * len(files)))
+        cut = len(files) - round(args.holdout * len(files))
         train_files, held_images = sorted(files[i] for i in order[:cut]), sorted(files[i] for i in order[cut:])
         print(f"block {args.block} tokens of {len(train_files)} training and {len(held_images)} held-out images",
               file=sys.stderr)  # fmt: skip
@@ -127,14 +131,16 @@ def train_command(args: argparse.Namespace) -> dict:
             held = npy_source(args.holdout_activations)
         else:  # the last share of the tokens (the last images, when they were written in order)
             last = train[-1]
-            cut = len(last) - int(round(args.holdout * sum(len(a) for a in train)))
+            cut = len(last) - round(args.holdout * sum(len(a) for a in train))
             if cut <= 0:
                 raise SAEError("--holdout asks for more tokens than the last .npy file holds; give "
                                "--holdout-activations instead")  # fmt: skip
             train, held = train[:-1] + [last[:cut]], [last[cut:]]
         widths = {a.shape[-1] for a in train} | {a.shape[-1] for a in held}
         if len(widths) != 1 or any(np.ndim(a) != 2 for a in train + held):
-            raise SAEError(f"the activation files must all be (tokens, width) with one width; got widths {sorted(widths)}")
+            raise SAEError(
+                f"the activation files must all be (tokens, width) with one width; got widths {sorted(widths)}"
+            )
     width = int(train[0].shape[-1])
     config = SAEConfig(d_in=width, latents=args.latents, k=args.k, aux_k=args.aux_k, block=args.block)
     train_config = TrainConfig(epochs=args.epochs, batch=args.batch, lr=args.lr, seed=args.seed, device=args.device)
@@ -148,7 +154,7 @@ def train_command(args: argparse.Namespace) -> dict:
         metrics |= top1_agreement(model, sae, args.block, [b[0] for b in batches], labels)
     metrics["training_seconds"] = seconds
     save_sae(sae, args.out, model=args.model if model is not None else None,
-             training=dict(train=train_config.__dict__, history=history, seconds=seconds))  # fmt: skip
+             training={"train": train_config.__dict__, "history": history, "seconds": seconds})  # fmt: skip
     (args.out / METRICS).write_text(json.dumps(metrics, indent=1))
     (args.out / "checkpoint.pt").unlink(missing_ok=True)
     for name in ("explained_variance", "l0", "dead_fraction", "top1_agreement", "ce_loss_recovered"):

@@ -46,7 +46,13 @@ def save_sae(sae: TopKSAE, folder: str | Path, model: str | None = None, trainin
     folder.mkdir(parents=True, exist_ok=True)
     tensors = {name: tensor.detach().float().cpu().contiguous() for name, tensor in sae.state_dict().items()}
     save_file(tensors, folder / WEIGHTS)
-    header = dict(format=FORMAT, version=1, config=sae.config.to_dict(), model=model, training=training or {})
+    header = {
+        "format": FORMAT,
+        "version": 1,
+        "config": sae.config.to_dict(),
+        "model": model,
+        "training": training or {},
+    }
     (folder / CONFIG).write_text(json.dumps(header, indent=1))
     return folder
 
@@ -88,7 +94,7 @@ def _json(path: Path) -> dict | None:
 def _build(config: SAEConfig, tensors: dict[str, torch.Tensor], source: Path) -> TopKSAE:
     sae = TopKSAE(config)
     expected = {name: tuple(t.shape) for name, t in sae.state_dict().items()}
-    missing = sorted(set(("W_enc", "b_enc", "W_dec", "b_dec")) - set(tensors))
+    missing = sorted({"W_enc", "b_enc", "W_dec", "b_dec"} - set(tensors))
     if missing:
         raise SAEFormatError(f"{source} lacks the tensors {missing}")
     for name, tensor in tensors.items():
@@ -149,7 +155,8 @@ def _prisma(path: Path, folder: Path, header: dict) -> TopKSAE:
     norm = header.get("normalize_activations") or "none"
     if norm != "none":
         raise SAEFormatError(f"{folder / CONFIG}: normalize_activations={norm!r} normalises each token by its own "
-                             "statistics, which decode(codes) cannot undo; vitviz reads ViT-Prisma SAEs with 'none'")  # fmt: skip
+                             "statistics, which decode(codes) cannot undo; vitviz reads ViT-Prisma SAEs "
+                             "with 'none'")  # fmt: skip
     weights = [path] if path.is_file() and path.suffix in (".pt", ".pth") else sorted(folder.glob("*.pt*"))
     if len(weights) != 1:
         raise SAEFormatError(f"{folder}: expected one .pt weights file beside config.json, found {len(weights)}")

@@ -1,7 +1,7 @@
 """How good an SAE is, on held-out tokens and images.
 
 On activations (``evaluate``, streamed chunk by chunk over any source of ``vitviz.sae.data``):
-- ``explained_variance``: 1 - sum |x - x̂|² / sum |x - mean(x)|², over every token and feature (Gao et al., ViT-Prisma);
+- ``explained_variance``: 1 - sum |x - x̂|² / sum |x - mean(x)|², over all tokens and features (Gao et al.);
 - ``normalised_mse``: sum |x - x̂|² / sum |x|² (saev's normalised MSE: the error relative to the input's energy);
 - ``l0``: mean number of non-zero codes per token (≤ k for TopK);
 - ``dead_fraction``: latents that never fire on these tokens;
@@ -47,7 +47,7 @@ def evaluate(sae: TopKSAE, source: Source, dense_threshold: float = 0.1, batch: 
     """The activation metrics of the module docstring over every token of ``source``, streamed."""
     sae = sae.eval()
     device = sae.W_enc.device
-    error = total = squares = nonzero = 0.0
+    error = squares = nonzero = 0.0
     sums = fired = None
     tokens = 0
     for chunk in chunks(source):
@@ -64,9 +64,10 @@ def evaluate(sae: TopKSAE, source: Source, dense_threshold: float = 0.1, batch: 
             fired += (codes != 0).sum(dim=0).float().cpu()
             tokens += len(x)
     spread = squares - float(sums.square().sum()) / tokens  # sum |x - mean|²
-    return dict(explained_variance=1.0 - error / spread, normalised_mse=error / squares, l0=nonzero / tokens,
-                dead_fraction=float((fired == 0).float().mean()),
-                dense_fraction=float((fired / tokens > dense_threshold).float().mean()), tokens=tokens)  # fmt: skip
+    return {"explained_variance": 1.0 - error / spread, "normalised_mse": error / squares, "l0": nonzero / tokens,
+                "dead_fraction": float((fired == 0).float().mean()),
+                "dense_fraction": float((fired / tokens > dense_threshold).float().mean()),
+                "tokens": tokens}  # fmt: skip
 
 
 @torch.no_grad()
@@ -100,9 +101,9 @@ def top1_agreement(model: ViT, sae: TopKSAE, block: int, images: Iterable[torch.
         targets = next(label_iter).to(device) if label_iter is not None else clean.argmax(dim=-1)
         same += int((edited.argmax(dim=-1) == clean.argmax(dim=-1)).sum())
         count += len(pixel_values)
-        ce += torch.tensor([float(F.cross_entropy(logits, targets, reduction="sum")) for logits in (clean, edited, ablated)],
-                           dtype=torch.float64)  # fmt: skip
+        sums = [float(F.cross_entropy(logits, targets, reduction="sum")) for logits in (clean, edited, ablated)]
+        ce += torch.tensor(sums, dtype=torch.float64)
     ce_clean, ce_sae, ce_zero = (ce / count).tolist()
     recovered = (ce_zero - ce_sae) / (ce_zero - ce_clean) if ce_zero != ce_clean else float("nan")
-    return dict(top1_agreement=same / count, ce_loss_recovered=recovered, ce_clean=ce_clean, ce_sae=ce_sae,
-                ce_zero_ablation=ce_zero, images=count)  # fmt: skip
+    return {"top1_agreement": same / count, "ce_loss_recovered": recovered, "ce_clean": ce_clean, "ce_sae": ce_sae,
+                "ce_zero_ablation": ce_zero, "images": count}  # fmt: skip

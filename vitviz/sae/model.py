@@ -18,7 +18,6 @@ from dataclasses import asdict, dataclass
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from vitviz.sae.errors import SAEError
@@ -58,7 +57,9 @@ class SparseDecode(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, values: torch.Tensor, indices: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        rows = weight.index_select(0, indices.flatten()).view(*indices.shape, -1)  # (B, k, d); faster than weight[indices]
+        rows = weight.index_select(0, indices.flatten()).view(
+            *indices.shape, -1
+        )  # (B, k, d); faster than weight[indices]
         ctx.save_for_backward(values, indices, weight)
         return torch.bmm(values.unsqueeze(1), rows).squeeze(1)  # (B, d)
 
@@ -171,5 +172,7 @@ class TopKSAE(nn.Module):
 
     def _check_width(self, x: torch.Tensor) -> None:
         if x.shape[-1] != self.config.d_in:
-            raise SAEError(f"activations are {x.shape[-1]} wide; this SAE reads {self.config.d_in}-wide tokens "
-                           f"(block {self.config.block if self.config.block is not None else '?'} of its model)")
+            raise SAEError(
+                f"activations are {x.shape[-1]} wide; this SAE reads {self.config.d_in}-wide tokens "
+                f"(block {self.config.block if self.config.block is not None else '?'} of its model)"
+            )

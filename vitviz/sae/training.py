@@ -90,7 +90,7 @@ def geometric_median(points: torch.Tensor, iterations: int = 30) -> torch.Tensor
 @torch.no_grad()
 def initialise(sae: TopKSAE, mean: torch.Tensor, scale: torch.Tensor, sample: torch.Tensor, train: TrainConfig,
                generator: torch.Generator) -> None:  # fmt: skip
-    """Normalisation statistics, b_dec from the sample, decoder rows from sample points (or random), encoder = W_dec^T."""
+    """Normalisation statistics, b_dec from the sample, decoder rows from sample points (or random), W_enc = W_dec^T."""
     sae.mean.copy_(mean)
     sae.scale.copy_(scale)
     z = sae.normalise(sample.to(sae.mean.device))  # (m, d)
@@ -116,14 +116,16 @@ def auxk_loss(sae: TopKSAE, pre: torch.Tensor, residual: torch.Tensor, dead: tor
     if len(candidates) > sae.config.aux_k:  # else every dead latent takes part: no top-k to take
         kept, chosen = values.topk(sae.config.aux_k, dim=-1, sorted=False)  # (B, aux_k)
         values = torch.zeros_like(values).scatter(-1, chosen, kept)
-    estimate = values @ sae.W_dec.index_select(0, candidates)  # (B, d): a (B, dead) x (dead, d) product, at most one dense one
+    estimate = values @ sae.W_dec.index_select(
+        0, candidates
+    )  # (B, d): a (B, dead) x (dead, d) product, at most one dense one
     residual = residual.detach()
     spread = (residual - residual.mean(dim=0)).square().sum(dim=-1).mean().clamp_min(1e-12)
     return (estimate - residual).square().sum(dim=-1).mean() / spread
 
 
 def losses(sae: TopKSAE, z: torch.Tensor, dead: torch.Tensor, aux_alpha: float) -> tuple[torch.Tensor, ...]:
-    """One batch z (B, d), normalised -> (total loss, reconstruction MSE, AuxK loss, how often each latent fired (N,))."""
+    """One normalised batch z (B, d) -> (total loss, reconstruction MSE, AuxK loss, firings per latent (N,))."""
     pre = sae.pre_activations(z)  # (B, N)
     if sae.config.activation == "topk":
         values, indices = sae.top_k(pre)  # (B, k) each
@@ -170,7 +172,12 @@ def train_sae(source: Source, config: SAEConfig, train: TrainConfig = TrainConfi
             raise SAEError(f"{checkpoint} is from another run (other settings); remove it or use another path")
         sae.load_state_dict(state["sae"])
         optimiser.load_state_dict(state["optimiser"])
-        since_fired, history, start_epoch, tokens = state["since_fired"], state["history"], state["epoch"] + 1, state["tokens"]
+        since_fired, history, start_epoch, tokens = (
+            state["since_fired"],
+            state["history"],
+            state["epoch"] + 1,
+            state["tokens"],
+        )
         generator.set_state(state["generator"])
     else:
         stats = statistics(source, train.sample, generator)
@@ -204,14 +211,15 @@ def train_sae(source: Source, config: SAEConfig, train: TrainConfig = TrainConfi
             bar.update()
         bar.close()
         seconds = time.perf_counter() - began
-        history.append(dict(epoch=epoch + 1, mse=float(sums[0] / sums[2]), aux=float(sums[1] / sums[2]),
-                            dead_fraction=float((since_fired >= train.dead_after).float().mean()),
-                            seconds=seconds, tokens_per_s=float(sums[2]) / seconds))  # fmt: skip
+        history.append({"epoch": epoch + 1, "mse": float(sums[0] / sums[2]), "aux": float(sums[1] / sums[2]),
+                            "dead_fraction": float((since_fired >= train.dead_after).float().mean()),
+                            "seconds": seconds, "tokens_per_s": float(sums[2]) / seconds})  # fmt: skip
         if checkpoint is not None:
             Path(checkpoint).parent.mkdir(parents=True, exist_ok=True)
             temporary = Path(f"{checkpoint}.partial")  # a half-written checkpoint never reads as complete
-            torch.save(dict(sae=sae.state_dict(), optimiser=optimiser.state_dict(), config=config.to_dict(),
-                            train=asdict(train), epoch=epoch, since_fired=since_fired, history=history, tokens=tokens,
-                            generator=generator.get_state()), temporary)  # fmt: skip
+            state = {"sae": sae.state_dict(), "optimiser": optimiser.state_dict(), "config": config.to_dict(),
+                     "train": asdict(train), "epoch": epoch, "since_fired": since_fired, "history": history,
+                     "tokens": tokens, "generator": generator.get_state()}  # fmt: skip
+            torch.save(state, temporary)
             temporary.replace(checkpoint)
     return sae.eval().cpu(), history
