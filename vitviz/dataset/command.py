@@ -97,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     check_arguments(parser, args)
     device = pick_device(args.device)
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # NCCL's barriers run on the current device: this process's own
     if distributed:  # under torchrun: gloo on CPUs, NCCL on GPUs, torchrun's rendezvous across machines
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     rank, world = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
