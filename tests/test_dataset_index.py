@@ -151,11 +151,11 @@ def test_batched_pass_equals_images_one_by_one(tmp_path):
     assert batch["prefix_shares"].shape == (3, 2, 4, 4)  # cls, reg0, reg1, patches
 
 
-def test_pca_features_and_key_facet(built, tmp_path):
+def test_pca_key_facet_relevance_and_faithfulness(built, tmp_path):
     model_path, images, _, _ = built
     out = tmp_path / "pca"
     assert main([str(images), "--model", str(model_path), "--out", str(out), "--pca", "3", "--facet", "key",
-                 "--limit", "10", "--relevance"]) == 0  # fmt: skip
+                 "--limit", "10", "--relevance", "--faithfulness"]) == 0  # fmt: skip
     index = vitviz.open_index(out)
     assert index.features([0, 1]).shape == (2, 4, 4, 3) and index.manifest["pca"]["components"] == 3
     assert index.maps([0, 2], "relevance").shape == (2, 4, 4)
@@ -164,3 +164,12 @@ def test_pca_features_and_key_facet(built, tmp_path):
     pixels = model.transform(load_image((images / first).read_bytes()))[None]
     expected = explain.method_maps(model, pixels, ["relevance"]).maps["relevance"]
     np.testing.assert_allclose(index.maps(0, "relevance")[0], expected, **FP16)
+    pca = np.load(out / "pca.npz")
+    keys = explain.patch_features(model, pixels, -1, "key")[0].numpy()  # (16, heads * head_dim)
+    np.testing.assert_allclose(index.features(0)[0].reshape(16, 3), (keys - pca["mean"]) @ pca["components"].T,
+                               rtol=2e-3, atol=2e-3)  # fmt: skip
+    stored = index.query("SELECT prediction_index, faithfulness_most_first AS m, faithfulness_least_first AS l "
+                         "FROM images WHERE image_id = 0")  # fmt: skip
+    curves = explain.faithfulness(model, pixels, expected, int(stored["prediction_index"][0]))
+    np.testing.assert_allclose([stored["m"][0], stored["l"][0]], [curves["auc_most_first"], curves["auc_least_first"]],
+                               rtol=1e-3, atol=1e-3)  # fmt: skip
