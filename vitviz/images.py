@@ -17,6 +17,7 @@ import struct
 import warnings
 import zlib
 from dataclasses import asdict, dataclass, fields
+from numbers import Integral, Real
 from typing import Literal
 
 import numpy as np
@@ -24,6 +25,8 @@ import torch
 from PIL import Image, ImageOps
 from torchvision.transforms import InterpolationMode
 from torchvision.transforms import functional as TF
+
+from vitviz.model.config import echo
 
 MAX_PIXELS = 89_478_485  # PIL's own decompression-bomb threshold (about 89 Mpx)
 WORKING_PIXELS = 16_000_000  # larger JPEGs are decoded at a reduced scale (draft mode)
@@ -175,6 +178,8 @@ def _to_rgb(image: Image.Image, background: tuple[int, int, int]) -> Image.Image
     return image.convert("RGB")
 
 
+MAX_SIDE = 8192  # pixels: a resize or crop beyond this is a mistake (ViTs take 224 to 1,024 pixels a side)
+MAX_CHANNELS = 4  # mean and std values: one per channel of the (RGB) input, or one for all
 Interpolation = Literal["nearest", "bilinear", "bicubic"]
 _INTERPOLATIONS: dict[str, InterpolationMode] = {
     "nearest": InterpolationMode.NEAREST,
@@ -199,10 +204,9 @@ class Preprocessing:
             value = getattr(self, name)
             if isinstance(value, list):
                 object.__setattr__(self, name, tuple(value))
-        if self.interpolation not in _INTERPOLATIONS:
-            raise ValueError(f"interpolation must be one of {sorted(_INTERPOLATIONS)}; got {self.interpolation!r}")
-        if len(self.mean) != len(self.std) or any(s <= 0 for s in self.std):
-            raise ValueError(f"mean {self.mean} and std {self.std} must have one positive std per channel")
+        problems = _preprocessing_problems(self)
+        if problems:
+            raise ValueError("invalid preprocessing: " + "; ".join(problems))
 
     def __call__(self, image: Image.Image) -> torch.Tensor:
         """PIL image -> float tensor (C, H, W), normalised."""
@@ -252,3 +256,36 @@ class Preprocessing:
         if unknown:
             raise ValueError(f"unknown preprocessing fields {unknown}; known fields are {sorted(known)}")
         return cls(**values)
+
+
+def _preprocessing_problems(preprocessing: Preprocessing) -> list[str]:
+    """What is wrong with a Preprocessing's values, checked when it is made (so when a model's file is read): sizes
+    that are not whole numbers of pixels from 1 to MAX_SIDE, a mean or std that is not a finite number per channel."""
+    problems = []
+    for name in ("resize", "crop"):
+        value = getattr(preprocessing, name)
+        sides = value if isinstance(value, tuple) and len(value) == 2 else (value,)
+        if value is not None and not all(_is_side(side) for side in sides):
+            problems.append(f"{name} must be a side or (height, width) in pixels, from 1 to {MAX_SIDE:,}; "
+                            f"got {echo(value, 80)}")  # fmt: skip
+    for name in ("mean", "std"):
+        values = getattr(preprocessing, name)
+        numbers = isinstance(values, tuple) and all(_is_finite(v) for v in values)
+        if not numbers or not 1 <= len(values) <= MAX_CHANNELS or (name == "std" and min(values) <= 0):
+            kind = "positive numbers" if name == "std" else "finite numbers"
+            problems.append(f"{name} must be 1 to {MAX_CHANNELS} {kind}, one per channel; got {echo(values, 80)}")
+    if not problems and len(preprocessing.mean) != len(preprocessing.std):
+        problems.append(f"mean and std must have as many values; got {len(preprocessing.mean)} and "
+                        f"{len(preprocessing.std)}")  # fmt: skip
+    interpolation = preprocessing.interpolation
+    if not isinstance(interpolation, str) or interpolation not in _INTERPOLATIONS:
+        problems.append(f"interpolation must be one of {sorted(_INTERPOLATIONS)}; got {echo(interpolation)}")
+    return problems
+
+
+def _is_side(value: object) -> bool:
+    return isinstance(value, Integral) and not isinstance(value, bool) and 1 <= value <= MAX_SIDE
+
+
+def _is_finite(value: object) -> bool:
+    return isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(value)

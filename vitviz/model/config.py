@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
-from typing import Literal
+from numbers import Integral, Real
+from typing import Any, Literal
 
 from vitviz.model.rotary import ROTARIES, Rotary
 
@@ -61,40 +63,32 @@ class ViTConfig:
     patch_norm: bool = False  # a norm on the patch embeddings, before anything is added (AIMv2)
 
     def __post_init__(self) -> None:
+        problems = _field_problems(self)  # types and ranges first: the checks below do arithmetic on them
+        if problems:
+            raise ValueError("invalid ViTConfig: " + "; ".join(problems))
         if isinstance(self.image_size, (list, tuple)):  # lists come back from JSON and checkpoints
             self.image_size = (int(self.image_size[0]), int(self.image_size[1]))
         if isinstance(self.rotary_reference_grid, (list, tuple)):
             self.rotary_reference_grid = (int(self.rotary_reference_grid[0]), int(self.rotary_reference_grid[1]))
         height, width = self.image_hw
-        problems = []
         if self.hidden_size % self.num_heads:
             problems.append(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
         if height % self.patch_size or width % self.patch_size:
             problems.append(f"image_size {height}x{width} is not a multiple of patch_size {self.patch_size}")
-        if self.pooling not in POOLINGS:
-            problems.append(f"pooling must be one of {', '.join(POOLINGS)}; got {self.pooling!r}")
+        for name, choices in [("pooling", POOLINGS), ("activation", ACTIVATIONS), ("rotary", ROTARIES), ("norm", NORMS),
+                              ("probabilities", PROBABILITIES)]:  # fmt: skip
+            if getattr(self, name) not in choices:
+                problems.append(f"{name} must be one of {', '.join(choices)}; got {echo(getattr(self, name))}")
         if self.pooling in ("cls", "cls+mean") and not self.class_token:
             problems.append(f"pooling={self.pooling!r} needs class_token=True")
-        if self.activation not in ACTIVATIONS:
-            problems.append(f"activation must be one of {', '.join(ACTIVATIONS)}; got {self.activation!r}")
-        if self.rotary not in ROTARIES:
-            problems.append(f"rotary must be one of {', '.join(ROTARIES)}; got {self.rotary!r}")
-        elif self.rotary != "none" and (self.hidden_size // max(1, self.num_heads)) % 4:
+        if self.rotary in ROTARIES and self.rotary != "none" and (self.hidden_size // self.num_heads) % 4:
             problems.append(f"rotary embeddings need a head width divisible by 4; got {self.hidden_size // self.num_heads}")
-        if self.pool_heads < 0 or (self.pool_heads and self.hidden_size % self.pool_heads):
+        if self.pool_heads and self.hidden_size % self.pool_heads:
             problems.append(f"pool_heads {self.pool_heads} must be 0 or divide hidden_size {self.hidden_size}")
-        if self.norm not in NORMS:
-            problems.append(f"norm must be one of {', '.join(NORMS)}; got {self.norm!r}")
-        if self.probabilities not in PROBABILITIES:
-            problems.append(f"probabilities must be one of {', '.join(PROBABILITIES)}; got {self.probabilities!r}")
         if self.distillation_token and not self.class_token:
             problems.append("distillation_token=True needs class_token=True (it comes right after [CLS])")
         if self.distillation_head and not (self.distillation_token and self.pooling == "cls"):
             problems.append("distillation_head=True needs distillation_token=True and pooling='cls'")
-        if min(self.patch_size, self.num_channels, self.hidden_size, self.num_layers, self.num_heads, self.mlp_size) < 1:
-            problems.append("sizes and counts must be positive")
-        if self.num_classes < 0 or self.num_register_tokens < 0:
-            problems.append("num_classes and num_register_tokens must be >= 0")
         if problems:
             raise ValueError("invalid ViTConfig: " + "; ".join(problems))
 
@@ -154,5 +148,58 @@ class ViTConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise ValueError(f"unknown ViTConfig fields {unknown}; known fields are {sorted(known)}")
+            raise ValueError(f"unknown ViTConfig fields {echo(unknown)}; known fields are {sorted(known)}")
         return cls(**values)
+
+
+_POSITIVE = ("patch_size", "num_channels", "hidden_size", "num_layers", "num_heads", "mlp_size", "layer_norm_eps",
+             "rotary_temperature")  # fmt: skip
+_RATES = ("dropout", "attention_dropout", "drop_path")  # probabilities: from 0 to 1
+
+
+def _field_problems(config: ViTConfig) -> list[str]:
+    """Each field of the wrong type (that of its default: true or false, an integer, a finite number, a name) or out
+    of range, so a hostile config (a patch size of 0, an infinite or empty image size, a string epsilon) is refused
+    with a message, never a ZeroDivisionError or a model that fails at its first image."""
+    problems = []
+    for field in fields(config):
+        value = getattr(config, field.name)
+        if field.name in ("image_size", "rotary_reference_grid"):
+            pair = isinstance(value, (list, tuple)) and len(value) == 2
+            sides = value if pair else [value] if field.name == "image_size" and _is_integer(value) else None
+            ok = (value is None and field.name == "rotary_reference_grid") or (
+                sides is not None and all(_is_integer(side) and side > 0 for side in sides))
+            kind = "a side or (height, width), in pixels (positive integers)"
+        else:
+            ok, kind = {bool: (isinstance(value, bool), "true or false"), int: (_is_integer(value), "an integer"),
+                        float: (_is_number(value), "a finite number"), str: (isinstance(value, str), "a name")}[
+                type(field.default)]  # fmt: skip
+            if ok and field.name in _POSITIVE and not value > 0:
+                ok, kind = False, "positive"
+            elif ok and field.name in _RATES and not 0 <= value <= 1:
+                ok, kind = False, "from 0 to 1"
+            elif ok and isinstance(field.default, int) and not isinstance(field.default, bool) and value < 0:
+                ok, kind = False, ">= 0"
+        if not ok:
+            problems.append(f"{field.name} must be {kind}; got {echo(value)}")
+    return problems
+
+
+def _is_integer(value: Any) -> bool:
+    return isinstance(value, Integral) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def clip_text(text: str, limit: int = 200) -> str:
+    """``text`` on one line, cut to ``limit`` characters with its full length said: what an error message echoes of a
+    name, a spec, a file's value or a library's own message, so a hostile one of a megabyte stays readable."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+
+
+def echo(value: Any, limit: int = 200) -> str:
+    """``repr(value)`` for a message, cut as ``clip_text`` does."""
+    return clip_text(repr(value), limit)
