@@ -4,72 +4,157 @@
      "config": asdict(ViTConfig), "state_dict": {...}, "class_names": [...],
      "preprocessing": Preprocessing.to_dict(), "training": {...}}
 
-It is read with ``torch.load(..., weights_only=True)``: only tensors and plain containers
-can come back, so a hostile file cannot run code when it is opened.
+It is read with ``torch.load(..., weights_only=True)``: only tensors and plain data can come back, so a hostile file
+cannot run code when it is opened. What could make the reading slow is checked first from the file's headers: how
+many members its zip has, how big its pickle is and how many opcodes it holds (``load_torch_file``). Weights are
+compared with the config by name and shape before any model is built (``ExpectedWeights``), and refused when any of
+them is NaN or infinite (``check_finite``): such a model computes NaN everywhere, so it has nothing to show.
 """
 
 from __future__ import annotations
 
 import io
+import itertools
 import pickle
 import pickletools
+import re
+import struct
 import zipfile
-from dataclasses import asdict
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 
 from vitviz.images import Preprocessing
 from vitviz.memory import available_memory, gigabytes
 from vitviz.model import ViT, ViTConfig
+from vitviz.model.config import clip_text, echo
 
 FORMAT = "vitviz-checkpoint"
 VERSION = 1
+MAX_MESSAGE = 1000  # characters of an error message; the parts that echo a file or a spec are cut to 200 before
+MAX_TENSORS = 5_000  # in a weights file whose model is not known beforehand; ViT-7B and its optimizer state: 2,600
+MAX_PICKLE_BYTES = 16 * 2**20  # a checkpoint's pickle (its index of tensors, names, settings): a few kB to 1 MB
+MAX_PICKLE_OPCODES = 200_000  # torch's safe unpickler reads about 300,000 a second; a ViT-B checkpoint has 3,000
+SCAN_BYTES = 1 << 16  # of a pickle torch refused, disassembled to tell a real one from random bytes
 
 
 class ModelLoadError(ValueError):
-    """A model could not be loaded; the message names the problem and, where possible, the fix."""
+    """A model could not be loaded; the message names the problem and, where possible, the fix. It is one line,
+    of at most MAX_MESSAGE characters, whatever it quotes."""
+
+    def __init__(self, message: str):
+        super().__init__(clip_text(message, MAX_MESSAGE))
+
+
+def describe(error: BaseException) -> str:
+    """A library's error as a short line for a message of ours: its type and the start of its text."""
+    return f"{type(error).__name__}: {clip_text(str(error))}"
+
+
+def summarize(items: Sequence[str], count: int | None = None, limit: int = 5) -> str:
+    """The first ``limit`` of ``items`` (each cut to 100 characters) and how many more of ``count`` (all of them)."""
+    count = len(items) if count is None else count
+    more = f" and {count - limit:,} more" if count > limit else ""
+    return ", ".join(clip_text(item, 100) for item in itertools.islice(items, limit)) + more
+
+
+def check_parameters(count: int, source: str) -> None:
+    """Refuse a model of ``count`` parameters that cannot fit in the memory free now (in fp32), with both numbers."""
+    needed = count * 4
+    free = available_memory()
+    if needed > free:
+        raise ModelLoadError(f"{source} has {count:,} parameters: {gigabytes(needed)} in fp32, more "
+                             f"than the {gigabytes(free)} of memory free on this machine")  # fmt: skip
 
 
 def check_model_size(config: ViTConfig, source: str) -> None:
-    """Refuse a model that cannot fit in the memory free now (its fp32 weights, from the config's numbers alone),
-    with both numbers; a hostile config asking for billions of layers is refused here in microseconds."""
-    needed = config.num_parameters * 4
-    free = available_memory()
-    if needed > free:
-        raise ModelLoadError(f"{source} has {config.num_parameters:,} parameters: {gigabytes(needed)} in fp32, more "
-                             f"than the {gigabytes(free)} of memory free on this machine")  # fmt: skip
+    """``check_parameters`` from the config's numbers alone: a hostile config asking for billions of layers is
+    refused here in microseconds."""
+    check_parameters(config.num_parameters, source)
+
+
+def check_finite(weights: Mapping[str, Any], source: str) -> None:
+    """Refuse weights with a NaN or an infinity, naming them: every output of such a model is NaN."""
+    bad = [name for name, t in weights.items()
+           if isinstance(t, torch.Tensor) and t.is_floating_point() and not bool(torch.isfinite(t).all())]  # fmt: skip
+    if bad:
+        raise ModelLoadError(f"{source} has NaN or infinite values in {len(bad):,} weights ({summarize(bad)}), so "
+                             "every output would be NaN: it was not loaded")  # fmt: skip
+
+
+_BLOCK_NAME = re.compile(r"blocks\.(0|[1-9]\d*)\.(.+)")
+
+
+@dataclass(frozen=True)
+class ExpectedWeights:
+    """The names and shapes of a ViT's weights, from its config alone. A ViT of one block and one of two are built on
+    the meta device; the block's weights repeat and the rest grow with the blocks as from one to two (RoPE-Mixed's
+    frequencies), so a config asking for 100,000 blocks is compared with a file's names at no cost."""
+
+    outer: dict[str, tuple[int, ...]]  # the weights outside the blocks, in the model's order
+    block: dict[str, tuple[int, ...]]  # each block's, without "blocks.<i>."
+    num_layers: int
+
+    @classmethod
+    def of(cls, config: ViTConfig) -> ExpectedWeights:
+        with torch.device("meta"):
+            one, two = (ViT(replace(config, num_layers=n)).state_dict() for n in (1, 2))
+        L = config.num_layers
+        grown = lambda a, b: tuple(x + (y - x) * (L - 1) for x, y in zip(a, b))  # noqa: E731
+        outer = {name: grown(t.shape, two[name].shape) for name, t in one.items() if not name.startswith("blocks.")}
+        block = {name.removeprefix("blocks.0."): tuple(t.shape)
+                 for name, t in one.items() if name.startswith("blocks.")}  # fmt: skip
+        return cls(outer, block, L)
+
+    def shape(self, name: str) -> tuple[int, ...] | None:
+        """The shape the weight ``name`` has, or None when the model has no such weight."""
+        if name in self.outer:
+            return self.outer[name]
+        match = _BLOCK_NAME.fullmatch(name)
+        return self.block.get(match[2]) if match and int(match[1]) < self.num_layers else None
+
+    def __len__(self) -> int:
+        return len(self.outer) + self.num_layers * len(self.block)
+
+    def __iter__(self) -> Iterator[str]:
+        """Every name, the blocks' in order (made as they are asked for)."""
+        yield from self.outer
+        for index in range(self.num_layers):
+            yield from (f"blocks.{index}.{name}" for name in self.block)
 
 
 def build_model(config: ViTConfig, state_dict: dict[str, torch.Tensor], source: str) -> ViT:
     """A ViT with exactly these weights, or an error listing missing, unexpected and misshapen ones.
 
-    Shapes are checked on a model built on the meta device (no memory), so a tiny hostile file
-    whose config asks for a gigantic model is refused before anything is allocated.
+    Names and shapes are compared with the config's (``ExpectedWeights``) before anything is built, so a tiny hostile
+    file whose config asks for a gigantic model, or for 100,000 blocks, is refused at once.
     """
     check_model_size(config, source)
     not_tensors = sorted(name for name, t in state_dict.items() if not isinstance(t, torch.Tensor))
     if not_tensors:
-        raise ModelLoadError(f"{source}: state_dict entries that are not tensors: {_shorten(not_tensors)}")
-    with torch.device("meta"):
-        expected = ViT(config).state_dict()
-    missing = sorted(set(expected) - set(state_dict))
-    unexpected = sorted(set(state_dict) - set(expected))
-    misshapen = [
-        f"{name}: {tuple(state_dict[name].shape)} in file, {tuple(expected[name].shape)} expected"
-        for name in sorted(set(expected) & set(state_dict))
-        if state_dict[name].shape != expected[name].shape
-    ]
+        raise ModelLoadError(f"{source}: state_dict entries that are not tensors: {summarize(not_tensors)}")
+    expected = ExpectedWeights.of(config)
+    shapes = {name: expected.shape(name) for name in state_dict}
+    unexpected = sorted(name for name, shape in shapes.items() if shape is None)
+    misshapen = [f"{name}: {tuple(state_dict[name].shape)} in file, {shape} expected"
+                 for name, shape in sorted(shapes.items())
+                 if shape is not None and state_dict[name].shape != shape]  # fmt: skip
+    missing_count = len(expected) - (len(state_dict) - len(unexpected))
+    missing = list(itertools.islice((n for n in expected if n not in state_dict), 5)) if missing_count else []
     problems = []
     if missing:
-        problems.append(f"missing weights {_shorten(missing)}")
+        problems.append(f"missing weights {summarize(missing, missing_count)}")
     if unexpected:
-        problems.append(f"unexpected weights {_shorten(unexpected)}")
+        problems.append(f"unexpected weights {summarize(unexpected)}")
     if misshapen:
-        problems.append(f"shape mismatches {_shorten(misshapen)}")
+        problems.append(f"shape mismatches {summarize(misshapen)}")
     if problems:
         raise ModelLoadError(f"{source} does not match its config: " + "; ".join(problems))
+    check_finite(state_dict, source)
     with torch.device("meta"):  # no random initialisation to throw away: about 1 s for ViT-B
         model = ViT(config)
     # copies, so the model never shares memory with its source (a timm or torchvision model, say)
@@ -120,26 +205,15 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise ModelLoadError(f"checkpoint {path} does not exist or is not a file")
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as error:
-        if not _is_wellformed_pickle(path):  # random bytes can start like a pickle and fail the same way
-            raise ModelLoadError(f"{path} is not a readable PyTorch file (corrupt or not a checkpoint)") from None
-        # a real pickle that weights_only refused: it holds objects beyond tensors and plain data
-        detail = next((line.strip() for line in str(error).splitlines() if "Unsupported global" in line), "")
-        raise ModelLoadError(
-            f"{path} holds objects other than tensors and plain data, so it was not opened "
-            f"(loading it could run code). {detail}".strip()
-        ) from None
-    except Exception as error:  # torch raises many kinds for damaged files (RuntimeError, EOFError, IndexError...)
-        raise ModelLoadError(f"{path} is not a readable PyTorch file (corrupt or truncated?): {error}") from None
+    checkpoint = load_torch_file(path)
     if not isinstance(checkpoint, dict) or checkpoint.get("format") != FORMAT:
         raise ModelLoadError(
             f"{path} is a PyTorch file but not a vitviz checkpoint (no 'format': '{FORMAT}' entry); "
             "to use torchvision or Hugging Face weights, see vitviz.importers"
         )
     if checkpoint.get("version") != VERSION:
-        raise ModelLoadError(f"{path} is checkpoint version {checkpoint.get('version')}; this vitviz reads {VERSION}")
+        raise ModelLoadError(f"{path} is checkpoint version {echo(checkpoint.get('version'))}; this vitviz reads "
+                             f"{VERSION}")  # fmt: skip
     for key, kind in [("config", dict), ("state_dict", dict), ("class_names", list), ("preprocessing", dict)]:
         if not isinstance(checkpoint.get(key), kind):
             raise ModelLoadError(f"{path}: entry '{key}' is missing or not a {kind.__name__}")
@@ -169,24 +243,134 @@ def load_checkpoint(path: str | Path) -> ViT:
     return model
 
 
+def load_torch_file(path: Path, max_tensors: int = MAX_TENSORS) -> Any:
+    """``torch.load(path, weights_only=True)``, once the file's headers show nothing that would make it slow: a zip of
+    more than ``max_tensors`` members, a pickle of more than MAX_PICKLE_BYTES (read from the zip's directory, before
+    anything is decompressed) or MAX_PICKLE_OPCODES. Every failure is a one-line ModelLoadError naming the file."""
+    _check_torch_file(path, max_tensors)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        if not _is_wellformed_pickle(path):  # random bytes can start like a pickle and fail the same way
+            raise ModelLoadError(f"{path} is not a readable PyTorch file (corrupt or not a checkpoint)") from None
+        # a real pickle that weights_only refused: it holds objects beyond tensors and plain data
+        found = re.search(r"(?i)unsupported (?:global: )?GLOBAL ([\w.]+)", str(error))  # torch words it two ways
+        detail = f" It asks for {clip_text(found[1], 100)}." if found else ""
+        raise ModelLoadError(f"{path} holds objects other than tensors and plain data, so it was not opened "
+                             f"(loading it could run code).{detail}") from None  # fmt: skip
+    except Exception as error:  # torch raises many kinds for damaged files (RuntimeError, EOFError, IndexError...)
+        raise ModelLoadError(f"{path} is not a readable PyTorch file (corrupt or truncated?): "
+                             f"{describe(error)}") from None  # fmt: skip
+
+
+def _check_torch_file(path: Path, max_tensors: int) -> None:
+    """Refuse, from the headers alone, a file whose reading would be slow (see ``load_torch_file``)."""
+    if not zipfile.is_zipfile(path):  # a bare pickle, or torch's older format: its pickles come first
+        with open(path, "rb") as stream:
+            return _count_opcodes(io.BytesIO(stream.read(MAX_PICKLE_BYTES + 1)), path)
+    members = _zip_member_count(path)
+    if members > max_tensors + 8:  # data.pkl, version, byteorder... and one member per tensor's storage
+        raise ModelLoadError(f"{path} is a zip of {members:,} members, more than the {max_tensors:,} tensors a "
+                             "model's weights may have here: it was not read")  # fmt: skip
+    try:
+        with zipfile.ZipFile(path) as archive:
+            info = _pickle_member(archive)
+            if info is not None and info.file_size > MAX_PICKLE_BYTES:
+                raise ModelLoadError(f"{path}'s pickle ({clip_text(info.filename, 100)}) takes "
+                                     f"{info.file_size / 2**20:,.0f} MB unpacked, more than the "
+                                     f"{MAX_PICKLE_BYTES // 2**20} MB a model's may: it was not read")  # fmt: skip
+            if info is not None:  # read at once (at most MAX_PICKLE_BYTES): scanning a stream is 2 to 3x slower
+                with archive.open(info) as stream:
+                    _count_opcodes(io.BytesIO(stream.read(MAX_PICKLE_BYTES + 1)), path)
+    except (zipfile.BadZipFile, OSError, EOFError, RuntimeError):  # a damaged zip: torch.load names the problem
+        return
+
+
+def _pickle_member(archive: zipfile.ZipFile) -> zipfile.ZipInfo | None:
+    """torch.save's pickle in its zip: ``<name>/data.pkl``."""
+    return next((info for info in archive.infolist() if info.filename.endswith("data.pkl")), None)
+
+
+def _zip_member_count(path: Path) -> int:
+    """How many members a zip's end record declares, read from its last bytes (zipfile reads every member's entry
+    first: 6 s for 300,000 of them). 0 if the record cannot be found."""
+    with open(path, "rb") as f:
+        size = f.seek(0, io.SEEK_END)
+        f.seek(max(0, size - (1 << 16) - 22))
+        tail = f.read()
+    end = tail.rfind(b"PK\x05\x06")
+    if end < 0 or end + 12 > len(tail):
+        return 0
+    (count,) = struct.unpack_from("<H", tail, end + 10)
+    zip64 = tail.rfind(b"PK\x06\x06", 0, end)  # more than 65,535 members: the zip64 end record has the count
+    if count == 0xFFFF and zip64 >= 0 and zip64 + 40 <= len(tail):
+        (count,) = struct.unpack_from("<Q", tail, zip64 + 32)
+    return count
+
+
+@contextmanager
+def _pickle_stream(path: Path) -> Iterator[IO[bytes]]:
+    """The file's pickle as a stream: ``data.pkl`` in torch.save's zip (decompressed as it is read), else the file."""
+    if not zipfile.is_zipfile(path):
+        with open(path, "rb") as stream:
+            yield stream
+        return
+    with zipfile.ZipFile(path) as archive:
+        info = _pickle_member(archive)
+        with archive.open(info) if info is not None else io.BytesIO() as stream:
+            yield stream
+
+
+def _count_opcodes(stream: IO[bytes], path: Path, pickles: int = 5) -> None:
+    """Refuse a file whose first pickles (torch's older format has five before its tensors) hold more than
+    MAX_PICKLE_OPCODES opcodes; the scan stops there, and at anything that is not a pickle (torch says what).
+    pickletools reads about a million opcodes a second, so the scan stops within about 0.2 s."""
+    count = 0
+    try:
+        for _ in range(pickles):
+            for _ in pickletools.genops(stream):
+                count += 1
+                if count > MAX_PICKLE_OPCODES:
+                    raise ModelLoadError(f"{path} holds a pickle of more than {MAX_PICKLE_OPCODES:,} opcodes, far more "
+                                         "than a model's weights need (a few thousand): it was not read")  # fmt: skip
+    except ModelLoadError:
+        raise
+    except Exception:  # the end of the file, or bytes that are not a pickle
+        return
+
+
+class _EndOfScan(Exception):
+    """The scan of a pickle reached the end of the bytes read for it."""
+
+
+class _Prefix(io.BytesIO):
+    """The first bytes of a longer pickle: reading past them raises _EndOfScan, not "pickle exhausted"."""
+
+    def read(self, size: int | None = -1) -> bytes:
+        data = super().read(size)
+        if size is None or size < 0 or len(data) < size:
+            raise _EndOfScan
+        return data
+
+    def readline(self, size: int | None = -1) -> bytes:
+        line = super().readline(size)
+        if not line.endswith(b"\n"):
+            raise _EndOfScan
+        return line
+
+
 def _is_wellformed_pickle(path: Path) -> bool:
-    """Whether the file's pickle (a bare one, or ``data.pkl`` in torch.save's zip) disassembles cleanly.
+    """Whether the file's pickle (a bare one, or ``data.pkl`` in torch.save's zip) disassembles cleanly, as far as
+    its first SCAN_BYTES go.
 
     ``pickletools`` only reads opcodes, it never runs them, so this is safe on a hostile file.
     """
     try:
-        if zipfile.is_zipfile(path):
-            with zipfile.ZipFile(path) as archive:
-                name = next(n for n in archive.namelist() if n.endswith("data.pkl"))
-                data = archive.read(name)
-        else:
-            data = path.read_bytes()
-        pickletools.dis(data, out=io.StringIO())
+        with _pickle_stream(path) as stream:
+            data = stream.read(SCAN_BYTES + 1)
+        pickletools.dis(_Prefix(data[:SCAN_BYTES]) if len(data) > SCAN_BYTES else data, out=io.StringIO())
+    except _EndOfScan:  # random bytes never get this far
+        return True
     except Exception:  # any failure (no data.pkl, unknown opcode, bad stack) means "not a pickle"
         return False
     return True
-
-
-def _shorten(items: list[str], limit: int = 5) -> str:
-    more = f" and {len(items) - limit} more" if len(items) > limit else ""
-    return ", ".join(items[:limit]) + more

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import torch
 
-from vitviz.checkpoint import ModelLoadError, check_model_size
-from vitviz.model import ViT, ViTConfig
+from vitviz.checkpoint import ExpectedWeights, ModelLoadError, check_model_size
+from vitviz.model import ViTConfig
+from vitviz.model.config import echo
 
 _QKV_PARTS = {"query": 0, "key": 1, "value": 2, "q": 0, "k": 1, "v": 2}
 
@@ -77,11 +78,26 @@ def add_zero_biases(config: ViTConfig, state_dict: dict[str, torch.Tensor]) -> d
     """Zero biases for the linear and convolution layers the source built without one (CLIP's patch
     convolution, timm's proj_bias=False): adding 0 is exact. A missing LayerNorm bias stays missing."""
     check_model_size(config, "the model")
-    with torch.device("meta"):
-        expected = ViT(config).state_dict()
+    expected = ExpectedWeights.of(config)
     zeros = {}
-    for name, tensor in expected.items():
-        weight = state_dict.get(name.removesuffix(".bias") + ".weight")
-        if name.endswith(".bias") and name not in state_dict and weight is not None and weight.ndim >= 2:
-            zeros[name] = torch.zeros(tensor.shape, dtype=weight.dtype)
+    for name, weight in state_dict.items():
+        bias = name.removesuffix(".weight") + ".bias"
+        shape = expected.shape(bias) if name.endswith(".weight") and bias not in state_dict else None
+        if shape is not None and isinstance(weight, torch.Tensor) and weight.ndim >= 2:
+            zeros[bias] = torch.zeros(shape, dtype=weight.dtype)
     return state_dict | zeros
+
+
+def check_logit_scale(scale: object, bias: object, source: str) -> None:
+    """Refuse an image-text model whose logit scale (stored as its log) or bias is not one finite number, or whose
+    scale overflows to infinity: every zero-shot score would be NaN or infinite."""
+    for name, value in (("logit_scale", scale), ("logit_bias", bias)):
+        if name == "logit_bias" and value is None:
+            continue
+        if not isinstance(value, torch.Tensor) or value.numel() != 1 or not value.is_floating_point():
+            raise ModelLoadError(f"{source}: {name} must be one number; got {echo(value, 80)}")
+        finite = value.detach().float().exp() if name == "logit_scale" else value.detach().float()
+        if not bool(torch.isfinite(finite).all()):
+            what = "exp(logit_scale), the scale of the logits," if name == "logit_scale" else "logit_bias"
+            raise ModelLoadError(f"{source}: {what} is {finite.item()} (from {value.item()}): every zero-shot score "
+                                 "would be infinite or NaN")  # fmt: skip
