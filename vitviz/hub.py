@@ -3,11 +3,13 @@
 huggingface_hub retries a failed connection for up to a minute before it looks in its cache. vitviz
 first asks the Hub for an answer, any answer, within HUB_TIMEOUT_S; without one it reads the cache only.
 So an offline machine (or a server that accepts connections and never answers) loads a cached model
-at once and gets a message for any other within seconds.
+at once and gets a message for any other within seconds. With HF_HUB_OFFLINE set, the Hub is not asked at all.
 """
 
 from __future__ import annotations
 
+import os
+import re
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -15,9 +17,11 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 
-from vitviz.checkpoint import ModelLoadError
+from vitviz.checkpoint import ModelLoadError, describe
+from vitviz.model.config import clip_text
 
 HUB_TIMEOUT_S = 3.0  # to open a connection to the Hub
+REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95}")  # a Hub repository id: org/name
 
 # The progress bar of downloads: a class with tqdm's interface (total=, unit=, desc=..., update(n), used as a
 # context manager), or None for tqdm's own bar on stderr, shown when it is a terminal (the CLIs). A context
@@ -35,11 +39,21 @@ def progress_bar(tqdm_class: type) -> Iterator[None]:
         PROGRESS_BAR.reset(token)
 
 
-def hub_reachable(timeout: float | None = None) -> bool:
-    """Whether the Hub's endpoint (HF_ENDPOINT) answers an HTTP request within ``timeout`` seconds
-    (HUB_TIMEOUT_S when None)."""
+def offline_by_setting() -> bool:
+    """Whether HF_HUB_OFFLINE is set: huggingface_hub's switch (read from the environment when it was imported), or
+    the environment variable now."""
     from huggingface_hub import constants
 
+    return bool(constants.HF_HUB_OFFLINE) or os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE")
+
+
+def hub_reachable(timeout: float | None = None) -> bool:
+    """Whether the Hub's endpoint (HF_ENDPOINT) answers an HTTP request within ``timeout`` seconds
+    (HUB_TIMEOUT_S when None); False at once, without a request, when HF_HUB_OFFLINE is set."""
+    from huggingface_hub import constants
+
+    if offline_by_setting():
+        return False
     timeout = HUB_TIMEOUT_S if timeout is None else timeout
 
     try:
@@ -75,19 +89,24 @@ def hub_file(repo_id: str, candidates: list[str], spec: str, revision: str | Non
             raise hub_error(spec, error) from None
     if not required:
         return None
+    files = clip_text(" or ".join(candidates), 200)
     if offline:
+        why = ("HF_HUB_OFFLINE is set" if offline_by_setting()
+               else "the Hugging Face Hub cannot be reached (is this machine offline?)")  # fmt: skip
         raise ModelLoadError(
-            f"could not download {spec}: the Hugging Face Hub cannot be reached (is this machine offline?) and "
-            f"{' or '.join(candidates)} of {repo_id} is not in the cache ({cache_folder()}). Models load "
-            "offline once they are there."
+            f"could not download {clip_text(spec)}: {why} and {files} of {clip_text(repo_id)} is not in the cache "
+            f"({cache_folder()}). Models load offline once they are there."
         )
-    raise ModelLoadError(f"{spec}: the repository {repo_id} has no {' or '.join(candidates)}")
+    raise ModelLoadError(f"{clip_text(spec)}: the repository {clip_text(repo_id)} has no {files}")
 
 
 def hub_error(spec: str, error: Exception) -> ModelLoadError:
     """A ModelLoadError for a failed Hub download: what went wrong, and where the cache is."""
-    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
+    from huggingface_hub.errors import GatedRepoError, HFValidationError, RepositoryNotFoundError, RevisionNotFoundError
 
+    spec = clip_text(spec)
+    if isinstance(error, HFValidationError):
+        return ModelLoadError(f"{spec}: not a valid Hugging Face repository id or file name ({describe(error)})")
     if isinstance(error, GatedRepoError):
         return ModelLoadError(f"{spec} is gated: accept its terms on the Hub, then log in (`hf auth login`)")
     if isinstance(error, RepositoryNotFoundError):
@@ -95,9 +114,8 @@ def hub_error(spec: str, error: Exception) -> ModelLoadError:
                               "with `hf auth login`)")  # fmt: skip
     if isinstance(error, RevisionNotFoundError):
         return ModelLoadError(f"{spec}: no such revision")
-    reason = (str(error).strip().splitlines() or [""])[0][:300]
     return ModelLoadError(
-        f"could not download {spec} ({type(error).__name__}: {reason}). Is this machine offline? Models are "
+        f"could not download {spec} ({describe(error)}). Is this machine offline? Models are "
         f"cached in {cache_folder()} after the first download and then load offline."
     )
 

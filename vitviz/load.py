@@ -31,15 +31,18 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from vitviz.checkpoint import ModelLoadError, load_checkpoint
+from vitviz.checkpoint import ModelLoadError, describe, load_checkpoint, load_torch_file
 from vitviz import hub
+from vitviz.hub import REPO_ID
 from vitviz.importers import TORCHVISION_ARCHS, from_torchvision, load_huggingface_folder
 from vitviz.importers.common import read_json
-from vitviz.importers.huggingface import SHARD_INDEX, TEXT_TOWER_TYPES, TOKENIZER_FILES, shard_files
+from vitviz.importers.huggingface import SHARD_INDEX, shard_files, weight_limit
+from vitviz.importers.huggingface_text import TEXT_TOWER_TYPES, TOKENIZER_FILES
 from vitviz.importers.open_clip import load_open_clip, open_clip_for_timm
 from vitviz.importers.timm import load_timm, load_timm_preprocessing
 from vitviz.images import Preprocessing
 from vitviz.model import ViT
+from vitviz.model.config import echo
 
 
 def _shipped_default() -> Path:
@@ -73,19 +76,33 @@ def load_model(spec: str | Path = "default") -> ViT:
         return load_huggingface_hub(spec.removeprefix("hf:").strip())
     if spec.startswith("open_clip:"):
         return load_open_clip(spec.removeprefix("open_clip:").strip())
-    path = Path(spec).expanduser()
-    if path.is_dir():
+    path = _local_path(spec)
+    if path is not None and path.is_dir():
         return load_huggingface_folder(path)
-    if path.is_file():
+    if path is not None:
         return load_checkpoint(path)
     if REPO_ID.fullmatch(spec):
         return load_huggingface_hub(spec)
     raise ModelLoadError(
-        f"model {spec!r} not found: give 'default', 'torchvision:<arch>[:<weights>]' with arch one of "
+        f"model {echo(spec)} not found: give 'default', 'torchvision:<arch>[:<weights>]' with arch one of "
         f"{', '.join(TORCHVISION_ARCHS)}, 'timm:<name>', 'hf:<org>/<name>', 'open_clip:<model>/<tag>', "
         "'open_clip:hf-hub:<org>/<name>', a vitviz checkpoint file, "
         "or a Hugging Face model folder"
     )
+
+
+def _local_path(spec: str) -> Path | None:
+    """The file or folder ``spec`` names (``~`` and ``~user`` expanded), None when there is none; a ModelLoadError
+    for a ``~user`` of no user on this machine, or a name the system refuses (too long, say)."""
+    try:
+        path = Path(spec).expanduser()
+    except RuntimeError:  # ~someone, and no someone
+        raise ModelLoadError(f"model {echo(spec)} not found: {echo(Path(spec).parts[0], 80)} names the home folder of "
+                             "a user this machine does not have") from None  # fmt: skip
+    try:
+        return path if path.is_dir() or path.is_file() else None
+    except OSError as error:  # e.g. ENAMETOOLONG: Path.is_dir only hides "no such file"
+        raise ModelLoadError(f"model {echo(spec)} cannot be opened: {error.strerror or describe(error)}") from None
 
 
 def load_timm_with_text(name: str) -> ViT:
@@ -107,20 +124,18 @@ def load_timm_with_text(name: str) -> ViT:
     return model
 
 
-REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")  # a Hub repository id: org/name
-
-
 def load_huggingface_hub(repo_id: str) -> ViT:
     """A Hugging Face Hub repository, downloaded once into the Hub cache: config.json, model.safetensors
     (or its shards, or pytorch_model.bin) and preprocessor_config.json when the repository has one."""
     if not REPO_ID.fullmatch(repo_id):
-        raise ModelLoadError(f"{repo_id!r} is not a Hugging Face repository id (org/name)")
+        raise ModelLoadError(f"{echo(repo_id)} is not a Hugging Face repository id (org/name, 96 characters each at "
+                             "most)")  # fmt: skip
     spec = f"hf:{repo_id}"
     fetch = partial(hub.hub_file, repo_id, spec=spec, offline=not hub.hub_reachable())  # the Hub is asked once
     config = fetch(["config.json"])
     weights = fetch(["model.safetensors", SHARD_INDEX, "pytorch_model.bin"])
     if weights.name == SHARD_INDEX:  # a big model in shards: each one the index lists
-        for shard in shard_files(weights):
+        for shard in shard_files(weights, weight_limit(read_json(config))):
             fetch([shard])
     fetch(["preprocessor_config.json"], required=False)  # else ViTImageProcessor's defaults
     if read_json(config).get("model_type") in TEXT_TOWER_TYPES:  # CLIP, SigLIP: the tokenizer, for the text tower
@@ -139,19 +154,24 @@ def load_torchvision(name: str) -> ViT:
 
     arch, _, weights_name = name.partition(":")
     if arch not in TORCHVISION_ARCHS:
-        raise ModelLoadError(f"unknown torchvision ViT {arch!r}; choose one of {', '.join(TORCHVISION_ARCHS)}")
+        raise ModelLoadError(f"unknown torchvision ViT {echo(arch)}; choose one of {', '.join(TORCHVISION_ARCHS)}")
     weights_enum = models.get_model_weights(arch)
     weights_name = weights_name.removeprefix(f"{weights_enum.__name__}.") or "DEFAULT"
     try:
         weights = weights_enum[weights_name]
     except KeyError:
         choices = ", ".join(["DEFAULT", *(w.name for w in weights_enum)])
-        raise ModelLoadError(f"{arch} has no weights {weights_name!r}; choose one of {choices}") from None
+        raise ModelLoadError(f"{arch} has no weights {echo(weights_name)}; choose one of {choices}") from None
 
-    state_dict = _cached_download(weights.url)
+    path = Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(weights.url)
+    state_dict = _cached_download(weights.url, path)
     image_size = weights.meta["min_size"][0]
     tv_model = models.get_model(arch, weights=None, image_size=image_size, num_classes=len(weights.meta["categories"]))
-    tv_model.load_state_dict(state_dict)
+    try:
+        tv_model.load_state_dict(state_dict)
+    except Exception as error:  # another model's weights under this name: a message, never a traceback
+        raise ModelLoadError(f"cached weights {path} are not {arch}'s ({describe(error)}); delete the file and "
+                             "retry") from None  # fmt: skip
     model = from_torchvision(tv_model)
     model.class_names = list(weights.meta["categories"])
     model.transform = preprocessing_from_torchvision(weights.transforms())
@@ -169,15 +189,14 @@ def preprocessing_from_torchvision(transform) -> Preprocessing:
     )
 
 
-def _cached_download(url: str, timeout: float = DOWNLOAD_TIMEOUT_S) -> dict[str, torch.Tensor]:
-    """State dict from torch's hub cache, downloading it there first if needed."""
-    path = Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(url)
+def _cached_download(url: str, path: Path, timeout: float = DOWNLOAD_TIMEOUT_S) -> dict[str, torch.Tensor]:
+    """State dict from ``path`` in torch's hub cache, downloading it there from ``url`` first if needed."""
     if not path.is_file():
         download(url, path, timeout)
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:  # a damaged cache file: say where it is so it can be deleted
-        raise ModelLoadError(f"cached weights {path} could not be read ({error}); delete the file and retry") from None
+        return load_torch_file(path)
+    except ModelLoadError as error:  # a damaged cache file: say where it is so it can be deleted
+        raise ModelLoadError(f"cached weights could not be read: {error}; delete the file and retry") from None
 
 
 def download(url: str, path: Path, timeout: float = DOWNLOAD_TIMEOUT_S) -> None:

@@ -34,14 +34,15 @@ from functools import partial
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file
+from safetensors import SafetensorError, safe_open
 
-from vitviz.checkpoint import ModelLoadError, build_model, check_model_size
+from vitviz.checkpoint import MAX_TENSORS, ModelLoadError, build_model, check_model_size, describe, load_torch_file
 from vitviz.images import Preprocessing
-from vitviz.memory import available_memory, gigabytes
 from vitviz.importers.common import add_zero_biases, fuse_qkv, read_json, rename
+from vitviz.memory import available_memory, gigabytes
+from vitviz.importers.huggingface_text import TEXT_TOWER_TYPES, text_tower
 from vitviz.model import ViT, ViTConfig
+from vitviz.model.config import echo
 
 # Encoder blocks, as files on the Hub (and transformers 4) name them -- encoder.layer.i (ViT, DeiT,
 # DINOv2), encoder.layers.i (CLIP, SigLIP) -- and as transformers 5 models in memory do (layers.i).
@@ -279,15 +280,19 @@ def from_huggingface(state_dict: dict[str, torch.Tensor], config: dict) -> ViT:
     """
     if not isinstance(config, Mapping) or not isinstance(state_dict, Mapping):
         raise ModelLoadError("a Hugging Face checkpoint needs a state dict and a config dict")
-    model_type = str(config.get("model_type", "vit"))
+    model_type = config.get("model_type", "vit")
+    if not isinstance(model_type, str):
+        raise ModelLoadError(f"a Hugging Face model_type is a name; got {echo(model_type, 80)}")
     if model_type in _VISION_HALF:  # CLIPModel, SiglipModel: the vision tower only
         config = config.get("vision_config") or {}
         model_type = _VISION_HALF[model_type]
+        if not isinstance(config, Mapping):
+            raise ModelLoadError(f"Hugging Face config cannot describe a vitviz ViT ({model_type}): its vision_config "
+                                 f"is not an object but {echo(config, 80)}")  # fmt: skip
     family = _FAMILIES.get(model_type)
     if family is None:
-        raise ModelLoadError(
-            f"Hugging Face model_type {model_type!r} is not supported; supported: {', '.join(SUPPORTED_MODEL_TYPES)}"
-        )
+        raise ModelLoadError(f"Hugging Face model_type {echo(model_type)} is not supported; supported: "
+                             f"{', '.join(SUPPORTED_MODEL_TYPES)}")  # fmt: skip
     try:
         c = ChainMap(dict(config), family.defaults)
         prefix = re.compile(rf"^{family.prefix}\.")
@@ -297,7 +302,7 @@ def from_huggingface(state_dict: dict[str, torch.Tensor], config: dict) -> ViT:
         activation = family_fields.pop("activation", None) or _ACTIVATIONS.get(c["hidden_act"])
         if activation is None:
             supported = ", ".join(_ACTIVATIONS)
-            raise ModelLoadError(f"hidden_act {c['hidden_act']!r} is not supported; vitviz has {supported}")
+            raise ModelLoadError(f"hidden_act {echo(c['hidden_act'])} is not supported; vitviz has {supported}")
         fields = dict(
             image_size=c["image_size"],
             patch_size=c["patch_size"],
@@ -322,7 +327,8 @@ def from_huggingface(state_dict: dict[str, torch.Tensor], config: dict) -> ViT:
     except ModelLoadError:
         raise
     except (TypeError, ValueError, KeyError, IndexError, AttributeError, RuntimeError) as error:
-        raise ModelLoadError(f"Hugging Face config cannot describe a vitviz ViT ({model_type}): {error!r}") from None
+        raise ModelLoadError(f"Hugging Face config cannot describe a vitviz ViT ({model_type}): "
+                             f"{describe(error)}") from None  # fmt: skip
     return build_model(vit_config, weights, source="Hugging Face checkpoint")
 
 
@@ -366,17 +372,15 @@ def load_huggingface_folder(folder: str | Path) -> ViT:
     if not config_path.is_file():
         raise ModelLoadError(f"{folder} has no config.json, so it is not a Hugging Face model folder")
     config = read_json(config_path)
+    limit = weight_limit(config)
     if (folder / "model.safetensors").is_file():
-        state_dict = read_safetensors(folder / "model.safetensors")
+        state_dict = read_safetensors(folder / "model.safetensors", limit)
     elif (folder / SHARD_INDEX).is_file():  # big models come in shards, listed by an index
         state_dict = {}
-        for shard in shard_files(folder / SHARD_INDEX):
-            state_dict.update(read_safetensors(folder / shard))
+        for shard in shard_files(folder / SHARD_INDEX, limit):
+            state_dict.update(read_safetensors(folder / shard, limit - len(state_dict)))
     elif (folder / "pytorch_model.bin").is_file():
-        try:
-            state_dict = torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
-        except Exception as error:  # any failure to unpickle means an unusable file
-            raise ModelLoadError(f"{folder / 'pytorch_model.bin'} could not be read safely: {error}") from None
+        state_dict = load_torch_file(folder / "pytorch_model.bin", limit)
     else:
         raise ModelLoadError(f"{folder} has neither model.safetensors, {SHARD_INDEX} nor pytorch_model.bin")
     try:
@@ -385,82 +389,101 @@ def load_huggingface_folder(folder: str | Path) -> ViT:
         model.class_names = [str(labels.get(str(i), labels.get(i, f"class {i}"))) for i in range(model.config.num_classes)]
         model.transform = _huggingface_preprocessing(folder / "preprocessor_config.json")
         if config.get("model_type") in TEXT_TOWER_TYPES:
-            model.text_tower, model.text_tower_note = _text_tower(folder, state_dict, config)
+            model.text_tower, model.text_tower_note = text_tower(folder, state_dict, config)
     except ModelLoadError:
         raise
     except Exception as error:  # malformed configs or weights: a message, never a traceback
-        raise ModelLoadError(f"{folder} is not a usable Hugging Face ViT folder: {error!r}") from None
+        raise ModelLoadError(f"{folder} is not a usable Hugging Face ViT folder: {describe(error)}") from None
     return model
 
 
 SHARD_INDEX = "model.safetensors.index.json"
-TEXT_TOWER_TYPES = ("clip", "siglip")  # image-text models whose folders also give a text tower (vitviz.text)
-# what AutoTokenizer reads, across CLIP's byte-level BPE, SigLIP's SentencePiece and SigLIP 2's Gemma tokenizer
-TOKENIZER_FILES = ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt",
-                   "spiece.model", "tokenizer.model", "added_tokens.json"]  # fmt: skip
 
 
-def _text_tower(folder: Path, state_dict: dict, config: dict):
-    """(text tower, None), or (None, why there is none) for a CLIPModel or SiglipModel folder: the text half
-    built by transformers, and the folder's own tokenizer (AutoTokenizer, never downloaded here)."""
-    if not any(name.startswith("text_model.") for name in state_dict):
-        return None, f"{folder} holds the image tower only (no text_model weights)"
-    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
-        return None, (f"{folder} has no tokenizer files ({', '.join(TOKENIZER_FILES[:5])}...): save the processor "
-                      "beside the model (processor.save_pretrained(folder)) to read prompts")  # fmt: skip
-    from transformers import AutoTokenizer
-
-    from vitviz.text.towers import huggingface_text_tower
-
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
-    except Exception as error:  # a broken or foreign tokenizer: the image tower still works
-        return None, f"the tokenizer in {folder} could not be read ({type(error).__name__}: {error})"
-    return huggingface_text_tower(state_dict, config, tokenizer, source=str(folder)), None
+def weight_limit(config: dict) -> int:
+    """At most how many tensors the weights of the model a config.json describes may hold: 64, and 32 for each block
+    of its image and text towers (the families here have 9 to 20), so a file of 300,000 is refused from its header."""
+    parts = [config] + [config[key] for key in ("vision_config", "text_config") if isinstance(config.get(key), dict)]
+    layers = [part.get("num_hidden_layers") for part in parts]
+    return 64 + 32 * sum(n if isinstance(n, int) and n > 0 else 12 for n in layers)
 
 
-def shard_files(index: Path) -> list[str]:
-    """The shard files a safetensors index lists (its weight_map's values), each a plain name in the folder."""
+def shard_files(index: Path, max_tensors: int = MAX_TENSORS) -> list[str]:
+    """The shard files a safetensors index lists (its weight_map's values), each a plain name in the folder; refused,
+    before any shard is read or downloaded, when it maps more than ``max_tensors`` weights."""
     weight_map = read_json(index).get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
         raise ModelLoadError(f"{index} has no weight_map")
+    if len(weight_map) > max_tensors:
+        raise ModelLoadError(f"{index} maps {len(weight_map):,} weights, more than the {max_tensors:,} its model may "
+                             "have: no shard was read")  # fmt: skip
     shards = sorted(set(map(str, weight_map.values())))
     if any(Path(shard).name != shard for shard in shards):  # never a path outside the folder
         raise ModelLoadError(f"{index} names shard files outside its folder")
     return shards
 
 
-def read_safetensors(path: str | Path) -> dict[str, torch.Tensor]:
-    """The tensors of a .safetensors file, read by the ``safetensors`` package; a damaged file is a ModelLoadError,
-    and so is one whose tensors (summed from its header, before reading any) do not fit in the memory free now."""
+SAFETENSORS_HEADER_BYTES = (256 << 10, 512)  # a safetensors header: at most 256 kB, and 512 bytes per tensor
+
+
+def read_safetensors(path: str | Path, max_tensors: int = MAX_TENSORS) -> dict[str, torch.Tensor]:
+    """The tensors of a .safetensors file, read by the ``safetensors`` package; a ModelLoadError for a damaged file,
+    one whose header lists more than ``max_tensors`` (checked from its size, then its names, before any tensor is
+    read), or one whose tensors do not fit in the memory free now."""
+    path = Path(path)
     try:
-        size = Path(path).stat().st_size
+        size = path.stat().st_size
         if size > available_memory():
             raise ModelLoadError(f"{path} holds {gigabytes(size)} of weights, more than the "
                                  f"{gigabytes(available_memory())} of memory free on this machine")  # fmt: skip
-        return load_file(path, device="cpu")
+        with open(path, "rb") as f:
+            header = int.from_bytes(f.read(8), "little")
+        fixed, per_tensor = SAFETENSORS_HEADER_BYTES
+        if header > size - 8:
+            raise ModelLoadError(f"{path} is not a safetensors file (its header would take {header:,} bytes, more "
+                                 f"than the file's {size:,})")  # fmt: skip
+        if header > fixed + per_tensor * max_tensors:
+            raise ModelLoadError(f"{path}'s header takes {header / 2**20:,.1f} MB, room for far more than the "
+                                 f"{max_tensors:,} tensors its model may have: it was not read")  # fmt: skip
+        with safe_open(path, "pt", device="cpu") as f:
+            names = list(f.keys())
+            if len(names) > max_tensors:
+                raise ModelLoadError(f"{path} holds {len(names):,} tensors, more than the {max_tensors:,} its model "
+                                     "may have: they were not read")  # fmt: skip
+            return {name: f.get_tensor(name) for name in names}
     except ModelLoadError:
         raise
     except (SafetensorError, OSError, ValueError) as error:
-        raise ModelLoadError(f"{path} is not a safetensors file ({error})") from None
+        raise ModelLoadError(f"{path} is not a safetensors file ({describe(error)})") from None
 
 
 def _huggingface_preprocessing(path: Path) -> Preprocessing:
+    """The preprocessor_config.json's resize, crop and normalisation; every value checked (``Preprocessing``)."""
     settings = read_json(path) if path.is_file() else {}
     size = settings.get("size", {"height": 224, "width": 224})
     if isinstance(size, int):  # older files: CLIP's (and BiT's, DINOv2's) meant the shorter side, ViT's a square
         processor = str(settings.get("image_processor_type") or settings.get("feature_extractor_type") or "")
         size = {"shortest_edge": size} if processor.startswith(("CLIP", "Bit")) else {"height": size, "width": size}
-    resize = size["shortest_edge"] if "shortest_edge" in size else (size["height"], size["width"])
     crop = settings.get("crop_size", {"height": 224, "width": 224}) if settings.get("do_center_crop") else None
-    if isinstance(crop, dict):
-        crop = (crop["height"], crop["width"])
-    resample = {0: "nearest", 2: "bilinear", 3: "bicubic"}.get(settings.get("resample", 2), "bilinear")
-    normalize = settings.get("do_normalize", True)
-    return Preprocessing(
-        resize=resize if settings.get("do_resize", True) else None,
-        crop=crop,
-        mean=tuple(settings.get("image_mean", (0.5, 0.5, 0.5))) if normalize else (0.0, 0.0, 0.0),
-        std=tuple(settings.get("image_std", (0.5, 0.5, 0.5))) if normalize else (1.0, 1.0, 1.0),
-        interpolation=resample,
-    )
+    unusable = f"{path.parent} is not a usable Hugging Face ViT folder: {path.name}"
+    for name, value in (("size", size), ("crop_size", crop)):
+        if value is not None and not isinstance(value, (dict, int)):
+            raise ModelLoadError(f"{unusable}'s {name} must be a number of pixels or an object with height and width "
+                                 f"(or shortest_edge); got {echo(value, 80)}")  # fmt: skip
+    try:
+        resize = size["shortest_edge"] if "shortest_edge" in size else (size["height"], size["width"])
+        if isinstance(crop, dict):
+            crop = (crop["height"], crop["width"])
+        resample = {0: "nearest", 2: "bilinear", 3: "bicubic"}.get(settings.get("resample", 2), "bilinear")
+        normalize = settings.get("do_normalize", True)
+        return Preprocessing(
+            resize=resize if settings.get("do_resize", True) else None,
+            crop=crop,
+            mean=tuple(settings.get("image_mean", (0.5, 0.5, 0.5))) if normalize else (0.0, 0.0, 0.0),
+            std=tuple(settings.get("image_std", (0.5, 0.5, 0.5))) if normalize else (1.0, 1.0, 1.0),
+            interpolation=resample,
+        )
+    except ValueError as error:  # Preprocessing's checks
+        raise ModelLoadError(f"{unusable}: {error}") from None
+    except (TypeError, KeyError) as error:
+        raise ModelLoadError(f"{unusable} ({describe(error)})") from None

@@ -14,17 +14,19 @@ for ``encode_text``. Both converted towers reproduce open_clip's ``encode_image`
 from __future__ import annotations
 
 import functools
-import re
+import math
 from dataclasses import replace
+from pathlib import Path
 
 from torch import nn
 
 from vitviz import hub
-from vitviz.checkpoint import ModelLoadError, build_model
+from vitviz.checkpoint import ModelLoadError, build_model, check_finite, check_parameters, describe
 from vitviz.images import Preprocessing
-from vitviz.importers.common import add_zero_biases, read_json, rename
+from vitviz.importers.common import add_zero_biases, check_logit_scale, read_json, rename
 from vitviz.importers.timm import from_timm
 from vitviz.model import ViT, ViTConfig
+from vitviz.model.config import clip_text, echo
 
 _RULES = [
     (r"conv1\.weight", r"patch_embed.proj.weight"),  # no bias: zeros are added
@@ -57,10 +59,13 @@ def from_open_clip(model: nn.Module, tokenizer, source: str | None = None) -> Vi
     if visual is None or not hasattr(model, "encode_text") or not hasattr(model, "logit_scale"):
         raise ModelLoadError(f"expected an open_clip CLIP model (with .visual, .encode_text, .logit_scale); got "
                              f"{type(model).__name__}")  # fmt: skip
+    source = source or f"open_clip {type(model).__name__}"
+    check_logit_scale(model.logit_scale, getattr(model, "logit_bias", None), source)
+    check_finite({name: p for name, p in model.named_parameters() if not name.startswith("visual.")}, source)
     vit, projection = _image_tower(visual)
     vit.transform = preprocessing_from_open_clip(visual, vit.config)
     vit.class_names = []
-    vit.text_tower = OpenClipTextTower(model, tokenizer, projection, source or f"open_clip {type(model).__name__}")
+    vit.text_tower = OpenClipTextTower(model, tokenizer, projection, source)
     vit.text_tower_note = None
     return vit.eval()
 
@@ -187,23 +192,29 @@ def load_open_clip(name: str) -> ViT:
     import open_clip
 
     spec = f"open_clip:{name}"
-    offline = not hub.hub_reachable()
     if name.startswith("hf-hub:"):
         repo_id = name.removeprefix("hf-hub:").strip("/")
+        if not hub.REPO_ID.fullmatch(repo_id):
+            raise ModelLoadError(f"{echo(repo_id)} is not a Hugging Face repository id (org/name, 96 characters each "
+                                 "at most)")  # fmt: skip
+        offline = not hub.hub_reachable()
         config = hub.hub_file(repo_id, ["open_clip_config.json"], spec, offline=offline)
-        hub.hub_file(repo_id, ["open_clip_model.safetensors", "open_clip_pytorch_model.bin"], spec, offline=offline)
-        model_cfg = read_json(config).get("model_cfg") or {}
+        weights = hub.hub_file(repo_id, ["open_clip_model.safetensors", "open_clip_pytorch_model.bin"], spec,
+                               offline=offline)  # fmt: skip
+        model_cfg = read_json(config).get("model_cfg", {})
+        _check_model_cfg(model_cfg, weights, spec)
         _fetch_tokenizer(model_cfg, spec, offline)
         create = dict(model_name=f"hf-hub:{repo_id}")
         tokenizer_name = f"hf-hub:{repo_id}"
     else:
         model_name, _, tag = name.partition("/")
         if model_name not in open_clip.list_models():
-            raise ModelLoadError(f"open_clip has no model {model_name!r}; open_clip.list_models() lists them")
+            raise ModelLoadError(f"open_clip has no model {echo(model_name)}; open_clip.list_models() lists them")
         tags = open_clip.list_pretrained_tags_by_model(model_name)
         if tag not in tags:
-            raise ModelLoadError(f"open_clip has no pretrained weights {name!r}; give <model>/<tag>, with tags of "
+            raise ModelLoadError(f"open_clip has no pretrained weights {echo(name)}; give <model>/<tag>, with tags of "
                                  f"{model_name}: {', '.join(tags) or 'none'}")  # fmt: skip
+        offline = not hub.hub_reachable()
         hf_hub = open_clip.get_pretrained_cfg(model_name, tag).get("hf_hub") or ""
         if hf_hub:
             parts = hf_hub.strip("/").split("/")
@@ -218,17 +229,55 @@ def load_open_clip(name: str) -> ViT:
             clip_model = open_clip.create_model(**create, require_pretrained=True)
             tokenizer = open_clip.get_tokenizer(tokenizer_name)
     except Exception as error:  # the library's errors come in many kinds: a message, never a traceback
-        raise ModelLoadError(f"open_clip could not build {spec} ({type(error).__name__}: {error})") from None
+        raise ModelLoadError(f"open_clip could not build {clip_text(spec)} ({describe(error)})") from None
     model = from_open_clip(clip_model.eval(), tokenizer, source=spec)
     clip_model.visual = nn.Identity()  # vitviz's ViT holds the image tower now: do not keep it twice
     return model
+
+
+# open_clip's defaults (CLIPVisionCfg, CLIPTextCfg) for the sizes of its own towers
+_TOWER_DEFAULTS = {
+    "vision_cfg": dict(layers=12, width=768, mlp_ratio=4.0),
+    "text_cfg": dict(layers=12, width=512, mlp_ratio=4.0, vocab_size=49408, context_length=77),
+}
+
+
+def _check_model_cfg(model_cfg: object, weights: Path, spec: str) -> None:
+    """Refuse, before open_clip builds anything, an open_clip_config.json whose model_cfg (or a tower's) is not an
+    object, whose sizes are not positive numbers, or whose towers have more parameters (at least 4 + 2 * mlp_ratio
+    times width squared a layer, and the text's embeddings) than its weights file can hold at one byte each, or than
+    the memory free. Towers built by timm or transformers from a name of theirs are left to them."""
+    if not isinstance(model_cfg, dict):
+        raise ModelLoadError(f"{spec}: open_clip_config.json's model_cfg must be an object; got {echo(model_cfg, 80)}")
+    least = 0
+    for key, defaults in _TOWER_DEFAULTS.items():
+        cfg = model_cfg.get(key, {})
+        if not isinstance(cfg, dict):
+            raise ModelLoadError(f"{spec}: open_clip_config.json's {key} must be an object; got {echo(cfg, 80)}")
+        if cfg.get("timm_model_name") or cfg.get("hf_model_name"):
+            continue
+        sizes = {name: cfg.get(name, default) for name, default in defaults.items()}
+        resnet = isinstance(sizes["layers"], (list, tuple))  # a ResNet's layers: blocks per stage
+        numbers = [*(sizes["layers"] if resnet else [sizes["layers"]]), *(v for k, v in sizes.items() if k != "layers")]
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+                   for v in numbers):  # fmt: skip
+            raise ModelLoadError(f"{spec}: open_clip_config.json's {key} sizes must be positive numbers; got "
+                                 f"{echo(sizes, 120)}")  # fmt: skip
+        width, layers = sizes["width"], sum(sizes["layers"]) if resnet else sizes["layers"]
+        per_layer = width * width * (1 if resnet else 4 + 2 * sizes["mlp_ratio"])  # a bottleneck has 9 w^2 or more
+        least += int(layers * per_layer + (sizes.get("vocab_size", 0) + sizes.get("context_length", 0)) * width)
+    size = weights.stat().st_size
+    if least > size:
+        raise ModelLoadError(f"{spec}: open_clip_config.json describes at least {least:,} parameters, more than its "
+                             f"{size:,}-byte weights file ({weights.name}) can hold")  # fmt: skip
+    check_parameters(least, spec)
 
 
 def _fetch_tokenizer(model_cfg: dict, spec: str, offline: bool) -> None:
     """The files of the Hugging Face tokenizer an open_clip config names (SigLIP's), into the Hub cache.
     CLIP's own BPE tokenizer ships with open_clip and needs nothing."""
     repo_id = (model_cfg.get("text_cfg") or {}).get("hf_tokenizer_name")
-    if not repo_id or not re.fullmatch(r"[\w.-]+/[\w.-]+", repo_id):
+    if not isinstance(repo_id, str) or not hub.REPO_ID.fullmatch(repo_id):
         return
     found = [hub.hub_file(repo_id, [name], spec, offline=offline, required=False) for name in TOKENIZER_FILES]
     if not any(found):

@@ -18,13 +18,14 @@ import math
 import torch
 from torch import nn
 
-from vitviz.checkpoint import ModelLoadError, build_model, check_model_size
+from vitviz.checkpoint import ModelLoadError, build_model, check_model_size, describe
 from vitviz.hub import hub_file
 from vitviz.images import Preprocessing
 from vitviz.importers.common import add_zero_biases, rename
 from vitviz.importers.timm_eva import RULES as EVA_RULES
 from vitviz.importers.timm_eva import eva_config, join_qkv_biases, split_packed_swiglu
 from vitviz.model import ViT, ViTConfig
+from vitviz.model.config import echo
 
 # timm classes that are not plain ViTs, and the feature that keeps each out
 _OTHER_FAMILIES = {
@@ -220,22 +221,27 @@ def load_timm(name: str) -> ViT:
 
     architecture = name.split(".")[0]
     if not timm.is_model(architecture):
-        raise ModelLoadError(f"timm has no model {architecture!r}; timm.list_models('*vit*') lists the ViTs")
+        raise ModelLoadError(f"timm has no model {echo(architecture)}; timm.list_models('*vit*') lists the ViTs")
     tags = timm.list_pretrained(f"{architecture}.*")
     if not tags or ("." in name and name not in tags):
         choices = ", ".join(tags[:12]) + (" ..." if len(tags) > 12 else "") if tags else "none"
-        raise ModelLoadError(f"timm has no pretrained weights {name!r}; pretrained tags: {choices}")
+        raise ModelLoadError(f"timm has no pretrained weights {echo(name)}; pretrained tags: {choices}")
     with torch.device("meta"):  # refuse what cannot be converted, or cannot fit, before downloading anything
         config = timm_config(timm.create_model(name, pretrained=False))
     check_model_size(config, f"timm:{name}")
     cfg = timm.models.get_pretrained_cfg(name)
-    if not cfg.hf_hub_id:  # a few old weights live at plain URLs: timm downloads those itself
-        original = timm.create_model(name, pretrained=True)
-    else:  # through vitviz.hub, which fails fast offline, then timm loads the file as its own
+    weights = None
+    if cfg.hf_hub_id:  # through vitviz.hub, which fails fast offline, then timm loads the file as its own
         repo_id, _, revision = cfg.hf_hub_id.partition("@")
         weights = hub_file(repo_id, ["model.safetensors", cfg.hf_hub_filename or "pytorch_model.bin"],
                            f"timm:{name}", revision or None)  # fmt: skip
-        original = timm.create_model(name, pretrained=True, pretrained_cfg_overlay={"file": str(weights)})
+    try:  # a few old weights live at plain URLs: timm downloads those itself
+        overlay = {"file": str(weights)} if weights else None
+        original = timm.create_model(name, pretrained=True, pretrained_cfg_overlay=overlay)
+    except Exception as error:  # a truncated or foreign file in the cache: a message, never a traceback
+        where = f"the weights in {weights}" if weights else "its weights"
+        fix = "; delete the file to download it again" if weights else ""
+        raise ModelLoadError(f"timm:{name}: {where} could not be loaded ({describe(error)}){fix}") from None
     class_names = imagenet_class_names(original)
     if class_names is None and original.num_classes:
         original.reset_classifier(0)
