@@ -190,3 +190,16 @@ def test_bad_input_gets_its_message(setup, tmp_path):
     with pytest.raises(IndexFormatError, match="no manifest.json"):
         vitviz.open_index(tmp_path / "empty")
     assert isinstance(IndexFormatError("x"), ValueError)
+
+
+def test_prompts_make_a_zero_shot_index(setup, tmp_path):
+    from tiny_text import clip_folder
+
+    _, images, _ = setup
+    _, _, folder = clip_folder(tmp_path / "clip")
+    out = tmp_path / "zero-shot"
+    assert main([str(images), "--model", str(folder), "--out", str(out), "--prompts", "a photo of a dog",
+                 "a photo of a cat", "--limit", "6"]) == 0  # fmt: skip
+    index = vitviz.open_index(out)
+    assert set(index.query("SELECT prediction FROM images")["prediction"]) <= {"a photo of a dog", "a photo of a cat"}
+    assert index.manifest["model"]["prompts"] == ["a photo of a dog", "a photo of a cat"]

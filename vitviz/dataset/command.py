@@ -65,9 +65,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "the first --pca-sample images (one extra partial pass over them)")  # fmt: skip
     stored.add_argument("--pca-sample", type=int, default=512, help="images the PCA is fitted on (default: %(default)s)")
     stored.add_argument("--relevance", action="store_true", help="also store class-specific relevance (Chefer et al.) "
-                        "for the top class: a forward and backward pass per image, about 3x the pass's cost")  # fmt: skip
+                        "for the top class: one more forward and a backward pass per image, one image at a time (several times the "
+                        "pass's cost)")  # fmt: skip
     stored.add_argument("--faithfulness", action="store_true", help="also store per-image perturbation AUCs of the "
-                        "relevance map (else the rollout): 22 extra forward passes per image, about 20x the cost")  # fmt: skip
+                        "relevance map (else the rollout): 22 more forward passes per image (11 perturbed copies, twice)")  # fmt: skip
     stored.add_argument("--shard-size", type=int, default=1024, help="images per shard (default: %(default)s)")
     add_prompt_options(p)
     return p

@@ -59,9 +59,9 @@ def weight_fingerprint(model: torch.nn.Module) -> str:
     """sha256 over every parameter and buffer (names, shapes, dtypes and bytes): equal weights, equal fingerprint."""
     digest = hashlib.sha256()
     for name, tensor in sorted(model.state_dict().items()):
-        tensor = tensor.detach().cpu().contiguous()
         digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype}".encode())
-        digest.update(tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+        flat = tensor.detach().cpu().contiguous().reshape(-1)  # 1-D: a 0-dim scalar (a logit scale) cannot be viewed
+        digest.update(flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b"")
     return digest.hexdigest()
 
 
