@@ -372,12 +372,34 @@ def run_sessions(url: str, folder: Path, sessions: int = 8, seconds: float = 30,
 # --- one page, step by step (the sync API): tests/test_browser_layout.py and docs/make_screenshots.py ---------
 
 
+# tab names that are not wholly inside the page (hidden behind a scroll arrow)
+HIDDEN_TABS = """() => [...document.querySelectorAll('[role=tab]')].filter(t => {
+    const r = t.getBoundingClientRect(), list = t.closest('[role=tablist]').getBoundingClientRect();
+    return r.right > list.right + 1 || r.left < list.left - 1 || r.right > window.innerWidth; }).map(t => t.innerText)"""
+
+
 def wait_until_drawn(page, text: str) -> None:
     """Wait until the page shows ``text``, the script has finished and every image has loaded."""
     page.get_by_text(text).first.wait_for(timeout=120_000)
     # the script has finished (Streamlit shows its status widget while running), then images load
     page.wait_for_function("!document.querySelector('[data-testid=stStatusWidget]')", timeout=120_000)
     page.wait_for_function("[...document.images].every(image => image.complete)", timeout=60_000)
+
+
+def wait_until_idle(page, timeout_ms: int = 120_000) -> None:
+    """Wait until no script run is under way (Streamlit's status widget gone, the app marked not running)."""
+    page.wait_for_function("!document.querySelector('[data-testid=stStatusWidget]')", timeout=timeout_ms)
+    page.wait_for_function(_IDLE, timeout=timeout_ms)
+
+
+def eventually(check, timeout_s: float = 60, what: str = "a condition") -> None:
+    """Poll ``check()`` until it is true: for what the browser does in its own time (a relayout after a resize), so a
+    busy machine waits longer instead of failing."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} did not happen in {timeout_s} s")
+        time.sleep(0.2)
 
 
 def choose(page, label: str, option: str, attempts: int = 3) -> None:

@@ -104,7 +104,7 @@ def test_upload_renders_predictions_and_the_rollout_overlay(default_model):
         assert name in specs  # the prediction bars
     assert captions(at) == ["photo.png, 64x48 (full resolution in the PNG download)"]
     assert legends(at)[0].startswith("Colours: the rollout, from ")  # the overlay's colour scale, as a strip
-    assert download_labels(at) == ["Download the overlay (PNG, full resolution)", "Download this tab's maps (.npz)"]
+    assert download_labels(at) == ["Overlay (PNG, full size)", "This tab's maps (.npz)"]
     assert "nats" not in specs  # only the open tab is drawn
 
 
@@ -128,17 +128,17 @@ def test_every_tab_draws_its_maps(default_model):
             pictures = [img for img in at.get("image") if not (img.proto.imgs[0].caption or "").startswith("What the")]
             assert len(pictures) == 1 and len(pictures[0].proto.imgs) == 16  # filter components
             # each chart's numbers under it: the layer x head tables as CSV, the others as .npz
-            assert sorted(download_labels(at)) == ["Download the attention entropy (.csv)",
-                                                   "Download the mean attention distance (.csv)",
-                                                   "Download the patch-embedding components (.npz)",
-                                                   "Download the position-embedding similarity (.npz)"]  # fmt: skip
+            assert sorted(download_labels(at)) == ["Entropies (.csv)", "Mean distances (.csv)",
+                                                   "Patch-embedding components (.npz)",
+                                                   "Position-embedding similarity (.npz)"]  # fmt: skip
     assert drawn["Heads & layers"] == [f"head {h}" for h in range(4)] + ["photo.png: layer 1, head mean",
                                                                           "photo.png: layer 0, head mean"]  # fmt: skip
     assert drawn["Click a patch"] == ["patch (2, 2), layer 1, mean over heads (the patch outlined)",
                                          *(f"head {h}" for h in range(4))]  # fmt: skip
     target = drawn["Class-specific"][0].split(" for ")[1]
-    assert drawn["Class-specific"] == [f"relevance for {target}", f"legrad for {target}",
-                                          f"block 1: P({target}) read from each patch"]  # the lens, last block first
+    assert drawn["Class-specific"] == [f"relevance for {target}", f"legrad for {target}",  # the lens, last block first
+                                       f"block 1: P({target}) read from each patch",
+                                       "block 1: the class each patch votes for"]  # fmt: skip
     assert drawn["Faithfulness"] == []  # run on request only
 
 
@@ -223,6 +223,11 @@ def test_the_logit_lens_follows_the_block_slider(default_model):
 
     caption, names, readout = drawn()
     assert caption.startswith("block 1: ")
+    # the votes painted over the photo, as big as the probability map beside it, and every class in the legend
+    assert "block 1: the class each patch votes for" in captions(at)
+    legend = next(h.proto.body for h in at.get("html") if "Patches voting for each" in h.proto.body)
+    counts = {name: int((lens.votes[1, 0] == k).sum()) for k, name in enumerate(NAMES)}
+    assert all(f"{name} ({count})" in legend for name, count in counts.items()), legend
     assert ("Colours: the class's probability, one fixed scale for every block, from 0 (left of the strip) to 1 (right)."
             in legends(at))  # fmt: skip
     assert any(c.startswith("Colours: relevance on the top class's scale, from 0 ") for c in legends(at))
@@ -241,8 +246,10 @@ def test_every_head_is_drawn_over_the_photo_on_one_colour_scale_unless_asked(def
     model = vitviz.load_model(str(vitviz.load.DEFAULT_CHECKPOINT))
     analysis = vitviz.analysis.analyse_image(model, Image.open(io.BytesIO(png_bytes())).convert("RGB"))
     top = float(analysis.readout_attention[-1].max())
-    assert shown_in(f"Colour scale: 0 to {top:.3g}, shared by every head (the strip below).", [c.value for c in at.caption])
-    assert shown_in(f"Colours: attention weight, every head, from 0 (left of the strip) to {top:.3g} (right).", legends(at))
+    notes = [c.value for c in at.caption]
+    assert shown_in(f"Colour scale: 0 to {top:.3g}, shared by every head (the strip below).", notes)
+    assert shown_in(f"Colours: attention weight, every head, from 0 (left of the strip) to {top:.3g} (right).",
+                    legends(at))  # fmt: skip
     heads = [img.proto.imgs[0].url for img in at.get("image") if img.proto.imgs[0].caption.startswith("head ")]
     assert len(heads) == 4
     next(t for t in at.toggle if t.label == "One colour scale for every head").set_value(False).run()
@@ -309,7 +316,7 @@ def test_the_compare_sides_tell_apart_two_images_with_the_same_bytes(default_mod
     next(s for s in at.selectbox if s.label == "Image").set_value("x.png").run()
     values = {s.label: s.value for s in at.selectbox}
     assert values["A: image"] == values["B: image"] == "x.png"
-    assert "Download the overlay (PNG, full resolution)" in download_labels(at)
+    assert "Overlay (PNG, full size)" in download_labels(at)
 
 
 def test_a_model_with_fewer_layers_under_the_same_name_resets_the_layer_controls(
@@ -753,7 +760,7 @@ def test_every_readout_gets_every_tab_titled_by_what_it_reads(tmp_path, monkeypa
     assert f"Tokens: {tokens}, then the patches" in at.sidebar.caption[0].value
     seen = render_every_tab(at)
     assert seen["Heads & layers"]["subheaders"][0] == f"Every head in layer 1: {reads}"
-    assert len(seen["Class-specific"]["captions"]) == 3  # two methods and the logit lens
+    assert len(seen["Class-specific"]["captions"]) == 4  # two methods and the logit lens (probability and votes)
     open_tab(at, "Faithfulness")
     run_faithfulness(at)
     assert at.table[0].value["map"].tolist() == ["rollout", f"{reads} (last layer)", "relevance (Chefer et al.)"]

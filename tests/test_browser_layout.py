@@ -3,7 +3,8 @@ default model and a bundled example photo.
 
 Each tab is screenshotted whole (tests/screenshots/layout_<width>_<tab>.png, or VITVIZ_SCREENSHOTS), and the
 test fails on any console error or uncaught page error, on a tab name pushed out of sight, on content wider
-than the page, and on an error shown in the page. It also changes a control that redraws an overlay while the
+than the page, on a label, button or chart title cut short, on the logit lens's two pictures drawn at two sizes,
+and on an error shown in the page. It also changes a control that redraws an overlay while the
 old one is on screen (the head fusion), which once left the browser asking for a /media file already gone.
 """
 
@@ -12,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from browser_harness import CHROMIUM, CHROMIUM_ARGS, ROOT, choose, require_browser, streamlit_server, wait_until_drawn
+from browser_harness import (CHROMIUM, CHROMIUM_ARGS, HIDDEN_TABS, ROOT, choose, require_browser, streamlit_server,
+                             wait_until_drawn)  # fmt: skip
 
 require_browser()
 from playwright.sync_api import sync_playwright  # noqa: E402
@@ -28,15 +30,31 @@ TABS = {"Overview": "Attention rollout", "Heads & layers": "Every head in layer"
 # the height of everything in the page's scrolling main area, to screenshot it whole (Streamlit scrolls an
 # inner element, not the document, so Playwright's full_page alone stops at the window's height)
 CONTENT_HEIGHT = "() => Math.max(...[...document.querySelectorAll('[data-testid=stMain], section')].map(e => e.scrollHeight))"
-# tab names that are not wholly inside the page (hidden behind a scroll arrow)
-HIDDEN_TABS = """() => [...document.querySelectorAll('[role=tab]')].filter(t => {
-    const r = t.getBoundingClientRect(), list = t.closest('[role=tablist]').getBoundingClientRect();
-    return r.right > list.right + 1 || r.left < list.left - 1 || r.right > window.innerWidth; }).map(t => t.innerText)"""
 # the pictures Streamlit serves (overlays, legends): a new overlay has a new address
 MEDIA_IMAGES = "() => [...document.images].map(image => image.src).filter(src => src.includes('/media/'))"
 # elements of the main area wider than it (content that would need a horizontal scroll)
 TOO_WIDE = """() => { const main = document.querySelector('[data-testid=stMain]');
     return main.scrollWidth > main.clientWidth + 1 ? [main.scrollWidth, main.clientWidth] : null; }"""
+
+# text the page cuts: labels and buttons ending in an ellipsis ("Remove backgr…"), chart titles wider than their
+# chart ("Logit drop when removed (a"), in the main area and the sidebar
+CUT_TEXT = """() => {
+    const cut = [];
+    for (const e of document.querySelectorAll('[data-testid=stMain] *, [data-testid=stSidebar] *')) {
+        const style = getComputedStyle(e);
+        if (style.textOverflow === 'ellipsis' && e.scrollWidth > e.clientWidth + 1 && e.innerText.trim()) {
+            cut.push(e.innerText.trim());
+        }
+    }
+    for (const title of document.querySelectorAll('.js-plotly-plot .gtitle, .js-plotly-plot .g-xtitle, '
+                                                  + '.js-plotly-plot .g-ytitle')) {
+        const chart = title.closest('.js-plotly-plot').getBoundingClientRect(), box = title.getBoundingClientRect();
+        if (box.width && (box.left < chart.left - 1 || box.right > chart.right + 1)) cut.push(title.textContent);
+    }
+    return cut; }"""
+# the logit lens's two pictures of the photo, side by side: (width, height) of each
+LENS_PICTURES = """() => [...document.querySelectorAll('[data-testid=stImage]')].filter(e => /^block \\d+: /.test(
+    e.innerText)).map(e => { const r = e.querySelector('img').getBoundingClientRect(); return [r.width, r.height]; })"""
 
 
 @pytest.fixture(scope="module")
@@ -78,11 +96,15 @@ def test_every_tab_at_every_width_without_console_errors(server, width):
             page.get_by_role("tab", name=tab).click()
             wait_until_drawn(page, text)
             if tab == "Faithfulness":  # run the test: its curves, table and warnings are what the tab shows
-                page.get_by_text("Run the perturbation test").click()
+                page.get_by_text("Run the perturbation test (").click()
                 wait_until_drawn(page, "area, most-relevant first")
             assert page.get_by_text("Prediction:").count() >= 1, tab  # the prediction, whichever tab is open
             assert page.locator("[data-testid=stException]").count() == 0, tab
             assert page.evaluate(TOO_WIDE) is None, f"{tab}: content wider than the page"
+            assert page.evaluate(CUT_TEXT) == [], f"{tab}: cut text"
+            if tab == "Class-specific":  # the lens's probability and votes: one size, whatever the width
+                (a, b) = page.evaluate(LENS_PICTURES)
+                assert abs(a[0] - b[0]) <= 2 and abs(a[1] - b[1]) <= 2, (a, b)
             screenshot(page, f"layout_{width}_{tab.split()[0].lower().replace('-', '_')}.png", width)
         assert errors == [], errors
         browser.close()

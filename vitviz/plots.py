@@ -14,7 +14,7 @@ import plotly.colors
 import plotly.graph_objects as go
 import torch
 import torch.nn.functional as F
-from PIL import Image, ImageDraw
+from PIL import Image, ImageColor, ImageDraw
 
 # Every figure names its template, so it looks the same whether or not streamlit (which swaps plotly's
 # default template for one of placeholder colours) has been imported. It is the part of plotly's
@@ -451,28 +451,52 @@ def token_norms_figure(norms, prefix_names: list[str], layer: int | None = None)
                    yaxis=dict(title=dict(text="token norm (L2)"), rangemode="tozero"))  # fmt: skip
 
 
-def votes_figure(votes, class_names: list[str], target: int, most: int = 8) -> go.Figure:
-    """The class each patch votes for (a (rows, cols) map of class indices, the logit lens's votes), one colour
-    per class: the ``most`` most-voted classes by name, the rest together as "other". ``target`` is drawn first
-    in the first colour, so it keeps its colour from block to block."""
-    values = np.asarray(votes, dtype=np.int64)
-    classes, counts = np.unique(values, return_counts=True)
+# one colour per class a votes map names, the class explained first; "other" gathers the rest
+VOTE_COLOURS = ["#EF553B", "#636efa", "#00cc96", "#ab63fa", "#FFA15A", "#19d3f3", "#FF6692", "#B6E880", "#FF97FF",
+                "#FECB52"]  # fmt: skip
+OTHER_COLOUR = "#d0d4dc"
+
+
+def vote_classes(votes, count: int, target: int, most: int = len(VOTE_COLOURS)) -> tuple[list[int], bool]:
+    """The classes a votes map (class indices, of ``count`` classes) names, each in its own colour: all of them when
+    there are at most ``most`` (a class no patch votes for keeps its place in the legend), else the target and the
+    most-voted others. The target comes first, so it keeps its colour from block to block. And whether the other
+    classes are left to "other"."""
+    if count <= most:
+        return [target] + [c for c in range(count) if c != target], False
+    classes, counts = np.unique(np.asarray(votes, dtype=np.int64), return_counts=True)
     ranked = [int(c) for c in classes[np.argsort(-counts, kind="stable")] if c != target]
-    shown = [target] + ranked[: most - 1]
-    codes = np.full(values.shape, len(shown), dtype=np.float32)  # "other"
+    return [target] + ranked[: most - 1], True
+
+
+def vote_codes(votes, shown: list[int]) -> np.ndarray:
+    """Each patch's place among ``shown`` (vote_classes), len(shown) for "other"."""
+    values = np.asarray(votes, dtype=np.int64)
+    codes = np.full(values.shape, len(shown), dtype=np.int64)
     for code, index in enumerate(shown):
         codes[values == index] = code
-    labels = [class_names[i] for i in shown] + ["other"]
-    palette = ["#EF553B", "#636efa", "#00cc96", "#ab63fa", "#FFA15A", "#19d3f3", "#FF6692", "#B6E880"][: len(shown)]
-    palette.append("#d0d4dc")
+    return codes
+
+
+def vote_colours(votes, shown: list[int]) -> np.ndarray:
+    """(rows, cols, 3) uint8: each patch in its class's colour (vote_classes), "other" in grey."""
+    table = np.array([ImageColor.getrgb(c) for c in [*VOTE_COLOURS[: len(shown)], OTHER_COLOUR]], dtype=np.uint8)
+    return table[vote_codes(votes, shown)]
+
+
+def votes_figure(votes, class_names: list[str], target: int, most: int = len(VOTE_COLOURS)) -> go.Figure:
+    """The class each patch votes for (a (rows, cols) map of class indices, the logit lens's votes), one colour
+    per class (vote_classes), with each patch's class on hover."""
+    values = np.asarray(votes, dtype=np.int64)
+    shown, other = vote_classes(values, len(class_names), target, most)
+    labels = [class_names[i] for i in shown] + ["other"] * other
+    palette = VOTE_COLOURS[: len(shown)] + [OTHER_COLOUR] * other
     n = len(palette)
     colorscale = [step for i, colour in enumerate(palette) for step in ((i / n, colour), ((i + 1) / n, colour))]
-    heatmap = dict(type="heatmap", z=codes, zmin=-0.5, zmax=n - 0.5, colorscale=colorscale,
+    heatmap = dict(type="heatmap", z=vote_codes(values, shown).astype(np.float32), zmin=-0.5, zmax=n - 0.5,
+                   colorscale=colorscale, hovertemplate="row %{y}, col %{x}: %{text}<extra></extra>",
                    text=np.asarray([class_names[i] for i in values.ravel()], dtype=object).reshape(values.shape),
-                   hovertemplate="row %{y}, col %{x}: %{text}<extra></extra>",
                    colorbar=dict(tickvals=list(range(n)), ticktext=labels, len=1, thickness=12))  # fmt: skip
-    # as tall as the overlay beside it on a laptop screen, the grid at the top: in a narrow column the grid
-    # shrinks with the width and the legend keeps the height
     return _figure([heatmap], margin=dict(l=0, r=0, t=0, b=0), height=320,
                    yaxis=dict(autorange="reversed", scaleanchor="x", constraintoward="top", **_HIDDEN_AXIS),
                    xaxis=dict(constrain="domain", **_HIDDEN_AXIS))  # fmt: skip

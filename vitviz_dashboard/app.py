@@ -52,7 +52,10 @@ def main() -> None:
     settings = resolve(settings, model)  # precision "auto": what timing this model on this machine chose
     model, settings = prompt_model(model, settings)  # CLIP, SigLIP: prompts become the classes
     intact_model, intact_settings = model, settings
-    model, settings = knocked_out_model(model, settings)  # heads and tokens the user removed, with a banner
+    # two places drawn in every run, empty or not, so that nothing below them moves: a banner that appeared, or a
+    # progress bar, shifted every element after it, the browser re-mounted the tabs and jumped to the page's top
+    banner, progress = st.empty(), st.empty()
+    model, settings = knocked_out_model(model, settings, banner)  # heads and tokens the user removed, with a banner
     if chosen is None:
         return
     name, images = chosen
@@ -62,7 +65,7 @@ def main() -> None:
         return photo_and_analysis(model, settings, image_name, images[image_name])
 
     try:
-        photo, analysis = prepare(name)
+        photo, analysis = photo_and_analysis(model, settings, name, images[name], progress)
     except ImageError as error:
         st.error(f"Could not read {name}: {error}")
         return

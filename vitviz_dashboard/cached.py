@@ -22,7 +22,7 @@ from PIL import Image
 
 import vitviz
 from vitviz import analysis as analysis_module
-from vitviz import explain, hub, plots
+from vitviz import explain, feature_pictures, hub, plots
 from vitviz.analysis import ImageAnalysis
 from vitviz.images import ImageFile, load_image
 
@@ -116,6 +116,19 @@ def overlay_picture(photo: Photo, patch_map, box, settings: Settings, value_rang
 
 
 @kept()
+def _vote_jpeg(key: str, votes: np.ndarray, shown: tuple, box: tuple, alpha: float, _image) -> bytes:
+    buffer = io.BytesIO()
+    picture = feature_pictures.paint_patches(_image, plots.vote_colours(votes, list(shown)), box, alpha)
+    picture.save(buffer, format="JPEG", quality=90)
+    return buffer.getvalue()
+
+
+def vote_picture(photo: Photo, votes: np.ndarray, shown: tuple, box, alpha: float) -> bytes:
+    """The shown photo with each patch painted in its class's colour (plots.vote_colours), as JPEG bytes, cached."""
+    return _vote_jpeg(photo.key, np.asarray(votes), shown, tuple(box), alpha, _image=photo.image)
+
+
+@kept()
 def _outlined_jpeg(key: str, mask: np.ndarray, box: tuple, _image) -> bytes:
     buffer = io.BytesIO()
     plots.outline_patches(_image, mask, box).save(buffer, format="JPEG", quality=90)
@@ -148,9 +161,10 @@ def grid_picture_uri(photo: Photo, box, grid: tuple[int, int], selected: tuple[i
 
 
 @contextlib.contextmanager
-def block_progress(text: str, blocks: int):
-    """A progress bar for a pass through the model, moved on by the callback this yields (block index)."""
-    slot = st.empty()
+def block_progress(text: str, blocks: int, slot=None):
+    """A progress bar for a pass through the model, moved on by the callback this yields (block index): in ``slot``
+    (an st.empty() the page draws in every run, so nothing below it moves), or in a new one here."""
+    slot = st.empty() if slot is None else slot
 
     def update(block: int) -> None:
         slot.progress((block + 1) / blocks, text=f"{text}: block {block + 1} of {blocks}")
@@ -162,16 +176,17 @@ def block_progress(text: str, blocks: int):
 
 
 @kept()
-def analyse(_model: vitviz.ViT, model_spec: str, file: ImageFile, precision: str) -> ImageAnalysis:
+def analyse(_model: vitviz.ViT, model_spec: str, file: ImageFile, precision: str, _slot=None) -> ImageAnalysis:
     """One forward pass per (model, image, precision): controls never re-run the model. The attention
-    tensors are kept only within the budget's share for one analysis."""
-    with block_progress("Running the ViT", _model.config.num_layers) as progress:
+    tensors are kept only within the budget's share for one analysis. ``_slot``: where its progress bar goes."""
+    with block_progress("Running the ViT", _model.config.num_layers, _slot) as progress:
         return analysis_module.analyse_image(_model, decode(file), precision, analysis_share(), progress)
 
 
-def photo_and_analysis(model: vitviz.ViT, settings: Settings, name: str, file: ImageFile) -> tuple[Photo, ImageAnalysis]:
-    """The photo and its analysis, with the model's box scaled onto the shown photo."""
-    analysis = analyse(model, settings.model_spec, file, settings.precision)
+def photo_and_analysis(model: vitviz.ViT, settings: Settings, name: str, file: ImageFile,
+                       slot=None) -> tuple[Photo, ImageAnalysis]:  # fmt: skip
+    """The photo and its analysis, with the model's box scaled onto the shown photo (``slot``: block_progress's)."""
+    analysis = analyse(model, settings.model_spec, file, settings.precision, _slot=slot)
     photo = Photo(name, file.key, display_photo(file), decode(file))
     return photo, dataclasses.replace(analysis, box=tuple(v * photo.scale for v in analysis.box))
 

@@ -18,6 +18,7 @@ from vitviz.analysis import ImageAnalysis
 from vitviz.images import ImageFile
 
 KEPT = "kept|"  # prefix of the keys of tab widgets, whose values outlive runs that do not draw them
+OVERLAY_PNG, MAPS_NPZ = "Overlay (PNG, full size)", "This tab's maps (.npz)"  # the download buttons under each tab
 KNOCKOUT = "#knockout="  # what a knocked-out model's spec adds to its model's (knockout.py)
 PROMPTS = "#prompts="  # what a zero-shot model's spec adds to its model's (prompts.py)
 
@@ -119,22 +120,28 @@ def downloads(page: Page, tab: str, maps: dict[str, np.ndarray], overlay: str | 
     def maps_npz() -> bytes:
         return npz_bytes({"probabilities": page.analysis.probabilities, **arrays})
 
-    left, right = st.columns(2)
+    left, right = st.columns(2)  # short labels, as in Features: at 800 px a half column holds about 25 characters
     if overlay is not None:
-        left.download_button("Download the overlay (PNG, full resolution)", overlay_png, f"{stem}.png", "image/png")
-    right.download_button("Download this tab's maps (.npz)", maps_npz, f"{stem}_maps.npz", "application/octet-stream")
+        left.download_button(OVERLAY_PNG, overlay_png, f"{stem}.png", "image/png", icon=":material/download:",
+                             help="The overlay drawn on the photo at its full resolution")  # fmt: skip
+    right.download_button(MAPS_NPZ, maps_npz, f"{stem}_maps.npz", "application/octet-stream",
+                          icon=":material/download:", help="Every map this tab shows, as NumPy arrays")  # fmt: skip
 
 
 def chart_download(container, page: Page, what: str, values, rows: str = "", columns: str = "") -> None:
-    """A small button under one chart for its numbers: a 2-D array as a CSV table, with its ``rows`` and
-    ``columns`` named ("layer", "head") in the first column and the header; a dict of arrays as one .npz."""
+    """A small button under one chart for its numbers, labelled by ``what`` ("mean distances": a few words, to fit
+    half a column at 800 px): a 2-D array as a CSV table, with its ``rows`` and ``columns`` named ("layer", "head") in
+    the first column and the header; a dict of arrays as one .npz."""
     stem = f"{Path(page.photo.name).stem}_{what}".replace(" ", "_")
+    label = what[:1].upper() + what[1:]
     if isinstance(values, dict):
-        container.download_button(f"Download the {what} (.npz)", lambda: npz_bytes(values), f"{stem}.npz",
-                                  "application/octet-stream")  # fmt: skip
+        container.download_button(f"{label} (.npz)", lambda: npz_bytes(values), f"{stem}.npz",
+                                  "application/octet-stream", icon=":material/download:",
+                                  help=f"The {what} shown above, as NumPy arrays")  # fmt: skip
         return
-    container.download_button(f"Download the {what} (.csv)", lambda: csv_table(values, rows, columns).encode(),
-                              f"{stem}.csv", "text/csv")  # fmt: skip
+    container.download_button(f"{label} (.csv)", lambda: csv_table(values, rows, columns).encode(), f"{stem}.csv",
+                              "text/csv", icon=":material/download:",
+                              help=f"The {what} shown above, one row per {rows}, one column per {columns}")  # fmt: skip
 
 
 def npz_bytes(arrays: dict) -> bytes:

@@ -66,9 +66,9 @@ def restore(base_spec: str) -> None:
     st.session_state[tokens_key(base_spec)] = []
 
 
-def knocked_out_model(model: vitviz.ViT, settings: Settings) -> tuple[vitviz.ViT, Settings]:
+def knocked_out_model(model: vitviz.ViT, settings: Settings, slot) -> tuple[vitviz.ViT, Settings]:
     """The model the page shows: with the heads and tokens the user removed, a banner saying so and a restore
-    button; or the model itself."""
+    button, drawn in ``slot`` (an st.empty() the page draws in every run); or the model itself."""
     base_spec = scope(settings.model_spec)
     heads, tokens = removed(model, base_spec)
     if not heads and not tokens:
@@ -79,7 +79,7 @@ def knocked_out_model(model: vitviz.ViT, settings: Settings) -> tuple[vitviz.ViT
         parts.append(f"Heads removed: {', '.join(head_label(*h) for h in heads)}")
     if tokens:
         parts.append(f"{'t' if heads else 'T'}aken out of the attention: {', '.join(names[t] for t in tokens)}")
-    text, button = st.columns([3, 1], vertical_alignment="center")
+    text, button = slot.container().columns([3, 1], vertical_alignment="center")
     text.warning(f"**Intervened model.** {'; '.join(parts)}. The predictions and every map below are this model's.",
                  icon=":material/content_cut:")  # fmt: skip
     button.button("Restore the model", on_click=restore, args=(base_spec,), key="restore_model",

@@ -24,12 +24,12 @@ def draw(page: Page) -> None:
                  "the attention and averaged over the patches (Dosovitskiy et al. 2020, Fig. 7). Low: a local head, "
                  "like a convolution; high: a head that looks across the image.")  # fmt: skip
     left.plotly_chart(cached_figure("attention_distance_figure", stats["mean_distance"]), theme=None)
-    chart_download(left, page, "mean attention distance", stats["mean_distance"], "layer", "head")
+    chart_download(left, page, "mean distances", stats["mean_distance"], "layer", "head")
     right.subheader("Attention entropy")
     right.caption("The entropy of each head's attention rows, averaged over the rows, in nats: 0 when every token "
                   "attends to a single one, log T when attention is spread evenly over all T tokens.")  # fmt: skip
     right.plotly_chart(cached_figure("layer_head_figure", stats["entropy"], "", "nats"), theme=None)
-    chart_download(right, page, "attention entropy", stats["entropy"], "layer", "head")
+    chart_download(right, page, "entropies", stats["entropy"], "layer", "head")
     if anatomy["similarity"] is not None:
         similarity_grid(page, anatomy["similarity"], "Position-embedding similarity",
                         "Cosine similarity of one patch's position embedding (the one named above each map, outlined in "

@@ -3,13 +3,17 @@ patch-level logit lens, block by block over the photo."""
 
 from __future__ import annotations
 
+import html
+import re
+
 import numpy as np
 import streamlit as st
 
+from vitviz import plots
 from vitviz.explain import CLASS_SPECIFIC
 from vitviz.explain.methods import DESCRIPTIONS, TAM_STEPS
 
-from vitviz_dashboard.cached import cached_figure, class_map, logit_lens, overlay_picture
+from vitviz_dashboard.cached import cached_figure, class_map, logit_lens, overlay_picture, vote_picture
 from vitviz_dashboard.common import (Page, class_name, class_picker, classes_by_probability, colour_legend, downloads,
                                      has_classifier, index_slider, is_zero_shot, probability_kind, top_class,
                                      without_classes)  # fmt: skip
@@ -26,6 +30,15 @@ READING = {  # how to read each map, in a sentence
     "gradcam": "Bright: patches whose last-block features, weighted by their gradient, raise the class's score.",
 }
 COST = {"tam": f"{TAM_STEPS} forward and backward passes", "legrad": "one backward pass per block"}
+METHODS_HELP = "\n".join([f"- **{m}**: {DESCRIPTIONS[m]}" for m in GRADIENT_METHODS] + [
+    "", f"Each map is computed once per image and class; TAM costs {TAM_STEPS} forward and backward passes."])
+
+
+def method_label(method: str) -> str:
+    """A method and its paper, short enough for a chip at 800 px: "relevance (Chefer et al. 2021)"; the whole
+    description is in the picker's help and under each map."""
+    paper = re.search(r"\(([^()]*\d{4})\)$", DESCRIPTIONS[method])
+    return f"{method} ({paper.group(1)})" if paper else method
 
 
 @st.fragment
@@ -40,9 +53,7 @@ def draw(page: Page) -> None:
     with against:
         other = compare_picker(page, target)
     methods = st.multiselect("Methods", GRADIENT_METHODS, key=page.key("class_methods", DEFAULT_METHODS),
-                             format_func=lambda m: f"{m}: {DESCRIPTIONS[m]}",
-                             help="Each map is computed once per image and class; TAM costs "
-                                  f"{TAM_STEPS} forward and backward passes.")  # fmt: skip
+                             format_func=method_label, help=METHODS_HELP)  # fmt: skip
     maps = method_maps(page, target, methods) if other is None else compared_maps(page, target, other, methods)
     lens = lens_section(page, target)
     arrays = maps | {f"lens_probability_class{target}": lens["probability"], f"lens_votes_class{target}": lens["votes"]}
@@ -148,13 +159,34 @@ def lens_section(page: Page, target: int) -> dict[str, np.ndarray]:
     lens = logit_lens(model, settings.model_spec, page.file, settings.precision, target)
     layers = range(len(lens["probability"]))
     block = index_slider("Block", len(layers), page.key("lens_block", layers[-1], options=layers))
+    # two pictures of the photo in two equal columns: the same size at every width
     left, right = st.columns(2)
     left.image(overlay_picture(page.photo, lens["probability"][block], page.analysis.box, settings, (0.0, 1.0)),
                width="stretch", caption=f"block {block}: P('{class_name(model, target)}') read from each patch")  # fmt: skip
     with left:
         colour_legend(settings, 0.0, 1.0, "the class's probability, one fixed scale for every block")
-    right.plotly_chart(cached_figure("votes_figure", lens["votes"][block], model.class_names, target),
-                       key="lens_votes", theme=None)  # fmt: skip
+    with right:
+        votes_view(page, lens["votes"][block], target, block)
     share = (lens["votes"] == target).mean(axis=(1, 2))
     st.plotly_chart(cached_figure("lens_depth_figure", lens["readout"], share, block), key="lens_depth", theme=None)
     return lens
+
+
+def votes_view(page: Page, votes: np.ndarray, target: int, block: int) -> None:
+    """The class each patch votes for, painted over the photo (as big as the probability map beside it), a legend
+    naming every class drawn with its count of patches, and the votes on hover in an expander."""
+    model = page.model
+    shown, other = plots.vote_classes(votes, len(model.class_names), target)
+    what = "prompt" if is_zero_shot(model) else "class"
+    st.image(vote_picture(page.photo, votes, tuple(shown), page.analysis.box, page.settings.alpha), width="stretch",
+             caption=f"block {block}: the {what} each patch votes for")  # fmt: skip
+    counts = plots.vote_codes(votes, shown).ravel()
+    entries = [(colour, class_name(model, index), int((counts == code).sum()))
+               for code, (colour, index) in enumerate(zip(plots.VOTE_COLOURS, shown))]  # fmt: skip
+    entries += [(plots.OTHER_COLOUR, "other", int((counts == len(shown)).sum()))] if other else []
+    st.html("<div style='font-size: 0.875rem; line-height: 1.6'>Patches voting for each: " + " ".join(
+        f"<span style='display: inline-block; margin-right: 0.8em'><span style='color: {colour}'>&#9632;</span> "
+        f"{html.escape(name)} ({count})</span>" for colour, name, count in entries) + "</div>")  # fmt: skip
+    with st.expander("The votes, patch by patch, on hover"):
+        st.plotly_chart(cached_figure("votes_figure", votes, model.class_names, target), key="lens_votes", theme=None)
+

@@ -107,11 +107,11 @@ def pca_view(page: Page, chosen: list[Chosen]) -> None:
                "photos, splits foreground from background at the threshold, and a second PCA on the foreground "
                "patches alone colours them. The colours are laid over the photo at the sidebar's overlay opacity "
                "(1 for DINOv2's opaque look).")  # fmt: skip
-    a, b, c = st.columns(3)
+    a, b = st.columns(2)  # the two switches one above the other: three columns cut their labels at 800 px
     remove = a.toggle("Remove background", key=page.key("features_background", False))
     threshold = b.slider("Foreground threshold", 0.0, 1.0, key=page.key("features_threshold", 0.5), step=0.05,
                          disabled=not remove)  # fmt: skip
-    flip = c.toggle("Flip 1st component", key=page.key("features_flip", False),
+    flip = a.toggle("Flip 1st component", key=page.key("features_flip", False),
                     help="Which side of the first component is the foreground is arbitrary: flip it if the "
                          "background came out as the foreground.")  # fmt: skip
     try:

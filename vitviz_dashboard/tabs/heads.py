@@ -106,8 +106,9 @@ def head_causes(page: Page) -> None:
             "it leaves out what a head does through later blocks. On both, red heads push the class up and blue ones "
             "down. Crossed heads are knocked out. Click a head on the left to knock it out of the whole page."
         )  # fmt: skip
-        figure = head_plots.signed_layer_head_figure(-ranking["logit_change"], f"Logit drop when removed ({name})",
-                                                     "logit drop", heads)  # fmt: skip
+        # short titles, the class in the picker and the caption: at 800 px a chart is about 220 px wide
+        figure = head_plots.signed_layer_head_figure(-ranking["logit_change"], "Logit drop when removed", "drop",
+                                                     heads)  # fmt: skip
         event = left.plotly_chart(figure, theme=None, on_select="rerun", selection_mode="points",
                                   key=f"head_ranking|{base_spec}")  # fmt: skip
         clicked_head(event, base_spec)
@@ -116,8 +117,8 @@ def head_causes(page: Page) -> None:
         if isinstance(parts, str):
             right.info(f"No direct logit attribution: {parts}.")
         else:
-            right.plotly_chart(head_plots.signed_layer_head_figure(parts["heads"], f"Direct logit attribution ({name})",
-                                                                   "logit", heads), theme=None)  # fmt: skip
+            right.plotly_chart(head_plots.signed_layer_head_figure(parts["heads"], "Direct logit attribution", "logit",
+                                                                   heads), theme=None)  # fmt: skip
             right.caption(f"Logit {parts['logit']:.3f} = embeddings {parts['embeddings']:.3f} + heads "
                           f"{parts['heads'].sum():.3f} + MLPs {parts['mlps'].sum():.3f} + biases {parts['biases']:.3f}.")  # fmt: skip
         chart_download(st, page, f"head importance for {name}", {k: np.asarray(v) for k, v in ranking.items()} |
