@@ -23,6 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import common  # bench/common.py
 import numpy as np
 import torch
 
@@ -31,13 +32,11 @@ from vitviz.sae import SAEConfig, TopKSAE, TrainConfig, evaluate, top1_agreement
 from vitviz.sae.command import block_tokens, pixels
 from vitviz.sae.training import losses
 
-import common  # bench/common.py
-
 ABLATION = {  # cumulative: each adds one part of the recipe to the one before
-    "plain TopK": dict(init="random", b_dec_init="zero", aux_alpha=0.0, schedule="constant"),
-    "+ data init": dict(init="data", b_dec_init="median", aux_alpha=0.0, schedule="constant"),
-    "+ AuxK": dict(init="data", b_dec_init="median", aux_alpha=1 / 32, schedule="constant"),
-    "+ schedule": dict(init="data", b_dec_init="median", aux_alpha=1 / 32, schedule="warmup-decay"),
+    "plain TopK": {"init": "random", "b_dec_init": "zero", "aux_alpha": 0.0, "schedule": "constant"},
+    "+ data init": {"init": "data", "b_dec_init": "median", "aux_alpha": 0.0, "schedule": "constant"},
+    "+ AuxK": {"init": "data", "b_dec_init": "median", "aux_alpha": 1 / 32, "schedule": "constant"},
+    "+ schedule": {"init": "data", "b_dec_init": "median", "aux_alpha": 1 / 32, "schedule": "warmup-decay"},
 }
 
 
@@ -60,17 +59,18 @@ def quality(args) -> dict:
     d = model.config.hidden_size
     config = SAEConfig(d_in=d, latents=args.expansion * d, k=args.k, block=args.block)
     # the contenders run side by side, one process (one thread) each, on the same tokens
-    jobs = [(name, options, train, held, config, args) for name, options in ABLATION.items()]
+    chosen = {name: options for name, options in ABLATION.items() if not args.contenders or name in args.contenders}
+    jobs = [(name, options, train, held, config, args) for name, options in chosen.items()]
     with multiprocessing.get_context("fork").Pool(len(jobs)) as pool:
-        runs = dict(zip(ABLATION, pool.starmap(contender, jobs)))
+        runs = dict(zip(chosen, pool.starmap(contender, jobs)))
     for name, run in runs.items():
         print(f"{name:>14}: EV {run['explained_variance']:.4f}  dead {run['dead_fraction']:.4f}  L0 {run['l0']:.1f}  "
               f"top-1 {run['top1_agreement']:.4f}  CE rec {run['ce_loss_recovered']:.4f}  {run['training_seconds']:.0f} s",
               file=sys.stderr)  # fmt: skip
-    return dict(model="default", block=args.block, train_images=len(train_files), test_images=len(test_files),
-                train_tokens=tokens, held_out_tokens=sum(len(t) for t in held), latents=config.latents, k=config.k,
-                epochs=args.epochs, batch=args.batch, extraction_seconds=extraction, runs=runs, side_by_side="4 processes, 1 thread each",
-                threads=torch.get_num_threads(), torch=torch.__version__)  # fmt: skip
+    return {"model": "default", "block": args.block, "train_images": len(train_files), "test_images": len(test_files),
+                "train_tokens": tokens, "held_out_tokens": sum(len(t) for t in held), "latents": config.latents, "k": config.k,
+                "epochs": args.epochs, "batch": args.batch, "extraction_seconds": extraction, "runs": runs, "side_by_side": "4 processes, 1 thread each",
+                "threads": torch.get_num_threads(), "torch": torch.__version__}  # fmt: skip
 
 
 def contender(name: str, options: dict, train: list, held: list, config: SAEConfig, args) -> dict:
@@ -78,7 +78,7 @@ def contender(name: str, options: dict, train: list, held: list, config: SAEConf
     model = load_model("default")
     test_files = pick(sorted((args.cifar / "test").rglob("*.jpg")), args.test_images, 1)
     batches = list(pixels(model, test_files))
-    train_config = TrainConfig(epochs=args.epochs, batch=args.batch, device="cpu", **options)
+    train_config = TrainConfig(epochs=args.epochs, batch=args.batch, lr=args.lr, device="cpu", **options)
     start = time.perf_counter()
     sae, history = train_sae(train, config, train_config, progress=False)
     seconds = time.perf_counter() - start
@@ -87,7 +87,7 @@ def contender(name: str, options: dict, train: list, held: list, config: SAEConf
     if args.save and name == "+ schedule":
         from vitviz.sae import save_sae
 
-        save_sae(sae, args.save, model="default", training=dict(history=history, seconds=seconds))
+        save_sae(sae, args.save, model="default", training={"history": history, "seconds": seconds})
         (args.save / "metrics.json").write_text(json.dumps(dict(metrics, training_seconds=seconds), indent=1))
     return dict(metrics, training_seconds=seconds, history=history, options=options)
 
@@ -144,8 +144,8 @@ def speed(args) -> dict:
     for name in contenders:
         print(f"{name:>32}: {1000 * medians[name]:8.1f} ms  {rates[name]:10,.0f} tokens/s", file=sys.stderr)
     print(f"throughput / floor: {ratio:.2f}", file=sys.stderr)
-    return dict(width=d, latents=latents, k=args.k, batch=args.batch, repeats=args.repeats, median_s=medians,
-                tokens_per_s=rates, ratio_to_floor=ratio, threads=torch.get_num_threads(), torch=torch.__version__)  # fmt: skip
+    return {"width": d, "latents": latents, "k": args.k, "batch": args.batch, "repeats": args.repeats, "median_s": medians,
+                "tokens_per_s": rates, "ratio_to_floor": ratio, "threads": torch.get_num_threads(), "torch": torch.__version__}  # fmt: skip
 
 
 def synthetic(folder: Path, tokens: int, width: int, shard: int = 50_000, seed: int = 0) -> list[Path]:
@@ -179,10 +179,10 @@ def scale(args) -> dict:
     rate = history[0]["tokens_per_s"]
     print(f"{run_tokens:,} tokens in {seconds:.0f} s ({rate:,.0f} tokens/s in the loop); 1,000,000 tokens: about "
           f"{args.tokens / rate / 60:.0f} min; held-out EV {metrics['explained_variance']:.3f}", file=sys.stderr)  # fmt: skip
-    return dict(width=width, latents=latents, k=32, batch=args.batch, tokens_run=run_tokens, seconds=seconds,
-                loop_seconds=history[0]["seconds"], tokens_per_s=rate,
-                extrapolated_seconds_for=dict(tokens=args.tokens, seconds=args.tokens / rate + (seconds - history[0]["seconds"]) * args.tokens / run_tokens),
-                held_out=metrics, threads=torch.get_num_threads(), torch=torch.__version__)  # fmt: skip
+    return {"width": width, "latents": latents, "k": 32, "batch": args.batch, "tokens_run": run_tokens, "seconds": seconds,
+                "loop_seconds": history[0]["seconds"], "tokens_per_s": rate,
+                "extrapolated_seconds_for": {"tokens": args.tokens, "seconds": args.tokens / rate + (seconds - history[0]["seconds"]) * args.tokens / run_tokens},
+                "held_out": metrics, "threads": torch.get_num_threads(), "torch": torch.__version__}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -201,6 +201,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--tokens", type=int, default=1_000_000, help="tokens the scale figure is for")
     parser.add_argument("--fraction", type=float, default=0.1, help="share of --tokens actually run (scale)")
     parser.add_argument("--save", type=Path, help="quality: write the full recipe's SAE here")
+    parser.add_argument("--lr", type=float, default=None, help="peak learning rate (default: Gao et al.'s rule)")
+    parser.add_argument("--contenders", nargs="+", choices=list(ABLATION), help="quality: run only these")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     args = parser.parse_args(argv)
     if args.threads:

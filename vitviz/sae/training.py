@@ -104,6 +104,16 @@ def initialise(sae: TopKSAE, mean: torch.Tensor, scale: torch.Tensor, sample: to
         sae.W_dec[: len(picked)] = z[picked] - sae.b_dec
     sae.normalise_decoder_()
     sae.W_enc.copy_(sae.W_dec.T)
+    # k codes of about |z| each along near-parallel directions would decode to about k times z (an initial loss of
+    # 6 where 1 is the mean's): scale the encoder by the c minimising |z - b_dec - c r|² over the sample, r the
+    # decoded codes at c = 1
+    sae.eval()
+    r = sae.decode_sparse(*sae.top_k(sae.pre_activations(z))) - sae.b_dec if sae.config.activation == "topk" else \
+        sae.activate(sae.pre_activations(z)) @ sae.W_dec  # fmt: skip
+    c = float((r * (z - sae.b_dec)).sum() / r.square().sum().clamp_min(1e-12))
+    if c > 0:
+        sae.W_enc.mul_(c)
+    sae.train()
 
 
 def auxk_loss(sae: TopKSAE, pre: torch.Tensor, residual: torch.Tensor, dead: torch.Tensor) -> torch.Tensor:
