@@ -4,7 +4,8 @@ Used by tests/test_browser.py (one user clicking around), tests/test_concurrent_
 and bench/load_sessions.py (many users at once). The server runs in its own process through
 `python tests/browser_harness.py serve COUNTS -- <streamlit options>`, which counts model
 loads and forward passes into the file COUNTS, so a load run can check the model was loaded
-once however many sessions asked for it.
+once however many sessions asked for it. VITVIZ_TEST_PRECISION=fp32 settles the page's precision "auto" on
+fp32 without timing, for tests that compare the page's numbers.
 """
 
 from __future__ import annotations
@@ -140,6 +141,15 @@ def serve(counts_file: str, streamlit_args: list[str]) -> None:
     # app.py imports these from the already-imported modules, so it gets the counting versions
     vitviz.load_model = counted("model_loads", vitviz.load_model)
     vitviz.analysis.analyse_image = counted("forward_passes", vitviz.analysis.analyse_image)
+    fixed = os.environ.get("VITVIZ_TEST_PRECISION")
+    if fixed:  # precision "auto" settled without timing: a busy machine cannot switch the page to bf16
+        import math
+
+        import vitviz_dashboard.sidebar
+        from vitviz.precision import PrecisionChoice
+
+        choice = PrecisionChoice(fixed, math.nan, math.nan, f"{fixed}, fixed by the tests")
+        vitviz_dashboard.sidebar.measure_precision = lambda model: choice
 
     # the server time of every script run, whole page or one fragment (a tab)
     from streamlit.runtime.scriptrunner.script_runner import ScriptRunner

@@ -98,6 +98,8 @@ def test_two_prompts_side_by_side_in_the_class_specific_tab(folders, monkeypatch
     assert shown[:4] == [f"relevance for '{names[first]}'", f"relevance for {second.split(' (')[0]!r}".replace('"', "'"),
                          f"legrad for '{names[first]}'", f"legrad for {second.split(' (')[0]!r}".replace('"', "'")]  # fmt: skip
     assert "Text lens" in [h.value for h in at.subheader]  # the logit lens reads patches against the prompts
+    legend = next(h.proto.body for h in at.get("html") if "Patches voting for each" in h.proto.body)
+    assert all(f"{name} (" in legend for name in names)  # every prompt, voted for or not
     open_tab(at, "Faithfulness")  # the chosen prompt is the one tested
     assert not at.exception and not at.error
 

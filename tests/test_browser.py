@@ -25,7 +25,8 @@ SCREENSHOTS = Path(os.environ.get("VITVIZ_SCREENSHOTS", ROOT / "tests" / "screen
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     folder = tmp_path_factory.mktemp("browser")
-    env = {"VITVIZ_DEFAULT_CHECKPOINT": str(tiny_checkpoint(folder / "model.pt")), "VITVIZ_SAMPLES": ""}
+    env = {"VITVIZ_DEFAULT_CHECKPOINT": str(tiny_checkpoint(folder / "model.pt")), "VITVIZ_SAMPLES": "",
+           "VITVIZ_TEST_PRECISION": "fp32"}  # the numbers downloaded are compared: one precision, whatever the load
     with streamlit_server(folder, env) as running:
         yield running, folder
 
