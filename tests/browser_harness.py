@@ -34,6 +34,19 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
 
 
+# Every Playwright wait, navigation included, may take this long before a test fails: on a busy 2-core machine
+# (CI beside other work) a first page load took over Playwright's default 30 s. A hang still fails, later.
+PAGE_TIMEOUT_MS = 180_000
+
+
+def new_page(browser, width: int, height: int):
+    """A page of ``width`` x ``height`` px whose every wait and navigation allows PAGE_TIMEOUT_MS."""
+    page = browser.new_page(viewport={"width": width, "height": height})
+    page.set_default_timeout(PAGE_TIMEOUT_MS)
+    page.set_default_navigation_timeout(PAGE_TIMEOUT_MS)
+    return page
+
+
 def require_browser() -> None:
     """Skip the calling test module where Chromium or Playwright is missing on a developer's machine;
     under CI (CI=true) a missing browser fails instead."""
@@ -328,6 +341,8 @@ async def _problems(page) -> list[str]:
 async def _one_session(browser, url: str, index: int, deadline: float, report: LoadReport, folder: Path,
                        images: int, timeout_ms: int) -> None:  # fmt: skip
     context = await browser.new_context(viewport={"width": 1300, "height": 900})
+    context.set_default_timeout(max(timeout_ms, PAGE_TIMEOUT_MS))
+    context.set_default_navigation_timeout(max(timeout_ms, PAGE_TIMEOUT_MS))
     page = await context.new_page()
     try:
         await page.goto(url, wait_until="domcontentloaded")

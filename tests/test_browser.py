@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from browser_harness import (CHROMIUM, CHROMIUM_ARGS, ROOT, eventually, require_browser, streamlit_server,
+from browser_harness import (CHROMIUM, CHROMIUM_ARGS, ROOT, eventually, new_page, require_browser, streamlit_server,
                              wait_until_drawn, wait_until_idle)  # fmt: skip
 from tiny_models import tiny_checkpoint
 
@@ -64,7 +64,7 @@ def test_upload_overlay_and_click_a_patch(server):
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page = new_page(browser, 1400, 1000)
         page.goto(url, wait_until="domcontentloaded")
         page.get_by_text("Upload one or more photos").wait_for(timeout=120_000)
         page.locator("input[type=file]").first.set_input_files(str(photo))
@@ -129,7 +129,7 @@ def test_features_tab_click_to_match_between_two_photos(server):
         paths.append(str(folder / name))
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page = new_page(browser, 1400, 1000)
         page.goto(running.url, wait_until="domcontentloaded")
         page.get_by_text("Upload one or more photos").wait_for(timeout=120_000)
         page.locator("input[type=file]").first.set_input_files(paths)
@@ -167,7 +167,7 @@ def test_click_a_head_in_the_ranking_to_knock_it_out_then_restore(server):
     image.save(photo)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page = new_page(browser, 1400, 1000)
         page.goto(running.url, wait_until="domcontentloaded")
         page.get_by_text("Upload one or more photos").wait_for(timeout=120_000)
         page.locator("input[type=file]").first.set_input_files(str(photo))
@@ -202,7 +202,7 @@ def test_a_spec_or_a_path_typed_into_the_model_box(server):
     running, _ = server
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page = new_page(browser, 1280, 900)
         page.goto(running.url, wait_until="domcontentloaded")
         box = page.get_by_test_id("stSidebar").get_by_role("combobox").first
         box.wait_for(timeout=60_000)

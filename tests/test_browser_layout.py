@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from browser_harness import (CHROMIUM, CHROMIUM_ARGS, HIDDEN_TABS, ROOT, choose, require_browser, streamlit_server,
+from browser_harness import (CHROMIUM, CHROMIUM_ARGS, HIDDEN_TABS, ROOT, choose, new_page, require_browser, streamlit_server,
                              wait_until_drawn)  # fmt: skip
 
 require_browser()
@@ -78,7 +78,7 @@ def test_every_tab_at_every_width_without_console_errors(server, width):
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": width, "height": 900})
+        page = new_page(browser, width, 900)
         errors = []
         page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
         page.on("pageerror", lambda error: errors.append(f"uncaught: {error}"))
