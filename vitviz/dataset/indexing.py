@@ -87,8 +87,9 @@ def analyse_batch(model: ViT, pixels: torch.Tensor, options: IndexOptions,
     pixels = pixels.to(device)
     grid = (pixels.shape[-2] // c.patch_size, pixels.shape[-1] // c.patch_size)
     p = c.num_prefix_tokens
-    # the head's weights are known after the pass; the rollout is read out then, the readout rows from the kept block
-    streamer = explain.StreamingExplainer(grid, c.patch_size, p, pooling="mean")
+    # the head's weights are known after the pass; the rollout is read out then, the readout rows from the kept block.
+    # The streamer's own readout rows are not stored: "cls" makes them a slice, where "mean" costs a pass per block
+    streamer = explain.StreamingExplainer(grid, c.patch_size, p, pooling="cls" if p > 0 else "mean")
     last: list[torch.Tensor] = []
 
     def sink(layer: int, attention: torch.Tensor) -> None:
@@ -215,19 +216,24 @@ def _store(batch: dict, positions: list[int], rows: list[dict], arrays: dict, he
                 arrays[name] = np.zeros((n, *batch[name].shape[1:]), _dtype(name))
             arrays[name][positions] = batch[name].numpy().astype(_dtype(name))
     names = model.class_names
+    # whole-batch tensor ops, converted to Python lists once: no per-image tensor calls
+    high_norm = batch["high_norm"].numpy()
+    if "probabilities" in batch:
+        top = batch["probabilities"].topk(min(TOP, len(names)), dim=1)  # per row, as topk of each row
+        top_indices, top_values = top.indices.tolist(), top.values.tolist()
+    faithfulness = batch["faithfulness"].tolist() if "faithfulness" in batch else None
     for j, i in enumerate(positions):
         row = rows[i]
-        row["high_norm_patches"] = batch["high_norm"][j].nonzero().flatten().tolist()
+        row["high_norm_patches"] = np.flatnonzero(high_norm[j]).tolist()
         if "probabilities" in batch:
-            top = batch["probabilities"][j].topk(min(TOP, len(names)))
-            row["top5_indices"] = top.indices.tolist()
-            row["top5_classes"] = [names[k] for k in top.indices.tolist()]
-            row["top5_probabilities"] = top.values.tolist()
+            row["top5_indices"] = top_indices[j]
+            row["top5_classes"] = [names[k] for k in top_indices[j]]
+            row["top5_probabilities"] = top_values[j]
             row["prediction"], row["prediction_index"] = row["top5_classes"][0], row["top5_indices"][0]
             row["probability"] = row["top5_probabilities"][0]
             row["correct"] = None if row["label"] is None else row["label"] == row["prediction"]
-        if "faithfulness" in batch:
-            row["faithfulness_most_first"], row["faithfulness_least_first"] = batch["faithfulness"][j].tolist()
+        if faithfulness is not None:
+            row["faithfulness_most_first"], row["faithfulness_least_first"] = faithfulness[j]
     heads.append({"image_id": np.asarray(positions) + start, "entropy": batch["entropy"].numpy(),
                   "distance_px": batch["distance_px"].numpy(), "prefix_shares": batch["prefix_shares"].numpy()})  # fmt: skip
 

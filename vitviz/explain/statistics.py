@@ -3,6 +3,7 @@ principal components of the patch-embedding filters."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import torch
@@ -13,6 +14,12 @@ from vitviz.explain.common import _check_attentions
 
 def patch_distances(grid_size: tuple[int, int], patch_size: int = 1) -> torch.Tensor:
     """(N, N) Euclidean distances between patch centres, in pixels (patch_size per step)."""
+    return _patch_distances(tuple(grid_size), patch_size).clone()
+
+
+@functools.lru_cache(maxsize=16)
+def _patch_distances(grid_size: tuple[int, int], patch_size: int) -> torch.Tensor:
+    """patch_distances, computed once per grid (a streamed pass asks for it in every block); never modified."""
     rows, cols = grid_size
     r, c = torch.meshgrid(torch.arange(rows), torch.arange(cols), indexing="ij")
     centres = torch.stack([r.flatten(), c.flatten()], dim=1).double() * patch_size  # (N, 2)
@@ -25,16 +32,18 @@ def mean_attention_distance(
     """The ViT paper's attention distance: (B, layers, heads), in pixels.
 
     Prefix tokens are dropped and each patch query's row renormalised over the patches;
-    the attention-weighted distance to the keys is then averaged over the query patches.
+    the attention-weighted distance to the keys is then averaged over the query patches. The
+    renormalisation divides each row's weighted sum by the row's sum, (B, heads, N) divisions,
+    rather than every weight of the (B, heads, N, N) block.
     """
     _check_attentions(attentions, num_prefix_tokens, grid_size)
     p = num_prefix_tokens
-    distances = patch_distances(grid_size, patch_size).to(attentions[0].device, attentions[0].dtype)  # (N, N)
+    distances = _patch_distances(tuple(grid_size), patch_size).to(attentions[0].device, attentions[0].dtype)  # (N, N)
     per_layer = []
     for attention in attentions:
         patches = attention[:, :, p:, p:]  # (B, heads, N, N)
-        patches = patches / patches.sum(dim=-1, keepdim=True).clamp(min=torch.finfo(patches.dtype).tiny)
-        per_layer.append((patches * distances).sum(dim=-1).mean(dim=-1))  # (B, heads)
+        totals = patches.sum(dim=-1).clamp(min=torch.finfo(patches.dtype).tiny)  # (B, heads, N)
+        per_layer.append(((patches * distances).sum(dim=-1) / totals).mean(dim=-1))  # (B, heads)
     return torch.stack(per_layer, dim=1)
 
 
@@ -44,7 +53,13 @@ def attention_entropy(attentions: Sequence[torch.Tensor]) -> torch.Tensor:
     0 means every query attends to a single token; log(T) means uniform attention.
     """
     _check_attentions(attentions, 0, None)
-    per_layer = [-(a * a.clamp(min=1e-12).log()).sum(dim=-1).mean(dim=-1) for a in attentions]  # (B, heads)
+    per_layer = []
+    for a in attentions:
+        if a.requires_grad and torch.is_grad_enabled():  # autograd needs the intermediate tensors
+            terms = a * a.clamp(min=1e-12).log()
+        else:  # a * log(a), the same values in one new tensor instead of three
+            terms = a.clamp(min=1e-12).log_().mul_(a)
+        per_layer.append(-terms.sum(dim=-1).mean(dim=-1))  # (B, heads)
     return torch.stack(per_layer, dim=1)
 
 
