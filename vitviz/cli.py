@@ -6,6 +6,7 @@
     vitviz evaluate MODEL [options]    accuracy, per-class accuracy, confusion matrix (`python -m vitviz.evaluate`)
     vitviz benchmark [options]         faithfulness of the explanation methods over a data set
     vitviz index SOURCE --out DIR      index a whole dataset once (docs/dataset-index.md)
+    vitviz sae train [options]         train a sparse autoencoder on one block's activations
 
 `vitviz <command> --help` shows each command's options. `python -m vitviz` is the same command.
 """
@@ -26,6 +27,7 @@ COMMANDS = {
     "evaluate": ("vitviz.evaluate", "top-1, per-class accuracy and confusion matrix on a labelled folder"),
     "benchmark": ("vitviz.benchmark", "faithfulness of the explanation methods over a labelled image folder"),
     "index": ("vitviz.dataset.command", "index a dataset once (Parquet, arrays, FAISS), then query it: open_index"),
+    "sae": ("vitviz.sae.command", "sparse autoencoders on a block's activations: vitviz sae train (see --help)"),
 }
 
 
