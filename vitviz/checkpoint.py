@@ -247,7 +247,7 @@ def load_torch_file(path: Path, max_tensors: int = MAX_TENSORS) -> Any:
     """``torch.load(path, weights_only=True)``, once the file's headers show nothing that would make it slow: a zip of
     more than ``max_tensors`` members, a pickle of more than MAX_PICKLE_BYTES (read from the zip's directory, before
     anything is decompressed) or MAX_PICKLE_OPCODES. Every failure is a one-line ModelLoadError naming the file."""
-    _check_torch_file(path, max_tensors)
+    check_torch_file(path, max_tensors)
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
@@ -263,7 +263,7 @@ def load_torch_file(path: Path, max_tensors: int = MAX_TENSORS) -> Any:
                              f"{describe(error)}") from None  # fmt: skip
 
 
-def _check_torch_file(path: Path, max_tensors: int) -> None:
+def check_torch_file(path: Path, max_tensors: int) -> None:
     """Refuse, from the headers alone, a file whose reading would be slow (see ``load_torch_file``)."""
     if not zipfile.is_zipfile(path):  # a bare pickle, or torch's older format: its pickles come first
         with open(path, "rb") as stream:

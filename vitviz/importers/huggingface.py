@@ -36,7 +36,8 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError, safe_open
 
-from vitviz.checkpoint import MAX_TENSORS, ModelLoadError, build_model, check_model_size, describe, load_torch_file
+from vitviz.checkpoint import (MAX_TENSORS, ModelLoadError, build_model, check_model_size, check_torch_file, describe,
+                               load_torch_file)  # fmt: skip
 from vitviz.images import Preprocessing
 from vitviz.importers.common import add_zero_biases, fuse_qkv, read_json, rename
 from vitviz.memory import available_memory, gigabytes
@@ -426,10 +427,10 @@ def shard_files(index: Path, max_tensors: int = MAX_TENSORS) -> list[str]:
 SAFETENSORS_HEADER_BYTES = (256 << 10, 512)  # a safetensors header: at most 256 kB, and 512 bytes per tensor
 
 
-def read_safetensors(path: str | Path, max_tensors: int = MAX_TENSORS) -> dict[str, torch.Tensor]:
-    """The tensors of a .safetensors file, read by the ``safetensors`` package; a ModelLoadError for a damaged file,
-    one whose header lists more than ``max_tensors`` (checked from its size, then its names, before any tensor is
-    read), or one whose tensors do not fit in the memory free now."""
+def read_safetensors(path: str | Path, max_tensors: int = MAX_TENSORS, tensors: bool = True) -> dict[str, torch.Tensor]:
+    """The tensors of a .safetensors file, read by the ``safetensors`` package (none when not ``tensors``: the checks
+    alone); a ModelLoadError for a damaged file, one whose header lists more than ``max_tensors`` (checked from its
+    size, then its names, before any tensor is read), or one whose tensors do not fit in the memory free now."""
     path = Path(path)
     try:
         size = path.stat().st_size
@@ -450,11 +451,20 @@ def read_safetensors(path: str | Path, max_tensors: int = MAX_TENSORS) -> dict[s
             if len(names) > max_tensors:
                 raise ModelLoadError(f"{path} holds {len(names):,} tensors, more than the {max_tensors:,} its model "
                                      "may have: they were not read")  # fmt: skip
-            return {name: f.get_tensor(name) for name in names}
+            return {name: f.get_tensor(name) for name in names} if tensors else {}
     except ModelLoadError:
         raise
     except (SafetensorError, OSError, ValueError) as error:
         raise ModelLoadError(f"{path} is not a safetensors file ({describe(error)})") from None
+
+
+def check_weights_file(path: Path, max_tensors: int = MAX_TENSORS) -> None:
+    """What ``read_safetensors`` or ``load_torch_file`` checks of a file's header, for a weights file a library reads
+    itself (timm's, open_clip's): one of 300,000 tensors is refused before the library reads it whole."""
+    if path.suffix == ".safetensors":
+        read_safetensors(path, max_tensors, tensors=False)
+    else:
+        check_torch_file(path, max_tensors)
 
 
 def _huggingface_preprocessing(path: Path) -> Preprocessing:

@@ -24,6 +24,7 @@ from vitviz import hub
 from vitviz.checkpoint import ModelLoadError, build_model, check_finite, check_parameters, describe
 from vitviz.images import Preprocessing
 from vitviz.importers.common import add_zero_biases, check_logit_scale, read_json, rename
+from vitviz.importers.huggingface import check_weights_file
 from vitviz.importers.timm import from_timm
 from vitviz.model import ViT, ViTConfig
 from vitviz.model.config import clip_text, echo
@@ -203,6 +204,7 @@ def load_open_clip(name: str) -> ViT:
                                offline=offline)  # fmt: skip
         model_cfg = read_json(config).get("model_cfg", {})
         _check_model_cfg(model_cfg, weights, spec)
+        check_weights_file(weights)  # its header: a hostile file in the cache is refused before open_clip reads it
         _fetch_tokenizer(model_cfg, spec, offline)
         create = dict(model_name=f"hf-hub:{repo_id}")
         tokenizer_name = f"hf-hub:{repo_id}"
@@ -220,7 +222,7 @@ def load_open_clip(name: str) -> ViT:
             parts = hf_hub.strip("/").split("/")
             repo_id, filename = "/".join(parts[:2]), "/".join(parts[2:])
             candidates = [filename] if filename else ["open_clip_model.safetensors", "open_clip_pytorch_model.bin"]
-            hub.hub_file(repo_id, candidates, spec, offline=offline)
+            check_weights_file(hub.hub_file(repo_id, candidates, spec, offline=offline))
         _fetch_tokenizer(open_clip.get_model_config(model_name) or {}, spec, offline)
         create = dict(model_name=model_name, pretrained=tag)
         tokenizer_name = model_name

@@ -22,6 +22,7 @@ from vitviz.checkpoint import ModelLoadError, build_model, check_model_size, des
 from vitviz.hub import hub_file
 from vitviz.images import Preprocessing
 from vitviz.importers.common import add_zero_biases, rename
+from vitviz.importers.huggingface import check_weights_file
 from vitviz.importers.timm_eva import RULES as EVA_RULES
 from vitviz.importers.timm_eva import eva_config, join_qkv_biases, split_packed_swiglu
 from vitviz.model import ViT, ViTConfig
@@ -236,12 +237,15 @@ def load_timm(name: str) -> ViT:
         weights = hub_file(repo_id, ["model.safetensors", cfg.hf_hub_filename or "pytorch_model.bin"],
                            f"timm:{name}", revision or None)  # fmt: skip
     try:  # a few old weights live at plain URLs: timm downloads those itself
-        overlay = {"file": str(weights)} if weights else None
-        original = timm.create_model(name, pretrained=True, pretrained_cfg_overlay=overlay)
-    except Exception as error:  # a truncated or foreign file in the cache: a message, never a traceback
+        if weights:
+            check_weights_file(weights)  # its header: a hostile file in the cache is refused before timm reads it
+        original = timm.create_model(name, pretrained=True, pretrained_cfg_overlay={"file": str(weights)} if weights
+                                     else None)  # fmt: skip
+    except Exception as error:  # a truncated, foreign or hostile file in the cache: a message, never a traceback
         where = f"the weights in {weights}" if weights else "its weights"
+        why = error if isinstance(error, ModelLoadError) else f"{where} could not be loaded ({describe(error)})"
         fix = "; delete the file to download it again" if weights else ""
-        raise ModelLoadError(f"timm:{name}: {where} could not be loaded ({describe(error)}){fix}") from None
+        raise ModelLoadError(f"timm:{name}: {why}{fix}") from None
     class_names = imagenet_class_names(original)
     if class_names is None and original.num_classes:
         original.reset_classifier(0)
