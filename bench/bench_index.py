@@ -186,7 +186,11 @@ def main() -> None:
                         "the cheapest real vectors, one block per image)")
     parser.add_argument("--train", type=Path, default=Path("/tmp/cifar10/train"), help="more images for the search")
     parser.add_argument("--parts", nargs="+", default=["throughput", "scale", "search", "disk"])
+    parser.add_argument("--threads", type=int, default=None, help="torch threads for the throughput part (default: "
+                        "torch's own, the core count); 1 shows the pass's own cost without thread-sync waits")
     args = parser.parse_args()
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     results = {"machine": f"{os.cpu_count()} cores, torch {torch.__version__}", "date": time.strftime("%Y-%m-%d")}
     with tempfile.TemporaryDirectory() as temporary:
         work = Path(temporary)
