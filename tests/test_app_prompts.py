@@ -189,16 +189,13 @@ def test_typed_prompts_survive_a_look_at_a_ready_set(folders, monkeypatch):
 
 
 def test_the_input_size_in_the_sidebar_is_the_one_the_model_is_fed(folders, monkeypatch):
-    # the tiny CLIP folder has no preprocessor_config.json: the loader feeds it ViTImageProcessor's 224x224
+    # the tiny CLIP folder has no preprocessor_config.json: the loader feeds it its config's own 32x32
     at = page_with(folders["clip"], monkeypatch)
     model = vitviz.load_model(folders["clip"])
-    height, width = model.transform(load_image(png_bytes())).shape[-2:]
-    rows, cols = height // 8, width // 8
+    assert tuple(model.transform(load_image(png_bytes())).shape[-2:]) == (32, 32)
     sidebar = at.sidebar.caption[0].value
-    assert f"input {height}x{width} ({rows}x{cols} patches" in sidebar
-    assert f"as a {width}x{height} input ({cols}x{rows} patches of 8 px)" in prediction(at)
-    if (height, width) != (32, 32):
-        assert "built for 32x32, its positions resized to this grid" in sidebar
+    assert "input 32x32 (4x4 patches" in sidebar and "built for" not in sidebar
+    assert "as a 32x32 input (4x4 patches of 8 px)" in prediction(at)
 
 
 def banner(at) -> str | None:

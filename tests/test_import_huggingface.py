@@ -108,6 +108,19 @@ def test_preprocessor_config_is_honoured(tmp_path):
     assert transform.mean == (0.1, 0.2, 0.3) and transform.std == (1, 2, 3)
 
 
+def test_a_folder_without_preprocessor_config_gets_the_models_own_size_and_its_processors_statistics(tmp_path):
+    # a 32 x 32 ViT is fed 32 x 32, not a fixed 224; CLIP gets CLIPImageProcessor's mean and std, ViT ViTImageProcessor's
+    from tiny_text import clip_folder
+
+    random_hf_classifier().save_pretrained(tmp_path / "vit")
+    vit = load_huggingface_folder(tmp_path / "vit").transform
+    assert vit.resize == (32, 32) and vit.crop is None
+    assert (vit.mean, vit.std) == (tuple(hf.ViTImageProcessor().image_mean), tuple(hf.ViTImageProcessor().image_std))
+    clip = load_huggingface_folder(clip_folder(tmp_path / "clip")[2]).transform
+    assert clip.resize == (32, 32)
+    assert (clip.mean, clip.std) == (tuple(hf.CLIPImageProcessor().image_mean), tuple(hf.CLIPImageProcessor().image_std))
+
+
 def test_unknown_weights_and_unsupported_models_are_named(tmp_path):
     reference = random_hf_classifier()
     state_dict = {**reference.state_dict(), "vit.encoder.extra.weight": torch.zeros(1)}

@@ -388,7 +388,8 @@ def load_huggingface_folder(folder: str | Path) -> ViT:
         model = from_huggingface(state_dict, config)
         labels = config.get("id2label") or {}
         model.class_names = [str(labels.get(str(i), labels.get(i, f"class {i}"))) for i in range(model.config.num_classes)]
-        model.transform = _huggingface_preprocessing(folder / "preprocessor_config.json")
+        model.transform = _huggingface_preprocessing(folder / "preprocessor_config.json", model.config.image_size,
+                                                     config.get("model_type"))
         if config.get("model_type") in TEXT_TOWER_TYPES:
             model.text_tower, model.text_tower_note = text_tower(folder, state_dict, config)
     except ModelLoadError:
@@ -467,14 +468,25 @@ def check_weights_file(path: Path, max_tensors: int = MAX_TENSORS) -> None:
         check_torch_file(path, max_tensors)
 
 
-def _huggingface_preprocessing(path: Path) -> Preprocessing:
-    """The preprocessor_config.json's resize, crop and normalisation; every value checked (``Preprocessing``)."""
+def _huggingface_preprocessing(path: Path, image_size: int | tuple[int, int], model_type: object = None
+                               ) -> Preprocessing:  # fmt: skip
+    """The preprocessor_config.json's resize, crop and normalisation; every value checked (``Preprocessing``).
+
+    What the file leaves out (or the whole file, when the folder has none) takes the model's own defaults: its
+    config's ``image_size``, and the mean and std of transformers' image processor for its type (OpenAI's for CLIP,
+    0.5 for the others), as the model was trained."""
+    from transformers.image_utils import IMAGENET_STANDARD_MEAN, IMAGENET_STANDARD_STD, OPENAI_CLIP_MEAN, OPENAI_CLIP_STD
+
     settings = read_json(path) if path.is_file() else {}
-    size = settings.get("size", {"height": 224, "width": 224})
+    height, width = (image_size, image_size) if isinstance(image_size, int) else image_size
+    default_size = {"height": height, "width": width}
+    clip = model_type == "clip"
+    mean, std = (OPENAI_CLIP_MEAN, OPENAI_CLIP_STD) if clip else (IMAGENET_STANDARD_MEAN, IMAGENET_STANDARD_STD)
+    size = settings.get("size", default_size)
     if isinstance(size, int):  # older files: CLIP's (and BiT's, DINOv2's) meant the shorter side, ViT's a square
         processor = str(settings.get("image_processor_type") or settings.get("feature_extractor_type") or "")
         size = {"shortest_edge": size} if processor.startswith(("CLIP", "Bit")) else {"height": size, "width": size}
-    crop = settings.get("crop_size", {"height": 224, "width": 224}) if settings.get("do_center_crop") else None
+    crop = settings.get("crop_size", default_size) if settings.get("do_center_crop") else None
     unusable = f"{path.parent} is not a usable Hugging Face ViT folder: {path.name}"
     for name, value in (("size", size), ("crop_size", crop)):
         if value is not None and not isinstance(value, (dict, int)):
@@ -489,8 +501,8 @@ def _huggingface_preprocessing(path: Path) -> Preprocessing:
         return Preprocessing(
             resize=resize if settings.get("do_resize", True) else None,
             crop=crop,
-            mean=tuple(settings.get("image_mean", (0.5, 0.5, 0.5))) if normalize else (0.0, 0.0, 0.0),
-            std=tuple(settings.get("image_std", (0.5, 0.5, 0.5))) if normalize else (1.0, 1.0, 1.0),
+            mean=tuple(settings.get("image_mean", mean)) if normalize else (0.0, 0.0, 0.0),
+            std=tuple(settings.get("image_std", std)) if normalize else (1.0, 1.0, 1.0),
             interpolation=resample,
         )
     except ValueError as error:  # Preprocessing's checks
