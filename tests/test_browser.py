@@ -184,8 +184,10 @@ def test_click_a_head_in_the_ranking_to_knock_it_out_then_restore(server):
             page.mouse.click(area["x"] + area["width"] * 3 / 8, area["y"] + area["height"] / 4)  # layer 0, head 1
             page.get_by_text("Heads removed: L0 H1").wait_for(timeout=90_000)
             wait_until_drawn(page, "What the intervention changes")
-            # the banner above the tabs may push the page down by its height, never back to the top
-            assert page.evaluate(MAIN_SCROLL) >= before, (attempt, before, page.evaluate(MAIN_SCROLL))
+            # the banner above the tabs may push the page down by its height, or a re-laid-out element above nudge it
+            # by a few pixels (23 px was seen on a busy machine), never back to the top
+            assert page.evaluate(MAIN_SCROLL) >= before - page.viewport_size["height"] / 4, (
+                attempt, before, page.evaluate(MAIN_SCROLL))  # fmt: skip
             shown = chart.bounding_box()
             assert 0 <= shown["y"] + shown["height"] / 2 <= page.viewport_size["height"], attempt  # still in view
             if attempt == 0:
