@@ -4,8 +4,9 @@
         --out bench/results/prompts.json
 
 Random weights with the towers' real shapes (open_clip's ViT-B-16 text tower with its shipped BPE tokenizer,
-77 tokens; a SigLIP-base-sized transformers text tower padded to 64 tokens, byte tokens standing in for its
-SentencePiece vocabulary): the time does not depend on the weights. Each run embeds without the disk cache
+77 tokens, cut after each group's longest prompt (vitviz.text.cut; bench_text_cut.py times it against the full
+77); a SigLIP-base-sized transformers text tower padded to 64 tokens and read whole, byte tokens standing in for
+its SentencePiece vocabulary): the time does not depend on the weights. Each run embeds without the disk cache
 (``use_cache=False``), in fp32, with torch's threads as set (both cores here). ``--classes N`` times the first
 N classes only, for a quick estimate (the time per prompt is constant).
 """
