@@ -23,16 +23,17 @@ import tempfile
 import time
 from pathlib import Path
 
+import common  # bench/common.py
 import torch
 from PIL import Image
-
-import common  # bench/common.py
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 from browser_harness import CHROMIUM, CHROMIUM_ARGS, _act_and_wait, _choose, streamlit_server  # noqa: E402
 
-_IDLE = """() => document.querySelector("[data-testid='stApp']").getAttribute("data-test-script-state") === "notRunning" """
+_IDLE = (
+    """() => document.querySelector("[data-testid='stApp']").getAttribute("data-test-script-state") === "notRunning" """
+)
 
 
 def vit_b_16_checkpoint(folder: Path) -> Path:
@@ -102,7 +103,9 @@ async def measure(url: str, server, photo_path: Path, repeats: int, settle_ms: i
         await page.goto(url, wait_until="domcontentloaded")
         await page.get_by_text("Upload one or more photos").wait_for(timeout=120_000)
         start = time.perf_counter()
-        await _act_and_wait(page, lambda: page.locator("input[type=file]").first.set_input_files(str(photo_path)), 600_000)
+        await _act_and_wait(
+            page, lambda: page.locator("input[type=file]").first.set_input_files(str(photo_path)), 600_000
+        )
         results["first_run_after_upload_s"] = round(time.perf_counter() - start, 2)
         for name, (tab, change) in controls(page).items():
             button = page.get_by_role("tab", name=tab) if tab else None
@@ -131,12 +134,19 @@ async def measure(url: str, server, photo_path: Path, repeats: int, settle_ms: i
                 server_ms.append(sum(ms for _, ms in runs))
                 round_trip_ms.append(1000 * elapsed)
                 kinds.update(kind for kind, _ in runs)
-            results[name] = {"runs": sorted(kinds), "server_median_ms": round(statistics.median(server_ms), 1),
-                             "server_max_ms": round(max(server_ms), 1), "server_first_change_ms": round(first_ms, 1),
-                             "round_trip_median_ms": round(statistics.median(round_trip_ms), 1)}  # fmt: skip
-            print(f"{name:40s} {'+'.join(sorted(kinds)):9s} server median {statistics.median(server_ms):7.1f} ms "
-                  f"(max {max(server_ms):7.1f}, first {first_ms:7.1f})   round trip "
-                  f"{statistics.median(round_trip_ms):7.1f} ms", flush=True)
+            results[name] = {
+                "runs": sorted(kinds),
+                "server_median_ms": round(statistics.median(server_ms), 1),
+                "server_max_ms": round(max(server_ms), 1),
+                "server_first_change_ms": round(first_ms, 1),
+                "round_trip_median_ms": round(statistics.median(round_trip_ms), 1),
+            }
+            print(
+                f"{name:40s} {'+'.join(sorted(kinds)):9s} server median {statistics.median(server_ms):7.1f} ms "
+                f"(max {max(server_ms):7.1f}, first {first_ms:7.1f})   round trip "
+                f"{statistics.median(round_trip_ms):7.1f} ms",
+                flush=True,
+            )
         await browser.close()
     return results
 

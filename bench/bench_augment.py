@@ -19,13 +19,12 @@ from __future__ import annotations
 import statistics
 import time
 
+import common  # bench/common.py
 import torch
 from torchvision.transforms import v2
 
 from vitviz.augment import BatchAugment
 from vitviz.train import DATASET_STATS
-
-import common  # bench/common.py
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -38,13 +37,22 @@ def main(argv: list[str] | None = None) -> dict:
     mean, std = DATASET_STATS["cifar10"]
     torch.manual_seed(0)
     images = torch.randint(0, 256, (args.batch, 3, 32, 32), dtype=torch.uint8)
-    per_image = v2.Compose([
-        v2.RandomCrop(32, padding=4, padding_mode="reflect"), v2.RandomHorizontalFlip(), v2.TrivialAugmentWide(),
-        v2.ToImage(), v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean, std), v2.RandomErasing(0.25),
-    ])  # fmt: skip
+    per_image = v2.Compose(
+        [
+            v2.RandomCrop(32, padding=4, padding_mode="reflect"),
+            v2.RandomHorizontalFlip(),
+            v2.TrivialAugmentWide(),
+            v2.ToImage(),
+            v2.ToDtype(torch.float32, scale=True),
+            v2.Normalize(mean, std),
+            v2.RandomErasing(0.25),
+        ]
+    )
     batched = BatchAugment(mean, std, policy="trivialaugment", erasing=0.25)
-    contenders = {"per image, cpu": lambda: torch.stack([per_image(image) for image in images]),
-                  "batched, cpu": lambda: batched(images)}  # fmt: skip
+    contenders = {
+        "per image, cpu": lambda: torch.stack([per_image(image) for image in images]),
+        "batched, cpu": lambda: batched(images),
+    }
     if torch.cuda.is_available():
         on_gpu = images.cuda()
 
@@ -65,8 +73,13 @@ def main(argv: list[str] | None = None) -> dict:
     medians = {name: statistics.median(t) for name, t in times.items()}
     for name, median in medians.items():
         print(f"{name:>15}: {1000 * median:7.1f} ms per batch of {args.batch}  ({args.batch / median:8.0f} images/s)")
-    results = {"batch": args.batch, "repeats": args.repeats, "torch": torch.__version__,
-               "threads": torch.get_num_threads(), "median_s": medians}  # fmt: skip
+    results = {
+        "batch": args.batch,
+        "repeats": args.repeats,
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "median_s": medians,
+    }
     common.save(results, args.out)
     return results
 

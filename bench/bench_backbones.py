@@ -21,7 +21,12 @@ import torch
 
 import vitviz
 
-MODELS = ["vit_base_patch16_dinov3", "eva02_base_patch14_224", "vit_pe_core_base_patch16_224", "vit_base_patch16_rope_224"]
+MODELS = [
+    "vit_base_patch16_dinov3",
+    "eva02_base_patch14_224",
+    "vit_pe_core_base_patch16_224",
+    "vit_base_patch16_rope_224",
+]
 
 
 def timed(run) -> float:
@@ -62,13 +67,22 @@ def main() -> None:
                 for key, run in runs.items():
                     times[key].append(timed(run))
         medians = {key: statistics.median(values) for key, values in times.items()}
-        row = {"model": name, "ms": {k: round(v, 1) for k, v in medians.items()},
-               "vs_timm_fused": {k: round(v / medians["timm fused"], 2) for k, v in medians.items()}}  # fmt: skip
+        row = {
+            "model": name,
+            "ms": {k: round(v, 1) for k, v in medians.items()},
+            "vs_timm_fused": {k: round(v / medians["timm fused"], 2) for k, v in medians.items()},
+        }
         rows.append(row)
         print(json.dumps(row), flush=True)
     if args.out:
-        report = {"torch": torch.__version__, "timm": timm.__version__, "threads": torch.get_num_threads(),
-                  "size": args.size, "repeats": args.repeats, "rows": rows}  # fmt: skip
+        report = {
+            "torch": torch.__version__,
+            "timm": timm.__version__,
+            "threads": torch.get_num_threads(),
+            "size": args.size,
+            "repeats": args.repeats,
+            "rows": rows,
+        }
         args.out.write_text(json.dumps(report, indent=2) + "\n")
 
 

@@ -13,9 +13,9 @@ import threading
 import time
 from pathlib import Path
 
+import common  # bench/common.py
 import torch
 
-import common  # bench/common.py
 from vitviz.checkpoint import ModelLoadError
 from vitviz.load import DOWNLOAD_TIMEOUT_S, download
 
@@ -52,13 +52,22 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     server, url = silent_server()
     with tempfile.TemporaryDirectory() as folder, server:
-        hub_s = seconds_to_give_up(lambda: torch.hub.download_url_to_file(url, f"{folder}/a.pth", progress=False),
-                                   args.wait)  # fmt: skip
+        hub_s = seconds_to_give_up(
+            lambda: torch.hub.download_url_to_file(url, f"{folder}/a.pth", progress=False), args.wait
+        )
         vitviz_s = seconds_to_give_up(lambda: download(url, Path(folder) / "b.pth"), args.wait)
-    results = {"torch": torch.__version__, "wait_s": args.wait, "vitviz_timeout_s": DOWNLOAD_TIMEOUT_S,
-               "torch_hub_gave_up_after_s": hub_s, "vitviz_gave_up_after_s": vitviz_s}  # fmt: skip
+    results = {
+        "torch": torch.__version__,
+        "wait_s": args.wait,
+        "vitviz_timeout_s": DOWNLOAD_TIMEOUT_S,
+        "torch_hub_gave_up_after_s": hub_s,
+        "vitviz_gave_up_after_s": vitviz_s,
+    }
     for who, seconds in [("torch.hub.download_url_to_file", hub_s), ("vitviz.load.download", vitviz_s)]:
-        print(f"{who:32s} " + (f"gave up after {seconds} s" if seconds is not None else f"still waiting after {args.wait:.0f} s"))
+        print(
+            f"{who:32s} "
+            + (f"gave up after {seconds} s" if seconds is not None else f"still waiting after {args.wait:.0f} s")
+        )
     common.save(results, args.out)
     return results
 

@@ -21,12 +21,10 @@ import subprocess
 import sys
 import time
 
+import common  # bench/common.py
 import torch
 
-from vitviz import ViT, ViTConfig
-from vitviz import explain
-
-import common  # bench/common.py
+from vitviz import ViT, ViTConfig, explain
 
 VIT_B_16 = dict(image_size=224, patch_size=16, hidden_size=768, num_layers=12, num_heads=12, mlp_size=3072)
 VIT_L_16_512 = dict(image_size=512, patch_size=16, hidden_size=1024, num_layers=24, num_heads=16, mlp_size=4096)
@@ -37,7 +35,9 @@ def all_maps(output, patch_size: int) -> dict:
     return {
         "rollout": explain.attention_rollout(output.attentions, **shared),
         "cls": explain.cls_attention_all(output.attentions, **shared),
-        "distance": explain.mean_attention_distance(output.attentions, output.grid_size, patch_size, output.num_prefix_tokens),
+        "distance": explain.mean_attention_distance(
+            output.attentions, output.grid_size, patch_size, output.num_prefix_tokens
+        ),
         "entropy": explain.attention_entropy(output.attentions),
     }
 
@@ -58,8 +58,10 @@ def time_maps(repeats: int) -> dict:
             all_maps(output, 16)
             maps_s.append(time.perf_counter() - start)
     forward, maps = statistics.median(forward_s), statistics.median(maps_s)
-    print(f"ViT-B/16 224, batch 1: forward with attentions {1000 * forward:.1f} ms, all maps {1000 * maps:.1f} ms "
-          f"= {100 * maps / forward:.1f} % of the forward")  # fmt: skip
+    print(
+        f"ViT-B/16 224, batch 1: forward with attentions {1000 * forward:.1f} ms, all maps {1000 * maps:.1f} ms "
+        f"= {100 * maps / forward:.1f} % of the forward"
+    )
     return {"forward_median_s": forward, "maps_median_s": maps, "maps_over_forward": maps / forward}
 
 
@@ -81,8 +83,12 @@ def peak_memory(mode: str) -> dict:
             maps = streamer.results()
         elapsed = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return {"mode": mode, "peak_above_model_mb": (peak - baseline) / 1024, "seconds": elapsed,
-            "rollout_sum": float(maps["rollout"].sum())}  # fmt: skip
+    return {
+        "mode": mode,
+        "peak_above_model_mb": (peak - baseline) / 1024,
+        "seconds": elapsed,
+        "rollout_sum": float(maps["rollout"].sum()),
+    }
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -99,9 +105,11 @@ def main(argv: list[str] | None = None) -> dict:
         run = subprocess.run([sys.executable, __file__, "--child", mode], capture_output=True, text=True, check=True)
         results["memory"][mode] = json.loads(run.stdout.strip().splitlines()[-1])
     keep, stream = results["memory"]["keep"], results["memory"]["stream"]
-    print(f"ViT-L/16 512 (1025 tokens): peak memory above the model, keep everything {keep['peak_above_model_mb']:.0f} MB "
-          f"({keep['seconds']:.1f} s), streaming {stream['peak_above_model_mb']:.0f} MB ({stream['seconds']:.1f} s); "
-          f"same rollout: {abs(keep['rollout_sum'] - stream['rollout_sum']) < 1e-4}")  # fmt: skip
+    print(
+        f"ViT-L/16 512 (1025 tokens): peak memory above the model, keep everything {keep['peak_above_model_mb']:.0f} MB "
+        f"({keep['seconds']:.1f} s), streaming {stream['peak_above_model_mb']:.0f} MB ({stream['seconds']:.1f} s); "
+        f"same rollout: {abs(keep['rollout_sum'] - stream['rollout_sum']) < 1e-4}"
+    )
     common.save(results, args.out)
     return results
 

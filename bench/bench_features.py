@@ -53,9 +53,14 @@ def main() -> None:
     def features(facet: str = "token", block: int = -1) -> list[torch.Tensor]:
         return list(explain.patch_features(model, pixels, block, facet))  # 8 x (256, 768)
 
-    results = {"model": "vit_base_patch14_reg4_dinov2 at 224 (random weights)", "images": args.images,
-               "source": "../shared/data/photos" if PHOTOS.exists() else "random images", "grid": grid,
-               "threads": torch.get_num_threads(), "repeats": args.repeats}  # fmt: skip
+    results = {
+        "model": "vit_base_patch14_reg4_dinov2 at 224 (random weights)",
+        "images": args.images,
+        "source": "../shared/data/photos" if PHOTOS.exists() else "random images",
+        "grid": grid,
+        "threads": torch.get_num_threads(),
+        "repeats": args.repeats,
+    }
     with torch.inference_mode():
         model(pixels[:1])  # warm-up: the allocator and the kernels' first choice
         results["forward_8_images_s"] = median_seconds(lambda: model(pixels), args.repeats)

@@ -17,6 +17,7 @@ import resource
 import statistics
 import time
 
+import common  # bench/common.py
 import timm
 import torch
 import torchvision
@@ -24,8 +25,6 @@ from transformers import ViTConfig as HFViTConfig
 from transformers import ViTForImageClassification
 
 import vitviz
-
-import common  # bench/common.py
 
 
 def build_contenders() -> dict:
@@ -79,15 +78,23 @@ def to_huggingface(state_dict: dict) -> dict:
                 for letter, chunk in zip("qkv", tensor.chunk(3)):
                     out[f"{prefix}attention.{letter}_proj.{parts[-1]}"] = chunk
                 continue
-            rest = (rest.replace("norm1.", "layernorm_before.").replace("norm2.", "layernorm_after.")
-                    .replace("attn.proj.", "attention.o_proj."))  # fmt: skip
+            rest = (
+                rest.replace("norm1.", "layernorm_before.")
+                .replace("norm2.", "layernorm_after.")
+                .replace("attn.proj.", "attention.o_proj.")
+            )
             out[prefix + rest] = tensor
         else:
-            renames = {"cls_token": "vit.embeddings.cls_token", "pos_embed": "vit.embeddings.position_embeddings",
-                       "patch_embed.proj.weight": "vit.embeddings.patch_embeddings.projection.weight",
-                       "patch_embed.proj.bias": "vit.embeddings.patch_embeddings.projection.bias",
-                       "norm.weight": "vit.layernorm.weight", "norm.bias": "vit.layernorm.bias",
-                       "head.weight": "classifier.weight", "head.bias": "classifier.bias"}  # fmt: skip
+            renames = {
+                "cls_token": "vit.embeddings.cls_token",
+                "pos_embed": "vit.embeddings.position_embeddings",
+                "patch_embed.proj.weight": "vit.embeddings.patch_embeddings.projection.weight",
+                "patch_embed.proj.bias": "vit.embeddings.patch_embeddings.projection.bias",
+                "norm.weight": "vit.layernorm.weight",
+                "norm.bias": "vit.layernorm.bias",
+                "head.weight": "classifier.weight",
+                "head.bias": "classifier.bias",
+            }
             out[renames[name]] = tensor
     return out
 
@@ -97,8 +104,11 @@ def check_same_outputs(contenders: dict) -> float:
     x = torch.randn(1, 3, 224, 224)
     with torch.inference_mode():
         reference = contenders["torchvision (no attentions)"](x)
-        others = [contenders["vitviz (attentions)"](x).logits, contenders["huggingface eager (attentions)"](x).logits,
-                  contenders["timm + hooks (attentions)"](x)[0]]  # fmt: skip
+        others = [
+            contenders["vitviz (attentions)"](x).logits,
+            contenders["huggingface eager (attentions)"](x).logits,
+            contenders["timm + hooks (attentions)"](x)[0],
+        ]
     return max((o - reference).abs().max().item() for o in others)
 
 

@@ -39,8 +39,11 @@ def main() -> None:
                 results[f"forward_{precision}_s"] = median_seconds(lambda: model(pixels), args.repeats * 3)
     for precision in ("fp32", "bf16"):
         results[f"head_importance_{precision}_s"] = median_seconds(
-            lambda: explain.head_importance(model, pixels, precision=precision), args.repeats)  # fmt: skip
-    results["logit_attribution_s"] = median_seconds(lambda: explain.direct_logit_attribution(model, pixels), args.repeats)
+            lambda: explain.head_importance(model, pixels, precision=precision), args.repeats
+        )
+    results["logit_attribution_s"] = median_seconds(
+        lambda: explain.direct_logit_attribution(model, pixels), args.repeats
+    )
     ranking = explain.head_importance(model, pixels)
     worst = 0.0
     for layer, head in [(0, 0), (5, 7), (11, 11)]:

@@ -24,6 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import common  # bench/common.py
 import timm
 import torch
 from huggingface_hub import constants
@@ -32,12 +33,10 @@ from safetensors.torch import save_file
 import vitviz
 import vitviz.hub
 
-import common  # bench/common.py
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+import test_import_huggingface as hf_tests  # noqa: E402
 from test_import_timm import FAMILIES, compare, perturbed  # noqa: E402  the tests' references, not a copy
 from test_load_hub import cached_snapshot  # noqa: E402
-import test_import_huggingface as hf_tests  # noqa: E402
 
 B_SIZED = [  # (pretrained name, creation arguments for the forward comparison at 224)
     ("vit_base_patch16_224.augreg2_in21k_ft_in1k", {}),
@@ -66,11 +65,16 @@ def exactness() -> list[dict]:
             reference.save_pretrained(Path(folder) / name)
             model = vitviz.load_model(Path(folder) / name)
             torch.manual_seed(1)
-            diffs = [hf_tests.compare(model, reference, kind, torch.randn(2, 3, *size)) for size in [(32, 32), (24, 56)]]
+            diffs = [
+                hf_tests.compare(model, reference, kind, torch.randn(2, 3, *size)) for size in [(32, 32), (24, 56)]
+            ]
             row = {"source": "Hugging Face", "family": name, "compared on": kind}
             row |= {key: max(d[key] for d in diffs) for key in diffs[0]}
             rows.append(row)
-            print(f"hf   {name:45s} " + "  ".join(f"{k} {v:.1e}" for k, v in row.items() if isinstance(v, float)), flush=True)
+            print(
+                f"hf   {name:45s} " + "  ".join(f"{k} {v:.1e}" for k, v in row.items() if isinstance(v, float)),
+                flush=True,
+            )
     return rows
 
 
@@ -119,14 +123,22 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--skip-exactness", action="store_true", help="only the load and forward times")
     args = parser.parse_args()
-    results = {"torch": torch.__version__, "timm": timm.__version__, "threads": torch.get_num_threads(),
-               "exactness": [] if args.skip_exactness else exactness(), "cost": []}  # fmt: skip
+    results = {
+        "torch": torch.__version__,
+        "timm": timm.__version__,
+        "threads": torch.get_num_threads(),
+        "exactness": [] if args.skip_exactness else exactness(),
+        "cost": [],
+    }
     with tempfile.TemporaryDirectory() as folder:
         constants.HF_HUB_CACHE = folder  # a cache of our own, read as if offline
         vitviz.hub.hub_reachable = lambda timeout=0: False
         for name, kwargs in B_SIZED:
-            row = {"model": name, "load_ms": load_times(name, max(3, args.repeats // 2), Path(folder)),
-                   "forward_ms": forward_times(name, kwargs, args.repeats)}  # fmt: skip
+            row = {
+                "model": name,
+                "load_ms": load_times(name, max(3, args.repeats // 2), Path(folder)),
+                "forward_ms": forward_times(name, kwargs, args.repeats),
+            }
             results["cost"].append(row)
             print(f"{name:45s} load {row['load_ms']}  forward {row['forward_ms']}", flush=True)
     common.save(results, args.out)

@@ -28,6 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import common  # bench/common.py
 import numpy as np
 import torch
 
@@ -37,8 +38,6 @@ from vitviz.dataset.indexing import IndexOptions
 from vitviz.dataset.search import exact_neighbours, normalised, recall_at
 from vitviz.dataset.sources import open_source
 from vitviz.images import load_image
-
-import common  # bench/common.py
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,10 +69,16 @@ def throughput(images: Path, limit: int, batch: int, repeats: int, work: Path) -
         times["index (default set)"].append(indexing(model, source, limit, batch, True, work / "t1"))
         times["index without patch features"].append(indexing(model, source, limit, batch, False, work / "t2"))
     rates = {name: limit / statistics.median(t) for name, t in times.items()}
-    return {"images": limit, "batch": batch, "precision": "fp32", "threads": torch.get_num_threads(),
-            "images_per_s": rates, "seconds": times,
-            "ratio_index_to_forward": rates["index (default set)"] / rates["plain forward"],
-            "ratio_no_features_to_forward": rates["index without patch features"] / rates["plain forward"]}  # fmt: skip
+    return {
+        "images": limit,
+        "batch": batch,
+        "precision": "fp32",
+        "threads": torch.get_num_threads(),
+        "images_per_s": rates,
+        "seconds": times,
+        "ratio_index_to_forward": rates["index (default set)"] / rates["plain forward"],
+        "ratio_no_features_to_forward": rates["index without patch features"] / rates["plain forward"],
+    }
 
 
 def command(images: Path, out: Path, limit: int, processes: int) -> float:
@@ -81,9 +86,28 @@ def command(images: Path, out: Path, limit: int, processes: int) -> float:
     runner = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}"] if processes > 1 else []
     env = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     start = time.perf_counter()
-    subprocess.run([sys.executable, *runner, "-m", "vitviz", "index", str(images), "--model", "default", "--out",
-                    str(out), "--limit", str(limit), "--shard-size", "512"], env=env, check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            *runner,
+            "-m",
+            "vitviz",
+            "index",
+            str(images),
+            "--model",
+            "default",
+            "--out",
+            str(out),
+            "--limit",
+            str(limit),
+            "--shard-size",
+            "512",
+        ],
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     return time.perf_counter() - start
 
 
@@ -92,8 +116,12 @@ def scale(images: Path, limit: int, repeats: int, work: Path) -> dict:
     for _ in range(repeats):
         one.append(command(images, work / "one", limit, 1))
         two.append(command(images, work / "two", limit, 2))
-    return {"images": limit, "one_process_one_thread_s": one, "two_processes_one_thread_each_s": two,
-            "speedup": statistics.median(one) / statistics.median(two)}  # fmt: skip
+    return {
+        "images": limit,
+        "one_process_one_thread_s": one,
+        "two_processes_one_thread_each_s": two,
+        "speedup": statistics.median(one) / statistics.median(two),
+    }
 
 
 def cifar_patch_vectors(folders: list[Path], count: int, block: int, batch: int = 256) -> np.ndarray:
@@ -134,10 +162,16 @@ def search_million(vectors: np.ndarray, queries: int = 200) -> dict:
         latencies.append(time.perf_counter() - t)
         found.append(ids)
     exact = exact_neighbours(normalised(vectors[picks]), chunks, 10)
-    return {"vectors": count, "dimension": dimension, "index": info, "build_s": built,
-            "query_ms_median": 1000 * statistics.median(latencies),
-            "query_ms_p95": 1000 * float(np.percentile(latencies, 95)),
-            "recall_at_10_fresh_queries": recall_at(np.stack(found), exact), "queries": queries}  # fmt: skip
+    return {
+        "vectors": count,
+        "dimension": dimension,
+        "index": info,
+        "build_s": built,
+        "query_ms_median": 1000 * statistics.median(latencies),
+        "query_ms_p95": 1000 * float(np.percentile(latencies, 95)),
+        "recall_at_10_fresh_queries": recall_at(np.stack(found), exact),
+        "queries": queries,
+    }
 
 
 def disk(folder: Path) -> dict:
@@ -150,9 +184,13 @@ def disk(folder: Path) -> dict:
     search_bytes = {p.name: p.stat().st_size for p in (folder / "search").glob("*.faiss")}
     per_image = {name: size / count for name, size in by_item.items()}
     shards = sum(by_item.values()) / count
-    return {"images": count, "bytes_per_image_by_file": per_image, "bytes_per_image": shards,
-            "bytes_per_image_without_features": shards - per_image.get("features.npy", 0),
-            "search_bytes_per_image": {n: s / count for n, s in search_bytes.items()}}  # fmt: skip
+    return {
+        "images": count,
+        "bytes_per_image_by_file": per_image,
+        "bytes_per_image": shards,
+        "bytes_per_image_without_features": shards - per_image.get("features.npy", 0),
+        "search_bytes_per_image": {n: s / count for n, s in search_bytes.items()},
+    }
 
 
 def vit_b16(images: Path, work: Path, count: int = 32) -> dict:
@@ -168,9 +206,13 @@ def vit_b16(images: Path, work: Path, count: int = 32) -> dict:
     build_index(vitviz.load_model(path), open_source(images), out, IndexOptions(limit=count), str(path), 16)
     measured = disk(out)
     grid, heads, dim = 14 * 14, 12, 768
-    shapes = {"rollout.npy (14x14 fp16)": grid * 2, "readout.npy (12x14x14 fp16)": heads * grid * 2,
-              "embedding.npy (768 fp32)": dim * 4, "features.npy (14x14x768 fp16)": grid * dim * 2,
-              "patch search (fp16 codes + ids)": grid * (dim * 2 + 8)}  # fmt: skip
+    shapes = {
+        "rollout.npy (14x14 fp16)": grid * 2,
+        "readout.npy (12x14x14 fp16)": heads * grid * 2,
+        "embedding.npy (768 fp32)": dim * 4,
+        "features.npy (14x14x768 fp16)": grid * dim * 2,
+        "patch search (fp16 codes + ids)": grid * (dim * 2 + 8),
+    }
     return {"measured": measured, "array_bytes_from_shapes": shapes}
 
 
@@ -182,12 +224,21 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--search-vectors", type=int, default=1_000_000)
-    parser.add_argument("--search-block", type=int, default=0, help="block whose patch tokens are searched (block 0: "
-                        "the cheapest real vectors, one block per image)")
+    parser.add_argument(
+        "--search-block",
+        type=int,
+        default=0,
+        help="block whose patch tokens are searched (block 0: the cheapest real vectors, one block per image)",
+    )
     parser.add_argument("--train", type=Path, default=Path("/tmp/cifar10/train"), help="more images for the search")
     parser.add_argument("--parts", nargs="+", default=["throughput", "scale", "search", "disk"])
-    parser.add_argument("--threads", type=int, default=None, help="torch threads for the throughput part (default: "
-                        "torch's own, the core count); 1 shows the pass's own cost without thread-sync waits")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads for the throughput part (default: "
+        "torch's own, the core count); 1 shows the pass's own cost without thread-sync waits",
+    )
     args = parser.parse_args()
     if args.threads is not None:
         torch.set_num_threads(args.threads)
@@ -203,8 +254,9 @@ def main() -> None:
             print(results["scale"], flush=True)
         if "search" in args.parts:
             vectors = cifar_patch_vectors([args.images, args.train], args.search_vectors, args.search_block)
-            results["search"] = search_million(vectors) | {"vectors_from": f"CIFAR-10 test then train, block "
-                                                           f"{args.search_block} patch tokens of the default model"}
+            results["search"] = search_million(vectors) | {
+                "vectors_from": f"CIFAR-10 test then train, block {args.search_block} patch tokens of the default model"
+            }
             print(results["search"], flush=True)
         if "disk" in args.parts:
             results["disk_vit_b16"] = vit_b16(args.images, work)

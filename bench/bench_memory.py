@@ -47,8 +47,17 @@ def checkpoint(folder: Path, model: str, size: int) -> Path:
 
     hidden, layers, heads, mlp, patch = SIZES[model]
     torch.manual_seed(0)
-    vit = ViT(ViTConfig(image_size=size, patch_size=patch, hidden_size=hidden, num_layers=layers, num_heads=heads,
-                        mlp_size=mlp, num_classes=1000))  # fmt: skip
+    vit = ViT(
+        ViTConfig(
+            image_size=size,
+            patch_size=patch,
+            hidden_size=hidden,
+            num_layers=layers,
+            num_heads=heads,
+            mlp_size=mlp,
+            num_classes=1000,
+        )
+    )
     path = folder / f"{model}_{size}.pt"
     save_checkpoint(path, vit, [f"class {i}" for i in range(1000)], Preprocessing(resize=size, crop=size))
     return path
@@ -104,8 +113,15 @@ def single(args) -> dict:
         seconds = time.perf_counter() - start
         problems = [str(e.value) for e in at.exception] + [e.value for e in at.error]
         rss, peak = memory_mb()
-        rows.append({"photo": name, "seconds": round(seconds, 2), "rss_mb": round(rss), "peak_mb": round(peak),
-                     "problems": problems})  # fmt: skip
+        rows.append(
+            {
+                "photo": name,
+                "seconds": round(seconds, 2),
+                "rss_mb": round(rss),
+                "peak_mb": round(peak),
+                "problems": problems,
+            }
+        )
         print(json.dumps(rows[-1]), flush=True)
         if index == 0:  # the recomputed views, on the first photo
             views = {}
@@ -132,10 +148,18 @@ def single(args) -> dict:
         store = STORE.stats()
     except ImportError:  # a checkout from before the memory budget
         pass
-    return {"model": args.model, "size": args.size, "repo": args.repo, "load_s": round(load_s, 1),
-            "rss_before_first_photo_mb": round(baseline[0]), "photos": rows, "views_s": views,
-            "peak_growth_after_first_mb": rows[-1]["peak_mb"] - rows[0]["peak_mb"],
-            "time_to_first_map_s": rows[0]["seconds"], "store": store}  # fmt: skip
+    return {
+        "model": args.model,
+        "size": args.size,
+        "repo": args.repo,
+        "load_s": round(load_s, 1),
+        "rss_before_first_photo_mb": round(baseline[0]),
+        "photos": rows,
+        "views_s": views,
+        "peak_growth_after_first_mb": rows[-1]["peak_mb"] - rows[0]["peak_mb"],
+        "time_to_first_map_s": rows[0]["seconds"],
+        "store": store,
+    }
 
 
 def sessions(args) -> dict:
@@ -149,9 +173,18 @@ def sessions(args) -> dict:
     with streamlit_server(folder, env, start_timeout=300) as server:
         start = time.perf_counter()
         report = run_sessions(server.url, folder, args.sessions, 0, args.images, timeout_ms=1_800_000)
-        return {"model": args.model, "size": args.size, "sessions": args.sessions, "images_per_session": args.images,
-                "seconds": round(time.perf_counter() - start), "uploads": report.uploads, "problems": report.problems,
-                **server.counts(), "store": server.store(), "server_peak_rss_mb": round(server.peak_memory_mb())}  # fmt: skip
+        return {
+            "model": args.model,
+            "size": args.size,
+            "sessions": args.sessions,
+            "images_per_session": args.images,
+            "seconds": round(time.perf_counter() - start),
+            "uploads": report.uploads,
+            "problems": report.problems,
+            **server.counts(),
+            "store": server.store(),
+            "server_peak_rss_mb": round(server.peak_memory_mb()),
+        }
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -16,11 +16,10 @@ import time
 from pathlib import Path
 
 import torch
+from common import parser, save
 
 import vitviz
 from vitviz.images import load_image
-
-from common import parser, save
 
 
 def photo_labels(folder: Path) -> dict[str, set[str]]:
@@ -72,8 +71,10 @@ def main() -> None:
     first = args.photos / sorted(labels)[0]
     for spec, result in results.items():
         result["forward_ms"] = round(forward_ms(models[spec], first, args.repeats), 2)
-        print(f"{spec}: {result['right']} of {result['photos']} photos right; forward pass with attentions "
-              f"{result['forward_ms']:.2f} ms (median of {args.repeats}, batch 1, fp32, {torch.get_num_threads()} threads)")
+        print(
+            f"{spec}: {result['right']} of {result['photos']} photos right; forward pass with attentions "
+            f"{result['forward_ms']:.2f} ms (median of {args.repeats}, batch 1, fp32, {torch.get_num_threads()} threads)"
+        )
     save(results, args.out)
 
 

@@ -17,12 +17,11 @@ import statistics
 import time
 from pathlib import Path
 
+import common  # bench/common.py
 import torch
 
 import vitviz
 from vitviz.precision import BF16_MARGIN, forward_timer, measure_precision
-
-import common  # bench/common.py
 
 VIT_B_16 = dict(image_size=224, patch_size=16, hidden_size=768, num_layers=12, num_heads=12, mlp_size=3072)
 BF16_FLAGS = ("avx512_bf16", "amx_bf16", "amx_tile", "avx512f")  # what the bf16 speed mostly depends on (x86)
@@ -80,8 +79,12 @@ def main(argv: list[str] | None = None) -> dict:
     times = time_interleaved(model, args.repeats)
     medians = {precision: statistics.median(t) for precision, t in times.items()}
     ratio = medians["bf16"] / medians["fp32"]
-    results |= {"median_s": medians, "all_s": times, "bf16_over_fp32": ratio,
-                "max_abs_attention_error": bf16_error(model)}
+    results |= {
+        "median_s": medians,
+        "all_s": times,
+        "bf16_over_fp32": ratio,
+        "max_abs_attention_error": bf16_error(model),
+    }
     print(f"\nViT-B/16, 224x224, batch 1, with attentions, {args.repeats} interleaved repeats")
     print(f"{'precision':10s} {'median ms':>10s}")
     for precision, median in medians.items():
@@ -91,11 +94,18 @@ def main(argv: list[str] | None = None) -> dict:
 
     start = time.perf_counter()
     choice = measure_precision(model)
-    results["auto"] = {"precision": choice.precision, "fp32_ms": choice.fp32_ms, "bf16_ms": choice.bf16_ms,
-                       "repeats": choice.repeats, "reason": choice.reason,
-                       "seconds": time.perf_counter() - start}  # fmt: skip
-    print(f"\nmeasure_precision (the page's auto, {results['auto']['seconds']:.1f} s): {choice.summary()} "
-          f"Reason: {choice.reason}.")  # fmt: skip
+    results["auto"] = {
+        "precision": choice.precision,
+        "fp32_ms": choice.fp32_ms,
+        "bf16_ms": choice.bf16_ms,
+        "repeats": choice.repeats,
+        "reason": choice.reason,
+        "seconds": time.perf_counter() - start,
+    }
+    print(
+        f"\nmeasure_precision (the page's auto, {results['auto']['seconds']:.1f} s): {choice.summary()} "
+        f"Reason: {choice.reason}."
+    )
     common.save(results, args.out)
     return results
 

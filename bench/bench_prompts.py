@@ -50,11 +50,18 @@ def siglip_tower():
 
     from vitviz.text.towers import HuggingFaceTextTower
 
-    config = transformers.SiglipTextConfig(vocab_size=32000, hidden_size=768, intermediate_size=3072,
-                                           num_hidden_layers=12, num_attention_heads=12, max_position_embeddings=64)  # fmt: skip
+    config = transformers.SiglipTextConfig(
+        vocab_size=32000,
+        hidden_size=768,
+        intermediate_size=3072,
+        num_hidden_layers=12,
+        num_attention_heads=12,
+        max_position_embeddings=64,
+    )
     model = transformers.SiglipTextModel(config)
-    return HuggingFaceTextTower(model, ByteTokenizer(), "siglip", torch.tensor(10.0), torch.tensor(-10.0), None,
-                                "SigLIP-base-sized text tower")  # fmt: skip
+    return HuggingFaceTextTower(
+        model, ByteTokenizer(), "siglip", torch.tensor(10.0), torch.tensor(-10.0), None, "SigLIP-base-sized text tower"
+    )
 
 
 TOWERS = {"open_clip:ViT-B-16": open_clip_tower, "hf:siglip-base": siglip_tower}
@@ -77,12 +84,24 @@ def main() -> None:
             embeddings = class_embeddings(tower, classes, templates, use_cache=False)
             seconds = time.perf_counter() - start
             prompts = len(classes) * len(templates)
-            results.append(dict(tower=name, templates=templates_name, classes=len(classes), prompts=prompts,
-                                seconds=round(seconds, 2), ms_per_prompt=round(1000 * seconds / prompts, 3),
-                                shape=list(embeddings.shape)))  # fmt: skip
+            results.append(
+                dict(
+                    tower=name,
+                    templates=templates_name,
+                    classes=len(classes),
+                    prompts=prompts,
+                    seconds=round(seconds, 2),
+                    ms_per_prompt=round(1000 * seconds / prompts, 3),
+                    shape=list(embeddings.shape),
+                )
+            )
             print(json.dumps(results[-1]), flush=True)
-    report = {"machine": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
-              "torch": torch.__version__, "results": results}  # fmt: skip
+    report = {
+        "machine": platform.processor() or platform.machine(),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "results": results,
+    }
     if args.out:
         args.out.write_text(json.dumps(report, indent=2) + "\n")
 

@@ -18,12 +18,11 @@ import sys
 import time
 from pathlib import Path
 
+import common  # bench/common.py
 import numpy as np
 import plotly.graph_objects as go
 import torch
 from PIL import Image
-
-import common  # bench/common.py
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))  # the tests' reference implementations
@@ -34,8 +33,14 @@ from vitviz import explain, plots  # noqa: E402
 
 def heatmap_with_updates(patch_map, title: str, colormap: str) -> go.Figure:
     """The same figure as plots.heatmap_figure, built the way plotly's examples do."""
-    figure = go.Figure(layout_template=plots.TEMPLATE, data=go.Heatmap(
-        z=patch_map, colorscale=plots.plotly_colorscale(colormap), hovertemplate="row %{y}, col %{x}<br>%{z:.5f}<extra></extra>"))  # fmt: skip
+    figure = go.Figure(
+        layout_template=plots.TEMPLATE,
+        data=go.Heatmap(
+            z=patch_map,
+            colorscale=plots.plotly_colorscale(colormap),
+            hovertemplate="row %{y}, col %{x}<br>%{z:.5f}<extra></extra>",
+        ),
+    )
     figure.update_layout(title=title, margin=dict(l=0, r=0, t=40 if title else 0, b=0))
     figure.update_yaxes(autorange="reversed", scaleanchor="x", showticklabels=False, showgrid=False, zeroline=False)
     figure.update_xaxes(showticklabels=False, constrain="domain", showgrid=False, zeroline=False)
@@ -66,16 +71,24 @@ def main(argv: list[str] | None = None) -> dict:
     box = (128.0, 0.0, 896.0, 768.0)
     attentions = [torch.randn(1, 12, 197, 197).mul(3).softmax(-1) for _ in range(12)]
     shared = dict(num_prefix_tokens=1, grid_size=(14, 14))
-    same = torch.allclose(explain.attention_rollout(attentions, "mean", 0.5, **shared).flatten(),
-                          rollout_with_topk(attentions, 0.5).flatten())  # fmt: skip
+    same = torch.allclose(
+        explain.attention_rollout(attentions, "mean", 0.5, **shared).flatten(),
+        rollout_with_topk(attentions, 0.5).flatten(),
+    )
     contenders = {
-        "overlay": {"vitviz (PIL)": lambda: plots.overlay(photo, patch_map, "inferno", 0.55, box),
-                    "before (numpy)": lambda: reference_overlay(photo, patch_map, "inferno", 0.55, box)},
-        "heatmap figure": {"vitviz (one constructor)": lambda: plots.heatmap_figure(patch_map, "grid", "viridis"),
-                           "before (update calls)": lambda: heatmap_with_updates(patch_map, "grid", "viridis")},
-        "rollout, discard 0.5": {"vitviz (kthvalue, all blocks)": lambda: explain.attention_rollout(attentions, "mean", 0.5, **shared),
-                                 "before (topk per block)": lambda: rollout_with_topk(attentions, 0.5)},
-    }  # fmt: skip
+        "overlay": {
+            "vitviz (PIL)": lambda: plots.overlay(photo, patch_map, "inferno", 0.55, box),
+            "before (numpy)": lambda: reference_overlay(photo, patch_map, "inferno", 0.55, box),
+        },
+        "heatmap figure": {
+            "vitviz (one constructor)": lambda: plots.heatmap_figure(patch_map, "grid", "viridis"),
+            "before (update calls)": lambda: heatmap_with_updates(patch_map, "grid", "viridis"),
+        },
+        "rollout, discard 0.5": {
+            "vitviz (kthvalue, all blocks)": lambda: explain.attention_rollout(attentions, "mean", 0.5, **shared),
+            "before (topk per block)": lambda: rollout_with_topk(attentions, 0.5),
+        },
+    }
     times = {task: {name: [] for name in runs} for task, runs in contenders.items()}
     for _ in range(args.repeats):
         for task, runs in contenders.items():
@@ -88,7 +101,11 @@ def main(argv: list[str] | None = None) -> dict:
         medians = {name: statistics.median(values) for name, values in runs.items()}
         new, old = medians.values()
         results[task] = {name: round(ms, 2) for name, ms in medians.items()} | {"speed_up": round(old / new, 2)}
-        print(f"{task:22s} " + "   ".join(f"{name}: {ms:6.2f} ms" for name, ms in medians.items()) + f"   {old / new:.2f}x")
+        print(
+            f"{task:22s} "
+            + "   ".join(f"{name}: {ms:6.2f} ms" for name, ms in medians.items())
+            + f"   {old / new:.2f}x"
+        )
     print(f"rollouts equal: {same}")
     common.save(results, args.out)
     return results

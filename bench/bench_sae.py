@@ -54,8 +54,11 @@ def quality(args) -> dict:
     extraction = time.perf_counter() - began
     tokens = sum(len(t) for t in train)
     grid = model.config.grid_size
-    print(f"{tokens:,} training tokens ({len(train_files)} images x {grid[0]} x {grid[1]}), extracted in "
-          f"{extraction:.0f} s", file=sys.stderr)  # fmt: skip
+    print(
+        f"{tokens:,} training tokens ({len(train_files)} images x {grid[0]} x {grid[1]}), extracted in "
+        f"{extraction:.0f} s",
+        file=sys.stderr,
+    )
     d = model.config.hidden_size
     config = SAEConfig(d_in=d, latents=args.expansion * d, k=args.k, block=args.block)
     # the contenders run side by side, one process (one thread) each, on the same tokens
@@ -64,13 +67,28 @@ def quality(args) -> dict:
     with multiprocessing.get_context("fork").Pool(len(jobs)) as pool:
         runs = dict(zip(chosen, pool.starmap(contender, jobs)))
     for name, run in runs.items():
-        print(f"{name:>14}: EV {run['explained_variance']:.4f}  dead {run['dead_fraction']:.4f}  L0 {run['l0']:.1f}  "
-              f"top-1 {run['top1_agreement']:.4f}  CE rec {run['ce_loss_recovered']:.4f}  {run['training_seconds']:.0f} s",
-              file=sys.stderr)  # fmt: skip
-    return {"model": "default", "block": args.block, "train_images": len(train_files), "test_images": len(test_files),
-                "train_tokens": tokens, "held_out_tokens": sum(len(t) for t in held), "latents": config.latents, "k": config.k,
-                "epochs": args.epochs, "batch": args.batch, "extraction_seconds": extraction, "runs": runs, "side_by_side": "4 processes, 1 thread each",
-                "threads": torch.get_num_threads(), "torch": torch.__version__}  # fmt: skip
+        print(
+            f"{name:>14}: EV {run['explained_variance']:.4f}  dead {run['dead_fraction']:.4f}  L0 {run['l0']:.1f}  "
+            f"top-1 {run['top1_agreement']:.4f}  CE rec {run['ce_loss_recovered']:.4f}  {run['training_seconds']:.0f} s",
+            file=sys.stderr,
+        )
+    return {
+        "model": "default",
+        "block": args.block,
+        "train_images": len(train_files),
+        "test_images": len(test_files),
+        "train_tokens": tokens,
+        "held_out_tokens": sum(len(t) for t in held),
+        "latents": config.latents,
+        "k": config.k,
+        "epochs": args.epochs,
+        "batch": args.batch,
+        "extraction_seconds": extraction,
+        "runs": runs,
+        "side_by_side": "4 processes, 1 thread each",
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+    }
 
 
 def contender(name: str, options: dict, train: list, held: list, config: SAEConfig, args) -> dict:
@@ -110,8 +128,12 @@ def step_function(sae: TopKSAE, batch: torch.Tensor):
 
 def floor_function(batch: int, d: int, latents: int):
     """The dense products of an SAE step: x W_enc and its weight gradient, codes W_dec and both its gradients."""
-    x, codes, grad_pre, grad_out = (torch.randn(batch, d), torch.randn(batch, latents), torch.randn(batch, latents),
-                                    torch.randn(batch, d))  # fmt: skip
+    x, codes, grad_pre, grad_out = (
+        torch.randn(batch, d),
+        torch.randn(batch, latents),
+        torch.randn(batch, latents),
+        torch.randn(batch, d),
+    )
     W_enc, W_dec = torch.randn(d, latents), torch.randn(latents, d)
 
     def products() -> None:
@@ -128,8 +150,10 @@ def speed(args) -> dict:
     d, latents = args.width, args.expansion * args.width
     torch.manual_seed(0)
     sae = TopKSAE(SAEConfig(d_in=d, latents=latents, k=args.k, aux_k=256))
-    contenders = {"SAE training step": step_function(sae, torch.randn(args.batch, d)),
-                  "matmul floor (5 dense products)": floor_function(args.batch, d, latents)}  # fmt: skip
+    contenders = {
+        "SAE training step": step_function(sae, torch.randn(args.batch, d)),
+        "matmul floor (5 dense products)": floor_function(args.batch, d, latents),
+    }
     for work in contenders.values():
         work()
     times = {name: [] for name in contenders}
@@ -144,8 +168,18 @@ def speed(args) -> dict:
     for name in contenders:
         print(f"{name:>32}: {1000 * medians[name]:8.1f} ms  {rates[name]:10,.0f} tokens/s", file=sys.stderr)
     print(f"throughput / floor: {ratio:.2f}", file=sys.stderr)
-    return {"width": d, "latents": latents, "k": args.k, "batch": args.batch, "repeats": args.repeats, "median_s": medians,
-                "tokens_per_s": rates, "ratio_to_floor": ratio, "threads": torch.get_num_threads(), "torch": torch.__version__}  # fmt: skip
+    return {
+        "width": d,
+        "latents": latents,
+        "k": args.k,
+        "batch": args.batch,
+        "repeats": args.repeats,
+        "median_s": medians,
+        "tokens_per_s": rates,
+        "ratio_to_floor": ratio,
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+    }
 
 
 def synthetic(folder: Path, tokens: int, width: int, shard: int = 50_000, seed: int = 0) -> list[Path]:
@@ -177,12 +211,28 @@ def scale(args) -> dict:
         seconds = time.perf_counter() - start
         metrics = evaluate(sae, held)
     rate = history[0]["tokens_per_s"]
-    print(f"{run_tokens:,} tokens in {seconds:.0f} s ({rate:,.0f} tokens/s in the loop); 1,000,000 tokens: about "
-          f"{args.tokens / rate / 60:.0f} min; held-out EV {metrics['explained_variance']:.3f}", file=sys.stderr)  # fmt: skip
-    return {"width": width, "latents": latents, "k": 32, "batch": args.batch, "tokens_run": run_tokens, "seconds": seconds,
-                "loop_seconds": history[0]["seconds"], "tokens_per_s": rate,
-                "extrapolated_seconds_for": {"tokens": args.tokens, "seconds": args.tokens / rate + (seconds - history[0]["seconds"]) * args.tokens / run_tokens},
-                "held_out": metrics, "threads": torch.get_num_threads(), "torch": torch.__version__}  # fmt: skip
+    print(
+        f"{run_tokens:,} tokens in {seconds:.0f} s ({rate:,.0f} tokens/s in the loop); 1,000,000 tokens: about "
+        f"{args.tokens / rate / 60:.0f} min; held-out EV {metrics['explained_variance']:.3f}",
+        file=sys.stderr,
+    )
+    return {
+        "width": width,
+        "latents": latents,
+        "k": 32,
+        "batch": args.batch,
+        "tokens_run": run_tokens,
+        "seconds": seconds,
+        "loop_seconds": history[0]["seconds"],
+        "tokens_per_s": rate,
+        "extrapolated_seconds_for": {
+            "tokens": args.tokens,
+            "seconds": args.tokens / rate + (seconds - history[0]["seconds"]) * args.tokens / run_tokens,
+        },
+        "held_out": metrics,
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+    }
 
 
 def main(argv: list[str] | None = None) -> dict:

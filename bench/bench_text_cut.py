@@ -22,8 +22,8 @@ import statistics
 import time
 
 import torch
-
 from common import parser, save
+
 from vitviz.text import class_embeddings, prompt_set, template_set
 from vitviz.text.cut import GROUP_SIZE
 from vitviz.text.towers import OpenClipTextTower
@@ -38,8 +38,9 @@ def tower() -> OpenClipTextTower:
     return from_open_clip(model, open_clip.get_tokenizer("ViT-B-16")).text_tower
 
 
-def timed(text_tower: OpenClipTextTower, classes: list[str], templates: list[str], cut: bool
-          ) -> tuple[float, float, torch.Tensor]:  # fmt: skip
+def timed(
+    text_tower: OpenClipTextTower, classes: list[str], templates: list[str], cut: bool
+) -> tuple[float, float, torch.Tensor]:
     """Wall seconds and this process's CPU seconds to embed every class with every template, and the (C, E)
     embeddings."""
     text_tower.cut = cut
@@ -77,31 +78,46 @@ def main() -> None:
         for name in total:
             times[name].append(total[name])
             cpu_times[name].append(cpu_total[name])
-        print(f"pass {repeat + 1}: before {total['before']:.1f} s, after {total['after']:.1f} s, "
-              f"{total['before'] / total['after']:.2f}x (CPU {cpu_total['before']:.0f} s and "
-              f"{cpu_total['after']:.0f} s, load {os.getloadavg()[0]:.1f})", flush=True)  # fmt: skip
+        print(
+            f"pass {repeat + 1}: before {total['before']:.1f} s, after {total['after']:.1f} s, "
+            f"{total['before'] / total['after']:.2f}x (CPU {cpu_total['before']:.0f} s and "
+            f"{cpu_total['after']:.0f} s, load {os.getloadavg()[0]:.1f})",
+            flush=True,
+        )
     before, after = statistics.median(times["before"]), statistics.median(times["after"])
     ratios = [b / a for b, a in zip(times["before"], times["after"])]
     difference = (torch.cat(results["before"]) - torch.cat(results["after"])).abs().max()
     report = {
-        "machine": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
-        "load_average_1min_at_end": round(os.getloadavg()[0], 1), "torch": torch.__version__,
-        "tower": "open_clip ViT-B-16 (random weights)", "prompts": prompts, "classes": len(classes),
-        "templates": len(templates), "context_length": int(tokens.shape[1]), "group_size": GROUP_SIZE,
+        "machine": platform.processor() or platform.machine(),
+        "threads": torch.get_num_threads(),
+        "load_average_1min_at_end": round(os.getloadavg()[0], 1),
+        "torch": torch.__version__,
+        "tower": "open_clip ViT-B-16 (random weights)",
+        "prompts": prompts,
+        "classes": len(classes),
+        "templates": len(templates),
+        "context_length": int(tokens.shape[1]),
+        "group_size": GROUP_SIZE,
         "prompt_tokens": {"mean": round(float(lengths.mean()), 1), "max": int(lengths.max())},
-        "repeats": args.repeats, "seconds": {k: [round(s, 2) for s in v] for k, v in times.items()},
+        "repeats": args.repeats,
+        "seconds": {k: [round(s, 2) for s in v] for k, v in times.items()},
         "median_seconds": {"before": round(before, 2), "after": round(after, 2)},
         "ms_per_prompt": {"before": round(1000 * before / prompts, 2), "after": round(1000 * after / prompts, 2)},
-        "speedup": round(before / after, 2), "speedup_per_pass": [round(r, 2) for r in ratios],
+        "speedup": round(before / after, 2),
+        "speedup_per_pass": [round(r, 2) for r in ratios],
         "speedup_median_of_passes": round(statistics.median(ratios), 2),
         "cpu_seconds": {k: [round(s, 1) for s in v] for k, v in cpu_times.items()},
         "cpu_speedup": round(statistics.median(cpu_times["before"]) / statistics.median(cpu_times["after"]), 2),
         "max_abs_difference_of_class_embeddings": float(difference),
-        "imagenet_80_minutes_extrapolated": {"before": round(80_000 * before / prompts / 60, 1),
-                                             "after": round(80_000 * after / prompts / 60, 1)},
-    }  # fmt: skip
-    print(f"medians: before {before:.1f} s, after {after:.1f} s, {before / after:.2f}x; ImageNet x 80 after: about "
-          f"{report['imagenet_80_minutes_extrapolated']['after']} min; largest difference {float(difference):.1e}")
+        "imagenet_80_minutes_extrapolated": {
+            "before": round(80_000 * before / prompts / 60, 1),
+            "after": round(80_000 * after / prompts / 60, 1),
+        },
+    }
+    print(
+        f"medians: before {before:.1f} s, after {after:.1f} s, {before / after:.2f}x; ImageNet x 80 after: about "
+        f"{report['imagenet_80_minutes_extrapolated']['after']} min; largest difference {float(difference):.1e}"
+    )
     save(report, args.out)
 
 

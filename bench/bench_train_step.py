@@ -12,13 +12,12 @@ from __future__ import annotations
 import statistics
 import time
 
+import common  # bench/common.py
 import torch
 import torch.nn.functional as F
 
 from vitviz import ViT, ViTConfig
 from vitviz.train import PRESETS
-
-import common  # bench/common.py
 
 
 def make_step(attention: str, precision: str, batch: int):
@@ -57,8 +56,13 @@ def main(argv: list[str] | None = None) -> dict:
     baseline = medians["sdpa bf16"]
     for name, median in medians.items():
         print(f"{name:>11}: {1000 * median:7.1f} ms per step of {args.batch}  ({baseline / median:.2f}x sdpa bf16)")
-    results = {"batch": args.batch, "repeats": args.repeats, "torch": torch.__version__,
-               "threads": torch.get_num_threads(), "median_s": medians}  # fmt: skip
+    results = {
+        "batch": args.batch,
+        "repeats": args.repeats,
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "median_s": medians,
+    }
     common.save(results, args.out)
     return results
 

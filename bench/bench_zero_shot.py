@@ -21,8 +21,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-import vitviz  # noqa: E402
 from tiny_text import clip_folder, siglip_folder  # noqa: E402
+
+import vitviz  # noqa: E402
 
 PROMPTS = ["a photo of a dog", "a photo of a cat", "a red car on the road", "the moon"]
 
@@ -31,13 +32,17 @@ def huggingface(kind: str, folder: Path) -> dict:
     reference, tokenizer, folder = (clip_folder if kind == "clip" else siglip_folder)(folder)
     model = vitviz.zero_shot(vitviz.load_model(str(folder)), PROMPTS, use_cache=False)
     pixels = torch.randn(4, 3, 32, 32)
-    inputs = tokenizer(PROMPTS, padding="max_length" if kind == "siglip" else True, max_length=16, truncation=True,
-                       return_tensors="pt")  # fmt: skip
+    inputs = tokenizer(
+        PROMPTS, padding="max_length" if kind == "siglip" else True, max_length=16, truncation=True, return_tensors="pt"
+    )
     with torch.no_grad():
         expected = reference(pixel_values=pixels, **inputs).logits_per_image
         logits = model(pixels).logits
-    return {"source": f"transformers {type(reference).__name__}", "max_abs_difference": float((logits - expected).abs().max()),
-            "logit_std": float(expected.std())}  # fmt: skip
+    return {
+        "source": f"transformers {type(reference).__name__}",
+        "max_abs_difference": float((logits - expected).abs().max()),
+        "logit_std": float(expected.std()),
+    }
 
 
 def open_clip_source(name: str) -> dict:
@@ -55,8 +60,11 @@ def open_clip_source(name: str) -> dict:
         text = model.encode_text(tokenizer(PROMPTS), normalize=True)
         expected = model.logit_scale.exp() * image @ text.T + (model.logit_bias if model.logit_bias is not None else 0)
         logits = zs(pixels).logits
-    return {"source": f"open_clip {name} ({type(model.visual).__name__})",
-            "max_abs_difference": float((logits - expected).abs().max()), "logit_std": float(expected.std())}  # fmt: skip
+    return {
+        "source": f"open_clip {name} ({type(model.visual).__name__})",
+        "max_abs_difference": float((logits - expected).abs().max()),
+        "logit_std": float(expected.std()),
+    }
 
 
 def main() -> None:

@@ -30,7 +30,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser = common.parser(__doc__)
     parser.add_argument("--sessions", type=int, default=8, help="concurrent browser sessions")
     parser.add_argument("--seconds", type=float, default=120, help="how long every session keeps uploading")
-    parser.add_argument("--images", type=int, default=6, help="distinct images per session, each uploaded at least once")
+    parser.add_argument(
+        "--images", type=int, default=6, help="distinct images per session, each uploaded at least once"
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as folder:
         with streamlit_server(Path(folder), {"VITVIZ_SAMPLES": ""}) as server:
@@ -42,11 +44,12 @@ def main(argv: list[str] | None = None) -> dict:
                 "control_changes": report.control_changes,
                 "problems": report.problems,
                 "median_upload_round_trip_s": round(statistics.median(report.round_trip_s), 2)
-                if report.round_trip_s else None,
+                if report.round_trip_s
+                else None,
                 **server.counts(),
                 "store": server.store(),
                 "server_peak_rss_mb": round(server.peak_memory_mb(), 1),
-            }  # fmt: skip
+            }
     print(json.dumps(results, indent=1))
     common.save(results, args.out)
     return results

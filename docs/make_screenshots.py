@@ -14,18 +14,27 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from browser_harness import (CHROMIUM, CHROMIUM_ARGS, HIDDEN_TABS, choose, streamlit_server,  # noqa: E402
-                             wait_until_drawn, wait_until_idle)
+from browser_harness import (  # noqa: E402
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    HIDDEN_TABS,
+    choose,
+    streamlit_server,
+    wait_until_drawn,
+    wait_until_idle,
+)
 from playwright.sync_api import sync_playwright  # noqa: E402
 
 PHOTOS = ROOT.parent / "shared" / "data" / "photos"
 # file name: (tab, a text the tab shows once drawn, the photo, a class to compare with in Class-specific). What the
 # default model is for: an airliner (92 % airplane), horses, an eagle; and what it gets wrong: Chelsea the cat, which
 # it calls a dog (84 %), shown beside its maps for 'cat'.
-SHOTS = {"overview.png": ("Overview", "Attention rollout", "vitexplain_plane.png", None),
-         "heads.png": ("Heads & layers", "Every head in layer", "darknet_horses.jpg", None),
-         "click_a_patch.png": ("Click a patch", "Each head: what patch", "darknet_eagle.jpg", None),
-         "class_specific.png": ("Class-specific", "Logit lens", "skimage_chelsea.png", "cat")}  # fmt: skip
+SHOTS = {
+    "overview.png": ("Overview", "Attention rollout", "vitexplain_plane.png", None),
+    "heads.png": ("Heads & layers", "Every head in layer", "darknet_horses.jpg", None),
+    "click_a_patch.png": ("Click a patch", "Each head: what patch", "darknet_eagle.jpg", None),
+    "class_specific.png": ("Class-specific", "Logit lens", "skimage_chelsea.png", "cat"),
+}
 
 # scroll the page's main area so the prediction line, the model's input and the tab bar sit at the top
 TO_THE_TABS = """() => { const main = document.querySelector('[data-testid=stMain]');

@@ -30,8 +30,16 @@ from PIL import Image
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 # Every Playwright wait, navigation included, may take this long before a test fails: on a busy 2-core machine
@@ -92,8 +100,14 @@ class Server:
         if not lines:
             return {}
         held, peak, limit, entries, evictions = map(int, lines[-1])
-        return {"held": held, "peak": peak, "limit": limit, "entries": entries, "evictions": evictions,
-                "max_held": max(int(line[0]) for line in lines)}  # fmt: skip
+        return {
+            "held": held,
+            "peak": peak,
+            "limit": limit,
+            "entries": entries,
+            "evictions": evictions,
+            "max_held": max(int(line[0]) for line in lines),
+        }
 
     def peak_memory_mb(self) -> float:
         """The server's peak resident memory (VmHWM) so far."""
@@ -109,11 +123,28 @@ def streamlit_server(folder: Path, env: dict[str, str] | None = None, start_time
     # No file watcher: by default Streamlit watches the checkout (recursively, .venv included) and, when a
     # source file changes, drops its modules from sys.modules; an edit to vitviz/ while a test ran then made
     # the sessions' concurrent re-imports fail (KeyError: 'vitviz_dashboard.cached' on every page).
-    command = [sys.executable, __file__, "serve", str(counts_file), "--", str(ROOT / "app.py"),
-               "--server.port", str(port), "--server.address", "127.0.0.1", "--server.headless", "true",
-               "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"]  # fmt: skip
+    command = [
+        sys.executable,
+        __file__,
+        "serve",
+        str(counts_file),
+        "--",
+        str(ROOT / "app.py"),
+        "--server.port",
+        str(port),
+        "--server.address",
+        "127.0.0.1",
+        "--server.headless",
+        "true",
+        "--server.fileWatcherType",
+        "none",
+        "--browser.gatherUsageStats",
+        "false",
+    ]
     log = open(folder / "server.log", "wb")
-    process = subprocess.Popen(command, cwd=ROOT, env={**os.environ, **(env or {})}, stdout=log, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(
+        command, cwd=ROOT, env={**os.environ, **(env or {})}, stdout=log, stderr=subprocess.STDOUT
+    )
     try:
         deadline = time.monotonic() + start_timeout
         while True:
@@ -122,7 +153,9 @@ def streamlit_server(folder: Path, env: dict[str, str] | None = None, start_time
                 break
             except OSError:
                 if time.monotonic() > deadline or process.poll() is not None:
-                    raise RuntimeError("streamlit did not start: " + (folder / "server.log").read_text(errors="replace"))
+                    raise RuntimeError(
+                        "streamlit did not start: " + (folder / "server.log").read_text(errors="replace")
+                    )
                 time.sleep(0.5)
         yield Server(f"http://127.0.0.1:{port}", process, counts_file)
     finally:
@@ -137,9 +170,10 @@ def streamlit_server(folder: Path, env: dict[str, str] | None = None, start_time
 def serve(counts_file: str, streamlit_args: list[str]) -> None:
     """The server process: count model loads and forward passes, then run streamlit in-process."""
     sys.path.insert(0, str(ROOT))  # run as a script from tests/: make vitviz importable
+    from streamlit.web import cli
+
     import vitviz
     import vitviz.analysis
-    from streamlit.web import cli
 
     lock = threading.Lock()
 
@@ -311,8 +345,9 @@ async def _upload(page, path: Path, done: str, timeout_ms: int) -> None:
         await page.wait_for_function(_SHOWS, arg=done, timeout=timeout_ms)
     except Exception as error:
         files = await page.evaluate(_UPLOADER_FILES)
-        raise TimeoutError(f"the page never showed {done!r} after uploading {path.name} "
-                           f"(the uploader lists {files})") from error  # fmt: skip
+        raise TimeoutError(
+            f"the page never showed {done!r} after uploading {path.name} (the uploader lists {files})"
+        ) from error
 
 
 async def _choose(page, label: str, option: str, attempts: int = 3) -> None:
@@ -338,8 +373,9 @@ async def _problems(page) -> list[str]:
     return texts + [t for t in alerts if re.search(r"could not|error|failed", t, re.IGNORECASE)]
 
 
-async def _one_session(browser, url: str, index: int, deadline: float, report: LoadReport, folder: Path,
-                       images: int, timeout_ms: int) -> None:  # fmt: skip
+async def _one_session(
+    browser, url: str, index: int, deadline: float, report: LoadReport, folder: Path, images: int, timeout_ms: int
+) -> None:
     context = await browser.new_context(viewport={"width": 1300, "height": 900})
     context.set_default_timeout(max(timeout_ms, PAGE_TIMEOUT_MS))
     context.set_default_navigation_timeout(max(timeout_ms, PAGE_TIMEOUT_MS))
@@ -361,8 +397,13 @@ async def _one_session(browser, url: str, index: int, deadline: float, report: L
             if upload > 0:
                 previous = f"session{index}-image{(upload - 1) % images}.png"
                 for target in (previous, name):
-                    await _act_and_wait(page, lambda: _choose(page, "Image", target), timeout_ms,
-                                        f"{target}, {IMAGE_SIZE[0]}x{IMAGE_SIZE[1]}", f"choosing {target}")  # fmt: skip
+                    await _act_and_wait(
+                        page,
+                        lambda: _choose(page, "Image", target),
+                        timeout_ms,
+                        f"{target}, {IMAGE_SIZE[0]}x{IMAGE_SIZE[1]}",
+                        f"choosing {target}",
+                    )
                     report.control_changes += 1
             report.problems += [f"session {index}: {text[:300]}" for text in await _problems(page)]
             upload += 1
@@ -372,8 +413,9 @@ async def _one_session(browser, url: str, index: int, deadline: float, report: L
         await context.close()
 
 
-def run_sessions(url: str, folder: Path, sessions: int = 8, seconds: float = 30, images: int = 6,
-                 timeout_ms: int = 120_000) -> LoadReport:  # fmt: skip
+def run_sessions(
+    url: str, folder: Path, sessions: int = 8, seconds: float = 30, images: int = 6, timeout_ms: int = 120_000
+) -> LoadReport:
     """`sessions` browser tabs, each uploading its `images` images in turn (after each, the Image picker
     goes back to the previous image and forward again), going on until `seconds` have passed."""
     from playwright.async_api import async_playwright
@@ -384,8 +426,9 @@ def run_sessions(url: str, folder: Path, sessions: int = 8, seconds: float = 30,
         async with async_playwright() as p:
             browser = await p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             deadline = time.monotonic() + seconds
-            await asyncio.gather(*(_one_session(browser, url, i, deadline, report, folder, images, timeout_ms)
-                                   for i in range(sessions)))  # fmt: skip
+            await asyncio.gather(
+                *(_one_session(browser, url, i, deadline, report, folder, images, timeout_ms) for i in range(sessions))
+            )
             await browser.close()
 
     started = time.monotonic()

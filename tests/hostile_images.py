@@ -16,8 +16,8 @@ import random
 import struct
 import zipfile
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 from PIL import Image
@@ -149,7 +149,9 @@ CORPUS: list[Case] = [
     # -- decoded: every supported format, every awkward mode --
     Case("jpeg", lambda: encode(solid(), "JPEG", quality=95), (40, 30), {(20, 15): RED}, tolerance=12),
     Case("progressive-jpeg", lambda: encode(solid(), "JPEG", progressive=True), (40, 30), {(5, 5): RED}, tolerance=12),
-    Case("greyscale-jpeg", lambda: encode(solid(128, mode="L"), "JPEG"), (40, 30), {(3, 3): (128, 128, 128)}, tolerance=2),
+    Case(
+        "greyscale-jpeg", lambda: encode(solid(128, mode="L"), "JPEG"), (40, 30), {(3, 3): (128, 128, 128)}, tolerance=2
+    ),
     Case("png", lambda: encode(solid(), "PNG"), (40, 30), {(0, 0): RED, (39, 29): RED}),
     Case("interlaced-png", lambda: encode(noise((9, 7)), "PNG", interlace=1), (9, 7)),
     Case("webp-lossless", lambda: encode(solid(), "WEBP", lossless=True), (40, 30), {(20, 15): RED}),
@@ -160,12 +162,21 @@ CORPUS: list[Case] = [
     Case("apng", lambda: two_frames("PNG"), (16, 16), {(8, 8): RED}),
     Case("multipage-tiff", lambda: two_frames("TIFF"), (16, 16), {(8, 8): RED}),
     Case("rgba-hidden-colour", lambda: encode(transparent_rgba(), "PNG"), (8, 8), {(5, 5): WHITE, (0, 0): RED}),
-    Case("webp-rgba", lambda: encode(transparent_rgba(), "WEBP", lossless=True, exact=True), (8, 8),
-         {(5, 5): WHITE, (0, 0): RED}),  # fmt: skip
+    Case(
+        "webp-rgba",
+        lambda: encode(transparent_rgba(), "WEBP", lossless=True, exact=True),
+        (8, 8),
+        {(5, 5): WHITE, (0, 0): RED},
+    ),
     Case("grey-alpha", grey_alpha, (8, 8), {(5, 5): WHITE, (0, 0): BLACK}),
     Case("palette-transparency", palette_with_transparency, (4, 4), {(2, 2): WHITE, (0, 0): BLACK}),
-    Case("cmyk-jpeg", lambda: encode(solid((0, 255, 255, 0), mode="CMYK"), "JPEG"), (40, 30), {(5, 5): (255, 0, 0)},
-         tolerance=30),  # fmt: skip
+    Case(
+        "cmyk-jpeg",
+        lambda: encode(solid((0, 255, 255, 0), mode="CMYK"), "JPEG"),
+        (40, 30),
+        {(5, 5): (255, 0, 0)},
+        tolerance=30,
+    ),
     Case("16-bit-grey", sixteen_bit_grey, (4, 4), {(0, 0): (4, 4, 4)}),  # rint(1000 / 65535 * 255): not clipped
     Case("float-grey", float_grey_ramp, (4, 4), {(0, 0): BLACK, (3, 3): WHITE}),
     Case("1-bit", one_bit_checker, (8, 8), {(0, 0): BLACK, (1, 0): WHITE}),
@@ -176,8 +187,11 @@ CORPUS: list[Case] = [
     Case("empty", lambda: b"", error="empty"),
     Case("text", lambda: b"just some notes\nabout a cat\n", error="text file"),
     Case("html", lambda: b"<!DOCTYPE html><html><body><img src=x></body></html>", error="HTML page"),
-    Case("svg", lambda: b'<svg xmlns="http://www.w3.org/2000/svg" width="9" height="9"><rect width="9" height="9"/></svg>',
-         error="SVG"),  # fmt: skip
+    Case(
+        "svg",
+        lambda: b'<svg xmlns="http://www.w3.org/2000/svg" width="9" height="9"><rect width="9" height="9"/></svg>',
+        error="SVG",
+    ),
     Case("pdf", lambda: b"%PDF-1.7\n1 0 obj << /Type /Catalog >> endobj\n%%EOF\n", error="PDF"),
     Case("zip", zip_of_a_png, error="ZIP archive"),
     Case("random-bytes", random_bytes, error="unrecognised"),

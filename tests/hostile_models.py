@@ -67,8 +67,16 @@ def edited_checkpoint(tmp_path: Path, name: str = "edited.pt", state=None, prepr
 def hf_vit_folder(folder: Path, **changes) -> Path:
     """A tiny Hugging Face ViT saved with save_pretrained, its config.json then changed."""
     torch.manual_seed(0)
-    ViTModel(HFViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-                         image_size=32, patch_size=8)).save_pretrained(folder)  # fmt: skip
+    ViTModel(
+        HFViTConfig(
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=64,
+            image_size=32,
+            patch_size=8,
+        )
+    ).save_pretrained(folder)
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps(config | changes))
     return folder

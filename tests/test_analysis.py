@@ -20,8 +20,18 @@ CONFIGS = {
 
 def model_for(config: dict) -> ViT:
     torch.manual_seed(0)
-    model = ViT(ViTConfig(image_size=(24, 40), patch_size=8, hidden_size=32, num_layers=3, num_heads=4, mlp_size=64,
-                          num_classes=5, **config)).eval()  # fmt: skip
+    model = ViT(
+        ViTConfig(
+            image_size=(24, 40),
+            patch_size=8,
+            hidden_size=32,
+            num_layers=3,
+            num_heads=4,
+            mlp_size=64,
+            num_classes=5,
+            **config,
+        )
+    ).eval()
     with torch.no_grad():
         for param in model.parameters():
             param.normal_(std=0.3)
@@ -42,23 +52,37 @@ def test_streamed_views_equal_the_keep_everything_views(name, precision):
     assert whole.attentions is not None and streamed.attentions is None
     # the views, against the keep-everything functions on the kept attentions
     args = whole.readout_args
-    torch.testing.assert_close(whole.readout_attention,
-                               explain.readout_attention_all(whole.attentions, whole.readout, **whole.maps_args)[0])  # fmt: skip
+    torch.testing.assert_close(
+        whole.readout_attention, explain.readout_attention_all(whole.attentions, whole.readout, **whole.maps_args)[0]
+    )
     torch.testing.assert_close(whole.rollout, explain.attention_rollout(whole.attentions, **args)[0])
-    torch.testing.assert_close(whole.prefix_shares,
-                               explain.attention_to_prefix_tokens(whole.attentions, whole.num_prefix_tokens)[0])  # fmt: skip
+    torch.testing.assert_close(
+        whole.prefix_shares, explain.attention_to_prefix_tokens(whole.attentions, whole.num_prefix_tokens)[0]
+    )
     torch.testing.assert_close(whole.entropy, explain.attention_entropy(whole.attentions)[0])
     # and the streamed analysis holds the same, in fp32
-    for field in ("readout_attention", "rollout", "prefix_shares", "entropy", "mean_distance", "readout", "token_norms"):
+    for field in (
+        "readout_attention",
+        "rollout",
+        "prefix_shares",
+        "entropy",
+        "mean_distance",
+        "readout",
+        "token_norms",
+    ):
         kept, streamed_value = getattr(whole, field), getattr(streamed, field)
         assert streamed_value.dtype == torch.float32, field
         torch.testing.assert_close(streamed_value, kept, rtol=1e-5, atol=1e-6, msg=field)
     np.testing.assert_allclose(streamed.probabilities, whole.probabilities, rtol=1e-5)
     # views the pass did not make: a streaming pass for the streamed analysis
     for settings in [("max", 0.5, 1), ("min", 0.0, 2), ("mean", 0.9, 0)]:
-        torch.testing.assert_close(rollout(model, streamed, *settings), rollout(model, whole, *settings), rtol=1e-5, atol=1e-7)
+        torch.testing.assert_close(
+            rollout(model, streamed, *settings), rollout(model, whole, *settings), rtol=1e-5, atol=1e-7
+        )
     for layer, query in [(0, (0, 0)), (1, (2, 4)), (2, (1, 3))]:
-        torch.testing.assert_close(patch_attention(model, streamed, layer, query), patch_attention(model, whole, layer, query))
+        torch.testing.assert_close(
+            patch_attention(model, streamed, layer, query), patch_attention(model, whole, layer, query)
+        )
     assert set(head_statistics(streamed)) == {"mean_distance", "entropy"}
 
 
@@ -95,8 +119,10 @@ def test_a_map_pooled_models_streamed_analysis_reads_its_pooling_weights():
         output = model(model.transform(photo())[None], output_attentions=True)
     expected = explain.readout_attention_all(output.attentions, output.readout, num_prefix_tokens=0, grid_size=(3, 5))
     torch.testing.assert_close(streamed.readout_attention, expected[0])
-    assert not torch.allclose(streamed.readout_attention, explain.readout_attention_all(
-        output.attentions, "mean", num_prefix_tokens=0, grid_size=(3, 5))[0])  # the weights matter  # fmt: skip
+    assert not torch.allclose(
+        streamed.readout_attention,
+        explain.readout_attention_all(output.attentions, "mean", num_prefix_tokens=0, grid_size=(3, 5))[0],
+    )  # the weights matter
 
 
 def test_a_kept_patch_row_does_not_hold_its_whole_attention_block():

@@ -12,15 +12,15 @@ import numpy as np
 import pytest
 import streamlit as st
 import torch
-from PIL import Image
 from hostile_images import CORPUS
+from PIL import Image
+from streamlit.testing.v1 import AppTest
 from test_app_reading import fix_precision, same_text, shown_in
 from tiny_models import tiny_checkpoint
-from streamlit.testing.v1 import AppTest
 
 import vitviz.load
-from vitviz_dashboard import budget
 from vitviz import Preprocessing, ViT, ViTConfig, explain, save_checkpoint
+from vitviz_dashboard import budget
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 NAMES = ["cat", "dog", "bird"]
@@ -97,8 +97,16 @@ def download_labels(at) -> list[str]:
 def test_upload_renders_predictions_and_the_rollout_overlay(default_model):
     at = uploaded_app()
     assert not at.error
-    assert [tab.label for tab in at.tabs] == ["Overview", "Heads & layers", "Click a patch", "Features",
-                                              "Class-specific", "Model anatomy", "Tokens", "Faithfulness"]  # fmt: skip
+    assert [tab.label for tab in at.tabs] == [
+        "Overview",
+        "Heads & layers",
+        "Click a patch",
+        "Features",
+        "Class-specific",
+        "Model anatomy",
+        "Tokens",
+        "Faithfulness",
+    ]
     specs = chart_specs(at)
     for name in NAMES:
         assert name in specs  # the prediction bars
@@ -111,16 +119,20 @@ def test_upload_renders_predictions_and_the_rollout_overlay(default_model):
 def test_every_tab_draws_its_maps(default_model):
     at = uploaded_app()
     drawn = {}
-    probabilities = vitviz.analysis.analyse_image(vitviz.load_model(str(vitviz.load.DEFAULT_CHECKPOINT)),
-                                                  Image.open(io.BytesIO(png_bytes())).convert("RGB")).probabilities  # fmt: skip
+    probabilities = vitviz.analysis.analyse_image(
+        vitviz.load_model(str(vitviz.load.DEFAULT_CHECKPOINT)), Image.open(io.BytesIO(png_bytes())).convert("RGB")
+    ).probabilities
     top = int(np.argmax(probabilities))
     for tab in ["Heads & layers", "Click a patch", "Class-specific", "Model anatomy", "Faithfulness"]:
         open_tab(at, tab)
         assert not at.error
         assert "What the model saw: 32x32" in [img.proto.imgs[0].caption for img in at.get("image")]
         # the prediction, and what the model saw, whichever tab is open
-        assert shown_in(f"**Prediction: {NAMES[top]} ({probabilities[top]:.1%})**; the model saw the photo as a 32x32 "
-                        "input (4x4 patches of 8 px).", [m.value for m in at.markdown])  # fmt: skip
+        assert shown_in(
+            f"**Prediction: {NAMES[top]} ({probabilities[top]:.1%})**; the model saw the photo as a 32x32 "
+            "input (4x4 patches of 8 px).",
+            [m.value for m in at.markdown],
+        )
         drawn[tab] = captions(at)
         if tab == "Model anatomy":
             specs = chart_specs(at)
@@ -128,17 +140,27 @@ def test_every_tab_draws_its_maps(default_model):
             pictures = [img for img in at.get("image") if not (img.proto.imgs[0].caption or "").startswith("What the")]
             assert len(pictures) == 1 and len(pictures[0].proto.imgs) == 16  # filter components
             # each chart's numbers under it: the layer x head tables as CSV, the others as .npz
-            assert sorted(download_labels(at)) == ["Entropies (.csv)", "Mean distances (.csv)",
-                                                   "Patch-embedding components (.npz)",
-                                                   "Position-embedding similarity (.npz)"]  # fmt: skip
-    assert drawn["Heads & layers"] == [f"head {h}" for h in range(4)] + ["photo.png: layer 1, head mean",
-                                                                          "photo.png: layer 0, head mean"]  # fmt: skip
-    assert drawn["Click a patch"] == ["patch (2, 2), layer 1, mean over heads (the patch outlined)",
-                                         *(f"head {h}" for h in range(4))]  # fmt: skip
+            assert sorted(download_labels(at)) == [
+                "Entropies (.csv)",
+                "Mean distances (.csv)",
+                "Patch-embedding components (.npz)",
+                "Position-embedding similarity (.npz)",
+            ]
+    assert drawn["Heads & layers"] == [f"head {h}" for h in range(4)] + [
+        "photo.png: layer 1, head mean",
+        "photo.png: layer 0, head mean",
+    ]
+    assert drawn["Click a patch"] == [
+        "patch (2, 2), layer 1, mean over heads (the patch outlined)",
+        *(f"head {h}" for h in range(4)),
+    ]
     target = drawn["Class-specific"][0].split(" for ")[1]
-    assert drawn["Class-specific"] == [f"relevance for {target}", f"legrad for {target}",  # the lens, last block first
-                                       f"block 1: P({target}) read from each patch",
-                                       "block 1: the class each patch votes for"]  # fmt: skip
+    assert drawn["Class-specific"] == [
+        f"relevance for {target}",
+        f"legrad for {target}",  # the lens, last block first
+        f"block 1: P({target}) read from each patch",
+        "block 1: the class each patch votes for",
+    ]
     assert drawn["Faithfulness"] == []  # run on request only
 
 
@@ -166,11 +188,13 @@ def test_small_photos_are_enlarged_by_whole_pixels_for_the_page_and_big_ones_red
 
 def test_each_method_and_statistic_is_explained_where_it_is_shown(default_model):
     at = uploaded_app()
-    explained = {"Overview": ["Abnar & Zuidema 2020", "same for every class"],
-                 "Click a patch": ["sums to 1 over all tokens"],
-                 "Class-specific": ["(Chefer et al. 2021)", "Bousselham et al. 2025", "read on its own"],
-                 "Model anatomy": ["distance in pixels", "in nats", "Cosine similarity", "principal components"],
-                 "Faithfulness": ["positive and negative tests"]}  # fmt: skip
+    explained = {
+        "Overview": ["Abnar & Zuidema 2020", "same for every class"],
+        "Click a patch": ["sums to 1 over all tokens"],
+        "Class-specific": ["(Chefer et al. 2021)", "Bousselham et al. 2025", "read on its own"],
+        "Model anatomy": ["distance in pixels", "in nats", "Cosine similarity", "principal components"],
+        "Faithfulness": ["positive and negative tests"],
+    }
     for tab, phrases in explained.items():
         open_tab(at, tab)
         text = " ".join(c.value for c in at.caption)
@@ -228,8 +252,10 @@ def test_the_logit_lens_follows_the_block_slider(default_model):
     legend = next(h.proto.body for h in at.get("html") if "Patches voting for each" in h.proto.body)
     counts = {name: int((lens.votes[1, 0] == k).sum()) for k, name in enumerate(NAMES)}
     assert all(f"{name} ({count})" in legend for name, count in counts.items()), legend
-    assert ("Colours: the class's probability, one fixed scale for every block, from 0 (left of the strip) to 1 (right)."
-            in legends(at))  # fmt: skip
+    assert (
+        "Colours: the class's probability, one fixed scale for every block, from 0 (left of the strip) to 1 (right)."
+        in legends(at)
+    )
     assert any(c.startswith("Colours: relevance on the top class's scale, from 0 ") for c in legends(at))
     np.testing.assert_allclose(readout, lens.readout_probability[:, 0].numpy(), rtol=1e-5)
     assert names.tolist() == [[NAMES[v] for v in row] for row in lens.votes[1, 0].tolist()]
@@ -248,21 +274,24 @@ def test_every_head_is_drawn_over_the_photo_on_one_colour_scale_unless_asked(def
     top = float(analysis.readout_attention[-1].max())
     notes = [c.value for c in at.caption]
     assert shown_in(f"Colour scale: 0 to {top:.3g}, shared by every head (the strip below).", notes)
-    assert shown_in(f"Colours: attention weight, every head, from 0 (left of the strip) to {top:.3g} (right).",
-                    legends(at))  # fmt: skip
+    assert shown_in(
+        f"Colours: attention weight, every head, from 0 (left of the strip) to {top:.3g} (right).", legends(at)
+    )
     heads = [img.proto.imgs[0].url for img in at.get("image") if img.proto.imgs[0].caption.startswith("head ")]
     assert len(heads) == 4
     next(t for t in at.toggle if t.label == "One colour scale for every head").set_value(False).run()
     assert "Colour scale: each head from its own smallest to its largest weight (the strip below)." in [
-        c.value for c in at.caption]  # fmt: skip
+        c.value for c in at.caption
+    ]
     rescaled = [img.proto.imgs[0].url for img in at.get("image") if img.proto.imgs[0].caption.startswith("head ")]
     assert all(a != b for a, b in zip(heads, rescaled))  # every head's colours changed
 
 
 def test_tab_controls_keep_their_values_while_another_tab_is_open(default_model):
     at = started_app()
-    at.file_uploader[0].set_value([("a.png", png_bytes(), "image/png"),
-                                   ("b.png", png_bytes((30, 60)), "image/png")]).run()  # fmt: skip
+    at.file_uploader[0].set_value(
+        [("a.png", png_bytes(), "image/png"), ("b.png", png_bytes((30, 60)), "image/png")]
+    ).run()
     next(s for s in at.slider if s.label == "Discard ratio").set_value(0.5).run()
     next(s for s in at.slider if s.label == "Top-k").set_value(2).run()
     open_tab(at, "Heads & layers")
@@ -303,8 +332,9 @@ def test_camera_photos_each_join_the_image_picker(default_model):
 
 def test_different_files_with_the_same_name_are_both_kept(default_model):
     at = started_app()
-    at.file_uploader[0].set_value([("image.jpg", jpeg_bytes(), "image/jpeg"),
-                                   ("image.jpg", jpeg_bytes(colour=(250, 250, 0)), "image/jpeg")]).run()  # fmt: skip
+    at.file_uploader[0].set_value(
+        [("image.jpg", jpeg_bytes(), "image/jpeg"), ("image.jpg", jpeg_bytes(colour=(250, 250, 0)), "image/jpeg")]
+    ).run()
     picker = next(s for s in at.selectbox if s.label == "Image")
     assert picker.options == ["image.jpg", "image (2).jpg"] and picker.value == "image (2).jpg"
 
@@ -319,15 +349,21 @@ def test_the_compare_sides_tell_apart_two_images_with_the_same_bytes(default_mod
     assert "Overlay (PNG, full size)" in download_labels(at)
 
 
-def test_a_model_with_fewer_layers_under_the_same_name_resets_the_layer_controls(
-    default_model, tmp_path, monkeypatch
-):
+def test_a_model_with_fewer_layers_under_the_same_name_resets_the_layer_controls(default_model, tmp_path, monkeypatch):
     # the same path, a different model after the file changed: stored layer choices must not overflow
     monkeypatch.setenv("VITVIZ_MODEL_DIRS", str(tmp_path))  # the page opens typed paths only in allowed folders
     path = tmp_path / "changing.pt"
     torch.manual_seed(0)
-    save_checkpoint(path, ViT(ViTConfig(image_size=32, patch_size=8, hidden_size=32, num_layers=3, num_heads=4,
-                                        mlp_size=64, num_classes=3)), NAMES, Preprocessing(resize=32, crop=32))  # fmt: skip
+    save_checkpoint(
+        path,
+        ViT(
+            ViTConfig(
+                image_size=32, patch_size=8, hidden_size=32, num_layers=3, num_heads=4, mlp_size=64, num_classes=3
+            )
+        ),
+        NAMES,
+        Preprocessing(resize=32, crop=32),
+    )
     at = started_app()
     at.sidebar.selectbox[0].set_value("path or upload...").run()
     at.sidebar.text_input[0].set_value(str(path)).run()
@@ -347,8 +383,11 @@ def test_a_model_with_fewer_layers_under_the_same_name_resets_the_layer_controls
 
 def image_urls(at) -> list:
     """The tabs' pictures (the model's input, above every tab, left out)."""
-    return [img.proto.imgs[0].url for img in at.get("image")
-            if not (img.proto.imgs[0].caption or "").startswith("What the model saw")]  # fmt: skip
+    return [
+        img.proto.imgs[0].url
+        for img in at.get("image")
+        if not (img.proto.imgs[0].caption or "").startswith("What the model saw")
+    ]
 
 
 def test_controls_change_what_is_drawn(default_model):
@@ -392,11 +431,17 @@ def test_class_maps_share_the_top_class_scale_unless_asked(default_model):
     next(s for s in at.selectbox if s.label == "Explain the class").select_index(2).run()  # the least likely class
     target = next(s for s in at.selectbox if s.label == "Explain the class").value
     weak_map = explain.method_maps(model, pixels, ["relevance"], target).maps["relevance"]
-    assert shown_in(f"Colours: relevance on the top class's scale, from 0 (left of the strip) to "
-                    f"{float(top_map.max()):.3g} (right).", legends(at))  # fmt: skip
+    assert shown_in(
+        f"Colours: relevance on the top class's scale, from 0 (left of the strip) to "
+        f"{float(top_map.max()):.3g} (right).",
+        legends(at),
+    )
     next(t for t in at.toggle if t.label.startswith("Compare classes")).set_value(False).run()
-    assert shown_in(f"Colours: relevance, this map's range, from {float(weak_map.min()):.3g} (left of the strip) to "
-                    f"{float(weak_map.max()):.3g} (right).", legends(at))  # fmt: skip
+    assert shown_in(
+        f"Colours: relevance, this map's range, from {float(weak_map.min()):.3g} (left of the strip) to "
+        f"{float(weak_map.max()):.3g} (right).",
+        legends(at),
+    )
 
 
 def run_faithfulness(at) -> None:
@@ -406,9 +451,11 @@ def run_faithfulness(at) -> None:
 def test_faithfulness_tab_runs_on_request_and_says_so(default_model):
     at = open_tab(uploaded_app(), "Faithfulness")
     assert "most relevant first" not in chart_specs(at)
-    assert [i.value for i in at.info] == ["Nothing is drawn until you switch on 'Run the perturbation test' above: "
-                                          "it re-runs the model on the photo with patches replaced, so it runs only "
-                                          "when asked. Once on, it stays on for every photo and class you choose."]
+    assert [i.value for i in at.info] == [
+        "Nothing is drawn until you switch on 'Run the perturbation test' above: "
+        "it re-runs the model on the photo with patches replaced, so it runs only "
+        "when asked. Once on, it stays on for every photo and class you choose."
+    ]
     run_faithfulness(at)
     assert not at.exception and not at.info
     table = at.table[0].value
@@ -430,8 +477,9 @@ def test_faithfulness_tests_the_class_chosen_in_the_class_specific_tab_and_stays
     assert next(s for s in at.selectbox if s.label == "Explain the class").value == chosen  # one choice, two tabs
     assert f"probability of '{NAMES[chosen]}' is recorded" in at.caption[0].value
     run_faithfulness(at)
-    at.file_uploader[0].set_value([("photo.png", png_bytes(), "image/png"),
-                                   ("other.png", png_bytes((40, 40)), "image/png")]).run()  # fmt: skip
+    at.file_uploader[0].set_value(
+        [("photo.png", png_bytes(), "image/png"), ("other.png", png_bytes((40, 40)), "image/png")]
+    ).run()
     assert not at.exception
     assert next(t for t in at.toggle if t.label.startswith("Run the perturbation test")).value  # still on
     assert at.table and len(at.table[0].value) == 3  # and run for the new image
@@ -491,8 +539,13 @@ def test_uploaded_checkpoints_are_opened_safely_size_limited_and_bounded_on_disk
     at = started_app()
     at.sidebar.selectbox[0].set_value("path or upload...").run()
     marker = tmp_path / "pwned"
-    at.sidebar.file_uploader[0].set_value(("evil.pt", pickle.dumps({"format": "vitviz-checkpoint", "x": CreatesAFile(marker)}),
-                        "application/octet-stream")).run()  # fmt: skip
+    at.sidebar.file_uploader[0].set_value(
+        (
+            "evil.pt",
+            pickle.dumps({"format": "vitviz-checkpoint", "x": CreatesAFile(marker)}),
+            "application/octet-stream",
+        )
+    ).run()
     assert not at.exception and "could run code" in at.error[0].value and not marker.exists()
     at.sidebar.file_uploader[0].set_value(("huge.pt", bytes(51 * 2**20), "application/octet-stream")).run()
     assert not at.exception and "the limit is 50 MB" in at.sidebar.error[0].value
@@ -526,8 +579,12 @@ def test_a_fresh_page_offers_the_bundled_example_photos(default_model, monkeypat
     at = started_app()
     assert not at.error
     options = next(s for s in at.selectbox if s.label == "Image").options
-    assert options[:4] == ["sample: Chelsea the cat.jpg", "sample: astronaut.jpg", "sample: coffee.jpg",
-                           "sample: rocket.jpg"]  # fmt: skip
+    assert options[:4] == [
+        "sample: Chelsea the cat.jpg",
+        "sample: astronaut.jpg",
+        "sample: coffee.jpg",
+        "sample: rocket.jpg",
+    ]
     assert any("Showing sample photos" in c.value for c in at.caption)
     assert "Attention rollout" in [s.value for s in at.subheader]  # the first is analysed at once
     at.file_uploader[0].set_value(("mine.png", png_bytes(), "image/png")).run()
@@ -537,8 +594,9 @@ def test_a_fresh_page_offers_the_bundled_example_photos(default_model, monkeypat
 
 def test_two_images_side_by_side(default_model):
     at = started_app()
-    at.file_uploader[0].set_value([("first.png", png_bytes((64, 48)), "image/png"),
-                                   ("second.png", png_bytes((30, 60)), "image/png")]).run()  # fmt: skip
+    at.file_uploader[0].set_value(
+        [("first.png", png_bytes((64, 48)), "image/png"), ("second.png", png_bytes((30, 60)), "image/png")]
+    ).run()
     assert not at.exception and not at.error
     open_tab(at, "Heads & layers")
     image_b = next(s for s in at.selectbox if s.label == "B: image")
@@ -554,8 +612,20 @@ def test_two_images_side_by_side(default_model):
 def test_one_layer_model_without_cls_token_renders_every_tab(tmp_path, monkeypatch):
     # mean pooling, registers instead of [CLS], one block, two classes: every slider has one choice or two
     torch.manual_seed(0)
-    model = ViT(ViTConfig(image_size=32, patch_size=8, hidden_size=32, num_layers=1, num_heads=4, mlp_size=64,
-                          num_classes=2, class_token=False, pooling="mean", num_register_tokens=2))  # fmt: skip
+    model = ViT(
+        ViTConfig(
+            image_size=32,
+            patch_size=8,
+            hidden_size=32,
+            num_layers=1,
+            num_heads=4,
+            mlp_size=64,
+            num_classes=2,
+            class_token=False,
+            pooling="mean",
+            num_register_tokens=2,
+        )
+    )
     save_checkpoint(tmp_path / "odd.pt", model, ["yes", "no"], Preprocessing(resize=(32, 32)))
     monkeypatch.setattr(vitviz.load, "DEFAULT_CHECKPOINT", tmp_path / "odd.pt")
     at = uploaded_app()
@@ -571,7 +641,11 @@ def test_one_layer_model_without_cls_token_renders_every_tab(tmp_path, monkeypat
     open_tab(at, "Faithfulness")
     run_faithfulness(at)
     assert not at.exception
-    assert at.table[0].value["map"].tolist() == ["rollout", "mean of the patch rows (last layer)", "relevance (Chefer et al.)"]
+    assert at.table[0].value["map"].tolist() == [
+        "rollout",
+        "mean of the patch rows (last layer)",
+        "relevance (Chefer et al.)",
+    ]
 
 
 def test_torchvision_model_offline_shows_a_message_and_the_page_keeps_working(default_model, tmp_path, monkeypatch):
@@ -592,8 +666,9 @@ def test_torchvision_model_offline_shows_a_message_and_the_page_keeps_working(de
 
 def test_an_unreadable_upload_is_reported_and_left_out_of_every_image_choice(default_model):
     at = started_app()
-    at.file_uploader[0].set_value([("good.png", png_bytes(), "image/png"),
-                                   ("broken.png", b"not an image", "image/png")]).run()  # fmt: skip
+    at.file_uploader[0].set_value(
+        [("good.png", png_bytes(), "image/png"), ("broken.png", b"not an image", "image/png")]
+    ).run()
     assert not at.exception
     assert any("Could not read broken.png" in e.value for e in at.error)
     open_tab(at, "Heads & layers")
@@ -604,8 +679,9 @@ def test_an_unreadable_upload_is_reported_and_left_out_of_every_image_choice(def
 
 def test_compare_sides_follow_a_new_main_image(default_model):
     at = started_app()
-    at.file_uploader[0].set_value([("first.png", png_bytes((64, 48)), "image/png"),
-                                   ("second.png", png_bytes((30, 60)), "image/png")]).run()  # fmt: skip
+    at.file_uploader[0].set_value(
+        [("first.png", png_bytes((64, 48)), "image/png"), ("second.png", png_bytes((30, 60)), "image/png")]
+    ).run()
     open_tab(at, "Heads & layers")
     for name in ("first.png", "second.png"):
         next(s for s in at.selectbox if s.label == "Image").set_value(name).run()
@@ -615,9 +691,13 @@ def test_compare_sides_follow_a_new_main_image(default_model):
 
 def test_the_compare_choice_survives_viewing_another_image(default_model):
     at = started_app()
-    at.file_uploader[0].set_value([("first.png", png_bytes((64, 48)), "image/png"),
-                                   ("second.png", png_bytes((30, 60)), "image/png"),
-                                   ("third.png", png_bytes((40, 40)), "image/png")]).run()  # fmt: skip
+    at.file_uploader[0].set_value(
+        [
+            ("first.png", png_bytes((64, 48)), "image/png"),
+            ("second.png", png_bytes((30, 60)), "image/png"),
+            ("third.png", png_bytes((40, 40)), "image/png"),
+        ]
+    ).run()
     next(s for s in at.selectbox if s.label == "Image").set_value("first.png").run()
     open_tab(at, "Heads & layers")
     next(s for s in at.selectbox if s.label == "B: image").set_value("second.png").run()
@@ -630,8 +710,9 @@ def test_the_compare_choice_survives_viewing_another_image(default_model):
 
 def test_choosing_another_model_keeps_the_images_the_chosen_one_and_the_open_tab(default_model):
     at = started_app()
-    at.file_uploader[0].set_value([("a.png", png_bytes(), "image/png"),
-                                   ("b.png", png_bytes((30, 60)), "image/png")]).run()  # fmt: skip
+    at.file_uploader[0].set_value(
+        [("a.png", png_bytes(), "image/png"), ("b.png", png_bytes((30, 60)), "image/png")]
+    ).run()
     next(s for s in at.selectbox if s.label == "Image").set_value("a.png").run()
     open_tab(at, "Heads & layers")
     at.sidebar.selectbox[0].set_value("path or upload...").run()  # no path yet: the page stops early
@@ -644,8 +725,16 @@ def test_choosing_another_model_keeps_the_images_the_chosen_one_and_the_open_tab
 
 # --- the models people use: backbones, registers, attention pooling, the model picker ---------------
 
-EVERY_TAB = ["Overview", "Heads & layers", "Click a patch", "Features", "Class-specific", "Model anatomy", "Tokens",
-             "Faithfulness"]
+EVERY_TAB = [
+    "Overview",
+    "Heads & layers",
+    "Click a patch",
+    "Features",
+    "Class-specific",
+    "Model anatomy",
+    "Tokens",
+    "Faithfulness",
+]
 
 
 def figures(at) -> list[dict]:
@@ -665,8 +754,11 @@ def values(field) -> np.ndarray:
 def captions(at) -> list[str]:
     """The captions of the tabs' pictures: the colour-scale strips (legends) and the model's input, shown above every
     tab, left out."""
-    return [c for c in (img.proto.imgs[0].caption or "" for img in at.get("image"))
-            if not c.startswith(("Colours: ", "What the model saw"))]  # fmt: skip
+    return [
+        c
+        for c in (img.proto.imgs[0].caption or "" for img in at.get("image"))
+        if not c.startswith(("Colours: ", "What the model saw"))
+    ]
 
 
 def legends(at) -> list[str]:
@@ -687,8 +779,12 @@ def render_every_tab(at) -> dict[str, dict]:
     for tab in EVERY_TAB:
         open_tab(at, tab)
         assert not at.error, (tab, [e.value for e in at.error])
-        seen[tab] = {"info": [i.value for i in at.info], "subheaders": [s.value for s in at.subheader],
-                     "captions": captions(at), "specs": chart_specs(at)}  # fmt: skip
+        seen[tab] = {
+            "info": [i.value for i in at.info],
+            "subheaders": [s.value for s in at.subheader],
+            "captions": captions(at),
+            "specs": chart_specs(at),
+        }
     return seen
 
 
@@ -729,7 +825,13 @@ def test_a_model_with_registers_renders_every_tab_and_names_its_registers(tmp_pa
     bars = next(f for f in figures(at) if f["layout"].get("barmode") == "stack")
     assert [trace["name"] for trace in bars["data"]] == ["[CLS]", "register 1", "register 2", "patches"]
     norms = next(f for f in figures(at) if f["layout"]["yaxis"].get("title", {}).get("text") == "token norm (L2)")
-    assert [trace["name"] for trace in norms["data"]] == ["median patch", "max patch", "[CLS]", "register 1", "register 2"]
+    assert [trace["name"] for trace in norms["data"]] == [
+        "median patch",
+        "max patch",
+        "[CLS]",
+        "register 1",
+        "register 2",
+    ]
     assert any("no attention-pooling head: its head reads the [CLS] token" in c.value for c in at.caption)
 
 
@@ -751,10 +853,22 @@ def test_the_prefix_token_view_draws_the_models_own_shares_and_follows_the_layer
     assert not np.allclose(expected[0], expected[1])
 
 
-@pytest.mark.parametrize("config, reads, tokens", [
-    (dict(distillation_token=True, distillation_head=True), "[CLS] and distillation rows, half each", "[CLS] + distillation"),
-    (dict(pooling="cls+mean", num_register_tokens=1), "[CLS] row and mean patch row, half each", "[CLS] + 1 register"),
-], ids=["deit", "cls+mean"])  # fmt: skip
+@pytest.mark.parametrize(
+    "config, reads, tokens",
+    [
+        (
+            dict(distillation_token=True, distillation_head=True),
+            "[CLS] and distillation rows, half each",
+            "[CLS] + distillation",
+        ),
+        (
+            dict(pooling="cls+mean", num_register_tokens=1),
+            "[CLS] row and mean patch row, half each",
+            "[CLS] + 1 register",
+        ),
+    ],
+    ids=["deit", "cls+mean"],
+)
 def test_every_readout_gets_every_tab_titled_by_what_it_reads(tmp_path, monkeypatch, config, reads, tokens):
     at = model_app(tiny_checkpoint(tmp_path / "model.pt", **config), monkeypatch)
     assert f"Tokens: {tokens}, then the patches" in at.sidebar.caption[0].value
@@ -799,9 +913,12 @@ def test_the_token_norms_follow_the_layer_slider_and_flag_the_outlier(tmp_path, 
 
     last = norm_view()
     assert same_text(last[0], f"norm of each patch token after block 1 ({norms[1].min():.2f} to {norms[1].max():.2f})")
-    assert same_text(last[2], f"**1 of 16** patch tokens in layer 1 have a norm above 2x the median patch norm "
-                              f"({np.median(norms[1]):.2f}); the largest is {norms[1].max():.2f} "
-                              f"({norms[1].max() / np.median(norms[1]):.1f}x the median).")  # fmt: skip
+    assert same_text(
+        last[2],
+        f"**1 of 16** patch tokens in layer 1 have a norm above 2x the median patch norm "
+        f"({np.median(norms[1]):.2f}); the largest is {norms[1].max():.2f} "
+        f"({norms[1].max() / np.median(norms[1]):.1f}x the median).",
+    )
     assert "outlined: 1 patch above 2x the median norm" in captions(at)
     factor = next(s for s in at.slider if s.label.startswith("Flag patches above"))
     factor.set_value(10.0).run()
@@ -827,10 +944,17 @@ def test_a_model_with_attention_pooling_renders_every_tab_and_shows_the_pooling_
     assert "the pooling head's attention, mean over its 4 heads" in tokens["captions"]
     open_tab(at, "Tokens")
     assert any("no prefix tokens" in c.value for c in at.caption)
-    fused = next(img.proto.imgs[0].url for img in at.get("image") if "pooling head's attention" in img.proto.imgs[0].caption)
+    fused = next(
+        img.proto.imgs[0].url for img in at.get("image") if "pooling head's attention" in img.proto.imgs[0].caption
+    )
     next(s for s in at.selectbox if s.label.startswith("Fuse the pooling head")).set_value("max").run()
     assert "the pooling head's attention, max over its 4 heads" in captions(at)
-    assert next(img.proto.imgs[0].url for img in at.get("image") if "pooling head's attention" in img.proto.imgs[0].caption) != fused
+    assert (
+        next(
+            img.proto.imgs[0].url for img in at.get("image") if "pooling head's attention" in img.proto.imgs[0].caption
+        )
+        != fused
+    )
 
 
 @pytest.fixture()
@@ -891,8 +1015,14 @@ def test_any_timm_or_hugging_face_spec_can_be_typed(default_model, offline_hub):
     assert not at.exception and "timm has no model 'no_such_model'" in at.error[0].value
 
 
-DINOV3_STYLE = dict(num_register_tokens=4, layer_scale=True, absolute_positions=False, rotary="dinov3",
-                    layer_norm_eps=1e-5, pooling="mean")  # fmt: skip
+DINOV3_STYLE = dict(
+    num_register_tokens=4,
+    layer_scale=True,
+    absolute_positions=False,
+    rotary="dinov3",
+    layer_norm_eps=1e-5,
+    pooling="mean",
+)
 
 
 def test_a_dinov3_style_model_renders_every_tab_with_its_storage_tokens_and_rotary_anatomy(tmp_path, monkeypatch):
@@ -910,13 +1040,37 @@ def test_a_dinov3_style_model_renders_every_tab_with_its_storage_tokens_and_rota
     assert similarity[1, 2, 1, 2] == pytest.approx(1.0) and similarity[0, 0, 3, 3] < similarity[0, 0, 0, 1]
 
 
-@pytest.mark.parametrize("config", [
-    dict(pooling="map", pool_prefix=True, pool_heads=2, norm_pre=True, rotary="eva", rotary_offset=1.0,
-         rotary_column_first=True, rotary_reference_grid=(4, 4), rotary_temperature=10000.0),  # PE-Core
-    dict(norm="rmsnorm", patch_norm=True, gated_mlp=True, class_token=False, pooling="mean", qkv_bias=False),  # AIMv2
-    dict(rotary="eva", rotary_reference_grid=(4, 4), gated_mlp=True, mlp_norm=True, attention_norm=True,
-         qk_norm=True, fc_norm=True, pooling="mean", final_norm=True),  # EVA-02 and its CLIP tower's norms
-], ids=["pe-core", "aimv2", "eva02"])  # fmt: skip
+@pytest.mark.parametrize(
+    "config",
+    [
+        dict(
+            pooling="map",
+            pool_prefix=True,
+            pool_heads=2,
+            norm_pre=True,
+            rotary="eva",
+            rotary_offset=1.0,
+            rotary_column_first=True,
+            rotary_reference_grid=(4, 4),
+            rotary_temperature=10000.0,
+        ),  # PE-Core
+        dict(
+            norm="rmsnorm", patch_norm=True, gated_mlp=True, class_token=False, pooling="mean", qkv_bias=False
+        ),  # AIMv2
+        dict(
+            rotary="eva",
+            rotary_reference_grid=(4, 4),
+            gated_mlp=True,
+            mlp_norm=True,
+            attention_norm=True,
+            qk_norm=True,
+            fc_norm=True,
+            pooling="mean",
+            final_norm=True,
+        ),  # EVA-02 and its CLIP tower's norms
+    ],
+    ids=["pe-core", "aimv2", "eva02"],
+)
 def test_the_2025_families_render_every_tab(tmp_path, monkeypatch, config):
     at = model_app(tiny_checkpoint(tmp_path / "model.pt", **config), monkeypatch)
     seen = render_every_tab(at)
@@ -928,9 +1082,22 @@ def test_what_looks_like_a_path_in_the_model_box(tmp_path):
     from vitviz_dashboard.sidebar import looks_like_path
 
     (tmp_path / "folder").mkdir()
-    for path in ("/srv/models/vit.pt", "~/models", "./checkpoints", "..\\x", "C:\\models\\vit", "model.pt", "weights.safetensors",
-                 str(tmp_path / "folder")):
+    for path in (
+        "/srv/models/vit.pt",
+        "~/models",
+        "./checkpoints",
+        "..\\x",
+        "C:\\models\\vit",
+        "model.pt",
+        "weights.safetensors",
+        str(tmp_path / "folder"),
+    ):
         assert looks_like_path(path), path
-    for spec in ("timm:vit_small_patch16_dinov3.lvd1689m", "hf:google/vit-base-patch16-224", "google/vit-base-patch16-224",
-                 "open_clip:ViT-B-16/openai", "vit_small_patch8_224.dino"):
+    for spec in (
+        "timm:vit_small_patch16_dinov3.lvd1689m",
+        "hf:google/vit-base-patch16-224",
+        "google/vit-base-patch16-224",
+        "open_clip:ViT-B-16/openai",
+        "vit_small_patch8_224.dino",
+    ):
         assert not looks_like_path(spec), spec

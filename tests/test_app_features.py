@@ -64,8 +64,14 @@ def test_the_tab_shows_pca_colours_matches_and_parts_fitted_over_both_photos(tmp
     at = features_tab(path, monkeypatch)
     assert not at.error and not at.warning
     assert [s.value for s in at.subheader] == ["PCA colours", "Click a patch: its matches", "Parts (k-means)"]
-    assert captions(at) == ["b.png", "a.png", "b.png: similarity to its patch (2, 2)",
-                            "a.png: similarity to b.png's patch (2, 2)", "b.png", "a.png"]  # fmt: skip
+    assert captions(at) == [
+        "b.png",
+        "a.png",
+        "b.png: similarity to its patch (2, 2)",
+        "a.png: similarity to b.png's patch (2, 2)",
+        "b.png",
+        "a.png",
+    ]
     # the colours are one PCA over both photos' last-block tokens, as explain.pca_rgb fits it on features made here
     (fitted,) = kept("pca_colours")
     expected = explain.pca_rgb(reference_features(path, -1, "token"))
@@ -77,14 +83,23 @@ def test_the_tab_shows_pca_colours_matches_and_parts_fitted_over_both_photos(tmp
     (labels,) = kept("feature_parts")
     assert [len(part) for part in labels] == [16, 16] and len(np.unique(np.concatenate(labels))) == 5
     assert [b.proto.label for b in at.get("download_button")] == [
-        "PCA colours (PNG)", "PCA colours (.npz)", "Matches (PNG)", "Matches (.npz)", "Parts (PNG)", "Parts (.npz)"]
+        "PCA colours (PNG)",
+        "PCA colours (.npz)",
+        "Matches (PNG)",
+        "Matches (.npz)",
+        "Parts (PNG)",
+        "Parts (.npz)",
+    ]
 
 
 def test_a_click_changes_the_similarity_maps(tmp_path, monkeypatch):
     at = features_tab(tiny_checkpoint(tmp_path / "model.pt"), monkeypatch)
     before = pictures(at, "patch (2, 2)")
     pca_before = pictures(at, "a.png")
-    at.session_state["features_patch"] = (0, 3)  # what a click on patch (0, 3) of the picture sets (tests/test_browser.py)
+    at.session_state["features_patch"] = (
+        0,
+        3,
+    )  # what a click on patch (0, 3) of the picture sets (tests/test_browser.py)
     at.run()
     assert not at.exception and not at.error
     after = pictures(at, "patch (0, 3)")
@@ -131,6 +146,10 @@ def test_one_photo_or_none(tmp_path, monkeypatch):
     photos.set_value(["a.png"]).run()
     assert not at.error
     # the matches are within the one photo
-    assert captions(at)[:3] == ["a.png", "a.png: similarity to its patch (2, 2)", "a.png: similarity to its patch (2, 2)"]
+    assert captions(at)[:3] == [
+        "a.png",
+        "a.png: similarity to its patch (2, 2)",
+        "a.png: similarity to its patch (2, 2)",
+    ]
     next(m for m in at.multiselect if m.label.startswith("Photos")).set_value([]).run()
     assert "Choose one or more photos above." in [i.value for i in at.info]

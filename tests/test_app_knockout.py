@@ -84,20 +84,27 @@ def test_knock_a_head_out_see_the_banner_and_a_changed_prediction_then_restore(t
     # the ranking is explain.head_importance of the page's model on its photo, for the top class
     model = vitviz.load_model(path)
     expected = explain.head_importance(model, photo_pixels(model))
-    ranking = next(f for f in (json.loads(c.proto.spec) for c in at.get("plotly_chart"))
-                   if f["layout"].get("title", {}).get("text", "").startswith("Logit drop when removed"))  # fmt: skip
-    np.testing.assert_allclose(values(ranking["data"][1]["customdata"]).astype(float),
-                               -expected.logit_change[0].numpy().ravel(), atol=1e-5)  # fmt: skip
+    ranking = next(
+        f
+        for f in (json.loads(c.proto.spec) for c in at.get("plotly_chart"))
+        if f["layout"].get("title", {}).get("text", "").startswith("Logit drop when removed")
+    )
+    np.testing.assert_allclose(
+        values(ranking["data"][1]["customdata"]).astype(float), -expected.logit_change[0].numpy().ravel(), atol=1e-5
+    )
     parts = explain.direct_logit_attribution(model, photo_pixels(model))
     caption = next(c.value for c in at.caption if c.value.startswith("Logit "))
-    assert shown_in(f"Logit {parts.logit[0]:.3f} = embeddings {parts.embeddings[0]:.3f}", [caption.split(" + heads")[0]])
+    assert shown_in(
+        f"Logit {parts.logit[0]:.3f} = embeddings {parts.embeddings[0]:.3f}", [caption.split(" + heads")[0]]
+    )
 
     strongest = np.unravel_index(np.abs(expected.logit_change[0].numpy()).argmax(), (2, 4))
     label = f"L{strongest[0]} H{strongest[1]}"
     next(m for m in at.multiselect if m.label == "Knock out heads").set_value([label]).run()
     assert not at.exception and not at.error
-    assert banners(at) == [f"**Intervened model.** Heads removed: {label}. The predictions and every map below are "
-                           "this model's."]  # fmt: skip
+    assert banners(at) == [
+        f"**Intervened model.** Heads removed: {label}. The predictions and every map below are this model's."
+    ]
     knocked = model.knock_out(heads=[tuple(int(v) for v in strongest)])
     with torch.no_grad():
         probabilities = knocked.probabilities(knocked(photo_pixels(knocked)).logits)[0]
@@ -127,12 +134,16 @@ def test_take_the_registers_out_of_the_attention_and_see_what_changes(tmp_path, 
     assert picker.options == ["[CLS]", "register 1", "register 2"]
     picker.set_value(["register 1", "register 2"]).run()
     assert not at.exception and not at.error
-    assert banners(at) == ["**Intervened model.** Taken out of the attention: register 1, register 2. The predictions "
-                           "and every map below are this model's."]  # fmt: skip
+    assert banners(at) == [
+        "**Intervened model.** Taken out of the attention: register 1, register 2. The predictions "
+        "and every map below are this model's."
+    ]
     model = vitviz.load_model(path)
     with torch.no_grad():
         before = model.probabilities(model(photo_pixels(model)).logits)[0]
-        after = model.probabilities(model(photo_pixels(model), key_mask=torch.tensor([True, False, False] + [True] * 16)).logits)[0]
+        after = model.probabilities(
+            model(photo_pixels(model), key_mask=torch.tensor([True, False, False] + [True] * 16)).logits
+        )[0]
     assert_changes(at, model.class_names, before, after)
     captions = [img.proto.imgs[0].caption for img in at.get("image")]
     assert "intact: [CLS] attention, last layer, mean over heads" in captions
@@ -140,8 +151,9 @@ def test_take_the_registers_out_of_the_attention_and_see_what_changes(tmp_path, 
 
 def test_a_backbone_has_no_head_ranking_but_can_lose_its_cls_token(tmp_path, monkeypatch):
     at = app_with(tiny_checkpoint(tmp_path / "backbone.pt", names=()), monkeypatch, "Heads & layers")
-    assert ("This model has no classifier (a backbone): head importance and logit attribution need classes."
-            in [i.value for i in at.info])  # fmt: skip
+    assert "This model has no classifier (a backbone): head importance and logit attribution need classes." in [
+        i.value for i in at.info
+    ]
     open_tab(at, "Tokens")
     next(m for m in at.multiselect if m.label == "Take out of the attention").set_value(["[CLS]"]).run()
     assert not at.exception and not at.error and banners(at)

@@ -8,13 +8,13 @@ import pytest
 import streamlit as st
 import torch
 from streamlit.testing.v1 import AppTest
-
-import vitviz
-import vitviz.analysis
 from test_app import APP, captions, open_tab, png_bytes
 from test_app_reading import assert_percent, fix_precision
 from tiny_models import tiny_checkpoint
 from tiny_text import clip_folder, siglip_folder
+
+import vitviz
+import vitviz.analysis
 from vitviz.images import load_image
 from vitviz_dashboard import budget
 from vitviz_dashboard.prompts import PROMPTS_KEY, SOURCE_KEY
@@ -95,8 +95,12 @@ def test_two_prompts_side_by_side_in_the_class_specific_tab(folders, monkeypatch
     assert not at.exception and not at.error
     names = ["a photo of a cat", "a photo of a dog", "a photo of a bird"]
     shown = [c for c in captions(at) if " for '" in c]
-    assert shown[:4] == [f"relevance for '{names[first]}'", f"relevance for {second.split(' (')[0]!r}".replace('"', "'"),
-                         f"legrad for '{names[first]}'", f"legrad for {second.split(' (')[0]!r}".replace('"', "'")]  # fmt: skip
+    assert shown[:4] == [
+        f"relevance for '{names[first]}'",
+        f"relevance for {second.split(' (')[0]!r}".replace('"', "'"),
+        f"legrad for '{names[first]}'",
+        f"legrad for {second.split(' (')[0]!r}".replace('"', "'"),
+    ]
     assert "Text lens" in [h.value for h in at.subheader]  # the logit lens reads patches against the prompts
     legend = next(h.proto.body for h in at.get("html") if "Patches voting for each" in h.proto.body)
     assert all(f"{name} (" in legend for name in names)  # every prompt, voted for or not
@@ -144,8 +148,9 @@ def test_a_ready_set_with_its_template(folders, monkeypatch):
     assert any("10 classes x 1 template = 10 prompts, e.g. 'a photo of a bird.'" in c.value for c in at.sidebar.caption)
     expected = library_probabilities(folders["siglip"], list(vitviz.text.prompt_set("cifar10")), ["a photo of a {}."])
     top = int(np.argmax(expected))
-    assert_percent(prediction(at), f"Zero-shot prediction: '{vitviz.text.prompt_set('cifar10')[top]}' (",
-                   float(expected[top]))
+    assert_percent(
+        prediction(at), f"Zero-shot prediction: '{vitviz.text.prompt_set('cifar10')[top]}' (", float(expected[top])
+    )
 
 
 def test_a_clip_tower_without_its_text_half_says_how_to_get_it(folders, monkeypatch):
@@ -165,7 +170,9 @@ def test_when_probabilities_tie_the_picker_starts_on_the_top_class_and_maps_are_
     monkeypatch.setattr(vitviz.load, "DEFAULT_CHECKPOINT", path)
     calls = []
     original = vitviz.analysis.class_maps
-    monkeypatch.setattr(vitviz.analysis, "class_maps", lambda *a, **k: calls.append((a[2], k["methods"])) or original(*a, **k))
+    monkeypatch.setattr(
+        vitviz.analysis, "class_maps", lambda *a, **k: calls.append((a[2], k["methods"])) or original(*a, **k)
+    )
     at = AppTest.from_file(APP, default_timeout=120)
     at.run()
     at.file_uploader[0].set_value(("photo.png", png_bytes(), "image/png")).run()

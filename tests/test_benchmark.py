@@ -150,7 +150,9 @@ def folder(tmp_path_factory):
     for label in ("cat", "dog", "bird"):
         (root / "data" / label).mkdir(parents=True)
         for i in range(3):
-            Image.fromarray(rng.integers(0, 256, (32, 32 + 8 * i, 3), dtype=np.uint8)).save(root / "data" / label / f"{i}.png")
+            Image.fromarray(rng.integers(0, 256, (32, 32 + 8 * i, 3), dtype=np.uint8)).save(
+                root / "data" / label / f"{i}.png"
+            )
     return root / "data", tiny_checkpoint(root / "model.pt")
 
 
@@ -161,8 +163,23 @@ def read_csv(path: Path) -> list[dict]:
 
 def test_benchmark_writes_every_output_and_its_areas_are_the_mean_curves(folder, tmp_path, capsys):
     data, checkpoint = folder
-    assert benchmark.main([str(data), "--model", str(checkpoint), "--methods", "rollout", "relevance",
-                           "--steps", "4", "--out", str(tmp_path / "out")]) == 0  # fmt: skip
+    assert (
+        benchmark.main(
+            [
+                str(data),
+                "--model",
+                str(checkpoint),
+                "--methods",
+                "rollout",
+                "relevance",
+                "--steps",
+                "4",
+                "--out",
+                str(tmp_path / "out"),
+            ]
+        )
+        == 0
+    )
     rows = read_csv(tmp_path / "out" / "results.csv")
     assert list(rows[0]) == benchmark.COLUMNS and [r["method"] for r in rows] == ["rollout", "relevance", "random"]
     assert all(r["n_images"] == "9" and r["protocol"] == "model" for r in rows)
@@ -265,7 +282,9 @@ def test_an_interrupted_benchmark_resumes_where_it_stopped(folder, tmp_path, mon
     assert len(calls) == 9 and len(set(calls)) == 9  # each image once: 4 before the interruption, 5 after
     straight, resumed = read_csv(tmp_path / "straight" / "results.csv"), read_csv(tmp_path / "resumed" / "results.csv")
     for a, b in zip(straight, resumed):
-        assert {k: v for k, v in a.items() if k != "ms_per_image"} == {k: v for k, v in b.items() if k != "ms_per_image"}
+        assert {k: v for k, v in a.items() if k != "ms_per_image"} == {
+            k: v for k, v in b.items() if k != "ms_per_image"
+        }
 
 
 def test_torchrun_with_two_processes_gives_the_numbers_of_one(folder, tmp_path):
@@ -277,13 +296,30 @@ def test_torchrun_with_two_processes_gives_the_numbers_of_one(folder, tmp_path):
         benchmark.main([*args, "--out", str(tmp_path / "one")])
     finally:
         torch.set_num_threads(threads)
-    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")} | {"OMP_NUM_THREADS": "1"}
+    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")} | {
+        "OMP_NUM_THREADS": "1"
+    }
     # its own process group, so that a timeout ends torchrun's workers too (killing torchrun alone would leave them)
     process = subprocess.Popen(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-         "-m", "vitviz.benchmark", *args, "--out", str(tmp_path / "two")],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            "-m",
+            "vitviz.benchmark",
+            *args,
+            "--out",
+            str(tmp_path / "two"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
     try:
         _, stderr = process.communicate(timeout=300)
     except subprocess.TimeoutExpired:
@@ -293,7 +329,9 @@ def test_torchrun_with_two_processes_gives_the_numbers_of_one(folder, tmp_path):
     assert process.returncode == 0, stderr[-3000:]
     one, two = read_csv(tmp_path / "one" / "results.csv"), read_csv(tmp_path / "two" / "results.csv")
     for a, b in zip(one, two, strict=True):
-        assert {k: v for k, v in a.items() if k != "ms_per_image"} == {k: v for k, v in b.items() if k != "ms_per_image"}
+        assert {k: v for k, v in a.items() if k != "ms_per_image"} == {
+            k: v for k, v in b.items() if k != "ms_per_image"
+        }
 
 
 def test_imagenet_classifiers_read_labels_from_wordnet_id_folders(tmp_path):
@@ -329,22 +367,40 @@ def test_bad_input_gets_a_clear_error(folder, tmp_path, capsys):
             benchmark.main([*bad, "--model", str(checkpoint), "--out", str(tmp_path / "o")])
         assert exit_info.value.code == 2 and message in capsys.readouterr().err
     with pytest.raises(SystemExit, match="no classification head"):
-        benchmark.main([str(data), "--model", str(tiny_checkpoint(tmp_path / "b.pt", names=())), "--out", str(tmp_path / "o")])
+        benchmark.main(
+            [str(data), "--model", str(tiny_checkpoint(tmp_path / "b.pt", names=())), "--out", str(tmp_path / "o")]
+        )
     unlabelled = tmp_path / "flat"
     unlabelled.mkdir()
     Image.new("RGB", (32, 32), (9, 9, 9)).save(unlabelled / "a.png")
     (unlabelled / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n not really")
     with pytest.raises(SystemExit, match="--target label needs class sub-folders"):
         benchmark.main([str(unlabelled), "--model", str(checkpoint), "--target", "label", "--out", str(tmp_path / "o")])
-    assert benchmark.main([str(unlabelled), "--model", str(checkpoint), "--methods", "cls", "--out", str(tmp_path / "u")]) == 1
+    assert (
+        benchmark.main([str(unlabelled), "--model", str(checkpoint), "--methods", "cls", "--out", str(tmp_path / "u")])
+        == 1
+    )
     assert "skipped" in capsys.readouterr().err
     assert "prediction on the intact image" in (tmp_path / "u" / "results.md").read_text()
 
 
 def test_sanity_check_flags_the_map_that_ignores_the_model(folder, tmp_path):
     data, checkpoint = folder
-    benchmark.main([str(data), "--model", str(checkpoint), "--methods", "relevance", "--steps", "2", "--sanity", "2",
-                    "--out", str(tmp_path / "out")])  # fmt: skip
+    benchmark.main(
+        [
+            str(data),
+            "--model",
+            str(checkpoint),
+            "--methods",
+            "relevance",
+            "--steps",
+            "2",
+            "--sanity",
+            "2",
+            "--out",
+            str(tmp_path / "out"),
+        ]
+    )
     rows = {row["method"]: row for row in read_csv(tmp_path / "out" / "sanity.csv")}
     assert list(rows) == ["relevance", "random"] and list(rows["random"]) == ["method", "depth_0", "depth_1", "depth_2"]
     assert all(float(row["depth_0"]) == 1.0 for row in rows.values())  # nothing randomised yet
@@ -363,8 +419,26 @@ def test_precision_auto_is_decided_once_and_stated(folder, tmp_path, monkeypatch
         return "bf16", PrecisionChoice("bf16", 2.0, 1.0, "bf16 took 0.50x the time of fp32", 3)
 
     monkeypatch.setattr(benchmark, "resolve_precision", stub)
-    assert benchmark.main([str(data), "--model", str(checkpoint), "--methods", "rollout", "--limit", "2", "--steps", "2",
-                           "--precision", "auto", "--out", str(tmp_path / "out")]) == 0  # fmt: skip
+    assert (
+        benchmark.main(
+            [
+                str(data),
+                "--model",
+                str(checkpoint),
+                "--methods",
+                "rollout",
+                "--limit",
+                "2",
+                "--steps",
+                "2",
+                "--precision",
+                "auto",
+                "--out",
+                str(tmp_path / "out"),
+            ]
+        )
+        == 0
+    )
     assert calls == ["auto"]
     assert "in bf16" in (tmp_path / "out" / "results.md").read_text()
     assert "auto chose bf16" in capsys.readouterr().err

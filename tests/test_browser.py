@@ -10,10 +10,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from browser_harness import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    ROOT,
+    eventually,
+    new_page,
+    require_browser,
+    streamlit_server,
+    wait_until_drawn,
+    wait_until_idle,
+)
 from PIL import Image
-
-from browser_harness import (CHROMIUM, CHROMIUM_ARGS, ROOT, eventually, new_page, require_browser, streamlit_server,
-                             wait_until_drawn, wait_until_idle)  # fmt: skip
 from tiny_models import tiny_checkpoint
 
 require_browser()
@@ -25,8 +33,11 @@ SCREENSHOTS = Path(os.environ.get("VITVIZ_SCREENSHOTS", ROOT / "tests" / "screen
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     folder = tmp_path_factory.mktemp("browser")
-    env = {"VITVIZ_DEFAULT_CHECKPOINT": str(tiny_checkpoint(folder / "model.pt")), "VITVIZ_SAMPLES": "",
-           "VITVIZ_TEST_PRECISION": "fp32"}  # the numbers downloaded are compared: one precision, whatever the load
+    env = {
+        "VITVIZ_DEFAULT_CHECKPOINT": str(tiny_checkpoint(folder / "model.pt")),
+        "VITVIZ_SAMPLES": "",
+        "VITVIZ_TEST_PRECISION": "fp32",
+    }  # the numbers downloaded are compared: one precision, whatever the load
     with streamlit_server(folder, env) as running:
         yield running, folder
 
@@ -89,8 +100,10 @@ def test_upload_overlay_and_click_a_patch(server):
         # 320x320 crop of the 480x320 photo: a 4x4 grid of 80-pixel patches from x = 80 to 400
         picture = page.get_by_alt_text("photo.png with the model's patch grid")
         picture.wait_for(timeout=90_000)
-        page.wait_for_function("() => [...document.querySelectorAll('*')].some(e => e.shadowRoot && "
-                               "[...e.shadowRoot.querySelectorAll('img')].some(i => i.complete && i.width > 0))")
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('*')].some(e => e.shadowRoot && "
+            "[...e.shadowRoot.querySelectorAll('img')].some(i => i.complete && i.width > 0))"
+        )
         shown = picture.bounding_box()
         assert abs(shown["width"] / shown["height"] - 1.5) < 0.02  # the photo's proportions, at the column's width
         picture.click(position={"x": 3, "y": 3})  # in the dimmed border the model never saw
@@ -136,11 +149,15 @@ def test_features_tab_click_to_match_between_two_photos(server):
         page.get_by_text("Attention rollout").first.wait_for(timeout=120_000)
         page.get_by_role("tab", name="Features").click()
         page.get_by_text("similarity to its patch (2, 2)").first.wait_for(timeout=90_000)
-        source = page.get_by_text("(the first photo chosen above)").inner_text().split("Click a patch of ")[1].split(" ")[0]
+        source = (
+            page.get_by_text("(the first photo chosen above)").inner_text().split("Click a patch of ")[1].split(" ")[0]
+        )
         picture = page.get_by_alt_text(f"{source} with the model's patch grid")
         picture.wait_for(timeout=90_000)
-        page.wait_for_function("() => [...document.querySelectorAll('*')].some(e => e.shadowRoot && "
-                               "[...e.shadowRoot.querySelectorAll('img')].some(i => i.complete && i.width > 0))")
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('*')].some(e => e.shadowRoot && "
+            "[...e.shadowRoot.querySelectorAll('img')].some(i => i.complete && i.width > 0))"
+        )
         shown = picture.bounding_box()
         picture.click(position={"x": shown["width"] / 8, "y": shown["height"] * 3 / 8})  # patch (1, 0) of the 4x4 grid
         page.get_by_text(f"{source}: similarity to its patch (1, 0)").first.wait_for(timeout=90_000)
@@ -187,7 +204,10 @@ def test_click_a_head_in_the_ranking_to_knock_it_out_then_restore(server):
             # the banner above the tabs may push the page down by its height, or a re-laid-out element above nudge it
             # by a few pixels (23 px was seen on a busy machine), never back to the top
             assert page.evaluate(MAIN_SCROLL) >= before - page.viewport_size["height"] / 4, (
-                attempt, before, page.evaluate(MAIN_SCROLL))  # fmt: skip
+                attempt,
+                before,
+                page.evaluate(MAIN_SCROLL),
+            )
             shown = chart.bounding_box()
             assert 0 <= shown["y"] + shown["height"] / 2 <= page.viewport_size["height"], attempt  # still in view
             if attempt == 0:
@@ -208,8 +228,10 @@ def test_a_spec_or_a_path_typed_into_the_model_box(server):
         page.goto(running.url, wait_until="domcontentloaded")
         box = page.get_by_test_id("stSidebar").get_by_role("combobox").first
         box.wait_for(timeout=60_000)
-        for typed, expected in [("./checkpoints/default.pt", "Paths go in the field below this box"),
-                                ("timm:no_such_model", "timm has no model 'no_such_model'")]:  # fmt: skip
+        for typed, expected in [
+            ("./checkpoints/default.pt", "Paths go in the field below this box"),
+            ("timm:no_such_model", "timm has no model 'no_such_model'"),
+        ]:
             box.click()
             box.fill(typed)
             box.press("Enter")

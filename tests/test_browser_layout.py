@@ -12,9 +12,17 @@ import os
 from pathlib import Path
 
 import pytest
-
-from browser_harness import (CHROMIUM, CHROMIUM_ARGS, HIDDEN_TABS, ROOT, choose, new_page, require_browser, streamlit_server,
-                             wait_until_drawn)  # fmt: skip
+from browser_harness import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    HIDDEN_TABS,
+    ROOT,
+    choose,
+    new_page,
+    require_browser,
+    streamlit_server,
+    wait_until_drawn,
+)
 
 require_browser()
 from playwright.sync_api import sync_playwright  # noqa: E402
@@ -22,14 +30,22 @@ from playwright.sync_api import sync_playwright  # noqa: E402
 SCREENSHOTS = Path(os.environ.get("VITVIZ_SCREENSHOTS", ROOT / "tests" / "screenshots"))
 WIDTHS = [800, 1280, 1920]
 # each tab, and a text it shows once drawn
-TABS = {"Overview": "Attention rollout", "Heads & layers": "Every head in layer", "Click a patch": "Each head: what patch",
-        "Features": "Parts (k-means)",
-        "Class-specific": "Logit lens", "Model anatomy": "Position-embedding similarity",
-        "Tokens": "Attention to the prefix tokens", "Faithfulness": "Replace patches by"}  # fmt: skip
+TABS = {
+    "Overview": "Attention rollout",
+    "Heads & layers": "Every head in layer",
+    "Click a patch": "Each head: what patch",
+    "Features": "Parts (k-means)",
+    "Class-specific": "Logit lens",
+    "Model anatomy": "Position-embedding similarity",
+    "Tokens": "Attention to the prefix tokens",
+    "Faithfulness": "Replace patches by",
+}
 
 # the height of everything in the page's scrolling main area, to screenshot it whole (Streamlit scrolls an
 # inner element, not the document, so Playwright's full_page alone stops at the window's height)
-CONTENT_HEIGHT = "() => Math.max(...[...document.querySelectorAll('[data-testid=stMain], section')].map(e => e.scrollHeight))"
+CONTENT_HEIGHT = (
+    "() => Math.max(...[...document.querySelectorAll('[data-testid=stMain], section')].map(e => e.scrollHeight))"
+)
 # the pictures Streamlit serves (overlays, legends): a new overlay has a new address
 MEDIA_IMAGES = "() => [...document.images].map(image => image.src).filter(src => src.includes('/media/'))"
 # elements of the main area wider than it (content that would need a horizontal scroll)

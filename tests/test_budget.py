@@ -26,8 +26,17 @@ from vitviz_dashboard.budget import MemoryStore, kept, nbytes, parse_bytes
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 
 
-@pytest.mark.parametrize("text, size", [("4GB", 4 * 2**30), ("512 MB", 512 * 2**20), ("1.5g", 3 * 2**29),
-                                         ("300000", 300000), ("2GiB", 2 * 2**30), ("64k", 64 * 1024)])  # fmt: skip
+@pytest.mark.parametrize(
+    "text, size",
+    [
+        ("4GB", 4 * 2**30),
+        ("512 MB", 512 * 2**20),
+        ("1.5g", 3 * 2**29),
+        ("300000", 300000),
+        ("2GiB", 2 * 2**30),
+        ("64k", 64 * 1024),
+    ],
+)
 def test_parse_bytes(text, size):
     assert parse_bytes(text) == size
 
@@ -209,4 +218,6 @@ def test_an_analysis_above_its_share_keeps_only_its_views_and_the_page_streams_t
     patches = [v for k, (v, _) in store._entries.items() if k[0] == "patch_maps"]
     assert len(patches) == 2  # patch (4, 4) then (1, 4), in the last block
     index = whole.num_prefix_tokens + 1 * 8 + 4
-    np.testing.assert_allclose(patches[-1][1], whole.attentions[-1][0, :, index, 1:].reshape(4, 8, 8).numpy(), rtol=1e-5)
+    np.testing.assert_allclose(
+        patches[-1][1], whole.attentions[-1][0, :, index, 1:].reshape(4, 8, 8).numpy(), rtol=1e-5
+    )

@@ -15,14 +15,19 @@ BUDGET = 2**20  # VITVIZ_MEMORY_BUDGET: 1 MB, less than 24 images of the tiny mo
 
 
 def test_eight_sessions_at_once(tmp_path):
-    env = {"VITVIZ_DEFAULT_CHECKPOINT": str(tiny_checkpoint(tmp_path / "model.pt")), "VITVIZ_SAMPLES": "",
-           "VITVIZ_MEMORY_BUDGET": str(BUDGET)}  # fmt: skip
+    env = {
+        "VITVIZ_DEFAULT_CHECKPOINT": str(tiny_checkpoint(tmp_path / "model.pt")),
+        "VITVIZ_SAMPLES": "",
+        "VITVIZ_MEMORY_BUDGET": str(BUDGET),
+    }
     with streamlit_server(tmp_path, env) as server:
         report = run_sessions(server.url, tmp_path, sessions=8, seconds=0, images=3)
         counts, store = server.counts(), server.store()
         peak = server.peak_memory_mb()
-    print(f"{report.sessions} sessions, {report.seconds:.0f} s, {report.uploads} uploads, "
-          f"{report.control_changes} control changes, counts {counts}, store {store}, peak {peak:.0f} MB")  # fmt: skip
+    print(
+        f"{report.sessions} sessions, {report.seconds:.0f} s, {report.uploads} uploads, "
+        f"{report.control_changes} control changes, counts {counts}, store {store}, peak {peak:.0f} MB"
+    )
     assert report.problems == [], "\n".join(report.problems)
     assert report.uploads == 8 * 3 and report.control_changes == 8 * 2 * 2  # every session: 3 images, back and forth
     assert counts["model_loads"] == 1

@@ -39,8 +39,10 @@ def built(tmp_path_factory):
     model_path = tiny_checkpoint(root / "model.pt")
     images = make_images(root / "images")
     out = root / "index"
-    assert main([str(images), "--model", str(model_path), "--out", str(out), "--shard-size", "8",
-                 "--batch-size", "5"]) == 0  # fmt: skip
+    assert (
+        main([str(images), "--model", str(model_path), "--out", str(out), "--shard-size", "8", "--batch-size", "5"])
+        == 0
+    )
     return model_path, images, out, vitviz.open_index(out)
 
 
@@ -59,8 +61,9 @@ def test_stored_values_equal_the_per_image_api(built):
         assert row.prediction == model.class_names[top[0]] and row.correct == (row.label == row.prediction)
         np.testing.assert_allclose(index.maps(row.image_id, "rollout")[0], single.rollout, **FP16)
         for head in range(4):
-            np.testing.assert_allclose(index.maps(row.image_id, f"readout:{head}")[0],
-                                       single.readout_attention[-1, head], **FP16)  # fmt: skip
+            np.testing.assert_allclose(
+                index.maps(row.image_id, f"readout:{head}")[0], single.readout_attention[-1, head], **FP16
+            )
         heads = index.query(f"SELECT * FROM heads WHERE image_id = {row.image_id} ORDER BY layer, head")
         np.testing.assert_allclose(heads["entropy"], single.entropy.flatten(), rtol=1e-5)
         np.testing.assert_allclose(heads["distance_px"], single.mean_distance.flatten(), rtol=1e-5)
@@ -69,8 +72,9 @@ def test_stored_values_equal_the_per_image_api(built):
         np.testing.assert_allclose(heads["to_patches"], single.prefix_shares[..., 1].flatten(), rtol=1e-5)
         features = explain.patch_features(model, single.pixel_values, -1)[0].reshape(4, 4, -1)
         np.testing.assert_allclose(index.features(row.image_id)[0], features, rtol=2e-3, atol=5e-3)
-        np.testing.assert_allclose(index.embeddings(row.image_id)[0], model(single.pixel_values).pooled[0].detach(),
-                                   rtol=1e-5, atol=1e-6)  # fmt: skip
+        np.testing.assert_allclose(
+            index.embeddings(row.image_id)[0], model(single.pixel_values).pooled[0].detach(), rtol=1e-5, atol=1e-6
+        )
         outliers = explain.high_norm_patches(single.token_norms[-1], 1).nonzero().flatten().tolist()
         assert list(row.high_norm_patches) == outliers
 
@@ -116,17 +120,20 @@ def test_approximate_search_reaches_its_recall():
     assert recall_at(found, exact_neighbours(queries, chunks, 10)) >= 0.9
 
 
-@pytest.mark.parametrize("sql", [
-    "COPY images TO '/tmp/stolen.csv'",
-    "ATTACH '/tmp/other.db' AS other",
-    "SELECT * FROM read_csv('/etc/passwd')",
-    "SELECT * FROM '/etc/hostname'",
-    "SELECT * FROM read_parquet('/tmp/*.parquet')",
-    "INSTALL httpfs",
-    "CREATE TABLE t AS SELECT 1",
-    "SET enable_external_access = true",
-    "SELECT 1; SELECT 2",
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "COPY images TO '/tmp/stolen.csv'",
+        "ATTACH '/tmp/other.db' AS other",
+        "SELECT * FROM read_csv('/etc/passwd')",
+        "SELECT * FROM '/etc/hostname'",
+        "SELECT * FROM read_parquet('/tmp/*.parquet')",
+        "INSTALL httpfs",
+        "CREATE TABLE t AS SELECT 1",
+        "SET enable_external_access = true",
+        "SELECT 1; SELECT 2",
+    ],
+)
 def test_sql_is_read_only(built, sql):
     with pytest.raises(QueryError, match="only SELECT|outside the index|exactly one|could not run"):
         built[3].query(sql)
@@ -154,8 +161,26 @@ def test_batched_pass_equals_images_one_by_one(tmp_path):
 def test_pca_key_facet_relevance_and_faithfulness(built, tmp_path):
     model_path, images, _, _ = built
     out = tmp_path / "pca"
-    assert main([str(images), "--model", str(model_path), "--out", str(out), "--pca", "3", "--facet", "key",
-                 "--limit", "10", "--relevance", "--faithfulness"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                str(images),
+                "--model",
+                str(model_path),
+                "--out",
+                str(out),
+                "--pca",
+                "3",
+                "--facet",
+                "key",
+                "--limit",
+                "10",
+                "--relevance",
+                "--faithfulness",
+            ]
+        )
+        == 0
+    )
     index = vitviz.open_index(out)
     assert index.features([0, 1]).shape == (2, 4, 4, 3) and index.manifest["pca"]["components"] == 3
     assert index.maps([0, 2], "relevance").shape == (2, 4, 4)
@@ -166,10 +191,14 @@ def test_pca_key_facet_relevance_and_faithfulness(built, tmp_path):
     np.testing.assert_allclose(index.maps(0, "relevance")[0], expected, **FP16)
     pca = np.load(out / "pca.npz")
     keys = explain.patch_features(model, pixels, -1, "key")[0].numpy()  # (16, heads * head_dim)
-    np.testing.assert_allclose(index.features(0)[0].reshape(16, 3), (keys - pca["mean"]) @ pca["components"].T,
-                               rtol=2e-3, atol=2e-3)  # fmt: skip
-    stored = index.query("SELECT prediction_index, faithfulness_most_first AS m, faithfulness_least_first AS l "
-                         "FROM images WHERE image_id = 0")  # fmt: skip
+    np.testing.assert_allclose(
+        index.features(0)[0].reshape(16, 3), (keys - pca["mean"]) @ pca["components"].T, rtol=2e-3, atol=2e-3
+    )
+    stored = index.query(
+        "SELECT prediction_index, faithfulness_most_first AS m, faithfulness_least_first AS l "
+        "FROM images WHERE image_id = 0"
+    )
     curves = explain.faithfulness(model, pixels, expected, int(stored["prediction_index"][0]))
-    np.testing.assert_allclose([stored["m"][0], stored["l"][0]], [curves["auc_most_first"], curves["auc_least_first"]],
-                               rtol=1e-3, atol=1e-3)  # fmt: skip
+    np.testing.assert_allclose(
+        [stored["m"][0], stored["l"][0]], [curves["auc_most_first"], curves["auc_least_first"]], rtol=1e-3, atol=1e-3
+    )

@@ -31,11 +31,20 @@ def setup(tmp_path_factory):
 
 
 def run_index(*argv, torchrun=0):
-    prefix = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={torchrun}", "-m"] \
-        if torchrun else [sys.executable, "-m"]  # fmt: skip
+    prefix = (
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={torchrun}", "-m"]
+        if torchrun
+        else [sys.executable, "-m"]
+    )
     env = os.environ | {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen([*prefix, "vitviz", "index", *map(str, argv)], env=env, cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    return subprocess.Popen(
+        [*prefix, "vitviz", "index", *map(str, argv)],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def assert_same_index(a, b):
@@ -79,11 +88,40 @@ def test_resume_after_sigkill_equals_a_clean_run(setup, tmp_path):
         vitviz.open_index(out)
     blocker.unlink()
     blocker.write_bytes((images / files[13]).read_bytes())
-    assert main([str(listed / "list.csv"), "--model", str(model), "--out", str(out), "--shard-size", "4",
-                 "--batch-size", "3", "--resume"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                str(listed / "list.csv"),
+                "--model",
+                str(model),
+                "--out",
+                str(out),
+                "--shard-size",
+                "4",
+                "--batch-size",
+                "3",
+                "--resume",
+            ]
+        )
+        == 0
+    )
     clean = tmp_path / "clean"
-    assert main([str(listed / "list.csv"), "--model", str(model), "--out", str(clean), "--shard-size", "4",
-                 "--batch-size", "3"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                str(listed / "list.csv"),
+                "--model",
+                str(model),
+                "--out",
+                str(clean),
+                "--shard-size",
+                "4",
+                "--batch-size",
+                "3",
+            ]
+        )
+        == 0
+    )
     assert_same_index(out, clean)
     with pytest.raises(SystemExit, match="already holds an index"):
         main([str(listed / "list.csv"), "--model", str(model), "--out", str(clean)])
@@ -120,11 +158,28 @@ def test_sources_zip_table_and_datasets(setup, tmp_path, monkeypatch):
             z.write(path, "test/" + path.relative_to(images).as_posix())  # one wrapping folder, then classes
     assert main([str(archive), "--model", str(model), "--out", str(tmp_path / "zip")]) == 0
     assert_same_index(tmp_path / "zip", _folder_index(model, images, tmp_path / "folder"))
-    table = pd.DataFrame({"file": [p.relative_to(images).as_posix() for p in files],
-                          "species": [p.parent.name for p in files]})  # fmt: skip
+    table = pd.DataFrame(
+        {"file": [p.relative_to(images).as_posix() for p in files], "species": [p.parent.name for p in files]}
+    )
     table.to_parquet(tmp_path / "list.parquet")
-    assert main([str(tmp_path / "list.parquet"), "--model", str(model), "--out", str(tmp_path / "pq"),
-                 "--path-column", "file", "--label-column", "species", "--limit", "5"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                str(tmp_path / "list.parquet"),
+                "--model",
+                str(model),
+                "--out",
+                str(tmp_path / "pq"),
+                "--path-column",
+                "file",
+                "--label-column",
+                "species",
+                "--limit",
+                "5",
+            ]
+        )
+        == 0
+    )
     labels = vitviz.open_index(tmp_path / "pq").query("SELECT label FROM images ORDER BY image_id")["label"]
     assert labels.tolist() == [p.parent.name for p in files[:5]]
 
@@ -133,12 +188,14 @@ def test_sources_zip_table_and_datasets(setup, tmp_path, monkeypatch):
     readable = [p for p in files if p.name != "broken.png"]
     saved = datasets.Dataset.from_dict(
         {"image": [str(p) for p in readable], "label": [int(p.parent.name == "dog") for p in readable]},
-        features=datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=["cat", "dog"])}))
+        features=datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=["cat", "dog"])}),
+    )
     saved.save_to_disk(str(tmp_path / "saved"))
     assert main([str(tmp_path / "saved"), "--model", str(model), "--out", str(tmp_path / "hf")]) == 0
     index = vitviz.open_index(tmp_path / "hf")
-    assert index.query("SELECT label FROM images ORDER BY image_id")["label"].tolist() == \
-        [p.parent.name for p in readable]  # fmt: skip
+    assert index.query("SELECT label FROM images ORDER BY image_id")["label"].tolist() == [
+        p.parent.name for p in readable
+    ]
 
     def offline(*args, **kwargs):
         raise ConnectionError("Couldn't reach 'someone/photos' on the Hub (LocalEntryNotFoundError)")
@@ -198,8 +255,23 @@ def test_prompts_make_a_zero_shot_index(setup, tmp_path):
     _, images, _ = setup
     _, _, folder = clip_folder(tmp_path / "clip")
     out = tmp_path / "zero-shot"
-    assert main([str(images), "--model", str(folder), "--out", str(out), "--prompts", "a photo of a dog",
-                 "a photo of a cat", "--limit", "6"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                str(images),
+                "--model",
+                str(folder),
+                "--out",
+                str(out),
+                "--prompts",
+                "a photo of a dog",
+                "a photo of a cat",
+                "--limit",
+                "6",
+            ]
+        )
+        == 0
+    )
     index = vitviz.open_index(out)
     assert set(index.query("SELECT prediction FROM images")["prediction"]) <= {"a photo of a dog", "a photo of a cat"}
     assert index.manifest["model"]["prompts"] == ["a photo of a dog", "a photo of a cat"]

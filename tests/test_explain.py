@@ -186,8 +186,18 @@ def test_a_wrong_grid_is_refused_not_reshaped():
 
 def tiny_model(prefix_registers=0, seed=0):
     torch.manual_seed(seed)
-    model = ViT(ViTConfig(image_size=(16, 24), patch_size=8, hidden_size=32, num_layers=3, num_heads=4, mlp_size=64,
-                          num_classes=5, num_register_tokens=prefix_registers)).eval()  # fmt: skip
+    model = ViT(
+        ViTConfig(
+            image_size=(16, 24),
+            patch_size=8,
+            hidden_size=32,
+            num_layers=3,
+            num_heads=4,
+            mlp_size=64,
+            num_classes=5,
+            num_register_tokens=prefix_registers,
+        )
+    ).eval()
     with torch.no_grad():
         for param in model.parameters():
             param.normal_(std=0.3)
@@ -364,8 +374,20 @@ def test_perturbation_curve_replaces_exact_fractions():
 def map_pooled_model(registers=2, seed=0):
     """A SigLIP-like model: no [CLS], an attention-pooling head, registers, a non-square 2x3 grid."""
     torch.manual_seed(seed)
-    model = ViT(ViTConfig(image_size=(16, 24), patch_size=8, hidden_size=32, num_layers=3, num_heads=4, mlp_size=64,
-                          num_classes=5, class_token=False, pooling="map", num_register_tokens=registers)).eval()  # fmt: skip
+    model = ViT(
+        ViTConfig(
+            image_size=(16, 24),
+            patch_size=8,
+            hidden_size=32,
+            num_layers=3,
+            num_heads=4,
+            mlp_size=64,
+            num_classes=5,
+            class_token=False,
+            pooling="map",
+            num_register_tokens=registers,
+        )
+    ).eval()
     with torch.no_grad():
         for param in model.parameters():
             param.normal_(std=0.3)
@@ -413,8 +435,9 @@ def test_streaming_equals_keeping_everything(precision, pooling, registers, fusi
         streamed_output = model(images, attention_sink=streamer)
     assert streamed_output.attentions is None
     grid = output.grid_size
-    assert_same_results(streamer.results(), keep_everything(output.attentions, grid, prefix, fusion, discard,
-                                                            start_layer, pooling))  # fmt: skip
+    assert_same_results(
+        streamer.results(), keep_everything(output.attentions, grid, prefix, fusion, discard, start_layer, pooling)
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64])
@@ -475,8 +498,12 @@ def test_streaming_readout_weights_are_validated():
 def test_streaming_reports_progress_after_each_block():
     model = tiny_model()
     seen = []
-    streamer = StreamingExplainer(model.config.grid_size, 8, 1, progress=lambda index: seen.append(
-        (index, streamer.results()["entropy"].shape[1])))  # fmt: skip
+    streamer = StreamingExplainer(
+        model.config.grid_size,
+        8,
+        1,
+        progress=lambda index: seen.append((index, streamer.results()["entropy"].shape[1])),
+    )
     with torch.no_grad():
         model(torch.randn(1, 3, 16, 24), attention_sink=streamer)
         model(torch.randn(1, 3, 16, 24), attention_sink=streamer)
@@ -520,6 +547,7 @@ def test_mean_pooled_models_read_the_mean_patch_row():
 
 # --- what the head reads, prefix tokens, token norms, the pooling head ----------------------------
 
+
 def test_a_readout_tensor_gives_the_string_poolings_exactly():
     attentions = random_attentions(prefix=2)
     B, T = 2, attentions[0].shape[-1]
@@ -529,10 +557,14 @@ def test_a_readout_tensor_gives_the_string_poolings_exactly():
     uniform[:, 2:] = 1 / (T - 2)
     for pooling, tensor in [("cls", one_hot), ("mean", uniform)]:
         args = dict(num_prefix_tokens=2, grid_size=(2, 3))
-        torch.testing.assert_close(attention_rollout(attentions, pooling=tensor, **args),
-                                   attention_rollout(attentions, pooling=pooling, **args))  # fmt: skip
-        torch.testing.assert_close(gradient_weighted_attention(attentions, attentions, pooling=tensor, **args),
-                                   gradient_weighted_attention(attentions, attentions, pooling=pooling, **args))  # fmt: skip
+        torch.testing.assert_close(
+            attention_rollout(attentions, pooling=tensor, **args),
+            attention_rollout(attentions, pooling=pooling, **args),
+        )
+        torch.testing.assert_close(
+            gradient_weighted_attention(attentions, attentions, pooling=tensor, **args),
+            gradient_weighted_attention(attentions, attentions, pooling=pooling, **args),
+        )
 
 
 def test_a_distilled_models_readout_averages_the_cls_and_distillation_rows():
@@ -565,10 +597,14 @@ def test_readout_pooling_is_validated():
 def test_readout_attention_all_is_the_cls_rows_or_the_weighted_rows():
     attentions = random_attentions(prefix=1)
     args = dict(num_prefix_tokens=1, grid_size=(2, 3))
-    torch.testing.assert_close(explain.readout_attention_all(attentions, "cls", **args), cls_attention_all(attentions, **args))
+    torch.testing.assert_close(
+        explain.readout_attention_all(attentions, "cls", **args), cls_attention_all(attentions, **args)
+    )
     weights = torch.rand(2, 7).softmax(-1)
     expected = torch.stack([torch.einsum("bt,bhtn->bhn", weights, a)[..., 1:] for a in attentions], dim=1)
-    torch.testing.assert_close(explain.readout_attention_all(attentions, weights, **args), expected.reshape(2, 3, 4, 2, 3))
+    torch.testing.assert_close(
+        explain.readout_attention_all(attentions, weights, **args), expected.reshape(2, 3, 4, 2, 3)
+    )
 
 
 def test_attention_to_prefix_tokens_known_answer():
@@ -614,8 +650,19 @@ def test_pooling_attention_maps_one_head_or_all():
 def test_class_maps_of_a_map_pooled_model_read_its_pooling_weights():
     # a SigLIP-like model: no [CLS], the head reads the patches through its pooling attention
     torch.manual_seed(0)
-    model = ViT(ViTConfig(image_size=32, patch_size=8, hidden_size=32, num_layers=2, num_heads=4, mlp_size=64,
-                          num_classes=3, class_token=False, pooling="map")).eval()  # fmt: skip
+    model = ViT(
+        ViTConfig(
+            image_size=32,
+            patch_size=8,
+            hidden_size=32,
+            num_layers=2,
+            num_heads=4,
+            mlp_size=64,
+            num_classes=3,
+            class_token=False,
+            pooling="map",
+        )
+    ).eval()
     with torch.no_grad():
         for param in model.parameters():
             param.normal_(std=0.3)

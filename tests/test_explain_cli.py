@@ -24,8 +24,9 @@ NAMES = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta"]
 @pytest.fixture()
 def checkpoint(tmp_path):
     torch.manual_seed(0)
-    model = ViT(ViTConfig(image_size=32, patch_size=8, hidden_size=32, num_layers=2, num_heads=4, mlp_size=64,
-                          num_classes=6))  # fmt: skip
+    model = ViT(
+        ViTConfig(image_size=32, patch_size=8, hidden_size=32, num_layers=2, num_heads=4, mlp_size=64, num_classes=6)
+    )
     with torch.no_grad():
         model.head.weight.normal_()
     path = tmp_path / "model.pt"
@@ -46,8 +47,20 @@ def images(tmp_path):
 
 def test_cli_writes_overlays_maps_and_predictions(checkpoint, images, tmp_path, capsys):
     out = tmp_path / "out"
-    status = main([str(images), "--model", str(checkpoint), "--out", str(out),
-                   "--methods", "rollout", "cls", "relevance", "grad-rollout"])  # fmt: skip
+    status = main(
+        [
+            str(images),
+            "--model",
+            str(checkpoint),
+            "--out",
+            str(out),
+            "--methods",
+            "rollout",
+            "cls",
+            "relevance",
+            "grad-rollout",
+        ]
+    )
     assert status == 1  # broken.png was skipped and reported
     assert "skipped" in capsys.readouterr().err
     # inputs in sorted path order: nested/wide.bmp is "wide", then wide.png becomes "wide-2", not overwriting it
@@ -67,8 +80,22 @@ def test_cli_writes_overlays_maps_and_predictions(checkpoint, images, tmp_path, 
 
 def test_cli_target_and_bad_arguments(checkpoint, images, tmp_path):
     out = tmp_path / "out"
-    assert main([str(images / "wide.png"), "--model", str(checkpoint), "--out", str(out), "--target", "4",
-                 "--methods", "relevance"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                str(images / "wide.png"),
+                "--model",
+                str(checkpoint),
+                "--out",
+                str(out),
+                "--target",
+                "4",
+                "--methods",
+                "relevance",
+            ]
+        )
+        == 0
+    )
     assert int(np.load(out / "wide.npz")["target"]) == 4
     with pytest.raises(SystemExit, match="does not exist"):
         main([str(tmp_path / "nothing"), "--model", str(checkpoint), "--out", str(out)])
@@ -81,36 +108,90 @@ def test_cli_target_and_bad_arguments(checkpoint, images, tmp_path):
 
 def test_module_entry_point_runs(checkpoint, images, tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "vitviz.explain", str(images / "wide.png"), "--model", str(checkpoint),
-         "--out", str(tmp_path / "out"), "--methods", "rollout"],
-        capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent, timeout=120,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "vitviz.explain",
+            str(images / "wide.png"),
+            "--model",
+            str(checkpoint),
+            "--out",
+            str(tmp_path / "out"),
+            "--methods",
+            "rollout",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parent.parent,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "out" / "wide_rollout.png").exists()
 
 
 def test_cli_on_a_mean_pooled_model_without_cls(images, tmp_path):
     torch.manual_seed(0)
-    model = ViT(ViTConfig(image_size=32, patch_size=8, hidden_size=32, num_layers=2, num_heads=4, mlp_size=64,
-                          num_classes=6, class_token=False, pooling="mean"))  # fmt: skip
+    model = ViT(
+        ViTConfig(
+            image_size=32,
+            patch_size=8,
+            hidden_size=32,
+            num_layers=2,
+            num_heads=4,
+            mlp_size=64,
+            num_classes=6,
+            class_token=False,
+            pooling="mean",
+        )
+    )
     save_checkpoint(tmp_path / "mean.pt", model, NAMES, Preprocessing(resize=(32, 32)))
     out = tmp_path / "out"
-    assert main([str(images / "wide.png"), "--model", str(tmp_path / "mean.pt"), "--out", str(out),
-                 "--methods", "rollout", "relevance", "grad-rollout"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                str(images / "wide.png"),
+                "--model",
+                str(tmp_path / "mean.pt"),
+                "--out",
+                str(out),
+                "--methods",
+                "rollout",
+                "relevance",
+                "grad-rollout",
+            ]
+        )
+        == 0
+    )
     assert np.load(out / "wide.npz")["relevance"].shape == (4, 4)
     with pytest.raises(SystemExit) as exit_info:
         main([str(images / "wide.png"), "--model", str(tmp_path / "mean.pt"), "--out", str(out), "--methods", "cls"])
     assert exit_info.value.code == 2
     with pytest.raises(SystemExit) as exit_info:
-        main([str(images / "wide.png"), "--model", str(tmp_path / "mean.pt"), "--out", str(out), "--discard-ratio", "1"])
+        main(
+            [str(images / "wide.png"), "--model", str(tmp_path / "mean.pt"), "--out", str(out), "--discard-ratio", "1"]
+        )
     assert exit_info.value.code == 2
 
 
 def test_cli_writes_the_new_methods_maps(checkpoint, images, tmp_path):
     out = tmp_path / "out"
     methods = ["legrad", "tam", "gradcam", "lens"]
-    assert main([str(images / "wide.png"), "--model", str(checkpoint), "--out", str(out), "--target", "2",
-                 "--methods", *methods]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                str(images / "wide.png"),
+                "--model",
+                str(checkpoint),
+                "--out",
+                str(out),
+                "--target",
+                "2",
+                "--methods",
+                *methods,
+            ]
+        )
+        == 0
+    )
     maps = np.load(out / "wide.npz")
     assert set(maps.files) == {"probabilities", "target", *methods, "lens_layers", "lens_votes"}
     for method in methods:
@@ -125,8 +206,25 @@ def test_cli_start_layer_reaches_legrad_and_tam_and_names_the_valid_range(checkp
     runs = {}
     for start in (0, 1):
         out = tmp_path / f"start{start}"
-        assert main([str(images / "wide.png"), "--model", str(checkpoint), "--out", str(out), "--target", "1",
-                     "--methods", "legrad", "tam", "--start-layer", str(start)]) == 0  # fmt: skip
+        assert (
+            main(
+                [
+                    str(images / "wide.png"),
+                    "--model",
+                    str(checkpoint),
+                    "--out",
+                    str(out),
+                    "--target",
+                    "1",
+                    "--methods",
+                    "legrad",
+                    "tam",
+                    "--start-layer",
+                    str(start),
+                ]
+            )
+            == 0
+        )
         runs[start] = np.load(out / "wide.npz")
     for method in ("legrad", "tam"):
         assert not np.allclose(runs[0][method], runs[1][method]), method
@@ -138,14 +236,41 @@ def test_cli_start_layer_reaches_legrad_and_tam_and_names_the_valid_range(checkp
 
 def test_cli_new_methods_on_a_mean_pooled_model_with_registers(images, tmp_path):
     torch.manual_seed(0)
-    model = ViT(ViTConfig(image_size=(32, 48), patch_size=8, hidden_size=32, num_layers=2, num_heads=4, mlp_size=64,
-                          num_classes=6, class_token=False, pooling="mean", num_register_tokens=2))  # fmt: skip
+    model = ViT(
+        ViTConfig(
+            image_size=(32, 48),
+            patch_size=8,
+            hidden_size=32,
+            num_layers=2,
+            num_heads=4,
+            mlp_size=64,
+            num_classes=6,
+            class_token=False,
+            pooling="mean",
+            num_register_tokens=2,
+        )
+    )
     with torch.no_grad():
         model.head.weight.normal_()
     save_checkpoint(tmp_path / "mean.pt", model, NAMES, Preprocessing(resize=(32, 48)))
     out = tmp_path / "out"
-    assert main([str(images / "wide.png"), "--model", str(tmp_path / "mean.pt"), "--out", str(out),
-                 "--methods", "legrad", "tam", "gradcam", "lens"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                str(images / "wide.png"),
+                "--model",
+                str(tmp_path / "mean.pt"),
+                "--out",
+                str(out),
+                "--methods",
+                "legrad",
+                "tam",
+                "gradcam",
+                "lens",
+            ]
+        )
+        == 0
+    )
     maps = np.load(out / "wide.npz")
     assert all(maps[method].shape == (4, 6) for method in ("legrad", "tam", "gradcam", "lens"))
 
@@ -183,8 +308,9 @@ def reference_pca(model_path, paths, block=-1, facet="token", **options):
     """explain.pca_rgb over the photos' patch features, as the command should compute it; the colours reshaped to
     the tiny models' 4 x 4 grid."""
     model = load_model(str(model_path))
-    features = [patch_features(model, model.transform(load_image(p.read_bytes()))[None], block, facet)[0]
-                for p in paths]  # fmt: skip
+    features = [
+        patch_features(model, model.transform(load_image(p.read_bytes()))[None], block, facet)[0] for p in paths
+    ]
     result = pca_rgb(features, **options)
     return result, [c.numpy().reshape(4, 4, 3) for c in result.colours]
 
@@ -223,8 +349,26 @@ def test_cli_features_pca_on_a_backbone_matches_pca_rgb(backbone, feature_photos
 def test_cli_features_pca_with_a_classifier_writes_both_and_takes_block_and_facet(feature_photos, tmp_path):
     checkpoint = tiny_checkpoint(tmp_path / "classifier.pt")
     out = tmp_path / "out"
-    assert main([str(feature_photos), "--model", str(checkpoint), "--methods", "rollout", "--features", "pca",
-                 "--facet", "key", "--feature-block", "0", "--out", str(out)]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                str(feature_photos),
+                "--model",
+                str(checkpoint),
+                "--methods",
+                "rollout",
+                "--features",
+                "pca",
+                "--facet",
+                "key",
+                "--feature-block",
+                "0",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     rows = list(csv.reader((out / "predictions.csv").read_text().splitlines()))
     assert [row[0] for row in rows[1:]] == [str(p) for p in sorted(feature_photos.iterdir())]
     for stem, size in (("a", (40, 40)), ("b", (64, 48)), ("c", (48, 64))):
@@ -242,8 +386,26 @@ def test_cli_features_pca_with_a_classifier_writes_both_and_takes_block_and_face
     assert not np.allclose(default[0], colours[0], atol=1e-3)
     # a block counted from the end: -2 of 2 blocks is block 0
     other = tmp_path / "other"
-    assert main([str(feature_photos), "--model", str(checkpoint), "--methods", "rollout", "--features", "pca",
-                 "--facet", "key", "--feature-block", "-2", "--out", str(other)]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                str(feature_photos),
+                "--model",
+                str(checkpoint),
+                "--methods",
+                "rollout",
+                "--features",
+                "pca",
+                "--facet",
+                "key",
+                "--feature-block",
+                "-2",
+                "--out",
+                str(other),
+            ]
+        )
+        == 0
+    )
     np.testing.assert_allclose(np.load(other / "pca.npz")["a_colours"], colours[0], atol=1e-5)
 
 
@@ -253,8 +415,17 @@ def test_cli_features_pca_foreground_and_flip_first(backbone, feature_photos, tm
     foreground = {}
     for flip in (False, True):
         out = tmp_path / f"flip{flip}"
-        argv = [str(feature_photos), "--model", str(backbone), "--features", "pca", "--foreground", "0.5",
-                "--out", str(out)] + (["--flip-first"] if flip else [])  # fmt: skip
+        argv = [
+            str(feature_photos),
+            "--model",
+            str(backbone),
+            "--features",
+            "pca",
+            "--foreground",
+            "0.5",
+            "--out",
+            str(out),
+        ] + (["--flip-first"] if flip else [])
         assert main(argv) == 0
         reference, colours = reference_pca(backbone, paths, foreground=0.5, flip_first=flip)
         saved = np.load(out / "pca.npz")
@@ -274,8 +445,21 @@ def test_cli_features_pca_foreground_and_flip_first(backbone, feature_photos, tm
     # the first component negated: the other side is the foreground
     assert not np.array_equal(foreground[True], foreground[False])
     # with --flip-first alone the first channel is mirrored: 1 - the unflipped one
-    assert main([str(feature_photos), "--model", str(backbone), "--features", "pca", "--out", str(tmp_path / "p"),
-                 "--flip-first"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                str(feature_photos),
+                "--model",
+                str(backbone),
+                "--features",
+                "pca",
+                "--out",
+                str(tmp_path / "p"),
+                "--flip-first",
+            ]
+        )
+        == 0
+    )
     _, plain = reference_pca(backbone, paths)
     flipped = np.load(tmp_path / "p" / "pca.npz")["a_colours"]
     np.testing.assert_allclose(flipped[..., 0], 1 - plain[0][..., 0], atol=1e-5)
@@ -285,15 +469,27 @@ def test_cli_features_pca_foreground_and_flip_first(backbone, feature_photos, tm
 def test_cli_features_pca_refuses_bad_foreground_thresholds(backbone, feature_photos, tmp_path, capsys):
     out = tmp_path / "out"
     with pytest.raises(SystemExit) as exit_info:
-        main([str(feature_photos), "--model", str(backbone), "--features", "pca", "--foreground", "1.5",
-              "--out", str(out)])  # fmt: skip
+        main(
+            [
+                str(feature_photos),
+                "--model",
+                str(backbone),
+                "--features",
+                "pca",
+                "--foreground",
+                "1.5",
+                "--out",
+                str(out),
+            ]
+        )
     assert exit_info.value.code == 2
     assert "--foreground must be in [0, 1]" in capsys.readouterr().err
     assert not out.exists()  # refused before anything ran
     # 1 is a valid threshold, but no min-maxed score lies above it: a message, not a traceback
     with pytest.raises(SystemExit, match="error: no PCA colours: no patch scores above the foreground threshold 1.0"):
-        main([str(feature_photos), "--model", str(backbone), "--features", "pca", "--foreground", "1",
-              "--out", str(out)])  # fmt: skip
+        main(
+            [str(feature_photos), "--model", str(backbone), "--features", "pca", "--foreground", "1", "--out", str(out)]
+        )
     assert not (out / "pca.npz").exists() and not (out / "pca.png").exists()
 
 
@@ -311,8 +507,19 @@ def test_cli_features_pca_limits(backbone, feature_photos, tmp_path, capsys, mon
     np.testing.assert_allclose(np.load(out / "pca.npz")["b_colours"], colours[1], atol=1e-5)
     for block in ("99", "2", "-3"):
         with pytest.raises(SystemExit) as exit_info:
-            main([*map(str, two), "--model", str(backbone), "--features", "pca", "--feature-block", block,
-                  "--out", str(tmp_path / "x")])  # fmt: skip
+            main(
+                [
+                    *map(str, two),
+                    "--model",
+                    str(backbone),
+                    "--features",
+                    "pca",
+                    "--feature-block",
+                    block,
+                    "--out",
+                    str(tmp_path / "x"),
+                ]
+            )
         assert exit_info.value.code == 2
         assert "--feature-block must be in [0, 1] (or -1 for the last)" in capsys.readouterr().err
 
@@ -332,8 +539,11 @@ def test_cli_features_pca_skips_unreadable_images_and_numbers_shared_stems(backb
 
 
 def test_cli_on_a_backbone_without_features_says_what_it_can_do(backbone, feature_photos, tmp_path):
-    with pytest.raises(SystemExit, match=r"has no classification head; vitviz.explain needs a classifier, "
-                                         r"or --features pca"):  # fmt: skip
+    with pytest.raises(
+        SystemExit,
+        match=r"has no classification head; vitviz.explain needs a classifier, "
+        r"or --features pca",
+    ):
         main([str(feature_photos), "--model", str(backbone), "--out", str(tmp_path / "out")])
     assert not (tmp_path / "out").exists()
 

@@ -12,9 +12,9 @@ from vitviz.explain import (
     attention_rollout,
     cascading_randomization,
     cls_attention,
-    gradient_weighted_rollout,
     grad_cam,
     gradient_weighted_attention,
+    gradient_weighted_rollout,
     integrated_attention_gradient,
     legrad,
     legrad_gradients,
@@ -37,8 +37,9 @@ CONFIGS = {
 def tiny(seed=0, **overrides) -> ViT:
     """3 blocks, random weights of std 0.3 (so maps are far from uniform), in float64 for tight comparisons."""
     torch.manual_seed(seed)
-    sizes = dict(image_size=(16, 24), patch_size=8, hidden_size=32, num_layers=3, num_heads=4, mlp_size=64,
-                 num_classes=5)  # fmt: skip
+    sizes = dict(
+        image_size=(16, 24), patch_size=8, hidden_size=32, num_layers=3, num_heads=4, mlp_size=64, num_classes=5
+    )
     model = ViT(ViTConfig(**(sizes | overrides))).eval().double()
     with torch.no_grad():
         for param in model.parameters():
@@ -150,13 +151,24 @@ def test_transition_attention_map_matches_the_reference(config, start_layer):
     images = images_for(model)
     output, integrated = integrated_attention_gradient(model, images, target=2, steps=4)
     pooling = model.config.pooling
-    out = transition_attention_map([a.detach() for a in output.attentions], integrated, output.num_prefix_tokens,
-                                   output.grid_size, start_layer, pooling=pooling)  # fmt: skip
+    out = transition_attention_map(
+        [a.detach() for a in output.attentions],
+        integrated,
+        output.num_prefix_tokens,
+        output.grid_size,
+        start_layer,
+        pooling=pooling,
+    )
     torch.testing.assert_close(out, reference_tam(model, images, 2, start_layer, steps=4, rows=pooling))
     # the readout weights give what the string pooling gives
-    by_readout = transition_attention_map([a.detach() for a in output.attentions], integrated,
-                                          output.num_prefix_tokens, output.grid_size, start_layer,
-                                          pooling=output.readout.detach())  # fmt: skip
+    by_readout = transition_attention_map(
+        [a.detach() for a in output.attentions],
+        integrated,
+        output.num_prefix_tokens,
+        output.grid_size,
+        start_layer,
+        pooling=output.readout.detach(),
+    )
     torch.testing.assert_close(by_readout, out)
 
 
@@ -302,8 +314,11 @@ def test_new_maps_refuse_a_start_layer_outside_the_blocks(start_layer):
 
 @pytest.mark.parametrize("method", ["legrad", "tam", "gradcam"])
 def test_class_maps_refuse_bad_targets_and_backbones(method):
-    compute = {"legrad": legrad_gradients, "gradcam": norm1_gradients,
-               "tam": lambda m, x, t: integrated_attention_gradient(m, x, t, steps=2)}[method]  # fmt: skip
+    compute = {
+        "legrad": legrad_gradients,
+        "gradcam": norm1_gradients,
+        "tam": lambda m, x, t: integrated_attention_gradient(m, x, t, steps=2),
+    }[method]
     model = tiny()
     with pytest.raises(ValueError, match=r"target must be one class or one per image, each in \[0, 4\]"):
         compute(model, images_for(model), 5)
@@ -317,6 +332,7 @@ def test_class_maps_refuse_bad_targets_and_backbones(method):
 
 def reference_spearman(a, b):
     """Average ranks by counting (rank = values below + (values equal + 1) / 2), then Pearson's r."""
+
     def ranks(x):
         return np.array([(x < v).sum() + ((x == v).sum() + 1) / 2 for v in x])
 
@@ -379,9 +395,14 @@ def test_cascading_randomization_flags_a_map_that_ignores_the_model():
 def test_method_maps_gives_each_methods_own_function(name):
     model = tiny(**CONFIGS[name])
     pixels = images_for(model, batch=1)
-    result = method_maps(model, pixels, ["rollout", "cls", "relevance", "grad-rollout", "legrad", "tam", "gradcam",
-                                         "lens"] if model.config.class_token else
-                         ["rollout", "relevance", "grad-rollout", "legrad", "tam", "gradcam", "lens"], start_layer=1)  # fmt: skip
+    result = method_maps(
+        model,
+        pixels,
+        ["rollout", "cls", "relevance", "grad-rollout", "legrad", "tam", "gradcam", "lens"]
+        if model.config.class_token
+        else ["rollout", "relevance", "grad-rollout", "legrad", "tam", "gradcam", "lens"],
+        start_layer=1,
+    )
     output, gradients = attention_gradients(model, pixels, result.target)
     attentions = [a.detach() for a in output.attentions]
     grid = dict(num_prefix_tokens=output.num_prefix_tokens, grid_size=output.grid_size)
@@ -392,8 +413,13 @@ def test_method_maps_gives_each_methods_own_function(name):
         "relevance": gradient_weighted_attention(attentions, gradients, pooling=pooling, **grid),
         "grad-rollout": gradient_weighted_rollout(attentions, gradients, pooling=pooling, **grid),
         "legrad": legrad(legrad_gradients(model, pixels, result.target)[1], start_layer=1, **grid),
-        "tam": transition_attention_map(attentions, integrated_attention_gradient(model, pixels, result.target, 20)[1],
-                                        pooling=pooling, start_layer=1, **grid),  # fmt: skip
+        "tam": transition_attention_map(
+            attentions,
+            integrated_attention_gradient(model, pixels, result.target, 20)[1],
+            pooling=pooling,
+            start_layer=1,
+            **grid,
+        ),
         "gradcam": grad_cam(*norm1_gradients(model, pixels, result.target)[1:], **grid),
     }
     if model.config.class_token:

@@ -41,8 +41,11 @@ def test_a_safetensors_file_of_300000_tensors_is_refused_from_its_header(tmp_pat
     folder = hf_vit_folder(tmp_path / "model")
     safetensors_header_only(folder / "model.safetensors", 300_000)
     opened = forbid(monkeypatch, vitviz.importers.huggingface, "safe_open")
-    refusal(folder, r"model\.safetensors's header takes [\d.]+ MB, room for far more than the 128 tensors its model "
-                    "may have: it was not read")  # fmt: skip
+    refusal(
+        folder,
+        r"model\.safetensors's header takes [\d.]+ MB, room for far more than the 128 tensors its model "
+        "may have: it was not read",
+    )
     assert not opened
 
 
@@ -77,8 +80,11 @@ def test_a_pytorch_model_bin_of_more_tensors_than_its_model_has_is_refused_from_
     (folder / "model.safetensors").unlink()
     torch.save({f"t{i}": torch.zeros(1) for i in range(1000)}, folder / "pytorch_model.bin")
     loads = forbid(monkeypatch, torch, "load")
-    refusal(folder, r"pytorch_model\.bin is a zip of 1,00\d members, more than the 128 tensors a model's weights may "
-                    "have here: it was not read")  # fmt: skip
+    refusal(
+        folder,
+        r"pytorch_model\.bin is a zip of 1,00\d members, more than the 128 tensors a model's weights may "
+        "have here: it was not read",
+    )
     assert not loads
 
 
@@ -87,8 +93,11 @@ def test_a_malicious_pytorch_model_bin_gets_one_line_of_vitviz(tmp_path):
     folder = hf_vit_folder(tmp_path / "model")
     (folder / "model.safetensors").unlink()
     torch.save({"weight": CreatesAFile(marker)}, folder / "pytorch_model.bin")
-    message = refusal(folder, r"pytorch_model\.bin holds objects other than tensors and plain data, so it was not "
-                              r"opened \(loading it could run code\)\. It asks for posix\.system\.$")  # fmt: skip
+    message = refusal(
+        folder,
+        r"pytorch_model\.bin holds objects other than tensors and plain data, so it was not "
+        r"opened \(loading it could run code\)\. It asks for posix\.system\.$",
+    )
     assert "WeightsUnpickler" not in message and "add_safe_globals" not in message
     assert not marker.exists()
 
@@ -140,8 +149,11 @@ def test_a_zip_of_too_many_members_is_refused_from_its_end_record(tmp_path, monk
 
 
 def test_random_bytes_and_a_real_pickle_are_still_told_apart_by_a_bounded_disassembly(tmp_path):
-    long_pickle = {"format": "vitviz-checkpoint", "names": [f"class {i}" for i in range(20_000)],
-                   "payload": CreatesAFile(tmp_path / "x")}  # fmt: skip
+    long_pickle = {
+        "format": "vitviz-checkpoint",
+        "names": [f"class {i}" for i in range(20_000)],
+        "payload": CreatesAFile(tmp_path / "x"),
+    }
     (tmp_path / "evil.pt").write_bytes(pickle.dumps(long_pickle, protocol=2))  # longer than the 64 kB disassembled
     refusal(tmp_path / "evil.pt", r"could run code\)\. It asks for posix\.system")
     (tmp_path / "noise.pt").write_bytes(b"\x80\x02" + bytes(range(256)) * 400)
@@ -152,8 +164,10 @@ def test_random_bytes_and_a_real_pickle_are_still_told_apart_by_a_bounded_disass
 
 
 def test_a_path_of_an_unknown_user_is_a_message():
-    refusal("~no_such_user_of_vitviz/model.pt", "not found: '~no_such_user_of_vitviz' names the home folder of a user "
-                                                "this machine does not have")  # fmt: skip
+    refusal(
+        "~no_such_user_of_vitviz/model.pt",
+        "not found: '~no_such_user_of_vitviz' names the home folder of a user this machine does not have",
+    )
 
 
 def test_a_file_name_too_long_is_a_message_and_a_long_spec_is_cut():
@@ -193,15 +207,22 @@ def test_a_truncated_or_foreign_file_in_the_timm_cache_is_a_message(offline):
     save_file({"w": torch.zeros(1000)}, snapshot / "model.safetensors")
     data = (snapshot / "model.safetensors").read_bytes()
     (snapshot / "model.safetensors").write_bytes(data[: len(data) // 2])
-    refusal(f"timm:{TIMM_NAME}", r"model\.safetensors is not a safetensors file \(SafetensorError: .*\); delete the "
-                                 "file to download it again")  # fmt: skip
+    refusal(
+        f"timm:{TIMM_NAME}",
+        r"model\.safetensors is not a safetensors file \(SafetensorError: .*\); delete the "
+        "file to download it again",
+    )
     save_file({"blocks.0.norm1.weight": torch.zeros(7)}, snapshot / "model.safetensors")
-    refusal(f"timm:{TIMM_NAME}", r"could not be loaded \(RuntimeError: Error\(s\) in loading state_dict .*"
-                                 r"delete the file")  # fmt: skip
+    refusal(
+        f"timm:{TIMM_NAME}",
+        r"could not be loaded \(RuntimeError: Error\(s\) in loading state_dict .*"
+        r"delete the file",
+    )
 
 
-def test_a_file_of_300000_tensors_in_the_timm_or_open_clip_cache_is_refused_before_the_library_reads_it(offline,
-                                                                                                      monkeypatch):
+def test_a_file_of_300000_tensors_in_the_timm_or_open_clip_cache_is_refused_before_the_library_reads_it(
+    offline, monkeypatch
+):
     import open_clip
 
     safetensors_header_only(cached_snapshot(offline, f"timm/{TIMM_NAME}") / "model.safetensors", 300_000)
@@ -235,15 +256,21 @@ def open_clip_snapshot(cache: Path, model_cfg, weights: dict | None = None) -> s
     return "open_clip:hf-hub:someone/hostile-clip"
 
 
-@pytest.mark.parametrize("model_cfg,match", [
-    ([1, 2, 3], r"model_cfg must be an object; got \[1, 2, 3\]"),
-    (None, "model_cfg must be an object; got None"),
-    (TINY_CFG | {"text_cfg": "big"}, "text_cfg must be an object; got 'big'"),
-    (TINY_CFG | {"text_cfg": TINY_CFG["text_cfg"] | {"layers": 20_000}}, r"describes at least [\d,]+ parameters, more "
-                                                                          r"than its [\d,]+-byte weights file"),
-    (TINY_CFG | {"vision_cfg": TINY_CFG["vision_cfg"] | {"width": "wide"}}, "vision_cfg sizes must be positive"),
-    (TINY_CFG | {"vision_cfg": TINY_CFG["vision_cfg"] | {"layers": [20_000] * 4}}, "describes at least"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "model_cfg,match",
+    [
+        ([1, 2, 3], r"model_cfg must be an object; got \[1, 2, 3\]"),
+        (None, "model_cfg must be an object; got None"),
+        (TINY_CFG | {"text_cfg": "big"}, "text_cfg must be an object; got 'big'"),
+        (
+            TINY_CFG | {"text_cfg": TINY_CFG["text_cfg"] | {"layers": 20_000}},
+            r"describes at least [\d,]+ parameters, more "
+            r"than its [\d,]+-byte weights file",
+        ),
+        (TINY_CFG | {"vision_cfg": TINY_CFG["vision_cfg"] | {"width": "wide"}}, "vision_cfg sizes must be positive"),
+        (TINY_CFG | {"vision_cfg": TINY_CFG["vision_cfg"] | {"layers": [20_000] * 4}}, "describes at least"),
+    ],
+)
 def test_a_hostile_open_clip_config_is_refused_before_open_clip_builds_it(offline, monkeypatch, model_cfg, match):
     import open_clip
 

@@ -4,8 +4,8 @@ import re
 
 import numpy as np
 import pytest
-
 from hostile_images import CORPUS, Case
+
 from vitviz.images import ImageError, load_image
 
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
-from torchvision.transforms._presets import ImageClassification
 from torchvision.transforms import InterpolationMode
+from torchvision.transforms._presets import ImageClassification
 
 from vitviz.images import ImageFile, Preprocessing, load_image
 

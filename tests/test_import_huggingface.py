@@ -17,9 +17,15 @@ ATOL = 1e-4  # the issue's bound for logits and attentions
 
 def hf_config(**overrides) -> HFViTConfig:
     values = dict(
-        hidden_size=48, num_hidden_layers=3, num_attention_heads=4, intermediate_size=96,
-        image_size=32, patch_size=8, num_labels=7, attn_implementation="eager",
-    )  # fmt: skip
+        hidden_size=48,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        intermediate_size=96,
+        image_size=32,
+        patch_size=8,
+        num_labels=7,
+        attn_implementation="eager",
+    )
     values.update(overrides)
     config = HFViTConfig(**values)
     config.id2label = {i: f"label {i}" for i in range(config.num_labels)}
@@ -101,7 +107,9 @@ def test_safetensors_reader_matches_the_reference_library(tmp_path):
 def test_preprocessor_config_is_honoured(tmp_path):
     random_hf_classifier().save_pretrained(tmp_path)
     (tmp_path / "preprocessor_config.json").write_text(
-        json.dumps({"size": {"height": 32, "width": 48}, "resample": 3, "image_mean": [0.1, 0.2, 0.3], "image_std": [1, 2, 3]})
+        json.dumps(
+            {"size": {"height": 32, "width": 48}, "resample": 3, "image_mean": [0.1, 0.2, 0.3], "image_std": [1, 2, 3]}
+        )
     )
     transform = load_huggingface_folder(tmp_path).transform
     assert transform.resize == (32, 48) and transform.interpolation == "bicubic"
@@ -118,7 +126,10 @@ def test_a_folder_without_preprocessor_config_gets_the_models_own_size_and_its_p
     assert (vit.mean, vit.std) == (tuple(hf.ViTImageProcessor().image_mean), tuple(hf.ViTImageProcessor().image_std))
     clip = load_huggingface_folder(clip_folder(tmp_path / "clip")[2]).transform
     assert clip.resize == (32, 32)
-    assert (clip.mean, clip.std) == (tuple(hf.CLIPImageProcessor().image_mean), tuple(hf.CLIPImageProcessor().image_std))
+    assert (clip.mean, clip.std) == (
+        tuple(hf.CLIPImageProcessor().image_mean),
+        tuple(hf.CLIPImageProcessor().image_std),
+    )
 
 
 def test_unknown_weights_and_unsupported_models_are_named(tmp_path):
@@ -126,7 +137,10 @@ def test_unknown_weights_and_unsupported_models_are_named(tmp_path):
     state_dict = {**reference.state_dict(), "vit.encoder.extra.weight": torch.zeros(1)}
     with pytest.raises(ModelLoadError, match="encoder.extra.weight"):
         from_huggingface(state_dict, reference.config.to_dict())
-    with pytest.raises(ModelLoadError, match="model_type 'swin' is not supported; supported: aimv2, aimv2_vision_model, clip, clip_vision_model,"):
+    with pytest.raises(
+        ModelLoadError,
+        match="model_type 'swin' is not supported; supported: aimv2, aimv2_vision_model, clip, clip_vision_model,",
+    ):
         from_huggingface(reference.state_dict(), {**reference.config.to_dict(), "model_type": "swin"})
     with pytest.raises(ModelLoadError, match="no config.json"):
         load_huggingface_folder(tmp_path)
@@ -160,16 +174,28 @@ def test_malformed_huggingface_folders_get_a_message(tmp_path, config_change, pr
 SMALL = dict(hidden_size=48, num_hidden_layers=3, num_attention_heads=4, image_size=32, patch_size=8)
 EAGER = dict(attn_implementation="eager")  # attention weights as a tensor, for output_attentions
 LABELS = dict(num_labels=5, id2label={i: f"label {i}" for i in range(5)})
-TEXT = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64, vocab_size=99,
-            max_position_embeddings=16, bos_token_id=1, eos_token_id=2, pad_token_id=0)  # fmt: skip
+TEXT = dict(
+    hidden_size=32,
+    num_hidden_layers=1,
+    num_attention_heads=4,
+    intermediate_size=64,
+    vocab_size=99,
+    max_position_embeddings=16,
+    bos_token_id=1,
+    eos_token_id=2,
+    pad_token_id=0,
+)
 VISION = dict(SMALL, intermediate_size=96)
 DINOV2 = dict(SMALL, mlp_ratio=2, **EAGER)
 REGISTERS = 3
 # Weights this large make attention far from uniform and MLP inputs large enough that exact GELU and
 # its tanh approximation differ by more than the tolerance (at std 0.2 attention is nearly flat).
 STD = 0.5
-OUTPUTS = {"logits": ("logits", "logits"), "hidden": ("last_hidden_state", "last_hidden_state"),
-           "pooled": ("pooled", "pooler_output")}  # vitviz's name, Hugging Face's  # fmt: skip
+OUTPUTS = {
+    "logits": ("logits", "logits"),
+    "hidden": ("last_hidden_state", "last_hidden_state"),
+    "pooled": ("pooled", "pooler_output"),
+}  # vitviz's name, Hugging Face's
 
 # name -> (builder, what vitviz is compared on besides the attentions: "logits", "hidden" (every
 # normalised token, for DeiT and DINOv2 backbones) or "pooled" (CLIP and SigLIP's pooler_output))
@@ -177,7 +203,8 @@ FAMILY_MODELS = {
     "deit": (lambda: hf.DeiTModel(hf.DeiTConfig(**VISION, **EAGER)), "hidden"),
     "deit-classifier": (lambda: hf.DeiTForImageClassification(hf.DeiTConfig(**VISION, **LABELS, **EAGER)), "logits"),
     "deit-teacher": (
-        lambda: hf.DeiTForImageClassificationWithTeacher(hf.DeiTConfig(**VISION, **LABELS, **EAGER)), "logits"
+        lambda: hf.DeiTForImageClassificationWithTeacher(hf.DeiTConfig(**VISION, **LABELS, **EAGER)),
+        "logits",
     ),
     "dinov2": (lambda: hf.Dinov2Model(hf.Dinov2Config(**DINOV2)), "hidden"),
     "dinov2-classifier": (lambda: hf.Dinov2ForImageClassification(hf.Dinov2Config(**DINOV2, **LABELS)), "logits"),
@@ -292,10 +319,15 @@ def test_families_configure_what_their_originals_do():
 
 @pytest.mark.parametrize(
     "model_type,config_class",
-    [("vit", hf.ViTConfig), ("deit", hf.DeiTConfig), ("dinov2", hf.Dinov2Config),
-     ("dinov2_with_registers", hf.Dinov2WithRegistersConfig), ("clip_vision_model", hf.CLIPVisionConfig),
-     ("siglip_vision_model", hf.SiglipVisionConfig)],
-)  # fmt: skip
+    [
+        ("vit", hf.ViTConfig),
+        ("deit", hf.DeiTConfig),
+        ("dinov2", hf.Dinov2Config),
+        ("dinov2_with_registers", hf.Dinov2WithRegistersConfig),
+        ("clip_vision_model", hf.CLIPVisionConfig),
+        ("siglip_vision_model", hf.SiglipVisionConfig),
+    ],
+)
 def test_defaults_for_short_config_files_are_transformers_own(model_type, config_class):
     reference = config_class()
     assert {key: getattr(reference, key) for key in _FAMILIES[model_type].defaults} == _FAMILIES[model_type].defaults
@@ -339,8 +371,17 @@ def test_malformed_image_text_configs_get_a_message():
         (lambda: hf.DeiTImageProcessor(), (256, 256), (224, 224)),
         (lambda: hf.ViTImageProcessor(), (224, 224), None),
         # older files: CLIP's integer size is the shorter side, as its processor reads it
-        ({"feature_extractor_type": "CLIPFeatureExtractor", "size": 224, "do_center_crop": True, "crop_size": 224,
-          "resample": 3}, 224, 224),  # fmt: skip
+        (
+            {
+                "feature_extractor_type": "CLIPFeatureExtractor",
+                "size": 224,
+                "do_center_crop": True,
+                "crop_size": 224,
+                "resample": 3,
+            },
+            224,
+            224,
+        ),
         ({"feature_extractor_type": "ViTFeatureExtractor", "size": 224}, (224, 224), None),
     ],
 )
@@ -373,9 +414,18 @@ def test_sharded_weights_are_read_shard_by_shard(tmp_path):
 def test_a_dinov3_folder_reproduces_the_pooled_output_and_every_attention(tmp_path, gated):
     """DINOv3ViTModel (rotary embeddings, 4 storage tokens, LayerScale, no key bias), eager attention, at its own
     size and a non-square one."""
-    config = hf.DINOv3ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-                                image_size=32, patch_size=8, num_register_tokens=4, use_gated_mlp=gated,
-                                hidden_act="silu" if gated else "gelu", attn_implementation="eager")  # fmt: skip
+    config = hf.DINOv3ViTConfig(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        image_size=32,
+        patch_size=8,
+        num_register_tokens=4,
+        use_gated_mlp=gated,
+        hidden_act="silu" if gated else "gelu",
+        attn_implementation="eager",
+    )
     torch.manual_seed(0)
     reference = hf.DINOv3ViTModel(config).eval()
     with torch.no_grad():
@@ -404,17 +454,28 @@ def _perturbed(model):
     return model.eval()
 
 
-TINY_VISION = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, image_size=32,
-                   patch_size=8)  # fmt: skip
+TINY_VISION = dict(
+    hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, image_size=32, patch_size=8
+)
 
 
-@pytest.mark.parametrize("build", [
-    lambda: hf.IJepaModel(hf.IJepaConfig(**TINY_VISION, attn_implementation="eager")),
-    lambda: hf.Aimv2VisionModel(hf.Aimv2VisionConfig(**TINY_VISION, use_head=False, attn_implementation="eager")),
-    lambda: hf.Aimv2Model(hf.Aimv2Config(vision_config=dict(TINY_VISION, use_head=False), attn_implementation="eager",
-                                         text_config=dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
-                                                          intermediate_size=64, vocab_size=100))),
-], ids=["ijepa", "aimv2_vision_model", "aimv2"])  # fmt: skip
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: hf.IJepaModel(hf.IJepaConfig(**TINY_VISION, attn_implementation="eager")),
+        lambda: hf.Aimv2VisionModel(hf.Aimv2VisionConfig(**TINY_VISION, use_head=False, attn_implementation="eager")),
+        lambda: hf.Aimv2Model(
+            hf.Aimv2Config(
+                vision_config=dict(TINY_VISION, use_head=False),
+                attn_implementation="eager",
+                text_config=dict(
+                    hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64, vocab_size=100
+                ),
+            )
+        ),
+    ],
+    ids=["ijepa", "aimv2_vision_model", "aimv2"],
+)
 def test_ijepa_and_aimv2_folders_reproduce_their_tokens_and_every_attention(tmp_path, build):
     reference = _perturbed(build())
     reference.save_pretrained(tmp_path)

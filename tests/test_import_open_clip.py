@@ -8,11 +8,11 @@ import open_clip
 import pytest
 import torch
 from safetensors.torch import save_file
+from test_load_hub import cached_snapshot, offline  # noqa: F401  (a fixture)
 
 import vitviz
 from vitviz import ModelLoadError, from_open_clip, load_model, zero_shot
 from vitviz.importers.open_clip import open_clip_for_timm
-from test_load_hub import cached_snapshot, offline  # noqa: F401  (a fixture)
 
 ATOL = 1e-4
 PROMPTS = ["a photo of a dog", "a photo of a cat", "an astronaut riding a horse"]
@@ -47,16 +47,23 @@ def perturbed_open_clip(name: str) -> torch.nn.Module:
 
 # OpenCLIP's own tower; timm trunks: SigLIP's (a projection-free pooling head), EVA-CLIP's and PE-Core's (rotary
 # embeddings, the trunk's classifier as the projection)
-TOWERS = {"ViT-B-16": "VisionTransformer", "ViT-B-16-SigLIP": "TimmModel", "EVA02-B-16": "TimmModel",
-          "PE-Core-B-16": "TimmModel"}  # fmt: skip
+TOWERS = {
+    "ViT-B-16": "VisionTransformer",
+    "ViT-B-16-SigLIP": "TimmModel",
+    "EVA02-B-16": "TimmModel",
+    "PE-Core-B-16": "TimmModel",
+}
 
 
 @pytest.fixture(scope="module", params=list(TOWERS))
 def converted(request):
     name = request.param
     model = perturbed_open_clip(name)
-    tokenizer = (open_clip.get_tokenizer(name) if name in ("ViT-B-16", "EVA02-B-16")
-                 else StandInTokenizer(model.text.context_length if hasattr(model, "text") else 64))  # fmt: skip
+    tokenizer = (
+        open_clip.get_tokenizer(name)
+        if name in ("ViT-B-16", "EVA02-B-16")
+        else StandInTokenizer(model.text.context_length if hasattr(model, "text") else 64)
+    )
     return name, model, tokenizer, from_open_clip(model, tokenizer)
 
 
@@ -103,8 +110,9 @@ TINY_CFG = {
 def test_a_cached_open_clip_hub_repository_loads_offline_with_its_text_tower(offline):
     repo = "someone/tiny-clip"
     snapshot = cached_snapshot(offline, repo)
-    (snapshot / "open_clip_config.json").write_text(json.dumps({"model_cfg": TINY_CFG, "preprocess_cfg": {
-        "mean": [0.5, 0.5, 0.5], "std": [0.25, 0.25, 0.25]}}))  # fmt: skip
+    (snapshot / "open_clip_config.json").write_text(
+        json.dumps({"model_cfg": TINY_CFG, "preprocess_cfg": {"mean": [0.5, 0.5, 0.5], "std": [0.25, 0.25, 0.25]}})
+    )
     torch.manual_seed(0)
     reference = open_clip.CLIP(**TINY_CFG).eval()
     with torch.no_grad():
@@ -126,8 +134,9 @@ def test_a_cached_open_clip_hub_repository_loads_offline_with_its_text_tower(off
         assert (zs(pixels).logits - expected).abs().max() < ATOL
 
 
-@pytest.mark.parametrize("spec", ["open_clip:ViT-B-16/openai", "open_clip:hf-hub:timm/ViT-B-16-SigLIP",
-                                  "open_clip:ViT-B-16-SigLIP/webli"])  # fmt: skip
+@pytest.mark.parametrize(
+    "spec", ["open_clip:ViT-B-16/openai", "open_clip:hf-hub:timm/ViT-B-16-SigLIP", "open_clip:ViT-B-16-SigLIP/webli"]
+)
 def test_offline_without_a_cached_copy_fails_fast_and_names_the_cache(offline, spec):
     start = time.monotonic()
     with pytest.raises(ModelLoadError, match=f"offline.*{offline}"):
@@ -152,8 +161,11 @@ def test_a_timm_clip_tower_offline_loads_alone_and_says_how_to_get_the_text(offl
     """Offline with only timm's file cached: the image tower as before, and a note naming the open_clip spec."""
     import vitviz.load as load_module
 
-    loaded = vitviz.ViT(vitviz.ViTConfig(image_size=32, patch_size=8, hidden_size=32, num_layers=1, num_heads=2,
-                                         mlp_size=32, num_classes=0))  # fmt: skip
+    loaded = vitviz.ViT(
+        vitviz.ViTConfig(
+            image_size=32, patch_size=8, hidden_size=32, num_layers=1, num_heads=2, mlp_size=32, num_classes=0
+        )
+    )
     monkeypatch.setattr(load_module, "load_timm", lambda name: loaded)
     model = load_model("timm:vit_base_patch16_clip_224.openai")
     assert model is loaded and "open_clip:ViT-B-16/openai" in model.text_tower_note

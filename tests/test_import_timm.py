@@ -74,8 +74,11 @@ FAMILIES = [
     ("deit_base_distilled_patch16_224", {}, dict(distillation_head=True, num_prefix_tokens=2)),
     ("vit_small_patch16_224.dino", {}, dict(num_classes=0, patch_size=16)),
     # DINOv2 is trained at 518; at 224 the same architecture costs a fifth of the time and memory
-    ("vit_base_patch14_reg4_dinov2", {"img_size": 224}, dict(num_register_tokens=4, num_prefix_tokens=5,
-                                                             layer_scale=True, pos_embed_prefix=False)),
+    (
+        "vit_base_patch14_reg4_dinov2",
+        {"img_size": 224},
+        dict(num_register_tokens=4, num_prefix_tokens=5, layer_scale=True, pos_embed_prefix=False),
+    ),
     ("vit_base_patch16_clip_224", {}, dict(norm_pre=True, layer_norm_eps=1e-5, activation="gelu")),
     ("vit_base_patch16_siglip_224", {}, dict(pooling="map", class_token=False, num_prefix_tokens=0)),
     # more variants: LayerScale without registers; mean pooling without [CLS]; registers without [CLS];
@@ -87,47 +90,91 @@ FAMILIES = [
     ("vit_base_patch16_clip_quickgelu_224", {}, dict(activation="quick_gelu")),
     ("vit_base_patch16_224.mae", {}, dict(num_classes=0)),
     # DINOv3 (timm's Eva class), cut to two blocks: rotary embeddings instead of a position table, 4 storage tokens
-    ("vit_small_patch16_dinov3", {"depth": 2}, dict(rotary="dinov3", absolute_positions=False, num_register_tokens=4,
-                                                    layer_scale=True, pooling="mean", qkv_bias=False)),
+    (
+        "vit_small_patch16_dinov3",
+        {"depth": 2},
+        dict(
+            rotary="dinov3",
+            absolute_positions=False,
+            num_register_tokens=4,
+            layer_scale=True,
+            pooling="mean",
+            qkv_bias=False,
+        ),
+    ),
     ("vit_base_patch16_dinov3_qkvb", {"depth": 2}, dict(rotary="dinov3", qkv_bias=True, layer_norm_eps=1e-5)),
-    ("vit_large_patch16_dinov3", {"depth": 2, "global_pool": "token", "num_classes": 10},
-     dict(rotary="dinov3", pooling="cls", num_classes=10, hidden_size=1024)),
+    (
+        "vit_large_patch16_dinov3",
+        {"depth": 2, "global_pool": "token", "num_classes": 10},
+        dict(rotary="dinov3", pooling="cls", num_classes=10, hidden_size=1024),
+    ),
     ("vit_small_plus_patch16_dinov3", {"depth": 2}, dict(rotary="dinov3", gated_mlp=True, mlp_norm=False)),
     # EVA-02 (timm's Eva class): a position table and EVA's rotary embedding, SwiGLU packed (T, S) or split with a
     # norm inside (B, L), the CLIP tower's norm on the attention output; timm's rope ViTs (column-first frequencies)
-    ("eva02_tiny_patch14_224", {"depth": 2}, dict(rotary="eva", gated_mlp=True, mlp_norm=False,
-                                                  rotary_reference_grid=(16, 16), absolute_positions=True)),
+    (
+        "eva02_tiny_patch14_224",
+        {"depth": 2},
+        dict(rotary="eva", gated_mlp=True, mlp_norm=False, rotary_reference_grid=(16, 16), absolute_positions=True),
+    ),
     ("eva02_small_patch14_224", {"depth": 2}, dict(rotary="eva", gated_mlp=True, rotary_temperature=10000.0)),
     ("eva02_base_patch14_224", {"depth": 2}, dict(rotary="eva", gated_mlp=True, mlp_norm=True, fc_norm=True)),
     ("eva02_large_patch14_224", {"depth": 2}, dict(rotary="eva", gated_mlp=True, mlp_norm=True, hidden_size=1024)),
     ("eva02_base_patch16_clip_224", {"depth": 2}, dict(rotary="eva", attention_norm=True, pooling="cls")),
-    ("vit_base_patch16_rope_224", {"depth": 2}, dict(rotary="eva", rotary_column_first=True, layer_scale=True,
-                                                     rotary_reference_grid=None, absolute_positions=False)),
+    (
+        "vit_base_patch16_rope_224",
+        {"depth": 2},
+        dict(
+            rotary="eva",
+            rotary_column_first=True,
+            layer_scale=True,
+            rotary_reference_grid=None,
+            absolute_positions=False,
+        ),
+    ),
     # the Perception Encoder (Eva): PE-Core's attention-pooling head over every token, 8 heads against the blocks' 6,
     # a norm before the blocks, EVA's rotary embedding offset by 1, column first; PE-Spatial: no final norm at all
-    ("vit_pe_core_small_patch16_384", {"depth": 2}, dict(pooling="map", pool_heads=8, pool_prefix=True, norm_pre=True,
-                                                         rotary_offset=1.0, rotary_column_first=True)),
+    (
+        "vit_pe_core_small_patch16_384",
+        {"depth": 2},
+        dict(pooling="map", pool_heads=8, pool_prefix=True, norm_pre=True, rotary_offset=1.0, rotary_column_first=True),
+    ),
     ("vit_pe_spatial_small_patch16_512", {"depth": 2, "img_size": 256}, dict(final_norm=False, pooling="mean")),
     # RoPE-Mixed: learned rotary frequencies per block and head, with and without a position table
-    ("vit_base_patch16_rope_mixed_224", {"depth": 2}, dict(rotary="mixed", rotary_column_first=True,
-                                                           absolute_positions=False)),
+    (
+        "vit_base_patch16_rope_mixed_224",
+        {"depth": 2},
+        dict(rotary="mixed", rotary_column_first=True, absolute_positions=False),
+    ),
     ("vit_base_patch16_rope_mixed_ape_224", {"depth": 2}, dict(rotary="mixed", absolute_positions=True)),
     # AIMv2 (timm's VisionTransformer): RMSNorm everywhere, one in the patch embedding too, SwiGLU, no biases, no [CLS]
-    ("aimv2_large_patch14_224", {"depth": 2}, dict(norm="rmsnorm", patch_norm=True, gated_mlp=True, class_token=False,
-                                                   pooling="mean", qkv_bias=False)),
+    (
+        "aimv2_large_patch14_224",
+        {"depth": 2},
+        dict(norm="rmsnorm", patch_norm=True, gated_mlp=True, class_token=False, pooling="mean", qkv_bias=False),
+    ),
     # per-head q/k norms; SwiGLU packed; SwiGLU split with the norms inside the MLP and on the attention output
     ("vit_small_patch16_224", {"depth": 2, "qk_norm": True}, dict(qk_norm=True)),
     ("vit_small_patch16_224", {"depth": 2, "pos_embed": "none"}, dict(absolute_positions=False, rotary="none")),
-    ("vit_small_patch16_224", {"depth": 2, "mlp_layer": timm.layers.SwiGLUPacked, "act_layer": torch.nn.SiLU},
-     dict(gated_mlp=True, mlp_size=768)),  # the packed fc1 (1536) holds the gate and the value
-    ("vit_small_patch16_224", {"depth": 2, "mlp_layer": timm.layers.SwiGLU, "act_layer": torch.nn.SiLU,
-                               "scale_mlp_norm": True, "scale_attn_norm": True},
-     dict(gated_mlp=True, mlp_norm=True, attention_norm=True)),
+    (
+        "vit_small_patch16_224",
+        {"depth": 2, "mlp_layer": timm.layers.SwiGLUPacked, "act_layer": torch.nn.SiLU},
+        dict(gated_mlp=True, mlp_size=768),
+    ),  # the packed fc1 (1536) holds the gate and the value
+    (
+        "vit_small_patch16_224",
+        {
+            "depth": 2,
+            "mlp_layer": timm.layers.SwiGLU,
+            "act_layer": torch.nn.SiLU,
+            "scale_mlp_norm": True,
+            "scale_attn_norm": True,
+        },
+        dict(gated_mlp=True, mlp_norm=True, attention_norm=True),
+    ),
 ]
 
 
-@pytest.mark.parametrize("name,kwargs,expected_config", FAMILIES,
-                         ids=[f"{f[0]}-{i}" for i, f in enumerate(FAMILIES)])  # fmt: skip
+@pytest.mark.parametrize("name,kwargs,expected_config", FAMILIES, ids=[f"{f[0]}-{i}" for i, f in enumerate(FAMILIES)])
 def test_timm_family_reproduces_outputs_and_every_attention(name, kwargs, expected_config):
     model = perturbed(name, **kwargs)
     size = model.patch_embed.img_size
@@ -163,8 +210,15 @@ def test_non_square_input_matches_timm_dynamic_img_size(name, kwargs):
     assert output_difference <= RTOL and attention_difference <= RTOL
 
 
-@pytest.mark.parametrize("name", ["vit_small_patch16_dinov3", "eva02_small_patch14_224", "vit_base_patch16_rope_224",
-                                  "vit_base_patch16_rope_mixed_224"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "vit_small_patch16_dinov3",
+        "eva02_small_patch14_224",
+        "vit_base_patch16_rope_224",
+        "vit_base_patch16_rope_mixed_224",
+    ],
+)
 def test_the_rotary_embedding_is_what_makes_it_match(name):
     """Without its rotary embedding the converted model is far from timm's: the tests above would notice one lost."""
     import dataclasses
@@ -181,16 +235,23 @@ def test_the_rotary_embedding_is_what_makes_it_match(name):
         assert (no_rotary(images).pooled - expected).abs().max() > 0.01
 
 
-@pytest.mark.parametrize("name,kwargs", [("vit_base_patch14_reg4_dinov2", {"img_size": 112}),
-                                         ("deit_base_distilled_patch16_224", {}),
-                                         ("vit_small_patch16_dinov3", {})])  # fmt: skip
+@pytest.mark.parametrize(
+    "name,kwargs",
+    [
+        ("vit_base_patch14_reg4_dinov2", {"img_size": 112}),
+        ("deit_base_distilled_patch16_224", {}),
+        ("vit_small_patch16_dinov3", {}),
+    ],
+)
 def test_queries_keys_and_values_of_converted_models_give_timms_attention(name, kwargs):
     """The facets of patch features: softmax(q kᵀ · scale) from the converted model's q and k is timm's own attention,
     and its values are those timm's qkv projection makes (the value third of its output)."""
     model = perturbed(name, depth=2, **kwargs)
     values = []
-    hooks = [block.attn.qkv.register_forward_hook(lambda m, inputs, out: values.append(out.chunk(3, dim=-1)[2]))
-             for block in model.blocks]  # fmt: skip
+    hooks = [
+        block.attn.qkv.register_forward_hook(lambda m, inputs, out: values.append(out.chunk(3, dim=-1)[2]))
+        for block in model.blocks
+    ]
     size = model.patch_embed.img_size
     images = torch.randn(2, 3, *size)
     _, attentions = reference_run(model, images)
@@ -247,7 +308,8 @@ def test_what_cannot_be_reproduced_is_refused_by_name(build, feature):
 
 
 @pytest.mark.parametrize(
-    "name", ["vit_base_patch16_224.augreg2_in21k_ft_in1k", "vit_base_patch16_clip_224.openai", "deit3_small_patch16_224"]
+    "name",
+    ["vit_base_patch16_224.augreg2_in21k_ft_in1k", "vit_base_patch16_clip_224.openai", "deit3_small_patch16_224"],
 )
 def test_preprocessing_matches_timms_evaluation_transform(name):
     model = timm.create_model(name, pretrained=False, num_classes=0)

@@ -33,7 +33,8 @@ def test_full_size_vit_b_16_reproduces_torchvision_logits():
 
 
 @pytest.mark.parametrize(
-    "arch,size,patch,heads", [("vit_b_32", 64, 32, 12), ("vit_l_16", 32, 16, 16), ("vit_l_32", 64, 32, 16), ("vit_h_14", 28, 14, 16)]
+    "arch,size,patch,heads",
+    [("vit_b_32", 64, 32, 12), ("vit_l_16", 32, 16, 16), ("vit_l_32", 64, 32, 16), ("vit_h_14", 28, 14, 16)],
 )
 def test_every_torchvision_vit_architecture_converts(arch, size, patch, heads):
     # full widths and depths; a small image keeps the forward cheap

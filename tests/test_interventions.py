@@ -21,8 +21,14 @@ def without_head(model: ViT, layer: int, head: int) -> ViT:
     return reference
 
 
-@pytest.mark.parametrize("options", [{}, dict(layer_scale=True, num_register_tokens=2),
-                                     dict(rotary="dinov3", absolute_positions=False, pooling="mean")])  # fmt: skip
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        dict(layer_scale=True, num_register_tokens=2),
+        dict(rotary="dinov3", absolute_positions=False, pooling="mean"),
+    ],
+)
 def test_a_zero_head_mask_is_the_head_cut_out_of_the_output_projection(options):
     model = tiny_vit(**options)
     images = torch.randn(2, 3, 32, 40)
@@ -36,7 +42,9 @@ def test_a_zero_head_mask_is_the_head_cut_out_of_the_output_projection(options):
                 for explicit in (False, True):  # the fused path and the one that returns the weights
                     output = model(images, head_mask=mask, output_attentions=explicit)
                     torch.testing.assert_close(output.logits, expected.logits)
-            for ours, theirs in zip(model(images, head_mask=mask, output_attentions=True).attentions, expected.attentions):
+            for ours, theirs in zip(
+                model(images, head_mask=mask, output_attentions=True).attentions, expected.attentions
+            ):
                 torch.testing.assert_close(ours, theirs)  # the returned attentions stay the softmax
                 torch.testing.assert_close(ours.sum(-1), torch.ones_like(ours[..., 0]))
 
@@ -136,22 +144,26 @@ def test_a_knocked_out_model_shares_the_weights_and_applies_its_masks_everywhere
         # an explicit mask adds to the model's own
         more = torch.ones(3, 4)
         more[1, 0] = 0
-        torch.testing.assert_close(knocked(images, head_mask=more).logits,
-                                   model(images, head_mask=mask * more, key_mask=keep).logits)  # fmt: skip
+        torch.testing.assert_close(
+            knocked(images, head_mask=more).logits, model(images, head_mask=mask * more, key_mask=keep).logits
+        )
     assert not knocked.knock_out().interventions  # nothing knocked out: the model restored
 
 
-@pytest.mark.parametrize("call,message", [
-    (lambda m, x: m(x, head_mask=torch.ones(3, 5)), r"head_mask must be \(layers, heads\) = \(3, 4\)"),
-    (lambda m, x: m(x, head_mask=torch.full((3, 4), float("nan"))), "NaN"),
-    (lambda m, x: m(x, key_mask=torch.ones(2, 17)), "must hold booleans"),
-    (lambda m, x: m(x, key_mask=torch.ones(2, 5, dtype=torch.bool)), r"key_mask must be \(B, T\) = \(2, 17\)"),
-    (lambda m, x: m(x, key_mask=torch.zeros(2, 17, dtype=torch.bool)), "nothing to attend to"),
-    (lambda m, x: m(x, head_mask=torch.ones(3, 4), head_ablation="half"), "head_ablation must be one of"),
-    (lambda m, x: m.knock_out(heads=[(3, 0)]), r"head \(3, 0\) does not exist: the model has 3 layers of 4 heads"),
-    (lambda m, x: m.knock_out(tokens=[40])(x), "token 40 does not exist: this input has 17 tokens"),
-    (lambda m, x: m.knock_out(tokens=[-1]), "token indices must be >= 0"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "call,message",
+    [
+        (lambda m, x: m(x, head_mask=torch.ones(3, 5)), r"head_mask must be \(layers, heads\) = \(3, 4\)"),
+        (lambda m, x: m(x, head_mask=torch.full((3, 4), float("nan"))), "NaN"),
+        (lambda m, x: m(x, key_mask=torch.ones(2, 17)), "must hold booleans"),
+        (lambda m, x: m(x, key_mask=torch.ones(2, 5, dtype=torch.bool)), r"key_mask must be \(B, T\) = \(2, 17\)"),
+        (lambda m, x: m(x, key_mask=torch.zeros(2, 17, dtype=torch.bool)), "nothing to attend to"),
+        (lambda m, x: m(x, head_mask=torch.ones(3, 4), head_ablation="half"), "head_ablation must be one of"),
+        (lambda m, x: m.knock_out(heads=[(3, 0)]), r"head \(3, 0\) does not exist: the model has 3 layers of 4 heads"),
+        (lambda m, x: m.knock_out(tokens=[40])(x), "token 40 does not exist: this input has 17 tokens"),
+        (lambda m, x: m.knock_out(tokens=[-1]), "token indices must be >= 0"),
+    ],
+)
 def test_bad_masks_are_refused_with_a_message(call, message):
     with pytest.raises(ValueError, match=message):
         call(tiny_vit(), torch.randn(2, 3, 32, 32))

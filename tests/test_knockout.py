@@ -32,8 +32,9 @@ def test_each_heads_change_is_a_forward_pass_with_that_head_masked(ablation, max
             mask[layer, head] = 0
             logit, probability = masked_target(model, images, mask, targets, ablation)
             torch.testing.assert_close(result.logit_change[:, layer, head], logit - result.logit, atol=1e-5, rtol=0)
-            torch.testing.assert_close(result.probability_change[:, layer, head], probability - result.probability,
-                                       atol=1e-6, rtol=0)  # fmt: skip
+            torch.testing.assert_close(
+                result.probability_change[:, layer, head], probability - result.probability, atol=1e-6, rtol=0
+            )
     assert result.logit_change.abs().max() > 1e-3  # heads matter in this model
 
 

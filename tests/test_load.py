@@ -1,8 +1,8 @@
 """Checkpoints and load_model: round trips, safety, clear errors, offline behaviour."""
 
 import os
-import random
 import pickle
+import random
 import socket
 import threading
 import time
@@ -107,8 +107,11 @@ def test_mismatched_config_and_weights_are_named(tmp_path):
     checkpoint["config"]["mlp_size"] = 128
     del checkpoint["state_dict"]["norm.bias"]
     torch.save(checkpoint, tmp_path / "mismatch.pt")
-    with pytest.raises(ModelLoadError, match=r"missing weights norm.bias.*shape mismatches blocks.0.mlp.fc1.bias: "
-                       r"\(64,\) in file, \(128,\) expected"):
+    with pytest.raises(
+        ModelLoadError,
+        match=r"missing weights norm.bias.*shape mismatches blocks.0.mlp.fc1.bias: "
+        r"\(64,\) in file, \(128,\) expected",
+    ):
         load_model(tmp_path / "mismatch.pt")
     checkpoint["config"]["depth"] = 3
     torch.save(checkpoint, tmp_path / "unknown.pt")
@@ -210,8 +213,18 @@ def test_a_tiny_file_asking_for_a_gigantic_model_is_refused_without_allocating(t
 
 def test_the_shipped_default_checkpoint_loads_offline_and_predicts():
     model = load_model("default")  # checkpoints/default.pt is part of the repository
-    assert model.class_names == ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship",
-                                 "truck"]  # fmt: skip
+    assert model.class_names == [
+        "airplane",
+        "automobile",
+        "bird",
+        "cat",
+        "deer",
+        "dog",
+        "frog",
+        "horse",
+        "ship",
+        "truck",
+    ]
     assert model.config.grid_size == (8, 8) and model.training_info["epoch"] == 6  # of the eighth stage
     assert model.training_info["metrics"]["val_top1"] > 0.815  # what the model card reports (81.5 %)
     size = (vitviz.load.DEFAULT_CHECKPOINT.stat().st_size) / 2**20

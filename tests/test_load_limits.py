@@ -16,11 +16,17 @@ from vitviz import ModelLoadError, ViT, ViTConfig, load_model
 SMALL = dict(image_size=32, patch_size=8, hidden_size=32, num_layers=2, num_heads=4, mlp_size=64)
 
 
-@pytest.mark.parametrize("config", [
-    {}, dict(num_classes=0), dict(pooling="map", class_token=False, num_classes=5), dict(distillation_token=True,
-    distillation_head=True), dict(num_register_tokens=4, pos_embed_prefix=False, layer_scale=True, norm_pre=True),
-    dict(qkv_bias=False, pooling="cls+mean", image_size=(32, 48)),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "config",
+    [
+        {},
+        dict(num_classes=0),
+        dict(pooling="map", class_token=False, num_classes=5),
+        dict(distillation_token=True, distillation_head=True),
+        dict(num_register_tokens=4, pos_embed_prefix=False, layer_scale=True, norm_pre=True),
+        dict(qkv_bias=False, pooling="cls+mean", image_size=(32, 48)),
+    ],
+)
 def test_the_parameter_count_from_the_numbers_equals_the_built_models(config):
     c = ViTConfig(**(SMALL | {"num_classes": 3} | config))
     assert c.num_parameters == sum(p.numel() for p in ViT(c).parameters())
@@ -42,8 +48,16 @@ def test_a_config_nested_100000_levels_deep_is_a_load_error_not_a_recursion_erro
 
 
 def test_an_absurd_config_is_refused_from_its_numbers_at_once(tmp_path):
-    folder = hf_folder(tmp_path, {"model_type": "vit", "hidden_size": 10_000_000, "num_hidden_layers": 10_000,
-                                  "num_attention_heads": 10, "intermediate_size": 10_000_000})  # fmt: skip
+    folder = hf_folder(
+        tmp_path,
+        {
+            "model_type": "vit",
+            "hidden_size": 10_000_000,
+            "num_hidden_layers": 10_000,
+            "num_attention_heads": 10,
+            "intermediate_size": 10_000_000,
+        },
+    )
     start = time.monotonic()
     with pytest.raises(ModelLoadError, match=r"[\d,]+ parameters: .* GB in fp32, more than the .* GB of memory free"):
         load_model(str(folder))
@@ -82,6 +96,9 @@ def test_a_timm_model_too_big_for_the_memory_is_refused_before_any_download(monk
 
     monkeypatch.setattr(socket.socket, "connect", lambda *a, **k: (_ for _ in ()).throw(OSError(101, "no network")))
     monkeypatch.setattr(vitviz.checkpoint, "available_memory", lambda: 24 * 10**9)  # this machine, whatever runs it
-    with pytest.raises(ModelLoadError, match=r"timm:vit_7b_patch16_dinov3.lvd1689m has 6,7[\d,]+ parameters: 2[67].\d GB "
-                                             r"in fp32, more than the 24.0 GB of memory free"):
+    with pytest.raises(
+        ModelLoadError,
+        match=r"timm:vit_7b_patch16_dinov3.lvd1689m has 6,7[\d,]+ parameters: 2[67].\d GB "
+        r"in fp32, more than the 24.0 GB of memory free",
+    ):
         load_model("timm:vit_7b_patch16_dinov3.lvd1689m")

@@ -30,20 +30,44 @@ def assert_sums_to_the_logit(model: ViT, images: torch.Tensor, target=None) -> e
     return parts
 
 
-@pytest.mark.parametrize("options", [
-    {}, dict(pooling="mean", class_token=False), dict(layer_scale=True, num_register_tokens=2),
-    dict(distillation_token=True, distillation_head=True), dict(pooling="cls+mean"), dict(fc_norm=True, pooling="mean"),
-    dict(norm="rmsnorm", gated_mlp=True, qk_norm=True), dict(final_norm=False, pooling="mean"),
-    dict(rotary="dinov3", absolute_positions=False, num_register_tokens=4, layer_scale=True),
-], ids=["cls", "mean", "layerscale+registers", "deit-two-heads", "cls+mean", "fc_norm", "rmsnorm", "no-final-norm",
-        "dinov3-style"])  # fmt: skip
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        dict(pooling="mean", class_token=False),
+        dict(layer_scale=True, num_register_tokens=2),
+        dict(distillation_token=True, distillation_head=True),
+        dict(pooling="cls+mean"),
+        dict(fc_norm=True, pooling="mean"),
+        dict(norm="rmsnorm", gated_mlp=True, qk_norm=True),
+        dict(final_norm=False, pooling="mean"),
+        dict(rotary="dinov3", absolute_positions=False, num_register_tokens=4, layer_scale=True),
+    ],
+    ids=[
+        "cls",
+        "mean",
+        "layerscale+registers",
+        "deit-two-heads",
+        "cls+mean",
+        "fc_norm",
+        "rmsnorm",
+        "no-final-norm",
+        "dinov3-style",
+    ],
+)
 def test_the_parts_sum_to_the_logit(options):
     assert_sums_to_the_logit(tiny_vit(**options), torch.randn(2, 3, 32, 40), target=[1, 3])
 
 
-@pytest.mark.parametrize("name,kwargs", [("vit_small_patch16_224", {}), ("deit3_small_patch16_224", {}),
-                                         ("deit_small_distilled_patch16_224", {}),
-                                         ("vit_small_patch14_reg4_dinov2", {"img_size": 112, "num_classes": 10})])  # fmt: skip
+@pytest.mark.parametrize(
+    "name,kwargs",
+    [
+        ("vit_small_patch16_224", {}),
+        ("deit3_small_patch16_224", {}),
+        ("deit_small_distilled_patch16_224", {}),
+        ("vit_small_patch14_reg4_dinov2", {"img_size": 112, "num_classes": 10}),
+    ],
+)
 def test_the_parts_sum_to_the_logit_of_converted_timm_models(name, kwargs):
     model = vitviz.from_timm(perturbed(name, depth=2, **kwargs))
     size = model.config.image_hw
@@ -67,7 +91,9 @@ def test_one_heads_share_is_its_output_read_by_the_head():
         weights, v = output.attentions[0], output.qkv[0].v
         block, head_dim = model.blocks[0], 8
         for head in range(4):
-            written = (weights[:, head] @ v[:, head]) @ block.attn.proj.weight[:, head * head_dim : (head + 1) * head_dim].T
+            written = (weights[:, head] @ v[:, head]) @ block.attn.proj.weight[
+                :, head * head_dim : (head + 1) * head_dim
+            ].T
             expected = (written * block.ls1.gamma).mean(dim=1) @ model.head.weight[2]
             torch.testing.assert_close(parts.heads[:, 0, head], expected)
 
@@ -78,12 +104,15 @@ def test_a_knocked_out_head_contributes_nothing():
     assert (parts.heads[:, 1, 2] == 0).all()
 
 
-@pytest.mark.parametrize("build,message", [
-    (lambda: tiny_vit(pooling="map", class_token=False), "attention-pooling head is not linear"),
-    (lambda: tiny_vit(attention_norm=True), "norm on the heads' joined output"),
-    (lambda: tiny_vit(num_classes=0), "needs a classifier"),
-    (lambda: tiny_vit().knock_out(heads=[(0, 0)], ablation="mean"), "batch mean"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "build,message",
+    [
+        (lambda: tiny_vit(pooling="map", class_token=False), "attention-pooling head is not linear"),
+        (lambda: tiny_vit(attention_norm=True), "norm on the heads' joined output"),
+        (lambda: tiny_vit(num_classes=0), "needs a classifier"),
+        (lambda: tiny_vit().knock_out(heads=[(0, 0)], ablation="mean"), "batch mean"),
+    ],
+)
 def test_readouts_that_are_not_linear_are_refused(build, message):
     with pytest.raises(ValueError, match=message):
         explain.direct_logit_attribution(build(), torch.randn(1, 3, 32, 32))

@@ -92,9 +92,15 @@ def test_attention_weights_match_a_manual_computation():
     torch.testing.assert_close(weights[0, head], expected)
 
 
-@pytest.mark.parametrize("options", [{}, dict(num_register_tokens=2, layer_scale=True),
-                                     dict(rotary="dinov3", absolute_positions=False, qk_norm=True, num_register_tokens=4),
-                                     dict(rotary="eva", rotary_reference_grid=(4, 4), qkv_bias=False)])  # fmt: skip
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        dict(num_register_tokens=2, layer_scale=True),
+        dict(rotary="dinov3", absolute_positions=False, qk_norm=True, num_register_tokens=4),
+        dict(rotary="eva", rotary_reference_grid=(4, 4), qkv_bias=False),
+    ],
+)
 def test_queries_keys_and_values_are_what_the_attention_uses(options):
     """softmax(q kᵀ · scale) is the block's attention, and its weights times v, heads joined and projected, is what
     the block's attention writes (rotated, normed queries and keys included), on a non-square input."""
@@ -392,8 +398,18 @@ def test_rotary_rotation_leaves_prefix_tokens_and_lengths_alone_and_depends_on_r
 
 
 def test_a_rotary_model_agrees_between_fused_and_explicit_attention_and_has_no_position_table():
-    config = ViTConfig(image_size=32, patch_size=8, hidden_size=32, num_layers=2, num_heads=2, mlp_size=64,
-                       num_classes=3, num_register_tokens=2, absolute_positions=False, rotary="dinov3")
+    config = ViTConfig(
+        image_size=32,
+        patch_size=8,
+        hidden_size=32,
+        num_layers=2,
+        num_heads=2,
+        mlp_size=64,
+        num_classes=3,
+        num_register_tokens=2,
+        absolute_positions=False,
+        rotary="dinov3",
+    )
     model = ViT(config).eval()
     assert model.pos_embed is None and config.num_parameters == sum(p.numel() for p in model.parameters())
     with torch.no_grad():

@@ -22,15 +22,31 @@ def installed(tmp_path_factory):
     """The wheel (no dependencies: the running environment has them; no network) and its install folder."""
     tmp = tmp_path_factory.mktemp("package")
     build = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--wheel-dir", str(tmp / "dist"),
-         str(ROOT)], capture_output=True, text=True, timeout=300, cwd=tmp,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--wheel-dir",
+            str(tmp / "dist"),
+            str(ROOT),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp,
+    )
     assert build.returncode == 0, build.stdout + build.stderr
     (wheel,) = (tmp / "dist").glob("vitviz-*.whl")
     install = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--target", str(tmp / "site"), str(wheel)],
-        capture_output=True, text=True, timeout=300, cwd=tmp,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp,
+    )
     assert install.returncode == 0, install.stdout + install.stderr
     (tmp / "elsewhere").mkdir()
     return wheel, tmp / "site", tmp / "elsewhere"
@@ -46,9 +62,15 @@ def run_installed(site: Path, cwd: Path, *command: str) -> subprocess.CompletedP
 def test_wheel_carries_the_default_model_the_dashboard_and_its_settings(installed):
     wheel, _, _ = installed
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert {"vitviz/checkpoints/default.pt", "vitviz/checkpoints/README.md", "vitviz_dashboard/app.py",
-            "vitviz_dashboard/streamlit_config.toml", "vitviz_dashboard/tabs/overview.py",
-            "vitviz_dashboard/examples/coffee.jpg", "vitviz_dashboard/examples/SOURCES.md"} <= names  # fmt: skip
+    assert {
+        "vitviz/checkpoints/default.pt",
+        "vitviz/checkpoints/README.md",
+        "vitviz_dashboard/app.py",
+        "vitviz_dashboard/streamlit_config.toml",
+        "vitviz_dashboard/tabs/overview.py",
+        "vitviz_dashboard/examples/coffee.jpg",
+        "vitviz_dashboard/examples/SOURCES.md",
+    } <= names
     assert not any(name.startswith(("tests/", "bench/")) for name in names)
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "vitviz = vitviz.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
@@ -56,8 +78,10 @@ def test_wheel_carries_the_default_model_the_dashboard_and_its_settings(installe
 
 def test_installed_package_loads_the_default_from_another_directory(installed):
     _, site, elsewhere = installed
-    code = ("import vitviz, vitviz.load; m = vitviz.load_model('default'); "
-            "print(vitviz.__file__); print(vitviz.load.DEFAULT_CHECKPOINT); print(m.config.grid_size, len(m.class_names))")  # fmt: skip
+    code = (
+        "import vitviz, vitviz.load; m = vitviz.load_model('default'); "
+        "print(vitviz.__file__); print(vitviz.load.DEFAULT_CHECKPOINT); print(m.config.grid_size, len(m.class_names))"
+    )
     result = run_installed(site, elsewhere, sys.executable, "-c", code)
     assert result.returncode == 0, result.stderr
     module, checkpoint, shape = result.stdout.splitlines()
@@ -85,8 +109,15 @@ def test_installed_app_command_starts_the_server(installed):
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     env = os.environ | {"PYTHONPATH": str(site)}
-    command = [sys.executable, str(site / "bin" / "vitviz"), "app", "--server.port", str(port),
-               "--server.address", "127.0.0.1"]  # fmt: skip
+    command = [
+        sys.executable,
+        str(site / "bin" / "vitviz"),
+        "app",
+        "--server.port",
+        str(port),
+        "--server.address",
+        "127.0.0.1",
+    ]
     server = subprocess.Popen(command, cwd=elsewhere, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         deadline, answer = time.monotonic() + 60, ""
@@ -130,8 +161,9 @@ def test_app_passes_the_dashboard_settings_then_the_users_flags(monkeypatch):
 def test_bench_scripts_start_as_their_readme_says(script):
     """`python bench/<script> ...` from the repository root, with no PYTHONPATH: the installed package."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    result = subprocess.run([sys.executable, f"bench/{script}", "--help"], capture_output=True, text=True,
-                            cwd=ROOT, env=env, timeout=120)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, f"bench/{script}", "--help"], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     assert "--out" in result.stdout
     assert f".venv/bin/python bench/{script}" in (ROOT / "bench" / "README.md").read_text()

@@ -11,8 +11,15 @@ from tiny_models import tiny_checkpoint
 
 import vitviz
 import vitviz.load
-from vitviz_dashboard.model_dirs import (MODEL_DIRS, OUTSIDE_MESSAGE, PATHS_OFF_MESSAGE, ModelRefused,
-                                         allowed_model_dirs, check_hub_spec, check_model_path)  # fmt: skip
+from vitviz_dashboard.model_dirs import (
+    MODEL_DIRS,
+    OUTSIDE_MESSAGE,
+    PATHS_OFF_MESSAGE,
+    ModelRefused,
+    allowed_model_dirs,
+    check_hub_spec,
+    check_model_path,
+)
 from vitviz_dashboard.sidebar import hub_spec
 
 
@@ -77,18 +84,39 @@ def test_the_allowed_folders_come_from_vitviz_model_dirs(tmp_path, monkeypatch):
     assert refusal(str(tiny_checkpoint(tmp_path / "model.pt")), []) == OUTSIDE_MESSAGE
 
 
-@pytest.mark.parametrize("text", ["timm:local-dir:/etc", "timm: local-dir:/etc", "timm:local-dir:C:\\models",
-                                  "timm:hf-hub:timm/vit_small_patch8_224", "local-dir:/etc", "hf:/etc/passwd",
-                                  "hf:../models", "hf:~/models", "/etc/passwd", "~/models", "open_clip:local-dir:/etc",
-                                  "open_clip:/etc/passwd", "open_clip:hf-hub:../x", "open_clip: local-dir:/etc"])  # fmt: skip
+@pytest.mark.parametrize(
+    "text",
+    [
+        "timm:local-dir:/etc",
+        "timm: local-dir:/etc",
+        "timm:local-dir:C:\\models",
+        "timm:hf-hub:timm/vit_small_patch8_224",
+        "local-dir:/etc",
+        "hf:/etc/passwd",
+        "hf:../models",
+        "hf:~/models",
+        "/etc/passwd",
+        "~/models",
+        "open_clip:local-dir:/etc",
+        "open_clip:/etc/passwd",
+        "open_clip:hf-hub:../x",
+        "open_clip: local-dir:/etc",
+    ],
+)
 def test_the_spec_field_opens_no_local_path(text):
     with pytest.raises(ModelRefused, match="never a local path"):
         check_hub_spec(hub_spec(text))
 
 
 def test_the_spec_field_reads_timm_names_and_hub_repositories():
-    for text in ("timm:vit_small_patch8_224.dino", "vit_small_patch8_224.dino", "google/vit-base-patch16-224", "",
-                 "open_clip:ViT-B-16/openai", "open_clip:hf-hub:timm/ViT-B-16-SigLIP"):
+    for text in (
+        "timm:vit_small_patch8_224.dino",
+        "vit_small_patch8_224.dino",
+        "google/vit-base-patch16-224",
+        "",
+        "open_clip:ViT-B-16/openai",
+        "open_clip:hf-hub:timm/ViT-B-16-SigLIP",
+    ):
         assert check_hub_spec(hub_spec(text)) == hub_spec(text)
 
 

@@ -13,8 +13,7 @@ import torch
 
 from vitviz import ViT, ViTConfig
 from vitviz import precision as precision_module
-from vitviz.precision import (BF16_MARGIN, PrecisionChoice, decide, forward_timer, measure_precision,
-                              resolve_precision)  # fmt: skip
+from vitviz.precision import BF16_MARGIN, PrecisionChoice, decide, forward_timer, measure_precision, resolve_precision
 
 
 def tiny_model(**config) -> ViT:
@@ -83,13 +82,14 @@ def test_a_big_model_gets_fewer_repeats(seconds_per_run, repeats):
 def test_bf16_that_fails_falls_back_to_fp32():
     def time_forward(precision: str) -> float:
         if precision == "bf16":
-            raise RuntimeError('"addmm_impl_cpu_" not implemented for \'BFloat16\'\nmore detail')
+            raise RuntimeError("\"addmm_impl_cpu_\" not implemented for 'BFloat16'\nmore detail")
         return 0.1
 
     choice = measure_precision(tiny_model(), time_forward=time_forward)
     assert choice.precision == "fp32" and math.isnan(choice.fp32_ms) and math.isnan(choice.bf16_ms)
-    assert choice.reason == ("bf16 autocast failed on this CPU (\"addmm_impl_cpu_\" not implemented for 'BFloat16'), "
-                             "so fp32")
+    assert choice.reason == (
+        "bf16 autocast failed on this CPU (\"addmm_impl_cpu_\" not implemented for 'BFloat16'), so fp32"
+    )
     assert choice.summary() == f"auto chose fp32: {choice.reason}."
 
 
@@ -107,8 +107,9 @@ def test_a_model_on_another_device_is_not_timed():
     """The meta device stands for any backend other than CPU and CUDA: no clock to trust there."""
     choice = measure_precision(tiny_model().to("meta"))
     assert (choice.precision, choice.repeats) == ("fp32", 0)
-    assert choice.reason == ("auto times models on CPUs and CUDA GPUs only, and this one is on meta, "
-                             "so fp32 without timing")
+    assert choice.reason == (
+        "auto times models on CPUs and CUDA GPUs only, and this one is on meta, so fp32 without timing"
+    )
 
 
 def test_real_measurement_on_a_tiny_model():
@@ -155,14 +156,17 @@ def test_a_big_model_is_timed_on_some_blocks_and_scaled(monkeypatch):
     choice = measure_precision(model, repeats=3, budget_s=math.inf)
     assert built == [1, 1]  # one block to size the runs, then 0.1 s / 0.1 s per block = 1 of the 2 blocks
     assert choice.fp32_ms == pytest.approx(200) and choice.bf16_ms == pytest.approx(80)  # scaled to both blocks
-    assert choice.summary() == ("auto chose bf16: 80 ms against 200 ms in fp32 (median of 3, 1 of 2 blocks timed and "
-                                "scaled, this model at batch 1).")  # fmt: skip
+    assert choice.summary() == (
+        "auto chose bf16: 80 ms against 200 ms in fp32 (median of 3, 1 of 2 blocks timed and "
+        "scaled, this model at batch 1)."
+    )
 
 
 def test_decide_reports_medians_in_milliseconds():
     choice = decide(0.083, 0.041, repeats=5)
-    assert choice == PrecisionChoice("bf16", pytest.approx(83), pytest.approx(41),
-                                     "bf16 took 0.49x the time of fp32 on this CPU", 5)  # fmt: skip
+    assert choice == PrecisionChoice(
+        "bf16", pytest.approx(83), pytest.approx(41), "bf16 took 0.49x the time of fp32 on this CPU", 5
+    )
     assert choice.summary() == "auto chose bf16: 41 ms against 83 ms in fp32 (median of 5, this model at batch 1)."
     slower = decide(0.000937, 0.0012, repeats=3)
     assert slower.summary() == "auto chose fp32: 0.94 ms against 1.2 ms in bf16 (median of 3, this model at batch 1)."

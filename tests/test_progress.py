@@ -10,10 +10,10 @@ import uuid
 import huggingface_hub
 import pytest
 from streamlit.testing.v1 import AppTest
+from tiny_models import tiny_checkpoint
 
 import vitviz
 import vitviz.load
-from tiny_models import tiny_checkpoint
 from vitviz import ModelLoadError, hub
 from vitviz_dashboard.progress import describe, fraction, remaining
 
@@ -118,8 +118,9 @@ def test_page_draws_the_download_bar_and_replays_the_cached_model(tmp_path, monk
     checkpoint = tiny_checkpoint(tmp_path / "model.pt")
     drawn = []
     original_draw = progress.PageProgress._draw
-    monkeypatch.setattr(progress.PageProgress, "_draw", lambda self: drawn.append((self.n, self.total)) or
-                        original_draw(self))  # fmt: skip
+    monkeypatch.setattr(
+        progress.PageProgress, "_draw", lambda self: drawn.append((self.n, self.total)) or original_draw(self)
+    )
 
     def load_with_a_download(spec):
         with hub.PROGRESS_BAR.get()(total=4_000_000, unit="B", unit_scale=True, desc="model.safetensors") as bar:

@@ -23,8 +23,18 @@ def activations(path, seed, n=600, d=16):
 def test_train_from_npy_and_metrics_match_the_saved_weights(tmp_path):
     train = activations(tmp_path / "train.npy", 0)
     held = activations(tmp_path / "held.npy", 1, n=200)
-    metrics = main(["train", "--activations", str(train), "--holdout-activations", str(held), *QUICK,
-                    "--out", str(tmp_path / "run")])  # fmt: skip
+    metrics = main(
+        [
+            "train",
+            "--activations",
+            str(train),
+            "--holdout-activations",
+            str(held),
+            *QUICK,
+            "--out",
+            str(tmp_path / "run"),
+        ]
+    )
     saved = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert saved == pytest.approx(metrics)
     assert {"explained_variance", "l0", "dead_fraction", "normalised_mse", "training_seconds"} <= set(saved)
@@ -43,8 +53,22 @@ def test_train_from_images_through_a_model(tmp_path):
         for index in range(4):
             pixels = rng.integers(0, 255, size=(32, 32, 3), dtype=np.uint8)
             Image.fromarray(pixels).save(tmp_path / "images" / name / f"{index}.png")
-    metrics = main(["train", "--images", str(tmp_path / "images"), "--model", str(checkpoint), "--block", "1",
-                    "--holdout", "0.25", *QUICK, "--out", str(tmp_path / "run")])  # fmt: skip
+    metrics = main(
+        [
+            "train",
+            "--images",
+            str(tmp_path / "images"),
+            "--model",
+            str(checkpoint),
+            "--block",
+            "1",
+            "--holdout",
+            "0.25",
+            *QUICK,
+            "--out",
+            str(tmp_path / "run"),
+        ]
+    )
     assert metrics["images"] == 3 and metrics["tokens"] == 3 * 16  # 3 held-out images of 4 x 4 patches
     assert 0 <= metrics["top1_agreement"] <= 1 and "ce_loss_recovered" in metrics
     header = json.loads((tmp_path / "run" / "config.json").read_text())

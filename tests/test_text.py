@@ -5,6 +5,8 @@ and every check on prompts. Tiny random models and tokenizers built in tests/tin
 import pytest
 import torch
 import torch.nn.functional as F
+from test_load_hub import offline  # noqa: F401  (a fixture: no network, an empty Hub cache)
+from tiny_text import clip_folder, open_clip_siglip, siglip_folder, spied
 
 import vitviz
 from vitviz import explain
@@ -13,8 +15,6 @@ from vitviz.text import PromptError, check_prompts, class_embeddings, parse_prom
 from vitviz.text import embeddings as embeddings_module
 from vitviz.text.prompts import check_templates
 from vitviz.text.towers import OpenClipTextTower
-from test_load_hub import offline  # noqa: F401  (a fixture: no network, an empty Hub cache)
-from tiny_text import clip_folder, open_clip_siglip, siglip_folder, spied
 
 ATOL = 1e-4  # the bound on logits
 PROMPTS = ["a photo of a dog", "a photo of a cat", "a red car on the road", "the moon"]
@@ -88,8 +88,9 @@ def test_open_clip_siglip_reads_no_mask_either_and_equals_the_hf_tower(tmp_path)
     with spied(clip_model.text.transformer.resblocks[0]) as calls, torch.no_grad():
         theirs = tower.encode(texts)
         mine = vitviz.load_model(str(folder)).text_tower.encode(texts)
-        masked = reference.text_model(**tokenizer(texts, padding="max_length", max_length=16, truncation=True,
-                                                  return_tensors="pt")).pooler_output  # fmt: skip
+        masked = reference.text_model(
+            **tokenizer(texts, padding="max_length", max_length=16, truncation=True, return_tensors="pt")
+        ).pooler_output
     assert calls and all(call["attn_mask"] is None for call in calls)
     assert (mine - theirs).abs().max() < 1e-5 and theirs.std() > 0.1
     assert (masked - mine).abs().max() > 1e-2  # with the mask, the two loaders would disagree: the test can tell
@@ -193,7 +194,9 @@ def test_an_interrupted_embedding_resumes_at_the_first_missing_chunk(saved, tmp_
     done = []
     monkeypatch.setattr(tower, "encode", lambda texts: done.append(list(texts)) or encode(texts))
     progress = []
-    resumed = class_embeddings(tower, names, templates, cache_dir=tmp_path, progress=lambda d, t: progress.append((d, t)))
+    resumed = class_embeddings(
+        tower, names, templates, cache_dir=tmp_path, progress=lambda d, t: progress.append((d, t))
+    )
     assert [t.split(" ", 1)[1] for texts in done for t in texts] == [n for n in names[4:] for _ in templates]
     assert progress[-1] == (14, 14) and [d for d, _ in progress] == sorted(d for d, _ in progress)
     fresh = class_embeddings(tower, names, templates, use_cache=False)

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from tiny_text import clip_folder
 
 import vitviz
 import vitviz.benchmark as benchmark
 import vitviz.explain_cli as explain_cli
 from vitviz.images import load_image
 from vitviz.text import prompt_set
-from tiny_text import clip_folder
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +40,23 @@ def test_explain_with_prompts_writes_their_names_and_probabilities(clip, tmp_pat
     photos.mkdir()
     photo(photos / "red.png", (220, 30, 30))
     prompts = ["a red square", "a photo of a dog", "the moon"]
-    assert explain_cli.main([str(photos), "--model", str(clip), "--prompts", *prompts, "--methods", "rollout",
-                             "relevance", "--out", str(tmp_path / "maps")]) == 0  # fmt: skip
+    assert (
+        explain_cli.main(
+            [
+                str(photos),
+                "--model",
+                str(clip),
+                "--prompts",
+                *prompts,
+                "--methods",
+                "rollout",
+                "relevance",
+                "--out",
+                str(tmp_path / "maps"),
+            ]
+        )
+        == 0
+    )
     model = vitviz.zero_shot(vitviz.load_model(clip), prompts, use_cache=False)
     pixels = model.transform(load_image((photos / "red.png").read_bytes()))[None]
     with torch.no_grad():
@@ -51,7 +66,10 @@ def test_explain_with_prompts_writes_their_names_and_probabilities(clip, tmp_pat
     top = int(np.argmax(expected))
     assert row["class1"] == prompts[top] and float(row["probability1"]) == pytest.approx(expected[top], abs=1e-6)
     saved = np.load(tmp_path / "maps" / "red.npz")
-    assert saved["probabilities"].shape == (3,) and saved["relevance"].shape == (pixels.shape[-2] // 8, pixels.shape[-1] // 8)
+    assert saved["probabilities"].shape == (3,) and saved["relevance"].shape == (
+        pixels.shape[-2] // 8,
+        pixels.shape[-1] // 8,
+    )
 
 
 def test_benchmark_with_a_prompt_set_matches_the_class_folders(clip, tmp_path):
@@ -59,8 +77,24 @@ def test_benchmark_with_a_prompt_set_matches_the_class_folders(clip, tmp_path):
     for name, colour in [("cat", (200, 120, 40)), ("ship", (20, 40, 200))]:  # CIFAR-10 class names as folders
         (images / name).mkdir(parents=True)
         photo(images / name / "0.png", colour)
-    assert benchmark.main([str(images), "--model", str(clip), "--prompt-set", "cifar10", "--methods", "rollout",
-                           "--target", "label", "--out", str(tmp_path / "out")]) == 0  # fmt: skip
+    assert (
+        benchmark.main(
+            [
+                str(images),
+                "--model",
+                str(clip),
+                "--prompt-set",
+                "cifar10",
+                "--methods",
+                "rollout",
+                "--target",
+                "label",
+                "--out",
+                str(tmp_path / "out"),
+            ]
+        )
+        == 0
+    )
     records = [json.loads(line) for line in (tmp_path / "out" / "images.jsonl").read_text().splitlines()]
     classes = list(prompt_set("cifar10"))
     assert sorted(r["label"] for r in records) == sorted([classes.index("cat"), classes.index("ship")])
@@ -95,8 +129,23 @@ def test_bad_prompt_options_exit_with_a_message(clip, tmp_path, arguments, messa
 def test_a_prompt_longer_than_the_context_is_noted(clip, tmp_path, capsys):
     photo(tmp_path / "a.png", (0, 0, 0))
     long = " ".join(["cat"] * 30)
-    assert explain_cli.main([str(tmp_path / "a.png"), "--model", str(clip), "--prompts", "a dog", long,
-                             "--methods", "rollout", "--out", str(tmp_path / "maps")]) == 0  # fmt: skip
+    assert (
+        explain_cli.main(
+            [
+                str(tmp_path / "a.png"),
+                "--model",
+                str(clip),
+                "--prompts",
+                "a dog",
+                long,
+                "--methods",
+                "rollout",
+                "--out",
+                str(tmp_path / "maps"),
+            ]
+        )
+        == 0
+    )
     assert "prompt 2 is" in capsys.readouterr().err
 
 

@@ -6,6 +6,7 @@ length; the estimate before a long set and what is left after an interruption. T
 import open_clip
 import pytest
 import torch
+from tiny_text import TINY_VISION, clip_folder, open_clip_clip, spied
 
 import vitviz
 from vitviz.text import class_embeddings
@@ -14,17 +15,25 @@ from vitviz.text import embeddings as embeddings_module
 from vitviz.text.cut import causal_parts
 from vitviz.text.embeddings import estimated_seconds, prompts_left
 from vitviz.text.towers import OpenClipTextTower
-from tiny_text import TINY_VISION, clip_folder, open_clip_clip, spied
 
 TOKENIZER = open_clip.get_tokenizer("ViT-B-16")  # CLIP's BPE, shipped with open_clip: no download
-PROMPTS = ["a photo of a dog", "a", "a bad photo of the great white shark, a type of fish.", "itap of a cat.",
-           "a photo of the " + "very " * 80 + "long prompt",  # past 77 tokens: truncated, its end of text at 76
-           "a low resolution photo of a tench", "cat", "an origami crane", "the moon"]  # fmt: skip
+PROMPTS = [
+    "a photo of a dog",
+    "a",
+    "a bad photo of the great white shark, a type of fish.",
+    "itap of a cat.",
+    "a photo of the " + "very " * 80 + "long prompt",  # past 77 tokens: truncated, its end of text at 76
+    "a low resolution photo of a tench",
+    "cat",
+    "an origami crane",
+    "the moon",
+]
 ATOL = 1e-5  # the bound, fp32
 
 
-@pytest.mark.parametrize("text", [{}, {"pool_type": "eos", "eos_id": 49407}, {"pool_type": "first"}],
-                         ids=["argmax", "eos", "first"])  # fmt: skip
+@pytest.mark.parametrize(
+    "text", [{}, {"pool_type": "eos", "eos_id": 49407}, {"pool_type": "first"}], ids=["argmax", "eos", "first"]
+)
 @pytest.mark.parametrize("custom_text", [False, True], ids=["CLIP", "CustomTextCLIP"])
 def test_the_cut_equals_open_clips_encode_text(custom_text, text, monkeypatch):
     model = open_clip_clip(custom_text, **text)
@@ -132,8 +141,6 @@ def test_prompts_left_and_the_estimate_follow_the_cache(tmp_path, monkeypatch):
     class_embeddings(tower, names, templates, cache_dir=tmp_path)
     assert prompts_left(tower, names, templates, tmp_path) == 0
     assert estimated_seconds(tower, names, templates, tmp_path, least=1) is None
-
-
 
 
 def test_the_page_states_a_long_sets_estimated_time_before_it_starts(tmp_path, monkeypatch):

@@ -19,9 +19,34 @@ from vitviz.metrics import classification_metrics, confusion_matrix
 from vitviz.train import main as train_main
 
 CLASSES = {"blue": (20, 40, 230), "green": (30, 200, 40), "red": (230, 30, 30)}
-SMALL_MODEL = ["--image-size", "16", "--patch-size", "4", "--hidden-size", "32", "--num-layers", "2",
-               "--num-heads", "2", "--mlp-size", "64", "--workers", "0", "--precision", "fp32", "--batch-size", "8",
-               "--augment", "none", "--lr", "3e-3", "--warmup-epochs", "0", "--drop-path", "0"]  # fmt: skip
+SMALL_MODEL = [
+    "--image-size",
+    "16",
+    "--patch-size",
+    "4",
+    "--hidden-size",
+    "32",
+    "--num-layers",
+    "2",
+    "--num-heads",
+    "2",
+    "--mlp-size",
+    "64",
+    "--workers",
+    "0",
+    "--precision",
+    "fp32",
+    "--batch-size",
+    "8",
+    "--augment",
+    "none",
+    "--lr",
+    "3e-3",
+    "--warmup-epochs",
+    "0",
+    "--drop-path",
+    "0",
+]
 
 
 def make_folder(root, per_class=8, classes=CLASSES):
@@ -74,8 +99,18 @@ def test_resume_continues_from_the_saved_epoch_and_step(folders, tmp_path, capsy
     assert first["history"][-1]["step"] == 6
     # pretend the run stopped after epoch 2: rewrite last.pt from an interrupted run
     interrupted = train(folders, tmp_path / "cut", "--epochs", "3", "--max-steps-per-epoch", "2", "--lr", "1e-3")
-    resumed = train(folders, tmp_path / "cut", "--epochs", "5", "--max-steps-per-epoch", "2", "--lr", "1e-3",
-                    "--resume", str(tmp_path / "cut" / "last.pt"))  # fmt: skip
+    resumed = train(
+        folders,
+        tmp_path / "cut",
+        "--epochs",
+        "5",
+        "--max-steps-per-epoch",
+        "2",
+        "--lr",
+        "1e-3",
+        "--resume",
+        str(tmp_path / "cut" / "last.pt"),
+    )
     assert "resumed from" in capsys.readouterr().out
     assert [r["epoch"] for r in resumed["history"]] == [4, 5]
     assert [r["step"] for r in resumed["history"]] == [8, 10]
@@ -86,13 +121,31 @@ def test_resume_continues_from_the_saved_epoch_and_step(folders, tmp_path, capsy
 def test_resume_refuses_a_different_model(folders, tmp_path):
     train(folders, tmp_path / "run", "--epochs", "1", "--max-steps-per-epoch", "1")
     with pytest.raises(SystemExit, match="trained with config"):
-        train(folders, tmp_path / "run", "--epochs", "2", "--num-layers", "3", "--resume", str(tmp_path / "run" / "last.pt"))
+        train(
+            folders,
+            tmp_path / "run",
+            "--epochs",
+            "2",
+            "--num-layers",
+            "3",
+            "--resume",
+            str(tmp_path / "run" / "last.pt"),
+        )
 
 
 def test_evaluate_writes_accuracy_and_confusion_matrix(folders, tmp_path, capsys):
     train(folders, tmp_path / "run", "--epochs", "2")
-    scores = evaluate_main([str(tmp_path / "run" / "best.pt"), "--val-dir", str(folders[1]), "--out", str(tmp_path / "eval"),
-                            "--workers", "0"])  # fmt: skip
+    scores = evaluate_main(
+        [
+            str(tmp_path / "run" / "best.pt"),
+            "--val-dir",
+            str(folders[1]),
+            "--out",
+            str(tmp_path / "eval"),
+            "--workers",
+            "0",
+        ]
+    )
     printed = capsys.readouterr().out
     assert "top-1 accuracy" in printed and "confusion matrix" in printed
     matrix = scores["confusion_matrix"]
@@ -109,14 +162,23 @@ def test_bad_arguments_exit_with_a_message(folders, tmp_path, capsys):
     make_folder(tmp_path / "one", classes={"only": (1, 2, 3)})
     cases = [
         (["--dataset", "imagefolder", "--val-dir", str(val_dir)], "needs --train-dir"),
-        (["--dataset", "imagefolder", "--train-dir", str(tmp_path / "nope"), "--val-dir", str(val_dir)], "is not a folder"),
-        (["--dataset", "imagefolder", "--train-dir", str(tmp_path / "empty"), "--val-dir", str(val_dir)],
-         "Couldn't find any class folder"),
-        (["--dataset", "imagefolder", "--train-dir", str(tmp_path / "one"), "--val-dir", str(val_dir)],
-         "at least 2 are needed"),
-        (["--dataset", "imagefolder", "--train-dir", str(train_dir), "--val-dir", str(val_dir), "--num-heads", "5"],
-         "not divisible by num_heads"),
-    ]  # fmt: skip
+        (
+            ["--dataset", "imagefolder", "--train-dir", str(tmp_path / "nope"), "--val-dir", str(val_dir)],
+            "is not a folder",
+        ),
+        (
+            ["--dataset", "imagefolder", "--train-dir", str(tmp_path / "empty"), "--val-dir", str(val_dir)],
+            "Couldn't find any class folder",
+        ),
+        (
+            ["--dataset", "imagefolder", "--train-dir", str(tmp_path / "one"), "--val-dir", str(val_dir)],
+            "at least 2 are needed",
+        ),
+        (
+            ["--dataset", "imagefolder", "--train-dir", str(train_dir), "--val-dir", str(val_dir), "--num-heads", "5"],
+            "not divisible by num_heads",
+        ),
+    ]
     for argv, message in cases:
         with pytest.raises(SystemExit, match=message):
             train_main(argv + ["--workers", "0"])
@@ -129,8 +191,21 @@ def test_bad_arguments_exit_with_a_message(folders, tmp_path, capsys):
 
 def test_data_on_device_lowers_the_loss_with_every_augmentation_on(folders, tmp_path):
     # the whole data set as one uint8 tensor on --device (the CPU here), shuffled and augmented there
-    result = train(folders, tmp_path / "run", "--epochs", "4", "--data-on-device", "--augment", "trivialaugment",
-                   "--random-erasing", "0.25", "--mixup", "0.8", "--cutmix", "1.0")  # fmt: skip
+    result = train(
+        folders,
+        tmp_path / "run",
+        "--epochs",
+        "4",
+        "--data-on-device",
+        "--augment",
+        "trivialaugment",
+        "--random-erasing",
+        "0.25",
+        "--mixup",
+        "0.8",
+        "--cutmix",
+        "1.0",
+    )
     losses = [record["train_loss"] for record in result["history"]]
     assert losses[-1] < losses[0] * 0.9
     assert [record["step"] for record in result["history"]] == [3, 6, 9, 12]  # 24 images, batches of 8
@@ -145,7 +220,9 @@ def test_recipe_sets_defaults_and_explicit_flags_still_win():
     assert (args.augment, args.mixup, args.cutmix, args.random_erasing) == ("trivialaugment", 0.8, 1.0, 0.25)
     config = train_module.build_config(args, 10)
     assert config.grid_size == (16, 16) and config.hidden_size == 384  # 256 patches
-    overridden = train_module.parse_args(["--recipe", "cifar10-gpu", "--patch-size", "4", "--no-compile", "--epochs", "3"])
+    overridden = train_module.parse_args(
+        ["--recipe", "cifar10-gpu", "--patch-size", "4", "--no-compile", "--epochs", "3"]
+    )
     assert (overridden.patch_size, overridden.compile, overridden.epochs, overridden.lr) == (4, False, 3, 1e-3)
     assert train_module.parse_args([]).data_on_device is False  # no recipe: the plain defaults
 
@@ -153,9 +230,27 @@ def test_recipe_sets_defaults_and_explicit_flags_still_win():
 def test_recipe_trains_and_stores_half_precision_weights(folders, tmp_path):
     # the GPU recipe's data path and augmentation with a model the CPU trains in seconds (SMALL_MODEL sets the
     # model's size and the optimiser; --augment puts the recipe's TrivialAugment back)
-    train(folders, tmp_path / "run", "--recipe", "cifar10-gpu", "--no-compile", "--device", "cpu", "--epochs", "2",
-          "--image-size", "16", "--patch-size", "4", "--warmup-epochs", "0", "--precision", "fp32",
-          "--augment", "trivialaugment")  # fmt: skip
+    train(
+        folders,
+        tmp_path / "run",
+        "--recipe",
+        "cifar10-gpu",
+        "--no-compile",
+        "--device",
+        "cpu",
+        "--epochs",
+        "2",
+        "--image-size",
+        "16",
+        "--patch-size",
+        "4",
+        "--warmup-epochs",
+        "0",
+        "--precision",
+        "fp32",
+        "--augment",
+        "trivialaugment",
+    )
     best = torch.load(tmp_path / "run" / "best.pt", weights_only=True)
     assert {tensor.dtype for tensor in best["state_dict"].values() if tensor.is_floating_point()} == {torch.float16}
     saved = best["training"]["args"]
@@ -214,13 +309,24 @@ def test_metrics_known_answer():
 
 def test_elapsed_time_accumulates_across_resumes(folders, tmp_path):
     first = train(folders, tmp_path / "run", "--epochs", "1", "--max-steps-per-epoch", "1")
-    resumed = train(folders, tmp_path / "run", "--epochs", "2", "--max-steps-per-epoch", "1",
-                    "--resume", str(tmp_path / "run" / "last.pt"))  # fmt: skip
+    resumed = train(
+        folders,
+        tmp_path / "run",
+        "--epochs",
+        "2",
+        "--max-steps-per-epoch",
+        "1",
+        "--resume",
+        str(tmp_path / "run" / "last.pt"),
+    )
     assert resumed["history"][0]["elapsed_s"] > first["history"][0]["elapsed_s"]
 
 
-@pytest.mark.parametrize("data", [(), ("--data-on-device", "--augment", "trivialaugment", "--random-erasing", "0.5")],
-                         ids=["dataloader", "data-on-device"])  # fmt: skip
+@pytest.mark.parametrize(
+    "data",
+    [(), ("--data-on-device", "--augment", "trivialaugment", "--random-erasing", "0.5")],
+    ids=["dataloader", "data-on-device"],
+)
 def test_an_interrupted_run_resumed_ends_exactly_where_an_uninterrupted_one_does(folders, tmp_path, monkeypatch, data):
     # augmentation and shuffling draw random numbers every epoch: resuming must restore them
     flags = ("--epochs", "3", "--max-steps-per-epoch", "2", "--augment", "basic", *data)
@@ -252,17 +358,43 @@ def test_an_interrupted_run_resumed_ends_exactly_where_an_uninterrupted_one_does
 def test_init_from_starts_from_the_saved_weights_with_a_fresh_schedule(folders, tmp_path, capsys):
     first = train(folders, tmp_path / "first", "--epochs", "4")
     # a learning rate too small to move the weights: the first epoch scores what the source scored
-    second = train(folders, tmp_path / "second", "--epochs", "1", "--max-steps-per-epoch", "1", "--lr", "1e-12",
-                   "--init-from", str(tmp_path / "first" / "last.pt"))  # fmt: skip
+    second = train(
+        folders,
+        tmp_path / "second",
+        "--epochs",
+        "1",
+        "--max-steps-per-epoch",
+        "1",
+        "--lr",
+        "1e-12",
+        "--init-from",
+        str(tmp_path / "first" / "last.pt"),
+    )
     assert "initialised from" in capsys.readouterr().out
     assert second["history"][0]["val_loss"] == pytest.approx(first["history"][-1]["val_loss"], rel=1e-4)
     assert second["history"][0]["step"] == 1  # the schedule starts again
     with pytest.raises(SystemExit, match="pass the same model flags"):
-        train(folders, tmp_path / "third", "--epochs", "1", "--hidden-size", "16",
-              "--init-from", str(tmp_path / "first" / "last.pt"))  # fmt: skip
+        train(
+            folders,
+            tmp_path / "third",
+            "--epochs",
+            "1",
+            "--hidden-size",
+            "16",
+            "--init-from",
+            str(tmp_path / "first" / "last.pt"),
+        )
     with pytest.raises(SystemExit) as exit_info:
-        train(folders, tmp_path / "third", "--epochs", "1", "--init-from", str(tmp_path / "first" / "last.pt"),
-              "--resume", str(tmp_path / "first" / "last.pt"))  # fmt: skip
+        train(
+            folders,
+            tmp_path / "third",
+            "--epochs",
+            "1",
+            "--init-from",
+            str(tmp_path / "first" / "last.pt"),
+            "--resume",
+            str(tmp_path / "first" / "last.pt"),
+        )
     assert exit_info.value.code == 2 and "exclude each other" in capsys.readouterr().err
 
 
@@ -272,10 +404,21 @@ def test_init_from_accepts_a_checkpoint_saved_before_newer_config_fields(folders
     for field in ("layer_scale", "activation", "fc_norm", "norm_pre"):  # fields added after the shipped default
         old["config"].pop(field)
     torch.save(old, tmp_path / "old.pt")
-    train(folders, tmp_path / "second", "--epochs", "1", "--max-steps-per-epoch", "1", "--init-from", str(tmp_path / "old.pt"))
+    train(
+        folders,
+        tmp_path / "second",
+        "--epochs",
+        "1",
+        "--max-steps-per-epoch",
+        "1",
+        "--init-from",
+        str(tmp_path / "old.pt"),
+    )
     assert "initialised from" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="hidden_size=.* there, 16 here.*pass the same model flags"):
-        train(folders, tmp_path / "third", "--epochs", "1", "--hidden-size", "16", "--init-from", str(tmp_path / "old.pt"))
+        train(
+            folders, tmp_path / "third", "--epochs", "1", "--hidden-size", "16", "--init-from", str(tmp_path / "old.pt")
+        )
 
 
 def test_attention_flag_picks_the_kernel(folders, tmp_path, monkeypatch):
@@ -283,7 +426,9 @@ def test_attention_flag_picks_the_kernel(folders, tmp_path, monkeypatch):
 
     seen = []
     build = train_module.build_optimizer
-    monkeypatch.setattr(train_module, "build_optimizer", lambda model, *a: seen.append(model.attn_implementation) or build(model, *a))
+    monkeypatch.setattr(
+        train_module, "build_optimizer", lambda model, *a: seen.append(model.attn_implementation) or build(model, *a)
+    )
     for choice, expected in [("auto", "eager"), ("sdpa", "sdpa"), ("eager", "eager")]:  # auto on the CPU: eager
         train(folders, tmp_path / choice, "--epochs", "1", "--max-steps-per-epoch", "1", "--attention", choice)
     assert seen == ["eager", "sdpa", "eager"]
@@ -303,8 +448,18 @@ def tensorboard_scalars(path):
 
 
 def test_tensorboard_logs_every_epoch_metric_and_the_learning_rate_of_every_step(folders, tmp_path):
-    train(folders, tmp_path / "run", "--epochs", "2", "--max-steps-per-epoch", "3", "--warmup-epochs", "1",
-          "--tensorboard", str(tmp_path / "tb"))  # fmt: skip
+    train(
+        folders,
+        tmp_path / "run",
+        "--epochs",
+        "2",
+        "--max-steps-per-epoch",
+        "3",
+        "--warmup-epochs",
+        "1",
+        "--tensorboard",
+        str(tmp_path / "tb"),
+    )
     records = read_metrics(tmp_path / "run" / "metrics.jsonl")
     scalars = tensorboard_scalars(tmp_path / "tb")
     metrics = [key for key in records[0] if key not in ("epoch", "step")]
@@ -414,8 +569,9 @@ def test_plot_curves_draws_training_and_validation_lines(tmp_path):
 def test_read_history_keeps_the_latest_record_of_each_epoch(tmp_path):
     path = tmp_path / "metrics.jsonl"
     # epoch 2 ran again after a resume from epoch 1's last.pt, then a new run started in the same folder
-    rows = epoch_records((1, 2.0, 2.0, 0.1, 0.1), (2, 1.0, 1.0, 0.2, 0.2), (2, 0.9, 0.9, 0.3, 0.3),
-                         (3, 0.8, 0.8, 0.4, 0.4))  # fmt: skip
+    rows = epoch_records(
+        (1, 2.0, 2.0, 0.1, 0.1), (2, 1.0, 1.0, 0.2, 0.2), (2, 0.9, 0.9, 0.3, 0.3), (3, 0.8, 0.8, 0.4, 0.4)
+    )
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     assert read_history(path) == [rows[0], rows[2], rows[3]]
     restarted = rows + epoch_records((1, 5.0, 5.0, 0.0, 0.0))
@@ -449,6 +605,7 @@ def test_curves_cli_redraws_from_a_metrics_file_and_explains_bad_ones(tmp_path, 
     with pytest.raises(SystemExit, match="missing.jsonl is not a file"):
         curves_main([str(tmp_path / "missing.jsonl")])
     # as a command: one line on stderr, no traceback
-    done = subprocess.run([sys.executable, "-m", "vitviz.curves", str(tmp_path / "missing.jsonl")],
-                          capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "vitviz.curves", str(tmp_path / "missing.jsonl")], capture_output=True, text=True
+    )
     assert done.returncode == 1 and done.stderr.startswith("error: ") and done.stderr.count("\n") == 1

@@ -18,7 +18,9 @@ def tiny_checkpoint(path: Path, names=("cat", "dog", "bird"), **config) -> Path:
     with torch.no_grad():
         for param in model.parameters():
             param.normal_(std=0.3)
-    side = model.config.image_hw[0] if model.config.image_hw[0] == model.config.image_hw[1] else 32  # the input it was built for
+    side = (
+        model.config.image_hw[0] if model.config.image_hw[0] == model.config.image_hw[1] else 32
+    )  # the input it was built for
     save_checkpoint(path, model, list(names), Preprocessing(resize=side, crop=side, mean=(0.5,) * 3, std=(0.25,) * 3))
     return path
 

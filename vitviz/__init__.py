@@ -2,8 +2,8 @@
 
 from vitviz.checkpoint import ModelLoadError, load_checkpoint, save_checkpoint
 from vitviz.dataset import open_index
-from vitviz.importers import from_huggingface, from_open_clip, from_timm, from_torchvision
 from vitviz.images import Preprocessing
+from vitviz.importers import from_huggingface, from_open_clip, from_timm, from_torchvision
 from vitviz.load import load_model
 from vitviz.model import ViT, ViTConfig, ViTOutput, autocast
 from vitviz.text import zero_shot

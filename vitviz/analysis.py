@@ -87,8 +87,9 @@ def analyse_image(
     readout_attention = views["readout_attention"]
     if known is None:  # the pooling head's weights are known now: read the rows again with them
         if attentions is not None:
-            readout_attention = explain.readout_attention_all(attentions, readout, num_prefix_tokens=output.num_prefix_tokens,
-                                                              grid_size=grid)  # fmt: skip
+            readout_attention = explain.readout_attention_all(
+                attentions, readout, num_prefix_tokens=output.num_prefix_tokens, grid_size=grid
+            )
         else:
             streamer = _streamer(model, grid, readout, progress=progress)
             readout_attention = _stream(model, pixels, precision, streamer)["readout_attention"]
@@ -114,13 +115,18 @@ def analyse_image(
 
 
 def rollout(
-    model: ViT, analysis: ImageAnalysis, head_fusion: HeadFusion = "mean", discard_ratio: float = 0.0,
-    start_layer: int = 0, progress: Progress | None = None,
+    model: ViT,
+    analysis: ImageAnalysis,
+    head_fusion: HeadFusion = "mean",
+    discard_ratio: float = 0.0,
+    start_layer: int = 0,
+    progress: Progress | None = None,
 ) -> torch.Tensor:
     """The rollout (rows, cols) for these settings: from the kept attentions, else by a streaming pass."""
     if analysis.attentions is not None:
-        return explain.attention_rollout(analysis.attentions, head_fusion, discard_ratio, start_layer,
-                                         **analysis.readout_args)[0]  # fmt: skip
+        return explain.attention_rollout(
+            analysis.attentions, head_fusion, discard_ratio, start_layer, **analysis.readout_args
+        )[0]
     streamer = _streamer(model, analysis.grid_size, analysis.readout, head_fusion, discard_ratio, start_layer, progress)
     return _stream(model, analysis.pixel_values, analysis.precision, streamer)["rollout"][0]
 
@@ -158,7 +164,10 @@ def patch_attention(
 
 
 def class_maps(
-    model: ViT, analysis: ImageAnalysis, target: int, precision: Precision = "fp32",
+    model: ViT,
+    analysis: ImageAnalysis,
+    target: int,
+    precision: Precision = "fp32",
     methods: Sequence[str] = ("relevance", "grad-rollout"),
 ) -> dict[str, np.ndarray]:
     """The class-specific maps of ``methods`` (any of explain.CLASS_SPECIFIC) for ``target``, each (rows, cols).
@@ -167,13 +176,18 @@ def class_maps(
     return {name: m.numpy() for name, m in result.maps.items()}
 
 
-def logit_lens(model: ViT, analysis: ImageAnalysis, target: int, precision: Precision = "fp32") -> dict[str, np.ndarray]:
+def logit_lens(
+    model: ViT, analysis: ImageAnalysis, target: int, precision: Precision = "fp32"
+) -> dict[str, np.ndarray]:
     """The patch-level logit lens for ``target``: "probability" (layers, rows, cols), the class's probability
     read from each patch token; "votes" (layers, rows, cols), each patch's top class; "readout" (layers,), the
     class's probability when the head reads that block's output whole."""
     lens = explain.method_maps(model, analysis.pixel_values, ["lens"], target, precision).lens
-    return {"probability": lens.probability[:, 0].numpy(), "votes": lens.votes[:, 0].numpy(),
-            "readout": lens.readout_probability[:, 0].numpy()}  # fmt: skip
+    return {
+        "probability": lens.probability[:, 0].numpy(),
+        "votes": lens.votes[:, 0].numpy(),
+        "readout": lens.readout_probability[:, 0].numpy(),
+    }
 
 
 def head_statistics(analysis: ImageAnalysis) -> dict[str, np.ndarray]:
@@ -190,10 +204,25 @@ def _readout_before_the_pass(model: ViT, grid: tuple[int, int]) -> torch.Tensor 
         return model.forward_head(tokens.to(model.patch_embed.proj.weight.dtype), grid).readout.float()
 
 
-def _streamer(model: ViT, grid: tuple[int, int], pooling, head_fusion: HeadFusion = "mean", discard_ratio: float = 0.0,
-              start_layer: int = 0, progress: Progress | None = None) -> explain.StreamingExplainer:  # fmt: skip
-    return explain.StreamingExplainer(grid, model.config.patch_size, model.config.num_prefix_tokens, head_fusion,
-                                      discard_ratio, start_layer, pooling=pooling, progress=progress)  # fmt: skip
+def _streamer(
+    model: ViT,
+    grid: tuple[int, int],
+    pooling,
+    head_fusion: HeadFusion = "mean",
+    discard_ratio: float = 0.0,
+    start_layer: int = 0,
+    progress: Progress | None = None,
+) -> explain.StreamingExplainer:
+    return explain.StreamingExplainer(
+        grid,
+        model.config.patch_size,
+        model.config.num_prefix_tokens,
+        head_fusion,
+        discard_ratio,
+        start_layer,
+        pooling=pooling,
+        progress=progress,
+    )
 
 
 def _stream(model: ViT, pixels: torch.Tensor, precision: str, streamer: explain.StreamingExplainer) -> dict:

@@ -36,8 +36,15 @@ class BatchAugment:
     ``erasing`` is the probability that an image gets one erased rectangle (0: never).
     """
 
-    def __init__(self, mean: Sequence[float], std: Sequence[float], policy: str = "basic", flip: bool = True,
-                 erasing: float = 0.0, policy_group: int = 8) -> None:  # fmt: skip
+    def __init__(
+        self,
+        mean: Sequence[float],
+        std: Sequence[float],
+        policy: str = "basic",
+        flip: bool = True,
+        erasing: float = 0.0,
+        policy_group: int = 8,
+    ) -> None:
         if policy not in ("none", "basic", *POLICIES):
             raise ValueError(f"unknown augmentation policy {policy!r}")
         if not 0 <= erasing <= 1:
@@ -104,8 +111,9 @@ def random_flip(images: torch.Tensor, p: float = 0.5) -> torch.Tensor:
     return torch.where(flip, images.flip(-1), images)
 
 
-def random_erase(batch: torch.Tensor, p: float, scale: tuple[float, float] = (0.02, 0.33),
-                 ratio: tuple[float, float] = (0.3, 3.3)) -> torch.Tensor:  # fmt: skip
+def random_erase(
+    batch: torch.Tensor, p: float, scale: tuple[float, float] = (0.02, 0.33), ratio: tuple[float, float] = (0.3, 3.3)
+) -> torch.Tensor:
     """Zero one rectangle in each image with probability p (Zhong et al.'s random erasing).
 
     The rectangle covers a uniform ``scale`` fraction of the image, with a log-uniform aspect ``ratio``
@@ -137,11 +145,21 @@ class DeviceBatches:
     ``augment`` is given), and int64 labels, both on ``device``. ``len()`` is the number of batches.
     """
 
-    def __init__(self, images: torch.Tensor, targets: torch.Tensor, batch_size: int, device: str | torch.device,
-                 transform: BatchAugment, shuffle: bool, drop_last: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self,
+        images: torch.Tensor,
+        targets: torch.Tensor,
+        batch_size: int,
+        device: str | torch.device,
+        transform: BatchAugment,
+        shuffle: bool,
+        drop_last: bool = False,
+    ) -> None:
         if images.dtype != torch.uint8 or images.ndim != 4 or len(images) != len(targets):
-            raise ValueError(f"expected (N, C, H, W) uint8 images and N targets, got {tuple(images.shape)} "
-                             f"{images.dtype} and {len(targets)} targets")  # fmt: skip
+            raise ValueError(
+                f"expected (N, C, H, W) uint8 images and N targets, got {tuple(images.shape)} "
+                f"{images.dtype} and {len(targets)} targets"
+            )
         self.images = images.to(device)
         self.targets = targets.to(device)
         self.batch_size, self.transform = batch_size, transform

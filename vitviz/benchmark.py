@@ -56,8 +56,16 @@ from vitviz.precision import PRECISION_CHOICES, resolve_precision
 from vitviz.text.options import add_prompt_options, apply_prompt_options
 
 RANDOM = "random"  # a map of uniform noise: the chance level
-COLUMNS = ["method", "positive_auc", "negative_auc", "deletion_auc", "insertion_auc", "ms_per_image", "n_images",
-           "protocol"]  # fmt: skip
+COLUMNS = [
+    "method",
+    "positive_auc",
+    "negative_auc",
+    "deletion_auc",
+    "insertion_auc",
+    "ms_per_image",
+    "n_images",
+    "protocol",
+]
 PROTOCOLS = ("model", "chefer2021")
 
 
@@ -70,18 +78,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS), help="maps to test")
     p.add_argument("--out", type=Path, required=True, help="folder for the results (and for resuming)")
     p.add_argument("--limit", type=int, help="test this many images, spread evenly over the sorted list")
-    p.add_argument("--target", choices=["predicted", "label"], default="predicted",
-                   help="the class explained: the model's top prediction (as in Chefer et al.'s table) or the label")  # fmt: skip
-    p.add_argument("--protocol", choices=PROTOCOLS, default="model",
-                   help="preprocessing: the model's own transform (default) or chefer2021, Chefer et al.'s: resized to "
-                        "the model's input size without a crop")  # fmt: skip
+    p.add_argument(
+        "--target",
+        choices=["predicted", "label"],
+        default="predicted",
+        help="the class explained: the model's top prediction (as in Chefer et al.'s table) or the label",
+    )
+    p.add_argument(
+        "--protocol",
+        choices=PROTOCOLS,
+        default="model",
+        help="preprocessing: the model's own transform (default) or chefer2021, Chefer et al.'s: resized to "
+        "the model's input size without a crop",
+    )
     p.add_argument("--steps", type=int, default=16, help="deletion and insertion steps from 0 to 100 %% of pixels")
     p.add_argument("--seed", type=int, default=0, help="seed of the random baseline maps and of the sanity check")
-    p.add_argument("--sanity", type=int, default=0, metavar="N",
-                   help="also run Adebayo et al.'s cascading-randomisation sanity check on the first N images")  # fmt: skip
-    p.add_argument("--precision", choices=PRECISION_CHOICES, default="fp32",
-                   help="inference precision; auto times fp32 against bf16 on this model first (under torchrun, the "
-                        "first process times it and every process uses its choice)")  # fmt: skip
+    p.add_argument(
+        "--sanity",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also run Adebayo et al.'s cascading-randomisation sanity check on the first N images",
+    )
+    p.add_argument(
+        "--precision",
+        choices=PRECISION_CHOICES,
+        default="fp32",
+        help="inference precision; auto times fp32 against bf16 on this model first (under torchrun, the "
+        "first process times it and every process uses its choice)",
+    )
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="torch device")
     add_prompt_options(p)
     return p
@@ -94,8 +119,9 @@ def spread(paths: list[Path], limit: int | None) -> list[Path]:
     return [paths[i * len(paths) // limit] for i in range(limit)]
 
 
-def folder_labels(root: Path, paths: list[Path], class_names: list[str],
-                  aliases: list[str] | None = None) -> dict[Path, int] | None:  # fmt: skip
+def folder_labels(
+    root: Path, paths: list[Path], class_names: list[str], aliases: list[str] | None = None
+) -> dict[Path, int] | None:
     """Each image's label from its first sub-folder's name, when every image has one that is a class name (or,
     given ``aliases``, one per class, that class's other name: ImageNet's WordNet ids, n01440764...)."""
     index = {name.lower(): i for i, name in enumerate(class_names)}
@@ -132,8 +158,9 @@ def protocol_transform(model: ViT, protocol: str) -> Preprocessing:
     if protocol == "model":
         return model.transform
     if protocol == "chefer2021":
-        return dataclasses.replace(model.transform, resize=tuple(model.config.image_hw), crop=None,
-                                   interpolation="bilinear")  # fmt: skip
+        return dataclasses.replace(
+            model.transform, resize=tuple(model.config.image_hw), crop=None, interpolation="bilinear"
+        )
     raise ValueError(f"protocol must be one of {PROTOCOLS}; got {protocol!r}")
 
 
@@ -150,8 +177,14 @@ def evaluate_image(model: ViT, pixels: torch.Tensor, label: int | None, name: st
         predicted = int(model(pixels).logits.argmax(dim=-1))
     target = label if args.target == "label" and label is not None else predicted
     truth = torch.tensor([predicted if label is None else label], device=pixels.device)
-    record = {"image": name, "label": label, "predicted": predicted, "target": target, "protocol": args.protocol,
-              "methods": {}}  # fmt: skip
+    record = {
+        "image": name,
+        "label": label,
+        "predicted": predicted,
+        "target": target,
+        "protocol": args.protocol,
+        "methods": {},
+    }
     mean, std = model.transform.mean, model.transform.std
     for method in [*args.methods, RANDOM]:
         start = time.perf_counter()
@@ -166,9 +199,12 @@ def evaluate_image(model: ViT, pixels: torch.Tensor, label: int | None, name: st
             negative = chefer_perturbation(model, pixels, relevance, truth, mean, std, negative=True)
             curves = deletion_insertion(model, pixels, relevance, target, mean, std, args.steps)
         record["methods"][method] = {
-            "positive": positive[:, 0].int().tolist(), "negative": negative[:, 0].int().tolist(),
-            "deletion": curves["deletion"].tolist(), "insertion": curves["insertion"].tolist(), "ms": ms,
-        }  # fmt: skip
+            "positive": positive[:, 0].int().tolist(),
+            "negative": negative[:, 0].int().tolist(),
+            "deletion": curves["deletion"].tolist(),
+            "insertion": curves["insertion"].tolist(),
+            "ms": ms,
+        }
     return record
 
 
@@ -178,20 +214,24 @@ def summarise(records: list[dict], methods: list[str]) -> list[dict]:
     records = sorted(records, key=lambda r: r["image"])
     rows = []
     for method in methods:
-        curves = {kind: torch.tensor([r["methods"][method][kind] for r in records], dtype=torch.float64).mean(0)
-                  for kind in ("positive", "negative", "deletion", "insertion")}  # fmt: skip
+        curves = {
+            kind: torch.tensor([r["methods"][method][kind] for r in records], dtype=torch.float64).mean(0)
+            for kind in ("positive", "negative", "deletion", "insertion")
+        }
         steps = len(curves["deletion"]) - 1
-        rows.append({
-            "method": method,
-            "positive_auc": chefer_auc(curves["positive"]),
-            "negative_auc": chefer_auc(curves["negative"]),
-            "deletion_auc": float(torch.trapezoid(curves["deletion"], dx=1 / steps)),
-            "insertion_auc": float(torch.trapezoid(curves["insertion"], dx=1 / steps)),
-            "ms_per_image": sum(r["methods"][method]["ms"] for r in records) / len(records),
-            "n_images": len(records),
-            "protocol": records[0].get("protocol", "model"),
-            "curves": {kind: curve.tolist() for kind, curve in curves.items()},
-        })  # fmt: skip
+        rows.append(
+            {
+                "method": method,
+                "positive_auc": chefer_auc(curves["positive"]),
+                "negative_auc": chefer_auc(curves["negative"]),
+                "deletion_auc": float(torch.trapezoid(curves["deletion"], dx=1 / steps)),
+                "insertion_auc": float(torch.trapezoid(curves["insertion"], dx=1 / steps)),
+                "ms_per_image": sum(r["methods"][method]["ms"] for r in records) / len(records),
+                "n_images": len(records),
+                "protocol": records[0].get("protocol", "model"),
+                "curves": {kind: curve.tolist() for kind, curve in curves.items()},
+            }
+        )
     return rows
 
 
@@ -202,14 +242,24 @@ PROTOCOL_NOTES = {
 
 
 def markdown(rows: list[dict], model: str, target: str, precision: str = "fp32", protocol: str = "model") -> str:
-    lines = [(f"{rows[0]['n_images']} images, model `{model}` in {precision}, maps of the {target} class, "
-              f"protocol `{protocol}`: {PROTOCOL_NOTES[protocol]}; positive and negative AUC over 0-90 % removed "
-              "(at most 90)"), "",
-             ("| method | positive AUC (lower is better) | negative AUC (higher) | deletion AUC (lower) "
-              "| insertion AUC (higher) | ms per image |"), "| --- | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    lines = [
+        (
+            f"{rows[0]['n_images']} images, model `{model}` in {precision}, maps of the {target} class, "
+            f"protocol `{protocol}`: {PROTOCOL_NOTES[protocol]}; positive and negative AUC over 0-90 % removed "
+            "(at most 90)"
+        ),
+        "",
+        (
+            "| method | positive AUC (lower is better) | negative AUC (higher) | deletion AUC (lower) "
+            "| insertion AUC (higher) | ms per image |"
+        ),
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for r in rows:
-        lines.append(f"| {r['method']} | {r['positive_auc']:.2f} | {r['negative_auc']:.2f} | {r['deletion_auc']:.4f} "
-                     f"| {r['insertion_auc']:.4f} | {r['ms_per_image']:.1f} |")  # fmt: skip
+        lines.append(
+            f"| {r['method']} | {r['positive_auc']:.2f} | {r['negative_auc']:.2f} | {r['deletion_auc']:.4f} "
+            f"| {r['insertion_auc']:.4f} | {r['ms_per_image']:.1f} |"
+        )
     return "\n".join(lines)
 
 
@@ -219,9 +269,12 @@ def plot(rows: list[dict], path: Path) -> None:
     from matplotlib.figure import Figure
 
     figure = Figure(figsize=(12, 3.4), layout="constrained")
-    panels = [("positive", "positive perturbation", "top-1 accuracy"),
-              ("negative", "negative perturbation", "top-1 accuracy"),
-              ("deletion", "deletion", "class probability"), ("insertion", "insertion", "class probability")]  # fmt: skip
+    panels = [
+        ("positive", "positive perturbation", "top-1 accuracy"),
+        ("negative", "negative perturbation", "top-1 accuracy"),
+        ("deletion", "deletion", "class probability"),
+        ("insertion", "insertion", "class probability"),
+    ]
     for axes, (kind, title, ylabel) in zip(figure.subplots(1, 4), panels):
         for row in rows:
             curve = row["curves"][kind]
@@ -248,8 +301,10 @@ def check_records(done: dict[str, dict], args: argparse.Namespace) -> None:
         elif missing := [m for m in [*args.methods, RANDOM] if m not in methods]:
             problem = f"without the method(s) {', '.join(missing)}"
         if problem:
-            raise SystemExit(f"error: {args.out} holds images benchmarked {problem} ({record['image']}); "
-                             "give another --out, or the same settings")  # fmt: skip
+            raise SystemExit(
+                f"error: {args.out} holds images benchmarked {problem} ({record['image']}); "
+                "give another --out, or the same settings"
+            )
 
 
 def read_records(out: Path) -> dict[str, dict]:
@@ -322,8 +377,14 @@ def run(args: argparse.Namespace, rank: int, world: int) -> int:
     (args.out / "partial").mkdir(parents=True, exist_ok=True)
     failures, records = [], []
     with open(args.out / "partial" / f"rank{rank}-of-{world}.jsonl", "a") as partial:
-        for path in tqdm(todo, desc=f"benchmark (process {rank + 1} of {world})" if world > 1 else "benchmark",
-                         unit="image", disable=None, file=sys.stderr, position=rank):  # fmt: skip
+        for path in tqdm(
+            todo,
+            desc=f"benchmark (process {rank + 1} of {world})" if world > 1 else "benchmark",
+            unit="image",
+            disable=None,
+            file=sys.stderr,
+            position=rank,
+        ):
             try:
                 pixels = transform(load_image(path.read_bytes()))[None].to(args.device)
             except (ImageError, OSError) as error:
@@ -351,15 +412,18 @@ def run(args: argparse.Namespace, rank: int, world: int) -> int:
     return 1 if failures else 0
 
 
-def sanity(model: ViT, transform: Preprocessing, paths: list[Path], labels: dict[Path, int] | None,
-           args: argparse.Namespace) -> None:  # fmt: skip
+def sanity(
+    model: ViT, transform: Preprocessing, paths: list[Path], labels: dict[Path, int] | None, args: argparse.Namespace
+) -> None:
     """Adebayo et al.'s check on ``paths``: each method's mean Spearman correlation with its original map as the
     blocks are randomised from the top; written to sanity.csv and appended to results.md."""
+
     def method(name: str):
         def explain(m: ViT, pixels: torch.Tensor, target: int) -> torch.Tensor:
             if name == RANDOM:
                 return random_map(tuple(m.config.grid_size), "sanity", args.seed)[None]
             return method_maps(m, pixels, [name], target, args.precision).maps[name][None]
+
         return explain
 
     methods = {name: method(name) for name in [*args.methods, RANDOM]}
@@ -371,18 +435,26 @@ def sanity(model: ViT, transform: Preprocessing, paths: list[Path], labels: dict
         target = labels[path] if args.target == "label" and labels else predicted
         checks.append(cascading_randomization(model, pixels, target, methods, seed=args.seed))
     depths = checks[0].depths
-    mean = {name: torch.tensor([c.correlations[name] for c in checks], dtype=torch.float64).nanmean(0).tolist()
-            for name in methods}  # fmt: skip
+    mean = {
+        name: torch.tensor([c.correlations[name] for c in checks], dtype=torch.float64).nanmean(0).tolist()
+        for name in methods
+    }
     with open(args.out / "sanity.csv", "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["method", *(f"depth_{d}" for d in depths)])
         writer.writerows([name, *(f"{v:.4f}" for v in values)] for name, values in mean.items())
     threshold = checks[0].threshold
-    lines = ["", (f"Sanity check (Adebayo et al. 2018) on {len(checks)} images: mean Spearman correlation of each map "
-                  "with the model's own as the last k blocks are re-initialised (k = 0 is the model itself); a map "
-                  f"still above {threshold} with every block random fails."), "",
-             "| method | " + " | ".join(f"k = {d}" for d in depths) + " | passes |",
-             "| --- |" + " ---: |" * (len(depths) + 1)]  # fmt: skip
+    lines = [
+        "",
+        (
+            f"Sanity check (Adebayo et al. 2018) on {len(checks)} images: mean Spearman correlation of each map "
+            "with the model's own as the last k blocks are re-initialised (k = 0 is the model itself); a map "
+            f"still above {threshold} with every block random fails."
+        ),
+        "",
+        "| method | " + " | ".join(f"k = {d}" for d in depths) + " | passes |",
+        "| --- |" + " ---: |" * (len(depths) + 1),
+    ]
     for name, values in mean.items():
         verdict = "no" if values[-1] > threshold else "yes"
         lines.append(f"| {name} | " + " | ".join(f"{v:.2f}" for v in values) + f" | {verdict} |")

@@ -67,8 +67,10 @@ def check_parameters(count: int, source: str) -> None:
     needed = count * 4
     free = available_memory()
     if needed > free:
-        raise ModelLoadError(f"{source} has {count:,} parameters: {gigabytes(needed)} in fp32, more "
-                             f"than the {gigabytes(free)} of memory free on this machine")  # fmt: skip
+        raise ModelLoadError(
+            f"{source} has {count:,} parameters: {gigabytes(needed)} in fp32, more "
+            f"than the {gigabytes(free)} of memory free on this machine"
+        )
 
 
 def check_model_size(config: ViTConfig, source: str) -> None:
@@ -79,11 +81,16 @@ def check_model_size(config: ViTConfig, source: str) -> None:
 
 def check_finite(weights: Mapping[str, Any], source: str) -> None:
     """Refuse weights with a NaN or an infinity, naming them: every output of such a model is NaN."""
-    bad = [name for name, t in weights.items()
-           if isinstance(t, torch.Tensor) and t.is_floating_point() and not bool(torch.isfinite(t).all())]  # fmt: skip
+    bad = [
+        name
+        for name, t in weights.items()
+        if isinstance(t, torch.Tensor) and t.is_floating_point() and not bool(torch.isfinite(t).all())
+    ]
     if bad:
-        raise ModelLoadError(f"{source} has NaN or infinite values in {len(bad):,} weights ({summarize(bad)}), so "
-                             "every output would be NaN: it was not loaded")  # fmt: skip
+        raise ModelLoadError(
+            f"{source} has NaN or infinite values in {len(bad):,} weights ({summarize(bad)}), so "
+            "every output would be NaN: it was not loaded"
+        )
 
 
 _BLOCK_NAME = re.compile(r"blocks\.(0|[1-9]\d*)\.(.+)")
@@ -106,8 +113,9 @@ class ExpectedWeights:
         L = config.num_layers
         grown = lambda a, b: tuple(x + (y - x) * (L - 1) for x, y in zip(a, b))  # noqa: E731
         outer = {name: grown(t.shape, two[name].shape) for name, t in one.items() if not name.startswith("blocks.")}
-        block = {name.removeprefix("blocks.0."): tuple(t.shape)
-                 for name, t in one.items() if name.startswith("blocks.")}  # fmt: skip
+        block = {
+            name.removeprefix("blocks.0."): tuple(t.shape) for name, t in one.items() if name.startswith("blocks.")
+        }
         return cls(outer, block, L)
 
     def shape(self, name: str) -> tuple[int, ...] | None:
@@ -140,9 +148,11 @@ def build_model(config: ViTConfig, state_dict: dict[str, torch.Tensor], source: 
     expected = ExpectedWeights.of(config)
     shapes = {name: expected.shape(name) for name in state_dict}
     unexpected = sorted(name for name, shape in shapes.items() if shape is None)
-    misshapen = [f"{name}: {tuple(state_dict[name].shape)} in file, {shape} expected"
-                 for name, shape in sorted(shapes.items())
-                 if shape is not None and state_dict[name].shape != shape]  # fmt: skip
+    misshapen = [
+        f"{name}: {tuple(state_dict[name].shape)} in file, {shape} expected"
+        for name, shape in sorted(shapes.items())
+        if shape is not None and state_dict[name].shape != shape
+    ]
     missing_count = len(expected) - (len(state_dict) - len(unexpected))
     missing = list(itertools.islice((n for n in expected if n not in state_dict), 5)) if missing_count else []
     problems = []
@@ -178,8 +188,10 @@ def save_checkpoint(
     if len(class_names) != model.config.num_classes:
         raise ValueError(f"{len(class_names)} class names for a model with {model.config.num_classes} classes")
     if model.head is not None and not isinstance(model.head, torch.nn.Linear):
-        raise ValueError(f"a model whose head is a {type(model.head).__name__} (a zero-shot model's prompts) has no "
-                         "vitviz checkpoint: keep its source spec and prompts, and call vitviz.zero_shot again")  # fmt: skip
+        raise ValueError(
+            f"a model whose head is a {type(model.head).__name__} (a zero-shot model's prompts) has no "
+            "vitviz checkpoint: keep its source spec and prompts, and call vitviz.zero_shot again"
+        )
     state_dict = {name: t.detach().cpu() for name, t in model.state_dict().items()}
     if half:
         state_dict = {name: t.half() for name, t in state_dict.items()}
@@ -212,8 +224,9 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
             "to use torchvision or Hugging Face weights, see vitviz.importers"
         )
     if checkpoint.get("version") != VERSION:
-        raise ModelLoadError(f"{path} is checkpoint version {echo(checkpoint.get('version'))}; this vitviz reads "
-                             f"{VERSION}")  # fmt: skip
+        raise ModelLoadError(
+            f"{path} is checkpoint version {echo(checkpoint.get('version'))}; this vitviz reads {VERSION}"
+        )
     for key, kind in [("config", dict), ("state_dict", dict), ("class_names", list), ("preprocessing", dict)]:
         if not isinstance(checkpoint.get(key), kind):
             raise ModelLoadError(f"{path}: entry '{key}' is missing or not a {kind.__name__}")
@@ -256,11 +269,14 @@ def load_torch_file(path: Path, max_tensors: int = MAX_TENSORS) -> Any:
         # a real pickle that weights_only refused: it holds objects beyond tensors and plain data
         found = re.search(r"(?i)unsupported (?:global: )?GLOBAL ([\w.]+)", str(error))  # torch words it two ways
         detail = f" It asks for {clip_text(found[1], 100)}." if found else ""
-        raise ModelLoadError(f"{path} holds objects other than tensors and plain data, so it was not opened "
-                             f"(loading it could run code).{detail}") from None  # fmt: skip
+        raise ModelLoadError(
+            f"{path} holds objects other than tensors and plain data, so it was not opened "
+            f"(loading it could run code).{detail}"
+        ) from None
     except Exception as error:  # torch raises many kinds for damaged files (RuntimeError, EOFError, IndexError...)
-        raise ModelLoadError(f"{path} is not a readable PyTorch file (corrupt or truncated?): "
-                             f"{describe(error)}") from None  # fmt: skip
+        raise ModelLoadError(
+            f"{path} is not a readable PyTorch file (corrupt or truncated?): {describe(error)}"
+        ) from None
 
 
 def check_torch_file(path: Path, max_tensors: int) -> None:
@@ -270,15 +286,19 @@ def check_torch_file(path: Path, max_tensors: int) -> None:
             return _count_opcodes(io.BytesIO(stream.read(MAX_PICKLE_BYTES + 1)), path)
     members = _zip_member_count(path)
     if members > max_tensors + 8:  # data.pkl, version, byteorder... and one member per tensor's storage
-        raise ModelLoadError(f"{path} is a zip of {members:,} members, more than the {max_tensors:,} tensors a "
-                             "model's weights may have here: it was not read")  # fmt: skip
+        raise ModelLoadError(
+            f"{path} is a zip of {members:,} members, more than the {max_tensors:,} tensors a "
+            "model's weights may have here: it was not read"
+        )
     try:
         with zipfile.ZipFile(path) as archive:
             info = _pickle_member(archive)
             if info is not None and info.file_size > MAX_PICKLE_BYTES:
-                raise ModelLoadError(f"{path}'s pickle ({clip_text(info.filename, 100)}) takes "
-                                     f"{info.file_size / 2**20:,.0f} MB unpacked, more than the "
-                                     f"{MAX_PICKLE_BYTES // 2**20} MB a model's may: it was not read")  # fmt: skip
+                raise ModelLoadError(
+                    f"{path}'s pickle ({clip_text(info.filename, 100)}) takes "
+                    f"{info.file_size / 2**20:,.0f} MB unpacked, more than the "
+                    f"{MAX_PICKLE_BYTES // 2**20} MB a model's may: it was not read"
+                )
             if info is not None:  # read at once (at most MAX_PICKLE_BYTES): scanning a stream is 2 to 3x slower
                 with archive.open(info) as stream:
                     _count_opcodes(io.BytesIO(stream.read(MAX_PICKLE_BYTES + 1)), path)
@@ -331,8 +351,10 @@ def _count_opcodes(stream: IO[bytes], path: Path, pickles: int = 5) -> None:
             for _ in pickletools.genops(stream):
                 count += 1
                 if count > MAX_PICKLE_OPCODES:
-                    raise ModelLoadError(f"{path} holds a pickle of more than {MAX_PICKLE_OPCODES:,} opcodes, far more "
-                                         "than a model's weights need (a few thousand): it was not read")  # fmt: skip
+                    raise ModelLoadError(
+                        f"{path} holds a pickle of more than {MAX_PICKLE_OPCODES:,} opcodes, far more "
+                        "than a model's weights need (a few thousand): it was not read"
+                    )
     except ModelLoadError:
         raise
     except Exception:  # the end of the file, or bytes that are not a pickle

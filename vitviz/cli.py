@@ -73,8 +73,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if command == "app":
         if rest[:1] in (["-h"], ["--help"]):
-            print("usage: vitviz app [streamlit options], e.g. `vitviz app --server.port 8502`;\n"
-                  "it runs `streamlit run` on the dashboard; `streamlit run --help` lists the options")  # fmt: skip
+            print(
+                "usage: vitviz app [streamlit options], e.g. `vitviz app --server.port 8502`;\n"
+                "it runs `streamlit run` on the dashboard; `streamlit run --help` lists the options"
+            )
             return 0
         # a child process, exactly as `streamlit run` would start it
         # the user's flags come last, so they override the dashboard's settings

@@ -68,8 +68,9 @@ def plot_curves(history: Sequence[Mapping[str, float]], path: Path) -> None:
     loss_axes, top1_axes = figure.subplots(1, 2)
     for axes, metric, label in ((loss_axes, "loss", "loss"), (top1_axes, "top1", "top-1 accuracy")):
         for split, name in (("train", "training"), ("val", "validation")):
-            axes.plot(epochs, [record[f"{split}_{metric}"] for record in history], marker=marker, markersize=3,
-                      label=name)  # fmt: skip
+            axes.plot(
+                epochs, [record[f"{split}_{metric}"] for record in history], marker=marker, markersize=3, label=name
+            )
         axes.set(xlabel="epoch", ylabel=label, title=f"{label} per epoch")
         axes.set_xlim(epochs[0] - 0.5, epochs[-1] + 0.5)  # whole epochs, even for a single one
         axes.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))

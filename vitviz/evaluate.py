@@ -54,8 +54,7 @@ def main(argv: list[str] | None = None) -> dict:
         raise SystemExit(f"error: --val-dir {args.val_dir} is not a folder")
     try:
         # the same intake as the app (EXIF orientation, transparency, greyscale depth), so scores match what it shows
-        folder = datasets.ImageFolder(str(args.val_dir), transform=model.transform,
-                                      loader=read_image)  # fmt: skip
+        folder = datasets.ImageFolder(str(args.val_dir), transform=model.transform, loader=read_image)
     except (FileNotFoundError, RuntimeError) as error:
         raise SystemExit(f"error: --val-dir {args.val_dir}: {error}") from None
     unknown = sorted(set(folder.classes) - set(model.class_names))
@@ -84,8 +83,10 @@ def read_image(path: str):
 
 def report(scores: dict, class_names: list[str], count: int) -> None:
     print(f"top-1 accuracy: {scores['accuracy']:.4f} on {count} images")
-    print(f"macro precision {scores['macro_precision']:.4f}, recall {scores['macro_recall']:.4f}, "
-          f"F1 {scores['macro_f1']:.4f}")  # fmt: skip
+    print(
+        f"macro precision {scores['macro_precision']:.4f}, recall {scores['macro_recall']:.4f}, "
+        f"F1 {scores['macro_f1']:.4f}"
+    )
     width = max(len(name) for name in class_names)
     print("\nper-class accuracy:")
     for name, accuracy in zip(class_names, scores["per_class_accuracy"]):

@@ -47,9 +47,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("images", nargs="+", type=Path, help="image files and/or folders of images")
     p.add_argument("--model", default="default", help="model spec for vitviz.load_model (default: %(default)s)")
-    p.add_argument("--methods", nargs="+", choices=METHODS, default=["rollout", "cls", "relevance"],
-                   help="; ".join(f"{name}: {text}" for name, text in DESCRIPTIONS.items())
-                   + " (every block's lens maps go in the .npz)")  # fmt: skip
+    p.add_argument(
+        "--methods",
+        nargs="+",
+        choices=METHODS,
+        default=["rollout", "cls", "relevance"],
+        help="; ".join(f"{name}: {text}" for name, text in DESCRIPTIONS.items())
+        + " (every block's lens maps go in the .npz)",
+    )
     p.add_argument("--out", type=Path, required=True, help="output folder")
     p.add_argument("--target", type=int, help="class index for class-specific maps (default: top prediction)")
     p.add_argument("--head-fusion", choices=explain.HEAD_FUSIONS, default="mean", help="rollout head fusion")
@@ -57,21 +62,40 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--start-layer", type=int, default=0, help="rollout, legrad, tam: first block included")
     p.add_argument("--colormap", choices=COLORMAPS, default="inferno", help="overlay colours")
     p.add_argument("--alpha", type=float, default=0.5, help="overlay opacity in [0, 1]")
-    p.add_argument("--precision", choices=PRECISION_CHOICES, default="fp32",
-                   help="inference precision; auto times fp32 against bf16 on this model first")  # fmt: skip
+    p.add_argument(
+        "--precision",
+        choices=PRECISION_CHOICES,
+        default="fp32",
+        help="inference precision; auto times fp32 against bf16 on this model first",
+    )
     add_prompt_options(p)
     features = p.add_argument_group("patch features")
-    features.add_argument("--features", nargs="+", choices=["pca"], default=[],
-                          help=f"pca: colour the patches of every image by one joint PCA (at most {MAX_FEATURE_IMAGES} "
-                               "images)")  # fmt: skip
+    features.add_argument(
+        "--features",
+        nargs="+",
+        choices=["pca"],
+        default=[],
+        help=f"pca: colour the patches of every image by one joint PCA (at most {MAX_FEATURE_IMAGES} images)",
+    )
     features.add_argument("--feature-block", type=int, default=-1, help="block whose features (default: the last)")
-    features.add_argument("--facet", choices=FACETS, default="token",
-                          help="token after the block, or the attention's key, query or value (default: %(default)s)")  # fmt: skip
-    features.add_argument("--foreground", type=float, metavar="THRESHOLD",
-                          help="DINOv2's recipe: keep patches whose first component (scaled to [0, 1]) is above this, "
-                               "and colour them by a second PCA; the background is black")  # fmt: skip
-    features.add_argument("--flip-first", action="store_true", help="negate the first component (which side is "
-                          "the foreground is arbitrary)")  # fmt: skip
+    features.add_argument(
+        "--facet",
+        choices=FACETS,
+        default="token",
+        help="token after the block, or the attention's key, query or value (default: %(default)s)",
+    )
+    features.add_argument(
+        "--foreground",
+        type=float,
+        metavar="THRESHOLD",
+        help="DINOv2's recipe: keep patches whose first component (scaled to [0, 1]) is above this, "
+        "and colour them by a second PCA; the background is black",
+    )
+    features.add_argument(
+        "--flip-first",
+        action="store_true",
+        help="negate the first component (which side is the foreground is arbitrary)",
+    )
     return p
 
 
@@ -92,8 +116,9 @@ def find_images(paths: list[Path]) -> list[Path]:
 def explain_image(model: ViT, pixels: torch.Tensor, args: argparse.Namespace) -> tuple[np.ndarray, dict]:
     """Class probabilities (num_classes,) and one (rows, cols) map per requested method; with "lens", also its
     (layers, rows, cols) maps "lens_layers" (the target's probability) and "lens_votes" (each patch's top class)."""
-    result = explain.method_maps(model, pixels, args.methods, args.target, args.precision, args.head_fusion,
-                                 args.discard_ratio, args.start_layer)  # fmt: skip
+    result = explain.method_maps(
+        model, pixels, args.methods, args.target, args.precision, args.head_fusion, args.discard_ratio, args.start_layer
+    )
     arrays = {name: m.numpy() for name, m in result.maps.items()}
     if result.lens is not None:
         arrays |= {"lens_layers": result.lens.probability[:, 0].numpy(), "lens_votes": result.lens.votes[:, 0].numpy()}
@@ -112,7 +137,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--features pca fits one PCA over every image, at most {MAX_FEATURE_IMAGES}; got {len(paths)}")
     if args.foreground is not None and not 0 <= args.foreground <= 1:
         parser.error("--foreground must be in [0, 1]")
-    feature_options = args.foreground is not None or args.flip_first or args.facet != "token" or args.feature_block != -1
+    feature_options = (
+        args.foreground is not None or args.flip_first or args.facet != "token" or args.feature_block != -1
+    )
     if feature_options and not args.features:
         parser.error("--feature-block, --facet, --foreground and --flip-first need --features pca")
     try:
@@ -123,8 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     classify = model.config.num_classes > 0
     if not classify and not args.features:
         hint = " (give --prompts or --prompt-set: it has a text tower)" if getattr(model, "text_tower", None) else ""
-        raise SystemExit(f"error: this model has no classification head; vitviz.explain needs a classifier{hint}, "
-                         "or --features pca")  # fmt: skip
+        raise SystemExit(
+            f"error: this model has no classification head; vitviz.explain needs a classifier{hint}, or --features pca"
+        )
     args.precision, measured = resolve_precision(args.precision, model)
     if measured:
         print(measured.summary(), file=sys.stderr)
@@ -133,8 +161,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.target is not None and classify and not 0 <= args.target < model.config.num_classes:
         parser.error(f"--target must be in [0, {model.config.num_classes - 1}]")
     if not 0 <= args.start_layer < model.config.num_layers:
-        parser.error(f"--start-layer must be in [0, {model.config.num_layers - 1}]: the model has "
-                     f"{model.config.num_layers} blocks, counted from 0; got {args.start_layer}")  # fmt: skip
+        parser.error(
+            f"--start-layer must be in [0, {model.config.num_layers - 1}]: the model has "
+            f"{model.config.num_layers} blocks, counted from 0; got {args.start_layer}"
+        )
     if "cls" in args.methods and not model.config.class_token:
         parser.error("--methods cls needs a model with a [CLS] token; this one has none")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -155,8 +185,15 @@ def main(argv: list[str] | None = None) -> int:
             box = model.transform.crop_box(*image.size)
             if args.features:
                 grid = (pixels.shape[-2] // model.config.patch_size, pixels.shape[-1] // model.config.patch_size)
-                features.append((name, image, box, grid, explain.patch_features(
-                    model, pixels, args.feature_block, args.facet, args.precision)[0]))  # fmt: skip
+                features.append(
+                    (
+                        name,
+                        image,
+                        box,
+                        grid,
+                        explain.patch_features(model, pixels, args.feature_block, args.facet, args.precision)[0],
+                    )
+                )
             if not classify:
                 continue
             probabilities, maps = explain_image(model, pixels, args)

@@ -11,14 +11,27 @@ from vitviz import plots
 # twelve colours that stay apart for the eye (ColorBrewer's "Paired", light and dark of each hue); parts past the
 # twelfth reuse them
 PART_COLOURS = np.array(
-    [[31, 120, 180], [227, 26, 28], [51, 160, 44], [255, 127, 0], [106, 61, 154], [177, 89, 40],
-     [166, 206, 227], [251, 154, 153], [178, 223, 138], [253, 191, 111], [202, 178, 214], [255, 255, 153]],
+    [
+        [31, 120, 180],
+        [227, 26, 28],
+        [51, 160, 44],
+        [255, 127, 0],
+        [106, 61, 154],
+        [177, 89, 40],
+        [166, 206, 227],
+        [251, 154, 153],
+        [178, 223, 138],
+        [253, 191, 111],
+        [202, 178, 214],
+        [255, 255, 153],
+    ],
     dtype=np.uint8,
-)  # fmt: skip
+)
 
 
-def paint_patches(image: Image.Image, colours, box: tuple[float, float, float, float] | None = None,
-                  alpha: float = 1.0) -> Image.Image:  # fmt: skip
+def paint_patches(
+    image: Image.Image, colours, box: tuple[float, float, float, float] | None = None, alpha: float = 1.0
+) -> Image.Image:
     """The photo with each patch of ``box`` painted in its colour: ``colours`` is (rows, cols, 3), floats in [0, 1]
     or whole numbers in [0, 255]. Patches stay sharp squares (nearest neighbour), since a PCA colour or a part label belongs to a whole
     patch; ``alpha`` below 1 lets the photo show through. Outside the box the photo is dimmed, as in
@@ -62,8 +75,9 @@ def side_by_side(pictures: list[Image.Image], height: int = 448, gap: int = 8, c
     for a figure."""
     if not pictures:
         raise ValueError("there are no pictures to put side by side")
-    scaled = [p.convert("RGB").resize((max(1, round(p.width * height / p.height)), height), Image.LANCZOS)
-              for p in pictures]  # fmt: skip
+    scaled = [
+        p.convert("RGB").resize((max(1, round(p.width * height / p.height)), height), Image.LANCZOS) for p in pictures
+    ]
     rows = [scaled[start : start + columns] for start in range(0, len(scaled), columns)]
     width = max(sum(p.width for p in row) + gap * (len(row) - 1) for row in rows)
     sheet = Image.new("RGB", (width, len(rows) * height + gap * (len(rows) - 1)), "white")

@@ -65,8 +65,14 @@ def hub_reachable(timeout: float | None = None) -> bool:
         return False
 
 
-def hub_file(repo_id: str, candidates: list[str], spec: str, revision: str | None = None,
-             required: bool = True, offline: bool | None = None) -> Path | None:  # fmt: skip
+def hub_file(
+    repo_id: str,
+    candidates: list[str],
+    spec: str,
+    revision: str | None = None,
+    required: bool = True,
+    offline: bool | None = None,
+) -> Path | None:
     """The first of ``candidates`` that the repository has, from the cache or downloaded into it.
 
     Returns None when it has none of them and ``required`` is False; otherwise raises a ModelLoadError
@@ -81,8 +87,11 @@ def hub_file(repo_id: str, candidates: list[str], spec: str, revision: str | Non
         offline = not hub_reachable()
     for filename in candidates:
         try:
-            return Path(hf_hub_download(repo_id, filename, revision=revision, local_files_only=offline,
-                                        tqdm_class=PROGRESS_BAR.get()))  # fmt: skip
+            return Path(
+                hf_hub_download(
+                    repo_id, filename, revision=revision, local_files_only=offline, tqdm_class=PROGRESS_BAR.get()
+                )
+            )
         except (RemoteEntryNotFoundError, LocalEntryNotFoundError):
             continue
         except Exception as error:  # network, authentication and cache errors come in many kinds
@@ -91,8 +100,11 @@ def hub_file(repo_id: str, candidates: list[str], spec: str, revision: str | Non
         return None
     files = clip_text(" or ".join(candidates), 200)
     if offline:
-        why = ("HF_HUB_OFFLINE is set" if offline_by_setting()
-               else "the Hugging Face Hub cannot be reached (is this machine offline?)")  # fmt: skip
+        why = (
+            "HF_HUB_OFFLINE is set"
+            if offline_by_setting()
+            else "the Hugging Face Hub cannot be reached (is this machine offline?)"
+        )
         raise ModelLoadError(
             f"could not download {clip_text(spec)}: {why} and {files} of {clip_text(repo_id)} is not in the cache "
             f"({cache_folder()}). Models load offline once they are there."
@@ -110,8 +122,9 @@ def hub_error(spec: str, error: Exception) -> ModelLoadError:
     if isinstance(error, GatedRepoError):
         return ModelLoadError(f"{spec} is gated: accept its terms on the Hub, then log in (`hf auth login`)")
     if isinstance(error, RepositoryNotFoundError):
-        return ModelLoadError(f"{spec}: no such repository on the Hugging Face Hub (or a private one: log in "
-                              "with `hf auth login`)")  # fmt: skip
+        return ModelLoadError(
+            f"{spec}: no such repository on the Hugging Face Hub (or a private one: log in with `hf auth login`)"
+        )
     if isinstance(error, RevisionNotFoundError):
         return ModelLoadError(f"{spec}: no such revision")
     return ModelLoadError(

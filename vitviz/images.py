@@ -45,8 +45,15 @@ _NOT_IMAGES = [
     (b"\x80", "a Python pickle"),
 ]
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-_IMAGE_SIGNATURES = [(b"\xff\xd8\xff", "JPEG"), (_PNG_SIGNATURE, "PNG"), (b"GIF8", "GIF"), (b"BM", "BMP"),
-                     (b"II*\x00", "TIFF"), (b"MM\x00*", "TIFF"), (b"RIFF", "WEBP")]  # fmt: skip
+_IMAGE_SIGNATURES = [
+    (b"\xff\xd8\xff", "JPEG"),
+    (_PNG_SIGNATURE, "PNG"),
+    (b"GIF8", "GIF"),
+    (b"BM", "BMP"),
+    (b"II*\x00", "TIFF"),
+    (b"MM\x00*", "TIFF"),
+    (b"RIFF", "WEBP"),
+]
 
 
 @dataclass(frozen=True, eq=False)
@@ -88,7 +95,9 @@ def load_image(data: bytes, background: tuple[int, int, int] = (255, 255, 255)) 
     except Image.DecompressionBombError as error:  # PIL's own check on the declared size, before decoding
         declared = re.search(r"\((\d+) pixels\)", str(error))
         size = f"declares {int(declared.group(1)) / 1e6:,.0f} Mpx, " if declared else "is "
-        raise ImageError(f"the image {size}above the limit of {MAX_PIXELS / 1e6:.0f} Mpx (a decompression bomb?)") from None
+        raise ImageError(
+            f"the image {size}above the limit of {MAX_PIXELS / 1e6:.0f} Mpx (a decompression bomb?)"
+        ) from None
     except (OSError, ValueError, SyntaxError) as error:
         kind = next((name for signature, name in _IMAGE_SIGNATURES if data.startswith(signature)), "image")
         raise ImageError(f"the {kind} file is corrupt or truncated: {error}") from None
@@ -171,8 +180,11 @@ def _to_rgb(image: Image.Image, background: tuple[int, int, int]) -> Image.Image
     if image.mode in ("I", "F"):
         values = np.asarray(image, dtype=np.float64)
         finite = values[np.isfinite(values)]
-        low, high = (0.0, 1.0) if image.mode == "F" and finite.size and finite.min() >= 0 and finite.max() <= 1 else (
-            (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0))  # fmt: skip
+        low, high = (
+            (0.0, 1.0)
+            if image.mode == "F" and finite.size and finite.min() >= 0 and finite.max() <= 1
+            else ((float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0))
+        )
         scaled = (np.nan_to_num(values, nan=low) - low) / (high - low) if high > low else np.zeros_like(values)
         return Image.fromarray(np.rint(np.clip(scaled, 0, 1) * 255).astype(np.uint8)).convert("RGB")
     return image.convert("RGB")
@@ -266,8 +278,9 @@ def _preprocessing_problems(preprocessing: Preprocessing) -> list[str]:
         value = getattr(preprocessing, name)
         sides = value if isinstance(value, tuple) and len(value) == 2 else (value,)
         if value is not None and not all(_is_side(side) for side in sides):
-            problems.append(f"{name} must be a side or (height, width) in pixels, from 1 to {MAX_SIDE:,}; "
-                            f"got {echo(value, 80)}")  # fmt: skip
+            problems.append(
+                f"{name} must be a side or (height, width) in pixels, from 1 to {MAX_SIDE:,}; got {echo(value, 80)}"
+            )
     for name in ("mean", "std"):
         values = getattr(preprocessing, name)
         numbers = isinstance(values, tuple) and all(_is_finite(v) for v in values)
@@ -275,8 +288,9 @@ def _preprocessing_problems(preprocessing: Preprocessing) -> list[str]:
             kind = "positive numbers" if name == "std" else "finite numbers"
             problems.append(f"{name} must be 1 to {MAX_CHANNELS} {kind}, one per channel; got {echo(values, 80)}")
     if not problems and len(preprocessing.mean) != len(preprocessing.std):
-        problems.append(f"mean and std must have as many values; got {len(preprocessing.mean)} and "
-                        f"{len(preprocessing.std)}")  # fmt: skip
+        problems.append(
+            f"mean and std must have as many values; got {len(preprocessing.mean)} and {len(preprocessing.std)}"
+        )
     interpolation = preprocessing.interpolation
     if not isinstance(interpolation, str) or interpolation not in _INTERPOLATIONS:
         problems.append(f"interpolation must be one of {sorted(_INTERPOLATIONS)}; got {echo(interpolation)}")

@@ -31,16 +31,16 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from vitviz.checkpoint import ModelLoadError, describe, load_checkpoint, load_torch_file
 from vitviz import hub
+from vitviz.checkpoint import ModelLoadError, describe, load_checkpoint, load_torch_file
 from vitviz.hub import REPO_ID
+from vitviz.images import Preprocessing
 from vitviz.importers import TORCHVISION_ARCHS, from_torchvision, load_huggingface_folder
 from vitviz.importers.common import read_json
 from vitviz.importers.huggingface import SHARD_INDEX, shard_files, weight_limit
 from vitviz.importers.huggingface_text import TEXT_TOWER_TYPES, TOKENIZER_FILES
 from vitviz.importers.open_clip import load_open_clip, open_clip_for_timm
 from vitviz.importers.timm import load_timm, load_timm_preprocessing
-from vitviz.images import Preprocessing
 from vitviz.model import ViT
 from vitviz.model.config import echo
 
@@ -97,8 +97,10 @@ def _local_path(spec: str) -> Path | None:
     try:
         path = Path(spec).expanduser()
     except RuntimeError:  # ~someone, and no someone
-        raise ModelLoadError(f"model {echo(spec)} not found: {echo(Path(spec).parts[0], 80)} names the home folder of "
-                             "a user this machine does not have") from None  # fmt: skip
+        raise ModelLoadError(
+            f"model {echo(spec)} not found: {echo(Path(spec).parts[0], 80)} names the home folder of "
+            "a user this machine does not have"
+        ) from None
     try:
         return path if path.is_dir() or path.is_file() else None
     except OSError as error:  # e.g. ENAMETOOLONG: Path.is_dir only hides "no such file"
@@ -128,8 +130,9 @@ def load_huggingface_hub(repo_id: str) -> ViT:
     """A Hugging Face Hub repository, downloaded once into the Hub cache: config.json, model.safetensors
     (or its shards, or pytorch_model.bin) and preprocessor_config.json when the repository has one."""
     if not REPO_ID.fullmatch(repo_id):
-        raise ModelLoadError(f"{echo(repo_id)} is not a Hugging Face repository id (org/name, 96 characters each at "
-                             "most)")  # fmt: skip
+        raise ModelLoadError(
+            f"{echo(repo_id)} is not a Hugging Face repository id (org/name, 96 characters each at most)"
+        )
     spec = f"hf:{repo_id}"
     fetch = partial(hub.hub_file, repo_id, spec=spec, offline=not hub.hub_reachable())  # the Hub is asked once
     config = fetch(["config.json"])
@@ -170,8 +173,9 @@ def load_torchvision(name: str) -> ViT:
     try:
         tv_model.load_state_dict(state_dict)
     except Exception as error:  # another model's weights under this name: a message, never a traceback
-        raise ModelLoadError(f"cached weights {path} are not {arch}'s ({describe(error)}); delete the file and "
-                             "retry") from None  # fmt: skip
+        raise ModelLoadError(
+            f"cached weights {path} are not {arch}'s ({describe(error)}); delete the file and retry"
+        ) from None
     model = from_torchvision(tv_model)
     model.class_names = list(weights.meta["categories"])
     model.transform = preprocessing_from_torchvision(weights.transforms())

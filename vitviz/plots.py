@@ -20,14 +20,29 @@ from PIL import Image, ImageColor, ImageDraw
 # default template for one of placeholder colours) has been imported. It is the part of plotly's
 # "plotly_white" these figures use: building a figure with the whole of it costs about 8 ms
 # (copying every trace type's defaults), with this part about 1 ms.
-_GRID = dict(automargin=True, gridcolor="#EBF0F8", linecolor="#EBF0F8", ticks="", zerolinecolor="#EBF0F8",
-             zerolinewidth=2, title=dict(standoff=15))  # fmt: skip
+_GRID = dict(
+    automargin=True,
+    gridcolor="#EBF0F8",
+    linecolor="#EBF0F8",
+    ticks="",
+    zerolinecolor="#EBF0F8",
+    zerolinewidth=2,
+    title=dict(standoff=15),
+)
 TEMPLATE = go.layout.Template(
-    layout=dict(paper_bgcolor="white", plot_bgcolor="white", font=dict(color="#2a3f5f"), hovermode="closest",
-                hoverlabel=dict(align="left"), title=dict(x=0.05), xaxis=_GRID, yaxis=_GRID,
-                colorway=["#636efa", "#EF553B", "#00cc96", "#ab63fa", "#FFA15A", "#19d3f3", "#FF6692", "#B6E880"]),
+    layout=dict(
+        paper_bgcolor="white",
+        plot_bgcolor="white",
+        font=dict(color="#2a3f5f"),
+        hovermode="closest",
+        hoverlabel=dict(align="left"),
+        title=dict(x=0.05),
+        xaxis=_GRID,
+        yaxis=_GRID,
+        colorway=["#636efa", "#EF553B", "#00cc96", "#ab63fa", "#FFA15A", "#19d3f3", "#FF6692", "#B6E880"],
+    ),
     data=dict(heatmap=[dict(colorbar=dict(outlinewidth=0, ticks=""))]),
-)  # fmt: skip
+)
 COLORMAPS = ("inferno", "viridis", "magma", "plasma", "turbo", "jet", "hot", "greys")
 
 
@@ -171,8 +186,12 @@ def masked_image(
     return Image.fromarray(np.where(keep[..., None], photo, photo * 0.2).astype(np.uint8))
 
 
-def outline_patches(image: Image.Image, mask, box: tuple[float, float, float, float] | None = None,
-                    colour: tuple[int, int, int] = (0, 255, 255)) -> Image.Image:  # fmt: skip
+def outline_patches(
+    image: Image.Image,
+    mask,
+    box: tuple[float, float, float, float] | None = None,
+    colour: tuple[int, int, int] = (0, 255, 255),
+) -> Image.Image:
     """The photo with an outlined rectangle on each patch where ``mask`` (rows, cols) is True, e.g. the
     high-norm patches of explain.high_norm_patches. ``box`` is where the model's input came from, as in
     ``overlay``: the grid covers it, and outside it the photo is dimmed, so the picture matches an overlay
@@ -193,8 +212,13 @@ def outline_patches(image: Image.Image, mask, box: tuple[float, float, float, fl
     return out
 
 
-def mark_patch(image: Image.Image, patch: tuple[int, int], grid: tuple[int, int],
-               box: tuple[float, float, float, float] | None = None, colour: tuple[int, int, int] = (0, 255, 255)) -> Image.Image:  # fmt: skip
+def mark_patch(
+    image: Image.Image,
+    patch: tuple[int, int],
+    grid: tuple[int, int],
+    box: tuple[float, float, float, float] | None = None,
+    colour: tuple[int, int, int] = (0, 255, 255),
+) -> Image.Image:
     """A copy of ``image`` (e.g. an overlay) with patch (row, col) of the (rows, cols) ``grid`` over ``box`` outlined."""
     out = image.copy()
     _outline_cells(out, [patch], grid, box or (0, 0, *image.size), colour)
@@ -215,8 +239,13 @@ def _outline_cells(image: Image.Image, cells, grid: tuple[int, int], box, colour
         draw.rectangle([x0, y0, x1, y1], outline=colour, width=line)
 
 
-def grid_picture(image: Image.Image, grid: tuple[int, int], box: tuple[float, float, float, float] | None = None,
-                 selected: tuple[int, int] | None = None, max_lines: int = 40) -> Image.Image:  # fmt: skip
+def grid_picture(
+    image: Image.Image,
+    grid: tuple[int, int],
+    box: tuple[float, float, float, float] | None = None,
+    selected: tuple[int, int] | None = None,
+    max_lines: int = 40,
+) -> Image.Image:
     """A copy of ``image`` with the model's (rows, cols) patch grid over ``box`` as thin light lines (up to
     ``max_lines`` patches a side: finer grids would hide the photo) and the ``selected`` (row, col) outlined:
     the picture to click in "Click a patch". Outside ``box`` the photo is dimmed, as in ``outline_patches``."""
@@ -239,8 +268,14 @@ def grid_picture(image: Image.Image, grid: tuple[int, int], box: tuple[float, fl
     return out
 
 
-def patch_at(x: float, y: float, shown: tuple[float, float], size: tuple[int, int], grid: tuple[int, int],
-             box: tuple[float, float, float, float] | None = None) -> tuple[int, int] | None:  # fmt: skip
+def patch_at(
+    x: float,
+    y: float,
+    shown: tuple[float, float],
+    size: tuple[int, int],
+    grid: tuple[int, int],
+    box: tuple[float, float, float, float] | None = None,
+) -> tuple[int, int] | None:
     """The (row, col) of the patch under a click at pixel (x, y) of an image of ``size`` (width, height) shown
     at ``shown`` (width, height) pixels, for the (rows, cols) ``grid`` over ``box`` (in the image's pixels; the
     whole image by default). None where the click is outside ``box``: that part of the photo never reached
@@ -256,7 +291,9 @@ def patch_at(x: float, y: float, shown: tuple[float, float], size: tuple[int, in
     if not (left <= px < right and top <= py < bottom):
         return None
     rows, cols = grid
-    return min(rows - 1, int((py - top) / (bottom - top) * rows)), min(cols - 1, int((px - left) / (right - left) * cols))
+    return min(rows - 1, int((py - top) / (bottom - top) * rows)), min(
+        cols - 1, int((px - left) / (right - left) * cols)
+    )
 
 
 # --- plotly figures ----------------------------------------------------------------------------
@@ -274,16 +311,32 @@ _HIDDEN_AXIS = dict(showticklabels=False, showgrid=False, zeroline=False)
 
 def heatmap_figure(patch_map, title: str = "", colormap: str = "inferno") -> go.Figure:
     """The raw patch grid with its exact values on hover (row 0 at the top, square cells)."""
-    heatmap = dict(type="heatmap", z=_as_array(patch_map), colorscale=plotly_colorscale(colormap),
-                   colorbar=dict(thickness=14), hovertemplate="row %{y}, col %{x}<br>%{z:.5f}<extra></extra>")  # fmt: skip
+    heatmap = dict(
+        type="heatmap",
+        z=_as_array(patch_map),
+        colorscale=plotly_colorscale(colormap),
+        colorbar=dict(thickness=14),
+        hovertemplate="row %{y}, col %{x}<br>%{z:.5f}<extra></extra>",
+    )
     # the grid at the top of the figure (under the title), not floating in its middle when the column is narrow
-    return _figure([heatmap], title=dict(text=title), margin=dict(l=0, r=0, t=40 if title else 0, b=0),
-                   yaxis=dict(autorange="reversed", scaleanchor="x", constraintoward="top", **_HIDDEN_AXIS),
-                   xaxis=dict(constrain="domain", **_HIDDEN_AXIS))  # fmt: skip
+    return _figure(
+        [heatmap],
+        title=dict(text=title),
+        margin=dict(l=0, r=0, t=40 if title else 0, b=0),
+        yaxis=dict(autorange="reversed", scaleanchor="x", constraintoward="top", **_HIDDEN_AXIS),
+        xaxis=dict(constrain="domain", **_HIDDEN_AXIS),
+    )
 
 
-def grid_figure(maps, titles: list[str], columns: int, colormap: str = "inferno", rescale_each: bool = True,
-                marks: list[tuple[int, int]] | None = None, height: int | None = None) -> go.Figure:  # fmt: skip
+def grid_figure(
+    maps,
+    titles: list[str],
+    columns: int,
+    colormap: str = "inferno",
+    rescale_each: bool = True,
+    marks: list[tuple[int, int]] | None = None,
+    height: int | None = None,
+) -> go.Figure:
     """Small multiples: the maps (n, rows, cols) tiled ``columns`` to a row in one heatmap.
 
     One trace with gaps (not one subplot per map) keeps big grids, such as 12 x 12 heads,
@@ -313,53 +366,116 @@ def grid_figure(maps, titles: list[str], columns: int, colormap: str = "inferno"
         labels[top : top + rows, left : left + cols] = [
             [f"{titles[index]}, row {r}, col {c}" for c in range(cols)] for r in range(rows)
         ]
-        annotations.append(dict(x=left + (cols - 1) / 2, y=top - 0.5, text=titles[index], showarrow=False,
-                                yanchor="bottom", font=dict(size=11)))  # fmt: skip
+        annotations.append(
+            dict(
+                x=left + (cols - 1) / 2,
+                y=top - 0.5,
+                text=titles[index],
+                showarrow=False,
+                yanchor="bottom",
+                font=dict(size=11),
+            )
+        )
         if marks is not None:
             mark_y.append(top + marks[index][0])
             mark_x.append(left + marks[index][1])
-    heatmap = dict(type="heatmap", z=shown, customdata=raw, text=labels, colorscale=plotly_colorscale(colormap),
-                   showscale=not rescale_each, hovertemplate="%{text}: %{customdata:.5f}<extra></extra>",
-                   hoverongaps=False)  # fmt: skip
+    heatmap = dict(
+        type="heatmap",
+        z=shown,
+        customdata=raw,
+        text=labels,
+        colorscale=plotly_colorscale(colormap),
+        showscale=not rescale_each,
+        hovertemplate="%{text}: %{customdata:.5f}<extra></extra>",
+        hoverongaps=False,
+    )
     traces = [heatmap]
     if marks is not None:
-        traces.append(dict(type="scatter", x=mark_x, y=mark_y, mode="markers", hoverinfo="skip", showlegend=False,
-                           marker=dict(symbol="square-open", size=9, color="#00ffff", line=dict(width=2))))  # fmt: skip
+        traces.append(
+            dict(
+                type="scatter",
+                x=mark_x,
+                y=mark_y,
+                mode="markers",
+                hoverinfo="skip",
+                showlegend=False,
+                marker=dict(symbol="square-open", size=9, color="#00ffff", line=dict(width=2)),
+            )
+        )
     default_height = max(160, int(tile_rows * 130 * max(1.0, 6 / columns) * rows / max(rows, cols)) + 30)
-    return _figure(traces, annotations=annotations, margin=dict(l=0, r=0, t=22, b=0), height=height or default_height,
-                   plot_bgcolor="rgba(0,0,0,0)",  # the tiles at the top of a figure taller than they need, under its heading
-                   yaxis=dict(autorange="reversed", scaleanchor="x", visible=False, constraintoward="top"),
-                   xaxis=dict(visible=False, constrain="domain"))  # fmt: skip
+    return _figure(
+        traces,
+        annotations=annotations,
+        margin=dict(l=0, r=0, t=22, b=0),
+        height=height or default_height,
+        plot_bgcolor="rgba(0,0,0,0)",  # the tiles at the top of a figure taller than they need, under its heading
+        yaxis=dict(autorange="reversed", scaleanchor="x", visible=False, constraintoward="top"),
+        xaxis=dict(visible=False, constrain="domain"),
+    )
 
 
 def predictions_figure(probabilities, class_names: list[str], top_k: int = 5) -> go.Figure:
     """Horizontal bars of the top-k classes, highest on top."""
     values = _as_array(probabilities)
     order = np.argsort(values)[::-1][:top_k][::-1]
-    bars = dict(type="bar", x=values[order], y=[class_names[i] for i in order], orientation="h",
-                text=[f"{values[i]:.1%}" for i in order], textposition="auto")  # fmt: skip
+    bars = dict(
+        type="bar",
+        x=values[order],
+        y=[class_names[i] for i in order],
+        orientation="h",
+        text=[f"{values[i]:.1%}" for i in order],
+        textposition="auto",
+    )
     # room on the right for the "100%" tick, centred on the axis's end
-    return _figure([bars], height=60 + 32 * len(order), margin=dict(l=0, r=18, t=10, b=0),
-                   xaxis=dict(range=[0, 1], tickformat=".0%"), yaxis=dict(automargin=True))  # fmt: skip
+    return _figure(
+        [bars],
+        height=60 + 32 * len(order),
+        margin=dict(l=0, r=18, t=10, b=0),
+        xaxis=dict(range=[0, 1], tickformat=".0%"),
+        yaxis=dict(automargin=True),
+    )
 
 
 def attention_distance_figure(mean_distance) -> go.Figure:
     """Mean attention distance against depth, one dot per head (ViT paper, Fig. 7 right)."""
     values = _as_array(mean_distance)  # (layers, heads)
     layers, heads = values.shape
-    dots = [dict(type="scatter", x=np.arange(layers), y=values[:, head], mode="markers", name=f"head {head}",
-                 hovertemplate="layer %{x}: %{y:.1f} px<extra>head " + str(head) + "</extra>") for head in range(heads)]  # fmt: skip
-    return _figure(dots, xaxis=dict(title=dict(text="layer (depth)")),
-                   yaxis=dict(title=dict(text="mean attention distance (pixels)")),
-                   margin=dict(l=0, r=0, t=10, b=0), showlegend=heads <= 16)  # fmt: skip
+    dots = [
+        dict(
+            type="scatter",
+            x=np.arange(layers),
+            y=values[:, head],
+            mode="markers",
+            name=f"head {head}",
+            hovertemplate="layer %{x}: %{y:.1f} px<extra>head " + str(head) + "</extra>",
+        )
+        for head in range(heads)
+    ]
+    return _figure(
+        dots,
+        xaxis=dict(title=dict(text="layer (depth)")),
+        yaxis=dict(title=dict(text="mean attention distance (pixels)")),
+        margin=dict(l=0, r=0, t=10, b=0),
+        showlegend=heads <= 16,
+    )
 
 
 def layer_head_figure(values, title: str, colorbar: str) -> go.Figure:
     """A (layers, heads) table as a heatmap, e.g. attention entropy."""
-    heatmap = dict(type="heatmap", z=_as_array(values), colorscale=plotly_colorscale("viridis"),
-                   colorbar=dict(title=dict(text=colorbar)), hovertemplate="layer %{y}, head %{x}: %{z:.3f}<extra></extra>")  # fmt: skip
-    return _figure([heatmap], title=dict(text=title), xaxis=dict(title=dict(text="head")),
-                   yaxis=dict(title=dict(text="layer"), autorange="reversed"), margin=dict(l=0, r=0, t=40, b=0))  # fmt: skip
+    heatmap = dict(
+        type="heatmap",
+        z=_as_array(values),
+        colorscale=plotly_colorscale("viridis"),
+        colorbar=dict(title=dict(text=colorbar)),
+        hovertemplate="layer %{y}, head %{x}: %{z:.3f}<extra></extra>",
+    )
+    return _figure(
+        [heatmap],
+        title=dict(text=title),
+        xaxis=dict(title=dict(text="head")),
+        yaxis=dict(title=dict(text="layer"), autorange="reversed"),
+        margin=dict(l=0, r=0, t=40, b=0),
+    )
 
 
 def perturbation_figure(x, curves: dict[str, tuple[np.ndarray, np.ndarray]]) -> go.Figure:
@@ -369,12 +485,25 @@ def perturbation_figure(x, curves: dict[str, tuple[np.ndarray, np.ndarray]]) -> 
     lines = []
     for index, (method, pair) in enumerate(curves.items()):
         for order, y, dash in (("most relevant first", pair[0], "solid"), ("least relevant first", pair[1], "dash")):
-            lines.append(dict(type="scatter", x=_as_array(x), y=_as_array(y), mode="lines+markers", name=f"{method}, {order}",
-                              legendgroup=method, line=dict(color=colours[index % len(colours)], dash=dash),
-                              hovertemplate="%{x:.0%} replaced: %{y:.3f}<extra>" + f"{method}, {order}</extra>"))  # fmt: skip
-    return _figure(lines, xaxis=dict(title=dict(text="fraction of patches replaced"), tickformat=".0%"),
-                   yaxis=dict(title=dict(text="target probability"), range=[0, 1]), margin=dict(l=0, r=0, t=10, b=0),
-                   legend=dict(orientation="h", x=0, y=-0.25, yanchor="top"))  # fmt: skip
+            lines.append(
+                dict(
+                    type="scatter",
+                    x=_as_array(x),
+                    y=_as_array(y),
+                    mode="lines+markers",
+                    name=f"{method}, {order}",
+                    legendgroup=method,
+                    line=dict(color=colours[index % len(colours)], dash=dash),
+                    hovertemplate="%{x:.0%} replaced: %{y:.3f}<extra>" + f"{method}, {order}</extra>",
+                )
+            )
+    return _figure(
+        lines,
+        xaxis=dict(title=dict(text="fraction of patches replaced"), tickformat=".0%"),
+        yaxis=dict(title=dict(text="target probability"), range=[0, 1]),
+        margin=dict(l=0, r=0, t=10, b=0),
+        legend=dict(orientation="h", x=0, y=-0.25, yanchor="top"),
+    )
 
 
 # --- prefix tokens, token norms ----------------------------------------------------------------
@@ -396,23 +525,46 @@ def prefix_attention_figure(shares, names: list[str], title: str = "") -> go.Fig
     heads, parts = values.shape
     if len(names) != parts:
         raise ValueError(f"{len(names)} names for {parts} shares per head")
-    bars = [dict(type="bar", x=np.arange(heads), y=values[:, i], name=name, marker=dict(color=colour),
-                 hovertemplate="head %{x}: %{y:.1%} to " + name + "<extra></extra>")
-            for i, (name, colour) in enumerate(zip(names, _token_colours(names)))]  # fmt: skip
+    bars = [
+        dict(
+            type="bar",
+            x=np.arange(heads),
+            y=values[:, i],
+            name=name,
+            marker=dict(color=colour),
+            hovertemplate="head %{x}: %{y:.1%} to " + name + "<extra></extra>",
+        )
+        for i, (name, colour) in enumerate(zip(names, _token_colours(names)))
+    ]
     # the legend goes below the bars: beside them it would squeeze a chart in half a narrow page
-    return _figure(bars, barmode="stack", title=dict(text=title), height=360,
-                   margin=dict(l=0, r=0, t=40 if title else 10, b=0),
-                   legend=dict(traceorder="normal", orientation="h", x=0, y=-0.2, yanchor="top"),
-                   xaxis=dict(title=dict(text="head"), dtick=1 if heads <= 24 else None),
-                   yaxis=dict(range=[0, 1], tickformat=".0%", title=dict(text="share of attention")))  # fmt: skip
+    return _figure(
+        bars,
+        barmode="stack",
+        title=dict(text=title),
+        height=360,
+        margin=dict(l=0, r=0, t=40 if title else 10, b=0),
+        legend=dict(traceorder="normal", orientation="h", x=0, y=-0.2, yanchor="top"),
+        xaxis=dict(title=dict(text="head"), dtick=1 if heads <= 24 else None),
+        yaxis=dict(range=[0, 1], tickformat=".0%", title=dict(text="share of attention")),
+    )
 
 
 def _layer_marker(layer: int | None) -> list[dict]:
     """A dashed vertical line at the chosen layer."""
     if layer is None:
         return []
-    return [dict(type="line", xref="x", yref="paper", x0=layer, x1=layer, y0=0, y1=1,
-                 line=dict(color="rgba(42, 63, 95, 0.5)", width=1, dash="dash"))]  # fmt: skip
+    return [
+        dict(
+            type="line",
+            xref="x",
+            yref="paper",
+            x0=layer,
+            x1=layer,
+            y0=0,
+            y1=1,
+            line=dict(color="rgba(42, 63, 95, 0.5)", width=1, dash="dash"),
+        )
+    ]
 
 
 def prefix_attention_by_layer_figure(shares, names: list[str], layer: int | None = None) -> go.Figure:
@@ -421,13 +573,28 @@ def prefix_attention_by_layer_figure(shares, names: list[str], layer: int | None
     values = _as_array(shares).mean(axis=1)  # (layers, P + 1)
     if len(names) != values.shape[1]:
         raise ValueError(f"{len(names)} names for {values.shape[1]} shares per head")
-    lines = [dict(type="scatter", x=np.arange(len(values)), y=values[:, i], mode="lines+markers", name=name,
-                  line=dict(color=colour), hovertemplate="layer %{x}: %{y:.1%} to " + name + "<extra></extra>")
-             for i, (name, colour) in enumerate(zip(names, _token_colours(names)))]  # fmt: skip
-    return _figure(lines, shapes=_layer_marker(layer), height=360, margin=dict(l=0, r=0, t=40, b=0),
-                   title=dict(text="Mean over heads"), showlegend=False,  # the bars' colours and legend
-                   xaxis=dict(title=dict(text="layer (depth)"), dtick=1 if len(values) <= 24 else None),
-                   yaxis=dict(range=[0, 1], tickformat=".0%", title=dict(text="share of attention")))  # fmt: skip
+    lines = [
+        dict(
+            type="scatter",
+            x=np.arange(len(values)),
+            y=values[:, i],
+            mode="lines+markers",
+            name=name,
+            line=dict(color=colour),
+            hovertemplate="layer %{x}: %{y:.1%} to " + name + "<extra></extra>",
+        )
+        for i, (name, colour) in enumerate(zip(names, _token_colours(names)))
+    ]
+    return _figure(
+        lines,
+        shapes=_layer_marker(layer),
+        height=360,
+        margin=dict(l=0, r=0, t=40, b=0),
+        title=dict(text="Mean over heads"),
+        showlegend=False,  # the bars' colours and legend
+        xaxis=dict(title=dict(text="layer (depth)"), dtick=1 if len(values) <= 24 else None),
+        yaxis=dict(range=[0, 1], tickformat=".0%", title=dict(text="share of attention")),
+    )
 
 
 def token_norms_figure(norms, prefix_names: list[str], layer: int | None = None) -> go.Figure:
@@ -440,20 +607,47 @@ def token_norms_figure(norms, prefix_names: list[str], layer: int | None = None)
     if patches.shape[1] == 0:
         raise ValueError(f"{len(prefix_names)} prefix names leave no patch tokens among {values.shape[1]}")
     layers = np.arange(len(values))
-    series = [("median patch", np.median(patches, axis=1), dict(color="#2a3f5f")),
-              ("max patch", patches.max(axis=1), dict(color="#2a3f5f", dash="dot"))]  # fmt: skip
+    series = [
+        ("median patch", np.median(patches, axis=1), dict(color="#2a3f5f")),
+        ("max patch", patches.max(axis=1), dict(color="#2a3f5f", dash="dot")),
+    ]
     colours = TEMPLATE.layout.colorway
     series += [(name, values[:, i], dict(color=colours[i % len(colours)])) for i, name in enumerate(prefix_names)]
-    lines = [dict(type="scatter", x=layers, y=y, mode="lines+markers", name=name, line=line,
-                  hovertemplate="layer %{x}: %{y:.2f}<extra>" + name + "</extra>") for name, y, line in series]  # fmt: skip
-    return _figure(lines, shapes=_layer_marker(layer), height=300, margin=dict(l=0, r=0, t=10, b=0),
-                   xaxis=dict(title=dict(text="layer (depth)"), dtick=1 if len(values) <= 24 else None),
-                   yaxis=dict(title=dict(text="token norm (L2)"), rangemode="tozero"))  # fmt: skip
+    lines = [
+        dict(
+            type="scatter",
+            x=layers,
+            y=y,
+            mode="lines+markers",
+            name=name,
+            line=line,
+            hovertemplate="layer %{x}: %{y:.2f}<extra>" + name + "</extra>",
+        )
+        for name, y, line in series
+    ]
+    return _figure(
+        lines,
+        shapes=_layer_marker(layer),
+        height=300,
+        margin=dict(l=0, r=0, t=10, b=0),
+        xaxis=dict(title=dict(text="layer (depth)"), dtick=1 if len(values) <= 24 else None),
+        yaxis=dict(title=dict(text="token norm (L2)"), rangemode="tozero"),
+    )
 
 
 # one colour per class a votes map names, the class explained first; "other" gathers the rest
-VOTE_COLOURS = ["#EF553B", "#636efa", "#00cc96", "#ab63fa", "#FFA15A", "#19d3f3", "#FF6692", "#B6E880", "#FF97FF",
-                "#FECB52"]  # fmt: skip
+VOTE_COLOURS = [
+    "#EF553B",
+    "#636efa",
+    "#00cc96",
+    "#ab63fa",
+    "#FFA15A",
+    "#19d3f3",
+    "#FF6692",
+    "#B6E880",
+    "#FF97FF",
+    "#FECB52",
+]
 OTHER_COLOUR = "#d0d4dc"
 
 
@@ -493,13 +687,23 @@ def votes_figure(votes, class_names: list[str], target: int, most: int = len(VOT
     palette = VOTE_COLOURS[: len(shown)] + [OTHER_COLOUR] * other
     n = len(palette)
     colorscale = [step for i, colour in enumerate(palette) for step in ((i / n, colour), ((i + 1) / n, colour))]
-    heatmap = dict(type="heatmap", z=vote_codes(values, shown).astype(np.float32), zmin=-0.5, zmax=n - 0.5,
-                   colorscale=colorscale, hovertemplate="row %{y}, col %{x}: %{text}<extra></extra>",
-                   text=np.asarray([class_names[i] for i in values.ravel()], dtype=object).reshape(values.shape),
-                   colorbar=dict(tickvals=list(range(n)), ticktext=labels, len=1, thickness=12))  # fmt: skip
-    return _figure([heatmap], margin=dict(l=0, r=0, t=0, b=0), height=320,
-                   yaxis=dict(autorange="reversed", scaleanchor="x", constraintoward="top", **_HIDDEN_AXIS),
-                   xaxis=dict(constrain="domain", **_HIDDEN_AXIS))  # fmt: skip
+    heatmap = dict(
+        type="heatmap",
+        z=vote_codes(values, shown).astype(np.float32),
+        zmin=-0.5,
+        zmax=n - 0.5,
+        colorscale=colorscale,
+        hovertemplate="row %{y}, col %{x}: %{text}<extra></extra>",
+        text=np.asarray([class_names[i] for i in values.ravel()], dtype=object).reshape(values.shape),
+        colorbar=dict(tickvals=list(range(n)), ticktext=labels, len=1, thickness=12),
+    )
+    return _figure(
+        [heatmap],
+        margin=dict(l=0, r=0, t=0, b=0),
+        height=320,
+        yaxis=dict(autorange="reversed", scaleanchor="x", constraintoward="top", **_HIDDEN_AXIS),
+        xaxis=dict(constrain="domain", **_HIDDEN_AXIS),
+    )
 
 
 def lens_depth_figure(readout, share, layer: int | None = None) -> go.Figure:
@@ -507,11 +711,31 @@ def lens_depth_figure(readout, share, layer: int | None = None) -> go.Figure:
     (``readout``, (layers,)), and the share of patches that vote for the class on their own (``share``)."""
     readout, share = _as_array(readout), _as_array(share)
     layers = np.arange(len(readout))
-    lines = [dict(type="scatter", x=layers, y=readout, mode="lines+markers", name="head reading the block",
-                  hovertemplate="block %{x}: %{y:.1%}<extra>class probability</extra>"),
-             dict(type="scatter", x=layers, y=share, mode="lines+markers", name="patches voting for the class",
-                  line=dict(dash="dot"), hovertemplate="block %{x}: %{y:.1%}<extra>patches voting for it</extra>")]  # fmt: skip
-    return _figure(lines, shapes=_layer_marker(layer), height=300, margin=dict(l=0, r=0, t=10, b=0),
-                   legend=dict(orientation="h", x=0, y=1.02, yanchor="bottom"),
-                   xaxis=dict(title=dict(text="block (depth)"), dtick=1 if len(layers) <= 24 else None),
-                   yaxis=dict(range=[0, 1.02], tickformat=".0%"))  # fmt: skip
+    lines = [
+        dict(
+            type="scatter",
+            x=layers,
+            y=readout,
+            mode="lines+markers",
+            name="head reading the block",
+            hovertemplate="block %{x}: %{y:.1%}<extra>class probability</extra>",
+        ),
+        dict(
+            type="scatter",
+            x=layers,
+            y=share,
+            mode="lines+markers",
+            name="patches voting for the class",
+            line=dict(dash="dot"),
+            hovertemplate="block %{x}: %{y:.1%}<extra>patches voting for it</extra>",
+        ),
+    ]
+    return _figure(
+        lines,
+        shapes=_layer_marker(layer),
+        height=300,
+        margin=dict(l=0, r=0, t=10, b=0),
+        legend=dict(orientation="h", x=0, y=1.02, yanchor="bottom"),
+        xaxis=dict(title=dict(text="block (depth)"), dtick=1 if len(layers) <= 24 else None),
+        yaxis=dict(range=[0, 1.02], tickformat=".0%"),
+    )

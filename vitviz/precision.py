@@ -48,8 +48,10 @@ class PrecisionChoice:
         other = "fp32" if self.precision == "bf16" else "bf16"
         chosen_ms, other_ms = (self.bf16_ms, self.fp32_ms) if self.precision == "bf16" else (self.fp32_ms, self.bf16_ms)
         timed = f", {self.blocks} timed and scaled" if self.blocks else ""
-        return (f"auto chose {self.precision}: {_ms(chosen_ms)} ms against {_ms(other_ms)} ms in {other} "
-                f"(median of {self.repeats}{timed}, this model at batch 1).")  # fmt: skip
+        return (
+            f"auto chose {self.precision}: {_ms(chosen_ms)} ms against {_ms(other_ms)} ms in {other} "
+            f"(median of {self.repeats}{timed}, this model at batch 1)."
+        )
 
 
 def _ms(value: float) -> str:

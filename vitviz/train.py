@@ -47,9 +47,25 @@ RECIPES: dict[str, dict] = {
     # CIFAR-10 on one GPU: patch 2 on 32 x 32 gives a 16 x 16 grid of 256 patches. The data set stays on the
     # GPU as uint8 and is augmented there (see vitviz/augment.py); best.pt is stored in fp16 (16.8 MB).
     "cifar10-gpu": dict(
-        dataset="imagefolder", image_size=32, preset="cifar", patch_size=2, epochs=200, batch_size=256, lr=1e-3,
-        warmup_epochs=5, weight_decay=0.05, label_smoothing=0.1, augment="trivialaugment", mixup=0.8, cutmix=1.0,
-        mix_prob=0.5, random_erasing=0.25, drop_path=0.1, precision="bf16", compile=True, data_on_device=True,
+        dataset="imagefolder",
+        image_size=32,
+        preset="cifar",
+        patch_size=2,
+        epochs=200,
+        batch_size=256,
+        lr=1e-3,
+        warmup_epochs=5,
+        weight_decay=0.05,
+        label_smoothing=0.1,
+        augment="trivialaugment",
+        mixup=0.8,
+        cutmix=1.0,
+        mix_prob=0.5,
+        random_erasing=0.25,
+        drop_path=0.1,
+        precision="bf16",
+        compile=True,
+        data_on_device=True,
         half_checkpoints=True,
     ),
 }
@@ -66,22 +82,37 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="vitviz train", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--recipe", choices=sorted(RECIPES),
-                   help="a whole training recipe: sets the defaults of the flags it names (see RECIPES in "
-                        "vitviz/train.py); flags given on the command line still win")  # fmt: skip
+    p.add_argument(
+        "--recipe",
+        choices=sorted(RECIPES),
+        help="a whole training recipe: sets the defaults of the flags it names (see RECIPES in "
+        "vitviz/train.py); flags given on the command line still win",
+    )
     data = p.add_argument_group("data")
-    data.add_argument("--dataset", choices=["cifar10", "cifar100", "mnist", "imagefolder"], default="cifar10",
-                      help="torchvision dataset (downloaded into --data-dir when online) or a folder of class folders")
+    data.add_argument(
+        "--dataset",
+        choices=["cifar10", "cifar100", "mnist", "imagefolder"],
+        default="cifar10",
+        help="torchvision dataset (downloaded into --data-dir when online) or a folder of class folders",
+    )
     data.add_argument("--data-dir", type=Path, default=Path("data"), help="where torchvision datasets live")
     data.add_argument("--train-dir", type=Path, help="imagefolder: training images, one sub-folder per class")
     data.add_argument("--val-dir", type=Path, help="imagefolder: validation images, same class folders")
     data.add_argument("--image-size", type=int, default=32, help="side the images are resized to")
     data.add_argument("--workers", type=int, default=2, help="data-loading worker processes")
-    data.add_argument("--preload", action=argparse.BooleanOptionalAction, default=None,
-                      help="decode every image once into memory (default: on for imagefolder at --image-size <= 64)")
-    data.add_argument("--data-on-device", action=argparse.BooleanOptionalAction, default=False,
-                      help="keep the decoded data set on --device as uint8 and shuffle and augment whole batches "
-                           "there, so a GPU does not wait for CPU workers (implies --preload)")
+    data.add_argument(
+        "--preload",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="decode every image once into memory (default: on for imagefolder at --image-size <= 64)",
+    )
+    data.add_argument(
+        "--data-on-device",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="keep the decoded data set on --device as uint8 and shuffle and augment whole batches "
+        "there, so a GPU does not wait for CPU workers (implies --preload)",
+    )
     model = p.add_argument_group("model")
     model.add_argument("--preset", choices=sorted(PRESETS), default="tiny", help="model size preset")
     for name in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_size"):
@@ -96,33 +127,56 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--weight-decay", type=float, default=0.05, help="AdamW weight decay (not on norms, biases)")
     opt.add_argument("--warmup-epochs", type=float, default=5, help="linear warm-up, then cosine decay to 0")
     opt.add_argument("--label-smoothing", type=float, default=0.1, help="cross-entropy label smoothing")
-    opt.add_argument("--augment", choices=["none", "basic", "trivialaugment", "randaugment"], default="trivialaugment",
-                     help="basic: random crop with padding + flip; the others add that policy")
+    opt.add_argument(
+        "--augment",
+        choices=["none", "basic", "trivialaugment", "randaugment"],
+        default="trivialaugment",
+        help="basic: random crop with padding + flip; the others add that policy",
+    )
     opt.add_argument("--mixup", type=float, default=0.0, help="MixUp alpha (0: off)")
     opt.add_argument("--cutmix", type=float, default=0.0, help="CutMix alpha (0: off)")
-    opt.add_argument("--mix-prob", type=float, default=1.0,
-                     help="share of batches that get MixUp or CutMix, when either is on (the others stay unmixed)")
-    opt.add_argument("--random-erasing", type=float, default=0.0,
-                     help="probability of erasing one random rectangle of each training image (0: off)")
+    opt.add_argument(
+        "--mix-prob",
+        type=float,
+        default=1.0,
+        help="share of batches that get MixUp or CutMix, when either is on (the others stay unmixed)",
+    )
+    opt.add_argument(
+        "--random-erasing",
+        type=float,
+        default=0.0,
+        help="probability of erasing one random rectangle of each training image (0: off)",
+    )
     opt.add_argument("--precision", choices=["fp32", "bf16"], default="bf16", help="bf16 autocast (CPU and GPU)")
-    opt.add_argument("--compile", action=argparse.BooleanOptionalAction, default=False,
-                     help="torch.compile the model")
-    opt.add_argument("--attention", choices=["auto", "sdpa", "eager"], default="auto",
-                     help="attention kernel for training; auto: eager on CPU (faster for short sequences), sdpa on GPU")
+    opt.add_argument("--compile", action=argparse.BooleanOptionalAction, default=False, help="torch.compile the model")
+    opt.add_argument(
+        "--attention",
+        choices=["auto", "sdpa", "eager"],
+        default="auto",
+        help="attention kernel for training; auto: eager on CPU (faster for short sequences), sdpa on GPU",
+    )
     opt.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="torch device")
     opt.add_argument("--max-steps-per-epoch", type=int, help="cut epochs short (for quick checks)")
     run = p.add_argument_group("run")
     run.add_argument("--out", type=Path, default=Path("runs/vit"), help="folder for checkpoints and metrics")
     run.add_argument("--resume", type=Path, help="continue from this last.pt (same flags; epoch, step, RNG restored)")
-    run.add_argument("--init-from", type=Path,
-                     help="start from the weights of this vitviz checkpoint (same config and classes), "
-                          "with a fresh optimiser and schedule")
+    run.add_argument(
+        "--init-from",
+        type=Path,
+        help="start from the weights of this vitviz checkpoint (same config and classes), "
+        "with a fresh optimiser and schedule",
+    )
     run.add_argument("--seed", type=int, default=0, help="random seed")
-    run.add_argument("--half-checkpoints", action=argparse.BooleanOptionalAction, default=False,
-                     help="store best.pt weights in fp16")
-    run.add_argument("--tensorboard", type=Path, metavar="DIR",
-                     help="also log every epoch's metrics (at the epoch) and the learning rate (at every step) "
-                          "for TensorBoard into DIR; needs `pip install tensorboard`")
+    run.add_argument(
+        "--half-checkpoints", action=argparse.BooleanOptionalAction, default=False, help="store best.pt weights in fp16"
+    )
+    run.add_argument(
+        "--tensorboard",
+        type=Path,
+        metavar="DIR",
+        help="also log every epoch's metrics (at the epoch) and the learning rate (at every step) "
+        "for TensorBoard into DIR; needs `pip install tensorboard`",
+    )
     return p
 
 
@@ -147,8 +201,10 @@ def build_datasets(args: argparse.Namespace) -> tuple[Dataset, Dataset, list[str
             train = cls(args.data_dir, train=True, download=True)
             val = cls(args.data_dir, train=False, download=True)
         except (OSError, RuntimeError) as error:  # offline and not yet downloaded
-            raise SystemExit(f"error: could not get {args.dataset} into {args.data_dir} ({error}); "
-                             "download it once online, or use --dataset imagefolder") from None
+            raise SystemExit(
+                f"error: could not get {args.dataset} into {args.data_dir} ({error}); "
+                "download it once online, or use --dataset imagefolder"
+            ) from None
     classes = list(train.classes)
     preload = args.preload if args.preload is not None else (args.dataset == "imagefolder" and size <= 64)
     if preload or args.data_on_device:
@@ -165,14 +221,19 @@ def build_loaders(args: argparse.Namespace, train: Dataset, val: Dataset) -> tup
     drop_last = len(train) > args.batch_size
     if args.data_on_device:
         mean, std = DATASET_STATS[args.dataset]
-        augment = BatchAugment(mean, std, policy=args.augment, flip=args.dataset != "mnist",
-                               erasing=args.random_erasing)  # fmt: skip
+        augment = BatchAugment(
+            mean, std, policy=args.augment, flip=args.dataset != "mnist", erasing=args.random_erasing
+        )
         plain = BatchAugment(mean, std, policy="none")
-        return (DeviceBatches(train.images, train.targets, args.batch_size, args.device, augment, True, drop_last),
-                DeviceBatches(val.images, val.targets, args.batch_size, args.device, plain, False))  # fmt: skip
+        return (
+            DeviceBatches(train.images, train.targets, args.batch_size, args.device, augment, True, drop_last),
+            DeviceBatches(val.images, val.targets, args.batch_size, args.device, plain, False),
+        )
     loader_kwargs = dict(batch_size=args.batch_size, num_workers=args.workers, persistent_workers=args.workers > 0)
-    return (DataLoader(train, shuffle=True, drop_last=drop_last, **loader_kwargs),
-            DataLoader(val, shuffle=False, **loader_kwargs))  # fmt: skip
+    return (
+        DataLoader(train, shuffle=True, drop_last=drop_last, **loader_kwargs),
+        DataLoader(val, shuffle=False, **loader_kwargs),
+    )
 
 
 def _image_folder(path: Path | None, flag: str) -> datasets.ImageFolder:
@@ -221,8 +282,14 @@ def build_config(args: argparse.Namespace, num_classes: int) -> ViTConfig:
         if getattr(args, name) is not None:
             values[name] = getattr(args, name)
     try:
-        return ViTConfig(image_size=args.image_size, num_classes=num_classes, pooling=args.pooling,
-                         dropout=args.dropout, drop_path=args.drop_path, **values)  # fmt: skip
+        return ViTConfig(
+            image_size=args.image_size,
+            num_classes=num_classes,
+            pooling=args.pooling,
+            dropout=args.dropout,
+            drop_path=args.drop_path,
+            **values,
+        )
     except ValueError as error:
         raise SystemExit(f"error: {error}") from None
 
@@ -230,7 +297,9 @@ def build_config(args: argparse.Namespace, num_classes: int) -> ViTConfig:
 def build_optimizer(model: ViT, args: argparse.Namespace, total_steps: int, warmup_steps: int):
     # no weight decay on biases, norms, tokens and position embeddings (1-D or prefix parameters)
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "pos_embed" not in n and "token" not in n]
-    no_decay = [p for n, p in model.named_parameters() if not (p.ndim >= 2 and "pos_embed" not in n and "token" not in n)]
+    no_decay = [
+        p for n, p in model.named_parameters() if not (p.ndim >= 2 and "pos_embed" not in n and "token" not in n)
+    ]
     optimizer = torch.optim.AdamW(
         [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}], lr=args.lr
     )
@@ -270,8 +339,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             parser.error(f"--{flag.replace('_', '-')} must be at least 1")
     if args.workers < 0 or not 0 <= args.label_smoothing < 1 or args.lr <= 0:
         parser.error("--workers must be >= 0, --label-smoothing in [0, 1) and --lr > 0")
-    numbers = ("lr", "weight_decay", "warmup_epochs", "label_smoothing", "mixup", "cutmix", "mix_prob",
-               "random_erasing", "dropout", "drop_path")  # fmt: skip
+    numbers = (
+        "lr",
+        "weight_decay",
+        "warmup_epochs",
+        "label_smoothing",
+        "mixup",
+        "cutmix",
+        "mix_prob",
+        "random_erasing",
+        "dropout",
+        "drop_path",
+    )
     for name in numbers:
         if not math.isfinite(getattr(args, name)):
             parser.error(f"--{name.replace('_', '-')} must be a finite number, not {getattr(args, name)}")
@@ -306,8 +385,9 @@ def main(argv: list[str] | None = None) -> dict:
     train_loader, val_loader = build_loaders(args, train_set, val_set)
     config = build_config(args, len(classes))
     model = ViT(config).to(args.device)
-    model.attn_implementation = args.attention if args.attention != "auto" else (
-        "eager" if args.device.startswith("cpu") else "sdpa")
+    model.attn_implementation = (
+        args.attention if args.attention != "auto" else ("eager" if args.device.startswith("cpu") else "sdpa")
+    )
     if args.init_from:
         _init_from(args.init_from, model, config, classes)
     steps_per_epoch = min(len(train_loader), args.max_steps_per_epoch or len(train_loader))
@@ -337,8 +417,14 @@ def main(argv: list[str] | None = None) -> dict:
             model.train()
             # running sums stay on the device: reading them every step would make the CPU wait for a GPU
             seen, loss_sum, correct = 0, torch.zeros((), device=args.device), torch.zeros((), device=args.device)
-            bar = tqdm(train_loader, total=steps_per_epoch, desc=f"epoch {epoch + 1}/{args.epochs}", leave=False,
-                       disable=None, file=sys.stderr)  # fmt: skip
+            bar = tqdm(
+                train_loader,
+                total=steps_per_epoch,
+                desc=f"epoch {epoch + 1}/{args.epochs}",
+                leave=False,
+                disable=None,
+                file=sys.stderr,
+            )
             for batch_index, (images, labels) in enumerate(bar):
                 if batch_index >= steps_per_epoch:
                     break
@@ -361,17 +447,27 @@ def main(argv: list[str] | None = None) -> dict:
                 loss_sum += loss.detach() * len(labels)
                 correct += (logits.argmax(-1) == labels).sum()
                 if not bar.disable and (step % 20 == 0 or batch_index + 1 == steps_per_epoch):
-                    bar.set_postfix(loss=f"{loss_sum.item() / seen:.3f}", acc=f"{correct.item() / seen:.3f}",
-                                    lr=f"{scheduler.get_last_lr()[0]:.2e}")  # fmt: skip
+                    bar.set_postfix(
+                        loss=f"{loss_sum.item() / seen:.3f}",
+                        acc=f"{correct.item() / seen:.3f}",
+                        lr=f"{scheduler.get_last_lr()[0]:.2e}",
+                    )
             val_loss, predictions, val_targets = evaluate_loader(model, val_loader, args.device, args.precision)
             scores = classification_metrics(predictions, val_targets, len(classes))
             record = {
-                "epoch": epoch + 1, "step": step, "train_loss": loss_sum.item() / max(1, seen),
-                "train_top1": correct.item() / max(1, seen), "val_loss": val_loss, "val_top1": scores["accuracy"],
-                "val_macro_precision": scores["macro_precision"], "val_macro_recall": scores["macro_recall"],
-                "val_macro_f1": scores["macro_f1"], "lr": scheduler.get_last_lr()[0],
-                "epoch_s": time.time() - epoch_started, "elapsed_s": time.time() - started,
-            }  # fmt: skip
+                "epoch": epoch + 1,
+                "step": step,
+                "train_loss": loss_sum.item() / max(1, seen),
+                "train_top1": correct.item() / max(1, seen),
+                "val_loss": val_loss,
+                "val_top1": scores["accuracy"],
+                "val_macro_precision": scores["macro_precision"],
+                "val_macro_recall": scores["macro_recall"],
+                "val_macro_f1": scores["macro_f1"],
+                "lr": scheduler.get_last_lr()[0],
+                "epoch_s": time.time() - epoch_started,
+                "elapsed_s": time.time() - started,
+            }
             history.append(record)
             curves.append(record)
             with open(metrics_path, "a") as f:
@@ -382,12 +478,19 @@ def main(argv: list[str] | None = None) -> dict:
                 f" | val loss {val_loss:.4f} top-1 {scores['accuracy']:.4f} macro-F1 {scores['macro_f1']:.4f}",
                 flush=True,
             )
-            training = {"args": hyper, "epoch": epoch + 1, "step": step, "metrics": record,
-                        "device": args.device, "torch": str(torch.__version__)}  # fmt: skip
+            training = {
+                "args": hyper,
+                "epoch": epoch + 1,
+                "step": step,
+                "metrics": record,
+                "device": args.device,
+                "torch": str(torch.__version__),
+            }
             if scores["accuracy"] > best_top1:
                 best_top1 = scores["accuracy"]
-                save_checkpoint(args.out / "best.pt", model, classes, preprocessing, training,
-                                half=args.half_checkpoints)  # fmt: skip
+                save_checkpoint(
+                    args.out / "best.pt", model, classes, preprocessing, training, half=args.half_checkpoints
+                )
             _save_last(args.out / "last.pt", model, classes, preprocessing, training, optimizer, scheduler, best_top1)
             if tensorboard is not None:  # after last.pt: a run resumed from it logs the epochs after this one
                 for key, value in record.items():
@@ -400,12 +503,15 @@ def main(argv: list[str] | None = None) -> dict:
 def _save_last(path, model, classes, preprocessing, training, optimizer, scheduler, best_top1) -> None:
     """last.pt: a vitviz checkpoint plus what --resume needs (plain tensors and dicts only), written atomically."""
     resume = {
-        "epoch": training["epoch"], "step": training["step"], "best_top1": best_top1,
-        "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+        "epoch": training["epoch"],
+        "step": training["step"],
+        "best_top1": best_top1,
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
         "rng": torch.get_rng_state(),  # the next epoch's data order and augmentations continue from here
         # a GPU's own generators (drop-path draws there); restored when the resumed run has as many GPUs
         "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-    }  # fmt: skip
+    }
     save_checkpoint(path, model, classes, preprocessing, training, extra={"resume": resume})
 
 
@@ -414,8 +520,9 @@ def _summary_writer_class() -> type:
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError as error:
-        raise SystemExit(f"error: --tensorboard needs the tensorboard package ({error}); "
-                         "install it with `pip install tensorboard`") from None  # fmt: skip
+        raise SystemExit(
+            f"error: --tensorboard needs the tensorboard package ({error}); install it with `pip install tensorboard`"
+        ) from None
     return SummaryWriter
 
 

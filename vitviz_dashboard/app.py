@@ -10,7 +10,6 @@ import streamlit as st
 
 import vitviz
 from vitviz.images import ImageError
-
 from vitviz_dashboard.budget import BUDGET_ERROR
 from vitviz_dashboard.cached import get_model_with_progress, model_input_png, photo_and_analysis
 from vitviz_dashboard.common import Page, keep_tab_widgets, prediction_line
@@ -24,8 +23,16 @@ from vitviz_dashboard.tabs import anatomy, class_specific, faithfulness, feature
 # would hide the last ones behind a scroll arrow: let them wrap onto a second line instead. (A style element
 # alone takes no space on the page; the selectors are Streamlit's stable class and the tab list's ARIA role.)
 TAB_WRAP = "<style>.stTabs [role='tablist'] { flex-wrap: wrap; row-gap: 0.25rem; }</style>"
-TABS = ["Overview", "Heads & layers", "Click a patch", "Features", "Class-specific", "Model anatomy", "Tokens",
-        "Faithfulness"]
+TABS = [
+    "Overview",
+    "Heads & layers",
+    "Click a patch",
+    "Features",
+    "Class-specific",
+    "Model anatomy",
+    "Tokens",
+    "Faithfulness",
+]
 
 
 def main() -> None:
@@ -70,18 +77,35 @@ def main() -> None:
         st.error(f"Could not read {name}: {error}")
         return
     intact = model is not intact_model
-    page = Page(model, settings, images[name], photo, analysis, intact_model if intact else None,
-                intact_settings if intact else None)  # fmt: skip
+    page = Page(
+        model,
+        settings,
+        images[name],
+        photo,
+        analysis,
+        intact_model if intact else None,
+        intact_settings if intact else None,
+    )
     line, saw = st.columns([4, 1], vertical_alignment="center")
     line.markdown(prediction_line(page))  # above the tabs: seen whichever is open
     height, width = analysis.pixel_values.shape[-2:]
-    saw.image(model_input_png(settings.model_spec, photo.key, settings.precision, _analysis=analysis, _model=model),
-              caption=f"What the model saw: {width}x{height}", width="content")  # fmt: skip
+    saw.image(
+        model_input_png(settings.model_spec, photo.key, settings.precision, _analysis=analysis, _model=model),
+        caption=f"What the model saw: {width}x{height}",
+        width="content",
+    )
     # Only the open tab runs (Streamlit's lazy tabs): a sidebar change redraws one tab, not eight, and
     # the class-specific maps (a backward pass) are computed when their tab is first opened.
-    draws = [overview.draw, lambda p: heads.draw(p, images, prepare), patch.draw,
-             lambda p: features.draw(p, images, prepare), class_specific.draw, anatomy.draw, tokens.draw,
-             faithfulness.draw]  # fmt: skip
+    draws = [
+        overview.draw,
+        lambda p: heads.draw(p, images, prepare),
+        patch.draw,
+        lambda p: features.draw(p, images, prepare),
+        class_specific.draw,
+        anatomy.draw,
+        tokens.draw,
+        faithfulness.draw,
+    ]
     for tab, draw in zip(st.tabs(TABS, key="tab", on_change="rerun"), draws):
         if tab.open:
             with tab:

@@ -36,8 +36,22 @@ from vitviz.images import ImageFile
 from vitviz.memory import machine_memory
 
 T = TypeVar("T")
-UNITS = {"": 1, "B": 1, "K": 2**10, "KB": 2**10, "M": 2**20, "MB": 2**20, "G": 2**30, "GB": 2**30, "T": 2**40,
-         "TB": 2**40, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}  # fmt: skip
+UNITS = {
+    "": 1,
+    "B": 1,
+    "K": 2**10,
+    "KB": 2**10,
+    "M": 2**20,
+    "MB": 2**20,
+    "G": 2**30,
+    "GB": 2**30,
+    "T": 2**40,
+    "TB": 2**40,
+    "KIB": 2**10,
+    "MIB": 2**20,
+    "GIB": 2**30,
+    "TIB": 2**40,
+}
 DEFAULT_FRACTION = 0.25  # of the machine's memory (or of the container's limit, when lower)
 ANALYSIS_SHARE = 1 / 16  # of the budget: above it an analysis does not keep every block's attention
 ENTRY_SHARE = 1 / 4  # of the budget: above it an entry is not kept at all
@@ -176,8 +190,14 @@ class MemoryStore:
     def stats(self) -> dict[str, int]:
         """What the store holds, for tests and benchmarks."""
         with self._lock:
-            return {"limit": self.limit, "held": self._held, "peak": self.peak, "entries": len(self._entries),
-                    "evictions": self.evictions, "too_big": self.too_big}  # fmt: skip
+            return {
+                "limit": self.limit,
+                "held": self._held,
+                "peak": self.peak,
+                "entries": len(self._entries),
+                "evictions": self.evictions,
+                "too_big": self.too_big,
+            }
 
 
 try:
@@ -200,8 +220,10 @@ def kept(spinner: str | None = None) -> Callable[[Callable[..., T]], Callable[..
             # every argument by its parameter's name (*args as a tuple, **kwargs as a dict), defaults filled in
             bound = signature.bind(*args, **kwargs)
             bound.apply_defaults()
-            key = (function.__qualname__,
-                   *((n, _key_part(v)) for n, v in bound.arguments.items() if not n.startswith("_")))  # fmt: skip
+            key = (
+                function.__qualname__,
+                *((n, _key_part(v)) for n, v in bound.arguments.items() if not n.startswith("_")),
+            )
             if spinner is None or key in STORE:
                 return STORE.get(key, lambda: function(*args, **kwargs))
             with st.spinner(spinner):

@@ -25,7 +25,6 @@ from vitviz import analysis as analysis_module
 from vitviz import explain, feature_pictures, hub, plots
 from vitviz.analysis import ImageAnalysis
 from vitviz.images import ImageFile, load_image
-
 from vitviz_dashboard.budget import analysis_share, kept
 from vitviz_dashboard.click_picture import jpeg_data_uri
 from vitviz_dashboard.common import Photo, Settings, readout_title
@@ -96,8 +95,9 @@ def thumbnail(photo: Photo) -> tuple[Photo, float]:
 
 
 @kept()
-def _overlay_jpeg(key: str, patch_map: np.ndarray, box: tuple, colormap: str, alpha: float, value_range, mark,
-                  _image) -> bytes:  # fmt: skip
+def _overlay_jpeg(
+    key: str, patch_map: np.ndarray, box: tuple, colormap: str, alpha: float, value_range, mark, _image
+) -> bytes:
     buffer = io.BytesIO()
     picture = plots.overlay(_image, patch_map, colormap, alpha, box, value_range)
     if mark is not None:
@@ -111,8 +111,9 @@ def overlay_picture(photo: Photo, patch_map, box, settings: Settings, value_rang
     ``value_range`` fixes the colour scale (plots.overlay); by default each map is min-max scaled. ``mark``, a
     (row, col) patch, is outlined."""
     values = np.asarray(patch_map.numpy() if isinstance(patch_map, torch.Tensor) else patch_map, dtype=np.float32)
-    return _overlay_jpeg(photo.key, values, tuple(box), settings.colormap, settings.alpha, value_range, mark,
-                         _image=photo.image)  # fmt: skip
+    return _overlay_jpeg(
+        photo.key, values, tuple(box), settings.colormap, settings.alpha, value_range, mark, _image=photo.image
+    )
 
 
 @kept()
@@ -183,8 +184,9 @@ def analyse(_model: vitviz.ViT, model_spec: str, file: ImageFile, precision: str
         return analysis_module.analyse_image(_model, decode(file), precision, analysis_share(), progress)
 
 
-def photo_and_analysis(model: vitviz.ViT, settings: Settings, name: str, file: ImageFile,
-                       slot=None) -> tuple[Photo, ImageAnalysis]:  # fmt: skip
+def photo_and_analysis(
+    model: vitviz.ViT, settings: Settings, name: str, file: ImageFile, slot=None
+) -> tuple[Photo, ImageAnalysis]:
     """The photo and its analysis, with the model's box scaled onto the shown photo (``slot``: block_progress's)."""
     analysis = analyse(model, settings.model_spec, file, settings.precision, _slot=slot)
     photo = Photo(name, file.key, display_photo(file), decode(file))
@@ -210,14 +212,19 @@ def faithfulness_curves(_model, model_spec: str, file: ImageFile, precision: str
     maps = {"rollout": analysis.rollout}
     # what the tokens the head reads attend to in the last block, fused over heads
     maps[f"{readout_title(_model.config)} (last layer)"] = analysis.readout_attention[-1].mean(dim=0)
-    maps["relevance (Chefer et al.)"] = torch.from_numpy(class_map(_model, model_spec, file, precision, target, "relevance"))
+    maps["relevance (Chefer et al.)"] = torch.from_numpy(
+        class_map(_model, model_spec, file, precision, target, "relevance")
+    )
     with vitviz.autocast(precision, analysis.pixel_values.device.type):
-        return {name: explain.faithfulness(_model, analysis.pixel_values, m, target, baseline) for name, m in maps.items()}
+        return {
+            name: explain.faithfulness(_model, analysis.pixel_values, m, target, baseline) for name, m in maps.items()
+        }
 
 
 @kept()
-def model_input_png(model_spec: str, image_key: str, precision: str, *, _analysis: ImageAnalysis,
-                    _model: vitviz.ViT) -> bytes:  # fmt: skip
+def model_input_png(
+    model_spec: str, image_key: str, precision: str, *, _analysis: ImageAnalysis, _model: vitviz.ViT
+) -> bytes:
     """What the model saw: its input tensor, normalisation undone, enlarged by whole pixels to about 128 px."""
     mean = torch.tensor(_model.transform.mean)[:, None, None]
     std = torch.tensor(_model.transform.std)[:, None, None]
@@ -229,8 +236,17 @@ def model_input_png(model_spec: str, image_key: str, precision: str, *, _analysi
 
 
 @kept()
-def rollout_map(model_spec: str, image_key: str, precision: str, fusion: str, discard: float, start: int, *,
-                _analysis: ImageAnalysis, _model: vitviz.ViT) -> np.ndarray:
+def rollout_map(
+    model_spec: str,
+    image_key: str,
+    precision: str,
+    fusion: str,
+    discard: float,
+    start: int,
+    *,
+    _analysis: ImageAnalysis,
+    _model: vitviz.ViT,
+) -> np.ndarray:
     """The rollout for one choice of settings, computed once: from the kept attentions, or by a streaming pass
     when the analysis did not keep them (the default settings' rollout comes with every analysis)."""
     if (fusion, discard, start) == ("mean", 0.0, 0):
@@ -249,8 +265,17 @@ def readout_maps(_analysis: ImageAnalysis) -> np.ndarray:
 
 
 @kept()
-def patch_maps(model_spec: str, image_key: str, precision: str, layer: int, row: int, col: int, *,
-               _analysis: ImageAnalysis, _model: vitviz.ViT) -> tuple[np.ndarray, np.ndarray]:
+def patch_maps(
+    model_spec: str,
+    image_key: str,
+    precision: str,
+    layer: int,
+    row: int,
+    col: int,
+    *,
+    _analysis: ImageAnalysis,
+    _model: vitviz.ViT,
+) -> tuple[np.ndarray, np.ndarray]:
     """What patch (row, col) attends to in one layer: fused over heads (rows, cols) and per head (H, rows, cols)."""
     if _analysis.attentions is not None:
         per_head = analysis_module.patch_attention(_model, _analysis, layer, (row, col))
@@ -261,43 +286,74 @@ def patch_maps(model_spec: str, image_key: str, precision: str, layer: int, row:
 
 
 @kept(spinner="Computing the patch features...")
-def patch_features(model_spec: str, image_key: str, precision: str, block: int, facet: str, *,
-                   _analysis: ImageAnalysis, _model: vitviz.ViT) -> np.ndarray:  # fmt: skip
+def patch_features(
+    model_spec: str,
+    image_key: str,
+    precision: str,
+    block: int,
+    facet: str,
+    *,
+    _analysis: ImageAnalysis,
+    _model: vitviz.ViT,
+) -> np.ndarray:
     """One photo's patch features (N, D) float32 in one block and facet (explain.patch_features), computed once:
     the PCA, the matches and the parts are then cheap functions of them."""
     return explain.patch_features(_model, _analysis.pixel_values, block, facet, precision)[0].numpy()
 
 
 @kept()
-def pca_colours(model_spec: str, image_keys: tuple[str, ...], precision: str, block: int, facet: str,
-                foreground: float | None, flip: bool, *, _features: list[np.ndarray]) -> explain.PCAColours:  # fmt: skip
+def pca_colours(
+    model_spec: str,
+    image_keys: tuple[str, ...],
+    precision: str,
+    block: int,
+    facet: str,
+    foreground: float | None,
+    flip: bool,
+    *,
+    _features: list[np.ndarray],
+) -> explain.PCAColours:
     """One PCA fitted over the chosen photos' features (explain.pca_rgb), once per choice of photos and options:
     a click elsewhere in the tab does not fit it again."""
     return explain.pca_rgb([torch.from_numpy(f) for f in _features], foreground=foreground, flip_first=flip)
 
 
 @kept(spinner="Finding the parts (k-means)...")
-def feature_parts(model_spec: str, image_keys: tuple[str, ...], precision: str, block: int, facet: str, k: int, *,
-                  _features: list[np.ndarray]) -> list[np.ndarray]:  # fmt: skip
+def feature_parts(
+    model_spec: str,
+    image_keys: tuple[str, ...],
+    precision: str,
+    block: int,
+    facet: str,
+    k: int,
+    *,
+    _features: list[np.ndarray],
+) -> list[np.ndarray]:
     """k-means part labels (N_i,) for each chosen photo, fitted over all of them (explain.feature_clusters), once
     per choice of photos and k."""
     return [labels.numpy() for labels in explain.feature_clusters([torch.from_numpy(f) for f in _features], k)]
 
 
 @kept()
-def head_ranking(model_spec: str, image_key: str, precision: str, target: int, *, _analysis: ImageAnalysis,
-                 _model: vitviz.ViT) -> dict[str, np.ndarray]:  # fmt: skip
+def head_ranking(
+    model_spec: str, image_key: str, precision: str, target: int, *, _analysis: ImageAnalysis, _model: vitviz.ViT
+) -> dict[str, np.ndarray]:
     """Each head removed in turn (explain.head_importance): the target's logit and probability change, (layers,
     heads) each, with a progress bar per layer; computed once per (model, image, class)."""
     with block_progress("Removing each head in turn", _model.config.num_layers) as progress:
         result = explain.head_importance(_model, _analysis.pixel_values, target, progress=progress, precision=precision)
-    return {"logit_change": result.logit_change[0].numpy(), "probability_change": result.probability_change[0].numpy(),
-            "logit": result.logit.numpy(), "probability": result.probability.numpy()}  # fmt: skip
+    return {
+        "logit_change": result.logit_change[0].numpy(),
+        "probability_change": result.probability_change[0].numpy(),
+        "logit": result.logit.numpy(),
+        "probability": result.probability.numpy(),
+    }
 
 
 @kept(spinner="Splitting the logit into what each part wrote...")
-def logit_parts(model_spec: str, image_key: str, precision: str, target: int, *, _analysis: ImageAnalysis,
-                _model: vitviz.ViT) -> dict[str, np.ndarray] | str:  # fmt: skip
+def logit_parts(
+    model_spec: str, image_key: str, precision: str, target: int, *, _analysis: ImageAnalysis, _model: vitviz.ViT
+) -> dict[str, np.ndarray] | str:
     """Direct logit attribution (explain.direct_logit_attribution) of the target's logit, or why this model's readout
     cannot be split (an attention-pooling head...)."""
     try:

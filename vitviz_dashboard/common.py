@@ -122,10 +122,22 @@ def downloads(page: Page, tab: str, maps: dict[str, np.ndarray], overlay: str | 
 
     left, right = st.columns(2)  # short labels, as in Features: at 800 px a half column holds about 25 characters
     if overlay is not None:
-        left.download_button(OVERLAY_PNG, overlay_png, f"{stem}.png", "image/png", icon=":material/download:",
-                             help="The overlay drawn on the photo at its full resolution")  # fmt: skip
-    right.download_button(MAPS_NPZ, maps_npz, f"{stem}_maps.npz", "application/octet-stream",
-                          icon=":material/download:", help="Every map this tab shows, as NumPy arrays")  # fmt: skip
+        left.download_button(
+            OVERLAY_PNG,
+            overlay_png,
+            f"{stem}.png",
+            "image/png",
+            icon=":material/download:",
+            help="The overlay drawn on the photo at its full resolution",
+        )
+    right.download_button(
+        MAPS_NPZ,
+        maps_npz,
+        f"{stem}_maps.npz",
+        "application/octet-stream",
+        icon=":material/download:",
+        help="Every map this tab shows, as NumPy arrays",
+    )
 
 
 def chart_download(container, page: Page, what: str, values, rows: str = "", columns: str = "") -> None:
@@ -135,13 +147,23 @@ def chart_download(container, page: Page, what: str, values, rows: str = "", col
     stem = f"{Path(page.photo.name).stem}_{what}".replace(" ", "_")
     label = what[:1].upper() + what[1:]
     if isinstance(values, dict):
-        container.download_button(f"{label} (.npz)", lambda: npz_bytes(values), f"{stem}.npz",
-                                  "application/octet-stream", icon=":material/download:",
-                                  help=f"The {what} shown above, as NumPy arrays")  # fmt: skip
+        container.download_button(
+            f"{label} (.npz)",
+            lambda: npz_bytes(values),
+            f"{stem}.npz",
+            "application/octet-stream",
+            icon=":material/download:",
+            help=f"The {what} shown above, as NumPy arrays",
+        )
         return
-    container.download_button(f"{label} (.csv)", lambda: csv_table(values, rows, columns).encode(), f"{stem}.csv",
-                              "text/csv", icon=":material/download:",
-                              help=f"The {what} shown above, one row per {rows}, one column per {columns}")  # fmt: skip
+    container.download_button(
+        f"{label} (.csv)",
+        lambda: csv_table(values, rows, columns).encode(),
+        f"{stem}.csv",
+        "text/csv",
+        icon=":material/download:",
+        help=f"The {what} shown above, one row per {rows}, one column per {columns}",
+    )
 
 
 def npz_bytes(arrays: dict) -> bytes:
@@ -167,8 +189,11 @@ def csv_table(values, rows: str, columns: str) -> str:
 def colour_legend(settings: Settings, low: float, high: float, what: str) -> None:
     """The colour scale of the overlay above: a strip of the colormap, and what its two ends stand for."""
     # at its own 384 px (narrower in a narrower column): stretched across a wide page, a strip grew 60 px tall
-    st.image(colour_bar_png(settings.colormap), width="content",
-             caption=f"Colours: {what}, from {low:.3g} (left of the strip) to {high:.3g} (right).")
+    st.image(
+        colour_bar_png(settings.colormap),
+        width="content",
+        caption=f"Colours: {what}, from {low:.3g} (left of the strip) to {high:.3g} (right).",
+    )
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
@@ -190,8 +215,10 @@ def prediction_line(page: Page) -> str:
         return f"No predictions (the model is a backbone); {saw}."
     top = top_class(analysis.probabilities)
     if is_zero_shot(model):
-        return (f"**Zero-shot prediction: '{class_name(model, top)}' ({analysis.probabilities[top]:.1%}, "
-                f"{probability_kind(model)})**; {saw}.")  # fmt: skip
+        return (
+            f"**Zero-shot prediction: '{class_name(model, top)}' ({analysis.probabilities[top]:.1%}, "
+            f"{probability_kind(model)})**; {saw}."
+        )
     return f"**Prediction: {class_name(model, top)} ({analysis.probabilities[top]:.1%})**; {saw}."
 
 
@@ -226,10 +253,13 @@ def class_picker(page: Page, label: str = "Explain the class", name: str = "clas
     order = classes_by_probability(probabilities)
     default = order[0] if default is None else default
     what = "prompt" if is_zero_shot(page.model) else "class"
-    return st.selectbox(label.replace("class", what), order,
-                        key=page.key(name, default, per_image=True, options=order),
-                        format_func=lambda i: f"{class_name(page.model, i)} ({probabilities[i]:.1%})",
-                        help="Shared by the Class-specific and Faithfulness tabs.")  # fmt: skip
+    return st.selectbox(
+        label.replace("class", what),
+        order,
+        key=page.key(name, default, per_image=True, options=order),
+        format_func=lambda i: f"{class_name(page.model, i)} ({probabilities[i]:.1%})",
+        help="Shared by the Class-specific and Faithfulness tabs.",
+    )
 
 
 def is_zero_shot(model: vitviz.ViT) -> bool:

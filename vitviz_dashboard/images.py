@@ -10,12 +10,13 @@ from pathlib import Path
 import streamlit as st
 
 from vitviz.images import ImageError, ImageFile
-
 from vitviz_dashboard.budget import session_share
 from vitviz_dashboard.cached import decode
 
 UPLOAD_TYPES = ["jpg", "jpeg", "png", "webp", "bmp", "gif", "tif", "tiff"]
-MAX_SESSION_IMAGES = 20  # images a session keeps for revisiting and comparing (and at most budget.session_share() bytes)
+MAX_SESSION_IMAGES = (
+    20  # images a session keeps for revisiting and comparing (and at most budget.session_share() bytes)
+)
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -29,7 +30,11 @@ def sample_sources() -> tuple[Path, ...]:
     each time)."""
     if "VITVIZ_SAMPLES" in os.environ:
         return tuple(Path(p) for p in os.environ["VITVIZ_SAMPLES"].split(os.pathsep) if p)
-    return EXAMPLES, ROOT / "data" / "cifar10_test.zip", ROOT.parent / "shared" / "data" / "cifar10" / "cifar10_test.zip"
+    return (
+        EXAMPLES,
+        ROOT / "data" / "cifar10_test.zip",
+        ROOT.parent / "shared" / "data" / "cifar10" / "cifar10_test.zip",
+    )
 
 
 @st.cache_data(max_entries=4, show_spinner=False)
@@ -39,8 +44,11 @@ def sample_images(sources: tuple[Path, ...], count: int = 10) -> list[tuple[str,
     found = []
     for path in sources:
         if path.is_dir():
-            found += [(p.name, ImageFile.of(p.read_bytes())) for p in sorted(path.iterdir())
-                      if p.suffix.lower().lstrip(".") in UPLOAD_TYPES]  # fmt: skip
+            found += [
+                (p.name, ImageFile.of(p.read_bytes()))
+                for p in sorted(path.iterdir())
+                if p.suffix.lower().lstrip(".") in UPLOAD_TYPES
+            ]
     for path in sources:
         if path.is_file() and path.suffix.lower() == ".zip":
             with zipfile.ZipFile(path) as archive:
@@ -89,8 +97,10 @@ def choose_image() -> tuple[str, dict[str, ImageFile]] | None:
         )
         return None
     if not st.session_state.history:
-        st.caption("Showing sample photos (the examples are public domain or CC0). Upload your own above: they "
-                   "join the Image picker.")  # fmt: skip
+        st.caption(
+            "Showing sample photos (the examples are public domain or CC0). Upload your own above: they "
+            "join the Image picker."
+        )
     newest = st.session_state.get("newest")
     index = options.index(newest) if newest in options else 0
     name = st.selectbox("Image", options, index=index, help="every image of this session stays here")
@@ -117,10 +127,14 @@ def take_in(name: str, upload) -> tuple[str, str]:
     history[name] = file
     limit, dropped = session_share(), []
     # bound each session's memory in images and in bytes: drop the oldest, never the one just taken in
-    while len(history) > 1 and (len(history) > MAX_SESSION_IMAGES or sum(len(f.data) for f in history.values()) > limit):
+    while len(history) > 1 and (
+        len(history) > MAX_SESSION_IMAGES or sum(len(f.data) for f in history.values()) > limit
+    ):
         dropped.append(next(iter(history)))
         history.pop(dropped[-1])
     if dropped:
-        st.toast(f"Dropped the oldest image{'s' if len(dropped) > 1 else ''} of this session ({', '.join(dropped)}): a "
-                 f"session keeps at most {MAX_SESSION_IMAGES} images and {limit / 2**20:.0f} MB.")  # fmt: skip
+        st.toast(
+            f"Dropped the oldest image{'s' if len(dropped) > 1 else ''} of this session ({', '.join(dropped)}): a "
+            f"session keeps at most {MAX_SESSION_IMAGES} images and {limit / 2**20:.0f} MB."
+        )
     return name, ""

@@ -17,10 +17,18 @@ import numpy as np
 import streamlit as st
 
 import vitviz
-
 from vitviz_dashboard.cached import photo_and_analysis
-from vitviz_dashboard.common import (KEPT, KNOCKOUT, PROMPTS, Page, Settings, class_name, classes_by_probability,
-                                     has_classifier, prefix_token_names)  # fmt: skip
+from vitviz_dashboard.common import (
+    KEPT,
+    KNOCKOUT,
+    PROMPTS,
+    Page,
+    Settings,
+    class_name,
+    classes_by_probability,
+    has_classifier,
+    prefix_token_names,
+)
 
 
 def scope(spec: str) -> str:
@@ -44,7 +52,9 @@ def head_label(layer: int, head: int) -> str:
 
 
 def head_labels(model: vitviz.ViT) -> list[str]:
-    return [head_label(layer, head) for layer in range(model.config.num_layers) for head in range(model.config.num_heads)]
+    return [
+        head_label(layer, head) for layer in range(model.config.num_layers) for head in range(model.config.num_heads)
+    ]
 
 
 def parse_head(label: str) -> tuple[int, int]:
@@ -80,10 +90,17 @@ def knocked_out_model(model: vitviz.ViT, settings: Settings, slot) -> tuple[vitv
     if tokens:
         parts.append(f"{'t' if heads else 'T'}aken out of the attention: {', '.join(names[t] for t in tokens)}")
     text, button = slot.container().columns([3, 1], vertical_alignment="center")
-    text.warning(f"**Intervened model.** {'; '.join(parts)}. The predictions and every map below are this model's.",
-                 icon=":material/content_cut:")  # fmt: skip
-    button.button("Restore the model", on_click=restore, args=(base_spec,), key="restore_model",
-                  help="Put every head and token back")  # fmt: skip
+    text.warning(
+        f"**Intervened model.** {'; '.join(parts)}. The predictions and every map below are this model's.",
+        icon=":material/content_cut:",
+    )
+    button.button(
+        "Restore the model",
+        on_click=restore,
+        args=(base_spec,),
+        key="restore_model",
+        help="Put every head and token back",
+    )
     suffix = ",".join(head_label(*h).replace(" ", "") for h in heads) + ";" + ",".join(map(str, tokens))
     spec = f"{settings.model_spec}{KNOCKOUT}{suffix}"  # the prompts' digest kept: every cache keeps them apart
     return model.knock_out(heads, tokens), dataclasses.replace(settings, model_spec=spec)
@@ -99,15 +116,23 @@ def what_changes(page: Page) -> None:
     top = classes_by_probability(before)[:5]
     changes = [100 * (float(after[k]) - float(before[k])) for k in top]
     decimals = change_decimals(max(abs(change) for change in changes))
-    rows = [f"| {class_name(page.model, k)} | {percent(before[k], decimals)} | {percent(after[k], decimals)} | "
-            f"{signed(change)} pp |" for k, change in zip(top, changes)]  # fmt: skip
+    rows = [
+        f"| {class_name(page.model, k)} | {percent(before[k], decimals)} | {percent(after[k], decimals)} | "
+        f"{signed(change)} pp |"
+        for k, change in zip(top, changes)
+    ]
     now = classes_by_probability(after)[0]
     moved = "" if now == top[0] else f" The top prediction is now '{class_name(page.model, now)}'."
     header = "| class | intact | intervened | change |\n| --- | ---: | ---: | ---: |\n"
-    st.markdown(f"**What the intervention changes**: the intact model's top classes, before and after.{moved}\n\n"
-                + header + "\n".join(rows))  # fmt: skip
-    st.caption(f"Probabilities to {decimals} decimal{'s' if decimals > 1 else ''}, enough to see the largest change; "
-               "the change is intervened minus intact, in percentage points (pp).")  # fmt: skip
+    st.markdown(
+        f"**What the intervention changes**: the intact model's top classes, before and after.{moved}\n\n"
+        + header
+        + "\n".join(rows)
+    )
+    st.caption(
+        f"Probabilities to {decimals} decimal{'s' if decimals > 1 else ''}, enough to see the largest change; "
+        "the change is intervened minus intact, in percentage points (pp)."
+    )
 
 
 def change_decimals(largest_pp: float) -> int:

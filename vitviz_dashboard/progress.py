@@ -55,7 +55,7 @@ def fraction(done: float, total: float | None) -> float:
 
 
 def describe(name: str, done: float, total: float | None, unit: str = "B") -> str:
-    """"Downloading model.safetensors: 12.0 of 346.0 MB" (of an unknown size: just what has arrived); for a count
+    """ "Downloading model.safetensors: 12.0 of 346.0 MB" (of an unknown size: just what has arrived); for a count
     of something else (``unit``), "Embedding prompts: 1,024 of 80,000 prompts"."""
     if unit != "B":
         return f"{name}: {done:,.0f} of {total or 0:,.0f} {unit}s"
@@ -66,7 +66,7 @@ def describe(name: str, done: float, total: float | None, unit: str = "B") -> st
 
 
 def remaining(seconds: float) -> str:
-    """"40 s", "12 min", "1 h 05 min"."""
+    """ "40 s", "12 min", "1 h 05 min"."""
     if seconds < 60:
         return f"{seconds:.0f} s"
     minutes = round(seconds / 60)

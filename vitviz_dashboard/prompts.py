@@ -16,7 +16,6 @@ import vitviz
 from vitviz.text import PROMPT_SETS, PromptError, check_prompts, parse_prompts, prompt_set, template_set
 from vitviz.text.embeddings import estimated_seconds
 from vitviz.text.zero_shot import NO_TEXT_TOWER
-
 from vitviz_dashboard.common import KEPT, PROMPTS, Settings
 from vitviz_dashboard.progress import progress_class, remaining
 
@@ -26,11 +25,13 @@ MY_PROMPTS = "my prompts"
 SOURCES = [MY_PROMPTS, *PROMPT_SETS]
 # kept (common.keep_tab_widgets): typed prompts outlive a look at a ready set, or at a model without a text tower
 SOURCE_KEY, PROMPTS_KEY, ENSEMBLE_KEY = f"{KEPT}prompt_source", f"{KEPT}prompts", f"{KEPT}prompt_ensemble"
-ENSEMBLE_HELP = ("Each class's text embedding becomes the mean of its 80 templates' embeddings (CLIP's ImageNet "
-                 "recipe): usually a few points more accurate, and 80x the prompts to embed, once: 80,000 for "
-                 "ImageNet. On a 2-core CPU a B-sized text tower takes 45-70 ms per prompt, so about an hour for "
-                 "ImageNet (under a minute with one template). The embeddings are kept on disk, a bar shows the time "
-                 "left, and an interrupted run resumes where it stopped.")  # fmt: skip
+ENSEMBLE_HELP = (
+    "Each class's text embedding becomes the mean of its 80 templates' embeddings (CLIP's ImageNet "
+    "recipe): usually a few points more accurate, and 80x the prompts to embed, once: 80,000 for "
+    "ImageNet. On a 2-core CPU a B-sized text tower takes 45-70 ms per prompt, so about an hour for "
+    "ImageNet (under a minute with one template). The embeddings are kept on disk, a bar shows the time "
+    "left, and an interrupted run resumes where it stopped."
+)
 
 
 def prompt_model(model: vitviz.ViT, settings: Settings) -> tuple[vitviz.ViT, Settings]:
@@ -40,14 +41,20 @@ def prompt_model(model: vitviz.ViT, settings: Settings) -> tuple[vitviz.ViT, Set
     if tower is None:
         if looks_like_clip(model, settings.model_spec):
             note = getattr(model, "text_tower_note", None)
-            st.sidebar.caption(f"No text tower{': ' + note if note else ''}. For prompts as classes, "
-                               f"{NO_TEXT_TOWER.split('. ', 1)[1]}.")  # fmt: skip
+            st.sidebar.caption(
+                f"No text tower{': ' + note if note else ''}. For prompts as classes, "
+                f"{NO_TEXT_TOWER.split('. ', 1)[1]}."
+            )
         return model, settings
     st.sidebar.header("Prompts")
-    source = st.sidebar.selectbox("Classes", SOURCES, key=SOURCE_KEY,
-                                  format_func=lambda s: s if s == MY_PROMPTS else PROMPT_SETS[s].description,
-                                  help="Any prompt becomes a class: the text tower embeds it, and the image's "
-                                       "similarity to each embedding is its score.")  # fmt: skip
+    source = st.sidebar.selectbox(
+        "Classes",
+        SOURCES,
+        key=SOURCE_KEY,
+        format_func=lambda s: s if s == MY_PROMPTS else PROMPT_SETS[s].description,
+        help="Any prompt becomes a class: the text tower embeds it, and the image's "
+        "similarity to each embedding is its score.",
+    )
     if source == MY_PROMPTS:
         st.session_state.setdefault(PROMPTS_KEY, DEFAULT_PROMPTS)
         text = st.sidebar.text_area("One prompt per line", key=PROMPTS_KEY, height=120)
@@ -61,27 +68,38 @@ def prompt_model(model: vitviz.ViT, settings: Settings) -> tuple[vitviz.ViT, Set
         prompts = list(prompt_set(source))
         ensemble = st.sidebar.toggle("OpenAI's 80 templates", key=ENSEMBLE_KEY, help=ENSEMBLE_HELP)
         templates = list(template_set("openai-80" if ensemble else "photo"))
-        st.sidebar.caption(f"{len(prompts):,} classes x {len(templates)} template{'s' if len(templates) > 1 else ''} "
-                           f"= {len(prompts) * len(templates):,} prompts, "
-                           f"e.g. '{example_prompt(templates[0], prompts)}'.")  # fmt: skip
+        st.sidebar.caption(
+            f"{len(prompts):,} classes x {len(templates)} template{'s' if len(templates) > 1 else ''} "
+            f"= {len(prompts) * len(templates):,} prompts, "
+            f"e.g. '{example_prompt(templates[0], prompts)}'."
+        )
     truncation_notes(tower, prompts if templates is None else [])
-    kind = ("a softmax over the prompts (CLIP)" if tower.probabilities == "softmax"
-            else "a sigmoid per prompt, each scored on its own (SigLIP)")  # fmt: skip
+    kind = (
+        "a softmax over the prompts (CLIP)"
+        if tower.probabilities == "softmax"
+        else "a sigmoid per prompt, each scored on its own (SigLIP)"
+    )
     st.sidebar.caption(f"Probabilities: {kind}.")
     digest = hashlib.sha256(json.dumps([prompts, templates]).encode()).hexdigest()[:16]
     spec = f"{settings.model_spec}{PROMPTS}{digest}"
     slot = st.sidebar.empty()
     try:
-        zero_shot = zero_shot_model(model, settings.model_spec, tuple(prompts), None if templates is None else tuple(templates),
-                                    _bar=progress_class(slot))  # fmt: skip
+        zero_shot = zero_shot_model(
+            model,
+            settings.model_spec,
+            tuple(prompts),
+            None if templates is None else tuple(templates),
+            _bar=progress_class(slot),
+        )
     finally:
         slot.empty()
     return zero_shot, dataclasses.replace(settings, model_spec=spec)
 
 
 @st.cache_resource(max_entries=8, show_spinner=False)
-def zero_shot_model(_model: vitviz.ViT, spec: str, prompts: tuple[str, ...], templates: tuple[str, ...] | None,
-                    _bar=None) -> vitviz.ViT:  # fmt: skip
+def zero_shot_model(
+    _model: vitviz.ViT, spec: str, prompts: tuple[str, ...], templates: tuple[str, ...] | None, _bar=None
+) -> vitviz.ViT:
     """Once per (model, prompts, templates): the text embeddings come from the disk cache when they are there, else
     are computed with a progress bar (``_bar``, a tqdm class drawing on the page). A long set's bar states its
     estimated time before the first prompt is embedded."""
@@ -101,7 +119,9 @@ def zero_shot_model(_model: vitviz.ViT, spec: str, prompts: tuple[str, ...], tem
         bar.update(done - bar.n)
 
     try:
-        return vitviz.zero_shot(_model, list(prompts), None if templates is None else list(templates), progress=progress)
+        return vitviz.zero_shot(
+            _model, list(prompts), None if templates is None else list(templates), progress=progress
+        )
     finally:
         if bar is not None:
             bar.close()
@@ -112,8 +132,10 @@ def truncation_notes(tower, prompts: list[str]) -> None:
     for line, prompt in enumerate(prompts, start=1):
         count = tower.token_count(prompt)
         if count is not None and count > tower.context_length:
-            st.sidebar.warning(f"Prompt {line} is {count} tokens, longer than the text tower's {tower.context_length}: "
-                               "only its first tokens are read.")  # fmt: skip
+            st.sidebar.warning(
+                f"Prompt {line} is {count} tokens, longer than the text tower's {tower.context_length}: "
+                "only its first tokens are read."
+            )
 
 
 def looks_like_clip(model: vitviz.ViT, spec: str) -> bool:

@@ -18,10 +18,14 @@ import vitviz
 from vitviz import plots
 from vitviz.importers import TORCHVISION_ARCHS
 from vitviz.precision import BF16_MARGIN, PRECISION_CHOICES, PrecisionChoice, measure_precision
-
 from vitviz_dashboard.common import Settings, describe_pooling, describe_prefix_tokens, has_classifier
-from vitviz_dashboard.model_dirs import (PATHS_OFF_MESSAGE, ModelRefused, allowed_model_dirs, check_hub_spec,
-                                         check_model_path)  # fmt: skip
+from vitviz_dashboard.model_dirs import (
+    PATHS_OFF_MESSAGE,
+    ModelRefused,
+    allowed_model_dirs,
+    check_hub_spec,
+    check_model_path,
+)
 
 # Popular ViTs, label -> spec. Each downloads once when online (into the Hugging Face cache) and
 # loads offline afterwards; tests/test_app.py checks every timm name is one of timm's pretrained tags.
@@ -44,34 +48,47 @@ CURATED_MODELS = {
 HUB_SPEC = "timm, Hugging Face or open_clip spec..."
 PATH_OR_UPLOAD = "path or upload..."
 # the picker's options: specs, except the two that open a field
-MODEL_CHOICES = ["default", *CURATED_MODELS.values(), *(f"torchvision:{arch}" for arch in TORCHVISION_ARCHS),
-                 HUB_SPEC, PATH_OR_UPLOAD]  # fmt: skip
+MODEL_CHOICES = [
+    "default",
+    *CURATED_MODELS.values(),
+    *(f"torchvision:{arch}" for arch in TORCHVISION_ARCHS),
+    HUB_SPEC,
+    PATH_OR_UPLOAD,
+]
 LABELS = {spec: label for label, spec in CURATED_MODELS.items()}
 MISSING_SPEC = {
     HUB_SPEC: "Enter a timm model (`timm:<name>`, e.g. `timm:vit_small_patch14_reg4_dinov2.lvd142m`), a Hugging "
-              "Face repository (`hf:<org>/<name>` or just `<org>/<name>`) or an open_clip model "
-              "(`open_clip:<model>/<tag>`, e.g. `open_clip:ViT-B-16/openai`) in the sidebar.",
+    "Face repository (`hf:<org>/<name>` or just `<org>/<name>`) or an open_clip model "
+    "(`open_clip:<model>/<tag>`, e.g. `open_clip:ViT-B-16/openai`) in the sidebar.",
     PATH_OR_UPLOAD: "Upload a vitviz checkpoint in the sidebar, or enter the path of one (or of a Hugging Face ViT "
-                    "folder) inside the folders this server allows.",
-}  # fmt: skip
-PATH_HELP = ("Only inside the folders that the server's owner allows (VITVIZ_MODEL_DIRS; by default the checkpoints "
-             "folder and the working directory).")  # fmt: skip
+    "folder) inside the folders this server allows.",
+}
+PATH_HELP = (
+    "Only inside the folders that the server's owner allows (VITVIZ_MODEL_DIRS; by default the checkpoints "
+    "folder and the working directory)."
+)
 MAX_CHECKPOINT_MB = 50  # .streamlit/config.toml's maxUploadSize; larger checkpoints: their path in an allowed folder
 MAX_STORED_CHECKPOINTS = 3  # uploaded checkpoints kept on disk, the oldest removed first
-PRECISION_HELP = ("bf16 autocast runs the matrix products in bfloat16; maps differ by < 1e-3. Whether it is faster "
-                  "depends on the CPU: about 2x faster on some with bf16 units, 1.7x slower on others. auto times this "
-                  f"model in both once (a few seconds for a large model) and takes bf16 only if it needs under "
-                  f"{BF16_MARGIN:.0%} of the fp32 time.")  # fmt: skip
+PRECISION_HELP = (
+    "bf16 autocast runs the matrix products in bfloat16; maps differ by < 1e-3. Whether it is faster "
+    "depends on the CPU: about 2x faster on some with bf16 units, 1.7x slower on others. auto times this "
+    f"model in both once (a few seconds for a large model) and takes bf16 only if it needs under "
+    f"{BF16_MARGIN:.0%} of the fp32 time."
+)
 
 
 def sidebar() -> Settings:
     st.sidebar.header("Model")
     choice = st.sidebar.selectbox(
-        "Model", MODEL_CHOICES, label_visibility="collapsed", format_func=lambda option: LABELS.get(option, option),
-        accept_new_options=True, key="model_box",  # a spec typed straight into the box loads like one in the field
+        "Model",
+        MODEL_CHOICES,
+        label_visibility="collapsed",
+        format_func=lambda option: LABELS.get(option, option),
+        accept_new_options=True,
+        key="model_box",  # a spec typed straight into the box loads like one in the field
         help="Pick a model, or type a timm, Hugging Face or open_clip spec here. The pretrained models download "
-             "once when online, into the Hugging Face or torch cache, and load offline afterwards.",
-    )  # fmt: skip
+        "once when online, into the Hugging Face or torch cache, and load offline afterwards.",
+    )
     spec = choice
     if choice not in MODEL_CHOICES:  # typed into the box: a spec, never a path
         if looks_like_path(choice):
@@ -80,17 +97,26 @@ def sidebar() -> Settings:
         else:
             spec = unless_refused(lambda: check_hub_spec(hub_spec(choice)))
     elif choice == HUB_SPEC:
-        text = st.sidebar.text_input("timm:<name>, hf:<org>/<name>, <org>/<name> or open_clip:<model>/<tag>", "",
-                                     placeholder="timm:vit_small_patch14_reg4_dinov2.lvd142m")  # fmt: skip
+        text = st.sidebar.text_input(
+            "timm:<name>, hf:<org>/<name>, <org>/<name> or open_clip:<model>/<tag>",
+            "",
+            placeholder="timm:vit_small_patch14_reg4_dinov2.lvd142m",
+        )
         spec = unless_refused(lambda: check_hub_spec(hub_spec(text)))
     elif choice == PATH_OR_UPLOAD:
         roots = allowed_model_dirs()  # read in every run, as VITVIZ_SAMPLES is
-        text = st.sidebar.text_input("vitviz checkpoint file or Hugging Face folder", "", disabled=not roots,
-                                     help=PATH_HELP, placeholder=None if roots else "opening paths is off")  # fmt: skip
+        text = st.sidebar.text_input(
+            "vitviz checkpoint file or Hugging Face folder",
+            "",
+            disabled=not roots,
+            help=PATH_HELP,
+            placeholder=None if roots else "opening paths is off",
+        )
         if not roots:
             st.sidebar.caption(PATHS_OFF_MESSAGE)
-        uploaded = st.sidebar.file_uploader(f"...or upload a vitviz checkpoint (.pt, up to {MAX_CHECKPOINT_MB} MB)",
-                                            type=["pt", "pth"])  # fmt: skip
+        uploaded = st.sidebar.file_uploader(
+            f"...or upload a vitviz checkpoint (.pt, up to {MAX_CHECKPOINT_MB} MB)", type=["pt", "pth"]
+        )
         spec = ""
         if uploaded is not None:  # uploads are not typed paths: no folder limits them
             spec = save_uploaded_checkpoint(uploaded)
@@ -130,9 +156,11 @@ def hub_spec(text: str) -> str:
     return f"hf:{text}" if "/" in text else f"timm:{text}"
 
 
-PATH_IN_MODEL_BOX = ('Paths go in the field below this box: choose "path or upload..." in it, then enter the path of a '
-                     "vitviz checkpoint or Hugging Face folder (or upload a checkpoint). This box takes specs: "
-                     "`timm:<name>`, `hf:<org>/<name>`, `open_clip:<model>/<tag>`.")  # fmt: skip
+PATH_IN_MODEL_BOX = (
+    'Paths go in the field below this box: choose "path or upload..." in it, then enter the path of a '
+    "vitviz checkpoint or Hugging Face folder (or upload a checkpoint). This box takes specs: "
+    "`timm:<name>`, `hf:<org>/<name>`, `open_clip:<model>/<tag>`."
+)
 
 
 def looks_like_path(text: str) -> bool:

@@ -14,24 +14,43 @@ def head_maps(page: Page, per_head: np.ndarray, key: str, mark: tuple[int, int] 
     """Every head's (rows, cols) map of ``per_head`` (heads, rows, cols) over the photo; ``mark`` outlines a patch.
     ``key`` names this view's colour-scale toggle."""
     settings, heads = page.settings, len(per_head)
-    shared = st.toggle("One colour scale for every head", key=page.key(key, True),
-                       help="On: colours compare across heads, from 0 to the largest weight of any head shown. Off: "
-                            "each head from its own smallest to its largest weight, which shows the pattern of a weak "
-                            "head but makes every head look equally strong.")  # fmt: skip
+    shared = st.toggle(
+        "One colour scale for every head",
+        key=page.key(key, True),
+        help="On: colours compare across heads, from 0 to the largest weight of any head shown. Off: "
+        "each head from its own smallest to its largest weight, which shows the pattern of a weak "
+        "head but makes every head look equally strong.",
+    )
     top = float(per_head.max())
     value_range = (0.0, top) if shared and top > 0 else None
-    st.caption(f"Colour scale: 0 to {top:.3g}, shared by every head (the strip below)." if value_range else
-               "Colour scale: each head from its own smallest to its largest weight (the strip below).")  # fmt: skip
+    st.caption(
+        f"Colour scale: 0 to {top:.3g}, shared by every head (the strip below)."
+        if value_range
+        else "Colour scale: each head from its own smallest to its largest weight (the strip below)."
+    )
     small, scale = thumbnail(page.photo)
     box = tuple(v * scale for v in page.analysis.box)
     columns = st.columns(min(heads, 6))
     for head in range(heads):
-        columns[head % len(columns)].image(overlay_picture(small, per_head[head], box, settings, value_range, mark),
-                                           width="stretch", caption=f"head {head}")  # fmt: skip
+        columns[head % len(columns)].image(
+            overlay_picture(small, per_head[head], box, settings, value_range, mark),
+            width="stretch",
+            caption=f"head {head}",
+        )
     if value_range:
         colour_legend(settings, 0.0, top, "attention weight, every head")
     else:
         colour_legend(settings, 0.0, 1.0, "each head's weight as a fraction of its own range")
     with st.expander("The raw patch grids, with the values on hover"):
-        st.plotly_chart(cached_figure("grid_figure", per_head, [f"head {h}" for h in range(heads)], min(heads, 6),
-                                      settings.colormap, rescale_each=not shared), key=f"{key}_grid", theme=None)  # fmt: skip
+        st.plotly_chart(
+            cached_figure(
+                "grid_figure",
+                per_head,
+                [f"head {h}" for h in range(heads)],
+                min(heads, 6),
+                settings.colormap,
+                rescale_each=not shared,
+            ),
+            key=f"{key}_grid",
+            theme=None,
+        )

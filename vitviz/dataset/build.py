@@ -54,9 +54,11 @@ def check_model(model: ViT) -> tuple[int, int]:
     """The fixed input size the index needs (every image gets the same grid), or a clear refusal."""
     size = model.transform.output_size
     if size is None:
-        raise IndexFormatError("this model's preprocessing resizes the shorter side only, so the patch grid would "
-                               "depend on each image's shape; an index needs one grid: use a model whose "
-                               "preprocessing crops or resizes to a fixed size")  # fmt: skip
+        raise IndexFormatError(
+            "this model's preprocessing resizes the shorter side only, so the patch grid would "
+            "depend on each image's shape; an index needs one grid: use a model whose "
+            "preprocessing crops or resizes to a fixed size"
+        )
     return size
 
 
@@ -70,12 +72,25 @@ def new_manifest(model: ViT, model_spec: str, extra: dict, options: IndexOptions
         "format_version": FORMAT_VERSION,
         "vitviz_version": vitviz_version(),
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "model": {"spec": model_spec, "fingerprint": weight_fingerprint(model), "class_names": list(model.class_names),
-                  "config": asdict(c), "preprocessing": model.transform.to_dict(), **extra},
+        "model": {
+            "spec": model_spec,
+            "fingerprint": weight_fingerprint(model),
+            "class_names": list(model.class_names),
+            "config": asdict(c),
+            "preprocessing": model.transform.to_dict(),
+            **extra,
+        },
         "options": options.to_dict(),
         "source": {"description": source.description},
-        "layout": {"grid": grid, "input_size": list(size), "patch_size": c.patch_size, "layers": c.num_layers,
-                   "heads": c.num_heads, "prefix_tokens": prefix_names(model), "shard_size": options.shard_size},
+        "layout": {
+            "grid": grid,
+            "input_size": list(size),
+            "patch_size": c.patch_size,
+            "layers": c.num_layers,
+            "heads": c.num_heads,
+            "prefix_tokens": prefix_names(model),
+            "shard_size": options.shard_size,
+        },
         "grid": grid,
         "complete": False,
         "shards": [],
@@ -116,17 +131,25 @@ def sample_projection(model: ViT, source: Source, options: IndexOptions, out: Pa
         saved = np.load(path)
         return Projection(torch.from_numpy(saved["mean"]), torch.from_numpy(saved["components"]))
     pixels = []
-    for entry in itertools.islice(source, options.pca_sample if options.limit is None
-                                  else min(options.pca_sample, options.limit)):  # fmt: skip
+    for entry in itertools.islice(
+        source, options.pca_sample if options.limit is None else min(options.pca_sample, options.limit)
+    ):
         try:
             pixels.append(model.transform(load_image(entry.read())))
         except Exception:  # noqa: BLE001, S112 - unreadable files are recorded by the pass; the sample skips them
             continue
     if not pixels:
         raise ImageError("no readable image among the first ones, so there is nothing to fit the PCA on")
-    features = torch.cat([patch_features(model, torch.stack(pixels[i : i + batch_size]), options.features_block,
-                                         options.facet, options.precision).flatten(0, 1).cpu()
-                          for i in range(0, len(pixels), batch_size)])  # (n * N, D)  # fmt: skip
+    features = torch.cat(
+        [
+            patch_features(
+                model, torch.stack(pixels[i : i + batch_size]), options.features_block, options.facet, options.precision
+            )
+            .flatten(0, 1)
+            .cpu()
+            for i in range(0, len(pixels), batch_size)
+        ]
+    )  # (n * N, D)
     projection = fit_projection(features, options.pca)
     temporary = out / ".pca.tmp.npz"
     np.savez(temporary, mean=projection.mean.numpy(), components=projection.components.numpy())
@@ -134,9 +157,20 @@ def sample_projection(model: ViT, source: Source, options: IndexOptions, out: Pa
     return projection
 
 
-def build_index(model: ViT, source: Source, out: Path, options: IndexOptions, model_spec: str, batch_size: int = 64,
-                resume: bool = False, rank: int = 0, world: int = 1, barrier: Barrier = lambda: None,
-                progress: Callable[[int], None] | None = None, model_extra: dict | None = None) -> dict | None:  # fmt: skip
+def build_index(
+    model: ViT,
+    source: Source,
+    out: Path,
+    options: IndexOptions,
+    model_spec: str,
+    batch_size: int = 64,
+    resume: bool = False,
+    rank: int = 0,
+    world: int = 1,
+    barrier: Barrier = lambda: None,
+    progress: Callable[[int], None] | None = None,
+    model_extra: dict | None = None,
+) -> dict | None:
     """Index ``source`` into ``out``; returns the final manifest (in the first process; None in the others)."""
     manifest = new_manifest(model, model_spec, model_extra or {}, options, source)
     with contextlib.ExitStack() as stack:
@@ -152,8 +186,18 @@ def build_index(model: ViT, source: Source, out: Path, options: IndexOptions, mo
         return finish(out, manifest, options) if rank == 0 else None
 
 
-def _index_share(model: ViT, source: Source, out: Path, options: IndexOptions, batch_size: int, rank: int, world: int,
-                 progress, projection: Projection | None, done: dict) -> None:  # fmt: skip
+def _index_share(
+    model: ViT,
+    source: Source,
+    out: Path,
+    options: IndexOptions,
+    batch_size: int,
+    rank: int,
+    world: int,
+    progress,
+    projection: Projection | None,
+    done: dict,
+) -> None:
     for index, entries in shards_of(source, options):
         if index % world != rank:
             continue
@@ -171,8 +215,10 @@ def finish(out: Path, manifest: dict, options: IndexOptions) -> dict:
     shards = complete_shards(out)
     for position, index in enumerate(sorted(shards)):
         if index != position or shards[index]["start"] != index * options.shard_size:
-            raise IndexFormatError(f"the shards of {out} are not 0, 1, 2... in order (found {sorted(shards)}): shards "
-                                   "from another run are mixed in; index into a new folder")  # fmt: skip
+            raise IndexFormatError(
+                f"the shards of {out} are not 0, 1, 2... in order (found {sorted(shards)}): shards "
+                "from another run are mixed in; index into a new folder"
+            )
     manifest["shards"] = [shards[i] for i in sorted(shards)]
     manifest["count"] = sum(s["count"] for s in manifest["shards"])
     if (out / "pca.npz").is_file():

@@ -35,40 +35,78 @@ from vitviz.text.options import add_prompt_options, apply_prompt_options
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="vitviz index", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    p.add_argument("source", help="a folder of images (class sub-folders give labels), a .zip, a .csv/.parquet with a "
-                   "path column, a folder saved with datasets.save_to_disk, or hf:<dataset id> (streamed)")  # fmt: skip
+    p = argparse.ArgumentParser(
+        prog="vitviz index", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "source",
+        help="a folder of images (class sub-folders give labels), a .zip, a .csv/.parquet with a "
+        "path column, a folder saved with datasets.save_to_disk, or hf:<dataset id> (streamed)",
+    )
     p.add_argument("--model", default="default", help="model spec for vitviz.load_model (default: %(default)s)")
     p.add_argument("--out", type=Path, required=True, help="index folder (created; must be new unless --resume)")
-    p.add_argument("--precision", choices=PRECISION_CHOICES, default="fp32",
-                   help="inference precision; auto times fp32 against bf16 on this model first (under torchrun the "
-                        "first process decides for all)")  # fmt: skip
+    p.add_argument(
+        "--precision",
+        choices=PRECISION_CHOICES,
+        default="fp32",
+        help="inference precision; auto times fp32 against bf16 on this model first (under torchrun the "
+        "first process decides for all)",
+    )
     p.add_argument("--batch-size", type=int, default=64, help="images per forward pass (default: %(default)s)")
     p.add_argument("--limit", type=int, help="index only the first N images of the source")
-    p.add_argument("--resume", action="store_true", help="continue a killed run from its last complete shard "
-                   "(refused if the model or options differ)")  # fmt: skip
-    p.add_argument("--device", default="auto", help="auto (CUDA when present; under torchrun cuda:LOCAL_RANK), cpu, "
-                   "cuda or cuda:N")  # fmt: skip
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue a killed run from its last complete shard (refused if the model or options differ)",
+    )
+    p.add_argument(
+        "--device", default="auto", help="auto (CUDA when present; under torchrun cuda:LOCAL_RANK), cpu, cuda or cuda:N"
+    )
     source = p.add_argument_group("source")
-    source.add_argument("--path-column", default="path", help="CSV/Parquet: the column of image paths, relative to "
-                        "the table's folder (default: %(default)s)")  # fmt: skip
+    source.add_argument(
+        "--path-column",
+        default="path",
+        help="CSV/Parquet: the column of image paths, relative to the table's folder (default: %(default)s)",
+    )
     source.add_argument("--label-column", help="CSV/Parquet/datasets: the label column (default: 'label' if present)")
     source.add_argument("--split", help="datasets: the split (default: the only one; 'train' for the Hub)")
     stored = p.add_argument_group("what is stored")
-    stored.add_argument("--no-features", action="store_true", help="store no patch features (and no patch search): "
-                        "the largest item, rows x cols x D fp16 per image")  # fmt: skip
+    stored.add_argument(
+        "--no-features",
+        action="store_true",
+        help="store no patch features (and no patch search): the largest item, rows x cols x D fp16 per image",
+    )
     stored.add_argument("--features-block", type=int, default=-1, help="block whose patch features (default: the last)")
-    stored.add_argument("--facet", choices=FACETS, default="token", help="token after the block (free: from the pass "
-                        "itself), or the attention's key, query or value (a second pass up to that block)")  # fmt: skip
-    stored.add_argument("--pca", type=int, metavar="N", help="reduce the patch features to N PCA components, fitted on "
-                        "the first --pca-sample images (one extra partial pass over them)")  # fmt: skip
-    stored.add_argument("--pca-sample", type=int, default=512, help="images the PCA is fitted on (default: %(default)s)")
-    stored.add_argument("--relevance", action="store_true", help="also store class-specific relevance (Chefer et al.) "
-                        "for the top class: one more forward and a backward pass per image, one image at a time (several times the "
-                        "pass's cost)")  # fmt: skip
-    stored.add_argument("--faithfulness", action="store_true", help="also store per-image perturbation AUCs of the "
-                        "relevance map (else the rollout): 22 more forward passes per image (11 perturbed copies, twice)")  # fmt: skip
+    stored.add_argument(
+        "--facet",
+        choices=FACETS,
+        default="token",
+        help="token after the block (free: from the pass "
+        "itself), or the attention's key, query or value (a second pass up to that block)",
+    )
+    stored.add_argument(
+        "--pca",
+        type=int,
+        metavar="N",
+        help="reduce the patch features to N PCA components, fitted on "
+        "the first --pca-sample images (one extra partial pass over them)",
+    )
+    stored.add_argument(
+        "--pca-sample", type=int, default=512, help="images the PCA is fitted on (default: %(default)s)"
+    )
+    stored.add_argument(
+        "--relevance",
+        action="store_true",
+        help="also store class-specific relevance (Chefer et al.) "
+        "for the top class: one more forward and a backward pass per image, one image at a time (several times the "
+        "pass's cost)",
+    )
+    stored.add_argument(
+        "--faithfulness",
+        action="store_true",
+        help="also store per-image perturbation AUCs of the "
+        "relevance map (else the rollout): 22 more forward passes per image (11 perturbed copies, twice)",
+    )
     stored.add_argument("--shard-size", type=int, default=1024, help="images per shard (default: %(default)s)")
     add_prompt_options(p)
     return p
@@ -136,17 +174,44 @@ def run(args: argparse.Namespace, device: torch.device, rank: int, world: int, d
         precision = choice[0].precision
         if rank == 0:
             print(choice[0].summary(), file=sys.stderr)
-    options = IndexOptions(precision=precision, features=not args.no_features, features_block=args.features_block,
-                           facet=args.facet, pca=args.pca, pca_sample=args.pca_sample, relevance=args.relevance,
-                           faithfulness=args.faithfulness, shard_size=args.shard_size, limit=args.limit)  # fmt: skip
+    options = IndexOptions(
+        precision=precision,
+        features=not args.no_features,
+        features_block=args.features_block,
+        facet=args.facet,
+        pca=args.pca,
+        pca_sample=args.pca_sample,
+        relevance=args.relevance,
+        faithfulness=args.faithfulness,
+        shard_size=args.shard_size,
+        limit=args.limit,
+    )
     extra = {"prompts": args.prompts, "prompt_set": args.prompt_set, "templates": args.templates}
     total = source.count if args.limit is None else min(args.limit, source.count or args.limit)
     share = None if total is None else len(range(rank, -(-total // args.shard_size), world)) * args.shard_size
     label = f"indexing (process {rank + 1} of {world})" if world > 1 else "indexing"
-    with tqdm(total=min(share, total) if share else total, desc=label, unit="image", disable=None, file=sys.stderr,
-              position=rank) as bar:  # fmt: skip
-        manifest = build_index(model, source, args.out, options, args.model, args.batch_size, args.resume, rank, world,
-                               barrier, bar.update, extra)  # fmt: skip
+    with tqdm(
+        total=min(share, total) if share else total,
+        desc=label,
+        unit="image",
+        disable=None,
+        file=sys.stderr,
+        position=rank,
+    ) as bar:
+        manifest = build_index(
+            model,
+            source,
+            args.out,
+            options,
+            args.model,
+            args.batch_size,
+            args.resume,
+            rank,
+            world,
+            barrier,
+            bar.update,
+            extra,
+        )
     if manifest is not None:
         failed = _count_errors(args.out)
         print(f"indexed {manifest['count']} images into {args.out} ({failed} unreadable, recorded with their error)")

@@ -35,8 +35,10 @@ class DatasetIndex:
         self.folder = Path(folder).expanduser().resolve()
         self.manifest = read_manifest(self.folder)
         if not self.manifest["complete"]:
-            raise IndexFormatError(f"{self.folder} is an unfinished index (the run stopped before its end); "
-                                   "finish it with `vitviz index ... --resume`")  # fmt: skip
+            raise IndexFormatError(
+                f"{self.folder} is an unfinished index (the run stopped before its end); "
+                "finish it with `vitviz index ... --resume`"
+            )
         if not self.manifest["shards"]:
             raise IndexFormatError(f"{self.folder} lists no shards: the manifest was edited; index the dataset again")
         self.layout = self.manifest["layout"]
@@ -46,8 +48,10 @@ class DatasetIndex:
         for shard in self.shards:
             for name in shard["files"]:
                 if not (self.folder / SHARDS / shard["name"] / name).is_file():
-                    raise IndexFormatError(f"{self.folder}: shard {shard['name']} lacks {name}: the index is damaged; "
-                                           "delete that shard folder and run `vitviz index ... --resume`")  # fmt: skip
+                    raise IndexFormatError(
+                        f"{self.folder}: shard {shard['name']} lacks {name}: the index is damaged; "
+                        "delete that shard folder and run `vitviz index ... --resume`"
+                    )
 
     def __repr__(self) -> str:
         return f"DatasetIndex({str(self.folder)!r}, {self.count} images, model {self.manifest['model'].get('spec')!r})"
@@ -115,8 +119,10 @@ class DatasetIndex:
         kind = statements[0].type
         if kind != duckdb.StatementType.SELECT:
             name = str(kind).rsplit(".", 1)[-1]
-            raise QueryError(f"only SELECT queries are allowed: the index is read-only ({name} is refused; "
-                             "COPY, ATTACH, INSTALL, SET, CREATE and the like cannot run here)")  # fmt: skip
+            raise QueryError(
+                f"only SELECT queries are allowed: the index is read-only ({name} is refused; "
+                "COPY, ATTACH, INSTALL, SET, CREATE and the like cannot run here)"
+            )
         return statements[0].query.rstrip().rstrip(";")
 
     def images(self, limit: int = PAGE, offset: int = 0) -> pd.DataFrame:
@@ -193,8 +199,9 @@ class DatasetIndex:
         import pandas as pd
 
         image, position = np.divmod(ids, rows * cols)
-        return pd.DataFrame({"image_id": image, "row": position // cols, "col": position % cols,
-                             "similarity": similarity})  # fmt: skip
+        return pd.DataFrame(
+            {"image_id": image, "row": position // cols, "col": position % cols, "similarity": similarity}
+        )
 
     def nearest_images(self, image_id: int, k: int = 10) -> pd.DataFrame:
         """The k images whose pooled embeddings are most like this one's, best first (itself included):

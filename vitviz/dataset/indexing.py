@@ -59,8 +59,10 @@ class Projection:
 def fit_projection(features: torch.Tensor, components: int) -> Projection:
     """PCA of feature rows (n, D) by SVD, each component signed so its largest entry is positive."""
     if not 1 <= components <= min(features.shape):
-        raise ValueError(f"--pca must be in [1, {min(features.shape)}] for {features.shape[0]} sample patches of "
-                         f"{features.shape[1]} dimensions; got {components}")  # fmt: skip
+        raise ValueError(
+            f"--pca must be in [1, {min(features.shape)}] for {features.shape[0]} sample patches of "
+            f"{features.shape[1]} dimensions; got {components}"
+        )
     x = features.double()
     mean = x.mean(dim=0)
     _, _, vh = torch.linalg.svd(x - mean, full_matrices=False)
@@ -77,8 +79,9 @@ def prefix_names(model: ViT) -> list[str]:
     return names if len(names) == c.num_prefix_tokens else [f"prefix{i}" for i in range(c.num_prefix_tokens)]
 
 
-def analyse_batch(model: ViT, pixels: torch.Tensor, options: IndexOptions,
-                  projection: Projection | None = None) -> dict[str, torch.Tensor]:  # fmt: skip
+def analyse_batch(
+    model: ViT, pixels: torch.Tensor, options: IndexOptions, projection: Projection | None = None
+) -> dict[str, torch.Tensor]:
     """One forward pass over pixels (B, 3, H, W); every result on the CPU in fp32 (the caller stores fp16):
     probabilities (B, C); entropy, distance_px (B, layers, heads); prefix_shares (B, layers, heads, P + 1); rollout
     (B, rows, cols); readout (B, heads, rows, cols), the last block's; high_norm (B, rows * cols) bool; embedding
@@ -108,8 +111,9 @@ def analyse_batch(model: ViT, pixels: torch.Tensor, options: IndexOptions,
         "prefix_shares": views["prefix_shares"],
         "rollout": views["rollout"],
         "readout": explain.readout_attention_all(last, readout, p, grid)[:, 0],
-        "high_norm": explain.high_norm_patches(explain.token_norms(output.hidden_states[-1:])[:, 0], p,
-                                               options.outlier_factor),
+        "high_norm": explain.high_norm_patches(
+            explain.token_norms(output.hidden_states[-1:])[:, 0], p, options.outlier_factor
+        ),
         "embedding": output.pooled.float(),
     }
     if output.logits is not None:
@@ -138,7 +142,9 @@ def _per_image_extras(model: ViT, pixels: torch.Tensor, results: dict, options: 
     for i, target in enumerate(results["probabilities"].argmax(dim=1).tolist()):
         one = pixels[i : i + 1]
         if options.relevance:
-            relevance.append(explain.method_maps(model, one, ["relevance"], target, options.precision).maps["relevance"])
+            relevance.append(
+                explain.method_maps(model, one, ["relevance"], target, options.precision).maps["relevance"]
+            )
         if options.faithfulness:
             scored = relevance[-1] if options.relevance else results["rollout"][i]
             with autocast(options.precision, one.device.type):
@@ -152,16 +158,32 @@ def _per_image_extras(model: ViT, pixels: torch.Tensor, results: dict, options: 
     return extras
 
 
-def index_shard(model: ViT, entries: Sequence[Entry], start: int, options: IndexOptions, batch_size: int,
-                projection: Projection | None = None,
-                progress: Callable[[int], None] | None = None) -> tuple[dict[str, pa.Table], dict[str, np.ndarray]]:  # fmt: skip
+def index_shard(
+    model: ViT,
+    entries: Sequence[Entry],
+    start: int,
+    options: IndexOptions,
+    batch_size: int,
+    projection: Projection | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[dict[str, pa.Table], dict[str, np.ndarray]]:
     """The tables ("images", "heads") and arrays (one row per entry, zeros for unreadable ones) of one shard whose
     first image is ``start``. ``progress(n)`` is called as n more images are done."""
     c = model.config
     size = model.transform.output_size  # fixed: checked by the caller
     n = len(entries)
-    rows = [{"image_id": start + i, "path": e.path, "label": e.label, "width": None, "height": None, "sha256": None,
-             "error": None} for i, e in enumerate(entries)]  # fmt: skip
+    rows = [
+        {
+            "image_id": start + i,
+            "path": e.path,
+            "label": e.label,
+            "width": None,
+            "height": None,
+            "sha256": None,
+            "error": None,
+        }
+        for i, e in enumerate(entries)
+    ]
     arrays: dict[str, np.ndarray] = {}
     heads: list[dict[str, np.ndarray]] = []
     pending: list[tuple[int, torch.Tensor]] = []
@@ -198,8 +220,10 @@ def index_shard(model: ViT, entries: Sequence[Entry], start: int, options: Index
         for name, value in probe.items():
             if name not in ("probabilities", "entropy", "distance_px", "prefix_shares", "high_norm", "faithfulness"):
                 arrays[name] = np.zeros((n, *value.shape[1:]), _dtype(name))
-    tables = {"images": pa.Table.from_pylist(rows, schema=_images_schema(model, options)),
-              "heads": _heads_table(heads, model)}  # fmt: skip
+    tables = {
+        "images": pa.Table.from_pylist(rows, schema=_images_schema(model, options)),
+        "heads": _heads_table(heads, model),
+    }
     return tables, {name: arrays[name] for name in sorted(arrays)}
 
 
@@ -207,8 +231,9 @@ def _dtype(name: str) -> type:
     return np.float32 if name == "embedding" else np.float16  # maps and features in fp16
 
 
-def _store(batch: dict, positions: list[int], rows: list[dict], arrays: dict, heads: list, n: int, start: int,
-           model: ViT) -> None:  # fmt: skip
+def _store(
+    batch: dict, positions: list[int], rows: list[dict], arrays: dict, heads: list, n: int, start: int, model: ViT
+) -> None:
     """Copy one batch's results into the shard's rows, arrays and head records."""
     for name in ("rollout", "readout", "embedding", "features", "relevance"):
         if name in batch:
@@ -234,17 +259,36 @@ def _store(batch: dict, positions: list[int], rows: list[dict], arrays: dict, he
             row["correct"] = None if row["label"] is None else row["label"] == row["prediction"]
         if faithfulness is not None:
             row["faithfulness_most_first"], row["faithfulness_least_first"] = faithfulness[j]
-    heads.append({"image_id": np.asarray(positions) + start, "entropy": batch["entropy"].numpy(),
-                  "distance_px": batch["distance_px"].numpy(), "prefix_shares": batch["prefix_shares"].numpy()})  # fmt: skip
+    heads.append(
+        {
+            "image_id": np.asarray(positions) + start,
+            "entropy": batch["entropy"].numpy(),
+            "distance_px": batch["distance_px"].numpy(),
+            "prefix_shares": batch["prefix_shares"].numpy(),
+        }
+    )
 
 
 def _images_schema(model: ViT, options: IndexOptions) -> pa.Schema:
-    fields = [("image_id", pa.int64()), ("path", pa.string()), ("label", pa.string()), ("width", pa.int32()),
-              ("height", pa.int32()), ("sha256", pa.string()), ("error", pa.string())]  # fmt: skip
+    fields = [
+        ("image_id", pa.int64()),
+        ("path", pa.string()),
+        ("label", pa.string()),
+        ("width", pa.int32()),
+        ("height", pa.int32()),
+        ("sha256", pa.string()),
+        ("error", pa.string()),
+    ]
     if model.config.num_classes > 0:
-        fields += [("prediction", pa.string()), ("prediction_index", pa.int32()), ("probability", pa.float32()),
-                   ("correct", pa.bool_()), ("top5_classes", pa.list_(pa.string())),
-                   ("top5_indices", pa.list_(pa.int32())), ("top5_probabilities", pa.list_(pa.float32()))]  # fmt: skip
+        fields += [
+            ("prediction", pa.string()),
+            ("prediction_index", pa.int32()),
+            ("probability", pa.float32()),
+            ("correct", pa.bool_()),
+            ("top5_classes", pa.list_(pa.string())),
+            ("top5_indices", pa.list_(pa.int32())),
+            ("top5_probabilities", pa.list_(pa.float32())),
+        ]
     fields.append(("high_norm_patches", pa.list_(pa.int32())))
     if options.faithfulness:
         fields += [("faithfulness_most_first", pa.float32()), ("faithfulness_least_first", pa.float32())]
@@ -272,9 +316,13 @@ def _heads_table(heads: list[dict], model: ViT) -> pa.Table:
         values["to_patches"] = shares[:, -1].astype(np.float32)
         for name, value in values.items():
             columns.setdefault(name, []).append(value)
-    schema = pa.schema([("image_id", pa.int64()), ("layer", pa.int16()), ("head", pa.int16())]
-                       + [(name, pa.float32()) for name in ("entropy", "distance_px", "distance_patches",
-                          *(f"to_{n}" for n in prefix), "to_patches")])  # fmt: skip
+    schema = pa.schema(
+        [("image_id", pa.int64()), ("layer", pa.int16()), ("head", pa.int16())]
+        + [
+            (name, pa.float32())
+            for name in ("entropy", "distance_px", "distance_patches", *(f"to_{n}" for n in prefix), "to_patches")
+        ]
+    )
     if not columns:
         return schema.empty_table()
     table = pa.table({name: np.concatenate(parts) for name, parts in columns.items()})

@@ -44,8 +44,9 @@ def build_vector_index(chunks: Chunks, count: int, dimension: int, exact_limit: 
     # minutes on a CPU for millions of vectors; nprobe then buys back the recall. At least 39 training points a list.
     nlist = int(min(np.sqrt(count), min(TRAIN_LIMIT, count) // 39))
     quantizer = faiss.IndexFlatIP(dimension)
-    index = faiss.IndexIVFScalarQuantizer(quantizer, dimension, nlist, faiss.ScalarQuantizer.QT_fp16,
-                                          faiss.METRIC_INNER_PRODUCT)  # fmt: skip
+    index = faiss.IndexIVFScalarQuantizer(
+        quantizer, dimension, nlist, faiss.ScalarQuantizer.QT_fp16, faiss.METRIC_INNER_PRODUCT
+    )
     rng = np.random.default_rng(seed)
     train = _sample(chunks, count, min(TRAIN_LIMIT, count), rng)
     index.train(train)
@@ -54,8 +55,14 @@ def build_vector_index(chunks: Chunks, count: int, dimension: int, exact_limit: 
     queries = _sample(chunks, count, min(SAMPLE_QUERIES, count), rng)
     nprobe, recall = choose_nprobe(index, queries, chunks, dimension)
     index.nprobe = nprobe
-    return index, {"kind": "ivf", "vectors": count, "nlist": nlist, "nprobe": nprobe, "recall_at_10": recall,
-                   "recall_sample": len(queries)}  # fmt: skip
+    return index, {
+        "kind": "ivf",
+        "vectors": count,
+        "nlist": nlist,
+        "nprobe": nprobe,
+        "recall_at_10": recall,
+        "recall_sample": len(queries),
+    }
 
 
 def _sample(chunks: Chunks, count: int, size: int, rng: np.random.Generator) -> np.ndarray:

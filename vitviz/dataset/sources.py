@@ -38,8 +38,9 @@ class Source:
         return iter(self.entries)
 
 
-def open_source(spec: str | Path, path_column: str = "path", label_column: str | None = None,
-                split: str | None = None) -> Source:  # fmt: skip
+def open_source(
+    spec: str | Path, path_column: str = "path", label_column: str | None = None, split: str | None = None
+) -> Source:
     """The source ``spec`` names: a folder (of images, or a dataset saved with ``datasets.save_to_disk``), a .zip,
     a .csv / .parquet of paths, or ``hf:<dataset id>`` (streamed from the Hugging Face Hub)."""
     text = str(spec)
@@ -47,8 +48,10 @@ def open_source(spec: str | Path, path_column: str = "path", label_column: str |
         return _hub_source(text.removeprefix(HUB_PREFIX), split, label_column)
     path = Path(text).expanduser()
     if not path.exists():
-        raise SourceError(f"{path} does not exist: give a folder of images, a .zip, a .csv/.parquet of paths, "
-                          f"a dataset saved with datasets.save_to_disk, or {HUB_PREFIX}<dataset id>")  # fmt: skip
+        raise SourceError(
+            f"{path} does not exist: give a folder of images, a .zip, a .csv/.parquet of paths, "
+            f"a dataset saved with datasets.save_to_disk, or {HUB_PREFIX}<dataset id>"
+        )
     if path.is_dir():
         if any((path / name).is_file() for name in ("dataset_info.json", "dataset_dict.json", "state.json")):
             return _saved_dataset_source(path, split, label_column)
@@ -128,10 +131,14 @@ def _table_source(path: Path, path_column: str, label_column: str, label_require
     except Exception as error:  # noqa: BLE001 - pandas raises many kinds for a bad file
         raise SourceError(f"{path} could not be read as a table: {error}") from None
     if path_column not in table.columns:
-        raise SourceError(f"{path} has no {path_column!r} column (columns: {', '.join(map(str, table.columns))}); "
-                          "give the column of image paths with --path-column")  # fmt: skip
+        raise SourceError(
+            f"{path} has no {path_column!r} column (columns: {', '.join(map(str, table.columns))}); "
+            "give the column of image paths with --path-column"
+        )
     if label_required and label_column not in table.columns:
-        raise SourceError(f"{path} has no label column {label_column!r} (columns: {', '.join(map(str, table.columns))})")
+        raise SourceError(
+            f"{path} has no label column {label_column!r} (columns: {', '.join(map(str, table.columns))})"
+        )
     if table.empty:
         raise SourceError(f"{path} lists no images")
     labels = table[label_column] if label_column in table.columns else [None] * len(table)
@@ -201,8 +208,9 @@ def _saved_dataset_source(folder: Path, split: str | None, label_column: str | N
         label = _label_name(dataset.features, label_column, raw[row][label_column] if label_column else None)
         return Entry(name, label, lambda: _image_bytes(value))
 
-    return Source(f"dataset {folder.resolve()}" + (f" split {split}" if split else ""),
-                  _LazyEntries(entry, len(raw)), len(raw))  # fmt: skip
+    return Source(
+        f"dataset {folder.resolve()}" + (f" split {split}" if split else ""), _LazyEntries(entry, len(raw)), len(raw)
+    )
 
 
 class _LazyEntries:
@@ -224,9 +232,11 @@ def _hub_source(dataset_id: str, split: str | None, label_column: str | None) ->
         stream = datasets.load_dataset(dataset_id, split=split, streaming=True)
         features = stream.features
     except Exception as error:  # noqa: BLE001 - offline, unknown id, no such split...
-        raise SourceError(f"could not stream the Hugging Face dataset {dataset_id!r} (split {split!r}): {error}; "
-                          "on a machine without the network, save it with datasets.save_to_disk elsewhere and "
-                          "index that folder") from None  # fmt: skip
+        raise SourceError(
+            f"could not stream the Hugging Face dataset {dataset_id!r} (split {split!r}): {error}; "
+            "on a machine without the network, save it with datasets.save_to_disk elsewhere and "
+            "index that folder"
+        ) from None
     if features is None:
         raise SourceError(f"the Hub dataset {dataset_id!r} does not declare its features; save it to disk first")
     image_column, label_column = _image_and_label_columns(features, label_column)

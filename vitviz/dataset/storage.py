@@ -79,8 +79,10 @@ def folder_lock(out: Path) -> Iterator[None]:
             if error.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 raise
             holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
-            raise IndexBusyError(f"{out} is being written by another run (pid {holder}); wait for it to finish, "
-                                 "or index into another folder") from None  # fmt: skip
+            raise IndexBusyError(
+                f"{out} is being written by another run (pid {holder}); wait for it to finish, "
+                "or index into another folder"
+            ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         yield
@@ -154,8 +156,9 @@ def complete_shards(out: Path, clean: bool = False) -> dict[int, dict]:
             record = json.loads((folder / "shard.json").read_text())
             found[int(folder.name)] = record
         except (OSError, ValueError) as error:
-            raise IndexFormatError(f"shard {folder} has no readable shard.json ({error}); delete that folder and "
-                                   "run again with --resume") from None  # fmt: skip
+            raise IndexFormatError(
+                f"shard {folder} has no readable shard.json ({error}); delete that folder and run again with --resume"
+            ) from None
     return found
 
 
@@ -171,24 +174,34 @@ def read_manifest(out: Path) -> dict:
     try:
         manifest = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise IndexFormatError(f"{path} is not valid JSON ({error}): it was damaged or edited by hand; "
-                               "index the dataset again") from None  # fmt: skip
+        raise IndexFormatError(
+            f"{path} is not valid JSON ({error}): it was damaged or edited by hand; index the dataset again"
+        ) from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise IndexFormatError(f"{path} is not a vitviz index manifest (no \"format\": \"{FORMAT}\")")
+        raise IndexFormatError(f'{path} is not a vitviz index manifest (no "format": "{FORMAT}")')
     version = manifest.get("format_version")
     if not isinstance(version, int):
         raise IndexFormatError(f"{path} has no integer format_version: it was edited by hand; index the dataset again")
     if version > FORMAT_VERSION:
-        raise IndexFormatError(f"{out} was written by vitviz {manifest.get('vitviz_version', '?')} in index format "
-                               f"{version}; this vitviz reads format {FORMAT_VERSION} and older: upgrade vitviz")  # fmt: skip
+        raise IndexFormatError(
+            f"{out} was written by vitviz {manifest.get('vitviz_version', '?')} in index format "
+            f"{version}; this vitviz reads format {FORMAT_VERSION} and older: upgrade vitviz"
+        )
     required = {"model": dict, "options": dict, "shards": list, "grid": list, "complete": bool, "layout": dict}
     for key, kind in required.items():
         if not isinstance(manifest.get(key), kind):
-            raise IndexFormatError(f"{path}: {key!r} is missing or not a {kind.__name__}: the manifest was edited "
-                                   "by hand or damaged; index the dataset again")  # fmt: skip
+            raise IndexFormatError(
+                f"{path}: {key!r} is missing or not a {kind.__name__}: the manifest was edited "
+                "by hand or damaged; index the dataset again"
+            )
     for shard in manifest["shards"]:
-        if not (isinstance(shard, dict) and isinstance(shard.get("name"), str) and isinstance(shard.get("files"), dict)
-                and isinstance(shard.get("start"), int) and isinstance(shard.get("count"), int)):  # fmt: skip
+        if not (
+            isinstance(shard, dict)
+            and isinstance(shard.get("name"), str)
+            and isinstance(shard.get("files"), dict)
+            and isinstance(shard.get("start"), int)
+            and isinstance(shard.get("count"), int)
+        ):
             raise IndexFormatError(f"{path}: a shard entry is malformed ({str(shard)[:80]}); index the dataset again")
     return manifest
 
@@ -197,12 +210,17 @@ def check_same_run(old: dict, new: dict) -> None:
     """Refuse to resume a run made with another model or other options, naming both."""
     for key in ("model", "options", "source"):
         if old.get(key) != new.get(key):
-            differ = sorted(k for k in set(old.get(key, {})) | set(new.get(key, {}))
-                            if old.get(key, {}).get(k) != new.get(key, {}).get(k))  # fmt: skip
+            differ = sorted(
+                k
+                for k in set(old.get(key, {})) | set(new.get(key, {}))
+                if old.get(key, {}).get(k) != new.get(key, {}).get(k)
+            )
             before = {k: old.get(key, {}).get(k) for k in differ}
             now = {k: new.get(key, {}).get(k) for k in differ}
-            raise IndexFormatError(f"cannot --resume: the index was made with {key} {before}, this run has {now}; "
-                                   "resume with the same settings, or index into a new folder")  # fmt: skip
+            raise IndexFormatError(
+                f"cannot --resume: the index was made with {key} {before}, this run has {now}; "
+                "resume with the same settings, or index into a new folder"
+            )
 
 
 def verify_shard(out: Path, record: dict) -> None:
@@ -210,5 +228,7 @@ def verify_shard(out: Path, record: dict) -> None:
     for name, info in record["files"].items():
         path = Path(out) / SHARDS / record["name"] / name
         if not path.is_file() or sha256_file(path) != info["sha256"]:
-            raise IndexFormatError(f"{path} is missing or does not match its checksum: the index is damaged; "
-                                   "delete that shard folder and run `vitviz index ... --resume`")  # fmt: skip
+            raise IndexFormatError(
+                f"{path} is missing or does not match its checksum: the index is damaged; "
+                "delete that shard folder and run `vitviz index ... --resume`"
+            )

@@ -174,8 +174,13 @@ def readout_attention_all(
     tokens, SigLIP's pooling weights), so models without a [CLS] token get this view too.
     """
     _check_attentions(attentions, num_prefix_tokens, grid_size)
-    rows = torch.stack([_readout(a.flatten(0, 1), _per_head(pooling, a.shape[1]), num_prefix_tokens).unflatten(0, a.shape[:2])
-                        for a in attentions], dim=1)  # (B, L, heads, N)  # fmt: skip
+    rows = torch.stack(
+        [
+            _readout(a.flatten(0, 1), _per_head(pooling, a.shape[1]), num_prefix_tokens).unflatten(0, a.shape[:2])
+            for a in attentions
+        ],
+        dim=1,
+    )  # (B, L, heads, N)
     return _as_map(rows, grid_size)
 
 
@@ -253,7 +258,9 @@ class StreamingExplainer:
         T = _check_attentions(blocks, self.num_prefix_tokens, self.grid_size)
         pooling, p = self.pooling, self.num_prefix_tokens
         if isinstance(pooling, torch.Tensor) and pooling.shape != (attention.shape[0], T):
-            raise ValueError(f"readout weights {tuple(pooling.shape)} do not match (B, T) = ({attention.shape[0]}, {T})")
+            raise ValueError(
+                f"readout weights {tuple(pooling.shape)} do not match (B, T) = ({attention.shape[0]}, {T})"
+            )
         # the sink runs inside the model's forward: under its autocast the products below would run in bf16
         with _autocast_off(attention.device):
             # what the tokens the head reads attend to, as readout_attention_all; clone: a slice would keep

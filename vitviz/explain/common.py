@@ -8,7 +8,6 @@ from typing import Literal
 
 import torch
 
-
 HeadFusion = Literal["mean", "max", "min"]
 # What the classifier reads: the [CLS] row, the mean of the patch rows, or, for any model, the (B, T)
 # weights it gives each token's final state (``output.readout``: DeiT's [CLS] and distillation tokens

@@ -16,8 +16,9 @@ Facet = Literal["token", "key", "query", "value"]
 FACETS: tuple[str, ...] = get_args(Facet)
 
 
-def patch_features(model: ViT, pixel_values: torch.Tensor, block: int, facet: Facet = "token",
-                   precision: str = "fp32") -> torch.Tensor:  # fmt: skip
+def patch_features(
+    model: ViT, pixel_values: torch.Tensor, block: int, facet: Facet = "token", precision: str = "fp32"
+) -> torch.Tensor:
     """The patch tokens' features (B, N, D) in block ``block`` (0 is the first, -1 the last), fp32, prefix tokens left
     out, in row-major grid order:
     - "token": the block's output tokens (``output_hidden_states``), before the final norm;

@@ -9,7 +9,6 @@ import torch.nn.functional as F
 
 from vitviz.explain.common import _check_choice, class_probabilities
 
-
 Baseline = Literal["mean", "blur"]
 
 
@@ -63,7 +62,9 @@ def gaussian_blur(pixel_values: torch.Tensor, kernel_size: int, sigma: float) ->
     kernel = torch.exp(-(x**2) / (2 * sigma**2))
     kernel = kernel / kernel.sum()
     C = pixel_values.shape[1]
-    out = F.pad(pixel_values, (half, half, half, half), mode="reflect" if min(pixel_values.shape[-2:]) > half else "replicate")
+    out = F.pad(
+        pixel_values, (half, half, half, half), mode="reflect" if min(pixel_values.shape[-2:]) > half else "replicate"
+    )
     out = F.conv2d(out, kernel.view(1, 1, 1, -1).expand(C, 1, 1, -1), groups=C)
     return F.conv2d(out, kernel.view(1, 1, -1, 1).expand(C, 1, -1, 1), groups=C)
 
@@ -89,8 +90,12 @@ def faithfulness(
     """
     most = perturbation_curve(model, pixel_values, relevance, target, "most", baseline, steps)
     least = perturbation_curve(model, pixel_values, relevance, target, "least", baseline, steps)
-    return {"most_first": most, "least_first": least, "auc_most_first": area_under_curve(most),
-            "auc_least_first": area_under_curve(least)}  # fmt: skip
+    return {
+        "most_first": most,
+        "least_first": least,
+        "auc_most_first": area_under_curve(most),
+        "auc_least_first": area_under_curve(least),
+    }
 
 
 def fraction_replaced(steps: int = 10) -> torch.Tensor:
@@ -202,5 +207,9 @@ def deletion_insertion(
     with torch.inference_mode():
         probabilities = class_probabilities(model, model(torch.cat([deleted, inserted])).logits.float())[:, target]
     deletion, insertion = probabilities[: steps + 1], probabilities[steps + 1 :]
-    return {"deletion": deletion, "insertion": insertion, "deletion_auc": area_under_curve(deletion),
-            "insertion_auc": area_under_curve(insertion)}  # fmt: skip
+    return {
+        "deletion": deletion,
+        "insertion": insertion,
+        "deletion_auc": area_under_curve(deletion),
+        "insertion_auc": area_under_curve(insertion),
+    }

@@ -71,6 +71,7 @@ def gradient_weighted_rollout(
     if len(gradients) != len(attentions):
         raise ValueError(f"{len(gradients)} gradients for {len(attentions)} attention blocks")
     fused = [
-        discard_weakest(_positive_weighted(a, g), discard_ratio, num_prefix_tokens) for a, g in zip(attentions, gradients)
+        discard_weakest(_positive_weighted(a, g), discard_ratio, num_prefix_tokens)
+        for a, g in zip(attentions, gradients)
     ]
     return _as_map(_rollout(fused, start_layer, pooling, num_prefix_tokens), grid_size)

@@ -72,7 +72,9 @@ def head_importance(
                 ablated = model.forward_head(hidden, grid).logits.float().view(len(heads), B, -1)
                 index = targets.expand(len(heads), B)[..., None]  # each copy's target class
                 logits[layer, start : start + len(heads)] = ablated.gather(2, index)[..., 0]
-                probabilities[layer, start : start + len(heads)] = class_probabilities(model, ablated).gather(2, index)[..., 0]
+                probabilities[layer, start : start + len(heads)] = class_probabilities(model, ablated).gather(2, index)[
+                    ..., 0
+                ]
             if progress is not None:
                 progress(layer)
     return HeadImportance(

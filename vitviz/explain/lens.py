@@ -29,8 +29,10 @@ def token_logits(model: torch.nn.Module, tokens: torch.Tensor) -> torch.Tensor:
     and are averaged; ``fc_norm`` models normalise after pooling, as they do.
     """
     if model.head is None:
-        raise ValueError("the logit lens reads tokens through the classification head; this model is a backbone "
-                         "(num_classes=0) and has none")  # fmt: skip
+        raise ValueError(
+            "the logit lens reads tokens through the classification head; this model is a backbone "
+            "(num_classes=0) and has none"
+        )
     config = model.config
     x = tokens if config.fc_norm else model.norm(tokens)
     if config.pooling == "map":
@@ -73,7 +75,9 @@ def logit_lens(
             logits = _at_least_fp32(model.forward_head(hidden, grid_size or (1, N)).logits)  # (B, classes)
             targets = _targets(logits, target)
             readout.append(class_probabilities(model, logits).gather(1, targets[:, None])[:, 0])
-            probability.append(class_probabilities(model, patch_logits).gather(2, targets[:, None, None].expand(B, N, 1))[..., 0])
+            probability.append(
+                class_probabilities(model, patch_logits).gather(2, targets[:, None, None].expand(B, N, 1))[..., 0]
+            )
             votes.append(patch_logits.argmax(dim=-1))
     return LogitLens(
         probability=_as_map(torch.stack(probability), grid_size),

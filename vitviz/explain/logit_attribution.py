@@ -21,7 +21,9 @@ from vitviz.model import ViT
 
 @dataclass(frozen=True)
 class LogitAttribution:
-    embeddings: torch.Tensor  # (B,) the patch embeddings, prefix tokens and position embeddings (the first block's input)
+    embeddings: (
+        torch.Tensor
+    )  # (B,) the patch embeddings, prefix tokens and position embeddings (the first block's input)
     heads: torch.Tensor  # (B, layers, heads) each head's output, through its slice of the projection and LayerScale
     mlps: torch.Tensor  # (B, layers) each MLP's output, LayerScale included
     biases: torch.Tensor  # (B,) the attention projections' biases, the final norm's shift and the head's bias
@@ -44,8 +46,9 @@ def direct_logit_attribution(
     if c.num_classes == 0:
         raise ValueError("direct logit attribution needs a classifier: this model is a backbone (no logits)")
     if c.pooling == "map":
-        raise ValueError("the attention-pooling head is not linear in the tokens: direct logit attribution cannot "
-                         "split its output")  # fmt: skip
+        raise ValueError(
+            "the attention-pooling head is not linear in the tokens: direct logit attribution cannot split its output"
+        )
     if c.attention_norm:
         raise ValueError("a norm on the heads' joined output mixes them: direct logit attribution cannot split it")
     if c.fc_norm and (c.pooling == "cls+mean" or c.distillation_head):
@@ -78,8 +81,14 @@ def direct_logit_attribution(
             mlps.append((written * readout).sum(dim=(1, 2)))
             x = x + written
         logit = output.logits.float().gather(1, targets[:, None])[:, 0]
-    return LogitAttribution(embeddings.cpu(), torch.stack(heads, dim=1).cpu(), torch.stack(mlps, dim=1).cpu(),
-                            biases.cpu(), logit.cpu(), targets.cpu())  # fmt: skip
+    return LogitAttribution(
+        embeddings.cpu(),
+        torch.stack(heads, dim=1).cpu(),
+        torch.stack(mlps, dim=1).cpu(),
+        biases.cpu(),
+        logit.cpu(),
+        targets.cpu(),
+    )
 
 
 def _linear_readout(model: ViT, last: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -104,8 +113,11 @@ def _linear_readout(model: ViT, last: torch.Tensor, targets: torch.Tensor) -> tu
         elif c.pooling == "mean":
             token_weights, vectors = [_mean_over_patches(B, T, p, last)], [vector]
         else:  # [CLS], or the two tokens averaged (DeiT without its second head)
-            token_weights = [_one_hot(B, T, 0, last) if not c.distillation_head else
-                             (_one_hot(B, T, 0, last) + _one_hot(B, T, 1, last)) / 2]  # fmt: skip
+            token_weights = [
+                _one_hot(B, T, 0, last)
+                if not c.distillation_head
+                else (_one_hot(B, T, 0, last) + _one_hot(B, T, 1, last)) / 2
+            ]
             vectors = [vector]
     # the final norm, scale frozen: on every token, or (fc_norm) on the pooled vector
     norm = model.norm

@@ -72,7 +72,9 @@ def method_maps(
         output = model(pixels, output_attentions=True, output_hidden_states="lens" in methods)
     if output.logits is None and set(methods) & set(CLASS_SPECIFIC):
         raise ValueError("class-specific maps need a classification head; this model is a backbone (num_classes=0)")
-    probabilities = class_probabilities(model, output.logits.float())[0].detach() if output.logits is not None else torch.zeros(0)
+    probabilities = (
+        class_probabilities(model, output.logits.float())[0].detach() if output.logits is not None else torch.zeros(0)
+    )
     if target is None:
         target = int(probabilities.argmax()) if probabilities.numel() else 0
     elif not 0 <= target < probabilities.numel():
@@ -86,7 +88,9 @@ def method_maps(
     maps, lens = {}, None
     for method in methods:
         if method == "rollout":
-            maps[method] = attention_rollout(attentions, head_fusion, discard_ratio, start_layer, pooling=pooling, **grid)
+            maps[method] = attention_rollout(
+                attentions, head_fusion, discard_ratio, start_layer, pooling=pooling, **grid
+            )
         elif method == "cls":
             maps[method] = cls_attention(attentions, layer=-1, head="mean", **grid)
         elif method == "relevance":
@@ -100,8 +104,9 @@ def method_maps(
         elif method == "tam":
             with autocast(precision, device):
                 _, integrated = integrated_attention_gradient(model, pixels, target, TAM_STEPS)
-            maps[method] = transition_attention_map(attentions, integrated.float(), pooling=pooling,
-                                                    start_layer=start_layer, **grid)  # fmt: skip
+            maps[method] = transition_attention_map(
+                attentions, integrated.float(), pooling=pooling, start_layer=start_layer, **grid
+            )
         elif method == "gradcam":
             with autocast(precision, device):
                 _, activations, gradients_norm1 = norm1_gradients(model, pixels, target)

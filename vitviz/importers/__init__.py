@@ -15,4 +15,11 @@ from vitviz.importers.open_clip import from_open_clip
 from vitviz.importers.timm import from_timm
 from vitviz.importers.torchvision import TORCHVISION_ARCHS, from_torchvision
 
-__all__ = ["TORCHVISION_ARCHS", "from_huggingface", "from_open_clip", "from_timm", "from_torchvision", "load_huggingface_folder"]
+__all__ = [
+    "TORCHVISION_ARCHS",
+    "from_huggingface",
+    "from_open_clip",
+    "from_timm",
+    "from_torchvision",
+    "load_huggingface_folder",
+]

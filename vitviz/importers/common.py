@@ -60,8 +60,10 @@ def read_json(path: Path) -> dict:
     try:
         size = path.stat().st_size
         if size > MAX_JSON_BYTES:
-            raise ModelLoadError(f"{path} is {size / 2**20:.0f} MB, more than the {MAX_JSON_BYTES // 2**20} MB a model's "
-                                 "JSON file may take")  # fmt: skip
+            raise ModelLoadError(
+                f"{path} is {size / 2**20:.0f} MB, more than the {MAX_JSON_BYTES // 2**20} MB a model's "
+                "JSON file may take"
+            )
         value = json.loads(path.read_text())
     except RecursionError:
         raise ModelLoadError(f"{path} is nested too deeply to be a model's config") from None
@@ -99,5 +101,7 @@ def check_logit_scale(scale: object, bias: object, source: str) -> None:
         finite = value.detach().float().exp() if name == "logit_scale" else value.detach().float()
         if not bool(torch.isfinite(finite).all()):
             what = "exp(logit_scale), the scale of the logits," if name == "logit_scale" else "logit_bias"
-            raise ModelLoadError(f"{source}: {what} is {finite.item()} (from {value.item()}): every zero-shot score "
-                                 "would be infinite or NaN")  # fmt: skip
+            raise ModelLoadError(
+                f"{source}: {what} is {finite.item()} (from {value.item()}): every zero-shot score "
+                "would be infinite or NaN"
+            )

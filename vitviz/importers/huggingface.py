@@ -36,12 +36,19 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError, safe_open
 
-from vitviz.checkpoint import (MAX_TENSORS, ModelLoadError, build_model, check_model_size, check_torch_file, describe,
-                               load_torch_file)  # fmt: skip
+from vitviz.checkpoint import (
+    MAX_TENSORS,
+    ModelLoadError,
+    build_model,
+    check_model_size,
+    check_torch_file,
+    describe,
+    load_torch_file,
+)
 from vitviz.images import Preprocessing
 from vitviz.importers.common import add_zero_biases, fuse_qkv, read_json, rename
-from vitviz.memory import available_memory, gigabytes
 from vitviz.importers.huggingface_text import TEXT_TOWER_TYPES, text_tower
+from vitviz.memory import available_memory, gigabytes
 from vitviz.model import ViT, ViTConfig
 from vitviz.model.config import echo
 
@@ -53,8 +60,10 @@ _BLOCK_RULES = [
     (_BLOCK + r"(?:layernorm_after|norm2|layer_norm2|rms_norm2)\.", r"blocks.\1.norm2."),
     (_BLOCK + r"attention\.attention\.(query|key|value)\.", r"blocks.\1.attn.\2."),
     (_BLOCK + r"(?:attention|self_attn)\.(q|k|v)_proj\.", r"blocks.\1.attn.\2."),
-    (_BLOCK + r"(?:attention\.output\.dense|attention\.o_proj|self_attn\.out_proj|attention\.out_proj)\.",
-     r"blocks.\1.attn.proj."),
+    (
+        _BLOCK + r"(?:attention\.output\.dense|attention\.o_proj|self_attn\.out_proj|attention\.out_proj)\.",
+        r"blocks.\1.attn.proj.",
+    ),
     (_BLOCK + r"(?:intermediate\.dense|mlp\.fc1|(?:mlp|ffn)\.up_proj)\.", r"blocks.\1.mlp.fc1."),
     (_BLOCK + r"(?:output\.dense|mlp\.fc2|(?:mlp|ffn)\.down_proj)\.", r"blocks.\1.mlp.fc2."),
     (_BLOCK + r"(?:mlp|ffn)\.gate_proj\.", r"blocks.\1.mlp.gate."),
@@ -106,9 +115,17 @@ _SIGLIP_RULES = [
 # Defaults of the Hugging Face config classes, for keys a config.json leaves out (the SigLIP files
 # on the Hub give little more than the patch size). Tests compare them with transformers'.
 _VIT_DEFAULTS = dict(
-    image_size=224, patch_size=16, num_channels=3, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
-    intermediate_size=3072, hidden_act="gelu", layer_norm_eps=1e-12, qkv_bias=True,
-)  # fmt: skip
+    image_size=224,
+    patch_size=16,
+    num_channels=3,
+    hidden_size=768,
+    num_hidden_layers=12,
+    num_attention_heads=12,
+    intermediate_size=3072,
+    hidden_act="gelu",
+    layer_norm_eps=1e-12,
+    qkv_bias=True,
+)
 _DINOV2_DEFAULTS = {
     **{k: v for k, v in _VIT_DEFAULTS.items() if k != "intermediate_size"},
     **dict(patch_size=14, mlp_ratio=4, layer_norm_eps=1e-6, use_swiglu_ffn=False),
@@ -157,8 +174,10 @@ def _dinov3_config(c: Mapping, weights: dict) -> dict:
     """DINOv3: [CLS] and storage tokens, LayerScale, no position table, DINOv3's rotary embedding (rope_theta), a
     GELU or gated (SwiGLU) MLP; pooler_output is the normed [CLS]. Its key bias, when absent, becomes zeros."""
     if not (c["query_bias"] == c["value_bias"]) or not c["proj_bias"] or not c["mlp_bias"]:
-        raise ModelLoadError("DINOv3 with a query bias but no value bias (or the reverse), or without projection or "
-                             "MLP biases, is not supported")  # fmt: skip
+        raise ModelLoadError(
+            "DINOv3 with a query bias but no value bias (or the reverse), or without projection or "
+            "MLP biases, is not supported"
+        )
     if c["use_gated_mlp"] and c["hidden_act"] not in ("silu", "swish"):
         raise ModelLoadError(f"a gated MLP with {c['hidden_act']!r}: vitviz's gated MLP is SwiGLU (silu)")
     return dict(
@@ -184,15 +203,27 @@ def _aimv2_config(c: Mapping, weights: dict) -> dict:
     table, read out by the mean patch token as timm does. Its optional attention-pooling head (use_head, the LiT
     variants) has a form vitviz's pooling head does not: refused."""
     if c["use_head"] and any(name.startswith("head.") for name in weights):
-        raise ModelLoadError("AIMv2 with its attention-pooling head (use_head=True, the LiT variants) is not supported: "
-                             "its head has no query projection and no MLP, unlike vitviz's; the backbones load")  # fmt: skip
+        raise ModelLoadError(
+            "AIMv2 with its attention-pooling head (use_head=True, the LiT variants) is not supported: "
+            "its head has no query projection and no MLP, unlike vitviz's; the backbones load"
+        )
     if c.get("is_native"):
-        raise ModelLoadError("AIMv2's native-resolution variant (is_native=True, sine-cosine positions) is not supported")
+        raise ModelLoadError(
+            "AIMv2's native-resolution variant (is_native=True, sine-cosine positions) is not supported"
+        )
     if c["hidden_act"] not in ("silu", "swish"):
         raise ModelLoadError(f"AIMv2 with {c['hidden_act']!r}: vitviz's gated MLP is SwiGLU (silu)")
-    return dict(mlp_size=c["intermediate_size"], qkv_bias=c["qkv_bias"], class_token=False, pooling="mean",
-                norm="rmsnorm", patch_norm=True, gated_mlp=True, layer_norm_eps=c["rms_norm_eps"],
-                activation="gelu")  # fmt: skip
+    return dict(
+        mlp_size=c["intermediate_size"],
+        qkv_bias=c["qkv_bias"],
+        class_token=False,
+        pooling="mean",
+        norm="rmsnorm",
+        patch_norm=True,
+        gated_mlp=True,
+        layer_norm_eps=c["rms_norm_eps"],
+        activation="gelu",
+    )
 
 
 def _clip_config(c: Mapping, weights: dict) -> dict:
@@ -246,30 +277,69 @@ _FAMILIES = {
         "dinov2", _DINOV2_RULES, r"embeddings\.mask_token", _DINOV2_DEFAULTS, partial(_dinov2_config, registers=False)
     ),
     "dinov2_with_registers": _Family(
-        "dinov2_with_registers", _DINOV2_RULES, r"embeddings\.mask_token",
-        {**_DINOV2_DEFAULTS, "patch_size": 16, "num_register_tokens": 4}, partial(_dinov2_config, registers=True),
-    ),  # fmt: skip
+        "dinov2_with_registers",
+        _DINOV2_RULES,
+        r"embeddings\.mask_token",
+        {**_DINOV2_DEFAULTS, "patch_size": 16, "num_register_tokens": 4},
+        partial(_dinov2_config, registers=True),
+    ),
     "dinov3_vit": _Family(
-        "", _DINOV3_RULES, r"embeddings\.mask_token",
-        dict(_VIT_DEFAULTS, patch_size=16, layer_norm_eps=1e-5, rope_theta=100.0, query_bias=True, key_bias=False,
-             value_bias=True, proj_bias=True, mlp_bias=True, use_gated_mlp=False, num_register_tokens=0),
+        "",
+        _DINOV3_RULES,
+        r"embeddings\.mask_token",
+        dict(
+            _VIT_DEFAULTS,
+            patch_size=16,
+            layer_norm_eps=1e-5,
+            rope_theta=100.0,
+            query_bias=True,
+            key_bias=False,
+            value_bias=True,
+            proj_bias=True,
+            mlp_bias=True,
+            use_gated_mlp=False,
+            num_register_tokens=0,
+        ),
         _dinov3_config,
-    ),  # fmt: skip
+    ),
     "ijepa": _Family("ijepa", _VIT_RULES, r"embeddings\.mask_token|pooler\.dense\..*", _VIT_DEFAULTS, _ijepa_config),
     "aimv2_vision_model": _Family(
-        "vision_model", _AIMV2_RULES, r"embeddings\.position_ids|text_model\..*|logit_scale|visual_projection\..*|"
-        r"text_projection\..*", dict(_VIT_DEFAULTS, patch_size=14, hidden_act="silu", rms_norm_eps=1e-5, qkv_bias=False,
-                                    use_head=True, is_native=False, layer_norm_eps=1e-5), _aimv2_config,
-    ),  # fmt: skip
+        "vision_model",
+        _AIMV2_RULES,
+        r"embeddings\.position_ids|text_model\..*|logit_scale|visual_projection\..*|"
+        r"text_projection\..*",
+        dict(
+            _VIT_DEFAULTS,
+            patch_size=14,
+            hidden_act="silu",
+            rms_norm_eps=1e-5,
+            qkv_bias=False,
+            use_head=True,
+            is_native=False,
+            layer_norm_eps=1e-5,
+        ),
+        _aimv2_config,
+    ),
     "clip_vision_model": _Family("vision_model", _CLIP_RULES, _CLIP_UNUSED, _CLIP_DEFAULTS, _clip_config, False),
     "siglip_vision_model": _Family(
-        "vision_model", _SIGLIP_RULES, r"embeddings\.position_ids|text_model\..*|logit_scale|logit_bias",
-        {**_CLIP_DEFAULTS, "patch_size": 16, "hidden_act": "gelu_pytorch_tanh", "layer_norm_eps": 1e-6,
-         "vision_use_head": True},
+        "vision_model",
+        _SIGLIP_RULES,
+        r"embeddings\.position_ids|text_model\..*|logit_scale|logit_bias",
+        {
+            **_CLIP_DEFAULTS,
+            "patch_size": 16,
+            "hidden_act": "gelu_pytorch_tanh",
+            "layer_norm_eps": 1e-6,
+            "vision_use_head": True,
+        },
         _siglip_config,
-    ),  # fmt: skip
+    ),
 }
-_VISION_HALF = {"clip": "clip_vision_model", "siglip": "siglip_vision_model", "aimv2": "aimv2_vision_model"}  # image-text models: vision_config
+_VISION_HALF = {
+    "clip": "clip_vision_model",
+    "siglip": "siglip_vision_model",
+    "aimv2": "aimv2_vision_model",
+}  # image-text models: vision_config
 SUPPORTED_MODEL_TYPES = tuple(sorted([*_FAMILIES, *_VISION_HALF]))
 
 
@@ -288,12 +358,16 @@ def from_huggingface(state_dict: dict[str, torch.Tensor], config: dict) -> ViT:
         config = config.get("vision_config") or {}
         model_type = _VISION_HALF[model_type]
         if not isinstance(config, Mapping):
-            raise ModelLoadError(f"Hugging Face config cannot describe a vitviz ViT ({model_type}): its vision_config "
-                                 f"is not an object but {echo(config, 80)}")  # fmt: skip
+            raise ModelLoadError(
+                f"Hugging Face config cannot describe a vitviz ViT ({model_type}): its vision_config "
+                f"is not an object but {echo(config, 80)}"
+            )
     family = _FAMILIES.get(model_type)
     if family is None:
-        raise ModelLoadError(f"Hugging Face model_type {echo(model_type)} is not supported; supported: "
-                             f"{', '.join(SUPPORTED_MODEL_TYPES)}")  # fmt: skip
+        raise ModelLoadError(
+            f"Hugging Face model_type {echo(model_type)} is not supported; supported: "
+            f"{', '.join(SUPPORTED_MODEL_TYPES)}"
+        )
     try:
         c = ChainMap(dict(config), family.defaults)
         prefix = re.compile(rf"^{family.prefix}\.")
@@ -328,8 +402,9 @@ def from_huggingface(state_dict: dict[str, torch.Tensor], config: dict) -> ViT:
     except ModelLoadError:
         raise
     except (TypeError, ValueError, KeyError, IndexError, AttributeError, RuntimeError) as error:
-        raise ModelLoadError(f"Hugging Face config cannot describe a vitviz ViT ({model_type}): "
-                             f"{describe(error)}") from None  # fmt: skip
+        raise ModelLoadError(
+            f"Hugging Face config cannot describe a vitviz ViT ({model_type}): {describe(error)}"
+        ) from None
     return build_model(vit_config, weights, source="Hugging Face checkpoint")
 
 
@@ -387,9 +462,12 @@ def load_huggingface_folder(folder: str | Path) -> ViT:
     try:
         model = from_huggingface(state_dict, config)
         labels = config.get("id2label") or {}
-        model.class_names = [str(labels.get(str(i), labels.get(i, f"class {i}"))) for i in range(model.config.num_classes)]
-        model.transform = _huggingface_preprocessing(folder / "preprocessor_config.json", model.config.image_size,
-                                                     config.get("model_type"))
+        model.class_names = [
+            str(labels.get(str(i), labels.get(i, f"class {i}"))) for i in range(model.config.num_classes)
+        ]
+        model.transform = _huggingface_preprocessing(
+            folder / "preprocessor_config.json", model.config.image_size, config.get("model_type")
+        )
         if config.get("model_type") in TEXT_TOWER_TYPES:
             model.text_tower, model.text_tower_note = text_tower(folder, state_dict, config)
     except ModelLoadError:
@@ -417,8 +495,10 @@ def shard_files(index: Path, max_tensors: int = MAX_TENSORS) -> list[str]:
     if not isinstance(weight_map, dict) or not weight_map:
         raise ModelLoadError(f"{index} has no weight_map")
     if len(weight_map) > max_tensors:
-        raise ModelLoadError(f"{index} maps {len(weight_map):,} weights, more than the {max_tensors:,} its model may "
-                             "have: no shard was read")  # fmt: skip
+        raise ModelLoadError(
+            f"{index} maps {len(weight_map):,} weights, more than the {max_tensors:,} its model may "
+            "have: no shard was read"
+        )
     shards = sorted(set(map(str, weight_map.values())))
     if any(Path(shard).name != shard for shard in shards):  # never a path outside the folder
         raise ModelLoadError(f"{index} names shard files outside its folder")
@@ -436,22 +516,30 @@ def read_safetensors(path: str | Path, max_tensors: int = MAX_TENSORS, tensors: 
     try:
         size = path.stat().st_size
         if size > available_memory():
-            raise ModelLoadError(f"{path} holds {gigabytes(size)} of weights, more than the "
-                                 f"{gigabytes(available_memory())} of memory free on this machine")  # fmt: skip
+            raise ModelLoadError(
+                f"{path} holds {gigabytes(size)} of weights, more than the "
+                f"{gigabytes(available_memory())} of memory free on this machine"
+            )
         with open(path, "rb") as f:
             header = int.from_bytes(f.read(8), "little")
         fixed, per_tensor = SAFETENSORS_HEADER_BYTES
         if header > size - 8:
-            raise ModelLoadError(f"{path} is not a safetensors file (its header would take {header:,} bytes, more "
-                                 f"than the file's {size:,})")  # fmt: skip
+            raise ModelLoadError(
+                f"{path} is not a safetensors file (its header would take {header:,} bytes, more "
+                f"than the file's {size:,})"
+            )
         if header > fixed + per_tensor * max_tensors:
-            raise ModelLoadError(f"{path}'s header takes {header / 2**20:,.1f} MB, room for far more than the "
-                                 f"{max_tensors:,} tensors its model may have: it was not read")  # fmt: skip
+            raise ModelLoadError(
+                f"{path}'s header takes {header / 2**20:,.1f} MB, room for far more than the "
+                f"{max_tensors:,} tensors its model may have: it was not read"
+            )
         with safe_open(path, "pt", device="cpu") as f:
             names = list(f.keys())
             if len(names) > max_tensors:
-                raise ModelLoadError(f"{path} holds {len(names):,} tensors, more than the {max_tensors:,} its model "
-                                     "may have: they were not read")  # fmt: skip
+                raise ModelLoadError(
+                    f"{path} holds {len(names):,} tensors, more than the {max_tensors:,} its model "
+                    "may have: they were not read"
+                )
             return {name: f.get_tensor(name) for name in names} if tensors else {}
     except ModelLoadError:
         raise
@@ -468,14 +556,20 @@ def check_weights_file(path: Path, max_tensors: int = MAX_TENSORS) -> None:
         check_torch_file(path, max_tensors)
 
 
-def _huggingface_preprocessing(path: Path, image_size: int | tuple[int, int], model_type: object = None
-                               ) -> Preprocessing:  # fmt: skip
+def _huggingface_preprocessing(
+    path: Path, image_size: int | tuple[int, int], model_type: object = None
+) -> Preprocessing:
     """The preprocessor_config.json's resize, crop and normalisation; every value checked (``Preprocessing``).
 
     What the file leaves out (or the whole file, when the folder has none) takes the model's own defaults: its
     config's ``image_size``, and the mean and std of transformers' image processor for its type (OpenAI's for CLIP,
     0.5 for the others), as the model was trained."""
-    from transformers.image_utils import IMAGENET_STANDARD_MEAN, IMAGENET_STANDARD_STD, OPENAI_CLIP_MEAN, OPENAI_CLIP_STD
+    from transformers.image_utils import (
+        IMAGENET_STANDARD_MEAN,
+        IMAGENET_STANDARD_STD,
+        OPENAI_CLIP_MEAN,
+        OPENAI_CLIP_STD,
+    )
 
     settings = read_json(path) if path.is_file() else {}
     height, width = (image_size, image_size) if isinstance(image_size, int) else image_size
@@ -490,8 +584,10 @@ def _huggingface_preprocessing(path: Path, image_size: int | tuple[int, int], mo
     unusable = f"{path.parent} is not a usable Hugging Face ViT folder: {path.name}"
     for name, value in (("size", size), ("crop_size", crop)):
         if value is not None and not isinstance(value, (dict, int)):
-            raise ModelLoadError(f"{unusable}'s {name} must be a number of pixels or an object with height and width "
-                                 f"(or shortest_edge); got {echo(value, 80)}")  # fmt: skip
+            raise ModelLoadError(
+                f"{unusable}'s {name} must be a number of pixels or an object with height and width "
+                f"(or shortest_edge); got {echo(value, 80)}"
+            )
     try:
         resize = size["shortest_edge"] if "shortest_edge" in size else (size["height"], size["width"])
         if isinstance(crop, dict):

@@ -43,8 +43,16 @@ _RULES = [
     (r"transformer\.resblocks\.(\d+)\.ls_([12])\.gamma", r"blocks.\1.ls\2.gamma"),
     (r"ln_post\.", r"norm."),
 ]
-TOKENIZER_FILES = ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "spiece.model",
-                   "tokenizer.model", "vocab.json", "merges.txt", "added_tokens.json"]  # fmt: skip
+TOKENIZER_FILES = [
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "spiece.model",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+    "added_tokens.json",
+]
 
 
 def from_open_clip(model: nn.Module, tokenizer, source: str | None = None) -> ViT:
@@ -58,8 +66,9 @@ def from_open_clip(model: nn.Module, tokenizer, source: str | None = None) -> Vi
 
     visual = getattr(model, "visual", None)
     if visual is None or not hasattr(model, "encode_text") or not hasattr(model, "logit_scale"):
-        raise ModelLoadError(f"expected an open_clip CLIP model (with .visual, .encode_text, .logit_scale); got "
-                             f"{type(model).__name__}")  # fmt: skip
+        raise ModelLoadError(
+            f"expected an open_clip CLIP model (with .visual, .encode_text, .logit_scale); got {type(model).__name__}"
+        )
     source = source or f"open_clip {type(model).__name__}"
     check_logit_scale(model.logit_scale, getattr(model, "logit_bias", None), source)
     check_finite({name: p for name, p in model.named_parameters() if not name.startswith("visual.")}, source)
@@ -79,8 +88,10 @@ def _image_tower(visual: nn.Module) -> tuple[ViT, nn.Linear | None]:
     if isinstance(visual, TimmModel):
         names = [name for name, _ in visual.head.named_children() if name != "drop"]
         if names not in ([], ["proj"]):
-            raise ModelLoadError(f"this open_clip timm tower has a {'/'.join(names)} head; vitviz converts a plain "
-                                 "linear projection or none")  # fmt: skip
+            raise ModelLoadError(
+                f"this open_clip timm tower has a {'/'.join(names)} head; vitviz converts a plain "
+                "linear projection or none"
+            )
         vit = from_timm(visual.trunk)
         projection = _copy_linear(visual.head.proj) if names else None
         if vit.head is not None:  # the trunk's own classifier is the projection (EVA-CLIP, PE-Core: timm_proj "")
@@ -104,8 +115,10 @@ def _image_tower(visual: nn.Module) -> tuple[ViT, nn.Linear | None]:
             projection = nn.Linear(width, dim, bias=False)
             projection.weight.data.copy_(visual.proj.detach().T)
         return vit, projection
-    raise ModelLoadError(f"open_clip image tower {type(visual).__name__} is not a ViT vitviz converts "
-                         "(OpenCLIP's VisionTransformer or a timm ViT trunk)")  # fmt: skip
+    raise ModelLoadError(
+        f"open_clip image tower {type(visual).__name__} is not a ViT vitviz converts "
+        "(OpenCLIP's VisionTransformer or a timm ViT trunk)"
+    )
 
 
 def _copy_linear(layer: nn.Linear) -> nn.Linear:
@@ -196,12 +209,14 @@ def load_open_clip(name: str) -> ViT:
     if name.startswith("hf-hub:"):
         repo_id = name.removeprefix("hf-hub:").strip("/")
         if not hub.REPO_ID.fullmatch(repo_id):
-            raise ModelLoadError(f"{echo(repo_id)} is not a Hugging Face repository id (org/name, 96 characters each "
-                                 "at most)")  # fmt: skip
+            raise ModelLoadError(
+                f"{echo(repo_id)} is not a Hugging Face repository id (org/name, 96 characters each at most)"
+            )
         offline = not hub.hub_reachable()
         config = hub.hub_file(repo_id, ["open_clip_config.json"], spec, offline=offline)
-        weights = hub.hub_file(repo_id, ["open_clip_model.safetensors", "open_clip_pytorch_model.bin"], spec,
-                               offline=offline)  # fmt: skip
+        weights = hub.hub_file(
+            repo_id, ["open_clip_model.safetensors", "open_clip_pytorch_model.bin"], spec, offline=offline
+        )
         model_cfg = read_json(config).get("model_cfg", {})
         _check_model_cfg(model_cfg, weights, spec)
         check_weights_file(weights)  # its header: a hostile file in the cache is refused before open_clip reads it
@@ -214,8 +229,10 @@ def load_open_clip(name: str) -> ViT:
             raise ModelLoadError(f"open_clip has no model {echo(model_name)}; open_clip.list_models() lists them")
         tags = open_clip.list_pretrained_tags_by_model(model_name)
         if tag not in tags:
-            raise ModelLoadError(f"open_clip has no pretrained weights {echo(name)}; give <model>/<tag>, with tags of "
-                                 f"{model_name}: {', '.join(tags) or 'none'}")  # fmt: skip
+            raise ModelLoadError(
+                f"open_clip has no pretrained weights {echo(name)}; give <model>/<tag>, with tags of "
+                f"{model_name}: {', '.join(tags) or 'none'}"
+            )
         offline = not hub.hub_reachable()
         hf_hub = open_clip.get_pretrained_cfg(model_name, tag).get("hf_hub") or ""
         if hf_hub:
@@ -261,17 +278,21 @@ def _check_model_cfg(model_cfg: object, weights: Path, spec: str) -> None:
         sizes = {name: cfg.get(name, default) for name, default in defaults.items()}
         resnet = isinstance(sizes["layers"], (list, tuple))  # a ResNet's layers: blocks per stage
         numbers = [*(sizes["layers"] if resnet else [sizes["layers"]]), *(v for k, v in sizes.items() if k != "layers")]
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
-                   for v in numbers):  # fmt: skip
-            raise ModelLoadError(f"{spec}: open_clip_config.json's {key} sizes must be positive numbers; got "
-                                 f"{echo(sizes, 120)}")  # fmt: skip
+        if not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0 for v in numbers
+        ):
+            raise ModelLoadError(
+                f"{spec}: open_clip_config.json's {key} sizes must be positive numbers; got {echo(sizes, 120)}"
+            )
         width, layers = sizes["width"], sum(sizes["layers"]) if resnet else sizes["layers"]
         per_layer = width * width * (1 if resnet else 4 + 2 * sizes["mlp_ratio"])  # a bottleneck has 9 w^2 or more
         least += int(layers * per_layer + (sizes.get("vocab_size", 0) + sizes.get("context_length", 0)) * width)
     size = weights.stat().st_size
     if least > size:
-        raise ModelLoadError(f"{spec}: open_clip_config.json describes at least {least:,} parameters, more than its "
-                             f"{size:,}-byte weights file ({weights.name}) can hold")  # fmt: skip
+        raise ModelLoadError(
+            f"{spec}: open_clip_config.json describes at least {least:,} parameters, more than its "
+            f"{size:,}-byte weights file ({weights.name}) can hold"
+        )
     check_parameters(least, spec)
 
 
@@ -283,8 +304,10 @@ def _fetch_tokenizer(model_cfg: dict, spec: str, offline: bool) -> None:
         return
     found = [hub.hub_file(repo_id, [name], spec, offline=offline, required=False) for name in TOKENIZER_FILES]
     if not any(found):
-        raise ModelLoadError(f"{spec}: the tokenizer {repo_id} has none of {', '.join(TOKENIZER_FILES)}"
-                             + (f" in the cache ({hub.cache_folder()}); is this machine offline?" if offline else ""))
+        raise ModelLoadError(
+            f"{spec}: the tokenizer {repo_id} has none of {', '.join(TOKENIZER_FILES)}"
+            + (f" in the cache ({hub.cache_folder()}); is this machine offline?" if offline else "")
+        )
 
 
 @functools.cache

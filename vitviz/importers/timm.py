@@ -43,8 +43,10 @@ _RULES = [
     (r"pos_embed", r"pos_embed"),
     (r"patch_embed\.(proj|norm)\.", r"patch_embed.\1."),
     (r"norm_pre\.", r"norm_pre."),
-    (r"blocks\.(\d+)\.(norm1|norm2|attn\.qkv|attn\.proj|attn\.q_norm|attn\.k_norm|attn\.norm|mlp\.fc1|mlp\.fc2|mlp\.norm)\.",
-     r"blocks.\1.\2."),
+    (
+        r"blocks\.(\d+)\.(norm1|norm2|attn\.qkv|attn\.proj|attn\.q_norm|attn\.k_norm|attn\.norm|mlp\.fc1|mlp\.fc2|mlp\.norm)\.",
+        r"blocks.\1.\2.",
+    ),
     (r"blocks\.(\d+)\.mlp\.fc1_g\.", r"blocks.\1.mlp.gate."),  # SwiGLU, split: the gate, then the value
     (r"blocks\.(\d+)\.mlp\.fc1_x\.", r"blocks.\1.mlp.fc1."),
     (r"blocks\.(\d+)\.(ls1|ls2)\.gamma", r"blocks.\1.\2.gamma"),
@@ -130,8 +132,18 @@ def _describe(model: nn.Module) -> dict:
     for module in (first.ls1, first.ls2):
         if not isinstance(module, (LayerScale, nn.Identity)):
             refuse(f"{type(module).__name__} on the residual branches")
-    norms = [m for block in blocks for m in (block.norm1, block.norm2, block.attn.q_norm, block.attn.k_norm,
-                                             getattr(block.attn, "norm", nn.Identity()), block.mlp.norm)]
+    norms = [
+        m
+        for block in blocks
+        for m in (
+            block.norm1,
+            block.norm2,
+            block.attn.q_norm,
+            block.attn.k_norm,
+            getattr(block.attn, "norm", nn.Identity()),
+            block.mlp.norm,
+        )
+    ]
     norm = _norm_kind(norms + [model.norm, model.fc_norm, model.norm_pre, embed.norm], refuse)
     fc_norm = not isinstance(model.fc_norm, nn.Identity)
     if fc_norm == (not isinstance(model.norm, nn.Identity)):
@@ -147,7 +159,11 @@ def _describe(model: nn.Module) -> dict:
             refuse("an attention-pooling head with more than one query or its own position embedding")
         if not (isinstance(pool.q_norm, nn.Identity) and isinstance(pool.k_norm, nn.Identity)):
             refuse("q/k normalisation in the pooling head")
-        if pool.num_heads != attn.num_heads or type(pool.mlp) is not Mlp or pool.mlp.fc1.out_features != mlp.fc1.out_features:
+        if (
+            pool.num_heads != attn.num_heads
+            or type(pool.mlp) is not Mlp
+            or pool.mlp.fc1.out_features != mlp.fc1.out_features
+        ):
             refuse("an attention-pooling head whose heads or MLP differ from the blocks'")
         if type(pool.mlp.act) is not type(mlp.act):
             refuse("an attention-pooling head whose activation differs from the blocks'")
@@ -188,11 +204,18 @@ def _describe(model: nn.Module) -> dict:
 
 
 def _norm_kind(modules: list[nn.Module], refuse) -> str:
-    """"layernorm" or "rmsnorm": the one kind of norm among ``modules`` (Identity aside), else a refusal."""
+    """ "layernorm" or "rmsnorm": the one kind of norm among ``modules`` (Identity aside), else a refusal."""
     from timm.layers import RmsNorm
 
-    kinds = {"layernorm" if isinstance(m, nn.LayerNorm) else "rmsnorm" if isinstance(m, (RmsNorm, nn.RMSNorm))
-             else type(m).__name__ for m in modules if not isinstance(m, nn.Identity)}  # fmt: skip
+    kinds = {
+        "layernorm"
+        if isinstance(m, nn.LayerNorm)
+        else "rmsnorm"
+        if isinstance(m, (RmsNorm, nn.RMSNorm))
+        else type(m).__name__
+        for m in modules
+        if not isinstance(m, nn.Identity)
+    }
     if len(kinds) != 1 or not kinds <= {"layernorm", "rmsnorm"}:
         refuse(f"norms of kinds {', '.join(sorted(kinds))} (vitviz has one kind per model: LayerNorm or RMSNorm)")
     return kinds.pop()
@@ -234,13 +257,15 @@ def load_timm(name: str) -> ViT:
     weights = None
     if cfg.hf_hub_id:  # through vitviz.hub, which fails fast offline, then timm loads the file as its own
         repo_id, _, revision = cfg.hf_hub_id.partition("@")
-        weights = hub_file(repo_id, ["model.safetensors", cfg.hf_hub_filename or "pytorch_model.bin"],
-                           f"timm:{name}", revision or None)  # fmt: skip
+        weights = hub_file(
+            repo_id, ["model.safetensors", cfg.hf_hub_filename or "pytorch_model.bin"], f"timm:{name}", revision or None
+        )
     try:  # a few old weights live at plain URLs: timm downloads those itself
         if weights:
             check_weights_file(weights)  # its header: a hostile file in the cache is refused before timm reads it
-        original = timm.create_model(name, pretrained=True, pretrained_cfg_overlay={"file": str(weights)} if weights
-                                     else None)  # fmt: skip
+        original = timm.create_model(
+            name, pretrained=True, pretrained_cfg_overlay={"file": str(weights)} if weights else None
+        )
     except Exception as error:  # a truncated, foreign or hostile file in the cache: a message, never a traceback
         where = f"the weights in {weights}" if weights else "its weights"
         why = error if isinstance(error, ModelLoadError) else f"{where} could not be loaded ({describe(error)})"
@@ -296,5 +321,6 @@ def preprocessing_from_timm(model: nn.Module) -> Preprocessing:
         resize, crop = scaled, (height, width)
     else:
         resize, crop = (height, width), None
-    return Preprocessing(resize=resize, crop=crop, mean=tuple(data["mean"]), std=tuple(data["std"]),
-                         interpolation=interpolation)  # fmt: skip
+    return Preprocessing(
+        resize=resize, crop=crop, mean=tuple(data["mean"]), std=tuple(data["std"]), interpolation=interpolation
+    )

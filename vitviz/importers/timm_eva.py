@@ -92,8 +92,12 @@ def eva_config(model: nn.Module) -> ViTConfig:
         refuse("an attention-pooling head whose MLP differs from the blocks'")
     if (first.gamma_1 is None) != (first.gamma_2 is None):
         refuse("LayerScale on one branch only")
-    norms = [m for block in blocks for m in (block.norm1, block.norm2)] + [model.norm, model.fc_norm, mlp.norm,
-                                                                           model.norm_pre]
+    norms = [m for block in blocks for m in (block.norm1, block.norm2)] + [
+        model.norm,
+        model.fc_norm,
+        mlp.norm,
+        model.norm_pre,
+    ]
     if any(not isinstance(m, (nn.LayerNorm, LayerNorm, nn.Identity)) for m in norms):
         refuse("a normalisation other than LayerNorm (e.g. RMSNorm)")
     fc_norm = not isinstance(model.fc_norm, nn.Identity)
@@ -143,16 +147,26 @@ def _rotary(rope: nn.Module | None, refuse, cat_class: type, dinov3_class: type,
     if rope is None:
         return {}
     if isinstance(rope, dinov3_class):
-        if (rope.min_period is not None or rope.normalize_coords != "separate" or rope.grid_offset
-                or rope.grid_indexing != "ij" or not rope.rotate_half):  # fmt: skip
+        if (
+            rope.min_period is not None
+            or rope.normalize_coords != "separate"
+            or rope.grid_offset
+            or rope.grid_indexing != "ij"
+            or not rope.rotate_half
+        ):
             refuse("a DINOv3 rotary embedding with other coordinates or periods")
         return dict(rotary="dinov3", rotary_temperature=float(rope.temperature))
     if isinstance(rope, cat_class):
         if rope.grid_type != "index" or rope.in_pixels or rope.rotate_half:
             refuse("a rotary embedding on pixel coordinates or in the rotate-half layout")
         reference = tuple(rope.ref_feat_shape) if rope.ref_feat_shape is not None else None
-        return dict(rotary="eva", rotary_temperature=float(rope.temperature), rotary_reference_grid=reference,
-                    rotary_column_first=rope.grid_indexing == "xy", rotary_offset=float(rope.grid_offset))  # fmt: skip
+        return dict(
+            rotary="eva",
+            rotary_temperature=float(rope.temperature),
+            rotary_reference_grid=reference,
+            rotary_column_first=rope.grid_indexing == "xy",
+            rotary_offset=float(rope.grid_offset),
+        )
     if isinstance(rope, mixed_class):  # learned frequencies per block and head (RoPE-Mixed), integer positions
         if rope.grid_indexing not in ("ij", "xy") or getattr(rope, "aug_active", False) and rope.training:
             refuse("a RoPE-Mixed embedding with other coordinates")

@@ -45,7 +45,9 @@ class ViTConfig:
     drop_path: float = 0.0  # stochastic depth, rising linearly to this rate in the last block
     layer_norm_eps: float = 1e-6  # torchvision uses 1e-6, Hugging Face 1e-12
     qkv_bias: bool = True  # bias in the query/key/value projection
-    probabilities: Probabilities = "softmax"  # logits -> probabilities: softmax over classes, or a sigmoid each (SigLIP)
+    probabilities: Probabilities = (
+        "softmax"  # logits -> probabilities: softmax over classes, or a sigmoid each (SigLIP)
+    )
     absolute_positions: bool = True  # a learned position table added to the tokens (DINOv3 has none: rotary only)
     rotary: Rotary = "none"  # rotary embeddings on the patch tokens' queries and keys: "dinov3", "eva", "mixed"
     rotary_temperature: float = 100.0  # the base of the rotary periods (DINOv3: 100; EVA: 10000)
@@ -75,14 +77,21 @@ class ViTConfig:
             problems.append(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
         if height % self.patch_size or width % self.patch_size:
             problems.append(f"image_size {height}x{width} is not a multiple of patch_size {self.patch_size}")
-        for name, choices in [("pooling", POOLINGS), ("activation", ACTIVATIONS), ("rotary", ROTARIES), ("norm", NORMS),
-                              ("probabilities", PROBABILITIES)]:  # fmt: skip
+        for name, choices in [
+            ("pooling", POOLINGS),
+            ("activation", ACTIVATIONS),
+            ("rotary", ROTARIES),
+            ("norm", NORMS),
+            ("probabilities", PROBABILITIES),
+        ]:
             if getattr(self, name) not in choices:
                 problems.append(f"{name} must be one of {', '.join(choices)}; got {echo(getattr(self, name))}")
         if self.pooling in ("cls", "cls+mean") and not self.class_token:
             problems.append(f"pooling={self.pooling!r} needs class_token=True")
         if self.rotary in ROTARIES and self.rotary != "none" and (self.hidden_size // self.num_heads) % 4:
-            problems.append(f"rotary embeddings need a head width divisible by 4; got {self.hidden_size // self.num_heads}")
+            problems.append(
+                f"rotary embeddings need a head width divisible by 4; got {self.hidden_size // self.num_heads}"
+            )
         if self.pool_heads and self.hidden_size % self.pool_heads:
             problems.append(f"pool_heads {self.pool_heads} must be 0 or divide hidden_size {self.hidden_size}")
         if self.distillation_token and not self.class_token:
@@ -152,8 +161,16 @@ class ViTConfig:
         return cls(**values)
 
 
-_POSITIVE = ("patch_size", "num_channels", "hidden_size", "num_layers", "num_heads", "mlp_size", "layer_norm_eps",
-             "rotary_temperature")  # fmt: skip
+_POSITIVE = (
+    "patch_size",
+    "num_channels",
+    "hidden_size",
+    "num_layers",
+    "num_heads",
+    "mlp_size",
+    "layer_norm_eps",
+    "rotary_temperature",
+)
 _RATES = ("dropout", "attention_dropout", "drop_path")  # probabilities: from 0 to 1
 
 
@@ -168,12 +185,16 @@ def _field_problems(config: ViTConfig) -> list[str]:
             pair = isinstance(value, (list, tuple)) and len(value) == 2
             sides = value if pair else [value] if field.name == "image_size" and _is_integer(value) else None
             ok = (value is None and field.name == "rotary_reference_grid") or (
-                sides is not None and all(_is_integer(side) and side > 0 for side in sides))
+                sides is not None and all(_is_integer(side) and side > 0 for side in sides)
+            )
             kind = "a side or (height, width), in pixels (positive integers)"
         else:
-            ok, kind = {bool: (isinstance(value, bool), "true or false"), int: (_is_integer(value), "an integer"),
-                        float: (_is_number(value), "a finite number"), str: (isinstance(value, str), "a name")}[
-                type(field.default)]  # fmt: skip
+            ok, kind = {
+                bool: (isinstance(value, bool), "true or false"),
+                int: (_is_integer(value), "an integer"),
+                float: (_is_number(value), "a finite number"),
+                str: (isinstance(value, str), "a name"),
+            }[type(field.default)]
             if ok and field.name in _POSITIVE and not value > 0:
                 ok, kind = False, "positive"
             elif ok and field.name in _RATES and not 0 <= value <= 1:

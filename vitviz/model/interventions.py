@@ -34,7 +34,9 @@ def head_mask_of(heads: Sequence[tuple[int, int]], layers: int, num_heads: int) 
     mask = torch.ones(layers, num_heads)
     for layer, head in heads:
         if not (0 <= layer < layers and 0 <= head < num_heads):
-            raise ValueError(f"head ({layer}, {head}) does not exist: the model has {layers} layers of {num_heads} heads")
+            raise ValueError(
+                f"head ({layer}, {head}) does not exist: the model has {layers} layers of {num_heads} heads"
+            )
         mask[layer, head] = 0.0
     return mask
 
@@ -44,8 +46,10 @@ def check_head_mask(mask: torch.Tensor, batch: int, layers: int, num_heads: int)
     if mask.ndim == 2:
         mask = mask[None]
     if mask.ndim != 3 or mask.shape[1:] != (layers, num_heads) or mask.shape[0] not in (1, batch):
-        raise ValueError(f"head_mask must be (layers, heads) = ({layers}, {num_heads}) or (B, layers, heads) with "
-                         f"B = {batch}; got {tuple(mask.shape)}")  # fmt: skip
+        raise ValueError(
+            f"head_mask must be (layers, heads) = ({layers}, {num_heads}) or (B, layers, heads) with "
+            f"B = {batch}; got {tuple(mask.shape)}"
+        )
     if not torch.isfinite(mask).all():
         raise ValueError("head_mask holds NaN or infinite values")
     return mask

@@ -206,8 +206,15 @@ class Block(nn.Module):
         """``normed``, if given, stands in for norm1(x): Grad-CAM differentiates with respect to it. ``rope``: the
         rotary embedding of this input's grid (``ViT.rotary_embedding``), for a rotary model. ``head_mask``,
         ``key_mask`` and ``head_ablation``: interventions on the attention (``Attention.forward``)."""
-        attended = self.attn(self.norm1(x) if normed is None else normed, need_weights, rope, need_qkv, head_mask,
-                             key_mask, head_ablation)  # fmt: skip
+        attended = self.attn(
+            self.norm1(x) if normed is None else normed,
+            need_weights,
+            rope,
+            need_qkv,
+            head_mask,
+            key_mask,
+            head_ablation,
+        )
         x = x + self.drop_path(self.ls1(self.dropout(attended.out)))  # (B, T, D)
         x = x + self.drop_path(self.ls2(self.mlp(self.norm2(x))))  # (B, T, D)
         return BlockOutput(x, attended.weights, attended.qkv)

@@ -49,8 +49,15 @@ def dinov3_angles(grid: tuple[int, int], head_dim: int, temperature: float, devi
     return angles.flatten(1)  # (N, head_dim / 2): the row's frequencies, then the column's
 
 
-def eva_angles(grid: tuple[int, int], head_dim: int, temperature: float, reference_grid: tuple[int, int] | None,
-               column_first: bool = False, offset: float = 0.0, device=None) -> torch.Tensor:  # fmt: skip
+def eva_angles(
+    grid: tuple[int, int],
+    head_dim: int,
+    temperature: float,
+    reference_grid: tuple[int, int] | None,
+    column_first: bool = False,
+    offset: float = 0.0,
+    device=None,
+) -> torch.Tensor:
     """EVA's angles, (rows * cols, head_dim // 2), fp32: integer patch positions, rescaled so that this grid spans
     the reference (pretraining) grid, times frequencies ``temperature ** (-i / (head_dim / 4))``."""
     quarter = head_dim // 4
@@ -64,9 +71,16 @@ def eva_angles(grid: tuple[int, int], head_dim: int, temperature: float, referen
     return (coords[..., None] * frequencies).reshape(grid[0] * grid[1], -1)  # (N, head_dim / 2)
 
 
-def rotary_embedding(kind: Rotary, grid: tuple[int, int], head_dim: int, temperature: float,
-                     reference_grid: tuple[int, int] | None = None, column_first: bool = False, offset: float = 0.0,
-                     device=None) -> Rope | None:  # fmt: skip
+def rotary_embedding(
+    kind: Rotary,
+    grid: tuple[int, int],
+    head_dim: int,
+    temperature: float,
+    reference_grid: tuple[int, int] | None = None,
+    column_first: bool = False,
+    offset: float = 0.0,
+    device=None,
+) -> Rope | None:
     """The Rope of a rows x cols grid, or None for ``kind="none"``."""
     if kind == "none":
         return None
@@ -87,8 +101,11 @@ def mixed_angles(frequencies: torch.Tensor, grid: tuple[int, int], column_first:
     hold each head's frequency along the two axes, so a head's angle is x * f_x + y * f_y and may run diagonally.
     Returns (layers, heads, rows * cols, head_dim // 2), fp32, with integer patch positions."""
     rows, cols = grid
-    row, col = torch.meshgrid(torch.arange(rows, device=frequencies.device).to(torch.float32),
-                              torch.arange(cols, device=frequencies.device).to(torch.float32), indexing="ij")  # fmt: skip
+    row, col = torch.meshgrid(
+        torch.arange(rows, device=frequencies.device).to(torch.float32),
+        torch.arange(cols, device=frequencies.device).to(torch.float32),
+        indexing="ij",
+    )
     first, second = (col.reshape(-1), row.reshape(-1)) if column_first else (row.reshape(-1), col.reshape(-1))
     f = frequencies.float()
     return first[:, None] * f[0][..., None, :] + second[:, None] * f[1][..., None, :]

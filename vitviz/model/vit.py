@@ -50,6 +50,7 @@ def autocast(precision: Precision = "fp32", device_type: str = "cpu") -> context
         return torch.autocast(device_type, dtype=torch.bfloat16)
     raise ValueError(f"precision must be one of 'fp32', 'bf16'; got {precision!r}")
 
+
 @dataclass
 class ViTOutput:
     logits: torch.Tensor | None  # (B, num_classes), None for a backbone
@@ -62,6 +63,7 @@ class ViTOutput:
     pool_attention: torch.Tensor | None = None  # (B, heads, N) the pooling head's weights on the patches ("map")
     hidden_states: tuple[torch.Tensor, ...] | None = None  # per block, its output (B, T, D), on request
     qkv: tuple[QKV, ...] | None = None  # per block, its queries, keys and values (B, heads, T, head_dim), on request
+
 
 class ViT(nn.Module):
     """Vision Transformer returning logits and, on request, every block's attention weights."""
@@ -135,13 +137,26 @@ class ViT(nn.Module):
         if c.rotary == "mixed":
             angles = mixed_angles(self.rotary_frequencies, grid, c.rotary_column_first).repeat_interleave(2, dim=-1)
             return [Rope(a.sin(), a.cos(), interleaved=True) for a in angles]  # (heads, N, head_dim) per block
-        rope = rotary_embedding(c.rotary, grid, c.hidden_size // c.num_heads, c.rotary_temperature,
-                                c.rotary_reference_grid, c.rotary_column_first, c.rotary_offset,
-                                self.patch_embed.proj.weight.device)  # fmt: skip
+        rope = rotary_embedding(
+            c.rotary,
+            grid,
+            c.hidden_size // c.num_heads,
+            c.rotary_temperature,
+            c.rotary_reference_grid,
+            c.rotary_column_first,
+            c.rotary_offset,
+            self.patch_embed.proj.weight.device,
+        )
         return [rope] * c.num_layers
 
-    def block_arguments(self, grid: tuple[int, int], batch: int, head_mask: torch.Tensor | None = None,
-                        key_mask: torch.Tensor | None = None, head_ablation: Ablation | None = None) -> list[dict]:  # fmt: skip
+    def block_arguments(
+        self,
+        grid: tuple[int, int],
+        batch: int,
+        head_mask: torch.Tensor | None = None,
+        key_mask: torch.Tensor | None = None,
+        head_ablation: Ablation | None = None,
+    ) -> list[dict]:
         """Each block's keyword arguments for an input of this grid and batch size: its rotary embedding, and the
         interventions (the model's own, ``interventions``, combined with those given: masks multiply). Every pass
         through the blocks takes them from here, so a knocked-out model stays knocked out everywhere."""
@@ -162,11 +177,19 @@ class ViT(nn.Module):
         head_ablation = head_ablation or own.ablation
         if head_ablation not in ABLATIONS:
             raise ValueError(f"head_ablation must be one of {ABLATIONS}; got {head_ablation!r}")
-        return [dict(rope=rope, head_mask=None if head_mask is None else head_mask[:, index], key_mask=key_mask,
-                     head_ablation=head_ablation) for index, rope in enumerate(self.rotary_embeddings(grid))]  # fmt: skip
+        return [
+            dict(
+                rope=rope,
+                head_mask=None if head_mask is None else head_mask[:, index],
+                key_mask=key_mask,
+                head_ablation=head_ablation,
+            )
+            for index, rope in enumerate(self.rotary_embeddings(grid))
+        ]
 
-    def knock_out(self, heads: Sequence[tuple[int, int]] = (), tokens: Sequence[int] = (),
-                  ablation: Ablation = "zero") -> ViT:  # fmt: skip
+    def knock_out(
+        self, heads: Sequence[tuple[int, int]] = (), tokens: Sequence[int] = (), ablation: Ablation = "zero"
+    ) -> ViT:
         """A model sharing every module of this one whose every forward pass removes these (layer, head) outputs and
         takes these token indices out of every query's view (0: [CLS], the registers after it); the interventions
         this model already carries are replaced. This model is left unchanged."""
@@ -207,8 +230,9 @@ class ViT(nn.Module):
         prefix_pos, patch_pos = self.pos_embed[:, :prefix], self.pos_embed[:, prefix:]
         D = patch_pos.shape[-1]
         patch_pos = patch_pos.reshape(1, train_rows, train_cols, D).permute(0, 3, 1, 2)  # (1, D, r, c)
-        patch_pos = F.interpolate(patch_pos, size=(rows, cols), mode="bicubic", align_corners=False,
-                                  antialias=self.config.pos_embed_antialias)  # fmt: skip
+        patch_pos = F.interpolate(
+            patch_pos, size=(rows, cols), mode="bicubic", align_corners=False, antialias=self.config.pos_embed_antialias
+        )
         patch_pos = patch_pos.permute(0, 2, 3, 1).reshape(1, rows * cols, D)  # (1, N, D)
         return torch.cat([prefix_pos, patch_pos], dim=1)
 

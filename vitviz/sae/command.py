@@ -35,8 +35,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog="vitviz sae", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     commands = p.add_subparsers(dest="command", required=True)
-    t = commands.add_parser("train", help="train an SAE on one block's output tokens", description=__doc__,
-                            formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    t = commands.add_parser(
+        "train",
+        help="train an SAE on one block's output tokens",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     data = t.add_mutually_exclusive_group(required=True)
     data.add_argument("--images", type=Path, help="a folder of images (searched recursively) run through --model")
     data.add_argument("--activations", type=Path, nargs="+", help=".npy files of (tokens, width) activations")
@@ -119,8 +123,10 @@ def train_command(args: argparse.Namespace) -> dict:
         order = torch.randperm(len(files), generator=torch.Generator().manual_seed(args.seed)).tolist()
         cut = len(files) - round(args.holdout * len(files))
         train_files, held_images = sorted(files[i] for i in order[:cut]), sorted(files[i] for i in order[cut:])
-        print(f"block {args.block} tokens of {len(train_files)} training and {len(held_images)} held-out images",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"block {args.block} tokens of {len(train_files)} training and {len(held_images)} held-out images",
+            file=sys.stderr,
+        )
         train, held = block_tokens(model, train_files, args.block), block_tokens(model, held_images, args.block)
     else:
         for path in args.activations + (args.holdout_activations or []):
@@ -133,8 +139,9 @@ def train_command(args: argparse.Namespace) -> dict:
             last = train[-1]
             cut = len(last) - round(args.holdout * sum(len(a) for a in train))
             if cut <= 0:
-                raise SAEError("--holdout asks for more tokens than the last .npy file holds; give "
-                               "--holdout-activations instead")  # fmt: skip
+                raise SAEError(
+                    "--holdout asks for more tokens than the last .npy file holds; give --holdout-activations instead"
+                )
             train, held = train[:-1] + [last[:cut]], [last[cut:]]
         widths = {a.shape[-1] for a in train} | {a.shape[-1] for a in held}
         if len(widths) != 1 or any(np.ndim(a) != 2 for a in train + held):
@@ -153,8 +160,12 @@ def train_command(args: argparse.Namespace) -> dict:
         labels = [b[1] for b in batches] if batches[0][1] is not None else None
         metrics |= top1_agreement(model, sae, args.block, [b[0] for b in batches], labels)
     metrics["training_seconds"] = seconds
-    save_sae(sae, args.out, model=args.model if model is not None else None,
-             training={"train": train_config.__dict__, "history": history, "seconds": seconds})  # fmt: skip
+    save_sae(
+        sae,
+        args.out,
+        model=args.model if model is not None else None,
+        training={"train": train_config.__dict__, "history": history, "seconds": seconds},
+    )
     (args.out / METRICS).write_text(json.dumps(metrics, indent=1))
     (args.out / "checkpoint.pt").unlink(missing_ok=True)
     for name in ("explained_variance", "l0", "dead_fraction", "top1_agreement", "ce_loss_recovered"):

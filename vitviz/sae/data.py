@@ -88,5 +88,6 @@ def statistics(source: Source, sample_size: int, generator: torch.Generator) -> 
         raise SAEError("the activation source holds no tokens: no chunks, or only empty ones")
     mean = sums / total
     variance = max(squares / total - float(mean.square().sum()), 1e-12)  # mean squared distance from the mean
-    return Statistics(total, mean.float(), torch.tensor(variance**0.5, dtype=torch.float32),
-                      reservoir[: min(total, sample_size)])  # fmt: skip
+    return Statistics(
+        total, mean.float(), torch.tensor(variance**0.5, dtype=torch.float32), reservoir[: min(total, sample_size)]
+    )

@@ -63,8 +63,10 @@ def edited_model(model: ViT, block: int, edit: Edit) -> ViT:
 
 def _check_sae(model: ViT, sae: TopKSAE, latents: Mapping[int, float]) -> None:
     if sae.config.d_in != model.config.hidden_size:
-        raise SAEError(f"the SAE reads {sae.config.d_in}-wide tokens; this model's blocks output "
-                       f"{model.config.hidden_size}-wide ones")  # fmt: skip
+        raise SAEError(
+            f"the SAE reads {sae.config.d_in}-wide tokens; this model's blocks output "
+            f"{model.config.hidden_size}-wide ones"
+        )
     bad = sorted(j for j in latents if not 0 <= j < sae.config.latents)
     if bad:
         raise SAEError(f"latent {bad[0]} is out of range: this SAE has latents 0 to {sae.config.latents - 1}")
@@ -79,8 +81,13 @@ def _moved(sae: TopKSAE, device: torch.device) -> TopKSAE:
     return copy.to(device).eval()
 
 
-def with_sae(model: ViT, sae: TopKSAE, block: int, scale: Mapping[int, float] | None = None,
-             set_to: Mapping[int, float] | None = None) -> ViT:  # fmt: skip
+def with_sae(
+    model: ViT,
+    sae: TopKSAE,
+    block: int,
+    scale: Mapping[int, float] | None = None,
+    set_to: Mapping[int, float] | None = None,
+) -> ViT:
     """A model sharing every weight of ``model`` whose block ``block`` output on the patch tokens is
     h + decode(edited codes) - decode(codes), with latent j's code multiplied by ``scale[j]`` (0 suppresses it, 2
     doubles it) or set to ``set_to[j]`` on every patch (saev's protocol: -2 x its largest activation, see

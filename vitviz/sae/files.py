@@ -74,12 +74,16 @@ def load_sae(path: str | Path, d_in: int | None = None) -> TopKSAE:
     elif header is not None and "d_in" in header and ("d_sae" in header or "expansion_factor" in header):
         sae = _prisma(path, folder, header)
     else:
-        raise SAEFormatError(f"{path} is not an SAE vitviz reads: expected a folder with {WEIGHTS} and {CONFIG} "
-                             "(vitviz), saev's sae.pt (a JSON line, then a torch state dict), or ViT-Prisma's "
-                             "config.json with a .pt state dict")  # fmt: skip
+        raise SAEFormatError(
+            f"{path} is not an SAE vitviz reads: expected a folder with {WEIGHTS} and {CONFIG} "
+            "(vitviz), saev's sae.pt (a JSON line, then a torch state dict), or ViT-Prisma's "
+            "config.json with a .pt state dict"
+        )
     if d_in is not None and sae.config.d_in != d_in:
-        raise SAEError(f"{path} reads {sae.config.d_in}-wide activations, not {d_in}: it was trained on another "
-                       "model or block width")  # fmt: skip
+        raise SAEError(
+            f"{path} reads {sae.config.d_in}-wide activations, not {d_in}: it was trained on another "
+            "model or block width"
+        )
     return sae.eval()
 
 
@@ -146,17 +150,20 @@ def _saev(path: Path) -> TopKSAE:
     activation = "topk" if kind in ("TopK", "BatchTopK") else "relu"
     if kind not in (None, "Relu", "TopK", "BatchTopK", "SparseAutoencoderConfig"):
         raise SAEFormatError(f"{path}: saev activation {kind!r} is not one vitviz reads (Relu, TopK, BatchTopK)")
-    config = SAEConfig(d_in=d_vit, latents=latents, k=int(top_k or 1), activation=activation,
-                       pre_encoder_bias="schema" not in header)  # fmt: skip
+    config = SAEConfig(
+        d_in=d_vit, latents=latents, k=int(top_k or 1), activation=activation, pre_encoder_bias="schema" not in header
+    )
     return _build(config, state, path)
 
 
 def _prisma(path: Path, folder: Path, header: dict) -> TopKSAE:
     norm = header.get("normalize_activations") or "none"
     if norm != "none":
-        raise SAEFormatError(f"{folder / CONFIG}: normalize_activations={norm!r} normalises each token by its own "
-                             "statistics, which decode(codes) cannot undo; vitviz reads ViT-Prisma SAEs "
-                             "with 'none'")  # fmt: skip
+        raise SAEFormatError(
+            f"{folder / CONFIG}: normalize_activations={norm!r} normalises each token by its own "
+            "statistics, which decode(codes) cannot undo; vitviz reads ViT-Prisma SAEs "
+            "with 'none'"
+        )
     weights = [path] if path.is_file() and path.suffix in (".pt", ".pth") else sorted(folder.glob("*.pt*"))
     if len(weights) != 1:
         raise SAEFormatError(f"{folder}: expected one .pt weights file beside config.json, found {len(weights)}")
@@ -169,6 +176,12 @@ def _prisma(path: Path, folder: Path, header: dict) -> TopKSAE:
         raise SAEFormatError(f"{folder / CONFIG}: activation_fn_str {kind!r} is not one vitviz reads (relu, topk)")
     k = int((header.get("activation_fn_kwargs") or {}).get("k", 1))
     block = header.get("hook_point_layer")
-    config = SAEConfig(d_in=d_in, latents=latents, k=k, activation=kind, pre_encoder_bias=True,
-                       block=block if isinstance(block, int) else None)  # fmt: skip
+    config = SAEConfig(
+        d_in=d_in,
+        latents=latents,
+        k=k,
+        activation=kind,
+        pre_encoder_bias=True,
+        block=block if isinstance(block, int) else None,
+    )
     return _build(config, state, weights[0])

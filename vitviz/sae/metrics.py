@@ -64,10 +64,14 @@ def evaluate(sae: TopKSAE, source: Source, dense_threshold: float = 0.1, batch: 
             fired += (codes != 0).sum(dim=0).float().cpu()
             tokens += len(x)
     spread = squares - float(sums.square().sum()) / tokens  # sum |x - mean|²
-    return {"explained_variance": 1.0 - error / spread, "normalised_mse": error / squares, "l0": nonzero / tokens,
-                "dead_fraction": float((fired == 0).float().mean()),
-                "dense_fraction": float((fired / tokens > dense_threshold).float().mean()),
-                "tokens": tokens}  # fmt: skip
+    return {
+        "explained_variance": 1.0 - error / spread,
+        "normalised_mse": error / squares,
+        "l0": nonzero / tokens,
+        "dead_fraction": float((fired == 0).float().mean()),
+        "dense_fraction": float((fired / tokens > dense_threshold).float().mean()),
+        "tokens": tokens,
+    }
 
 
 @torch.no_grad()
@@ -81,8 +85,13 @@ def largest_activations(sae: TopKSAE, source: Source, batch: int = 8192) -> torc
 
 
 @torch.no_grad()
-def top1_agreement(model: ViT, sae: TopKSAE, block: int, images: Iterable[torch.Tensor] | torch.Tensor,
-                   labels: Iterable[torch.Tensor] | torch.Tensor | None = None) -> dict:  # fmt: skip
+def top1_agreement(
+    model: ViT,
+    sae: TopKSAE,
+    block: int,
+    images: Iterable[torch.Tensor] | torch.Tensor,
+    labels: Iterable[torch.Tensor] | torch.Tensor | None = None,
+) -> dict:
     """Top-1 agreement and CE loss recovered with block ``block``'s patch tokens replaced by the SAE's reconstruction
     (see the module docstring). ``images``: one tensor (B, C, H, W) or batches of them; ``labels`` alike, optional."""
     batches = [images] if isinstance(images, torch.Tensor) else images
@@ -105,5 +114,11 @@ def top1_agreement(model: ViT, sae: TopKSAE, block: int, images: Iterable[torch.
         ce += torch.tensor(sums, dtype=torch.float64)
     ce_clean, ce_sae, ce_zero = (ce / count).tolist()
     recovered = (ce_zero - ce_sae) / (ce_zero - ce_clean) if ce_zero != ce_clean else float("nan")
-    return {"top1_agreement": same / count, "ce_loss_recovered": recovered, "ce_clean": ce_clean, "ce_sae": ce_sae,
-                "ce_zero_ablation": ce_zero, "images": count}  # fmt: skip
+    return {
+        "top1_agreement": same / count,
+        "ce_loss_recovered": recovered,
+        "ce_clean": ce_clean,
+        "ce_sae": ce_sae,
+        "ce_zero_ablation": ce_zero,
+        "images": count,
+    }

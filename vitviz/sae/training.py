@@ -88,8 +88,14 @@ def geometric_median(points: torch.Tensor, iterations: int = 30) -> torch.Tensor
 
 
 @torch.no_grad()
-def initialise(sae: TopKSAE, mean: torch.Tensor, scale: torch.Tensor, sample: torch.Tensor, train: TrainConfig,
-               generator: torch.Generator) -> None:  # fmt: skip
+def initialise(
+    sae: TopKSAE,
+    mean: torch.Tensor,
+    scale: torch.Tensor,
+    sample: torch.Tensor,
+    train: TrainConfig,
+    generator: torch.Generator,
+) -> None:
     """Normalisation statistics, b_dec from the sample, decoder rows from sample points (or random), W_enc = W_dec^T."""
     sae.mean.copy_(mean)
     sae.scale.copy_(scale)
@@ -108,8 +114,11 @@ def initialise(sae: TopKSAE, mean: torch.Tensor, scale: torch.Tensor, sample: to
     # 6 where 1 is the mean's): scale the encoder by the c minimising |z - b_dec - c r|² over the sample, r the
     # decoded codes at c = 1
     sae.eval()
-    r = sae.decode_sparse(*sae.top_k(sae.pre_activations(z))) - sae.b_dec if sae.config.activation == "topk" else \
-        sae.activate(sae.pre_activations(z)) @ sae.W_dec  # fmt: skip
+    r = (
+        sae.decode_sparse(*sae.top_k(sae.pre_activations(z))) - sae.b_dec
+        if sae.config.activation == "topk"
+        else sae.activate(sae.pre_activations(z)) @ sae.W_dec
+    )
     c = float((r * (z - sae.b_dec)).sum() / r.square().sum().clamp_min(1e-12))
     if c > 0:
         sae.W_enc.mul_(c)
@@ -159,8 +168,13 @@ def learning_rate(step: int, total: int, peak: float, train: TrainConfig) -> flo
     return peak * min(1.0, (total - step) / decay)
 
 
-def train_sae(source: Source, config: SAEConfig, train: TrainConfig = TrainConfig(), checkpoint: Path | None = None,
-              progress: bool = True) -> tuple[TopKSAE, list[dict]]:  # fmt: skip
+def train_sae(
+    source: Source,
+    config: SAEConfig,
+    train: TrainConfig = TrainConfig(),
+    checkpoint: Path | None = None,
+    progress: bool = True,
+) -> tuple[TopKSAE, list[dict]]:
     """Train an SAE on the tokens of ``source``; returns it (eval mode, on the CPU) and one record per epoch (loss,
     MSE, AuxK, dead fraction, seconds, tokens per second). With ``checkpoint``, each epoch ends by writing it, and
     a run finding one resumes after its last epoch (the configurations must match)."""
@@ -200,8 +214,13 @@ def train_sae(source: Source, config: SAEConfig, train: TrainConfig = TrainConfi
         shuffle = torch.Generator().manual_seed(train.seed * 100_003 + epoch)  # resumable: depends on the epoch only
         sums = torch.zeros(3, dtype=torch.float64)
         began = time.perf_counter()
-        bar = tqdm(total=steps_per_epoch, desc=f"SAE epoch {epoch + 1}/{train.epochs}", disable=not progress or None,
-                   file=sys.stderr, leave=False)  # fmt: skip
+        bar = tqdm(
+            total=steps_per_epoch,
+            desc=f"SAE epoch {epoch + 1}/{train.epochs}",
+            disable=not progress or None,
+            file=sys.stderr,
+            leave=False,
+        )
         for index, batch in enumerate(shuffled_batches(source, train.batch, train.buffer, shuffle)):
             step = epoch * steps_per_epoch + index
             for group in optimiser.param_groups:
@@ -221,15 +240,30 @@ def train_sae(source: Source, config: SAEConfig, train: TrainConfig = TrainConfi
             bar.update()
         bar.close()
         seconds = time.perf_counter() - began
-        history.append({"epoch": epoch + 1, "mse": float(sums[0] / sums[2]), "aux": float(sums[1] / sums[2]),
-                            "dead_fraction": float((since_fired >= train.dead_after).float().mean()),
-                            "seconds": seconds, "tokens_per_s": float(sums[2]) / seconds})  # fmt: skip
+        history.append(
+            {
+                "epoch": epoch + 1,
+                "mse": float(sums[0] / sums[2]),
+                "aux": float(sums[1] / sums[2]),
+                "dead_fraction": float((since_fired >= train.dead_after).float().mean()),
+                "seconds": seconds,
+                "tokens_per_s": float(sums[2]) / seconds,
+            }
+        )
         if checkpoint is not None:
             Path(checkpoint).parent.mkdir(parents=True, exist_ok=True)
             temporary = Path(f"{checkpoint}.partial")  # a half-written checkpoint never reads as complete
-            state = {"sae": sae.state_dict(), "optimiser": optimiser.state_dict(), "config": config.to_dict(),
-                     "train": asdict(train), "epoch": epoch, "since_fired": since_fired, "history": history,
-                     "tokens": tokens, "generator": generator.get_state()}  # fmt: skip
+            state = {
+                "sae": sae.state_dict(),
+                "optimiser": optimiser.state_dict(),
+                "config": config.to_dict(),
+                "train": asdict(train),
+                "epoch": epoch,
+                "since_fired": since_fired,
+                "history": history,
+                "tokens": tokens,
+                "generator": generator.get_state(),
+            }
             torch.save(state, temporary)
             temporary.replace(checkpoint)
     return sae.eval().cpu(), history

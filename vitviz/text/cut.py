@@ -49,8 +49,12 @@ def causal_parts(clip_model: nn.Module) -> CausalTextParts | None:
         source, pool_type, eos_id = clip_model, clip_model.text_pool_type, getattr(clip_model, "text_eos_id", None)
     elif encode_text is CustomTextCLIP.encode_text and type(clip_model.text).forward is TextTransformer.forward:
         source, pool_type, eos_id = clip_model.text, clip_model.text.pool_type, clip_model.text.eos_id
-        if type(source)._embeds is not TextTransformer._embeds or source.cls_emb is not None or source.use_pad_mask \
-                or source.output_tokens:  # a class token after the padding, a padding mask, tokens returned too
+        if (
+            type(source)._embeds is not TextTransformer._embeds
+            or source.cls_emb is not None
+            or source.use_pad_mask
+            or source.output_tokens
+        ):  # a class token after the padding, a padding mask, tokens returned too
             return None
     else:
         return None
@@ -87,8 +91,9 @@ def forward_cut(parts: CausalTextParts, tokens: torch.Tensor) -> torch.Tensor:
     return x if text.text_projection is None else x @ text.text_projection
 
 
-def in_length_groups(lengths: torch.Tensor, run: Callable[[torch.Tensor, int], torch.Tensor],
-                     group_size: int | None = None) -> torch.Tensor:  # fmt: skip
+def in_length_groups(
+    lengths: torch.Tensor, run: Callable[[torch.Tensor, int], torch.Tensor], group_size: int | None = None
+) -> torch.Tensor:
     """(N,) lengths -> (N, E): ``run(rows, length)`` on groups of ``group_size`` (default GROUP_SIZE) rows sorted by
     length, each at its longest; the results put back in the rows' order."""
     order, size = torch.argsort(lengths, stable=True), group_size or GROUP_SIZE

@@ -87,8 +87,12 @@ def class_embeddings(
     return embeddings
 
 
-def prompts_left(tower: TextTower, classes: Sequence[str], templates: Sequence[str] | None = None,
-                 cache_dir: str | Path | None = None) -> int:  # fmt: skip
+def prompts_left(
+    tower: TextTower,
+    classes: Sequence[str],
+    templates: Sequence[str] | None = None,
+    cache_dir: str | Path | None = None,
+) -> int:
     """How many prompts ``class_embeddings`` would still embed: 0 when the set is on disk, fewer than all when an
     interrupted run left finished chunks (a damaged file, found only when read, is not counted)."""
     plan = _plan(tower, classes, templates, cache_dir)
@@ -97,8 +101,13 @@ def prompts_left(tower: TextTower, classes: Sequence[str], templates: Sequence[s
     return sum(len(names) for _, names, chunk_file in plan.chunks if not chunk_file.is_file()) * plan.per_class
 
 
-def estimated_seconds(tower: TextTower, classes: Sequence[str], templates: Sequence[str] | None = None,
-                      cache_dir: str | Path | None = None, least: int | None = None) -> float | None:  # fmt: skip
+def estimated_seconds(
+    tower: TextTower,
+    classes: Sequence[str],
+    templates: Sequence[str] | None = None,
+    cache_dir: str | Path | None = None,
+    least: int | None = None,
+) -> float | None:
     """About how long ``class_embeddings`` will take, in seconds: the prompts left (``prompts_left``) times the
     time per prompt of a sample of them (``seconds_per_prompt``); None when fewer than ``least`` (default LONG_SET)
     prompts are left, which takes seconds at most and is not worth the sample's time."""
@@ -129,21 +138,33 @@ class _Plan:
     chunks: list[tuple[int, list[str], Path | None]]  # (index of the first class, the classes, the chunk's file)
 
 
-def _plan(tower: TextTower, classes: Sequence[str], templates: Sequence[str] | None,
-          cache_dir: str | Path | None | Literal[False]) -> _Plan:  # fmt: skip
+def _plan(
+    tower: TextTower,
+    classes: Sequence[str],
+    templates: Sequence[str] | None,
+    cache_dir: str | Path | None | Literal[False],
+) -> _Plan:
     """The checked classes and templates, and the files of the set and its chunks (none for ``cache_dir=False``)."""
     classes = check_prompts(classes, unique=False)
     templates = None if templates is None else check_templates(templates)
     per_class = 1 if templates is None else len(templates)
-    folder = None if cache_dir is False else Path(cache_dir or default_cache_dir()) / cache_key(tower, classes, templates)
+    folder = (
+        None if cache_dir is False else Path(cache_dir or default_cache_dir()) / cache_key(tower, classes, templates)
+    )
     step = max(1, PROMPTS_PER_CHUNK // per_class)
-    chunks = [(start, classes[start : start + step], folder / f"chunk-{start:06d}.pt" if folder else None)
-              for start in range(0, len(classes), step)]  # fmt: skip
+    chunks = [
+        (start, classes[start : start + step], folder / f"chunk-{start:06d}.pt" if folder else None)
+        for start in range(0, len(classes), step)
+    ]
     return _Plan(classes, templates, per_class, folder / "embeddings.pt" if folder else None, chunks)
 
 
-def _embed_classes(tower: TextTower, names: Sequence[str], templates: Sequence[str] | None,
-                   progress: Callable[[int], None] | None = None) -> torch.Tensor:  # fmt: skip
+def _embed_classes(
+    tower: TextTower,
+    names: Sequence[str],
+    templates: Sequence[str] | None,
+    progress: Callable[[int], None] | None = None,
+) -> torch.Tensor:
     """(len(names), E): each class's normalised embedding, or the renormalised mean over its templates.
     ``progress(prompts done)`` after each batch."""
     texts = list(names) if templates is None else [fill(t, name) for name in names for t in templates]

@@ -25,17 +25,107 @@ class PromptError(ValueError):
 
 CIFAR10 = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 CIFAR100 = (
-    "apple", "aquarium fish", "baby", "bear", "beaver", "bed", "bee", "beetle", "bicycle", "bottle", "bowl", "boy",
-    "bridge", "bus", "butterfly", "camel", "can", "castle", "caterpillar", "cattle", "chair", "chimpanzee", "clock",
-    "cloud", "cockroach", "couch", "crab", "crocodile", "cup", "dinosaur", "dolphin", "elephant", "flatfish", "forest",
-    "fox", "girl", "hamster", "house", "kangaroo", "keyboard", "lamp", "lawn mower", "leopard", "lion", "lizard",
-    "lobster", "man", "maple tree", "motorcycle", "mountain", "mouse", "mushroom", "oak tree", "orange", "orchid",
-    "otter", "palm tree", "pear", "pickup truck", "pine tree", "plain", "plate", "poppy", "porcupine", "possum",
-    "rabbit", "raccoon", "ray", "road", "rocket", "rose", "sea", "seal", "shark", "shrew", "skunk", "skyscraper",
-    "snail", "snake", "spider", "squirrel", "streetcar", "sunflower", "sweet pepper", "table", "tank", "telephone",
-    "television", "tiger", "tractor", "train", "trout", "tulip", "turtle", "wardrobe", "whale", "willow tree", "wolf",
-    "woman", "worm",
-)  # fmt: skip
+    "apple",
+    "aquarium fish",
+    "baby",
+    "bear",
+    "beaver",
+    "bed",
+    "bee",
+    "beetle",
+    "bicycle",
+    "bottle",
+    "bowl",
+    "boy",
+    "bridge",
+    "bus",
+    "butterfly",
+    "camel",
+    "can",
+    "castle",
+    "caterpillar",
+    "cattle",
+    "chair",
+    "chimpanzee",
+    "clock",
+    "cloud",
+    "cockroach",
+    "couch",
+    "crab",
+    "crocodile",
+    "cup",
+    "dinosaur",
+    "dolphin",
+    "elephant",
+    "flatfish",
+    "forest",
+    "fox",
+    "girl",
+    "hamster",
+    "house",
+    "kangaroo",
+    "keyboard",
+    "lamp",
+    "lawn mower",
+    "leopard",
+    "lion",
+    "lizard",
+    "lobster",
+    "man",
+    "maple tree",
+    "motorcycle",
+    "mountain",
+    "mouse",
+    "mushroom",
+    "oak tree",
+    "orange",
+    "orchid",
+    "otter",
+    "palm tree",
+    "pear",
+    "pickup truck",
+    "pine tree",
+    "plain",
+    "plate",
+    "poppy",
+    "porcupine",
+    "possum",
+    "rabbit",
+    "raccoon",
+    "ray",
+    "road",
+    "rocket",
+    "rose",
+    "sea",
+    "seal",
+    "shark",
+    "shrew",
+    "skunk",
+    "skyscraper",
+    "snail",
+    "snake",
+    "spider",
+    "squirrel",
+    "streetcar",
+    "sunflower",
+    "sweet pepper",
+    "table",
+    "tank",
+    "telephone",
+    "television",
+    "tiger",
+    "tractor",
+    "train",
+    "trout",
+    "tulip",
+    "turtle",
+    "wardrobe",
+    "whale",
+    "willow tree",
+    "wolf",
+    "woman",
+    "worm",
+)
 
 
 def _imagenet() -> tuple[str, ...]:
@@ -117,7 +207,9 @@ def check_prompts(prompts: Sequence[str], max_prompts: int | None = None, unique
             raise PromptError(f"prompt {line} has {len(prompt)} characters, more than the limit of {MAX_PROMPT_CHARS}")
         check_text(prompt, f"prompt {line}")
         if unique and prompt in seen:
-            raise PromptError(f"prompt {line} ({shown(prompt)}) repeats prompt {seen[prompt]}: each class needs its own text")
+            raise PromptError(
+                f"prompt {line} ({shown(prompt)}) repeats prompt {seen[prompt]}: each class needs its own text"
+            )
         seen[prompt] = line
     return prompts
 
@@ -128,7 +220,9 @@ def check_templates(templates: Sequence[str]) -> list[str]:
         raise PromptError("templates must be a list of texts, e.g. ['a photo of a {}.']")
     templates = list(templates)
     if not templates:
-        raise PromptError("no templates: give at least one, e.g. 'a photo of a {}.', or none to use prompts as they are")
+        raise PromptError(
+            "no templates: give at least one, e.g. 'a photo of a {}.', or none to use prompts as they are"
+        )
     for template in templates:
         if not isinstance(template, str) or template.count("{}") != 1:
             raise PromptError(f"template {shown(template)} must hold exactly one '{{}}', where the class name goes")
@@ -142,8 +236,10 @@ def check_text(text: str, what: str) -> None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as error:
-        raise PromptError(f"{what} is not valid text: character {error.start + 1} is {text[error.start]!r}, a lone "
-                          "surrogate (bytes that are not UTF-8?); retype it or save it as UTF-8") from None
+        raise PromptError(
+            f"{what} is not valid text: character {error.start + 1} is {text[error.start]!r}, a lone "
+            "surrogate (bytes that are not UTF-8?); retype it or save it as UTF-8"
+        ) from None
 
 
 def shown(value: object, limit: int = SHOWN_CHARS) -> str:

@@ -32,8 +32,15 @@ class TextTower:
     softmax over the prompts; SigLIP has a bias and scores each prompt with its own sigmoid (``probabilities``).
     """
 
-    def __init__(self, kind: TowerKind, context_length: int, logit_scale: torch.Tensor,
-                 logit_bias: torch.Tensor | None, image_projection: nn.Linear | None, source: str):  # fmt: skip
+    def __init__(
+        self,
+        kind: TowerKind,
+        context_length: int,
+        logit_scale: torch.Tensor,
+        logit_bias: torch.Tensor | None,
+        image_projection: nn.Linear | None,
+        source: str,
+    ):
         if kind not in ("clip", "siglip"):
             raise ValueError(f"kind must be 'clip' or 'siglip'; got {kind!r}")
         self.kind = kind
@@ -89,8 +96,16 @@ class HuggingFaceTextTower(TextTower):
     embedding is pooled at the last position (open_clip #984). SiglipTokenizer returns a mask; it is dropped.
     """
 
-    def __init__(self, text_model: nn.Module, tokenizer, kind: TowerKind, logit_scale: torch.Tensor,
-                 logit_bias: torch.Tensor | None, image_projection: nn.Linear | None, source: str):  # fmt: skip
+    def __init__(
+        self,
+        text_model: nn.Module,
+        tokenizer,
+        kind: TowerKind,
+        logit_scale: torch.Tensor,
+        logit_bias: torch.Tensor | None,
+        image_projection: nn.Linear | None,
+        source: str,
+    ):
         context = text_model.config.max_position_embeddings
         super().__init__(kind, context, logit_scale, logit_bias, image_projection, source)
         self.text_model = text_model.eval()
@@ -98,11 +113,13 @@ class HuggingFaceTextTower(TextTower):
 
     def encode(self, texts: list[str]) -> torch.Tensor:
         if self.kind == "siglip":
-            batch = self.tokenizer(list(texts), padding="max_length", truncation=True, max_length=self.context_length,
-                                   return_tensors="pt")  # fmt: skip
+            batch = self.tokenizer(
+                list(texts), padding="max_length", truncation=True, max_length=self.context_length, return_tensors="pt"
+            )
             return self.text_model(input_ids=batch["input_ids"]).pooler_output  # no attention_mask: as trained
-        batch = self.tokenizer(list(texts), padding=True, truncation=True, max_length=self.context_length,
-                               return_tensors="pt")  # fmt: skip
+        batch = self.tokenizer(
+            list(texts), padding=True, truncation=True, max_length=self.context_length, return_tensors="pt"
+        )
         ids, mask = batch["input_ids"], batch["attention_mask"]
 
         def run(rows: torch.Tensor, length: int) -> torch.Tensor:
@@ -162,8 +179,9 @@ class OpenClipTextTower(TextTower):
         return f"{type(self.tokenizer).__name__}|{probe.tolist()}"
 
 
-def huggingface_text_tower(state_dict: Mapping[str, torch.Tensor], config: Mapping, tokenizer, source: str
-                           ) -> HuggingFaceTextTower:  # fmt: skip
+def huggingface_text_tower(
+    state_dict: Mapping[str, torch.Tensor], config: Mapping, tokenizer, source: str
+) -> HuggingFaceTextTower:
     """The text tower of a Hugging Face ``clip`` or ``siglip`` checkpoint (config.json as a dict, and its weights),
     built with transformers from the checkpoint's own ``text_config`` and loaded strictly."""
     import transformers
@@ -182,19 +200,28 @@ def huggingface_text_tower(state_dict: Mapping[str, torch.Tensor], config: Mappi
     else:
         raise ValueError(f"model_type {model_type!r} has no text tower vitviz can load (clip, siglip)")
     weights = {k: v for k, v in state_dict.items() if k.startswith(names)}
-    if not any(k.startswith("text_model.") for k in text_model.state_dict()):  # the model is the text transformer itself
+    if not any(
+        k.startswith("text_model.") for k in text_model.state_dict()
+    ):  # the model is the text transformer itself
         weights = {k.removeprefix("text_model."): v for k, v in weights.items()}
     weights = {k: v for k, v in weights.items() if not k.endswith("position_ids")}  # a buffer older files store
     missing, unexpected = text_model.load_state_dict(weights, strict=False)
     missing = [k for k in missing if not k.endswith("position_ids")]
     if missing or unexpected:
-        raise ValueError(f"the text weights do not fit the text config: missing {missing[:5]}, unexpected {unexpected[:5]}")
+        raise ValueError(
+            f"the text weights do not fit the text config: missing {missing[:5]}, unexpected {unexpected[:5]}"
+        )
     projection = None
     if "visual_projection.weight" in state_dict:  # CLIP: pooled image vector -> the shared space
         weight = state_dict["visual_projection.weight"]
         projection = nn.Linear(weight.shape[1], weight.shape[0], bias=False)
         projection.weight.data.copy_(weight)
     return HuggingFaceTextTower(
-        text_model, tokenizer, model_type, state_dict["logit_scale"].exp(), state_dict.get("logit_bias"),
-        projection, source,
-    )  # fmt: skip
+        text_model,
+        tokenizer,
+        model_type,
+        state_dict["logit_scale"].exp(),
+        state_dict.get("logit_bias"),
+        projection,
+        source,
+    )

@@ -25,18 +25,25 @@ from vitviz.model import ViT
 from vitviz.text.embeddings import Progress, class_embeddings
 from vitviz.text.prompts import PromptError
 
-NO_TEXT_TOWER = ("this model has no text tower, so prompts cannot become classes. Load CLIP or SigLIP with theirs: a "
-                 "Hugging Face CLIPModel or SiglipModel (hf:openai/clip-vit-base-patch16, hf:google/siglip-base-patch16"
-                 "-224, or such a folder) or an open_clip model (open_clip:ViT-B-16/openai, open_clip:hf-hub:<org>/"
-                 "<name>); timm's CLIP and SigLIP names whose Hub repository holds open_clip weights load with it too")  # fmt: skip
+NO_TEXT_TOWER = (
+    "this model has no text tower, so prompts cannot become classes. Load CLIP or SigLIP with theirs: a "
+    "Hugging Face CLIPModel or SiglipModel (hf:openai/clip-vit-base-patch16, hf:google/siglip-base-patch16"
+    "-224, or such a folder) or an open_clip model (open_clip:ViT-B-16/openai, open_clip:hf-hub:<org>/"
+    "<name>); timm's CLIP and SigLIP names whose Hub repository holds open_clip weights load with it too"
+)
 
 
 class PromptHead(nn.Module):
     """Prompts as a linear classifier on the pooled image vector (B, D) -> (B, C):
     ``logit_scale * normalise(projection(pooled)) @ text.T + logit_bias``."""
 
-    def __init__(self, text_embeddings: torch.Tensor, logit_scale: torch.Tensor, logit_bias: torch.Tensor | None,
-                 projection: nn.Linear | None):  # fmt: skip
+    def __init__(
+        self,
+        text_embeddings: torch.Tensor,
+        logit_scale: torch.Tensor,
+        logit_bias: torch.Tensor | None,
+        projection: nn.Linear | None,
+    ):
         super().__init__()
         self.projection = projection  # shared with the text tower and every other prompt head of this model
         self.register_buffer("text_embeddings", F.normalize(text_embeddings.float(), dim=-1))  # (C, E), unit rows
@@ -87,12 +94,16 @@ def zero_shot(
         raise PromptError(NO_TEXT_TOWER)
     projection = tower.image_projection
     if projection is not None and projection.in_features != model.config.pooled_size:
-        raise ValueError(f"the text tower's image projection reads {projection.in_features} features; the image "
-                         f"tower pools {model.config.pooled_size}")  # fmt: skip
+        raise ValueError(
+            f"the text tower's image projection reads {projection.in_features} features; the image "
+            f"tower pools {model.config.pooled_size}"
+        )
     text = class_embeddings(tower, prompts, templates, cache_dir=cache_dir, progress=progress, use_cache=use_cache)
     image_width = projection.out_features if projection is not None else model.config.pooled_size
     if text.shape[1] != image_width:
-        raise ValueError(f"text embeddings of width {text.shape[1]} cannot meet image embeddings of width {image_width}")
+        raise ValueError(
+            f"text embeddings of width {text.shape[1]} cannot meet image embeddings of width {image_width}"
+        )
     head = PromptHead(text, tower.logit_scale, tower.logit_bias, projection)
     return with_head(model, head, list(prompts), tower.probabilities)
 

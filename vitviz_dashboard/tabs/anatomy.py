@@ -9,7 +9,6 @@ import streamlit as st
 import torch
 
 from vitviz import plots
-
 from vitviz_dashboard.cached import cached_figure, model_anatomy, statistics
 from vitviz_dashboard.common import Page, chart_download
 
@@ -20,42 +19,69 @@ def draw(page: Page) -> None:
     anatomy = model_anatomy(model, settings.model_spec)
     left, right = st.columns(2)
     left.subheader("Mean attention distance")
-    left.caption("For each head, the distance in pixels between a patch and the patches it attends to, weighted by "
-                 "the attention and averaged over the patches (Dosovitskiy et al. 2020, Fig. 7). Low: a local head, "
-                 "like a convolution; high: a head that looks across the image.")  # fmt: skip
+    left.caption(
+        "For each head, the distance in pixels between a patch and the patches it attends to, weighted by "
+        "the attention and averaged over the patches (Dosovitskiy et al. 2020, Fig. 7). Low: a local head, "
+        "like a convolution; high: a head that looks across the image."
+    )
     left.plotly_chart(cached_figure("attention_distance_figure", stats["mean_distance"]), theme=None)
     chart_download(left, page, "mean distances", stats["mean_distance"], "layer", "head")
     right.subheader("Attention entropy")
-    right.caption("The entropy of each head's attention rows, averaged over the rows, in nats: 0 when every token "
-                  "attends to a single one, log T when attention is spread evenly over all T tokens.")  # fmt: skip
+    right.caption(
+        "The entropy of each head's attention rows, averaged over the rows, in nats: 0 when every token "
+        "attends to a single one, log T when attention is spread evenly over all T tokens."
+    )
     right.plotly_chart(cached_figure("layer_head_figure", stats["entropy"], "", "nats"), theme=None)
     chart_download(right, page, "entropies", stats["entropy"], "layer", "head")
     if anatomy["similarity"] is not None:
-        similarity_grid(page, anatomy["similarity"], "Position-embedding similarity",
-                        "Cosine similarity of one patch's position embedding (the one named above each map, outlined in "
-                        "it) with every other patch's, on one shared scale (the colorbar). A learned grid shows as a "
-                        "bright blob around each patch, often with its row and column (Dosovitskiy et al. 2020, "
-                        "Fig. 7).", "position-embedding similarity")  # fmt: skip
+        similarity_grid(
+            page,
+            anatomy["similarity"],
+            "Position-embedding similarity",
+            "Cosine similarity of one patch's position embedding (the one named above each map, outlined in "
+            "it) with every other patch's, on one shared scale (the colorbar). A learned grid shows as a "
+            "bright blob around each patch, often with its row and column (Dosovitskiy et al. 2020, "
+            "Fig. 7).",
+            "position-embedding similarity",
+        )
     if anatomy["rotary"] is not None:
-        table = ("It has a learned position table too (above)" if anatomy["similarity"] is not None
-                 else "It has no learned position table")  # fmt: skip
-        similarity_grid(page, anatomy["rotary"], "Rotary embedding: how alike two patches' rotations are",
-                        f"Every block rotates the patch tokens' queries and keys by angles set by their position "
-                        f"({model.config.rotary} rotary embedding), so a score depends on where two patches are "
-                        f"relative to each other. {table}. Each map: for the patch named above it (outlined), the "
-                        "mean over channels of cos(its angle - another patch's angle), the factor by which the "
-                        "rotation scales a query there against the same key elsewhere, on one shared scale.",
-                        "rotary similarity")  # fmt: skip
+        table = (
+            "It has a learned position table too (above)"
+            if anatomy["similarity"] is not None
+            else "It has no learned position table"
+        )
+        similarity_grid(
+            page,
+            anatomy["rotary"],
+            "Rotary embedding: how alike two patches' rotations are",
+            f"Every block rotates the patch tokens' queries and keys by angles set by their position "
+            f"({model.config.rotary} rotary embedding), so a score depends on where two patches are "
+            f"relative to each other. {table}. Each map: for the patch named above it (outlined), the "
+            "mean over channels of cos(its angle - another patch's angle), the factor by which the "
+            "rotation scales a query there against the same key elsewhere, on one shared scale.",
+            "rotary similarity",
+        )
     st.subheader("Patch-embedding filters: principal components")
-    st.caption("The first principal components of the linear patch embedding's filters, as RGB pictures, with "
-               "the share of variance each explains: what the model measures in a patch before any attention.")  # fmt: skip
+    st.caption(
+        "The first principal components of the linear patch embedding's filters, as RGB pictures, with "
+        "the share of variance each explains: what the model measures in a patch before any attention."
+    )
     components, explained = anatomy["components"], anatomy["explained"]
-    pictures = components[:, :3].permute(0, 2, 3, 1) if components.shape[1] >= 3 else components[:, :1].permute(0, 2, 3, 1)
+    pictures = (
+        components[:, :3].permute(0, 2, 3, 1) if components.shape[1] >= 3 else components[:, :1].permute(0, 2, 3, 1)
+    )
     pictures = [(plots.rescale(p) * 255).astype(np.uint8) for p in pictures.numpy()]
-    st.image([p if p.shape[-1] == 3 else p[..., 0] for p in pictures], width=64,
-             caption=[f"{100 * v:.1f}%" for v in explained.tolist()])  # fmt: skip
-    chart_download(st, page, "patch-embedding components",
-                   {"components": components.numpy(), "explained_variance": explained.numpy()})
+    st.image(
+        [p if p.shape[-1] == 3 else p[..., 0] for p in pictures],
+        width=64,
+        caption=[f"{100 * v:.1f}%" for v in explained.tolist()],
+    )
+    chart_download(
+        st,
+        page,
+        "patch-embedding components",
+        {"components": components.numpy(), "explained_variance": explained.numpy()},
+    )
 
 
 def similarity_grid(page: Page, similarity, title: str, caption: str, what: str) -> None:
@@ -68,8 +94,18 @@ def similarity_grid(page: Page, similarity, title: str, caption: str, what: str)
     pick_rows, pick_cols = (sorted({round(i * (n - 1) / 3) for i in range(4)}) for n in (rows, cols))
     picks = [(r, c) for r in pick_rows for c in pick_cols]
     # one shared scale (a colorbar), each map's own patch outlined
-    st.plotly_chart(cached_figure("grid_figure", torch.stack([similarity[r, c] for r, c in picks]),
-                                  [f"({r},{c})" for r, c in picks], len(pick_cols), "viridis",
-                                  rescale_each=False, marks=picks, height=160 * len(pick_rows) + 40), theme=None,
-                    key=f"anatomy_{what}")  # fmt: skip
+    st.plotly_chart(
+        cached_figure(
+            "grid_figure",
+            torch.stack([similarity[r, c] for r, c in picks]),
+            [f"({r},{c})" for r, c in picks],
+            len(pick_cols),
+            "viridis",
+            rescale_each=False,
+            marks=picks,
+            height=160 * len(pick_rows) + 40,
+        ),
+        theme=None,
+        key=f"anatomy_{what}",
+    )
     chart_download(st, page, what, {"similarity": similarity.numpy()})  # (rows, cols, rows, cols): every patch

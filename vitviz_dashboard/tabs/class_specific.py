@@ -12,14 +12,26 @@ import streamlit as st
 from vitviz import plots
 from vitviz.explain import CLASS_SPECIFIC
 from vitviz.explain.methods import DESCRIPTIONS, TAM_STEPS
-
 from vitviz_dashboard.cached import cached_figure, class_map, logit_lens, overlay_picture, vote_picture
-from vitviz_dashboard.common import (Page, class_name, class_picker, classes_by_probability, colour_legend, downloads,
-                                     has_classifier, index_slider, is_zero_shot, probability_kind, top_class,
-                                     without_classes)  # fmt: skip
+from vitviz_dashboard.common import (
+    Page,
+    class_name,
+    class_picker,
+    classes_by_probability,
+    colour_legend,
+    downloads,
+    has_classifier,
+    index_slider,
+    is_zero_shot,
+    probability_kind,
+    top_class,
+    without_classes,
+)
 
-NEEDS_CLASSES = ("Class-specific maps follow the gradient of one class's score back through the attention, so "
-                 "they need classes. Every other tab works.")  # fmt: skip
+NEEDS_CLASSES = (
+    "Class-specific maps follow the gradient of one class's score back through the attention, so "
+    "they need classes. Every other tab works."
+)
 GRADIENT_METHODS = [m for m in CLASS_SPECIFIC if m != "lens"]  # the lens has its own section below
 DEFAULT_METHODS = ["relevance", "legrad"]
 READING = {  # how to read each map, in a sentence
@@ -30,8 +42,10 @@ READING = {  # how to read each map, in a sentence
     "gradcam": "Bright: patches whose last-block features, weighted by their gradient, raise the class's score.",
 }
 COST = {"tam": f"{TAM_STEPS} forward and backward passes", "legrad": "one backward pass per block"}
-METHODS_HELP = "\n".join([f"- **{m}**: {DESCRIPTIONS[m]}" for m in GRADIENT_METHODS] + [
-    "", f"Each map is computed once per image and class; TAM costs {TAM_STEPS} forward and backward passes."])
+METHODS_HELP = "\n".join(
+    [f"- **{m}**: {DESCRIPTIONS[m]}" for m in GRADIENT_METHODS]
+    + ["", f"Each map is computed once per image and class; TAM costs {TAM_STEPS} forward and backward passes."]
+)
 
 
 def method_label(method: str) -> str:
@@ -52,8 +66,13 @@ def draw(page: Page) -> None:
         target = class_picker(page)
     with against:
         other = compare_picker(page, target)
-    methods = st.multiselect("Methods", GRADIENT_METHODS, key=page.key("class_methods", DEFAULT_METHODS),
-                             format_func=method_label, help=METHODS_HELP)  # fmt: skip
+    methods = st.multiselect(
+        "Methods",
+        GRADIENT_METHODS,
+        key=page.key("class_methods", DEFAULT_METHODS),
+        format_func=method_label,
+        help=METHODS_HELP,
+    )
     maps = method_maps(page, target, methods) if other is None else compared_maps(page, target, other, methods)
     lens = lens_section(page, target)
     arrays = maps | {f"lens_probability_class{target}": lens["probability"], f"lens_votes_class{target}": lens["votes"]}
@@ -69,12 +88,14 @@ def compare_picker(page: Page, target: int) -> int | None:
     probabilities = page.analysis.probabilities
     others = [NO_COMPARISON] + [i for i in classes_by_probability(probabilities) if i != target]
     what = "prompt" if is_zero_shot(page.model) else "class"
-    choice = st.selectbox(f"Compare with another {what}", others,
-                          key=page.key("compare_class", NO_COMPARISON, per_image=True, options=others),
-                          format_func=lambda i: "none" if i == NO_COMPARISON else
-                          f"{class_name(page.model, i)} ({probabilities[i]:.1%})",
-                          help="Each method's two maps side by side, on one colour scale: a brighter map is a "
-                               "stronger explanation of its class.")  # fmt: skip
+    choice = st.selectbox(
+        f"Compare with another {what}",
+        others,
+        key=page.key("compare_class", NO_COMPARISON, per_image=True, options=others),
+        format_func=lambda i: "none" if i == NO_COMPARISON else f"{class_name(page.model, i)} ({probabilities[i]:.1%})",
+        help="Each method's two maps side by side, on one colour scale: a brighter map is a "
+        "stronger explanation of its class.",
+    )
     return None if choice == NO_COMPARISON else choice
 
 
@@ -85,12 +106,14 @@ def method_maps(page: Page, target: int, methods: list[str]) -> dict[str, np.nda
         return {}
     maps = {}
     top = top_class(page.analysis.probabilities)
-    by_top = st.toggle("Compare classes: colour every class's map on the top class's scale",
-                       key=page.key("class_scale_by_top", True),
-                       help="On: each method's colours run from 0 to the largest value of its map for the top "
-                            "prediction, so a class the model hardly sees looks faint. Off: each map from its own "
-                            "smallest to its largest value, which shows the pattern of any class but makes every "
-                            "class look equally strong.")  # fmt: skip
+    by_top = st.toggle(
+        "Compare classes: colour every class's map on the top class's scale",
+        key=page.key("class_scale_by_top", True),
+        help="On: each method's colours run from 0 to the largest value of its map for the top "
+        "prediction, so a class the model hardly sees looks faint. Off: each map from its own "
+        "smallest to its largest value, which shows the pattern of any class but makes every "
+        "class look equally strong.",
+    )
     for column, method in zip(st.columns(len(methods)), methods):
         with column:
             maps[f"{method}_class{target}"] = value = cached_class_map(page, target, method)
@@ -129,16 +152,20 @@ def cached_class_map(page: Page, target: int, method: str) -> np.ndarray:
 def draw_map(page: Page, method: str, target: int, value: np.ndarray, value_range, scale: str) -> None:
     """One map over the photo, its colour legend, what it shows and its patch grid, in the current column."""
     settings = page.settings
-    st.image(overlay_picture(page.photo, value, page.analysis.box, settings, value_range), width="stretch",
-             caption=f"{method} for '{class_name(page.model, target)}'")  # fmt: skip
+    st.image(
+        overlay_picture(page.photo, value, page.analysis.box, settings, value_range),
+        width="stretch",
+        caption=f"{method} for '{class_name(page.model, target)}'",
+    )
     if value_range:
         colour_legend(settings, 0.0, value_range[1], f"{method} {scale}")
     else:
         colour_legend(settings, float(value.min()), float(value.max()), f"{method}, this map's range")
     st.caption(f"{DESCRIPTIONS[method][0].upper()}{DESCRIPTIONS[method][1:]}. {READING[method]}")
     with st.expander("The patch grid, with the values on hover"):
-        st.plotly_chart(cached_figure("heatmap_figure", value, "", settings.colormap),
-                        key=f"class_{method}_{target}", theme=None)  # fmt: skip
+        st.plotly_chart(
+            cached_figure("heatmap_figure", value, "", settings.colormap), key=f"class_{method}_{target}", theme=None
+        )
 
 
 def lens_section(page: Page, target: int) -> dict[str, np.ndarray]:
@@ -147,22 +174,29 @@ def lens_section(page: Page, target: int) -> dict[str, np.ndarray]:
     model, settings = page.model, page.settings
     if is_zero_shot(model):  # the head is the prompts' text embeddings: a text lens
         st.subheader("Text lens", divider="gray")
-        st.caption("Each patch token after the chosen block, read on its own by the model's final norm and image "
-                   "projection against every prompt's text embedding. Left: the probability of "
-                   f"'{class_name(model, target)}' from each patch ({probability_kind(model)}), on a fixed scale from "
-                   "0 (dark) to 100 % (bright). Right: the prompt each patch votes for.")  # fmt: skip
+        st.caption(
+            "Each patch token after the chosen block, read on its own by the model's final norm and image "
+            "projection against every prompt's text embedding. Left: the probability of "
+            f"'{class_name(model, target)}' from each patch ({probability_kind(model)}), on a fixed scale from "
+            "0 (dark) to 100 % (bright). Right: the prompt each patch votes for."
+        )
     else:
         st.subheader("Logit lens", divider="gray")
-        st.caption("Each patch token after the chosen block, read on its own by the model's final norm and head. "
-                   f"Left: the probability of '{class_name(model, target)}' from each patch, on a fixed scale from 0 "
-                   "(dark) to 100 % (bright). Right: the class each patch votes for.")  # fmt: skip
+        st.caption(
+            "Each patch token after the chosen block, read on its own by the model's final norm and head. "
+            f"Left: the probability of '{class_name(model, target)}' from each patch, on a fixed scale from 0 "
+            "(dark) to 100 % (bright). Right: the class each patch votes for."
+        )
     lens = logit_lens(model, settings.model_spec, page.file, settings.precision, target)
     layers = range(len(lens["probability"]))
     block = index_slider("Block", len(layers), page.key("lens_block", layers[-1], options=layers))
     # two pictures of the photo in two equal columns: the same size at every width
     left, right = st.columns(2)
-    left.image(overlay_picture(page.photo, lens["probability"][block], page.analysis.box, settings, (0.0, 1.0)),
-               width="stretch", caption=f"block {block}: P('{class_name(model, target)}') read from each patch")  # fmt: skip
+    left.image(
+        overlay_picture(page.photo, lens["probability"][block], page.analysis.box, settings, (0.0, 1.0)),
+        width="stretch",
+        caption=f"block {block}: P('{class_name(model, target)}') read from each patch",
+    )
     with left:
         colour_legend(settings, 0.0, 1.0, "the class's probability, one fixed scale for every block")
     with right:
@@ -178,15 +212,25 @@ def votes_view(page: Page, votes: np.ndarray, target: int, block: int) -> None:
     model = page.model
     shown, other = plots.vote_classes(votes, len(model.class_names), target)
     what = "prompt" if is_zero_shot(model) else "class"
-    st.image(vote_picture(page.photo, votes, tuple(shown), page.analysis.box, page.settings.alpha), width="stretch",
-             caption=f"block {block}: the {what} each patch votes for")  # fmt: skip
+    st.image(
+        vote_picture(page.photo, votes, tuple(shown), page.analysis.box, page.settings.alpha),
+        width="stretch",
+        caption=f"block {block}: the {what} each patch votes for",
+    )
     counts = plots.vote_codes(votes, shown).ravel()
-    entries = [(colour, class_name(model, index), int((counts == code).sum()))
-               for code, (colour, index) in enumerate(zip(plots.VOTE_COLOURS, shown))]  # fmt: skip
+    entries = [
+        (colour, class_name(model, index), int((counts == code).sum()))
+        for code, (colour, index) in enumerate(zip(plots.VOTE_COLOURS, shown))
+    ]
     entries += [(plots.OTHER_COLOUR, "other", int((counts == len(shown)).sum()))] if other else []
-    st.html("<div style='font-size: 0.875rem; line-height: 1.6'>Patches voting for each: " + " ".join(
-        f"<span style='display: inline-block; margin-right: 0.8em'><span style='color: {colour}'>&#9632;</span> "
-        f"{html.escape(name)} ({count})</span>" for colour, name, count in entries) + "</div>")  # fmt: skip
+    st.html(
+        "<div style='font-size: 0.875rem; line-height: 1.6'>Patches voting for each: "
+        + " ".join(
+            f"<span style='display: inline-block; margin-right: 0.8em'><span style='color: {colour}'>&#9632;</span> "
+            f"{html.escape(name)} ({count})</span>"
+            for colour, name, count in entries
+        )
+        + "</div>"
+    )
     with st.expander("The votes, patch by patch, on hover"):
         st.plotly_chart(cached_figure("votes_figure", votes, model.class_names, target), key="lens_votes", theme=None)
-

@@ -7,17 +7,20 @@ import numpy as np
 import streamlit as st
 
 from vitviz import explain, plots
-
 from vitviz_dashboard.cached import faithfulness_curves
 from vitviz_dashboard.common import Page, class_name, class_picker, downloads, has_classifier, without_classes
 
-NEEDS_CLASSES = ("The perturbation test replaces patches and watches the probability of the predicted class fall, "
-                 "so it needs classes.")  # fmt: skip
+NEEDS_CLASSES = (
+    "The perturbation test replaces patches and watches the probability of the predicted class fall, "
+    "so it needs classes."
+)
 
 
 RUN = "Run the perturbation test (7 batched forward passes)"
-OFF = (f"Nothing is drawn until you switch on '{RUN.split(' (')[0]}' above: it re-runs the model on the photo with "
-       "patches replaced, so it runs only when asked. Once on, it stays on for every photo and class you choose.")
+OFF = (
+    f"Nothing is drawn until you switch on '{RUN.split(' (')[0]}' above: it re-runs the model on the photo with "
+    "patches replaced, so it runs only when asked. Once on, it stays on for every photo and class you choose."
+)
 SEPARABLE = 0.02  # areas closer than this, on one image in 10 % steps, do not rank the maps
 
 
@@ -28,30 +31,52 @@ def draw(page: Page) -> None:
         st.info(f"{without_classes(settings)}. {NEEDS_CLASSES}")
         return
     target = class_picker(page)
-    st.caption(f"Patches are replaced 10 % at a time, most- or least-relevant first, and the probability of "
-               f"'{class_name(model, target)}' is recorded (Chefer et al. 2021's positive and negative tests, on "
-               "patches). A faithful map drops fast when its top patches go (small area, most-relevant first) and "
-               "slowly when its bottom patches go (large area). One image says little: `vitviz benchmark` runs "
-               "the pixel-level protocols over a data set.")  # fmt: skip
-    baseline = st.radio("Replace patches by", ["mean", "blur"], horizontal=True, key=page.key("baseline", "mean"),
-                        format_func=lambda b: {"mean": "the mean colour", "blur": "a blur"}[b])  # fmt: skip
+    st.caption(
+        f"Patches are replaced 10 % at a time, most- or least-relevant first, and the probability of "
+        f"'{class_name(model, target)}' is recorded (Chefer et al. 2021's positive and negative tests, on "
+        "patches). A faithful map drops fast when its top patches go (small area, most-relevant first) and "
+        "slowly when its bottom patches go (large area). One image says little: `vitviz benchmark` runs "
+        "the pixel-level protocols over a data set."
+    )
+    baseline = st.radio(
+        "Replace patches by",
+        ["mean", "blur"],
+        horizontal=True,
+        key=page.key("baseline", "mean"),
+        format_func=lambda b: {"mean": "the mean colour", "blur": "a blur"}[b],
+    )
     # per model, not per image: once on, the test runs for every image chosen after
     if not st.toggle(RUN, key=page.key("run", False)):
         st.info(OFF)
         return
     results = faithfulness_curves(model, settings.model_spec, page.file, settings.precision, target, baseline)
     x = explain.fraction_replaced()
-    st.plotly_chart(plots.perturbation_figure(x, {name: (r["most_first"], r["least_first"]) for name, r in results.items()}),
-                    theme=None)  # fmt: skip
-    st.table({"map": list(results), "area, most-relevant first (lower is better)":
-              [f"{r['auc_most_first']:.3f}" for r in results.values()],
-              "area, least-relevant first (higher is better)": [f"{r['auc_least_first']:.3f}" for r in results.values()]})  # fmt: skip
+    st.plotly_chart(
+        plots.perturbation_figure(x, {name: (r["most_first"], r["least_first"]) for name, r in results.items()}),
+        theme=None,
+    )
+    st.table(
+        {
+            "map": list(results),
+            "area, most-relevant first (lower is better)": [f"{r['auc_most_first']:.3f}" for r in results.values()],
+            "area, least-relevant first (higher is better)": [f"{r['auc_least_first']:.3f}" for r in results.values()],
+        }
+    )
     for kind in ("auc_most_first", "auc_least_first"):
         areas = [r[kind] for r in results.values()]
         if max(areas) - min(areas) < SEPARABLE:
             order = "most" if kind == "auc_most_first" else "least"
-            st.warning(f"The {order}-relevant-first areas differ by less than {SEPARABLE}: on this one image the test "
-                       "cannot tell these maps apart. Run `vitviz benchmark` over many images to rank them.")  # fmt: skip
-    curves = {f"{name}, {order} first": result[f"{order}_first"] for name, result in results.items() for order in ("most", "least")}
-    downloads(page, f"faithfulness_{baseline}", {"fraction_replaced": np.asarray(x)} | {k: np.asarray(v) for k, v in curves.items()})
-
+            st.warning(
+                f"The {order}-relevant-first areas differ by less than {SEPARABLE}: on this one image the test "
+                "cannot tell these maps apart. Run `vitviz benchmark` over many images to rank them."
+            )
+    curves = {
+        f"{name}, {order} first": result[f"{order}_first"]
+        for name, result in results.items()
+        for order in ("most", "least")
+    }
+    downloads(
+        page,
+        f"faithfulness_{baseline}",
+        {"fraction_replaced": np.asarray(x)} | {k: np.asarray(v) for k, v in curves.items()},
+    )

@@ -17,15 +17,16 @@ from vitviz import explain, feature_pictures, plots
 from vitviz.analysis import ImageAnalysis
 from vitviz.explain.facets import FACETS
 from vitviz.images import ImageError, ImageFile
-
 from vitviz_dashboard.cached import feature_parts, grid_picture_uri, patch_features, pca_colours
 from vitviz_dashboard.click_picture import click_picture
 from vitviz_dashboard.common import Page, Photo, colour_legend, index_slider, npz_bytes, rerun_tab
 from vitviz_dashboard.tabs.patch import clicked_patch
 
 MAX_IMAGES = 8
-FACET_HELP = ("token: the patch's token after the block; key, query, value: what the block's attention computes from "
-              "it, heads side by side (Amir et al. 2021 found DINO's keys the best for parts and matches).")  # fmt: skip
+FACET_HELP = (
+    "token: the patch's token after the block; key, query, value: what the block's attention computes from "
+    "it, heads side by side (Amir et al. 2021 found DINO's keys the best for parts and matches)."
+)
 PCA_PAPER = "[DINOv2](https://arxiv.org/abs/2304.07193), Oquab et al. 2023, figure 1"
 MATCH_PAPER = "[Deep ViT Features as Dense Visual Descriptors](https://arxiv.org/abs/2112.05814), Amir et al. 2021"
 
@@ -48,15 +49,22 @@ class Chosen:
 
 def fit_key(page: Page, chosen: list[Chosen]) -> tuple:
     """What a fit over the chosen photos' features depends on: the model, the photos, the precision, block, facet."""
-    return (page.settings.model_spec, tuple(one.photo.key for one in chosen), page.settings.precision,
-            chosen[0].block, chosen[0].facet)  # fmt: skip
+    return (
+        page.settings.model_spec,
+        tuple(one.photo.key for one in chosen),
+        page.settings.precision,
+        chosen[0].block,
+        chosen[0].facet,
+    )
 
 
 @st.fragment
 def draw(page: Page, images: dict[str, ImageFile], prepare: Callable[[str], tuple[Photo, ImageAnalysis]]) -> None:
-    st.caption("Patch features are what a ViT hands on to whatever reads it (a segmentation head, a retrieval "
-               "index): here they are shown directly, as colours, matches and parts. Pick the photos, the block and "
-               "the facet; every view below uses them.")  # fmt: skip
+    st.caption(
+        "Patch features are what a ViT hands on to whatever reads it (a segmentation head, a retrieval "
+        "index): here they are shown directly, as colours, matches and parts. Pick the photos, the block and "
+        "the facet; every view below uses them."
+    )
     chosen = choose(page, images, prepare)
     if not chosen:
         return
@@ -76,8 +84,12 @@ def choose(page: Page, images: dict[str, ImageFile], prepare) -> list[Chosen]:
     names = list(images)
     others = [n for n in names if n != page.photo.name]
     default = [page.photo.name, *others[:2]]
-    picked = st.multiselect(f"Photos (up to {MAX_IMAGES}; the PCA and the parts are fitted over all of them at once)",
-                            names, key=page.key("features_images", default, per_image=True), max_selections=MAX_IMAGES)  # fmt: skip
+    picked = st.multiselect(
+        f"Photos (up to {MAX_IMAGES}; the PCA and the parts are fitted over all of them at once)",
+        names,
+        key=page.key("features_images", default, per_image=True),
+        max_selections=MAX_IMAGES,
+    )
     left, right = st.columns(2)
     with left:
         layers = range(c.num_layers)
@@ -93,47 +105,70 @@ def choose(page: Page, images: dict[str, ImageFile], prepare) -> list[Chosen]:
         except ImageError as error:
             st.error(f"Could not read {name}: {error}")
             continue
-        features = patch_features(page.settings.model_spec, photo.key, page.settings.precision, block, facet,
-                                  _analysis=analysis, _model=page.model)  # fmt: skip
+        features = patch_features(
+            page.settings.model_spec,
+            photo.key,
+            page.settings.precision,
+            block,
+            facet,
+            _analysis=analysis,
+            _model=page.model,
+        )
         chosen.append(Chosen(name, photo, analysis, features, block, facet))
     st.caption(f"Block {block}, facet **{facet}**: {chosen[0].features.shape[1] if chosen else 0} numbers per patch.")
     return chosen
 
 
 def pca_view(page: Page, chosen: list[Chosen]) -> None:
-    st.caption(f"Each patch coloured by its first three principal components (red, green, blue), the PCA fitted on "
-               f"the patches of every photo at once, so one colour means the same feature in each ({PCA_PAPER}). "
-               "Removing the background follows DINOv2's recipe: the first component, scaled to [0, 1] over all "
-               "photos, splits foreground from background at the threshold, and a second PCA on the foreground "
-               "patches alone colours them. The colours are laid over the photo at the sidebar's overlay opacity "
-               "(1 for DINOv2's opaque look).")  # fmt: skip
+    st.caption(
+        f"Each patch coloured by its first three principal components (red, green, blue), the PCA fitted on "
+        f"the patches of every photo at once, so one colour means the same feature in each ({PCA_PAPER}). "
+        "Removing the background follows DINOv2's recipe: the first component, scaled to [0, 1] over all "
+        "photos, splits foreground from background at the threshold, and a second PCA on the foreground "
+        "patches alone colours them. The colours are laid over the photo at the sidebar's overlay opacity "
+        "(1 for DINOv2's opaque look)."
+    )
     a, b = st.columns(2)  # the two switches one above the other: three columns cut their labels at 800 px
     remove = a.toggle("Remove background", key=page.key("features_background", False))
-    threshold = b.slider("Foreground threshold", 0.0, 1.0, key=page.key("features_threshold", 0.5), step=0.05,
-                         disabled=not remove)  # fmt: skip
-    flip = a.toggle("Flip 1st component", key=page.key("features_flip", False),
-                    help="Which side of the first component is the foreground is arbitrary: flip it if the "
-                         "background came out as the foreground.")  # fmt: skip
+    threshold = b.slider(
+        "Foreground threshold", 0.0, 1.0, key=page.key("features_threshold", 0.5), step=0.05, disabled=not remove
+    )
+    flip = a.toggle(
+        "Flip 1st component",
+        key=page.key("features_flip", False),
+        help="Which side of the first component is the foreground is arbitrary: flip it if the "
+        "background came out as the foreground.",
+    )
     try:
-        result = pca_colours(*fit_key(page, chosen), threshold if remove else None, flip,
-                             _features=[one.features for one in chosen])  # fmt: skip
+        result = pca_colours(
+            *fit_key(page, chosen), threshold if remove else None, flip, _features=[one.features for one in chosen]
+        )
     except ValueError as error:  # e.g. a threshold that leaves no foreground
         st.warning(f"No PCA colours: {error}")
         return
     alpha = page.settings.alpha
-    pictures = [feature_pictures.paint_patches(one.photo.image, colours.numpy().reshape(*one.grid, 3),
-                                               one.analysis.box, alpha) for one, colours in zip(chosen, result.colours)]  # fmt: skip
+    pictures = [
+        feature_pictures.paint_patches(one.photo.image, colours.numpy().reshape(*one.grid, 3), one.analysis.box, alpha)
+        for one, colours in zip(chosen, result.colours)
+    ]
     show_row(pictures, [one.name for one in chosen])
     if result.foreground is not None:  # a photo wholly on one side: the first component tells the photos apart
-        whole = [f"{one.name} ({'all foreground' if mask.all() else 'all background'})"
-                 for one, mask in zip(chosen, result.foreground) if mask.all() or not mask.any()]  # fmt: skip
+        whole = [
+            f"{one.name} ({'all foreground' if mask.all() else 'all background'})"
+            for one, mask in zip(chosen, result.foreground)
+            if mask.all() or not mask.any()
+        ]
         if whole:
-            st.caption(f"At this threshold {', '.join(whole)}: the first component separates these photos from "
-                       "the others rather than objects from their background. Try another block or facet, the "
-                       "threshold, or fewer photos.")  # fmt: skip
+            st.caption(
+                f"At this threshold {', '.join(whole)}: the first component separates these photos from "
+                "the others rather than objects from their background. Try another block or facet, the "
+                "threshold, or fewer photos."
+            )
     variance = ", ".join(f"{v:.1%}" for v in result.explained_variance.tolist())
-    st.caption(f"Explained variance of the three components: {variance}"
-               + (" (of the foreground patches' PCA)." if remove else "."))  # fmt: skip
+    st.caption(
+        f"Explained variance of the three components: {variance}"
+        + (" (of the foreground patches' PCA)." if remove else ".")
+    )
     arrays = {"explained_variance": result.explained_variance.numpy()}
     for index, (one, colours) in enumerate(zip(chosen, result.colours)):
         arrays[f"colours_{index}"] = colours.numpy().reshape(*one.grid, 3)
@@ -147,23 +182,34 @@ def matches_view(page: Page, chosen: list[Chosen]) -> None:
     rows, cols = source.grid
     row, col = st.session_state.get("features_patch", (rows // 2, cols // 2))
     row, col = min(row, rows - 1), min(col, cols - 1)
-    st.caption(f"Click a patch of {source.name} (the first photo chosen above): each patch of both photos is coloured "
-               f"by the cosine similarity of its feature with the clicked patch's, and the best matches are "
-               f"outlined in green ({MATCH_PAPER}).")  # fmt: skip
+    st.caption(
+        f"Click a patch of {source.name} (the first photo chosen above): each patch of both photos is coloured "
+        f"by the cosine similarity of its feature with the clicked patch's, and the best matches are "
+        f"outlined in green ({MATCH_PAPER})."
+    )
     names = [one.name for one in chosen]
     a, b, c = st.columns(3)
-    target_name = a.selectbox("Match in", names, key=page.key("features_target", names[-1], per_image=True,
-                                                               options=names))  # fmt: skip
+    target_name = a.selectbox(
+        "Match in", names, key=page.key("features_target", names[-1], per_image=True, options=names)
+    )
     k = b.number_input("Matches outlined", 1, 20, key=page.key("features_top_k", 5))
-    radius = c.number_input("Skip neighbours within", 0, 10, key=page.key("features_radius", 1),
-                            help="In the clicked photo, the patches this many patches or fewer from the clicked one "
-                                 "are not counted as matches: a patch's own neighbourhood always looks alike. 0 "
-                                 "skips only the patch itself.")  # fmt: skip
+    radius = c.number_input(
+        "Skip neighbours within",
+        0,
+        10,
+        key=page.key("features_radius", 1),
+        help="In the clicked photo, the patches this many patches or fewer from the clicked one "
+        "are not counted as matches: a patch's own neighbourhood always looks alike. 0 "
+        "skips only the patch itself.",
+    )
     target = chosen[names.index(target_name)]
     left, middle, right = st.columns(3)
     with left:
-        click = click_picture(grid_picture_uri(source.photo, source.analysis.box, source.grid, (row, col)),
-                              f"{source.name} with the model's patch grid", key="features_click")  # fmt: skip
+        click = click_picture(
+            grid_picture_uri(source.photo, source.analysis.box, source.grid, (row, col)),
+            f"{source.name} with the model's patch grid",
+            key="features_click",
+        )
         st.caption(f"Click a patch of {source.name}; ({row}, {col}) is chosen.")
         clicked = clicked_patch(click, source.photo.image.size, source.analysis)
         if clicked is not None and clicked != (row, col):
@@ -176,26 +222,51 @@ def matches_view(page: Page, chosen: list[Chosen]) -> None:
     others = torch.cat([here[torch.arange(len(here)) != row * cols + col], there if target is not source else here[:0]])
     low, high = (float(others.min()), float(others.max())) if len(others) else (float(here.min()), float(here.max()))
     best_here = explain.top_matches(here, int(k), source.grid, exclude=row * cols + col, radius=int(radius))
-    best_there = explain.top_matches(there, int(k), target.grid,
-                                     exclude=row * cols + col if target is source else None, radius=int(radius))  # fmt: skip
-    pictures = [similarity_picture(page, one, similarity, best, (low, high), (row, col) if one is source else None)
-                for one, similarity, best in ((source, here, best_here), (target, there, best_there))]  # fmt: skip
+    best_there = explain.top_matches(
+        there, int(k), target.grid, exclude=row * cols + col if target is source else None, radius=int(radius)
+    )
+    pictures = [
+        similarity_picture(page, one, similarity, best, (low, high), (row, col) if one is source else None)
+        for one, similarity, best in ((source, here, best_here), (target, there, best_there))
+    ]
     middle.image(pictures[0], width="stretch", caption=f"{source.name}: similarity to its patch ({row}, {col})")
-    right.image(pictures[1], width="stretch", caption=f"{target.name}: similarity to {source.name}'s patch ({row}, {col})"
-                if target is not source else f"{target.name}: similarity to its patch ({row}, {col})")  # fmt: skip
-    colour_legend(page.settings, low, high, "cosine similarity with the clicked patch, one scale for both photos "
-                  "(set by every patch but the clicked one, which is 1)")  # fmt: skip
-    arrays = {"similarity_source": here.numpy().reshape(source.grid), "similarity_target": there.numpy().reshape(target.grid),
-              "matches_source": best_here.numpy(), "matches_target": best_there.numpy(), "clicked": np.array([row, col])}  # fmt: skip
+    right.image(
+        pictures[1],
+        width="stretch",
+        caption=f"{target.name}: similarity to {source.name}'s patch ({row}, {col})"
+        if target is not source
+        else f"{target.name}: similarity to its patch ({row}, {col})",
+    )
+    colour_legend(
+        page.settings,
+        low,
+        high,
+        "cosine similarity with the clicked patch, one scale for both photos "
+        "(set by every patch but the clicked one, which is 1)",
+    )
+    arrays = {
+        "similarity_source": here.numpy().reshape(source.grid),
+        "similarity_target": there.numpy().reshape(target.grid),
+        "matches_source": best_here.numpy(),
+        "matches_target": best_there.numpy(),
+        "clicked": np.array([row, col]),
+    }
     view_downloads("Matches", f"matches_{row}_{col}", pictures, arrays, [source, target])
 
 
-def similarity_picture(page: Page, one: Chosen, similarity: torch.Tensor, best: torch.Tensor, value_range,
-                       clicked: tuple[int, int] | None) -> Image.Image:  # fmt: skip
+def similarity_picture(
+    page: Page, one: Chosen, similarity: torch.Tensor, best: torch.Tensor, value_range, clicked: tuple[int, int] | None
+) -> Image.Image:
     """The similarity map over the photo, the best matches outlined in green and the clicked patch in cyan."""
     settings, (rows, cols) = page.settings, one.grid
-    picture = plots.overlay(one.photo.image, similarity.numpy().reshape(rows, cols), settings.colormap,
-                            settings.alpha, one.analysis.box, value_range)  # fmt: skip
+    picture = plots.overlay(
+        one.photo.image,
+        similarity.numpy().reshape(rows, cols),
+        settings.colormap,
+        settings.alpha,
+        one.analysis.box,
+        value_range,
+    )
     for index in best.tolist():
         picture = plots.mark_patch(picture, divmod(index, cols), one.grid, one.analysis.box, colour=(0, 255, 0))
     if clicked is not None:
@@ -204,8 +275,10 @@ def similarity_picture(page: Page, one: Chosen, similarity: torch.Tensor, best: 
 
 
 def parts_view(page: Page, chosen: list[Chosen]) -> None:
-    st.caption(f"k-means on the patch features of every chosen photo at once (on unit-length features, so by cosine "
-               f"similarity): a part gets the same colour in each photo, a rough co-segmentation ({MATCH_PAPER}).")  # fmt: skip
+    st.caption(
+        f"k-means on the patch features of every chosen photo at once (on unit-length features, so by cosine "
+        f"similarity): a part gets the same colour in each photo, a rough co-segmentation ({MATCH_PAPER})."
+    )
     total = sum(one.features.shape[0] for one in chosen)
     options = list(range(2, min(12, total) + 1))
     if not options:
@@ -213,8 +286,15 @@ def parts_view(page: Page, chosen: list[Chosen]) -> None:
         return
     k = st.select_slider("Parts", options, key=page.key("features_parts", min(5, options[-1]), options=options))
     labels = feature_parts(*fit_key(page, chosen), int(k), _features=[one.features for one in chosen])
-    pictures = [feature_pictures.paint_patches(one.photo.image, feature_pictures.part_colours(part.reshape(one.grid)),
-                                               one.analysis.box, page.settings.alpha) for one, part in zip(chosen, labels)]  # fmt: skip
+    pictures = [
+        feature_pictures.paint_patches(
+            one.photo.image,
+            feature_pictures.part_colours(part.reshape(one.grid)),
+            one.analysis.box,
+            page.settings.alpha,
+        )
+        for one, part in zip(chosen, labels)
+    ]
     show_row(pictures, [one.name for one in chosen])
     arrays = {f"parts_{index}": part.reshape(one.grid) for index, (one, part) in enumerate(zip(chosen, labels))}
     view_downloads("Parts", f"parts_{k}", pictures, arrays, chosen)
@@ -241,7 +321,21 @@ def view_downloads(view: str, stem: str, pictures: list[Image.Image], arrays: di
         return npz_bytes({**arrays, "photos": np.array([one.name for one in chosen])})
 
     left, right = st.columns(2)
-    left.download_button(f"{view} (PNG)", png, f"{stem}.png", "image/png", key=f"png_{view}",
-                         icon=":material/download:", help=f"The {view} pictures side by side")  # fmt: skip
-    right.download_button(f"{view} (.npz)", npz, f"{stem}.npz", "application/octet-stream", key=f"npz_{view}",
-                          icon=":material/download:", help=f"The {view} numbers, with the photos' names")  # fmt: skip
+    left.download_button(
+        f"{view} (PNG)",
+        png,
+        f"{stem}.png",
+        "image/png",
+        key=f"png_{view}",
+        icon=":material/download:",
+        help=f"The {view} pictures side by side",
+    )
+    right.download_button(
+        f"{view} (.npz)",
+        npz,
+        f"{stem}.npz",
+        "application/octet-stream",
+        key=f"npz_{view}",
+        icon=":material/download:",
+        help=f"The {view} numbers, with the photos' names",
+    )

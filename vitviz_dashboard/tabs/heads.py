@@ -9,14 +9,23 @@ from collections.abc import Callable
 import numpy as np
 import streamlit as st
 
+from vitviz import head_plots
 from vitviz.analysis import ImageAnalysis
 from vitviz.images import ImageError, ImageFile
-
-from vitviz import head_plots
-
 from vitviz_dashboard.cached import cached_figure, head_ranking, logit_parts, overlay_picture, readout_maps
-from vitviz_dashboard.common import (Page, Photo, chart_download, class_name, class_picker, downloads, has_classifier,
-                                     index_slider, readout_file_name, readout_title, without_classes)  # fmt: skip
+from vitviz_dashboard.common import (
+    Page,
+    Photo,
+    chart_download,
+    class_name,
+    class_picker,
+    downloads,
+    has_classifier,
+    index_slider,
+    readout_file_name,
+    readout_title,
+    without_classes,
+)
 from vitviz_dashboard.knockout import head_label, head_labels, heads_key, parse_head, removed, scope, what_changes
 from vitviz_dashboard.small_multiples import head_maps
 
@@ -25,12 +34,12 @@ READS = {
     "[CLS] attention": "the [CLS] token's attention row: what the token the classifier reads looks at",
     "mean of the patch rows": "the mean of every patch's attention row, since the head reads the mean patch token",
     "rows weighted by the pooling head": "every token's attention row, weighted as the attention-pooling head "
-                                         "weighs the final tokens (its weights averaged over its heads)",
+    "weighs the final tokens (its weights averaged over its heads)",
     "[CLS] row and mean patch row, half each": "half the [CLS] row and half the mean patch row, as the head reads "
-                                               "[CLS] and the mean patch token",
+    "[CLS] and the mean patch token",
     "[CLS] and distillation rows, half each": "the mean of the [CLS] and distillation tokens' rows, whose two "
-                                              "heads are averaged",
-}  # fmt: skip
+    "heads are averaged",
+}
 
 
 @st.fragment
@@ -50,15 +59,22 @@ def draw(page: Page, images: dict[str, ImageFile], prepare: Callable[[str], tupl
     for side, column in zip("AB", st.columns(2)):
         with column:
             # per image: choosing another main image resets both sides to it
-            image_name = st.selectbox(f"{side}: image", names,
-                                      key=page.key(f"image_{side}", page.photo.name, per_image=True, options=names))  # fmt: skip
+            image_name = st.selectbox(
+                f"{side}: image", names, key=page.key(f"image_{side}", page.photo.name, per_image=True, options=names)
+            )
             try:  # another image of the session is decoded only when chosen here
-                side_photo, side_analysis = (page.photo, page.analysis) if image_name == page.photo.name else prepare(image_name)
+                side_photo, side_analysis = (
+                    (page.photo, page.analysis) if image_name == page.photo.name else prepare(image_name)
+                )
             except ImageError as error:
                 st.error(f"Could not read {image_name}: {error}")
                 continue
-            pick_layer = st.number_input(f"{side}: layer", 0, c.num_layers - 1,
-                                         key=page.key(f"layer_{side}", layers[-1] if side == "A" else 0, options=layers))  # fmt: skip
+            pick_layer = st.number_input(
+                f"{side}: layer",
+                0,
+                c.num_layers - 1,
+                key=page.key(f"layer_{side}", layers[-1] if side == "A" else 0, options=layers),
+            )
             heads = ["mean", "max", "min", *range(c.num_heads)]
             pick_head = st.selectbox(f"{side}: head", heads, key=page.key(f"head_{side}", "mean", options=heads))
             side_maps = maps if side_analysis is page.analysis else readout_maps(side_analysis)
@@ -66,8 +82,11 @@ def draw(page: Page, images: dict[str, ImageFile], prepare: Callable[[str], tupl
             patch_map = per_head[pick_head] if isinstance(pick_head, int) else FUSIONS[pick_head](per_head, axis=0)
             if image_name == page.photo.name:
                 chosen[f"{stem}_layer{pick_layer}_head{pick_head}"] = patch_map
-            st.image(overlay_picture(side_photo, patch_map, side_analysis.box, settings), width="stretch",
-                     caption=f"{image_name}: layer {pick_layer}, head {pick_head}")  # fmt: skip
+            st.image(
+                overlay_picture(side_photo, patch_map, side_analysis.box, settings),
+                width="stretch",
+                caption=f"{image_name}: layer {pick_layer}, head {pick_head}",
+            )
     # a figure of layers x heads heatmaps is slow to build for big models, so only on request
     if st.toggle("Show every layer x head", key=page.key("all_layers_heads", c.num_layers * c.num_heads <= 64)):
         flat = maps.reshape(-1, *maps.shape[-2:])
@@ -96,8 +115,14 @@ def head_causes(page: Page) -> None:
     ):
         st.caption("Ranking every head removes each of the model's heads in turn: turn it on to compute it.")
     else:
-        ranking = head_ranking(page.settings.model_spec, page.photo.key, page.settings.precision, target,
-                               _analysis=page.analysis, _model=page.model)  # fmt: skip
+        ranking = head_ranking(
+            page.settings.model_spec,
+            page.photo.key,
+            page.settings.precision,
+            target,
+            _analysis=page.analysis,
+            _model=page.model,
+        )
         left, right = st.columns(2)
         st.caption(
             f"Left: how much the logit of '{name}' drops when each head alone is removed (its output zeroed, the rest of "
@@ -105,27 +130,46 @@ def head_causes(page: Page) -> None:
             "residual stream, with the final norm's scale held fixed (direct logit attribution, Elhage et al. 2021); "
             "it leaves out what a head does through later blocks. On both, red heads push the class up and blue ones "
             "down. Crossed heads are knocked out. Click a head on the left to knock it out of the whole page."
-        )  # fmt: skip
+        )
         # short titles, the class in the picker and the caption: at 800 px a chart is about 220 px wide
-        figure = head_plots.signed_layer_head_figure(-ranking["logit_change"], "Logit drop when removed", "drop",
-                                                     heads)  # fmt: skip
-        event = left.plotly_chart(figure, theme=None, on_select="rerun", selection_mode="points",
-                                  key=f"head_ranking|{base_spec}")  # fmt: skip
+        figure = head_plots.signed_layer_head_figure(-ranking["logit_change"], "Logit drop when removed", "drop", heads)
+        event = left.plotly_chart(
+            figure, theme=None, on_select="rerun", selection_mode="points", key=f"head_ranking|{base_spec}"
+        )
         clicked_head(event, base_spec)
-        parts = logit_parts(page.settings.model_spec, page.photo.key, page.settings.precision, target,
-                            _analysis=page.analysis, _model=page.model)  # fmt: skip
+        parts = logit_parts(
+            page.settings.model_spec,
+            page.photo.key,
+            page.settings.precision,
+            target,
+            _analysis=page.analysis,
+            _model=page.model,
+        )
         if isinstance(parts, str):
             right.info(f"No direct logit attribution: {parts}.")
         else:
-            right.plotly_chart(head_plots.signed_layer_head_figure(parts["heads"], "Direct logit attribution", "logit",
-                                                                   heads), theme=None)  # fmt: skip
-            right.caption(f"Logit {parts['logit']:.3f} = embeddings {parts['embeddings']:.3f} + heads "
-                          f"{parts['heads'].sum():.3f} + MLPs {parts['mlps'].sum():.3f} + biases {parts['biases']:.3f}.")  # fmt: skip
-        chart_download(st, page, f"head importance for {name}", {k: np.asarray(v) for k, v in ranking.items()} |
-                       ({} if isinstance(parts, str) else {f"logit_attribution_{k}": v for k, v in parts.items()}))  # fmt: skip
-    st.multiselect("Knock out heads", head_labels(page.model), key=heads_key(base_spec),
-                   help="The chosen heads' outputs are removed from every forward pass of the page: the prediction, "
-                        "the predictions and the maps of every tab then show the intervened model.")  # fmt: skip
+            right.plotly_chart(
+                head_plots.signed_layer_head_figure(parts["heads"], "Direct logit attribution", "logit", heads),
+                theme=None,
+            )
+            right.caption(
+                f"Logit {parts['logit']:.3f} = embeddings {parts['embeddings']:.3f} + heads "
+                f"{parts['heads'].sum():.3f} + MLPs {parts['mlps'].sum():.3f} + biases {parts['biases']:.3f}."
+            )
+        chart_download(
+            st,
+            page,
+            f"head importance for {name}",
+            {k: np.asarray(v) for k, v in ranking.items()}
+            | ({} if isinstance(parts, str) else {f"logit_attribution_{k}": v for k, v in parts.items()}),
+        )
+    st.multiselect(
+        "Knock out heads",
+        head_labels(page.model),
+        key=heads_key(base_spec),
+        help="The chosen heads' outputs are removed from every forward pass of the page: the prediction, "
+        "the predictions and the maps of every tab then show the intervened model.",
+    )
     if removed(page.model, base_spec)[0] != list(page.model.interventions.heads):
         st.rerun()  # this tab runs alone (a fragment): the whole page must run again, with the new model
     what_changes(page)
@@ -146,4 +190,3 @@ def clicked_head(event, base_spec: str) -> None:
         chosen ^= {head_label(layer, head)}
     st.session_state[heads_key(base_spec)] = sorted(chosen, key=parse_head)
     st.rerun()
-

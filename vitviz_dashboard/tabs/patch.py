@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import streamlit as st
-from vitviz import plots
 
+from vitviz import plots
 from vitviz_dashboard.cached import grid_picture_uri, overlay_picture, patch_maps
 from vitviz_dashboard.click_picture import click_picture
 from vitviz_dashboard.common import Page, downloads, index_slider, rerun_tab
@@ -21,8 +21,10 @@ def draw(page: Page) -> None:
     row, col = min(row, rows - 1), min(col, cols - 1)
     layers = range(page.model.config.num_layers)
     layer = index_slider("Layer", len(layers), page.key("patch_layer", layers[-1], options=layers))
-    st.caption("Click a patch on the picture (or set its row and column) to see what it attends to: its row of "
-               "the chosen block's attention, which sums to 1 over all tokens, prefix tokens included.")  # fmt: skip
+    st.caption(
+        "Click a patch on the picture (or set its row and column) to see what it attends to: its row of "
+        "the chosen block's attention, which sums to 1 over all tokens, prefix tokens included."
+    )
     # the inputs come first, so a typed row or column is drawn in this same run; then picture and result side by side
     a, b, _ = st.columns([1, 1, 2])
     new_row = a.number_input("Row", 0, rows - 1, row)
@@ -39,11 +41,15 @@ def draw(page: Page) -> None:
         if clicked is not None and clicked != (row, col):  # known only once the picture is drawn: draw again
             st.session_state.patch = clicked
             rerun_tab()
-    fused, per_head = patch_maps(settings.model_spec, page.photo.key, settings.precision, layer, row, col,
-                                 _analysis=analysis, _model=page.model)  # fmt: skip
+    fused, per_head = patch_maps(
+        settings.model_spec, page.photo.key, settings.precision, layer, row, col, _analysis=analysis, _model=page.model
+    )
     with right:
-        st.image(overlay_picture(page.photo, fused, analysis.box, settings, mark=(row, col)), width="stretch",
-                 caption=f"patch ({row}, {col}), layer {layer}, mean over heads (the patch outlined)")  # fmt: skip
+        st.image(
+            overlay_picture(page.photo, fused, analysis.box, settings, mark=(row, col)),
+            width="stretch",
+            caption=f"patch ({row}, {col}), layer {layer}, mean over heads (the patch outlined)",
+        )
     st.subheader(f"Each head: what patch ({row}, {col}) attends to in layer {layer}")
     head_maps(page, per_head, "patch_shared_scale", mark=(row, col))
     name = f"patch_{row}_{col}_layer{layer}"
@@ -56,8 +62,9 @@ def clicked_patch(click: dict | None, photo_size: tuple[int, int], analysis) -> 
     photo, whose pixels ``analysis.box`` is in."""
     if not click:
         return None
-    patch = plots.patch_at(click["x"], click["y"], (click["width"], click["height"]), photo_size,
-                           analysis.grid_size, analysis.box)  # fmt: skip
+    patch = plots.patch_at(
+        click["x"], click["y"], (click["width"], click["height"]), photo_size, analysis.grid_size, analysis.box
+    )
     if patch is None:
         st.toast("That point is outside the part of the photo the model saw (the dimmed border).")
     return patch

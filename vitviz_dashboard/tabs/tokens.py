@@ -9,7 +9,6 @@ import streamlit as st
 import torch
 
 from vitviz import explain
-
 from vitviz_dashboard.cached import cached_figure, outlined_picture, overlay_picture, photo_and_analysis, token_views
 from vitviz_dashboard.common import Page, describe_pooling, downloads, index_slider, prefix_token_names, readout_title
 from vitviz_dashboard.knockout import removed, scope, tokens_key, what_changes
@@ -40,9 +39,11 @@ def take_out(page: Page, maps: dict) -> None:
     if not names:
         st.caption("This model has no prefix tokens to take out.")
         return
-    st.caption(f"A token taken out gets no attention from any query in any block: each attention row is "
-               f"renormalised over the other tokens. {PAPER} do this to registers to show what they hold. The whole "
-               "page then shows the intervened model.")  # fmt: skip
+    st.caption(
+        f"A token taken out gets no attention from any query in any block: each attention row is "
+        f"renormalised over the other tokens. {PAPER} do this to registers to show what they hold. The whole "
+        "page then shows the intervened model."
+    )
     base_spec = scope(page.settings.model_spec)
     st.multiselect("Take out of the attention", names, key=tokens_key(base_spec))
     if removed(page.model, base_spec)[1] != list(page.model.interventions.tokens):
@@ -57,10 +58,16 @@ def take_out(page: Page, maps: dict) -> None:
     low, high = float(min(before.min(), after.min())), float(max(before.max(), after.max()))
     left, right = st.columns(2)
     title = readout_title(c)
-    left.image(overlay_picture(page.photo, before, page.analysis.box, page.settings, (low, high)), width="stretch",
-               caption=f"intact: {title}, last layer, mean over heads")  # fmt: skip
-    right.image(overlay_picture(page.photo, after, page.analysis.box, page.settings, (low, high)), width="stretch",
-                caption=f"intervened: {title}, last layer, mean over heads (one scale for both)")  # fmt: skip
+    left.image(
+        overlay_picture(page.photo, before, page.analysis.box, page.settings, (low, high)),
+        width="stretch",
+        caption=f"intact: {title}, last layer, mean over heads",
+    )
+    right.image(
+        overlay_picture(page.photo, after, page.analysis.box, page.settings, (low, high)),
+        width="stretch",
+        caption=f"intervened: {title}, last layer, mean over heads (one scale for both)",
+    )
     maps["readout_last_layer_intact"], maps["readout_last_layer_intervened"] = before, after
 
 
@@ -70,8 +77,9 @@ def prefix_tokens(page: Page, shares: np.ndarray, maps: dict) -> None:
     names = prefix_token_names(c)
     st.subheader("Attention to the prefix tokens")
     if not names:
-        st.caption("This model has no prefix tokens ([CLS], distillation or registers): its patches attend only "
-                   "to each other.")  # fmt: skip
+        st.caption(
+            "This model has no prefix tokens ([CLS], distillation or registers): its patches attend only to each other."
+        )
         return
     st.caption(
         "How the patches' attention (averaged over every patch query) splits between each prefix token and the "
@@ -82,9 +90,13 @@ def prefix_tokens(page: Page, shares: np.ndarray, maps: dict) -> None:
     layers = range(c.num_layers)
     layer = index_slider("Layer (prefix tokens)", c.num_layers, page.key("prefix_layer", layers[-1], options=layers))
     left, right = st.columns(2)
-    left.plotly_chart(cached_figure("prefix_attention_figure", shares[layer], [*names, "patches"],
-                                    f"Layer {layer}, head by head"), theme=None)  # fmt: skip
-    right.plotly_chart(cached_figure("prefix_attention_by_layer_figure", shares, [*names, "patches"], layer), theme=None)
+    left.plotly_chart(
+        cached_figure("prefix_attention_figure", shares[layer], [*names, "patches"], f"Layer {layer}, head by head"),
+        theme=None,
+    )
+    right.plotly_chart(
+        cached_figure("prefix_attention_by_layer_figure", shares, [*names, "patches"], layer), theme=None
+    )
     maps["attention_to_prefix_tokens"] = shares
 
 
@@ -103,8 +115,9 @@ def token_norms(page: Page, norms: np.ndarray, maps: dict) -> str:
     a, b = st.columns(2)
     with a:
         layer = index_slider("Layer (token norms)", c.num_layers, page.key("norms_layer", layers[-1], options=layers))
-    factor = b.slider("Flag patches above this many times the median norm", 1.5, 10.0, step=0.5,
-                      key=page.key("norm_factor", 2.0))  # fmt: skip
+    factor = b.slider(
+        "Flag patches above this many times the median norm", 1.5, 10.0, step=0.5, key=page.key("norm_factor", 2.0)
+    )
     norms_map = norms[layer, p:].reshape(analysis.grid_size)
     flagged = explain.high_norm_patches(torch.from_numpy(norms[layer]), p, factor).numpy().reshape(analysis.grid_size)
     median, count = float(np.median(norms_map)), int(flagged.sum())
@@ -114,10 +127,16 @@ def token_norms(page: Page, norms: np.ndarray, maps: dict) -> str:
         f"({norms_map.max() / max(median, 1e-12):.1f}x the median)."
     )
     left, right = st.columns(2)
-    left.image(overlay_picture(page.photo, norms_map, analysis.box, settings), width="stretch",
-               caption=f"norm of each patch token after block {layer} ({norms_map.min():.2f} to {norms_map.max():.2f})")  # fmt: skip
-    right.image(outlined_picture(page.photo, flagged, analysis.box), width="stretch",
-                caption=f"outlined: {count} patch{'' if count == 1 else 'es'} above {factor:g}x the median norm")  # fmt: skip
+    left.image(
+        overlay_picture(page.photo, norms_map, analysis.box, settings),
+        width="stretch",
+        caption=f"norm of each patch token after block {layer} ({norms_map.min():.2f} to {norms_map.max():.2f})",
+    )
+    right.image(
+        outlined_picture(page.photo, flagged, analysis.box),
+        width="stretch",
+        caption=f"outlined: {count} patch{'' if count == 1 else 'es'} above {factor:g}x the median norm",
+    )
     st.plotly_chart(cached_figure("token_norms_figure", norms, prefix_token_names(c), layer), theme=None)
     prefix = ", and each prefix token's norm" if p else ""
     st.caption(f"Per layer: the median and the largest patch-token norm{prefix}; the dashed line is the chosen layer.")
@@ -132,8 +151,10 @@ def pooling_head(page: Page, maps: dict) -> None:
     c, analysis, settings = page.model.config, page.analysis, page.settings
     st.subheader("The attention-pooling head")
     if analysis.pool_attention is None:
-        st.caption(f"This model has no attention-pooling head: its head reads {describe_pooling(c)}. "
-                   "'Heads & layers' shows what those tokens attend to.")  # fmt: skip
+        st.caption(
+            f"This model has no attention-pooling head: its head reads {describe_pooling(c)}. "
+            "'Heads & layers' shows what those tokens attend to."
+        )
         return
     st.caption(
         "SigLIP-style models pool with one learned query that attends to the final patch tokens (multi-head "
@@ -144,11 +165,19 @@ def pooling_head(page: Page, maps: dict) -> None:
     left, right = st.columns(2)
     fusion = left.selectbox("Fuse the pooling head's heads by", HEADS, key=page.key("pool_fusion", "mean"))
     fused = explain.pooling_attention(analysis.pool_attention, fusion, analysis.grid_size)[0].numpy()
-    per_head = np.stack([explain.pooling_attention(analysis.pool_attention, h, analysis.grid_size)[0].numpy()
-                         for h in range(heads)])  # fmt: skip
-    left.image(overlay_picture(page.photo, fused, analysis.box, settings), width="stretch",
-               caption=f"the pooling head's attention, {fusion} over its {heads} heads")  # fmt: skip
-    right.plotly_chart(cached_figure("grid_figure", per_head, [f"head {h}" for h in range(heads)], 2 if heads <= 4 else 4,
-                                     settings.colormap), theme=None)  # fmt: skip
+    per_head = np.stack(
+        [explain.pooling_attention(analysis.pool_attention, h, analysis.grid_size)[0].numpy() for h in range(heads)]
+    )
+    left.image(
+        overlay_picture(page.photo, fused, analysis.box, settings),
+        width="stretch",
+        caption=f"the pooling head's attention, {fusion} over its {heads} heads",
+    )
+    right.plotly_chart(
+        cached_figure(
+            "grid_figure", per_head, [f"head {h}" for h in range(heads)], 2 if heads <= 4 else 4, settings.colormap
+        ),
+        theme=None,
+    )
     maps[f"pooling_attention_{fusion}"] = fused
     maps["pooling_attention_per_head"] = per_head
