@@ -36,7 +36,7 @@ from vitviz.sae.errors import SAEError
 from vitviz.sae.files import METRICS, save_sae
 from vitviz.sae.metrics import evaluate, top1_agreement
 from vitviz.sae.model import SAEConfig
-from vitviz.sae.training import TrainConfig, train_sae
+from vitviz.sae.training import TrainConfig, device_of, train_sae
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -174,15 +174,17 @@ def train_command(args: argparse.Namespace) -> dict:
         if args.block is None:
             raise SAEError("INDEX needs --block: the block whose stored output the SAE reads")
         data = index_data(args.index, args.block, args.holdout, args.seed, args.tokens, args.max_images)
-        model = index_model(data.index, args.model)
+        model = index_model(data.index, args.model).to(device_of(args.device))
         print(
             f"block {args.block} tokens of {len(data.train_images)} training and {len(data.held_images)} held-out "
             f"images of {data.index.folder}",
             file=sys.stderr,
         )
-        train, held, data_record = data.train, data.held, data.record
-        held_batches = index_pixels(data.index, model, data.held_images, source=args.source)
-        held_labels = label_batches(model, index_labels(data.index, model, data.held_images), 64)
+        train, held, data_record = data.train, [], data.record
+        if len(data.held_images):  # else (--holdout 0) no metrics
+            held = data.held
+            held_batches = index_pixels(data.index, model, data.held_images, source=args.source)
+            held_labels = label_batches(model, index_labels(data.index, data.held_images), 64)
         args.model = args.model or data.index.manifest["model"].get("spec")
     elif args.images is not None:
         from vitviz.checkpoint import ModelLoadError
@@ -266,7 +268,6 @@ def ablate_command(args: argparse.Namespace) -> Path:
     from vitviz.sae.ablation import ablate
     from vitviz.sae.files import load_sae
     from vitviz.sae.indexed import index_labels, index_model, index_pixels, readable_images
-    from vitviz.sae.training import device_of
 
     if args.batch_size < 1 or (args.limit is not None and args.limit < 1):
         raise SAEError("--batch-size and --limit must be at least 1")
@@ -285,7 +286,7 @@ def ablate_command(args: argparse.Namespace) -> Path:
         )
     model = index_model(index, args.model).to(device_of(args.device))
     ids = readable_images(index)
-    labels = index_labels(index, model, ids)
+    labels = index_labels(index, ids)
     labelled = [(i, label) for i, label in zip(ids.tolist(), labels) if label is not None][: args.limit]
     if not labelled:
         raise SAEError(f"{args.index} has no labelled images: per-class accuracy needs the source's labels")

@@ -200,7 +200,7 @@ def index_pixels(
         raise SAEError(f"the source holds fewer images than the index ({found} of {len(ids)} found)")
 
 
-def index_labels(index: DatasetIndex, model: ViT, image_ids: np.ndarray) -> list[str | None]:
+def index_labels(index: DatasetIndex, image_ids: np.ndarray) -> list[str | None]:
     """The labels of these images (in image_id order), None where the source gave none."""
     table = index.query("SELECT image_id, label FROM images ORDER BY image_id", limit=index.count + 1)
     labels = table.set_index("image_id")["label"]
