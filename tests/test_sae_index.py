@@ -22,7 +22,7 @@ from vitviz.images import load_image
 from vitviz.load import load_model
 from vitviz.sae import SAEConfig, TopKSAE, evaluate, load_sae, save_sae
 from vitviz.sae.command import main as sae_main
-from vitviz.sae.indexed import held_out
+from vitviz.sae.indexed import held_out, index_data
 
 QUICK = ["--latents", "32", "--k", "4", "--epochs", "2", "--batch", "64", "--aux-k", "8", "--holdout", "0.3"]
 INDEX = ["--shard-size", "8", "--batch-size", "5", "--activations", "2", "0"]
@@ -121,6 +121,12 @@ def test_training_from_the_index_is_deterministic_and_never_sees_the_held_out_im
     held = held_out(readable, 0.3, 3)
     assert record["held_out_images"] == held.sum() > 0 and record["train_images"] == (~held).sum() > 0
     assert held_out(readable, 0.3, 4).tolist() != held.tolist()  # the seed moves the split
+    assert held_out(readable[5:], 0.3, 3).tolist() == held[5:].tolist()  # each id's side depends on the id alone
+    data = index_data(out, 0, 0.3, 3)
+    assert not set(data.train_images) & set(data.held_images)
+    assert sorted([*data.train_images, *data.held_images]) == sorted(readable)
+    streamed = np.concatenate(list(data.train()))  # what training reads: the training images' patch tokens only
+    np.testing.assert_array_equal(streamed, index.activations(data.train_images, 0)[:, 1:].reshape(-1, 32))
     # the held-out images' patch tokens give metrics.json's numbers; the training images' give others
     sae = load_sae(first)
     metrics = json.loads((first / "metrics.json").read_text())
