@@ -184,7 +184,7 @@ def train_command(args: argparse.Namespace) -> dict:
         if len(data.held_images):  # else (--holdout 0) no metrics
             held = data.held
             held_batches = index_pixels(data.index, model, data.held_images, source=args.source)
-            held_labels = label_batches(model, index_labels(data.index, data.held_images), 64)
+            held_labels = label_batches(model, index_labels(data.index, data.held_images))
         args.model = args.model or data.index.manifest["model"].get("spec")
     elif args.images is not None:
         from vitviz.checkpoint import ModelLoadError

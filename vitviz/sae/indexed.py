@@ -25,6 +25,7 @@ from vitviz.model import ViT
 from vitviz.sae.errors import SAEError
 
 Tokens = Literal["patches", "all"]
+BATCH = 64  # images per forward pass of the held-out metrics
 SPLIT = "splitmix64(image_id + seed * 2^32) / 2^64 < holdout"  # the rule, as recorded in config.json
 
 
@@ -159,7 +160,7 @@ def reopen_source(index: DatasetIndex, spec: str | Path | None = None) -> Source
 
 
 def index_pixels(
-    index: DatasetIndex, model: ViT, image_ids: np.ndarray, batch: int = 64, source: str | Path | None = None
+    index: DatasetIndex, model: ViT, image_ids: np.ndarray, batch: int = BATCH, source: str | Path | None = None
 ) -> Iterator[torch.Tensor]:
     """Pixel batches (B, C, H, W) of these images in image_id order, read again from the source and checked: the
     same path and the same bytes (sha256) as when indexed."""
@@ -207,7 +208,7 @@ def index_labels(index: DatasetIndex, image_ids: np.ndarray) -> list[str | None]
     return [None if v is None or v != v else str(v) for v in labels.loc[np.sort(image_ids)].tolist()]
 
 
-def label_batches(model: ViT, labels: list[str | None], batch: int) -> list[torch.Tensor] | None:
+def label_batches(model: ViT, labels: list[str | None], batch: int = BATCH) -> list[torch.Tensor] | None:
     """Class indices in batches, when every label is one of the model's classes; else None."""
     names = list(model.class_names or [])
     if not labels or not all(label in names for label in labels):
