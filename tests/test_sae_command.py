@@ -2,6 +2,7 @@
 weights; bad input gets a message, not a traceback."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -90,5 +91,7 @@ def test_bad_input_gets_a_message(tmp_path, monkeypatch, capsys, arguments, mess
     activations(tmp_path / "train.npy", 0)
     activations(tmp_path / "wide.npy", 1, d=24)
     argv = ["train", *QUICK, *arguments, "--out", str(tmp_path / "run")]
-    with pytest.raises(SystemExit, match=message):
+    with pytest.raises(SystemExit) as exited:
         main(argv)
+    error = capsys.readouterr().err
+    assert exited.value.code == 2 and re.search(message, error), error

@@ -3,10 +3,11 @@
     sources.py    where the images come from: a folder (class sub-folders give labels), a zip, a CSV/Parquet of
                   paths, a Hugging Face dataset (saved to disk, or streamed from the Hub)
     indexing.py   the pass: batches through the model once, and what is kept of each image
-    storage.py    the layout on disk: Parquet tables and .npy arrays in atomic shards, the manifest, the lock
+    storage.py    the layout on disk: Parquet tables and .npy arrays in atomic shards (block activations in files named
+                  by their content's hash), the manifest, the lock
     build.py      one run: lock, resume checks, this process's share of the shards, the manifest, the search
     search.py     FAISS indexes over patch features and pooled embeddings, exact or IVF with measured recall
-    index.py      reading it back: ``open_index(DIR)``, read-only SQL (DuckDB), maps, features, nearest neighbours
+    index.py      reading it back: ``open_index(DIR)``, read-only SQL (DuckDB), maps, features, activations, neighbours
     command.py    `vitviz index SOURCE --model SPEC --out DIR`
 
 The layout, with every stored item and its units, is in docs/dataset-index.md.

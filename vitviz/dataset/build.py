@@ -95,6 +95,19 @@ def new_manifest(model: ViT, model_spec: str, extra: dict, options: IndexOptions
         "complete": False,
         "shards": [],
     }
+    if source.arguments:  # how to open the source again (the images of held-out sets, ablations); not compared
+        manifest["source_arguments"] = source.arguments
+    if options.activations:
+        tokens = grid[0] * grid[1] + c.num_prefix_tokens
+        manifest["activations"] = {
+            "blocks": list(options.activations),
+            "stored": "output.hidden_states[block]: the block's output tokens, before the final norm",
+            "tokens": tokens,  # per image: the prefix tokens first, then the patches in row-major order
+            "prefix_tokens": c.num_prefix_tokens,
+            "width": c.hidden_size,
+            "dtype": "float16",
+            "bytes_per_image_and_block": tokens * c.hidden_size * 2,
+        }
     return json.loads(json.dumps(manifest))  # as it reads back (tuples become lists), so a resumed run compares equal
 
 

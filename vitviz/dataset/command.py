@@ -7,8 +7,9 @@
 
 Stored per image: path, label, size, sha256, the top-5 classes, per-head entropy, attention distance and prefix
 shares, the rollout and the last block's readout attention per head (fp16), high-norm patches, the pooled embedding
-and patch features (fp16); then FAISS indexes over the features and embeddings. Unreadable files get a row with
-`error` set and the run goes on. Open the result with `vitviz.open_index(DIR)`, DuckDB, pandas or polars.
+and patch features (fp16), and with --activations B the whole output of block B (fp16, for `vitviz sae train`);
+then FAISS indexes over the features and embeddings. Unreadable files get a row with `error` set and the run goes
+on. Open the result with `vitviz.open_index(DIR)`, DuckDB, pandas or polars.
 """
 
 from __future__ import annotations
@@ -107,6 +108,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="also store per-image perturbation AUCs of the "
         "relevance map (else the rollout): 22 more forward passes per image (11 perturbed copies, twice)",
     )
+    stored.add_argument(
+        "--activations",
+        type=int,
+        nargs="+",
+        metavar="B",
+        default=[],
+        help="also store block B's output, output.hidden_states[B] (0-based; the residual stream after the block), "
+        "every token: prefix tokens ([CLS], registers) then patches, fp16, one content-hash-named file per shard and "
+        "block, for `vitviz sae train INDEX --block B`. Disk: tokens x width x 2 bytes per image and block "
+        "(ViT-B/16 at 224 px: 197 x 768 x 2 = 296 KiB; CIFAR-10's 50,000 images: 15 GB per block); a shard's are "
+        "held in memory until it is written (--shard-size bounds that)",
+    )
     stored.add_argument("--shard-size", type=int, default=1024, help="images per shard (default: %(default)s)")
     add_prompt_options(p)
     return p
@@ -166,6 +179,11 @@ def run(args: argparse.Namespace, device: torch.device, rank: int, world: int, d
     if not -model.config.num_layers <= args.features_block < model.config.num_layers:
         parser_error = f"--features-block must be in [0, {model.config.num_layers - 1}] (or -1 for the last)"
         raise SystemExit(f"error: {parser_error}")
+    layers = model.config.num_layers
+    if not all(-layers <= b < layers for b in args.activations):
+        raise SystemExit(
+            f"error: --activations blocks must be in [0, {layers - 1}] (or -1 for the last); got {args.activations}"
+        )
     precision = args.precision
     if precision == "auto":  # decided once, by the first process, so that every process uses the same
         choice = [resolve_precision("auto", model)[1] if rank == 0 else None]
@@ -185,6 +203,7 @@ def run(args: argparse.Namespace, device: torch.device, rank: int, world: int, d
         faithfulness=args.faithfulness,
         shard_size=args.shard_size,
         limit=args.limit,
+        activations=tuple(sorted({b % layers for b in args.activations})),
     )
     extra = {"prompts": args.prompts, "prompt_set": args.prompt_set, "templates": args.templates}
     total = source.count if args.limit is None else min(args.limit, source.count or args.limit)

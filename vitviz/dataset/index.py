@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from vitviz.dataset import search
-from vitviz.dataset.storage import SHARDS, IndexFormatError, read_manifest
+from vitviz.dataset.storage import ACTIVATIONS, SHARDS, IndexFormatError, activation_name, read_manifest
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -134,7 +134,11 @@ class DatasetIndex:
     def _array(self, shard: dict, name: str) -> np.ndarray:
         key = (shard["name"], name)
         if key not in self._mapped:
-            path = self.folder / SHARDS / shard["name"] / f"{name}.npy"
+            if name.startswith(ACTIVATIONS):  # content-hash named: the shard's record says which file
+                block = str(int(name.removeprefix(ACTIVATIONS)))
+                path = self.folder / SHARDS / shard["name"] / shard.get("activations", {}).get(block, "-")
+            else:
+                path = self.folder / SHARDS / shard["name"] / f"{name}.npy"
             if not path.is_file():
                 stored = sorted({f.removesuffix(".npy") for s in self.shards for f in s["files"] if f.endswith(".npy")})
                 raise ValueError(f"this index stores no {name!r} arrays; it has {', '.join(stored)}")
@@ -174,6 +178,32 @@ class DatasetIndex:
     def embeddings(self, image_ids: Sequence[int] | int) -> np.ndarray:
         """Pooled embeddings (n, D)."""
         return self._rows(image_ids, "embedding")
+
+    @property
+    def activation_blocks(self) -> list[int]:
+        """The blocks whose output tokens are stored (``vitviz index ... --activations B``), 0-based."""
+        return list(self.manifest.get("activations", {}).get("blocks", []))
+
+    def _check_activations(self, block: int) -> None:
+        if block not in self.activation_blocks:
+            stored = self.activation_blocks
+            has = f"those of blocks {stored} only" if stored else "none"
+            raise ValueError(
+                f"{self.folder} stores no activations of block {block} ({has}): index the dataset again with "
+                f"`vitviz index SOURCE --model ... --out DIR --activations {block}`"
+            )
+
+    def activations(self, image_ids: Sequence[int] | int, block: int) -> np.ndarray:
+        """Block ``block``'s output tokens (n, T, D) for these images, fp32 from the fp16 store: prefix tokens first
+        (``manifest["activations"]["prefix_tokens"]`` of them), then the patches in row-major order."""
+        self._check_activations(block)
+        return self._rows(image_ids, activation_name(block))
+
+    def activation_shards(self, block: int) -> list[tuple[dict, np.ndarray]]:
+        """(shard record, its memory-mapped fp16 activations (count, T, D)) per shard, in image order: nothing is
+        read until rows are sliced, so a pass over them reads the files sequentially."""
+        self._check_activations(block)
+        return [(shard, self._array(shard, activation_name(block))) for shard in self.shards]
 
     # --- search ---------------------------------------------------------------------------------------------------
 

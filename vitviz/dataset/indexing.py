@@ -18,6 +18,7 @@ import torch
 
 from vitviz import explain
 from vitviz.dataset.sources import Entry, read_entry
+from vitviz.dataset.storage import ACTIVATIONS, activation_name
 from vitviz.explain.facets import Facet
 from vitviz.images import ImageError, load_image
 from vitviz.model import ViT, autocast
@@ -40,9 +41,13 @@ class IndexOptions:
     outlier_factor: float = 2.0  # high-norm patches: last-block norm above this x the median patch norm
     shard_size: int = 1024  # images per shard
     limit: int | None = None  # index only the first images of the source
+    activations: tuple[int, ...] = ()  # blocks (0-based, sorted) whose whole output, every token, is stored in fp16
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        values = asdict(self)
+        if not self.activations:  # absent when unused: an index made before this option still resumes
+            del values["activations"]
+        return values
 
 
 @dataclass(frozen=True)
@@ -85,7 +90,8 @@ def analyse_batch(
     """One forward pass over pixels (B, 3, H, W); every result on the CPU in fp32 (the caller stores fp16):
     probabilities (B, C); entropy, distance_px (B, layers, heads); prefix_shares (B, layers, heads, P + 1); rollout
     (B, rows, cols); readout (B, heads, rows, cols), the last block's; high_norm (B, rows * cols) bool; embedding
-    (B, D); features (B, rows, cols, D'); relevance (B, rows, cols) and faithfulness (B, 2) when asked."""
+    (B, D); features (B, rows, cols, D'); relevance (B, rows, cols) and faithfulness (B, 2) when asked; per block of
+    ``options.activations``, its output tokens (B, T, D) in fp16."""
     c, device = model.config, next(model.parameters()).device
     pixels = pixels.to(device)
     grid = (pixels.shape[-2] // c.patch_size, pixels.shape[-1] // c.patch_size)
@@ -127,6 +133,8 @@ def analyse_batch(
         if projection is not None:
             features = projection(features)
         results["features"] = features.reshape(features.shape[0], *grid, -1)  # (B, rows, cols, D')
+    for block in options.activations:  # the residual stream after the block: prefix tokens first, then patches
+        results[activation_name(block)] = output.hidden_states[block].to(torch.float16)  # (B, T, D), fp16 on device
     del output
     last.clear()
     if options.relevance or options.faithfulness:
@@ -235,7 +243,15 @@ def _store(
     batch: dict, positions: list[int], rows: list[dict], arrays: dict, heads: list, n: int, start: int, model: ViT
 ) -> None:
     """Copy one batch's results into the shard's rows, arrays and head records."""
-    for name in ("rollout", "readout", "embedding", "features", "relevance"):
+    stored = (
+        "rollout",
+        "readout",
+        "embedding",
+        "features",
+        "relevance",
+        *(n for n in batch if n.startswith(ACTIVATIONS)),
+    )
+    for name in stored:
         if name in batch:
             if name not in arrays:
                 arrays[name] = np.zeros((n, *batch[name].shape[1:]), _dtype(name))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import zipfile
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 
 TABLE_SUFFIXES = {".csv", ".parquet"}
@@ -33,6 +33,7 @@ class Source:
     description: str  # what was opened, for the manifest: "folder /data/cifar10/test"
     entries: Iterable[Entry]  # in a fixed order: position i is image_id i
     count: int | None  # how many entries; None for a stream of unknown length
+    arguments: dict = field(default_factory=dict)  # open_source's arguments that open it again (for the manifest)
 
     def __iter__(self) -> Iterator[Entry]:
         return iter(self.entries)
@@ -44,6 +45,17 @@ def open_source(
     """The source ``spec`` names: a folder (of images, or a dataset saved with ``datasets.save_to_disk``), a .zip,
     a .csv / .parquet of paths, or ``hf:<dataset id>`` (streamed from the Hugging Face Hub)."""
     text = str(spec)
+    local = not text.startswith(HUB_PREFIX)
+    arguments = {
+        "spec": str(Path(text).expanduser().resolve()) if local else text,
+        "path_column": path_column,
+        "label_column": label_column,
+        "split": split,
+    }
+    return replace(_open(text, path_column, label_column, split), arguments=arguments)
+
+
+def _open(text: str, path_column: str, label_column: str | None, split: str | None) -> Source:
     if text.startswith(HUB_PREFIX):
         return _hub_source(text.removeprefix(HUB_PREFIX), split, label_column)
     path = Path(text).expanduser()

@@ -2,7 +2,9 @@
 
     DIR/manifest.json            what made the index (model, weights, options), its shards and their sha256
     DIR/shards/000000/           images.parquet, heads.parquet, rollout.npy, readout.npy, embedding.npy,
-                                 features.npy (and relevance.npy), shard.json: one shard of shard_size images
+                                 features.npy (and relevance.npy), shard.json: one shard of shard_size images;
+                                 with --activations, activations-block03.<sha256[:16]>.npy per block: every
+                                 token of the block's output, named by the hash of its content (saev's layout)
     DIR/pca.npz                  the PCA the patch features were reduced by (with --pca)
     DIR/search/                  the FAISS indexes (search.py)
     DIR/.lock                    held (flock) by the run writing DIR; it holds that run's pid
@@ -33,6 +35,11 @@ FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 SHARDS = "shards"
 TABLES = ("images", "heads")
+ACTIVATIONS = "activations-block"  # the stem of a block's activation file: activations-block03.<hash>.npy
+
+
+def activation_name(block: int) -> str:
+    return f"{ACTIVATIONS}{block:02d}"
 
 
 class IndexFormatError(ValueError):
@@ -124,13 +131,21 @@ def write_shard(out: Path, index: int, start: int, tables: dict, arrays: dict[st
         pq.write_table(table, temporary / f"{name}.parquet", compression="zstd")
     for name, array in arrays.items():
         np.save(temporary / f"{name}.npy", np.ascontiguousarray(array))
-    files = {}
+    files, activations = {}, {}
     for path in sorted(temporary.iterdir()):
         with open(path, "rb+") as f:
             os.fsync(f.fileno())
-        files[path.name] = {"sha256": sha256_file(path), "bytes": path.stat().st_size}
+        digest = sha256_file(path)
+        if path.name.startswith(ACTIVATIONS):  # named by its content: a name never points at other bytes
+            named = path.with_name(f"{path.stem}.{digest[:16]}.npy")
+            path.rename(named)
+            path = named
+            activations[str(int(path.stem.split(".")[0].removeprefix(ACTIVATIONS)))] = path.name
+        files[path.name] = {"sha256": digest, "bytes": path.stat().st_size}
     count = tables["images"].num_rows
     record = {"name": shard_name(index), "start": start, "count": count, "files": files}
+    if activations:
+        record["activations"] = activations  # block -> its file in this shard
     _write_json(temporary / "shard.json", record)
     final = shards / shard_name(index)
     if final.exists():  # a shard redone (it was short: the run before had a smaller --limit)

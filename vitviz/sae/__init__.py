@@ -14,7 +14,11 @@ The map of this folder, in the order work flows:
                    output on the patch tokens is h + decode(edited codes) - decode(codes).
 - ``files.py``     ``save_sae`` (safetensors + config.json, keys documented there) and ``load_sae``, which also reads
                    saev's ``sae.pt`` and ViT-Prisma's ``config.json`` + ``.pt``.
-- ``command.py``   ``vitviz sae train``: from a folder of images through a model, or from ``.npy`` activations.
+- ``indexed.py``   the data from a dataset index (``vitviz index --activations B``): tokens read shard by shard,
+                   memory-mapped; the held-out split by a hash of image_id; the index's model and images again.
+- ``ablation.py``  ``ablate``: one latent edited over a dataset's images, per-class accuracy before and after.
+- ``command.py``   ``vitviz sae train``: from an index, a folder of images through a model, or ``.npy`` activations;
+                   ``vitviz sae ablate INDEX SAE --latent J``: the ablation as a Parquet table.
 - ``errors.py``    ``SAEError`` (a ValueError) and its kinds: bad formats, not enough memory.
 
 Why vitviz has its own SAE rather than a library's: ``overcomplete`` 0.3's TopKSAE encodes with Linear + BatchNorm by

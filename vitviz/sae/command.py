@@ -1,7 +1,16 @@
-"""`vitviz sae train`: train a TopK SAE on one block's output tokens and write it with its held-out metrics.
+"""`vitviz sae train`: train a TopK SAE on one block's output tokens and write it with its held-out metrics;
+`vitviz sae ablate`: suppress (or scale) one of its latents over an index's images, per-class accuracy as a table.
 
+    vitviz sae train INDEX --block 3 --latents 1536 --k 16 --out runs/sae
     vitviz sae train --images DIR --model default --block 3 --latents 1536 --k 16 --out runs/sae
     vitviz sae train --activations acts.npy --holdout-activations held.npy --latents 1536 --k 16 --out runs/sae
+    vitviz sae ablate INDEX runs/sae --latent 12 --scale 0
+
+From an index made with `vitviz index SOURCE --out INDEX --activations 3`, the tokens are read from its activation
+shards in order, memory-mapped (the patch tokens by default; --tokens all adds [CLS] and the registers), and a
+seeded --holdout share of its images, chosen by a hash of each image_id, is never trained on: the metrics are
+measured on them, top-1 agreement included (the index's model from its manifest, its images read again from the
+source it records, against their labels when they are the model's classes).
 
 From images, the model runs up to block B and its patch tokens' outputs (prefix tokens left out) are the data; a
 seeded share of the images (``--holdout``) is kept out of training for the metrics, top-1 agreement included (against
@@ -27,7 +36,7 @@ from vitviz.sae.errors import SAEError
 from vitviz.sae.files import METRICS, save_sae
 from vitviz.sae.metrics import evaluate, top1_agreement
 from vitviz.sae.model import SAEConfig
-from vitviz.sae.training import TrainConfig, train_sae
+from vitviz.sae.training import TrainConfig, device_of, train_sae
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,13 +50,29 @@ def build_parser() -> argparse.ArgumentParser:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    data = t.add_mutually_exclusive_group(required=True)
+    t.add_argument(
+        "index",
+        nargs="?",
+        type=Path,
+        help="an index folder made with `vitviz index ... --activations B`: the tokens come from its shards",
+    )
+    data = t.add_mutually_exclusive_group()
     data.add_argument("--images", type=Path, help="a folder of images (searched recursively) run through --model")
     data.add_argument("--activations", type=Path, nargs="+", help=".npy files of (tokens, width) activations")
-    t.add_argument("--model", default="default", help="model spec for --images (any load_model spec)")
     t.add_argument(
-        "--block", type=int, default=None, help="the block whose output is read, 0-based (needed with --images)"
+        "--model", default=None, help="model spec for --images (default: default), or for INDEX (default: its own)"
     )
+    t.add_argument(
+        "--block", type=int, default=None, help="the block whose output is read, 0-based (needed with INDEX, --images)"
+    )
+    t.add_argument(
+        "--tokens",
+        choices=("patches", "all"),
+        default="patches",
+        help="INDEX: train on the patch tokens only (the default: the prefix tokens, [CLS] and registers, stay in "
+        "the shards for other uses), or on all of them. Edits and top-1 agreement act on the patch tokens",
+    )
+    t.add_argument("--source", help="INDEX: where its images are now, if they moved (default: the manifest's source)")
     t.add_argument("--holdout", type=float, default=0.1, help="share of the images (or tokens) kept for the metrics")
     t.add_argument("--holdout-activations", type=Path, nargs="+", help=".npy files of held-out activations")
     t.add_argument("--latents", type=int, required=True, help="number of latents N (8x or 16x the width is usual)")
@@ -60,7 +85,37 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--device", default="auto", help="cpu, cuda, or auto (CUDA when present)")
     t.add_argument("--max-images", type=int, default=None, help="use at most this many images (the first, sorted)")
     t.add_argument("--out", type=Path, required=True, help="folder for the SAE, its config and metrics.json")
+    add_ablate_parser(commands)
     return p
+
+
+def add_ablate_parser(commands) -> None:
+    a = commands.add_parser(
+        "ablate",
+        help="per-class accuracy with one latent suppressed (or scaled) over an index's images, as a Parquet table",
+        description="Every labelled, readable image of INDEX through the index's model and through the same model "
+        "with latent J of the SAE scaled by --scale on block B's patch tokens (vitviz.sae.with_sae: the "
+        "reconstruction error is kept, so --scale 1 changes nothing). Writes one row per class: label, images, "
+        "correct, correct_edited, accuracy, accuracy_edited, accuracy_change, predictions_changed, latent, "
+        "scale, block (vitviz/sae/ablation.py).",
+    )
+    a.add_argument("index", type=Path, help="an index folder made with `vitviz index` (labels from its source)")
+    a.add_argument(
+        "sae", type=Path, help="the SAE: a folder written by `vitviz sae train`, saev's sae.pt, ViT-Prisma's"
+    )
+    a.add_argument("--latent", type=int, required=True, help="the latent J to edit, from 0")
+    a.add_argument("--scale", type=float, default=0.0, help="its codes' factor: 0 suppresses it (default), 2 doubles")
+    a.add_argument("--block", type=int, help="the block the SAE reads (default: the one in its config)")
+    a.add_argument(
+        "--out",
+        type=Path,
+        help="a .parquet file, or a folder for ablate-latent<J>-scale<S>.parquet (default: the SAE's folder)",
+    )
+    a.add_argument("--limit", type=int, help="only the first N labelled images")
+    a.add_argument("--batch-size", type=int, default=64, help="images per forward pass (default: %(default)s)")
+    a.add_argument("--model", help="model spec (default: the index's own; its weights must be the index's)")
+    a.add_argument("--source", help="where the index's images are now, if they moved (default: the manifest's)")
+    a.add_argument("--device", default="auto", help="cpu, cuda, or auto (CUDA when present)")
 
 
 def image_files(folder: Path, limit: int | None) -> list[Path]:
@@ -94,24 +149,50 @@ def block_tokens(model, files: list[Path], block: int) -> list[torch.Tensor]:
     return out
 
 
-def main(argv: list[str] | None = None) -> dict:
+def main(argv: list[str] | None = None) -> dict | Path:
     args = build_parser().parse_args(argv)
+    from vitviz.checkpoint import ModelLoadError
+    from vitviz.dataset import IndexFormatError, SourceError
+    from vitviz.images import ImageError
+
     try:
-        return train_command(args)
-    except (SAEError, OSError) as error:
-        raise SystemExit(f"error: {error}") from None
+        return ablate_command(args) if args.command == "ablate" else train_command(args)
+    except (SAEError, OSError, IndexFormatError, SourceError, ModelLoadError, ImageError) as error:
+        print(f"vitviz sae {args.command}: error: {error}", file=sys.stderr)  # one line, as argparse's: no traceback
+        raise SystemExit(2) from None
 
 
 def train_command(args: argparse.Namespace) -> dict:
     if not 0 <= args.holdout < 1:
         raise SAEError(f"--holdout must be in [0, 1); got {args.holdout}")
-    model, held_images = None, []
-    if args.images is not None:
+    if sum(x is not None for x in (args.index, args.images, args.activations)) != 1:
+        raise SAEError("give exactly one of INDEX, --images DIR or --activations FILE...")
+    model, held_images, held_batches, held_labels, data_record = None, [], None, None, None
+    if args.index is not None:
+        from vitviz.sae.indexed import index_data, index_labels, index_model, index_pixels, label_batches
+
+        if args.block is None:
+            raise SAEError("INDEX needs --block: the block whose stored output the SAE reads")
+        data = index_data(args.index, args.block, args.holdout, args.seed, args.tokens, args.max_images)
+        model = index_model(data.index, args.model).to(device_of(args.device))
+        print(
+            f"block {args.block} tokens of {len(data.train_images)} training and {len(data.held_images)} held-out "
+            f"images of {data.index.folder}",
+            file=sys.stderr,
+        )
+        train, held, data_record = data.train, [], data.record
+        if len(data.held_images):  # else (--holdout 0) no metrics
+            held = data.held
+            held_batches = index_pixels(data.index, model, data.held_images, source=args.source)
+            held_labels = label_batches(model, index_labels(data.index, data.held_images))
+        args.model = args.model or data.index.manifest["model"].get("spec")
+    elif args.images is not None:
         from vitviz.checkpoint import ModelLoadError
         from vitviz.load import load_model
 
         if args.block is None:
             raise SAEError("--images needs --block: the block whose output the SAE reads")
+        args.model = args.model or "default"
         try:
             model = load_model(args.model)
         except ModelLoadError as error:
@@ -148,14 +229,16 @@ def train_command(args: argparse.Namespace) -> dict:
             raise SAEError(
                 f"the activation files must all be (tokens, width) with one width; got widths {sorted(widths)}"
             )
-    width = int(train[0].shape[-1])
+    width = int(data.index.manifest["activations"]["width"]) if args.index is not None else int(train[0].shape[-1])
     config = SAEConfig(d_in=width, latents=args.latents, k=args.k, aux_k=args.aux_k, block=args.block)
     train_config = TrainConfig(epochs=args.epochs, batch=args.batch, lr=args.lr, seed=args.seed, device=args.device)
     began = time.perf_counter()
     sae, history = train_sae(train, config, train_config, checkpoint=args.out / "checkpoint.pt")
     seconds = time.perf_counter() - began
-    metrics = evaluate(sae, held) if sum(len(a) for a in held) else {}
-    if model is not None and held_images:
+    metrics = evaluate(sae, held) if callable(held) or sum(len(a) for a in held) else {}
+    if held_batches is not None:
+        metrics |= top1_agreement(model, sae, args.block, held_batches, held_labels)
+    elif model is not None and held_images:
         batches = list(pixels(model, held_images))
         labels = [b[1] for b in batches] if batches[0][1] is not None else None
         metrics |= top1_agreement(model, sae, args.block, [b[0] for b in batches], labels)
@@ -164,7 +247,8 @@ def train_command(args: argparse.Namespace) -> dict:
         sae,
         args.out,
         model=args.model if model is not None else None,
-        training={"train": train_config.__dict__, "history": history, "seconds": seconds},
+        training={"train": train_config.__dict__, "history": history, "seconds": seconds}
+        | ({"data": data_record} if data_record else {}),
     )
     (args.out / METRICS).write_text(json.dumps(metrics, indent=1))
     (args.out / "checkpoint.pt").unlink(missing_ok=True)
@@ -173,6 +257,56 @@ def train_command(args: argparse.Namespace) -> dict:
             print(f"{name:>20}: {metrics[name]:.4f}")
     print(f"{'training time':>20}: {seconds:.1f} s -> {args.out}")
     return metrics
+
+
+def ablate_command(args: argparse.Namespace) -> Path:
+    """Run the edit over the index's labelled images and write the table; returns its path."""
+    import pyarrow.parquet as pq
+    from tqdm import tqdm
+
+    from vitviz.dataset import open_index
+    from vitviz.sae.ablation import ablate
+    from vitviz.sae.files import load_sae
+    from vitviz.sae.indexed import index_labels, index_model, index_pixels, readable_images
+
+    if args.batch_size < 1 or (args.limit is not None and args.limit < 1):
+        raise SAEError("--batch-size and --limit must be at least 1")
+    index = open_index(args.index)
+    sae = load_sae(args.sae)
+    block = args.block if args.block is not None else sae.config.block
+    if block is None:
+        raise SAEError(f"{args.sae} does not say which block it reads: give --block")
+    if not 0 <= args.latent < sae.config.latents:
+        raise SAEError(f"latent {args.latent} is out of range: this SAE has latents 0 to {sae.config.latents - 1}")
+    width = index.manifest["model"]["config"]["hidden_size"]
+    if sae.config.d_in != width:
+        raise SAEError(
+            f"{args.sae} reads {sae.config.d_in}-wide tokens, but block {block} of {args.index}'s model outputs "
+            f"{width}-wide ones: it was trained on another model"
+        )
+    model = index_model(index, args.model).to(device_of(args.device))
+    ids = readable_images(index)
+    labels = index_labels(index, ids)
+    labelled = [(i, label) for i, label in zip(ids.tolist(), labels) if label is not None][: args.limit]
+    if not labelled:
+        raise SAEError(f"{args.index} has no labelled images: per-class accuracy needs the source's labels")
+    ids, labels = [i for i, _ in labelled], [label for _, label in labelled]
+    pixels = index_pixels(index, model, ids, args.batch_size, args.source)
+    batches = ((p, labels[i * args.batch_size : (i + 1) * args.batch_size]) for i, p in enumerate(pixels))
+    about = {"sae": str(args.sae.resolve()), "index": str(index.folder)}
+    with tqdm(total=len(ids), desc=f"latent {args.latent} x {args.scale:g}", unit="image", disable=None) as bar:
+        table = ablate(model, sae, block, batches, args.latent, args.scale, bar.update, about)
+    folder = args.sae if args.sae.is_dir() else args.sae.parent
+    out = args.out or folder
+    path = out if out.suffix == ".parquet" else out / f"ablate-latent{args.latent}-scale{args.scale:g}.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.tmp")  # a half-written table never reads as complete
+    pq.write_table(table, temporary)
+    temporary.replace(path)
+    for row in table.to_pylist():
+        print(f"{row['label']:>20}: {row['accuracy']:.3f} -> {row['accuracy_edited']:.3f} ({row['images']} images)")
+    print(f"-> {path}")
+    return path
 
 
 if __name__ == "__main__":
