@@ -63,24 +63,22 @@ def main() -> None:
     describe_model(loaded, settings.model_spec)
     settings = resolve(settings, loaded)  # precision "auto": what timing this model on this machine chose
     # CLIP, SigLIP: prompts become the classes
-    prompted, prompted_key, prompt_error = prompt_model(loaded, ModelKey(settings.model_spec, settings.precision))
+    intact_model, intact_key, prompt_error = prompt_model(loaded, ModelKey(settings.model_spec, settings.precision))
     settings = dataclasses.replace(settings, prompt_error=prompt_error)
     # two places drawn in every run, empty or not, so that nothing below them moves: a banner that appeared, or a
     # progress bar, shifted every element after it, the browser re-mounted the tabs and jumped to the page's top
     banner, progress = st.empty(), st.empty()
-    # heads and tokens the user removed, with a banner
-    model, key = knocked_out_model(prompted, prompted_key, banner)
+    # without the heads and tokens the user removed, with a banner; the intact model itself when none are
+    model, key = knocked_out_model(intact_model, intact_key, banner)
     if chosen is None:
         return
     name, images = chosen
-
     try:
         photo, analysis = photo_and_analysis(key, model, name, images[name], progress)
     except ImageError as error:
         st.error(f"Could not read {name}: {error}")
         return
-    intact_model = prompted if key.knocked_out else None
-    page = Page(model, key, settings, images, images[name], photo, analysis, intact_model)
+    page = Page(model, key, settings, images, images[name], photo, analysis, intact_model if key.knocked_out else None)
     line, saw = st.columns([4, 1], vertical_alignment="center")
     line.markdown(prediction_line(page))  # above the tabs: seen whichever is open
     height, width = analysis.pixel_values.shape[-2:]

@@ -266,10 +266,6 @@ def readout_maps(analysis: ImageAnalysis) -> np.ndarray:
     return analysis.readout_attention.numpy()
 
 
-def statistics(analysis: ImageAnalysis) -> dict[str, np.ndarray]:
-    return analysis_module.head_statistics(analysis)
-
-
 def token_views(analysis: ImageAnalysis) -> dict[str, np.ndarray]:
     """The Tokens tab's numbers: attention to each prefix token and among patches (layers, heads, P + 1),
     every token's norm after every block (layers, T)."""

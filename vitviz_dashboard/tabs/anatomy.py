@@ -9,15 +9,16 @@ import streamlit as st
 import torch
 
 from vitviz import plots
+from vitviz_dashboard.analysis import head_statistics
 from vitviz_dashboard.cache.pictures import cached_figure
-from vitviz_dashboard.cache.results import model_anatomy, statistics
+from vitviz_dashboard.cache.results import model_anatomy
 from vitviz_dashboard.downloads import chart_download
 from vitviz_dashboard.page import Page
 
 
 def draw(page: Page) -> None:
     model = page.model
-    stats = statistics(page.analysis)
+    stats = head_statistics(page.analysis)
     anatomy = model_anatomy(page.model_key, _model=model)
     left, right = st.columns(2)
     left.subheader("Mean attention distance")
