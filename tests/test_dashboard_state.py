@@ -35,7 +35,7 @@ def test_the_model_key_keeps_knocked_out_and_prompted_models_apart_but_their_wid
     knocked = dataclasses.replace(plain, knocked_heads=((0, 1),), knocked_tokens=(0,))
     prompted = dataclasses.replace(plain, prompts=("a cat", "a dog"), templates=None)
     assert not plain.knocked_out and knocked.knocked_out
-    assert knocked != plain and hash(knocked) != hash(plain)  # the caches keep their results apart
+    assert knocked != plain  # the caches keep their results apart
     assert knocked.intact() == plain
     assert knocked.widget_scope == plain.widget_scope  # a knocked-out model keeps its model's widget values
     assert dataclasses.replace(plain, precision="bf16").widget_scope == plain.widget_scope
