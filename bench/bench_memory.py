@@ -143,7 +143,7 @@ def single(args) -> dict:
             print(json.dumps(views), flush=True)
     store = {}
     try:
-        from vitviz_dashboard.budget import STORE
+        from vitviz_dashboard.cache.budget import STORE
 
         store = STORE.stats()
     except ImportError:  # a checkout from before the memory budget

@@ -94,7 +94,7 @@ class Server:
         return [(kind, float(ms)) for _, kind, ms in runs]
 
     def store(self) -> dict[str, int]:
-        """The memory budget's store (vitviz_dashboard/budget.py) after the latest script run: bytes held, the
+        """The memory budget's store (vitviz_dashboard/cache/budget.py) after the latest script run: bytes held, the
         peak so far, the limit, entries and evictions; and "max_held", the most held after any run."""
         lines = [line.split()[1:] for line in self._lines() if line.startswith("store ")]
         if not lines:
@@ -122,7 +122,7 @@ def streamlit_server(folder: Path, env: dict[str, str] | None = None, start_time
     counts_file = folder / "server_counts.txt"
     # No file watcher: by default Streamlit watches the checkout (recursively, .venv included) and, when a
     # source file changes, drops its modules from sys.modules; an edit to vitviz/ while a test ran then made
-    # the sessions' concurrent re-imports fail (KeyError: 'vitviz_dashboard.cached' on every page).
+    # the sessions' concurrent re-imports fail (KeyError: 'vitviz_dashboard.cache.results' on every page).
     command = [
         sys.executable,
         __file__,
@@ -173,7 +173,7 @@ def serve(counts_file: str, streamlit_args: list[str]) -> None:
     from streamlit.web import cli
 
     import vitviz
-    import vitviz.analysis
+    import vitviz_dashboard.analysis
 
     lock = threading.Lock()
 
@@ -187,16 +187,16 @@ def serve(counts_file: str, streamlit_args: list[str]) -> None:
 
     # app.py imports these from the already-imported modules, so it gets the counting versions
     vitviz.load_model = counted("model_loads", vitviz.load_model)
-    vitviz.analysis.analyse_image = counted("forward_passes", vitviz.analysis.analyse_image)
+    vitviz_dashboard.analysis.analyse_image = counted("forward_passes", vitviz_dashboard.analysis.analyse_image)
     fixed = os.environ.get("VITVIZ_TEST_PRECISION")
     if fixed:  # precision "auto" settled without timing: a busy machine cannot switch the page to bf16
         import math
 
-        import vitviz_dashboard.sidebar
+        import vitviz_dashboard.sidebar.model_picker
         from vitviz.precision import PrecisionChoice
 
         choice = PrecisionChoice(fixed, math.nan, math.nan, f"{fixed}, fixed by the tests")
-        vitviz_dashboard.sidebar.measure_precision = lambda model: choice
+        vitviz_dashboard.sidebar.model_picker.measure_precision = lambda model: choice
 
     # the server time of every script run, whole page or one fragment (a tab)
     from streamlit.runtime.scriptrunner.script_runner import ScriptRunner
@@ -220,7 +220,7 @@ def serve(counts_file: str, streamlit_args: list[str]) -> None:
                 profiler.disable()
                 profiler.dump_stats(f"{profile_folder}/run-{time.time_ns()}.prof")
             kind = "fragment" if rerun_data.fragment_id_queue else "page"
-            from vitviz_dashboard.budget import STORE
+            from vitviz_dashboard.cache.budget import STORE
 
             held = STORE.stats()
             with lock, open(counts_file, "a") as f:

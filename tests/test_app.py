@@ -19,8 +19,9 @@ from test_app_reading import fix_precision, same_text, shown_in
 from tiny_models import tiny_checkpoint
 
 import vitviz.load
+import vitviz_dashboard.analysis
 from vitviz import Preprocessing, ViT, ViTConfig, explain, save_checkpoint
-from vitviz_dashboard import budget
+from vitviz_dashboard.cache import budget
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 NAMES = ["cat", "dog", "bird"]
@@ -119,7 +120,7 @@ def test_upload_renders_predictions_and_the_rollout_overlay(default_model):
 def test_every_tab_draws_its_maps(default_model):
     at = uploaded_app()
     drawn = {}
-    probabilities = vitviz.analysis.analyse_image(
+    probabilities = vitviz_dashboard.analysis.analyse_image(
         vitviz.load_model(str(vitviz.load.DEFAULT_CHECKPOINT)), Image.open(io.BytesIO(png_bytes())).convert("RGB")
     ).probabilities
     top = int(np.argmax(probabilities))
@@ -165,7 +166,7 @@ def test_every_tab_draws_its_maps(default_model):
 
 
 def test_the_anatomy_tables_download_as_csv_with_named_rows_and_columns():
-    from vitviz_dashboard.common import csv_table
+    from vitviz_dashboard.downloads import csv_table
 
     table = csv_table(np.array([[1.5, 2.0, 3.25], [4.0, 5.0, 0.000123456789]]), "layer", "head")
     assert table.splitlines() == ["layer \\ head,head 0,head 1,head 2", "layer 0,1.5,2,3.25", "layer 1,4,5,0.000123457"]
@@ -175,7 +176,7 @@ def test_the_anatomy_tables_download_as_csv_with_named_rows_and_columns():
 
 def test_small_photos_are_enlarged_by_whole_pixels_for_the_page_and_big_ones_reduced():
     from vitviz.images import ImageFile
-    from vitviz_dashboard.cached import MAX_DISPLAY_SIDE, display_photo
+    from vitviz_dashboard.cache.pictures import MAX_DISPLAY_SIDE, display_photo
 
     small = Image.new("RGB", (32, 24), (10, 20, 30))
     small.putpixel((0, 0), (255, 0, 0))
@@ -204,8 +205,10 @@ def test_each_method_and_statistic_is_explained_where_it_is_shown(default_model)
 
 def test_class_maps_are_computed_when_their_tab_is_opened_once_per_method(default_model, monkeypatch):
     calls = []
-    original = vitviz.analysis.class_maps
-    monkeypatch.setattr(vitviz.analysis, "class_maps", lambda *a, **k: calls.append(k["methods"]) or original(*a, **k))
+    original = vitviz_dashboard.analysis.class_maps
+    monkeypatch.setattr(
+        vitviz_dashboard.analysis, "class_maps", lambda *a, **k: calls.append(k["methods"]) or original(*a, **k)
+    )
     at = uploaded_app()
     assert calls == []  # a backward pass, only for the tab that shows it
     open_tab(at, "Class-specific")
@@ -270,7 +273,7 @@ def test_the_logit_lens_follows_the_block_slider(default_model):
 def test_every_head_is_drawn_over_the_photo_on_one_colour_scale_unless_asked(default_model):
     at = open_tab(uploaded_app(), "Heads & layers")
     model = vitviz.load_model(str(vitviz.load.DEFAULT_CHECKPOINT))
-    analysis = vitviz.analysis.analyse_image(model, Image.open(io.BytesIO(png_bytes())).convert("RGB"))
+    analysis = vitviz_dashboard.analysis.analyse_image(model, Image.open(io.BytesIO(png_bytes())).convert("RGB"))
     top = float(analysis.readout_attention[-1].max())
     notes = [c.value for c in at.caption]
     assert shown_in(f"Colour scale: 0 to {top:.3g}, shared by every head (the strip below).", notes)
@@ -836,7 +839,7 @@ def test_a_model_with_registers_renders_every_tab_and_names_its_registers(tmp_pa
 
 
 def test_the_prefix_token_view_draws_the_models_own_shares_and_follows_the_layer_slider(tmp_path, monkeypatch):
-    from vitviz.analysis import analyse_image
+    from vitviz_dashboard.analysis import analyse_image
 
     path = tiny_checkpoint(tmp_path / "registers.pt", **REGISTERS)
     at = open_tab(model_app(path, monkeypatch), "Tokens")
@@ -891,7 +894,7 @@ def one_bright_patch_png() -> bytes:
 
 
 def test_the_token_norms_follow_the_layer_slider_and_flag_the_outlier(tmp_path, monkeypatch):
-    from vitviz.analysis import analyse_image
+    from vitviz_dashboard.analysis import analyse_image
 
     path = tiny_checkpoint(tmp_path / "registers.pt", **REGISTERS)
     monkeypatch.setattr(vitviz.load, "DEFAULT_CHECKPOINT", path)
@@ -972,7 +975,7 @@ def offline_hub(tmp_path, monkeypatch):
 def test_the_popular_models_exist_and_convert_and_the_spec_field_reads_any_spec(offline_hub):
     import timm
 
-    from vitviz_dashboard.sidebar import CURATED_MODELS, hub_spec
+    from vitviz_dashboard.sidebar.model_picker import CURATED_MODELS, hub_spec
 
     pretrained = set(timm.list_pretrained())
     for spec in CURATED_MODELS.values():
@@ -989,7 +992,7 @@ def test_the_popular_models_exist_and_convert_and_the_spec_field_reads_any_spec(
 
 
 def test_a_curated_model_offline_shows_a_message_and_the_page_keeps_working(default_model, offline_hub):
-    from vitviz_dashboard.sidebar import CURATED_MODELS
+    from vitviz_dashboard.sidebar.model_picker import CURATED_MODELS
 
     at = started_app()
     at.file_uploader[0].set_value(("photo.png", png_bytes(), "image/png")).run()
@@ -1079,7 +1082,7 @@ def test_the_2025_families_render_every_tab(tmp_path, monkeypatch, config):
 
 
 def test_what_looks_like_a_path_in_the_model_box(tmp_path):
-    from vitviz_dashboard.sidebar import looks_like_path
+    from vitviz_dashboard.sidebar.model_picker import looks_like_path
 
     (tmp_path / "folder").mkdir()
     for path in (

@@ -15,7 +15,7 @@ from tiny_models import tiny_checkpoint
 import vitviz
 import vitviz.load
 from vitviz import explain
-from vitviz_dashboard import budget
+from vitviz_dashboard.cache import budget
 
 
 def photo_bytes(seed: int, size=(64, 48)) -> bytes:
@@ -40,7 +40,7 @@ def features_tab(path, monkeypatch) -> AppTest:
 
 
 def kept(name: str) -> list:
-    """Every value the page's store holds for the cached function ``name`` (vitviz_dashboard/cached.py)."""
+    """Every value the page's store holds for the cached function ``name`` (vitviz_dashboard/cache/results.py)."""
     return [value for key, (value, _) in budget.STORE._entries.items() if key[0] == name]
 
 

@@ -14,10 +14,10 @@ from tiny_models import tiny_checkpoint
 from tiny_text import clip_folder, siglip_folder
 
 import vitviz
-import vitviz.analysis
+import vitviz_dashboard.analysis
 from vitviz.images import load_image
-from vitviz_dashboard import budget
-from vitviz_dashboard.prompts import PROMPTS_KEY, SOURCE_KEY
+from vitviz_dashboard.cache import budget
+from vitviz_dashboard.sidebar.prompts import PROMPTS_KEY, SOURCE_KEY
 
 MAKERS = {"clip": clip_folder, "siglip": siglip_folder}
 
@@ -169,9 +169,9 @@ def test_when_probabilities_tie_the_picker_starts_on_the_top_class_and_maps_are_
     torch.save(checkpoint, path)
     monkeypatch.setattr(vitviz.load, "DEFAULT_CHECKPOINT", path)
     calls = []
-    original = vitviz.analysis.class_maps
+    original = vitviz_dashboard.analysis.class_maps
     monkeypatch.setattr(
-        vitviz.analysis, "class_maps", lambda *a, **k: calls.append((a[2], k["methods"])) or original(*a, **k)
+        vitviz_dashboard.analysis, "class_maps", lambda *a, **k: calls.append((a[2], k["methods"])) or original(*a, **k)
     )
     at = AppTest.from_file(APP, default_timeout=120)
     at.run()

@@ -23,7 +23,7 @@ NUMBER = re.compile(r"[-+−]?(?:\d+\.\d*|\.\d+|\d+)(?:e[-+]?\d+)?")
 
 def fix_precision(monkeypatch, precision: str = "fp32") -> None:
     """Precision "auto" settles on ``precision`` without timing anything (AppTest runs the page in this process)."""
-    from vitviz_dashboard import sidebar
+    from vitviz_dashboard.sidebar import model_picker as sidebar
 
     choice = PrecisionChoice(precision, math.nan, math.nan, f"{precision}, fixed by the tests")
     monkeypatch.setattr(sidebar, "measure_precision", lambda model: choice)
@@ -96,7 +96,7 @@ def test_a_percentage_is_read_after_its_words():
 
 
 def test_fixed_precision_settles_auto_without_timing(monkeypatch):
-    from vitviz_dashboard import sidebar
+    from vitviz_dashboard.sidebar import model_picker as sidebar
 
     fix_precision(monkeypatch, "bf16")
     assert sidebar.measure_precision(None).precision == "bf16"

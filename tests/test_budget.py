@@ -1,4 +1,4 @@
-"""The server's memory budget (vitviz_dashboard/budget.py): sizes, the byte-bounded store, and the page kept
+"""The server's memory budget (vitviz_dashboard/cache/budget.py): sizes, the byte-bounded store, and the page kept
 within it across many images and two sessions, with analyses too big to keep whole computed as they stream."""
 
 import io
@@ -17,11 +17,11 @@ from tiny_models import tiny_checkpoint
 
 import vitviz
 import vitviz.load
-from vitviz import analysis as analysis_module
 from vitviz import explain
 from vitviz.images import ImageFile
-from vitviz_dashboard import budget
-from vitviz_dashboard.budget import MemoryStore, kept, nbytes, parse_bytes
+from vitviz_dashboard import analysis as analysis_module
+from vitviz_dashboard.cache import budget
+from vitviz_dashboard.cache.budget import MemoryStore, kept, nbytes, parse_bytes
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 
@@ -133,8 +133,22 @@ def test_kept_keys_every_positional_and_keyword_argument_of_a_variadic_function(
     assert build("grid", 1, 2, "magma", marks=[(1, 1)])[2] == {"marks": [(1, 1)]}
 
 
+def test_kept_refuses_a_function_given_the_model_without_the_models_key_first():
+    """The model is never hashed, so a kept function that runs one must be keyed by its ModelKey: without it, two
+    models (an intact one and one with heads knocked out) would share results."""
+    with pytest.raises(TypeError, match="first argument must be key: ModelKey"):
+
+        @kept()
+        def prediction(image_key: str, *, _model: object) -> int:
+            return 0
+
+    @kept()
+    def keyed_prediction(key: object, image_key: str, *, _model: object) -> int:
+        return 0
+
+
 def test_cached_figures_follow_every_argument(monkeypatch):
-    from vitviz_dashboard.cached import cached_figure
+    from vitviz_dashboard.cache.pictures import cached_figure
 
     monkeypatch.setattr(budget, "STORE", MemoryStore(limit=10**8))
     maps = np.random.default_rng(0).random((4, 3, 3))

@@ -11,7 +11,7 @@ from tiny_models import tiny_checkpoint
 
 import vitviz
 import vitviz.load
-from vitviz_dashboard.model_dirs import (
+from vitviz_dashboard.sidebar.model_dirs import (
     MODEL_DIRS,
     OUTSIDE_MESSAGE,
     PATHS_OFF_MESSAGE,
@@ -20,7 +20,7 @@ from vitviz_dashboard.model_dirs import (
     check_hub_spec,
     check_model_path,
 )
-from vitviz_dashboard.sidebar import hub_spec
+from vitviz_dashboard.sidebar.model_picker import hub_spec
 
 
 @pytest.fixture()

@@ -185,8 +185,8 @@ def test_resolve_precision(monkeypatch):
 def test_the_page_resolves_auto_once_per_model(monkeypatch):
     """sidebar.resolve: "auto" becomes the measured precision (what every cache is keyed by); the
     measurement runs once per model spec; a chosen precision is left alone."""
-    from vitviz_dashboard import sidebar
-    from vitviz_dashboard.common import Settings
+    from vitviz_dashboard.page import Settings
+    from vitviz_dashboard.sidebar import model_picker as sidebar
 
     measurements = []
 

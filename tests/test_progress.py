@@ -15,7 +15,7 @@ from tiny_models import tiny_checkpoint
 import vitviz
 import vitviz.load
 from vitviz import ModelLoadError, hub
-from vitviz_dashboard.progress import describe, fraction, remaining
+from vitviz_dashboard.widgets.progress import describe, fraction, remaining
 
 PAYLOAD = bytes(range(256)) * 4096  # 1 MiB
 PREFIX = hashlib.sha256(PAYLOAD).hexdigest()[:8]
@@ -104,7 +104,7 @@ def page(spec: str) -> None:
     """The page's model loading alone (AppTest runs this function as a script)."""
     import streamlit as st
 
-    from vitviz_dashboard.cached import get_model_with_progress
+    from vitviz_dashboard.cache.results import get_model_with_progress
 
     model = get_model_with_progress(spec)
     st.write(f"loaded a model with {len(model.class_names)} classes")
@@ -113,7 +113,7 @@ def page(spec: str) -> None:
 def test_page_draws_the_download_bar_and_replays_the_cached_model(tmp_path, monkeypatch):
     """The bar is drawn while the (fake) download runs, is gone afterwards, and a later run that takes the
     model from st.cache_resource replays without error (a bar recorded by the cache would not replay)."""
-    from vitviz_dashboard import progress
+    from vitviz_dashboard.widgets import progress
 
     checkpoint = tiny_checkpoint(tmp_path / "model.pt")
     drawn = []

@@ -1,12 +1,16 @@
 """The Streamlit dashboard behind app.py (the entry point: `streamlit run app.py`).
 
-    sidebar.py       the model picker and display settings
-    model_dirs.py    which typed paths and specs the page may open (VITVIZ_MODEL_DIRS)
+    app.py           the page: the sidebar, the images, the model and its key, and TABS (tab name -> draw function)
+    page.py          the page's state: Settings, ModelKey, Photo, Page, and the keys that keep tab widgets' values
+    names.py         what the page calls classes, prefix tokens and readouts (Readout), and the prediction line
+    downloads.py     download buttons: a tab's overlay (PNG) and maps (.npz), one chart's numbers (CSV, .npz)
+    analysis.py      one image through one model (ImageAnalysis): the forward pass every tab draws from
     images.py        uploads, camera shots, the session's images and sample images
-    common.py        what every tab shares: Settings, Photo, Page, tab-widget keys, downloads, names
-    cached.py        every cached computation (model, decoded photos, forward pass, maps, figures)
-    tabs/<name>.py   one module per tab: overview, heads, patch, class_specific, anatomy, tokens,
-                     faithfulness
+    knockout.py      heads and prefix tokens knocked out of the page's model, the banner, what changes
+    cache/           the memory budget and every cached result, keyed by ModelKey (see cache/__init__.py)
+    sidebar/         the model picker, the folders it may open, and prompts (see sidebar/__init__.py)
+    widgets/         controls and pictures the tabs share (see widgets/__init__.py)
+    tabs/            one module per tab (see tabs/__init__.py)
 
 Streamlit runs app.py as a fresh ``__main__`` in every session, but these modules are imported once:
 anything st.cache_data pickles must be defined here or in vitviz/, never in app.py. All computation

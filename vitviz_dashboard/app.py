@@ -1,4 +1,4 @@
-"""The vitviz page: page setup, the sidebar, the images, the model and the tabs.
+"""The vitviz page: page setup, the sidebar, the images, the model and its key, and the tabs.
 
 Each part lives beside this file (tabs/ has one module per tab); all computation lives in vitviz/.
 Started by `streamlit run app.py` in a checkout, or by the `vitviz app` command, which runs this file.
@@ -6,33 +6,38 @@ Started by `streamlit run app.py` in a checkout, or by the `vitviz app` command,
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
+
 import streamlit as st
 
 import vitviz
 from vitviz.images import ImageError
-from vitviz_dashboard.budget import BUDGET_ERROR
-from vitviz_dashboard.cached import get_model_with_progress, model_input_png, photo_and_analysis
-from vitviz_dashboard.common import Page, keep_tab_widgets, prediction_line
+from vitviz_dashboard.cache.budget import BUDGET_ERROR
+from vitviz_dashboard.cache.results import get_model_with_progress, model_input_png, photo_and_analysis
 from vitviz_dashboard.images import choose_image
 from vitviz_dashboard.knockout import knocked_out_model
-from vitviz_dashboard.prompts import prompt_model
-from vitviz_dashboard.sidebar import MISSING_SPEC, describe_model, resolve, sidebar
+from vitviz_dashboard.names import prediction_line
+from vitviz_dashboard.page import ModelKey, Page, keep_tab_widgets
+from vitviz_dashboard.sidebar.model_picker import MISSING_SPEC, describe_model, resolve, sidebar
+from vitviz_dashboard.sidebar.prompts import prompt_model
 from vitviz_dashboard.tabs import anatomy, class_specific, faithfulness, features, heads, overview, patch, tokens
 
 # On a narrow page (800 px with the sidebar open) the eight tab names do not fit on one line, and Streamlit
 # would hide the last ones behind a scroll arrow: let them wrap onto a second line instead. (A style element
 # alone takes no space on the page; the selectors are Streamlit's stable class and the tab list's ARIA role.)
 TAB_WRAP = "<style>.stTabs [role='tablist'] { flex-wrap: wrap; row-gap: 0.25rem; }</style>"
-TABS = [
-    "Overview",
-    "Heads & layers",
-    "Click a patch",
-    "Features",
-    "Class-specific",
-    "Model anatomy",
-    "Tokens",
-    "Faithfulness",
-]
+# Every tab, in the page's order: its name and what draws it
+TABS: dict[str, Callable[[Page], None]] = {
+    "Overview": overview.draw,
+    "Heads & layers": heads.draw,
+    "Click a patch": patch.draw,
+    "Features": features.draw,
+    "Class-specific": class_specific.draw,
+    "Model anatomy": anatomy.draw,
+    "Tokens": tokens.draw,
+    "Faithfulness": faithfulness.draw,
+}
 
 
 def main() -> None:
@@ -51,62 +56,40 @@ def main() -> None:
         st.info(MISSING_SPEC.get(settings.model_choice, "Choose a model in the sidebar, or type a spec into its box."))
         return
     try:
-        model = get_model_with_progress(settings.model_spec)
+        loaded = get_model_with_progress(settings.model_spec)
     except vitviz.ModelLoadError as error:
         st.error(f"Could not load model `{settings.model_spec}`: {error}")
         return
-    describe_model(model, settings.model_spec)
-    settings = resolve(settings, model)  # precision "auto": what timing this model on this machine chose
-    model, settings = prompt_model(model, settings)  # CLIP, SigLIP: prompts become the classes
-    intact_model, intact_settings = model, settings
+    describe_model(loaded, settings.model_spec)
+    settings = resolve(settings, loaded)  # precision "auto": what timing this model on this machine chose
+    # CLIP, SigLIP: prompts become the classes
+    intact_model, intact_key, prompt_error = prompt_model(loaded, ModelKey(settings.model_spec, settings.precision))
+    settings = dataclasses.replace(settings, prompt_error=prompt_error)
     # two places drawn in every run, empty or not, so that nothing below them moves: a banner that appeared, or a
     # progress bar, shifted every element after it, the browser re-mounted the tabs and jumped to the page's top
     banner, progress = st.empty(), st.empty()
-    model, settings = knocked_out_model(model, settings, banner)  # heads and tokens the user removed, with a banner
+    # without the heads and tokens the user removed, with a banner; the intact model itself when none are
+    model, key = knocked_out_model(intact_model, intact_key, banner)
     if chosen is None:
         return
     name, images = chosen
-
-    def prepare(image_name: str):
-        """The photo and its analysis (another image of the session, for the compare sides)."""
-        return photo_and_analysis(model, settings, image_name, images[image_name])
-
     try:
-        photo, analysis = photo_and_analysis(model, settings, name, images[name], progress)
+        photo, analysis = photo_and_analysis(key, model, name, images[name], progress)
     except ImageError as error:
         st.error(f"Could not read {name}: {error}")
         return
-    intact = model is not intact_model
-    page = Page(
-        model,
-        settings,
-        images[name],
-        photo,
-        analysis,
-        intact_model if intact else None,
-        intact_settings if intact else None,
-    )
+    page = Page(model, key, settings, images, images[name], photo, analysis, intact_model if key.knocked_out else None)
     line, saw = st.columns([4, 1], vertical_alignment="center")
     line.markdown(prediction_line(page))  # above the tabs: seen whichever is open
     height, width = analysis.pixel_values.shape[-2:]
     saw.image(
-        model_input_png(settings.model_spec, photo.key, settings.precision, _analysis=analysis, _model=model),
+        model_input_png(key, photo.key, _analysis=analysis, _model=model),
         caption=f"What the model saw: {width}x{height}",
         width="content",
     )
     # Only the open tab runs (Streamlit's lazy tabs): a sidebar change redraws one tab, not eight, and
     # the class-specific maps (a backward pass) are computed when their tab is first opened.
-    draws = [
-        overview.draw,
-        lambda p: heads.draw(p, images, prepare),
-        patch.draw,
-        lambda p: features.draw(p, images, prepare),
-        class_specific.draw,
-        anatomy.draw,
-        tokens.draw,
-        faithfulness.draw,
-    ]
-    for tab, draw in zip(st.tabs(TABS, key="tab", on_change="rerun"), draws):
+    for tab, draw in zip(st.tabs(list(TABS), key="tab", on_change="rerun"), TABS.values()):
         if tab.open:
             with tab:
                 draw(page)

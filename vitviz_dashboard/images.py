@@ -10,8 +10,8 @@ from pathlib import Path
 import streamlit as st
 
 from vitviz.images import ImageError, ImageFile
-from vitviz_dashboard.budget import session_share
-from vitviz_dashboard.cached import decode
+from vitviz_dashboard.cache.budget import session_share
+from vitviz_dashboard.cache.pictures import decode
 
 UPLOAD_TYPES = ["jpg", "jpeg", "png", "webp", "bmp", "gif", "tif", "tiff"]
 MAX_SESSION_IMAGES = (

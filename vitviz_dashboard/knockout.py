@@ -3,9 +3,10 @@
 What the user removed lives in session state per image tower (heads chosen in Heads & layers, prefix tokens in
 Tokens): a new prompt set changes only the head that scores the prompts, so what was removed stays removed. Before
 any tab is drawn, ``knocked_out_model`` turns the model into ``model.knock_out(...)``, which shares every weight,
-under a spec of its own so every cache keeps its results apart, and puts a banner above the tabs with one click to
-restore the model. Every tab then shows the intervened model: the prediction line, the predictions and the maps;
-the tab where the intervention was made shows what it changed (``what_changes``).
+and puts a banner above the tabs with one click to restore the model. The knock-outs join the model's key
+(page.ModelKey), so every cache keeps the intervened model's results apart. Every tab then shows the intervened
+model: the prediction line, the predictions and the maps; the tab where the intervention was made shows what it
+changed (``what_changes``).
 """
 
 from __future__ import annotations
@@ -17,34 +18,20 @@ import numpy as np
 import streamlit as st
 
 import vitviz
-from vitviz_dashboard.cached import photo_and_analysis
-from vitviz_dashboard.common import (
-    KEPT,
-    KNOCKOUT,
-    PROMPTS,
-    Page,
-    Settings,
-    class_name,
-    classes_by_probability,
-    has_classifier,
-    prefix_token_names,
-)
+from vitviz_dashboard.cache.results import photo_and_analysis
+from vitviz_dashboard.names import class_name, classes_by_probability, has_classifier, prefix_token_names
+from vitviz_dashboard.page import KEPT, ModelKey, Page
 
 
-def scope(spec: str) -> str:
-    """What knock-outs are kept under: the spec of the image tower, without the prompt set or the knock-out
-    itself (a zero-shot model's prompts only change the head that scores them)."""
-    return spec.split(KNOCKOUT)[0].split(PROMPTS)[0]
+def heads_key(spec: str) -> str:
+    """The session-state key of the heads knocked out of the image tower ``spec`` names: labels "L3 H2". Kept per
+    image tower, not per ModelKey: a zero-shot model's prompts only change the head that scores them."""
+    return f"{KEPT}{spec}|knocked_heads"
 
 
-def heads_key(base_spec: str) -> str:
-    """The session-state key of the heads knocked out of this model: labels "L3 H2"."""
-    return f"{KEPT}{base_spec}|knocked_heads"
-
-
-def tokens_key(base_spec: str) -> str:
+def tokens_key(spec: str) -> str:
     """The session-state key of the prefix tokens taken out of this model's attention: names "[CLS]", "register 1"."""
-    return f"{KEPT}{base_spec}|knocked_tokens"
+    return f"{KEPT}{spec}|knocked_tokens"
 
 
 def head_label(layer: int, head: int) -> str:
@@ -62,27 +49,27 @@ def parse_head(label: str) -> tuple[int, int]:
     return int(layer[1:]), int(head[1:])
 
 
-def removed(model: vitviz.ViT, base_spec: str) -> tuple[list[tuple[int, int]], list[int]]:
-    """The (layer, head) pairs and prefix token indices removed from this model, those that fit it."""
+def removed(model: vitviz.ViT, spec: str) -> tuple[list[tuple[int, int]], list[int]]:
+    """The (layer, head) pairs and prefix token indices removed from this model (its image tower's ``spec``), those
+    that fit it."""
     labels = set(head_labels(model))
-    heads = [parse_head(label) for label in st.session_state.get(heads_key(base_spec), []) if label in labels]
+    heads = [parse_head(label) for label in st.session_state.get(heads_key(spec), []) if label in labels]
     names = prefix_token_names(model.config)
-    tokens = [names.index(name) for name in st.session_state.get(tokens_key(base_spec), []) if name in names]
+    tokens = [names.index(name) for name in st.session_state.get(tokens_key(spec), []) if name in names]
     return sorted(heads), sorted(tokens)
 
 
-def restore(base_spec: str) -> None:
-    st.session_state[heads_key(base_spec)] = []
-    st.session_state[tokens_key(base_spec)] = []
+def restore(spec: str) -> None:
+    st.session_state[heads_key(spec)] = []
+    st.session_state[tokens_key(spec)] = []
 
 
-def knocked_out_model(model: vitviz.ViT, settings: Settings, slot) -> tuple[vitviz.ViT, Settings]:
-    """The model the page shows: with the heads and tokens the user removed, a banner saying so and a restore
-    button, drawn in ``slot`` (an st.empty() the page draws in every run); or the model itself."""
-    base_spec = scope(settings.model_spec)
-    heads, tokens = removed(model, base_spec)
+def knocked_out_model(model: vitviz.ViT, key: ModelKey, slot) -> tuple[vitviz.ViT, ModelKey]:
+    """The model the page shows and its key: with the heads and tokens the user removed, a banner saying so and a
+    restore button, drawn in ``slot`` (an st.empty() the page draws in every run); or the model itself."""
+    heads, tokens = removed(model, key.spec)
     if not heads and not tokens:
-        return model, settings
+        return model, key
     names = prefix_token_names(model.config)
     parts = []
     if heads:
@@ -97,13 +84,12 @@ def knocked_out_model(model: vitviz.ViT, settings: Settings, slot) -> tuple[vitv
     button.button(
         "Restore the model",
         on_click=restore,
-        args=(base_spec,),
+        args=(key.spec,),
         key="restore_model",
         help="Put every head and token back",
     )
-    suffix = ",".join(head_label(*h).replace(" ", "") for h in heads) + ";" + ",".join(map(str, tokens))
-    spec = f"{settings.model_spec}{KNOCKOUT}{suffix}"  # the prompts' digest kept: every cache keeps them apart
-    return model.knock_out(heads, tokens), dataclasses.replace(settings, model_spec=spec)
+    knocked_key = dataclasses.replace(key, knocked_heads=tuple(heads), knocked_tokens=tuple(tokens))
+    return model.knock_out(heads, tokens), knocked_key
 
 
 def what_changes(page: Page) -> None:
@@ -111,7 +97,7 @@ def what_changes(page: Page) -> None:
     change in percentage points, with enough digits to see a small one (92.030 % → 92.005 %, −0.025 pp)."""
     if page.intact_model is None or not has_classifier(page.model):
         return
-    _, intact = photo_and_analysis(page.intact_model, page.intact_settings, page.photo.name, page.file)
+    _, intact = photo_and_analysis(page.model_key.intact(), page.intact_model, page.photo.name, page.file)
     before, after = intact.probabilities, page.analysis.probabilities
     top = classes_by_probability(before)[:5]
     changes = [100 * (float(after[k]) - float(before[k])) for k in top]

@@ -1,4 +1,13 @@
-"""One module per tab of the page, each with a ``draw(page, ...)``; app.py lists them in TABS order.
+"""One module per tab of the page, each with a ``draw(page)``; app.py's TABS maps each tab's name to it.
+
+    overview.py        the top-k predictions and the attention rollout
+    heads.py           Heads & layers: every head's readout map, two choices compared, which heads matter
+    patch.py           Click a patch: what one patch attends to, fused and per head
+    features.py        Features: PCA colours, a clicked patch's matches, k-means parts, over several photos
+    class_specific.py  Class-specific: gradient maps for any class, and the logit (or text) lens
+    anatomy.py         Model anatomy: attention distance and entropy, position similarity, patch filters
+    tokens.py          Tokens: attention to prefix tokens, token norms, the pooling head, tokens taken out
+    faithfulness.py    Faithfulness: perturbation curves on one image
 
 Only the open tab runs (Streamlit's lazy tabs); most tabs are fragments, so their own controls re-run
 only that tab."""

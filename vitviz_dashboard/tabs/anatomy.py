@@ -9,14 +9,17 @@ import streamlit as st
 import torch
 
 from vitviz import plots
-from vitviz_dashboard.cached import cached_figure, model_anatomy, statistics
-from vitviz_dashboard.common import Page, chart_download
+from vitviz_dashboard.analysis import head_statistics
+from vitviz_dashboard.cache.pictures import cached_figure
+from vitviz_dashboard.cache.results import model_anatomy
+from vitviz_dashboard.downloads import chart_download
+from vitviz_dashboard.page import Page
 
 
 def draw(page: Page) -> None:
-    model, settings = page.model, page.settings
-    stats = statistics(page.analysis)
-    anatomy = model_anatomy(model, settings.model_spec)
+    model = page.model
+    stats = head_statistics(page.analysis)
+    anatomy = model_anatomy(page.model_key, _model=model)
     left, right = st.columns(2)
     left.subheader("Mean attention distance")
     left.caption(

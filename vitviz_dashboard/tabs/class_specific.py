@@ -12,21 +12,20 @@ import streamlit as st
 from vitviz import plots
 from vitviz.explain import CLASS_SPECIFIC
 from vitviz.explain.methods import DESCRIPTIONS, TAM_STEPS
-from vitviz_dashboard.cached import cached_figure, class_map, logit_lens, overlay_picture, vote_picture
-from vitviz_dashboard.common import (
-    Page,
+from vitviz_dashboard.cache.pictures import cached_figure, overlay_picture, vote_picture
+from vitviz_dashboard.cache.results import class_map, logit_lens
+from vitviz_dashboard.downloads import downloads
+from vitviz_dashboard.names import (
     class_name,
-    class_picker,
     classes_by_probability,
-    colour_legend,
-    downloads,
     has_classifier,
-    index_slider,
     is_zero_shot,
     probability_kind,
     top_class,
     without_classes,
 )
+from vitviz_dashboard.page import Page
+from vitviz_dashboard.widgets.controls import class_picker, colour_legend, index_slider
 
 NEEDS_CLASSES = (
     "Class-specific maps follow the gradient of one class's score back through the attention, so "
@@ -69,7 +68,7 @@ def draw(page: Page) -> None:
     methods = st.multiselect(
         "Methods",
         GRADIENT_METHODS,
-        key=page.key("class_methods", DEFAULT_METHODS),
+        key=page.widget_key("class_methods", DEFAULT_METHODS),
         format_func=method_label,
         help=METHODS_HELP,
     )
@@ -91,7 +90,7 @@ def compare_picker(page: Page, target: int) -> int | None:
     choice = st.selectbox(
         f"Compare with another {what}",
         others,
-        key=page.key("compare_class", NO_COMPARISON, per_image=True, options=others),
+        key=page.widget_key("compare_class", NO_COMPARISON, per_image=True, options=others),
         format_func=lambda i: "none" if i == NO_COMPARISON else f"{class_name(page.model, i)} ({probabilities[i]:.1%})",
         help="Each method's two maps side by side, on one colour scale: a brighter map is a "
         "stronger explanation of its class.",
@@ -108,7 +107,7 @@ def method_maps(page: Page, target: int, methods: list[str]) -> dict[str, np.nda
     top = top_class(page.analysis.probabilities)
     by_top = st.toggle(
         "Compare classes: colour every class's map on the top class's scale",
-        key=page.key("class_scale_by_top", True),
+        key=page.widget_key("class_scale_by_top", True),
         help="On: each method's colours run from 0 to the largest value of its map for the top "
         "prediction, so a class the model hardly sees looks faint. Off: each map from its own "
         "smallest to its largest value, which shows the pattern of any class but makes every "
@@ -145,8 +144,7 @@ def compared_maps(page: Page, target: int, other: int, methods: list[str]) -> di
 def cached_class_map(page: Page, target: int, method: str) -> np.ndarray:
     cost = f" ({COST[method]})" if method in COST else ""
     with st.spinner(f"Computing {method} for '{class_name(page.model, target)}'{cost}..."):
-        settings = page.settings
-        return class_map(page.model, settings.model_spec, page.file, settings.precision, target, method)
+        return class_map(page.model_key, page.photo.key, target, method, _analysis=page.analysis, _model=page.model)
 
 
 def draw_map(page: Page, method: str, target: int, value: np.ndarray, value_range, scale: str) -> None:
@@ -187,9 +185,9 @@ def lens_section(page: Page, target: int) -> dict[str, np.ndarray]:
             f"Left: the probability of '{class_name(model, target)}' from each patch, on a fixed scale from 0 "
             "(dark) to 100 % (bright). Right: the class each patch votes for."
         )
-    lens = logit_lens(model, settings.model_spec, page.file, settings.precision, target)
+    lens = logit_lens(page.model_key, page.photo.key, target, _analysis=page.analysis, _model=model)
     layers = range(len(lens["probability"]))
-    block = index_slider("Block", len(layers), page.key("lens_block", layers[-1], options=layers))
+    block = index_slider("Block", len(layers), page.widget_key("lens_block", layers[-1], options=layers))
     # two pictures of the photo in two equal columns: the same size at every width
     left, right = st.columns(2)
     left.image(

@@ -7,8 +7,11 @@ import numpy as np
 import streamlit as st
 
 from vitviz import explain, plots
-from vitviz_dashboard.cached import faithfulness_curves
-from vitviz_dashboard.common import Page, class_name, class_picker, downloads, has_classifier, without_classes
+from vitviz_dashboard.cache.results import faithfulness_curves
+from vitviz_dashboard.downloads import downloads
+from vitviz_dashboard.names import class_name, has_classifier, without_classes
+from vitviz_dashboard.page import Page
+from vitviz_dashboard.widgets.controls import class_picker
 
 NEEDS_CLASSES = (
     "The perturbation test replaces patches and watches the probability of the predicted class fall, "
@@ -42,14 +45,14 @@ def draw(page: Page) -> None:
         "Replace patches by",
         ["mean", "blur"],
         horizontal=True,
-        key=page.key("baseline", "mean"),
+        key=page.widget_key("baseline", "mean"),
         format_func=lambda b: {"mean": "the mean colour", "blur": "a blur"}[b],
     )
     # per model, not per image: once on, the test runs for every image chosen after
-    if not st.toggle(RUN, key=page.key("run", False)):
+    if not st.toggle(RUN, key=page.widget_key("run", False)):
         st.info(OFF)
         return
-    results = faithfulness_curves(model, settings.model_spec, page.file, settings.precision, target, baseline)
+    results = faithfulness_curves(page.model_key, page.photo.key, target, baseline, _analysis=analysis, _model=model)
     x = explain.fraction_replaced()
     st.plotly_chart(
         plots.perturbation_figure(x, {name: (r["most_first"], r["least_first"]) for name, r in results.items()}),

@@ -5,7 +5,6 @@ correspondence), and k-means parts that get the same colour in every photo. Any 
 from __future__ import annotations
 
 import io
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,13 +13,15 @@ import torch
 from PIL import Image
 
 from vitviz import explain, feature_pictures, plots
-from vitviz.analysis import ImageAnalysis
 from vitviz.explain.facets import FACETS
-from vitviz.images import ImageError, ImageFile
-from vitviz_dashboard.cached import feature_parts, grid_picture_uri, patch_features, pca_colours
-from vitviz_dashboard.click_picture import click_picture
-from vitviz_dashboard.common import Page, Photo, colour_legend, index_slider, npz_bytes, rerun_tab
-from vitviz_dashboard.tabs.patch import clicked_patch
+from vitviz.images import ImageError
+from vitviz_dashboard.analysis import ImageAnalysis
+from vitviz_dashboard.cache.pictures import grid_picture_uri
+from vitviz_dashboard.cache.results import feature_parts, patch_features, pca_colours, photo_and_analysis
+from vitviz_dashboard.downloads import npz_bytes
+from vitviz_dashboard.page import Page, Photo
+from vitviz_dashboard.widgets.click_picture import click_picture, clicked_patch
+from vitviz_dashboard.widgets.controls import colour_legend, index_slider, rerun_tab
 
 MAX_IMAGES = 8
 FACET_HELP = (
@@ -48,24 +49,18 @@ class Chosen:
 
 
 def fit_key(page: Page, chosen: list[Chosen]) -> tuple:
-    """What a fit over the chosen photos' features depends on: the model, the photos, the precision, block, facet."""
-    return (
-        page.settings.model_spec,
-        tuple(one.photo.key for one in chosen),
-        page.settings.precision,
-        chosen[0].block,
-        chosen[0].facet,
-    )
+    """What a fit over the chosen photos' features depends on: the model's key, the photos, the block and facet."""
+    return (page.model_key, tuple(one.photo.key for one in chosen), chosen[0].block, chosen[0].facet)
 
 
 @st.fragment
-def draw(page: Page, images: dict[str, ImageFile], prepare: Callable[[str], tuple[Photo, ImageAnalysis]]) -> None:
+def draw(page: Page) -> None:
     st.caption(
         "Patch features are what a ViT hands on to whatever reads it (a segmentation head, a retrieval "
         "index): here they are shown directly, as colours, matches and parts. Pick the photos, the block and "
         "the facet; every view below uses them."
     )
-    chosen = choose(page, images, prepare)
+    chosen = choose(page)
     if not chosen:
         return
     st.subheader("PCA colours")
@@ -78,37 +73,42 @@ def draw(page: Page, images: dict[str, ImageFile], prepare: Callable[[str], tupl
     parts_view(page, chosen)
 
 
-def choose(page: Page, images: dict[str, ImageFile], prepare) -> list[Chosen]:
+def choose(page: Page) -> list[Chosen]:
     """The photo, block and facet pickers, and the chosen photos' features (the page's photo first)."""
     c = page.model.config
-    names = list(images)
+    names = list(page.images)
     others = [n for n in names if n != page.photo.name]
     default = [page.photo.name, *others[:2]]
     picked = st.multiselect(
         f"Photos (up to {MAX_IMAGES}; the PCA and the parts are fitted over all of them at once)",
         names,
-        key=page.key("features_images", default, per_image=True),
+        key=page.widget_key("features_images", default, per_image=True),
         max_selections=MAX_IMAGES,
     )
     left, right = st.columns(2)
     with left:
         layers = range(c.num_layers)
-        block = index_slider("Block", c.num_layers, page.key("features_block", c.num_layers - 1, options=layers))
-    facet = right.selectbox("Facet", FACETS, key=page.key("features_facet", "token", options=FACETS), help=FACET_HELP)
+        block = index_slider("Block", c.num_layers, page.widget_key("features_block", c.num_layers - 1, options=layers))
+    facet = right.selectbox(
+        "Facet", FACETS, key=page.widget_key("features_facet", "token", options=FACETS), help=FACET_HELP
+    )
     if not picked:
         st.info("Choose one or more photos above.")
         return []
     chosen = []
     for name in picked:
         try:
-            photo, analysis = (page.photo, page.analysis) if name == page.photo.name else prepare(name)
+            photo, analysis = (
+                (page.photo, page.analysis)
+                if name == page.photo.name
+                else photo_and_analysis(page.model_key, page.model, name, page.images[name])
+            )
         except ImageError as error:
             st.error(f"Could not read {name}: {error}")
             continue
         features = patch_features(
-            page.settings.model_spec,
+            page.model_key,
             photo.key,
-            page.settings.precision,
             block,
             facet,
             _analysis=analysis,
@@ -129,13 +129,13 @@ def pca_view(page: Page, chosen: list[Chosen]) -> None:
         "(1 for DINOv2's opaque look)."
     )
     a, b = st.columns(2)  # the two switches one above the other: three columns cut their labels at 800 px
-    remove = a.toggle("Remove background", key=page.key("features_background", False))
+    remove = a.toggle("Remove background", key=page.widget_key("features_background", False))
     threshold = b.slider(
-        "Foreground threshold", 0.0, 1.0, key=page.key("features_threshold", 0.5), step=0.05, disabled=not remove
+        "Foreground threshold", 0.0, 1.0, key=page.widget_key("features_threshold", 0.5), step=0.05, disabled=not remove
     )
     flip = a.toggle(
         "Flip 1st component",
-        key=page.key("features_flip", False),
+        key=page.widget_key("features_flip", False),
         help="Which side of the first component is the foreground is arbitrary: flip it if the "
         "background came out as the foreground.",
     )
@@ -190,14 +190,14 @@ def matches_view(page: Page, chosen: list[Chosen]) -> None:
     names = [one.name for one in chosen]
     a, b, c = st.columns(3)
     target_name = a.selectbox(
-        "Match in", names, key=page.key("features_target", names[-1], per_image=True, options=names)
+        "Match in", names, key=page.widget_key("features_target", names[-1], per_image=True, options=names)
     )
-    k = b.number_input("Matches outlined", 1, 20, key=page.key("features_top_k", 5))
+    k = b.number_input("Matches outlined", 1, 20, key=page.widget_key("features_top_k", 5))
     radius = c.number_input(
         "Skip neighbours within",
         0,
         10,
-        key=page.key("features_radius", 1),
+        key=page.widget_key("features_radius", 1),
         help="In the clicked photo, the patches this many patches or fewer from the clicked one "
         "are not counted as matches: a patch's own neighbourhood always looks alike. 0 "
         "skips only the patch itself.",
@@ -284,7 +284,7 @@ def parts_view(page: Page, chosen: list[Chosen]) -> None:
     if not options:
         st.caption("Too few patches for parts.")
         return
-    k = st.select_slider("Parts", options, key=page.key("features_parts", min(5, options[-1]), options=options))
+    k = st.select_slider("Parts", options, key=page.widget_key("features_parts", min(5, options[-1]), options=options))
     labels = feature_parts(*fit_key(page, chosen), int(k), _features=[one.features for one in chosen])
     pictures = [
         feature_pictures.paint_patches(

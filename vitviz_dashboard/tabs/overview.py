@@ -5,20 +5,20 @@ from __future__ import annotations
 import streamlit as st
 
 from vitviz import explain
-from vitviz_dashboard.cached import cached_figure, overlay_picture, rollout_map
-from vitviz_dashboard.common import (
-    Page,
+from vitviz_dashboard.cache.pictures import cached_figure, overlay_picture
+from vitviz_dashboard.cache.results import rollout_map
+from vitviz_dashboard.downloads import downloads
+from vitviz_dashboard.names import (
     class_name,
     classes_by_probability,
-    colour_legend,
     describe_pooling,
-    downloads,
     has_classifier,
-    index_slider,
     is_zero_shot,
     probability_kind,
     without_classes,
 )
+from vitviz_dashboard.page import Page
+from vitviz_dashboard.widgets.controls import colour_legend, index_slider
 
 
 @st.fragment
@@ -30,7 +30,7 @@ def draw(page: Page) -> None:
         if has_classifier(model):
             most = min(10, model.config.num_classes)
             top_k = (
-                st.slider("Top-k", 1, most, key=page.key("top_k", min(5, most), options=range(1, most + 1)))
+                st.slider("Top-k", 1, most, key=page.widget_key("top_k", min(5, most), options=range(1, most + 1)))
                 if most > 1
                 else 1
             )
@@ -54,21 +54,22 @@ def draw(page: Page) -> None:
                 f"({describe_pooling(model.config)}); class-specific maps and faithfulness curves need classes."
             )
         st.subheader("Rollout settings")
-        fusion = st.selectbox("Head fusion", explain.HEAD_FUSIONS, key=page.key("fusion", explain.HEAD_FUSIONS[0]))
+        fusion = st.selectbox(
+            "Head fusion", explain.HEAD_FUSIONS, key=page.widget_key("fusion", explain.HEAD_FUSIONS[0])
+        )
         discard = st.slider(
             "Discard ratio",
             0.0,
             0.95,
             step=0.05,
-            key=page.key("discard", 0.0),
+            key=page.widget_key("discard", 0.0),
             help="weakest patch-to-patch weights dropped",
         )
         layers = range(model.config.num_layers)
-        start = index_slider("Start layer", len(layers), page.key("start_layer", 0, options=layers))
+        start = index_slider("Start layer", len(layers), page.widget_key("start_layer", 0, options=layers))
     rollout = rollout_map(
-        settings.model_spec,
+        page.model_key,
         page.photo.key,
-        settings.precision,
         fusion,
         discard,
         start,

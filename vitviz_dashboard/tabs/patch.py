@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import streamlit as st
 
-from vitviz import plots
-from vitviz_dashboard.cached import grid_picture_uri, overlay_picture, patch_maps
-from vitviz_dashboard.click_picture import click_picture
-from vitviz_dashboard.common import Page, downloads, index_slider, rerun_tab
-from vitviz_dashboard.small_multiples import head_maps
+from vitviz_dashboard.cache.pictures import grid_picture_uri, overlay_picture
+from vitviz_dashboard.cache.results import patch_maps
+from vitviz_dashboard.downloads import downloads
+from vitviz_dashboard.page import Page
+from vitviz_dashboard.widgets.click_picture import click_picture, clicked_patch
+from vitviz_dashboard.widgets.controls import index_slider, rerun_tab
+from vitviz_dashboard.widgets.small_multiples import head_maps
 
 
 @st.fragment
@@ -20,7 +22,7 @@ def draw(page: Page) -> None:
     row, col = st.session_state.patch
     row, col = min(row, rows - 1), min(col, cols - 1)
     layers = range(page.model.config.num_layers)
-    layer = index_slider("Layer", len(layers), page.key("patch_layer", layers[-1], options=layers))
+    layer = index_slider("Layer", len(layers), page.widget_key("patch_layer", layers[-1], options=layers))
     st.caption(
         "Click a patch on the picture (or set its row and column) to see what it attends to: its row of "
         "the chosen block's attention, which sums to 1 over all tokens, prefix tokens included."
@@ -41,9 +43,7 @@ def draw(page: Page) -> None:
         if clicked is not None and clicked != (row, col):  # known only once the picture is drawn: draw again
             st.session_state.patch = clicked
             rerun_tab()
-    fused, per_head = patch_maps(
-        settings.model_spec, page.photo.key, settings.precision, layer, row, col, _analysis=analysis, _model=page.model
-    )
+    fused, per_head = patch_maps(page.model_key, page.photo.key, layer, row, col, _analysis=analysis, _model=page.model)
     with right:
         st.image(
             overlay_picture(page.photo, fused, analysis.box, settings, mark=(row, col)),
@@ -54,17 +54,3 @@ def draw(page: Page) -> None:
     head_maps(page, per_head, "patch_shared_scale", mark=(row, col))
     name = f"patch_{row}_{col}_layer{layer}"
     downloads(page, name, {name: fused, f"{name}_per_head": per_head}, overlay=name)
-
-
-def clicked_patch(click: dict | None, photo_size: tuple[int, int], analysis) -> tuple[int, int] | None:
-    """The patch of this run's click on the picture, or None: no click, or a click outside the part of the photo
-    the model saw. The picture is the shown photo made smaller evenly, so a click maps straight onto the shown
-    photo, whose pixels ``analysis.box`` is in."""
-    if not click:
-        return None
-    patch = plots.patch_at(
-        click["x"], click["y"], (click["width"], click["height"]), photo_size, analysis.grid_size, analysis.box
-    )
-    if patch is None:
-        st.toast("That point is outside the part of the photo the model saw (the dimmed border).")
-    return patch

@@ -9,9 +9,13 @@ import streamlit as st
 import torch
 
 from vitviz import explain
-from vitviz_dashboard.cached import cached_figure, outlined_picture, overlay_picture, photo_and_analysis, token_views
-from vitviz_dashboard.common import Page, describe_pooling, downloads, index_slider, prefix_token_names, readout_title
-from vitviz_dashboard.knockout import removed, scope, tokens_key, what_changes
+from vitviz_dashboard.cache.pictures import cached_figure, outlined_picture, overlay_picture
+from vitviz_dashboard.cache.results import photo_and_analysis, token_views
+from vitviz_dashboard.downloads import downloads
+from vitviz_dashboard.knockout import removed, tokens_key, what_changes
+from vitviz_dashboard.names import describe_pooling, prefix_token_names, readout_title
+from vitviz_dashboard.page import Page
+from vitviz_dashboard.widgets.controls import index_slider
 
 PAPER = "Darcet et al. 2023, [Vision Transformers Need Registers](https://arxiv.org/abs/2309.16588)"
 HEADS = ["mean", "max", "min"]
@@ -44,14 +48,14 @@ def take_out(page: Page, maps: dict) -> None:
         f"renormalised over the other tokens. {PAPER} do this to registers to show what they hold. The whole "
         "page then shows the intervened model."
     )
-    base_spec = scope(page.settings.model_spec)
-    st.multiselect("Take out of the attention", names, key=tokens_key(base_spec))
-    if removed(page.model, base_spec)[1] != list(page.model.interventions.tokens):
+    spec = page.model_key.spec  # knock-outs are kept per image tower
+    st.multiselect("Take out of the attention", names, key=tokens_key(spec))
+    if removed(page.model, spec)[1] != list(page.model.interventions.tokens):
         st.rerun()  # this tab runs alone (a fragment): the whole page must run again, with the new model
     if page.intact_model is None:
         return
     what_changes(page)
-    _, intact = photo_and_analysis(page.intact_model, page.intact_settings, page.photo.name, page.file)
+    _, intact = photo_and_analysis(page.model_key.intact(), page.intact_model, page.photo.name, page.file)
     now = page.analysis
     last = c.num_layers - 1
     before, after = intact.readout_attention[last].mean(dim=0).numpy(), now.readout_attention[last].mean(dim=0).numpy()
@@ -88,7 +92,9 @@ def prefix_tokens(page: Page, shares: np.ndarray, maps: dict) -> None:
         "attention there, not looking at the image."
     )
     layers = range(c.num_layers)
-    layer = index_slider("Layer (prefix tokens)", c.num_layers, page.key("prefix_layer", layers[-1], options=layers))
+    layer = index_slider(
+        "Layer (prefix tokens)", c.num_layers, page.widget_key("prefix_layer", layers[-1], options=layers)
+    )
     left, right = st.columns(2)
     left.plotly_chart(
         cached_figure("prefix_attention_figure", shares[layer], [*names, "patches"], f"Layer {layer}, head by head"),
@@ -114,9 +120,15 @@ def token_norms(page: Page, norms: np.ndarray, maps: dict) -> str:
     layers = range(c.num_layers)
     a, b = st.columns(2)
     with a:
-        layer = index_slider("Layer (token norms)", c.num_layers, page.key("norms_layer", layers[-1], options=layers))
+        layer = index_slider(
+            "Layer (token norms)", c.num_layers, page.widget_key("norms_layer", layers[-1], options=layers)
+        )
     factor = b.slider(
-        "Flag patches above this many times the median norm", 1.5, 10.0, step=0.5, key=page.key("norm_factor", 2.0)
+        "Flag patches above this many times the median norm",
+        1.5,
+        10.0,
+        step=0.5,
+        key=page.widget_key("norm_factor", 2.0),
     )
     norms_map = norms[layer, p:].reshape(analysis.grid_size)
     flagged = explain.high_norm_patches(torch.from_numpy(norms[layer]), p, factor).numpy().reshape(analysis.grid_size)
@@ -163,7 +175,7 @@ def pooling_head(page: Page, maps: dict) -> None:
     )
     heads = analysis.pool_attention.shape[1]
     left, right = st.columns(2)
-    fusion = left.selectbox("Fuse the pooling head's heads by", HEADS, key=page.key("pool_fusion", "mean"))
+    fusion = left.selectbox("Fuse the pooling head's heads by", HEADS, key=page.widget_key("pool_fusion", "mean"))
     fused = explain.pooling_attention(analysis.pool_attention, fusion, analysis.grid_size)[0].numpy()
     per_head = np.stack(
         [explain.pooling_attention(analysis.pool_attention, h, analysis.grid_size)[0].numpy() for h in range(heads)]

@@ -1,6 +1,6 @@
 """Download progress on the page: a tqdm class that draws st.progress, for vitviz.hub.progress_bar.
 
-Models download inside st.cache_resource (vitviz_dashboard.cached.get_model). Streamlit records the
+Models download inside st.cache_resource (vitviz_dashboard.cache.results.get_model). Streamlit records the
 elements a cached function draws and replays them on every later cache hit; an element drawn on a
 placeholder made outside the function cannot be replayed (CacheReplayClosureError). The bar is transient,
 so it is drawn in the context of the run that made the placeholder (copied before the cached call), where

@@ -1,13 +1,12 @@
 """Prompts in the sidebar: for a model with a text tower (CLIP, SigLIP), the classes are prompts the user types, or a
 ready set (ImageNet, CIFAR-10, CIFAR-100) with one template or OpenAI's 80. ``prompt_model`` returns the zero-shot
-model every tab then explains (vitviz.zero_shot: the same image tower, a head that scores the prompts), or the
-model as it is when it has no text tower or the prompts cannot be used (the message says why)."""
+model every tab then explains (vitviz.zero_shot: the same image tower, a head that scores the prompts) with its key
+(the prompts and templates in it), or the model as it is when it has no text tower or the prompts cannot be used
+(the message says why)."""
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import re
 
 import streamlit as st
@@ -16,14 +15,14 @@ import vitviz
 from vitviz.text import PROMPT_SETS, PromptError, check_prompts, parse_prompts, prompt_set, template_set
 from vitviz.text.embeddings import estimated_seconds
 from vitviz.text.zero_shot import NO_TEXT_TOWER
-from vitviz_dashboard.common import KEPT, PROMPTS, Settings
-from vitviz_dashboard.progress import progress_class, remaining
+from vitviz_dashboard.page import KEPT, ModelKey
+from vitviz_dashboard.widgets.progress import progress_class, remaining
 
 MAX_PROMPTS = 100  # typed prompts; the ready sets go up to ImageNet's 1,000 classes
 DEFAULT_PROMPTS = "a photo of a cat\na photo of a dog\na photo of a bird"
 MY_PROMPTS = "my prompts"
 SOURCES = [MY_PROMPTS, *PROMPT_SETS]
-# kept (common.keep_tab_widgets): typed prompts outlive a look at a ready set, or at a model without a text tower
+# kept (page.keep_tab_widgets): typed prompts outlive a look at a ready set, or at a model without a text tower
 SOURCE_KEY, PROMPTS_KEY, ENSEMBLE_KEY = f"{KEPT}prompt_source", f"{KEPT}prompts", f"{KEPT}prompt_ensemble"
 ENSEMBLE_HELP = (
     "Each class's text embedding becomes the mean of its 80 templates' embeddings (CLIP's ImageNet "
@@ -34,18 +33,19 @@ ENSEMBLE_HELP = (
 )
 
 
-def prompt_model(model: vitviz.ViT, settings: Settings) -> tuple[vitviz.ViT, Settings]:
-    """The sidebar's prompt section for ``model``, and the model and settings the page then uses. A zero-shot
-    model gets its own spec (the model's, plus a digest of its prompts), so every cache keeps its results apart."""
+def prompt_model(model: vitviz.ViT, key: ModelKey) -> tuple[vitviz.ViT, ModelKey, str]:
+    """The sidebar's prompt section for ``model``, and the model the page then uses, its key and why the typed prompts
+    cannot be used ("" when they can). A zero-shot model's key holds its prompts and templates, so every cache keeps
+    its results apart."""
     tower = getattr(model, "text_tower", None)
     if tower is None:
-        if looks_like_clip(model, settings.model_spec):
+        if looks_like_clip(model, key.spec):
             note = getattr(model, "text_tower_note", None)
             st.sidebar.caption(
                 f"No text tower{': ' + note if note else ''}. For prompts as classes, "
                 f"{NO_TEXT_TOWER.split('. ', 1)[1]}."
             )
-        return model, settings
+        return model, key, ""
     st.sidebar.header("Prompts")
     source = st.sidebar.selectbox(
         "Classes",
@@ -62,7 +62,7 @@ def prompt_model(model: vitviz.ViT, settings: Settings) -> tuple[vitviz.ViT, Set
             prompts = check_prompts(parse_prompts(text), MAX_PROMPTS)
         except PromptError as error:
             st.sidebar.error(f"{error}. Until then the model is shown as a backbone, without predictions.")
-            return model, dataclasses.replace(settings, prompt_error=str(error))
+            return model, key, str(error)
         templates = None
     else:
         prompts = list(prompt_set(source))
@@ -80,29 +80,23 @@ def prompt_model(model: vitviz.ViT, settings: Settings) -> tuple[vitviz.ViT, Set
         else "a sigmoid per prompt, each scored on its own (SigLIP)"
     )
     st.sidebar.caption(f"Probabilities: {kind}.")
-    digest = hashlib.sha256(json.dumps([prompts, templates]).encode()).hexdigest()[:16]
-    spec = f"{settings.model_spec}{PROMPTS}{digest}"
+    key = dataclasses.replace(key, prompts=tuple(prompts), templates=None if templates is None else tuple(templates))
     slot = st.sidebar.empty()
     try:
-        zero_shot = zero_shot_model(
-            model,
-            settings.model_spec,
-            tuple(prompts),
-            None if templates is None else tuple(templates),
-            _bar=progress_class(slot),
-        )
+        zero_shot = zero_shot_model(model, key.spec, key.prompts, key.templates, _bar=progress_class(slot))
     finally:
         slot.empty()
-    return zero_shot, dataclasses.replace(settings, model_spec=spec)
+    return zero_shot, key, ""
 
 
 @st.cache_resource(max_entries=8, show_spinner=False)
 def zero_shot_model(
     _model: vitviz.ViT, spec: str, prompts: tuple[str, ...], templates: tuple[str, ...] | None, _bar=None
 ) -> vitviz.ViT:
-    """Once per (model, prompts, templates): the text embeddings come from the disk cache when they are there, else
-    are computed with a progress bar (``_bar``, a tqdm class drawing on the page). A long set's bar states its
-    estimated time before the first prompt is embedded."""
+    """Once per (image tower's spec, prompts, templates), what builds it (not the whole ModelKey: the precision does
+    not change the head, and knock-outs come after): the text embeddings come from the disk cache when they are
+    there, else are computed with a progress bar (``_bar``, a tqdm class drawing on the page). A long set's bar
+    states its estimated time before the first prompt is embedded."""
     bar = None
     texts = None if templates is None else list(templates)
     seconds = None if _bar is None else estimated_seconds(_model.text_tower, list(prompts), texts)

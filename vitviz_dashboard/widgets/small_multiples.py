@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from vitviz_dashboard.cached import cached_figure, overlay_picture, thumbnail
-from vitviz_dashboard.common import Page, colour_legend
+from vitviz_dashboard.cache.pictures import cached_figure, overlay_picture, thumbnail
+from vitviz_dashboard.page import Page
+from vitviz_dashboard.widgets.controls import colour_legend
 
 
 def head_maps(page: Page, per_head: np.ndarray, key: str, mark: tuple[int, int] | None = None) -> None:
@@ -16,7 +17,7 @@ def head_maps(page: Page, per_head: np.ndarray, key: str, mark: tuple[int, int] 
     settings, heads = page.settings, len(per_head)
     shared = st.toggle(
         "One colour scale for every head",
-        key=page.key(key, True),
+        key=page.widget_key(key, True),
         help="On: colours compare across heads, from 0 to the largest weight of any head shown. Off: "
         "each head from its own smallest to its largest weight, which shows the pattern of a weak "
         "head but makes every head look equally strong.",

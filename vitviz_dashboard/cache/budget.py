@@ -9,8 +9,8 @@ least-recently-used store, and the oldest entries are evicted as soon as the byt
 Sizes are measured, not guessed from the kind of entry (``nbytes``: tensors, arrays, images, bytes and
 figures, through containers and dataclasses). One entry may take at most a quarter of the budget (a bigger
 one is returned but not kept), and an analysis whose attention tensors would take more than
-``analysis_share()`` keeps only its small views (vitviz.analysis). The models themselves are not counted:
-three are kept (cached.get_model), since evicting one would mean loading it again for the next click.
+``analysis_share()`` keeps only its small views (vitviz_dashboard.analysis). The models themselves are not counted:
+three are kept (cache.results.get_model), since evicting one would mean loading it again for the next click.
 """
 
 from __future__ import annotations
@@ -209,11 +209,16 @@ except ValueError as error:  # a bad setting: say so on the page, and run on the
 
 def kept(spinner: str | None = None) -> Callable[[Callable[..., T]], Callable[..., T]]:
     """Decorator: keep the function's results in STORE, keyed by its name and arguments (like Streamlit's
-    caches, arguments named with a leading underscore are not part of the key). ``spinner`` is shown while a
-    result is computed."""
+    caches, arguments named with a leading underscore are not part of the key). A function given the model
+    (``_model``, never hashed) takes the model's ``key`` (page.ModelKey) as its first argument. ``spinner`` is shown
+    while a result is computed."""
 
     def decorate(function: Callable[..., T]) -> Callable[..., T]:
         signature = inspect.signature(function)
+        parameters = list(signature.parameters)
+        # the model is not hashed: a function that runs one is keyed by its ModelKey (page.py), which comes first
+        if "_model" in parameters and parameters[0] != "key":
+            raise TypeError(f"{function.__qualname__} takes _model, so its first argument must be key: ModelKey")
 
         @functools.wraps(function)
         def wrapper(*args, **kwargs):

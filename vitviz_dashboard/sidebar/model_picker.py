@@ -1,6 +1,6 @@
-"""The sidebar: which model (the shipped default, popular pretrained ViTs, torchvision's, any timm or
+"""The sidebar's model picker: which model (the shipped default, popular pretrained ViTs, torchvision's, any timm or
 Hugging Face spec, a checkpoint by path or upload), what it is, and how maps are drawn. Typed specs and
-paths go through model_dirs.py: paths only inside the folders the server's owner allows, specs that name
+paths go through sidebar/model_dirs.py: paths only inside the folders the server's owner allows, specs that name
 no local path. Precision "auto" is settled once the model is loaded (``resolve``), by timing it."""
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ import vitviz
 from vitviz import plots
 from vitviz.importers import TORCHVISION_ARCHS
 from vitviz.precision import BF16_MARGIN, PRECISION_CHOICES, PrecisionChoice, measure_precision
-from vitviz_dashboard.common import Settings, describe_pooling, describe_prefix_tokens, has_classifier
-from vitviz_dashboard.model_dirs import (
+from vitviz_dashboard.names import describe_pooling, describe_prefix_tokens, has_classifier
+from vitviz_dashboard.page import Settings
+from vitviz_dashboard.sidebar.model_dirs import (
     PATHS_OFF_MESSAGE,
     ModelRefused,
     allowed_model_dirs,
@@ -132,8 +133,8 @@ def sidebar() -> Settings:
 
 def resolve(settings: Settings, model: vitviz.ViT) -> Settings:
     """The settings with precision "auto" replaced by what timing ``model`` chose ("fp32" or "bf16"), told in
-    a sidebar caption; other settings as they are. Every cache is keyed by ``settings.precision``, so call
-    this right after the model is loaded, before anything runs it."""
+    a sidebar caption; other settings as they are. The model's key (page.ModelKey) takes the resolved precision, so
+    call this right after the model is loaded, before anything runs it."""
     if settings.precision != "auto":
         return settings
     choice = measured_precision(model, settings.model_spec)
