@@ -71,7 +71,7 @@ from vitviz.explain.knockout import HeadImportance, head_importance
 from vitviz.explain.legrad import legrad, legrad_gradients
 from vitviz.explain.lens import LogitLens, logit_lens, token_logits
 from vitviz.explain.logit_attribution import LogitAttribution, direct_logit_attribution
-from vitviz.explain.method import MapInputs, MapOptions, Method, MethodOutput
+from vitviz.explain.method import COSTS, Cost, MapInputs, MapOptions, Method, MethodOutput
 from vitviz.explain.registry import CLASS_SPECIFIC, METHODS, MethodMaps, get_method, method_maps
 from vitviz.explain.sanity import MapMethod, SanityCheck, cascading_randomization, spearman_correlation
 from vitviz.explain.statistics import (
@@ -92,12 +92,14 @@ from vitviz.explain.transition import (
 
 __all__ = [
     "CLASS_SPECIFIC",
+    "COSTS",
     "FACETS",
     "HEAD_FUSIONS",
     "METHODS",
     "TAM_STEPS",
     "AttentionGradients",
     "Baseline",
+    "Cost",
     "Facet",
     "HeadFusion",
     "HeadImportance",
