@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> dict:
     attentions = [torch.randn(1, 12, 197, 197).mul(3).softmax(-1) for _ in range(12)]
     shared = dict(num_prefix_tokens=1, grid_size=(14, 14))
     same = torch.allclose(
-        explain.attention_rollout(attentions, "mean", 0.5, **shared).flatten(),
+        explain.attention_rollout(attentions, **shared, discard_ratio=0.5).flatten(),
         rollout_with_topk(attentions, 0.5).flatten(),
     )
     contenders = {
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> dict:
             "before (update calls)": lambda: heatmap_with_updates(patch_map, "grid", "viridis"),
         },
         "rollout, discard 0.5": {
-            "vitviz (kthvalue, all blocks)": lambda: explain.attention_rollout(attentions, "mean", 0.5, **shared),
+            "vitviz (kthvalue, all blocks)": lambda: explain.attention_rollout(attentions, **shared, discard_ratio=0.5),
             "before (topk per block)": lambda: rollout_with_topk(attentions, 0.5),
         },
     }

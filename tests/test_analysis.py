@@ -53,7 +53,8 @@ def test_streamed_views_equal_the_keep_everything_views(name, precision):
     # the views, against the keep-everything functions on the kept attentions
     args = whole.readout_args
     torch.testing.assert_close(
-        whole.readout_attention, explain.readout_attention_all(whole.attentions, whole.readout, **whole.maps_args)[0]
+        whole.readout_attention,
+        explain.readout_attention_all(whole.attentions, **whole.maps_args, readout=whole.readout)[0],
     )
     torch.testing.assert_close(whole.rollout, explain.attention_rollout(whole.attentions, **args)[0])
     torch.testing.assert_close(
@@ -117,11 +118,11 @@ def test_a_map_pooled_models_streamed_analysis_reads_its_pooling_weights():
     streamed = analyse_image(model, photo(), max_attention_bytes=0)
     with torch.inference_mode():
         output = model(model.transform(photo())[None], output_attentions=True)
-    expected = explain.readout_attention_all(output.attentions, output.readout, num_prefix_tokens=0, grid_size=(3, 5))
+    expected = explain.readout_attention_all(output.attentions, 0, (3, 5), readout=output.readout)
     torch.testing.assert_close(streamed.readout_attention, expected[0])
     assert not torch.allclose(
         streamed.readout_attention,
-        explain.readout_attention_all(output.attentions, "mean", num_prefix_tokens=0, grid_size=(3, 5))[0],
+        explain.readout_attention_all(output.attentions, 0, (3, 5), readout="mean")[0],
     )  # the weights matter
 
 

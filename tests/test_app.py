@@ -22,6 +22,7 @@ import vitviz.load
 import vitviz_dashboard.analysis
 from vitviz import Preprocessing, ViT, ViTConfig, explain, save_checkpoint
 from vitviz_dashboard.cache import budget
+from vitviz_dashboard.tabs import class_specific
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 NAMES = ["cat", "dog", "bird"]
@@ -224,6 +225,9 @@ def test_class_maps_are_computed_when_their_tab_is_opened_once_per_method(defaul
 def test_every_class_specific_method_matches_the_library(default_model):
     at = open_tab(uploaded_app(), "Class-specific")
     methods = next(m for m in at.multiselect if m.label == "Methods")
+    # the picker offers the registry's class-specific maps, the lens aside (it has its own section)
+    offered = [name for name, method in explain.METHODS.items() if method.class_specific and name != "lens"]
+    assert list(methods.options) == [class_specific.method_label(name) for name in offered]
     methods.set_value(["relevance", "grad-rollout", "legrad", "tam", "gradcam"]).run()
     assert not at.exception and not at.error
     model = vitviz.load_model(str(vitviz.load.DEFAULT_CHECKPOINT))

@@ -227,7 +227,7 @@ def test_an_analysis_above_its_share_keeps_only_its_views_and_the_page_streams_t
     rollouts = {dict(k[1:])["discard"]: v for k, (v, _) in store._entries.items() if k[0] == "rollout_map"}
     assert sorted(rollouts) == [0.0, 0.5]  # the analysis's own, then one by a streaming pass
     for discard, drawn in rollouts.items():
-        expected = explain.attention_rollout(whole.attentions, "mean", discard, 0, **whole.readout_args)[0].numpy()
+        expected = explain.attention_rollout(whole.attentions, **whole.readout_args, discard_ratio=discard)[0].numpy()
         np.testing.assert_allclose(drawn, expected, rtol=1e-5, atol=1e-7)
     patches = [v for k, (v, _) in store._entries.items() if k[0] == "patch_maps"]
     assert len(patches) == 2  # patch (4, 4) then (1, 4), in the last block

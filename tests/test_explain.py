@@ -73,7 +73,7 @@ def test_rollout_normalises_each_row_by_its_own_sum():
 @pytest.mark.parametrize("start_layer", [0, 2])
 def test_rollout_matches_the_reference(fusion, prefix, start_layer):
     attentions = random_attentions(layers=4, prefix=prefix, grid=(2, 3))
-    out = attention_rollout(attentions, fusion, start_layer=start_layer, num_prefix_tokens=prefix, grid_size=(2, 3))
+    out = attention_rollout(attentions, prefix, (2, 3), start_layer=start_layer, head_fusion=fusion)
     assert out.shape == (2, 2, 3)
     expected = reference_rollout(attentions, fusion, start_layer, prefix).float().reshape(2, 2, 3)
     torch.testing.assert_close(out, expected)
@@ -81,7 +81,7 @@ def test_rollout_matches_the_reference(fusion, prefix, start_layer):
 
 def test_rollout_without_a_cls_token_averages_patch_queries():
     attentions = random_attentions(prefix=0, grid=(3, 2))
-    out = attention_rollout(attentions, num_prefix_tokens=0, grid_size=(3, 2), pooling="mean")
+    out = attention_rollout(attentions, num_prefix_tokens=0, grid_size=(3, 2), readout="mean")
     rows = []
     for b in range(2):
         rollout = np.eye(6)
@@ -394,14 +394,13 @@ def map_pooled_model(registers=2, seed=0):
     return model
 
 
-def keep_everything(attentions, grid, prefix, fusion="mean", discard=0.0, start_layer=0, pooling="cls"):
+def keep_everything(attentions, grid, prefix, fusion="mean", discard=0.0, start_layer=0, readout="cls"):
     """What StreamingExplainer must give, from the kept attentions upcast to fp32."""
     attentions = [a.float() if a.dtype != torch.float64 else a for a in attentions]
-    readout = explain.readout_attention_all(attentions, pooling, prefix, grid)
+    options = dict(start_layer=start_layer, head_fusion=fusion, discard_ratio=discard)
     return {
-        "rollout": attention_rollout(attentions, fusion, discard, start_layer, prefix, grid, pooling),
-        "readout_attention": readout,
-        "cls_attention": readout,
+        "rollout": attention_rollout(attentions, prefix, grid, readout=readout, **options),
+        "readout_attention": explain.readout_attention_all(attentions, prefix, grid, readout=readout),
         "prefix_shares": explain.attention_to_prefix_tokens(attentions, prefix),
         "mean_distance": mean_attention_distance(attentions, grid, 8, prefix),
         "entropy": attention_entropy(attentions),
@@ -415,28 +414,27 @@ def assert_same_results(streamed, expected, dtype=torch.float32):
         torch.testing.assert_close(streamed[name], tensor, rtol=1e-5, atol=1e-7, msg=name)
         if dtype != torch.float64:
             streamed[name].numpy()  # no bf16 left for numpy to refuse
-    assert streamed["cls_attention"] is streamed["readout_attention"]
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 @pytest.mark.parametrize(
-    "pooling,registers,fusion,discard,start_layer",
+    "readout,registers,fusion,discard,start_layer",
     [("cls", 0, "mean", 0.0, 0), ("cls", 4, "max", 0.3, 0), ("mean", 2, "mean", 0.3, 1), ("readout", 2, "min", 0.0, 0)],
 )
-def test_streaming_equals_keeping_everything(precision, pooling, registers, fusion, discard, start_layer):
+def test_streaming_equals_keeping_everything(precision, readout, registers, fusion, discard, start_layer):
     # under bf16 the running rollout used to stay bf16 (autocast ran its products in bf16): 3e-3 off, and no .numpy()
-    model = map_pooled_model(registers) if pooling == "readout" else tiny_model(prefix_registers=registers)
+    model = map_pooled_model(registers) if readout == "readout" else tiny_model(prefix_registers=registers)
     prefix = model.config.num_prefix_tokens
     images = torch.randn(2, 3, 16, 24)
     with torch.no_grad(), autocast(precision):
         output = model(images, output_attentions=True)
-        pooling = output.readout if pooling == "readout" else pooling  # "map": the weights depend on the image
-        streamer = StreamingExplainer(model.config.grid_size, 8, prefix, fusion, discard, start_layer, pooling)
+        readout = output.readout if readout == "readout" else readout  # "map": the weights depend on the image
+        streamer = StreamingExplainer(model.config.grid_size, 8, prefix, fusion, discard, start_layer, readout)
         streamed_output = model(images, attention_sink=streamer)
     assert streamed_output.attentions is None
     grid = output.grid_size
     assert_same_results(
-        streamer.results(), keep_everything(output.attentions, grid, prefix, fusion, discard, start_layer, pooling)
+        streamer.results(), keep_everything(output.attentions, grid, prefix, fusion, discard, start_layer, readout)
     )
 
 
@@ -445,11 +443,11 @@ def test_streaming_upcasts_half_precision_weights(dtype):
     # weights that arrive in half precision are folded in fp32; a float64 model keeps fp64
     attentions = [a.to(dtype) for a in random_attentions(prefix=3)]
     readout = torch.rand(2, 9).softmax(-1).to(dtype)
-    streamer = StreamingExplainer((2, 3), 8, 3, discard_ratio=0.2, pooling=readout)
+    streamer = StreamingExplainer((2, 3), 8, 3, discard_ratio=0.2, readout=readout)
     for index, attention in enumerate(attentions):
         streamer(index, attention)
     result_dtype = torch.promote_types(dtype, torch.float32)
-    expected = keep_everything(attentions, (2, 3), 3, discard=0.2, pooling=readout)
+    expected = keep_everything(attentions, (2, 3), 3, discard=0.2, readout=readout)
     assert_same_results(streamer.results(), expected, result_dtype)
 
 
@@ -489,8 +487,8 @@ def test_streaming_refuses_a_skipped_block():
 
 def test_streaming_readout_weights_are_validated():
     with pytest.raises(ValueError, match=r"\(B, T\) token weights"):
-        StreamingExplainer((2, 3), 8, 1, pooling=torch.ones(7))
-    streamer = StreamingExplainer((2, 3), 8, 1, pooling=torch.ones(1, 7) / 7)
+        StreamingExplainer((2, 3), 8, 1, readout=torch.ones(7))
+    streamer = StreamingExplainer((2, 3), 8, 1, readout=torch.ones(1, 7) / 7)
     with pytest.raises(ValueError, match=r"readout weights \(1, 7\) do not match \(B, T\) = \(2, 7\)"):
         streamer(0, random_attentions()[0])
 
@@ -515,8 +513,8 @@ def test_streaming_keeps_no_full_attention_matrix_alive():
     map_pooled = map_pooled_model()
     with torch.no_grad():
         readout = map_pooled(images).readout
-    for model, pooling in [(tiny_model(), "cls"), (map_pooled, "mean"), (map_pooled, readout)]:
-        streamer = StreamingExplainer(model.config.grid_size, 8, model.config.num_prefix_tokens, pooling=pooling)
+    for model, rows in [(tiny_model(), "cls"), (map_pooled, "mean"), (map_pooled, readout)]:
+        streamer = StreamingExplainer(model.config.grid_size, 8, model.config.num_prefix_tokens, readout=rows)
         with torch.no_grad():
             model(images, attention_sink=streamer)
         # every kept tensor owns only its own numbers, not a slice of a (B, heads, T, T) block
@@ -530,7 +528,7 @@ def test_mean_pooled_models_read_the_mean_patch_row():
     attentions = random_attentions(prefix=2)
     gradients = [torch.rand_like(a) for a in attentions]
     cls_row = gradient_weighted_attention(attentions, gradients, num_prefix_tokens=2)
-    mean_row = gradient_weighted_attention(attentions, gradients, num_prefix_tokens=2, pooling="mean")
+    mean_row = gradient_weighted_attention(attentions, gradients, num_prefix_tokens=2, readout="mean")
     relevance = torch.eye(8).repeat(2, 1, 1)
     for a, g in zip(attentions, gradients):
         relevance = relevance + (g * a).clamp(min=0).mean(1) @ relevance
@@ -541,7 +539,7 @@ def test_mean_pooled_models_read_the_mean_patch_row():
         cls_attention(no_cls, layer=0, num_prefix_tokens=0)
     with pytest.raises(ValueError, match="needs a \\[CLS\\] token"):
         gradient_weighted_rollout(no_cls, [torch.rand_like(a) for a in no_cls], num_prefix_tokens=0)
-    out = gradient_weighted_rollout(no_cls, [torch.rand_like(a) for a in no_cls], num_prefix_tokens=0, pooling="mean")
+    out = gradient_weighted_rollout(no_cls, [torch.rand_like(a) for a in no_cls], num_prefix_tokens=0, readout="mean")
     assert out.shape == (2, 6)
 
 
@@ -555,15 +553,15 @@ def test_a_readout_tensor_gives_the_string_poolings_exactly():
     one_hot[:, 0] = 1
     uniform = torch.zeros(B, T)
     uniform[:, 2:] = 1 / (T - 2)
-    for pooling, tensor in [("cls", one_hot), ("mean", uniform)]:
+    for name, tensor in [("cls", one_hot), ("mean", uniform)]:
         args = dict(num_prefix_tokens=2, grid_size=(2, 3))
         torch.testing.assert_close(
-            attention_rollout(attentions, pooling=tensor, **args),
-            attention_rollout(attentions, pooling=pooling, **args),
+            attention_rollout(attentions, readout=tensor, **args),
+            attention_rollout(attentions, readout=name, **args),
         )
         torch.testing.assert_close(
-            gradient_weighted_attention(attentions, attentions, pooling=tensor, **args),
-            gradient_weighted_attention(attentions, attentions, pooling=pooling, **args),
+            gradient_weighted_attention(attentions, attentions, readout=tensor, **args),
+            gradient_weighted_attention(attentions, attentions, readout=name, **args),
         )
 
 
@@ -572,7 +570,7 @@ def test_a_distilled_models_readout_averages_the_cls_and_distillation_rows():
     attentions = random_attentions(prefix=2)
     readout = torch.zeros(2, 8)
     readout[:, :2] = 0.5
-    rollout = attention_rollout(attentions, pooling=readout, num_prefix_tokens=2)
+    rollout = attention_rollout(attentions, readout=readout, num_prefix_tokens=2)
     rows = [reference_rollout_row(attentions, token) for token in (0, 1)]
     torch.testing.assert_close(rollout.double(), (rows[0] + rows[1]) / 2)
 
@@ -586,24 +584,24 @@ def reference_rollout_row(attentions, token, prefix=2):
     return rollout[:, token, prefix:]
 
 
-def test_readout_pooling_is_validated():
+def test_readout_tensor_is_validated():
     attentions = random_attentions()
     with pytest.raises(ValueError, match="do not match"):
-        attention_rollout(attentions, pooling=torch.ones(2, 3), num_prefix_tokens=1)
+        attention_rollout(attentions, readout=torch.ones(2, 3), num_prefix_tokens=1)
     with pytest.raises(ValueError, match=r"\(B, T\) token weights"):
-        attention_rollout(attentions, pooling=torch.ones(7), num_prefix_tokens=1)
+        attention_rollout(attentions, readout=torch.ones(7), num_prefix_tokens=1)
 
 
 def test_readout_attention_all_is_the_cls_rows_or_the_weighted_rows():
     attentions = random_attentions(prefix=1)
     args = dict(num_prefix_tokens=1, grid_size=(2, 3))
     torch.testing.assert_close(
-        explain.readout_attention_all(attentions, "cls", **args), cls_attention_all(attentions, **args)
+        explain.readout_attention_all(attentions, **args, readout="cls"), cls_attention_all(attentions, **args)
     )
     weights = torch.rand(2, 7).softmax(-1)
     expected = torch.stack([torch.einsum("bt,bhtn->bhn", weights, a)[..., 1:] for a in attentions], dim=1)
     torch.testing.assert_close(
-        explain.readout_attention_all(attentions, weights, **args), expected.reshape(2, 3, 4, 2, 3)
+        explain.readout_attention_all(attentions, **args, readout=weights), expected.reshape(2, 3, 4, 2, 3)
     )
 
 
@@ -668,7 +666,7 @@ def test_class_maps_of_a_map_pooled_model_read_its_pooling_weights():
             param.normal_(std=0.3)
     output, gradients = attention_gradients(model, torch.randn(1, 3, 32, 32), target=1)
     attentions = [a.detach() for a in output.attentions]
-    relevance = gradient_weighted_attention(attentions, gradients, num_prefix_tokens=0, pooling=output.readout.detach())
+    relevance = gradient_weighted_attention(attentions, gradients, num_prefix_tokens=0, readout=output.readout.detach())
     by_hand = torch.eye(16)[None]
     for a, g in zip(attentions, gradients):
         by_hand = by_hand + (g * a).clamp(min=0).mean(1) @ by_hand

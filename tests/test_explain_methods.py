@@ -8,6 +8,10 @@ import torch
 
 from vitviz import ViT, ViTConfig
 from vitviz.explain import (
+    METHODS,
+    TAM_STEPS,
+    MapInputs,
+    MapOptions,
     attention_gradients,
     attention_rollout,
     cascading_randomization,
@@ -150,24 +154,24 @@ def test_transition_attention_map_matches_the_reference(config, start_layer):
     model = tiny(**CONFIGS[config])
     images = images_for(model)
     output, integrated = integrated_attention_gradient(model, images, target=2, steps=4)
-    pooling = model.config.pooling
+    readout = model.config.pooling  # "cls" or "mean": these models' heads read one of the two by name
     out = transition_attention_map(
         [a.detach() for a in output.attentions],
         integrated,
         output.num_prefix_tokens,
         output.grid_size,
-        start_layer,
-        pooling=pooling,
+        readout=readout,
+        start_layer=start_layer,
     )
-    torch.testing.assert_close(out, reference_tam(model, images, 2, start_layer, steps=4, rows=pooling))
+    torch.testing.assert_close(out, reference_tam(model, images, 2, start_layer, steps=4, rows=readout))
     # the readout weights give what the string pooling gives
     by_readout = transition_attention_map(
         [a.detach() for a in output.attentions],
         integrated,
         output.num_prefix_tokens,
         output.grid_size,
-        start_layer,
-        pooling=output.readout.detach(),
+        readout=output.readout.detach(),
+        start_layer=start_layer,
     )
     torch.testing.assert_close(by_readout, out)
 
@@ -391,52 +395,88 @@ def test_cascading_randomization_flags_a_map_that_ignores_the_model():
 # --- every method by name: what the CLI, the benchmark and the dashboard call ------------------------------------
 
 
-@pytest.mark.parametrize("name", list(CONFIGS))
-def test_method_maps_gives_each_methods_own_function(name):
-    model = tiny(**CONFIGS[name])
-    pixels = images_for(model, batch=1)
-    result = method_maps(
-        model,
-        pixels,
-        ["rollout", "cls", "relevance", "grad-rollout", "legrad", "tam", "gradcam", "lens"]
-        if model.config.class_token
-        else ["rollout", "relevance", "grad-rollout", "legrad", "tam", "gradcam", "lens"],
-        start_layer=1,
+def inputs_for(model: ViT, pixels: torch.Tensor, target: int, **options) -> MapInputs:
+    """What a method's compute receives, built here from one forward pass: float32 attentions and readout, the
+    target logit's attention gradients and every block's output."""
+    output = model(pixels, output_attentions=True, output_hidden_states=True)
+    gradients = torch.autograd.grad(output.logits[0, target], output.attentions)
+    return MapInputs(
+        model=model,
+        pixels=pixels,
+        target=target,
+        attentions=tuple(a.detach().float() for a in output.attentions),
+        readout=output.readout.detach().float(),
+        num_prefix_tokens=output.num_prefix_tokens,
+        grid_size=output.grid_size,
+        options=MapOptions(**options),
+        attention_gradients=tuple(g.float() for g in gradients),
+        hidden_states=tuple(h.detach() for h in output.hidden_states),
     )
-    output, gradients = attention_gradients(model, pixels, result.target)
-    attentions = [a.detach() for a in output.attentions]
-    grid = dict(num_prefix_tokens=output.num_prefix_tokens, grid_size=output.grid_size)
-    pooling = output.readout.detach()
-    assert result.target == int(output.logits[0].argmax())
-    expected = {
-        "rollout": attention_rollout(attentions, start_layer=1, pooling=pooling, **grid),
-        "relevance": gradient_weighted_attention(attentions, gradients, pooling=pooling, **grid),
-        "grad-rollout": gradient_weighted_rollout(attentions, gradients, pooling=pooling, **grid),
-        "legrad": legrad(legrad_gradients(model, pixels, result.target)[1], start_layer=1, **grid),
-        "tam": transition_attention_map(
-            attentions,
-            integrated_attention_gradient(model, pixels, result.target, 20)[1],
-            pooling=pooling,
-            start_layer=1,
-            **grid,
-        ),
-        "gradcam": grad_cam(*norm1_gradients(model, pixels, result.target)[1:], **grid),
-    }
-    if model.config.class_token:
-        expected["cls"] = cls_attention(attentions, layer=-1, **grid)
-    hidden = model(pixels, output_hidden_states=True).hidden_states
-    lens = logit_lens(model, hidden, result.target, **grid)
-    expected["lens"] = lens.probability[-1]
-    for method, patch_map in expected.items():
-        assert result.maps[method].dtype == torch.float32
-        torch.testing.assert_close(result.maps[method], patch_map[0].float(), msg=method)
-    torch.testing.assert_close(result.lens.votes, lens.votes)
+
+
+def expected_map(name: str, model: ViT, pixels: torch.Tensor, inputs: MapInputs) -> torch.Tensor:
+    """Each method's map from its paper's reference where this file has one, else from its own function (tested
+    against a reference in test_explain.py), with the options of ``inputs`` spelled out."""
+    target, layout, readout, pooling = inputs.target, inputs.layout, inputs.readout, model.config.pooling
+    if name == "legrad":
+        return reference_legrad(model, pixels, target, start_layer=1)
+    if name == "tam" and pooling in ("cls", "mean"):
+        return reference_tam(model, pixels, target, start_layer=1, steps=TAM_STEPS, rows=pooling)
+    if name == "tam":
+        integrated = integrated_attention_gradient(model, pixels, target, TAM_STEPS).gradient.float()
+        return transition_attention_map(inputs.attentions, integrated, **layout, readout=readout, start_layer=1)
+    if name == "gradcam":
+        return pytorch_grad_cam_reference(model, pixels, target)
+    if name == "lens":
+        return logit_lens(model, inputs.hidden_states, target, **layout).probability[-1]
+    if name == "rollout":
+        return attention_rollout(
+            inputs.attentions, **layout, readout=readout, start_layer=1, head_fusion="max", discard_ratio=0.2
+        )
+    if name == "cls":
+        return cls_attention(inputs.attentions, **layout, layer=-1)
+    function = {"relevance": gradient_weighted_attention, "grad-rollout": gradient_weighted_rollout}[name]
+    return function(inputs.attentions, inputs.attention_gradients, **layout, readout=readout)
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+@pytest.mark.parametrize("name", list(METHODS))
+def test_each_registered_compute_gives_its_methods_map(config, name):
+    model = tiny(**CONFIGS[config])
+    pixels = images_for(model, batch=1)
+    inputs = inputs_for(model, pixels, target=3, start_layer=1, head_fusion="max", discard_ratio=0.2)
+    if name == "cls" and not model.config.class_token:
+        with pytest.raises(ValueError, match="no \\[CLS\\] token"):
+            METHODS[name].compute(inputs)
+        return
+    result = METHODS[name].compute(inputs)
+    expected = expected_map(name, model, pixels, inputs)
+    assert result.map.shape == (1, *model.config.grid_size)
+    torch.testing.assert_close(result.map.double(), expected.double(), rtol=1e-4, atol=1e-6, msg=name)
+    assert (result.lens is not None) == (name == "lens")
+
+
+def test_method_maps_shares_one_pass_and_gives_each_method_what_it_gives_alone():
+    model = tiny()
+    pixels = images_for(model, batch=1)
+    names = list(METHODS)
+    together = method_maps(model, pixels, names, start_layer=1)
+    with torch.no_grad():
+        assert together.target == int(model(pixels).logits[0].argmax())  # the top class by default
+    for name in names:
+        alone = method_maps(model, pixels, [name], start_layer=1)
+        assert together.maps[name].dtype == torch.float32 and together.maps[name].shape == model.config.grid_size
+        torch.testing.assert_close(together.maps[name], alone.maps[name], msg=name)
+        assert (alone.lens is not None) == (name == "lens")
+    torch.testing.assert_close(together.lens.probability[-1, 0], together.maps["lens"])
+    other = method_maps(model, pixels, ["relevance"], target=(together.target + 1) % 5)
+    assert not torch.allclose(other.maps["relevance"], together.maps["relevance"])  # the target reaches the maps
 
 
 def test_method_maps_refuses_unknown_methods_bad_targets_batches_and_backbones():
     model = tiny()
     pixels = images_for(model, batch=1)
-    with pytest.raises(ValueError, match="unknown method.*attention-flow.*choose from rollout, cls"):
+    with pytest.raises(ValueError, match="unknown method 'attention-flow'; choose from rollout, cls"):
         method_maps(model, pixels, ["rollout", "attention-flow"])
     with pytest.raises(ValueError, match=r"target must be in \[0, 4\]; got 5"):
         method_maps(model, pixels, ["relevance"], target=5)

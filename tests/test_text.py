@@ -10,7 +10,7 @@ from tiny_text import clip_folder, open_clip_siglip, siglip_folder, spied
 
 import vitviz
 from vitviz import explain
-from vitviz.explain.methods import CLASS_SPECIFIC, method_maps
+from vitviz.explain.registry import CLASS_SPECIFIC, method_maps
 from vitviz.text import PromptError, check_prompts, class_embeddings, parse_prompts, prompt_set, template_set, zero_shot
 from vitviz.text import embeddings as embeddings_module
 from vitviz.text.prompts import check_templates

@@ -46,7 +46,7 @@ from tqdm import tqdm
 
 from vitviz.checkpoint import ModelLoadError
 from vitviz.explain.faithfulness import CHEFER_FRACTIONS, chefer_auc, chefer_perturbation, deletion_insertion
-from vitviz.explain.methods import METHODS, method_maps
+from vitviz.explain.registry import METHODS, method_maps
 from vitviz.explain.sanity import cascading_randomization
 from vitviz.explain_cli import find_images
 from vitviz.images import ImageError, Preprocessing, load_image
@@ -75,7 +75,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("images", type=Path, help="a folder of images (class sub-folders give labels), searched recursively")
     p.add_argument("--model", default="default", help="model spec for vitviz.load_model (default: %(default)s)")
-    p.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS), help="maps to test")
+    p.add_argument(
+        "--methods",
+        nargs="+",
+        choices=list(METHODS),
+        default=list(METHODS),
+        help="maps to test: " + "; ".join(f"{name}: {method.summary}" for name, method in METHODS.items()),
+    )
     p.add_argument("--out", type=Path, required=True, help="folder for the results (and for resuming)")
     p.add_argument("--limit", type=int, help="test this many images, spread evenly over the sorted list")
     p.add_argument(

@@ -29,7 +29,7 @@ from tqdm import tqdm
 from vitviz import explain, feature_pictures
 from vitviz.checkpoint import ModelLoadError
 from vitviz.explain.facets import FACETS
-from vitviz.explain.methods import DESCRIPTIONS, METHODS
+from vitviz.explain.registry import METHODS
 from vitviz.images import ImageError, load_image
 from vitviz.load import load_model
 from vitviz.model import ViT
@@ -50,9 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--methods",
         nargs="+",
-        choices=METHODS,
+        choices=list(METHODS),
         default=["rollout", "cls", "relevance"],
-        help="; ".join(f"{name}: {text}" for name, text in DESCRIPTIONS.items())
+        help="; ".join(f"{name}: {method.summary}" for name, method in METHODS.items())
         + " (every block's lens maps go in the .npz)",
     )
     p.add_argument("--out", type=Path, required=True, help="output folder")

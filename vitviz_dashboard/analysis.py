@@ -53,7 +53,7 @@ class ImageAnalysis:
     @property
     def readout_args(self) -> dict:
         """maps_args and what the head reads: the arguments of rollout and the class-specific maps."""
-        return self.maps_args | {"pooling": self.readout}
+        return self.maps_args | {"readout": self.readout}
 
 
 def attention_bytes(model: ViT, height: int, width: int) -> int:
@@ -82,13 +82,13 @@ def analyse_image(
         output = model(pixels, output_attentions=keep_attentions, output_hidden_states=True, attention_sink=streamer)
     readout = output.readout.float()
     attentions = tuple(a.float() for a in output.attentions) if keep_attentions else None
-    streamer.pooling = readout  # the rollout is read out at the end, so it uses the head's actual weights
+    streamer.readout = readout  # the rollout is read out at the end, so it uses the head's actual weights
     views = streamer.results()
     readout_attention = views["readout_attention"]
     if known is None:  # the pooling head's weights are known now: read the rows again with them
         if attentions is not None:
             readout_attention = explain.readout_attention_all(
-                attentions, readout, num_prefix_tokens=output.num_prefix_tokens, grid_size=grid
+                attentions, num_prefix_tokens=output.num_prefix_tokens, grid_size=grid, readout=readout
             )
         else:
             streamer = _streamer(model, grid, readout, progress=progress)
@@ -125,7 +125,11 @@ def rollout(
     """The rollout (rows, cols) for these settings: from the kept attentions, else by a streaming pass."""
     if analysis.attentions is not None:
         return explain.attention_rollout(
-            analysis.attentions, head_fusion, discard_ratio, start_layer, **analysis.readout_args
+            analysis.attentions,
+            **analysis.readout_args,
+            start_layer=start_layer,
+            head_fusion=head_fusion,
+            discard_ratio=discard_ratio,
         )[0]
     streamer = _streamer(model, analysis.grid_size, analysis.readout, head_fusion, discard_ratio, start_layer, progress)
     return _stream(model, analysis.pixel_values, analysis.precision, streamer)["rollout"][0]
@@ -207,7 +211,7 @@ def _readout_before_the_pass(model: ViT, grid: tuple[int, int]) -> torch.Tensor 
 def _streamer(
     model: ViT,
     grid: tuple[int, int],
-    pooling,
+    readout: explain.Readout,
     head_fusion: HeadFusion = "mean",
     discard_ratio: float = 0.0,
     start_layer: int = 0,
@@ -220,7 +224,7 @@ def _streamer(
         head_fusion,
         discard_ratio,
         start_layer,
-        pooling=pooling,
+        readout=readout,
         progress=progress,
     )
 

@@ -98,7 +98,7 @@ def analyse_batch(
     p = c.num_prefix_tokens
     # the head's weights are known after the pass; the rollout is read out then, the readout rows from the kept block.
     # The streamer's own readout rows are not stored: "cls" makes them a slice, where "mean" costs a pass per block
-    streamer = explain.StreamingExplainer(grid, c.patch_size, p, pooling="cls" if p > 0 else "mean")
+    streamer = explain.StreamingExplainer(grid, c.patch_size, p, readout="cls" if p > 0 else "mean")
     last: list[torch.Tensor] = []
 
     def sink(layer: int, attention: torch.Tensor) -> None:
@@ -109,14 +109,14 @@ def analyse_batch(
     with torch.inference_mode(), autocast(options.precision, device.type):
         output = model(pixels, attention_sink=sink, output_hidden_states=True)
     readout = output.readout.float()  # (B, T)
-    streamer.pooling = readout
+    streamer.readout = readout
     views = streamer.results()
     results = {
         "entropy": views["entropy"],
         "distance_px": views["mean_distance"],
         "prefix_shares": views["prefix_shares"],
         "rollout": views["rollout"],
-        "readout": explain.readout_attention_all(last, readout, p, grid)[:, 0],
+        "readout": explain.readout_attention_all(last, p, grid, readout=readout)[:, 0],
         "high_norm": explain.high_norm_patches(
             explain.token_norms(output.hidden_states[-1:])[:, 0], p, options.outlier_factor
         ),

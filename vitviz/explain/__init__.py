@@ -6,7 +6,8 @@
     transition.py    Transition Attention Maps: attention as a Markov chain, integrated gradients (Yuan et al. 2021)
     gradcam.py       Grad-CAM on the last block's norm1 tokens (Selvaraju et al. 2017, as pytorch-grad-cam does)
     lens.py          the patch-level logit lens: every token of every block read by the head
-    methods.py       every map method by name: what the CLI, the benchmark and the dashboard compute
+    method.py        the record each map method declares in its own file (name, caption, cost, compute)
+    registry.py      every map method by name, and method_maps: what the CLI, the benchmark and the dashboard compute
     sanity.py        the model-randomisation sanity check (Adebayo et al. 2018)
     statistics.py    attention distance and entropy, position embeddings (or rotary phases), patch-embedding filters
     tokens.py        attention to prefix tokens, token norms, the attention-pooling head
@@ -27,6 +28,10 @@ Conventions shared by every function:
   (``output.grid_size``); it is never guessed from sqrt(N), so non-square images work.
 - Maps come back as (B, rows, cols) when ``grid_size`` is given, else (B, N). They are not
   rescaled: display scaling belongs to the plotting code.
+- Every map function takes its arguments in one order: the tensors it is computed from, then the token layout
+  (``num_prefix_tokens``, ``grid_size``), then, by keyword only, ``readout`` (what the head reads: "cls", "mean"
+  or ``output.readout``), ``start_layer`` and the method's own options. (``pooling`` is the model's config:
+  how its head pools.)
 
 The functions that need gradients or the head (class-specific maps, the logit lens, faithfulness, the sanity
 check) take the model; everything else is a pure function of tensors.
@@ -44,7 +49,7 @@ from vitviz.explain.attention import (
     query_attention,
     readout_attention_all,
 )
-from vitviz.explain.common import HEAD_FUSIONS, HeadFusion, Pooling
+from vitviz.explain.common import HEAD_FUSIONS, HeadFusion, Readout
 from vitviz.explain.facets import FACETS, Facet, patch_features
 from vitviz.explain.faithfulness import (
     Baseline,
@@ -55,13 +60,19 @@ from vitviz.explain.faithfulness import (
     perturbation_curve,
 )
 from vitviz.explain.features import PCAColours, feature_clusters, patch_similarity, pca_rgb, top_matches
-from vitviz.explain.gradcam import grad_cam, norm1_gradients
-from vitviz.explain.gradients import attention_gradients, gradient_weighted_attention, gradient_weighted_rollout
+from vitviz.explain.gradcam import Norm1Gradients, grad_cam, norm1_gradients
+from vitviz.explain.gradients import (
+    AttentionGradients,
+    attention_gradients,
+    gradient_weighted_attention,
+    gradient_weighted_rollout,
+)
 from vitviz.explain.knockout import HeadImportance, head_importance
 from vitviz.explain.legrad import legrad, legrad_gradients
 from vitviz.explain.lens import LogitLens, logit_lens, token_logits
 from vitviz.explain.logit_attribution import LogitAttribution, direct_logit_attribution
-from vitviz.explain.methods import CLASS_SPECIFIC, METHODS, MethodMaps, method_maps
+from vitviz.explain.method import COSTS, Cost, MapInputs, MapOptions, Method, MethodOutput
+from vitviz.explain.registry import CLASS_SPECIFIC, METHODS, MethodMaps, get_method, method_maps
 from vitviz.explain.sanity import MapMethod, SanityCheck, cascading_randomization, spearman_correlation
 from vitviz.explain.statistics import (
     attention_entropy,
@@ -72,23 +83,38 @@ from vitviz.explain.statistics import (
     rotary_similarity,
 )
 from vitviz.explain.tokens import attention_to_prefix_tokens, high_norm_patches, pooling_attention, token_norms
-from vitviz.explain.transition import integrated_attention_gradient, transition_attention_map
+from vitviz.explain.transition import (
+    TAM_STEPS,
+    IntegratedGradient,
+    integrated_attention_gradient,
+    transition_attention_map,
+)
 
 __all__ = [
     "CLASS_SPECIFIC",
+    "COSTS",
     "FACETS",
     "HEAD_FUSIONS",
     "METHODS",
+    "TAM_STEPS",
+    "AttentionGradients",
     "Baseline",
+    "Cost",
     "Facet",
     "HeadFusion",
     "HeadImportance",
+    "IntegratedGradient",
     "LogitAttribution",
     "LogitLens",
+    "MapInputs",
     "MapMethod",
+    "MapOptions",
+    "Method",
     "MethodMaps",
+    "MethodOutput",
+    "Norm1Gradients",
     "PCAColours",
-    "Pooling",
+    "Readout",
     "SanityCheck",
     "StreamingExplainer",
     "area_under_curve",
@@ -106,6 +132,7 @@ __all__ = [
     "fraction_replaced",
     "fuse_heads",
     "gaussian_blur",
+    "get_method",
     "grad_cam",
     "gradient_weighted_attention",
     "gradient_weighted_rollout",

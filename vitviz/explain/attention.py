@@ -11,14 +11,15 @@ import torch
 from vitviz.explain.common import (
     HEAD_FUSIONS,
     HeadFusion,
-    Pooling,
+    Readout,
     _as_map,
     _check_attentions,
     _check_choice,
-    _check_pooling,
+    _check_readout,
     _check_start_layer,
-    _readout,
+    _read_out,
 )
+from vitviz.explain.method import MapInputs, Method, MethodOutput
 from vitviz.explain.statistics import attention_entropy, mean_attention_distance
 
 
@@ -64,48 +65,50 @@ def _residual_step(fused: torch.Tensor) -> torch.Tensor:
     return with_residual / with_residual.sum(dim=-1, keepdim=True)  # keepdim: each row by its own sum
 
 
-def _rollout(fused: Sequence[torch.Tensor], start_layer: int, pooling: Pooling, num_prefix_tokens: int) -> torch.Tensor:
+def _rollout(fused: Sequence[torch.Tensor], start_layer: int, readout: Readout, num_prefix_tokens: int) -> torch.Tensor:
     """Shared rollout loop: R = prod_l normalize_rows(A_l + I), later layers on the left; (B, N)."""
     _check_start_layer(start_layer, len(fused))
-    _check_pooling(pooling)
+    _check_readout(readout)
     B, T, _ = fused[0].shape
     rollout = torch.eye(T, dtype=fused[0].dtype, device=fused[0].device).expand(B, T, T)
     for matrix in fused[start_layer:]:
         rollout = _residual_step(matrix) @ rollout  # (B, T, T), later layers on the left
-    return _readout(rollout, pooling, num_prefix_tokens)
+    return _read_out(rollout, readout, num_prefix_tokens)
 
 
 def attention_rollout(
     attentions: Sequence[torch.Tensor],
-    head_fusion: HeadFusion = "mean",
-    discard_ratio: float = 0.0,
-    start_layer: int = 0,
     num_prefix_tokens: int = 1,
     grid_size: tuple[int, int] | None = None,
-    pooling: Pooling = "cls",
+    *,
+    readout: Readout = "cls",
+    start_layer: int = 0,
+    head_fusion: HeadFusion = "mean",
+    discard_ratio: float = 0.0,
 ) -> torch.Tensor:
     """Attention rollout (Abnar & Zuidema 2020): how much each patch flows into the output.
 
     Per block: fuse heads, optionally discard the weakest patch-to-patch weights, add the
     identity for the residual path, renormalise rows; multiply from ``start_layer`` to the last
     block. Returns the [CLS] row over the patches, (B, rows, cols) or (B, N). For models pooled
-    by the mean patch token (``pooling="mean"``, e.g. no [CLS] token) the rows of all patch
-    queries are averaged instead, since that mean is what the head sees; ``pooling=output.readout``
+    by the mean patch token (``readout="mean"``, e.g. no [CLS] token) the rows of all patch
+    queries are averaged instead, since that mean is what the head sees; ``readout=output.readout``
     reads exactly what any model's head reads (DeiT's two tokens, SigLIP's pooling weights).
     """
     _check_attentions(attentions, num_prefix_tokens, grid_size)
     fused = torch.stack([fuse_heads(a, head_fusion) for a in attentions])  # (L, B, T, T)
     L, B, T, _ = fused.shape  # discard in all blocks at once: one call instead of L
     fused = discard_weakest(fused.reshape(L * B, T, T), discard_ratio, num_prefix_tokens).reshape(L, B, T, T)
-    return _as_map(_rollout(list(fused), start_layer, pooling, num_prefix_tokens), grid_size)
+    return _as_map(_rollout(list(fused), start_layer, readout, num_prefix_tokens), grid_size)
 
 
 def cls_attention(
     attentions: Sequence[torch.Tensor],
-    layer: int,
-    head: int | HeadFusion = "mean",
     num_prefix_tokens: int = 1,
     grid_size: tuple[int, int] | None = None,
+    *,
+    layer: int,
+    head: int | HeadFusion = "mean",
 ) -> torch.Tensor:
     """What [CLS] attends to in one block: one head's row, or the heads fused; (B, rows, cols).
 
@@ -113,16 +116,17 @@ def cls_attention(
     """
     if num_prefix_tokens == 0:
         raise ValueError("this model has no [CLS] token (num_prefix_tokens=0); use query_attention on a patch")
-    return query_attention(attentions, layer, 0, head, num_prefix_tokens, grid_size)
+    return query_attention(attentions, num_prefix_tokens, grid_size, layer=layer, query=0, head=head)
 
 
 def query_attention(
     attentions: Sequence[torch.Tensor],
+    num_prefix_tokens: int = 1,
+    grid_size: tuple[int, int] | None = None,
+    *,
     layer: int,
     query: int | tuple[int, int],
     head: int | HeadFusion = "mean",
-    num_prefix_tokens: int = 1,
-    grid_size: tuple[int, int] | None = None,
 ) -> torch.Tensor:
     """What one token attends to in one block, over the patches; (B, rows, cols) or (B, N).
 
@@ -163,20 +167,21 @@ def cls_attention_all(
 
 def readout_attention_all(
     attentions: Sequence[torch.Tensor],
-    pooling: Pooling = "cls",
     num_prefix_tokens: int = 1,
     grid_size: tuple[int, int] | None = None,
+    *,
+    readout: Readout = "cls",
 ) -> torch.Tensor:
     """What the tokens the head reads attend to, in every block and head: (B, layers, heads, rows, cols).
 
-    With [CLS] pooling this is ``cls_attention_all``; with mean pooling, the mean of the patch rows;
-    with ``pooling=output.readout``, the rows weighted as the head weights the final tokens (DeiT's two
+    With ``readout="cls"`` this is ``cls_attention_all``; with "mean", the mean of the patch rows;
+    with ``readout=output.readout``, the rows weighted as the head weights the final tokens (DeiT's two
     tokens, SigLIP's pooling weights), so models without a [CLS] token get this view too.
     """
     _check_attentions(attentions, num_prefix_tokens, grid_size)
     rows = torch.stack(
         [
-            _readout(a.flatten(0, 1), _per_head(pooling, a.shape[1]), num_prefix_tokens).unflatten(0, a.shape[:2])
+            _read_out(a.flatten(0, 1), _per_head(readout, a.shape[1]), num_prefix_tokens).unflatten(0, a.shape[:2])
             for a in attentions
         ],
         dim=1,
@@ -184,9 +189,48 @@ def readout_attention_all(
     return _as_map(rows, grid_size)
 
 
-def _per_head(pooling: Pooling, heads: int) -> Pooling:
+def _per_head(readout: Readout, heads: int) -> Readout:
     """A (B, T) readout repeated for each head, to match attention flattened to (B * heads, T, T)."""
-    return pooling.repeat_interleave(heads, dim=0) if isinstance(pooling, torch.Tensor) else pooling
+    return readout.repeat_interleave(heads, dim=0) if isinstance(readout, torch.Tensor) else readout
+
+
+def _rollout_map(inputs: MapInputs) -> MethodOutput:
+    options = inputs.options
+    return MethodOutput(
+        attention_rollout(
+            inputs.attentions,
+            **inputs.layout,
+            readout=inputs.readout,
+            start_layer=options.start_layer,
+            head_fusion=options.head_fusion,
+            discard_ratio=options.discard_ratio,
+        )
+    )
+
+
+def _cls_map(inputs: MapInputs) -> MethodOutput:
+    return MethodOutput(cls_attention(inputs.attentions, **inputs.layout, layer=-1, head="mean"))
+
+
+ROLLOUT = Method(
+    name="rollout",
+    description="attention rollout over every block",
+    paper="Abnar & Zuidema 2020",
+    compute=_rollout_map,
+    class_specific=False,
+    cost="forward",
+    cost_note="",
+    caption="Bright: patches whose information flows most into what the head reads, through every block.",
+)
+CLS = Method(
+    name="cls",
+    description="the last block's [CLS] attention, mean over heads",
+    compute=_cls_map,
+    class_specific=False,
+    cost="forward",
+    cost_note="",
+    caption="Bright: patches the [CLS] token attends to most in the last block.",
+)
 
 
 class StreamingExplainer:
@@ -201,11 +245,11 @@ class StreamingExplainer:
     under ``vitviz.autocast("bf16")``, and equals the keep-everything functions applied to the
     ``output_attentions=True`` weights (upcast with ``.float()``) to float precision.
 
-    ``pooling`` is what the head reads, as in the rest of the package: "cls", "mean", or the (B, T)
+    ``readout`` is what the head reads, as in the rest of the package: "cls", "mean", or the (B, T)
     readout weights ``output.readout``. The readout rows are folded in block by block, so a tensor must
     be known before the pass: it is fixed for [CLS], mean, cls+mean and DeiT models, but for "map"
     pooling it depends on the image, so take it from an earlier pass of the same images. The rollout
-    is kept whole (B, T, T) and read out only by ``results()``, with ``self.pooling`` as it is then.
+    is kept whole (B, T, T) and read out only by ``results()``, with ``self.readout`` as it is then.
 
     One explainer serves any number of passes: block 0 starts a new pass and clears what the last one
     left, so ``results()`` describes the latest pass; blocks must then come in order (0, 1, 2, ...).
@@ -220,16 +264,16 @@ class StreamingExplainer:
         head_fusion: HeadFusion = "mean",
         discard_ratio: float = 0.0,
         start_layer: int = 0,
-        pooling: Pooling = "cls",
+        readout: Readout = "cls",
         progress: Callable[[int], None] | None = None,
     ):
         _check_choice("head_fusion", head_fusion, HEAD_FUSIONS)
-        _check_pooling(pooling)
+        _check_readout(readout)
         if start_layer < 0:  # the block count is unknown until the forward pass, so only the sign is checked here
             raise ValueError(f"start_layer must be in [0, number of blocks - 1]; got {start_layer}")
-        if isinstance(pooling, str) and pooling == "cls" and num_prefix_tokens == 0:
-            raise ValueError("pooling='cls' needs a [CLS] token (num_prefix_tokens >= 1); use pooling='mean'")
-        self.pooling = pooling.detach() if isinstance(pooling, torch.Tensor) else pooling  # "cls", "mean" or (B, T)
+        if isinstance(readout, str) and readout == "cls" and num_prefix_tokens == 0:
+            raise ValueError("readout='cls' needs a [CLS] token (num_prefix_tokens >= 1); use readout='mean'")
+        self.readout = readout.detach() if isinstance(readout, torch.Tensor) else readout  # "cls", "mean" or (B, T)
         self.grid_size, self.patch_size, self.num_prefix_tokens = grid_size, patch_size, num_prefix_tokens
         self.head_fusion, self.discard_ratio, self.start_layer = head_fusion, discard_ratio, start_layer
         self.progress = progress
@@ -256,16 +300,16 @@ class StreamingExplainer:
         attention = attention.detach().to(torch.promote_types(attention.dtype, torch.float32))  # (B, heads, T, T)
         blocks = [attention]
         T = _check_attentions(blocks, self.num_prefix_tokens, self.grid_size)
-        pooling, p = self.pooling, self.num_prefix_tokens
-        if isinstance(pooling, torch.Tensor) and pooling.shape != (attention.shape[0], T):
+        readout, p = self.readout, self.num_prefix_tokens
+        if isinstance(readout, torch.Tensor) and readout.shape != (attention.shape[0], T):
             raise ValueError(
-                f"readout weights {tuple(pooling.shape)} do not match (B, T) = ({attention.shape[0]}, {T})"
+                f"readout weights {tuple(readout.shape)} do not match (B, T) = ({attention.shape[0]}, {T})"
             )
         # the sink runs inside the model's forward: under its autocast the products below would run in bf16
         with _autocast_off(attention.device):
             # what the tokens the head reads attend to, as readout_attention_all; clone: a slice would keep
             # this block's whole (B, heads, T, T) storage alive
-            rows = _readout(attention.flatten(0, 1), _per_head(pooling, attention.shape[1]), p)  # (B * heads, N)
+            rows = _read_out(attention.flatten(0, 1), _per_head(readout, attention.shape[1]), p)  # (B * heads, N)
             self._readout_rows.append(rows.unflatten(0, attention.shape[:2]).clone())  # (B, heads, N)
             self._prefix_shares.append(attention_to_prefix_tokens(blocks, p)[:, 0])  # (B, heads, P + 1)
             self._distance.append(mean_attention_distance(blocks, self.grid_size, self.patch_size, p)[:, 0])
@@ -280,18 +324,16 @@ class StreamingExplainer:
     def results(self) -> dict[str, torch.Tensor]:
         """The latest pass, fp32 (fp64 for a float64 model): rollout (B, rows, cols); readout_attention
         (B, layers, heads, rows, cols), what the tokens the head reads attend to ([CLS]'s row, the mean
-        patch row or the readout-weighted rows), also under its old name cls_attention; prefix_shares
-        (B, layers, heads, P + 1) as attention_to_prefix_tokens; mean_distance and entropy (B, layers, heads)."""
+        patch row or the readout-weighted rows); prefix_shares (B, layers, heads, P + 1) as
+        attention_to_prefix_tokens; mean_distance and entropy (B, layers, heads)."""
         if not self._readout_rows:
             raise ValueError("no attention was streamed: pass the explainer as model(x, attention_sink=...)")
         _check_start_layer(self.start_layer, self._num_blocks)  # past the last block, nothing was rolled out
         with _autocast_off(self._rollout.device):
-            rollout = _readout(self._rollout, self.pooling, self.num_prefix_tokens).clone()  # (B, N)
-        readout_attention = _as_map(torch.stack(self._readout_rows, dim=1), self.grid_size)
+            rollout = _read_out(self._rollout, self.readout, self.num_prefix_tokens).clone()  # (B, N)
         return {
             "rollout": _as_map(rollout, self.grid_size),
-            "readout_attention": readout_attention,
-            "cls_attention": readout_attention,  # the old name, still read by callers
+            "readout_attention": _as_map(torch.stack(self._readout_rows, dim=1), self.grid_size),
             "prefix_shares": torch.stack(self._prefix_shares, dim=1),
             "mean_distance": torch.stack(self._distance, dim=1),
             "entropy": torch.stack(self._entropy, dim=1),

@@ -1,5 +1,5 @@
 """What every explanation shares: argument checks, the patch grid, and how the head's reading
-(``pooling``: [CLS], the mean patch row, or ``output.readout``) is applied."""
+(``readout``: [CLS], the mean patch row, or ``output.readout``) is applied."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ from typing import Literal
 import torch
 
 HeadFusion = Literal["mean", "max", "min"]
-# What the classifier reads: the [CLS] row, the mean of the patch rows, or, for any model, the (B, T)
-# weights it gives each token's final state (``output.readout``: DeiT's [CLS] and distillation tokens
-# half each, SigLIP's attention-pooling weights...). Every map below is read out through it.
-Pooling = Literal["cls", "mean"] | torch.Tensor
+# What the classifier reads: for any model, the (B, T) weights it gives each token's final state
+# (``output.readout``: DeiT's [CLS] and distillation tokens half each, SigLIP's attention-pooling weights...),
+# or, by name, the [CLS] row or the mean of the patch rows. Every map below is read out through it. (The model's
+# ``config.pooling`` is how the head pools, "cls+mean" and "map" included; ``output.readout`` is its result.)
+Readout = Literal["cls", "mean"] | torch.Tensor
 HEAD_FUSIONS = ("mean", "max", "min")
 
 
@@ -80,24 +81,24 @@ def _as_map(values: torch.Tensor, grid_size: tuple[int, int] | None) -> torch.Te
     return values if grid_size is None else values.reshape(*values.shape[:-1], *grid_size)
 
 
-def _check_pooling(pooling: Pooling) -> None:
-    if not isinstance(pooling, torch.Tensor):
-        _check_choice("pooling", pooling, ("cls", "mean"))
-    elif pooling.ndim != 2:
-        raise ValueError(f"a pooling tensor holds (B, T) token weights (output.readout); got {tuple(pooling.shape)}")
+def _check_readout(readout: Readout) -> None:
+    if not isinstance(readout, torch.Tensor):
+        _check_choice("readout", readout, ("cls", "mean"))
+    elif readout.ndim != 2:
+        raise ValueError(f"a readout tensor holds (B, T) token weights (output.readout); got {tuple(readout.shape)}")
 
 
-def _readout(matrix: torch.Tensor, pooling: Pooling, num_prefix_tokens: int) -> torch.Tensor:
+def _read_out(matrix: torch.Tensor, readout: Readout, num_prefix_tokens: int) -> torch.Tensor:
     """The row the classifier reads, over the patches: [CLS]'s (token 0), the mean of the patch rows,
     or the rows weighted by a (B, T) readout."""
-    _check_pooling(pooling)
+    _check_readout(readout)
     p = num_prefix_tokens
-    if isinstance(pooling, torch.Tensor):
-        if pooling.shape != matrix.shape[:2]:
-            raise ValueError(f"readout weights {tuple(pooling.shape)} do not match (B, T) = {tuple(matrix.shape[:2])}")
-        return (pooling.to(matrix.dtype)[:, None, :] @ matrix)[:, 0, p:]  # (B, N)
-    if pooling == "cls":
+    if isinstance(readout, torch.Tensor):
+        if readout.shape != matrix.shape[:2]:
+            raise ValueError(f"readout weights {tuple(readout.shape)} do not match (B, T) = {tuple(matrix.shape[:2])}")
+        return (readout.to(matrix.dtype)[:, None, :] @ matrix)[:, 0, p:]  # (B, N)
+    if readout == "cls":
         if p == 0:
-            raise ValueError("pooling='cls' needs a [CLS] token (num_prefix_tokens >= 1); use pooling='mean'")
+            raise ValueError("readout='cls' needs a [CLS] token (num_prefix_tokens >= 1); use readout='mean'")
         return matrix[:, 0, p:]
     return matrix[:, p:, p:].mean(dim=1)

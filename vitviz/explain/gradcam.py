@@ -5,15 +5,24 @@ Localization") for ViTs, as pytorch-grad-cam applies it: the patch tokens of the
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 
 from vitviz.explain.common import _as_map, _target_score
+from vitviz.explain.method import MapInputs, Method, MethodOutput
+from vitviz.model import ViTOutput
+
+
+class Norm1Gradients(NamedTuple):
+    output: ViTOutput  # the model's own output (logits, grid_size, num_prefix_tokens...)
+    activations: torch.Tensor  # (B, T, D) the last block's norm1 output
+    gradients: torch.Tensor  # (B, T, D) the target logit's gradient w.r.t. it
 
 
 def norm1_gradients(
     model: torch.nn.Module, pixel_values: torch.Tensor, target: int | Sequence[int] | torch.Tensor
-) -> tuple[object, torch.Tensor, torch.Tensor]:
+) -> Norm1Gradients:
     """The last block's norm1 output A (B, T, D) and the gradient of the target logit w.r.t. it.
 
     No hook: the blocks before the last run without gradients, norm1 of the last block's input is computed
@@ -32,7 +41,7 @@ def norm1_gradients(
         tokens = last(x, normed=activations, **arguments[-1]).hidden
         output = model.forward_head(tokens, grid)
         (gradients,) = torch.autograd.grad(_target_score(output.logits, target), activations)
-    return output, activations.detach(), gradients
+    return Norm1Gradients(output, activations.detach(), gradients)
 
 
 def grad_cam(
@@ -59,3 +68,21 @@ def grad_cam(
     patches = activations[:, num_prefix_tokens:]  # (B, N, D): channels last
     weights = gradients[:, num_prefix_tokens:].mean(dim=1, keepdim=True)  # (B, 1, D): one weight per channel
     return _as_map((patches * weights).sum(dim=-1).clamp(min=0), grid_size)
+
+
+def _grad_cam_map(inputs: MapInputs) -> MethodOutput:
+    with inputs.autocast():
+        _, activations, gradients = norm1_gradients(inputs.model, inputs.pixels, inputs.target)
+    return MethodOutput(grad_cam(activations.float(), gradients.float(), **inputs.layout))
+
+
+GRAD_CAM = Method(
+    name="gradcam",
+    description="Grad-CAM on the last block's norm1 tokens, as pytorch-grad-cam does for ViTs",
+    paper="Selvaraju et al. 2017",
+    compute=_grad_cam_map,
+    class_specific=True,
+    cost="backward",
+    cost_note="one backward pass",
+    caption="Bright: patches whose last-block features, weighted by their gradient, raise the class's score.",
+)

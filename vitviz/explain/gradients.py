@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 
 from vitviz.explain.attention import _rollout, discard_weakest
-from vitviz.explain.common import Pooling, _as_map, _check_attentions, _check_start_layer, _readout, _target_score
+from vitviz.explain.common import Readout, _as_map, _check_attentions, _check_start_layer, _read_out, _target_score
+from vitviz.explain.method import MapInputs, Method, MethodOutput
+from vitviz.model import ViTOutput
+
+
+class AttentionGradients(NamedTuple):
+    output: ViTOutput  # the forward pass, with its attentions
+    gradients: tuple[torch.Tensor, ...]  # per block (B, heads, T, T): gradients[l] belongs to output.attentions[l]
 
 
 def attention_gradients(
     model: torch.nn.Module, pixel_values: torch.Tensor, target: int | Sequence[int] | torch.Tensor
-) -> tuple[object, tuple[torch.Tensor, ...]]:
+) -> AttentionGradients:
     """Forward with attentions, then the gradient of each image's target logit w.r.t. every block's
     attention. Returns (output, gradients); ``gradients[l]`` belongs to ``output.attentions[l]``.
 
@@ -21,7 +29,7 @@ def attention_gradients(
     """
     output = model(pixel_values, output_attentions=True)
     gradients = torch.autograd.grad(_target_score(output.logits, target), output.attentions)
-    return output, tuple(gradients)
+    return AttentionGradients(output, tuple(gradients))
 
 
 def _positive_weighted(attention: torch.Tensor, gradient: torch.Tensor) -> torch.Tensor:
@@ -36,14 +44,16 @@ def gradient_weighted_attention(
     gradients: Sequence[torch.Tensor],
     num_prefix_tokens: int = 1,
     grid_size: tuple[int, int] | None = None,
+    *,
+    readout: Readout = "cls",
     start_layer: int = 0,
-    pooling: Pooling = "cls",
 ) -> torch.Tensor:
     """Class-specific relevance of Chefer, Gur & Wolf (2021), "Generic Attention-model Explainability".
 
     R = I; for each block l (from ``start_layer``, in [0, L - 1]): R <- R + mean_heads((dy/dA_l * A_l)+) @ R,
     with each block's gradient paired with that same block's attention. Returns the [CLS] row over
-    the patches (``pooling="mean"``: the mean of the patch rows, for mean-pooled models).
+    the patches (``readout="mean"``: the mean of the patch rows, for mean-pooled models; ``output.readout``: the
+    rows the head reads, for any model).
     """
     _check_attentions(attentions, num_prefix_tokens, grid_size)
     if len(gradients) != len(attentions):
@@ -53,7 +63,7 @@ def gradient_weighted_attention(
     relevance = torch.eye(T, dtype=attentions[0].dtype, device=attentions[0].device).repeat(B, 1, 1)
     for attention, gradient in list(zip(attentions, gradients))[start_layer:]:
         relevance = relevance + _positive_weighted(attention, gradient) @ relevance
-    return _as_map(_readout(relevance, pooling, num_prefix_tokens), grid_size)
+    return _as_map(_read_out(relevance, readout, num_prefix_tokens), grid_size)
 
 
 def gradient_weighted_rollout(
@@ -61,9 +71,10 @@ def gradient_weighted_rollout(
     gradients: Sequence[torch.Tensor],
     num_prefix_tokens: int = 1,
     grid_size: tuple[int, int] | None = None,
+    *,
+    readout: Readout = "cls",
     start_layer: int = 0,
     discard_ratio: float = 0.0,
-    pooling: Pooling = "cls",
 ) -> torch.Tensor:
     """Rollout of gradient-weighted attention: each block's heads are fused by
     mean((dy/dA * A)+) (its own gradient), then rolled out as in ``attention_rollout``."""
@@ -74,4 +85,45 @@ def gradient_weighted_rollout(
         discard_weakest(_positive_weighted(a, g), discard_ratio, num_prefix_tokens)
         for a, g in zip(attentions, gradients)
     ]
-    return _as_map(_rollout(fused, start_layer, pooling, num_prefix_tokens), grid_size)
+    return _as_map(_rollout(fused, start_layer, readout, num_prefix_tokens), grid_size)
+
+
+# Both read the gradients of the shared forward pass (``needs``): one backward pass serves the two. They start at
+# block 0 whatever --start-layer says, as they always have: Chefer et al. accumulate relevance over every block.
+def _relevance_map(inputs: MapInputs) -> MethodOutput:
+    return MethodOutput(
+        gradient_weighted_attention(
+            inputs.attentions, inputs.attention_gradients, **inputs.layout, readout=inputs.readout
+        )
+    )
+
+
+def _gradient_rollout_map(inputs: MapInputs) -> MethodOutput:
+    return MethodOutput(
+        gradient_weighted_rollout(
+            inputs.attentions, inputs.attention_gradients, **inputs.layout, readout=inputs.readout
+        )
+    )
+
+
+RELEVANCE = Method(
+    name="relevance",
+    description="gradient-weighted attention relevance",
+    paper="Chefer et al. 2021",
+    compute=_relevance_map,
+    class_specific=True,
+    cost="backward",
+    cost_note="one backward pass",
+    caption="Bright: patches whose attention, weighted by its gradient, raises the class's score.",
+    needs=("attention_gradients",),
+)
+GRADIENT_ROLLOUT = Method(
+    name="grad-rollout",
+    description="gradient-weighted rollout: each block's heads fused by (gradient x attention)+, then rolled out",
+    compute=_gradient_rollout_map,
+    class_specific=True,
+    cost="backward",
+    cost_note="one backward pass",
+    caption="Like rollout, but each block's heads count by how much they raise the class's score.",
+    needs=("attention_gradients",),
+)

@@ -8,11 +8,13 @@ from collections.abc import Sequence
 import torch
 
 from vitviz.explain.common import _as_map, _check_attentions, _check_start_layer, _target_score
+from vitviz.explain.gradients import AttentionGradients
+from vitviz.explain.method import MapInputs, Method, MethodOutput
 
 
 def legrad_gradients(
     model: torch.nn.Module, pixel_values: torch.Tensor, target: int | Sequence[int] | torch.Tensor
-) -> tuple[object, tuple[torch.Tensor, ...]]:
+) -> AttentionGradients:
     """One forward pass, then for every block l the gradient of s_l w.r.t. that block's attention A_l.
 
     s_l is the target logit read from block l's output tokens by the model's own final LayerNorm,
@@ -28,13 +30,14 @@ def legrad_gradients(
             score = _target_score(model.forward_head(hidden, output.grid_size).logits, target)
             (gradient,) = torch.autograd.grad(score, attention, retain_graph=True)
             gradients.append(gradient)
-    return output, tuple(gradients)
+    return AttentionGradients(output, tuple(gradients))
 
 
 def legrad(
     gradients: Sequence[torch.Tensor],
     num_prefix_tokens: int = 1,
     grid_size: tuple[int, int] | None = None,
+    *,
     start_layer: int = 0,
 ) -> torch.Tensor:
     """LeGrad's map from ``legrad_gradients``: (B, rows, cols), or (B, N) without a grid.
@@ -53,3 +56,22 @@ def legrad(
     _check_start_layer(start_layer, len(gradients))
     per_layer = [g.clamp(min=0).mean(dim=1).mean(dim=1)[:, num_prefix_tokens:] for g in gradients[start_layer:]]
     return _as_map(torch.stack(per_layer).mean(dim=0), grid_size)  # (B, N) -> (B, rows, cols)
+
+
+def _legrad_map(inputs: MapInputs) -> MethodOutput:
+    with inputs.autocast():
+        _, gradients = legrad_gradients(inputs.model, inputs.pixels, inputs.target)
+    gradients = [g.float() for g in gradients]
+    return MethodOutput(legrad(gradients, **inputs.layout, start_layer=inputs.options.start_layer))
+
+
+LEGRAD = Method(
+    name="legrad",
+    description="LeGrad: each block's attention gradient of its own prediction",
+    paper="Bousselham et al. 2025",
+    compute=_legrad_map,
+    class_specific=True,
+    cost="backward per block",
+    cost_note="one backward pass per block",
+    caption="Bright: patches whose attention, at every block, the class's score is most sensitive to.",
+)

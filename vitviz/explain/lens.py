@@ -5,18 +5,11 @@ where in the image, and from which block on, the class can be read."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 
 from vitviz.explain.common import _as_map, _targets, class_probabilities
-
-
-@dataclass(frozen=True)
-class LogitLens:
-    probability: torch.Tensor  # (layers, B, rows, cols) the target's probability read from each patch token
-    votes: torch.Tensor  # (layers, B, rows, cols) the class each patch token's reading ranks first
-    readout_probability: torch.Tensor  # (layers, B) the target's probability from the head reading the block whole
+from vitviz.explain.method import LogitLens, MapInputs, Method, MethodOutput
 
 
 def token_logits(model: torch.nn.Module, tokens: torch.Tensor) -> torch.Tensor:
@@ -89,3 +82,23 @@ def logit_lens(
 def _at_least_fp32(logits: torch.Tensor) -> torch.Tensor:
     """bf16/fp16 logits to fp32 before the probabilities; fp64 ones stay fp64."""
     return logits.to(torch.promote_types(logits.dtype, torch.float32))
+
+
+def _lens_map(inputs: MapInputs) -> MethodOutput:
+    with inputs.autocast():
+        lens = logit_lens(inputs.model, inputs.hidden_states, inputs.target, **inputs.layout)
+    lens = LogitLens(lens.probability.float(), lens.votes, lens.readout_probability.float())
+    return MethodOutput(lens.probability[-1], lens)  # the map: the last block's, the tokens the head reads
+
+
+LENS = Method(
+    name="lens",
+    description="logit lens: the class's probability read by the head from each patch token of the last block",
+    paper="nostalgebraist 2020",
+    compute=_lens_map,
+    class_specific=True,
+    cost="forward",
+    cost_note="",
+    caption="Bright: patches from which the head, reading them on their own, finds the class likely.",
+    needs=("hidden_states",),
+)

@@ -5,18 +5,28 @@ attention followed backwards through the blocks as a Markov chain, weighted by i
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 
-from vitviz.explain.common import Pooling, _as_map, _check_attentions, _check_start_layer, _readout, _target_score
+from vitviz.explain.common import Readout, _as_map, _check_attentions, _check_start_layer, _read_out, _target_score
+from vitviz.explain.method import MapInputs, Method, MethodOutput
+from vitviz.model import ViTOutput
+
+TAM_STEPS = 20  # integrated-gradient steps of Transition Attention Maps, the reference code's default
+
+
+class IntegratedGradient(NamedTuple):
+    output: ViTOutput  # the last pass's, at alpha = 1: the input's own attentions
+    gradient: torch.Tensor  # (B, heads, T, T) the last block's attention gradient, integrated along the path
 
 
 def integrated_attention_gradient(
     model: torch.nn.Module,
     pixel_values: torch.Tensor,
     target: int | Sequence[int] | torch.Tensor,
-    steps: int = 20,
-) -> tuple[object, torch.Tensor]:
+    steps: int = TAM_STEPS,
+) -> IntegratedGradient:
     """The last block's attention gradient of the target logit, integrated along the straight path from a black
     image (0 after normalising: the data set's mean colour) to the input (Sundararajan et al. 2017).
 
@@ -33,7 +43,7 @@ def integrated_attention_gradient(
             output = model(pixel_values * alpha, output_attentions=True)
             (gradient,) = torch.autograd.grad(_target_score(output.logits, target), output.attentions[-1])
             total = gradient if total is None else total + gradient
-    return output, total / steps
+    return IntegratedGradient(output, total / steps)
 
 
 def transition_attention_map(
@@ -41,8 +51,9 @@ def transition_attention_map(
     integrated_gradient: torch.Tensor,
     num_prefix_tokens: int = 1,
     grid_size: tuple[int, int] | None = None,
+    *,
+    readout: Readout = "cls",
     start_layer: int = 0,
-    pooling: Pooling = "cls",
 ) -> torch.Tensor:
     """Transition Attention Map: (B, rows, cols), or (B, N) without a grid.
 
@@ -51,7 +62,7 @@ def transition_attention_map(
     for l = L-2 down to ``start_layer`` (unnormalised, as in the reference code: a constant factor per block).
     It is then weighted token by token by mean_heads(IG)+ read the same way, IG being
     ``integrated_attention_gradient``. The reference code's defaults: ``start_layer=4`` for 12-block models,
-    20 steps. ``pooling`` reads the rows the head reads: "cls", "mean" (patch rows) or ``output.readout``.
+    20 steps. ``readout`` reads the rows the head reads: "cls", "mean" (patch rows) or ``output.readout``.
     """
     _check_attentions(attentions, num_prefix_tokens, grid_size)
     _check_start_layer(start_layer, len(attentions))
@@ -65,6 +76,32 @@ def transition_attention_map(
     transition = attentions[-1].mean(dim=1)  # (B, T, T): row t is the state that starts from token t
     for attention in reversed(attentions[start_layer:-1]):
         transition = transition @ (attention.mean(dim=1) + identity)  # (B, T, T)
-    states = _readout(transition, pooling, num_prefix_tokens)  # (B, N)
-    weights = _readout(integrated_gradient.clamp(min=0).mean(dim=1), pooling, num_prefix_tokens)  # (B, N)
+    states = _read_out(transition, readout, num_prefix_tokens)  # (B, N)
+    weights = _read_out(integrated_gradient.clamp(min=0).mean(dim=1), readout, num_prefix_tokens)  # (B, N)
     return _as_map(states * weights, grid_size)
+
+
+def _tam_map(inputs: MapInputs) -> MethodOutput:
+    with inputs.autocast():
+        _, integrated = integrated_attention_gradient(inputs.model, inputs.pixels, inputs.target, TAM_STEPS)
+    return MethodOutput(
+        transition_attention_map(
+            inputs.attentions,
+            integrated.float(),
+            **inputs.layout,
+            readout=inputs.readout,
+            start_layer=inputs.options.start_layer,
+        )
+    )
+
+
+TAM = Method(
+    name="tam",
+    description="Transition Attention Maps: attention as a Markov chain, integrated gradients",
+    paper="Yuan et al. 2021",
+    compute=_tam_map,
+    class_specific=True,
+    cost="repeated passes",
+    cost_note=f"{TAM_STEPS} forward and backward passes",
+    caption="Bright: patches the class's information flows from, through the attention as a Markov chain.",
+)

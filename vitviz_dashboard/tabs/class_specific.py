@@ -4,14 +4,13 @@ patch-level logit lens, block by block over the photo."""
 from __future__ import annotations
 
 import html
-import re
 
 import numpy as np
 import streamlit as st
 
 from vitviz import plots
-from vitviz.explain import CLASS_SPECIFIC
-from vitviz.explain.methods import DESCRIPTIONS, TAM_STEPS
+from vitviz.explain.lens import LENS
+from vitviz.explain.registry import METHODS
 from vitviz_dashboard.cache.pictures import cached_figure, overlay_picture, vote_picture
 from vitviz_dashboard.cache.results import class_map, logit_lens
 from vitviz_dashboard.downloads import downloads
@@ -31,27 +30,23 @@ NEEDS_CLASSES = (
     "Class-specific maps follow the gradient of one class's score back through the attention, so "
     "they need classes. Every other tab works."
 )
-GRADIENT_METHODS = [m for m in CLASS_SPECIFIC if m != "lens"]  # the lens has its own section below
+# every class-specific method of the registry; the lens has its own section below
+GRADIENT_METHODS = [name for name, method in METHODS.items() if method.class_specific and method is not LENS]
 DEFAULT_METHODS = ["relevance", "legrad"]
-READING = {  # how to read each map, in a sentence
-    "relevance": "Bright: patches whose attention, weighted by its gradient, raises the class's score.",
-    "grad-rollout": "Like rollout, but each block's heads count by how much they raise the class's score.",
-    "legrad": "Bright: patches whose attention, at every block, the class's score is most sensitive to.",
-    "tam": "Bright: patches the class's information flows from, through the attention as a Markov chain.",
-    "gradcam": "Bright: patches whose last-block features, weighted by their gradient, raise the class's score.",
-}
-COST = {"tam": f"{TAM_STEPS} forward and backward passes", "legrad": "one backward pass per block"}
+# the costlier ones say what they cost: in the picker's help and while they are computed
+SLOW = ("backward per block", "repeated passes")
+SLOW_COSTS = "; ".join(f"{m} costs {METHODS[m].cost_note}" for m in GRADIENT_METHODS if METHODS[m].cost in SLOW)
 METHODS_HELP = "\n".join(
-    [f"- **{m}**: {DESCRIPTIONS[m]}" for m in GRADIENT_METHODS]
-    + ["", f"Each map is computed once per image and class; TAM costs {TAM_STEPS} forward and backward passes."]
+    [f"- **{m}**: {METHODS[m].summary}" for m in GRADIENT_METHODS]
+    + ["", f"Each map is computed once per image and class; {SLOW_COSTS}."]
 )
 
 
 def method_label(method: str) -> str:
     """A method and its paper, short enough for a chip at 800 px: "relevance (Chefer et al. 2021)"; the whole
     description is in the picker's help and under each map."""
-    paper = re.search(r"\(([^()]*\d{4})\)$", DESCRIPTIONS[method])
-    return f"{method} ({paper.group(1)})" if paper else method
+    paper = METHODS[method].paper
+    return f"{method} ({paper})" if paper else method
 
 
 @st.fragment
@@ -142,7 +137,7 @@ def compared_maps(page: Page, target: int, other: int, methods: list[str]) -> di
 
 
 def cached_class_map(page: Page, target: int, method: str) -> np.ndarray:
-    cost = f" ({COST[method]})" if method in COST else ""
+    cost = f" ({METHODS[method].cost_note})" if METHODS[method].cost in SLOW else ""
     with st.spinner(f"Computing {method} for '{class_name(page.model, target)}'{cost}..."):
         return class_map(page.model_key, page.photo.key, target, method, _analysis=page.analysis, _model=page.model)
 
@@ -159,7 +154,8 @@ def draw_map(page: Page, method: str, target: int, value: np.ndarray, value_rang
         colour_legend(settings, 0.0, value_range[1], f"{method} {scale}")
     else:
         colour_legend(settings, float(value.min()), float(value.max()), f"{method}, this map's range")
-    st.caption(f"{DESCRIPTIONS[method][0].upper()}{DESCRIPTIONS[method][1:]}. {READING[method]}")
+    summary = METHODS[method].summary
+    st.caption(f"{summary[0].upper()}{summary[1:]}. {METHODS[method].caption}")
     with st.expander("The patch grid, with the values on hover"):
         st.plotly_chart(
             cached_figure("heatmap_figure", value, "", settings.colormap), key=f"class_{method}_{target}", theme=None

@@ -1,0 +1,96 @@
+"""The record every map method declares in its own file, and what its ``compute`` receives and returns.
+
+    RELEVANCE = Method(name="relevance", description=..., compute=relevance_map, class_specific=True, ...)
+    RELEVANCE.compute(inputs)      # MapInputs -> MethodOutput, one signature for every method
+
+``vitviz.explain.registry`` collects the records; the CLI, the benchmark and the dashboard read them from there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal, NamedTuple, get_args
+
+import torch
+
+from vitviz.explain.common import HeadFusion
+from vitviz.model import Precision, autocast
+
+# What a method costs beyond the one forward pass every method shares, cheapest first (the registry's order)
+Cost = Literal["forward", "backward", "backward per block", "repeated passes"]
+COSTS: tuple[Cost, ...] = get_args(Cost)
+# What a method reads from the shared forward pass besides the attentions: the gradient of the target logit
+# w.r.t. every block's attention (one backward pass serves every method that asks), or every block's output
+Need = Literal["attention_gradients", "hidden_states"]
+
+
+@dataclass(frozen=True)
+class MapOptions:
+    precision: Precision = "fp32"  # autocast of the passes a method runs itself
+    head_fusion: HeadFusion = "mean"  # rollout: how the heads are fused
+    discard_ratio: float = 0.0  # rollout: the fraction of the weakest patch-to-patch weights dropped
+    start_layer: int = 0  # rollout, LeGrad and TAM: the first block included
+
+
+@dataclass(frozen=True)
+class MapInputs:
+    """One image, the class explained and the forward pass every method shares."""
+
+    model: torch.nn.Module
+    pixels: torch.Tensor  # (1, 3, H, W)
+    target: int  # the class the class-specific maps explain
+    attentions: tuple[torch.Tensor, ...]  # per block (1, heads, T, T) float32, detached
+    readout: torch.Tensor  # (1, T) float32: what the head reads of each token's final state (output.readout)
+    num_prefix_tokens: int
+    grid_size: tuple[int, int]
+    options: MapOptions = MapOptions()
+    attention_gradients: tuple[torch.Tensor, ...] | None = None  # per block (1, heads, T, T) float32, if needed
+    hidden_states: tuple[torch.Tensor, ...] | None = None  # per block (1, T, D) detached, if needed
+
+    @property
+    def layout(self) -> dict:
+        """The token layout every map function takes: ``f(..., **inputs.layout)``."""
+        return {"num_prefix_tokens": self.num_prefix_tokens, "grid_size": self.grid_size}
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """The precision's autocast on the device the model runs on, for the passes a method runs itself."""
+        return autocast(self.options.precision, self.pixels.device.type)
+
+
+@dataclass(frozen=True)
+class LogitLens:
+    probability: torch.Tensor  # (layers, B, rows, cols) the target's probability read from each patch token
+    votes: torch.Tensor  # (layers, B, rows, cols) the class each patch token's reading ranks first
+    readout_probability: torch.Tensor  # (layers, B) the target's probability from the head reading the block whole
+
+
+class MethodOutput(NamedTuple):
+    map: torch.Tensor  # (1, rows, cols) float32
+    lens: LogitLens | None = None  # the logit lens's every block (its map is the last block's)
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str  # the key of the CLI's --methods, the benchmark's rows and the dashboard's picker
+    description: str  # what it is, in a line (without the paper)
+    compute: Callable[[MapInputs], MethodOutput]
+    class_specific: bool  # does the map depend on the class explained?
+    cost: Cost
+    cost_note: str  # the cost in words, for people ("" when the shared forward pass is all it takes)
+    caption: str  # how to read the map, in a sentence (the dashboard's caption under it)
+    paper: str | None = None  # "Chefer et al. 2021"
+    needs: tuple[Need, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.cost not in COSTS:
+            raise ValueError(f"cost must be one of {', '.join(map(repr, COSTS))}; got {self.cost!r}")
+        unknown = [need for need in self.needs if need not in get_args(Need)]
+        if unknown:
+            raise ValueError(f"needs must be among {', '.join(map(repr, get_args(Need)))}; got {unknown}")
+
+    @property
+    def summary(self) -> str:
+        """The description with its paper: "gradient-weighted attention relevance (Chefer et al. 2021)"."""
+        return f"{self.description} ({self.paper})" if self.paper else self.description

@@ -1,0 +1,110 @@
+"""Every map method by name: the records the modules of this package declare, and ``method_maps``, which runs
+several of them on one image. The batch CLI, the benchmark and the dashboard read their lists from here.
+
+    result = method_maps(model, pixels, ["rollout", "relevance", "lens"])
+    result.maps["relevance"]          # (rows, cols), for the top class unless ``target`` is given
+    result.lens.probability[:, 0]     # with "lens": (layers, rows, cols)
+    get_method("tam").cost_note       # "20 forward and backward passes"
+
+A method is found wherever a module of ``vitviz.explain`` declares a ``Method`` at its top level: adding one
+takes its own file and its test, no list here. The methods come cheapest first (``Method.cost``), in the order of
+their modules' names and then of their declarations within a cost.
+
+One forward pass serves every method: the attention-only maps read its attentions, Chefer et al.'s two gradient
+maps its one backward pass, the lens its hidden states; LeGrad, TAM and Grad-CAM run the passes their definition
+needs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from vitviz.explain.common import HeadFusion, class_probabilities
+from vitviz.explain.method import COSTS, LogitLens, MapInputs, MapOptions, Method
+from vitviz.model import Precision, autocast
+
+
+def _declared_methods() -> dict[str, Method]:
+    """The ``Method`` records at the top level of every module of this package, cheapest first."""
+    package = importlib.import_module(__package__)  # vitviz.explain, importing this module as it starts
+    found: dict[str, Method] = {}
+    for module in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+        if module.name.startswith("_") or module.name == "registry":
+            continue  # __main__ would run the CLI; this module declares none
+        for value in vars(importlib.import_module(f"{__package__}.{module.name}")).values():
+            if isinstance(value, Method) and found.setdefault(value.name, value) is not value:
+                raise ValueError(f"two methods are named {value.name!r}; names must be unique")
+    ordered = sorted(found.values(), key=lambda m: COSTS.index(m.cost))  # stable: module order within a cost
+    return {method.name: method for method in ordered}
+
+
+METHODS: dict[str, Method] = _declared_methods()
+CLASS_SPECIFIC = tuple(name for name, method in METHODS.items() if method.class_specific)
+
+
+def get_method(name: str) -> Method:
+    """The method called ``name``, or an error that lists every name there is."""
+    if name not in METHODS:
+        raise ValueError(f"unknown method {name!r}; choose from {', '.join(METHODS)}")
+    return METHODS[name]
+
+
+@dataclass(frozen=True)
+class MethodMaps:
+    probabilities: torch.Tensor  # (num_classes,) float32
+    target: int  # the class the class-specific maps explain
+    maps: dict[str, torch.Tensor]  # method -> (rows, cols) float32, detached
+    lens: LogitLens | None = None  # with "lens": every block's maps, (layers, 1, rows, cols)
+
+
+def method_maps(
+    model: torch.nn.Module,
+    pixels: torch.Tensor,
+    methods: Sequence[str],
+    target: int | None = None,
+    precision: Precision = "fp32",
+    head_fusion: HeadFusion = "mean",
+    discard_ratio: float = 0.0,
+    start_layer: int = 0,
+) -> MethodMaps:
+    """The maps of ``methods`` for one image ``pixels`` (1, 3, H, W), each read out through what the head reads
+    (``output.readout``). ``target`` defaults to the top class. ``head_fusion`` and ``discard_ratio`` shape the
+    rollout; ``start_layer`` is the first block of rollout, LeGrad and TAM."""
+    chosen = [get_method(name) for name in methods]
+    if pixels.ndim != 4 or pixels.shape[0] != 1:
+        raise ValueError(f"method_maps explains one image: pixels must be (1, 3, H, W); got {tuple(pixels.shape)}")
+    needs = {need for method in chosen for need in method.needs}
+    with autocast(precision, pixels.device.type), torch.set_grad_enabled("attention_gradients" in needs):
+        output = model(pixels, output_attentions=True, output_hidden_states="hidden_states" in needs)
+    if output.logits is None and any(method.class_specific for method in chosen):
+        raise ValueError("class-specific maps need a classification head; this model is a backbone (num_classes=0)")
+    probabilities = (
+        class_probabilities(model, output.logits.float())[0].detach() if output.logits is not None else torch.zeros(0)
+    )
+    if target is None:
+        target = int(probabilities.argmax()) if probabilities.numel() else 0
+    elif not 0 <= target < probabilities.numel():
+        raise ValueError(f"target must be in [0, {probabilities.numel() - 1}]; got {target}")
+    gradients = None
+    if "attention_gradients" in needs:  # one backward pass for every method that reads it
+        gradients = tuple(g.float() for g in torch.autograd.grad(output.logits[0, target], output.attentions))
+    inputs = MapInputs(
+        model=model,
+        pixels=pixels,
+        target=target,
+        attentions=tuple(a.detach().float() for a in output.attentions),
+        readout=output.readout.detach().float(),  # explain what the classifier actually reads
+        num_prefix_tokens=output.num_prefix_tokens,
+        grid_size=output.grid_size,
+        options=MapOptions(precision, head_fusion, discard_ratio, start_layer),
+        attention_gradients=gradients,
+        hidden_states=tuple(h.detach() for h in output.hidden_states) if "hidden_states" in needs else None,
+    )
+    outputs = {method.name: method.compute(inputs) for method in chosen}
+    lens = next((out.lens for out in outputs.values() if out.lens is not None), None)
+    return MethodMaps(probabilities, target, {name: out.map[0].detach().float() for name, out in outputs.items()}, lens)
