@@ -68,12 +68,12 @@ def reference_softmax(model: ViT, images: torch.Tensor, keep: torch.Tensor) -> l
     weights, x = [], model.embed(images)[0]
     head_dim = model.config.hidden_size // model.config.num_heads
     arguments = model.block_arguments((images.shape[-2] // 8, images.shape[-1] // 8), images.shape[0], key_mask=keep)
-    for block, kwargs in zip(model.blocks, arguments):
-        _, _, (q, k, _) = block(x, need_qkv=True, **kwargs)
+    for block, controls in zip(model.blocks, arguments):
+        _, _, (q, k, _) = block(x, controls, need_qkv=True)
         scores = (q @ k.transpose(-2, -1) * head_dim**-0.5).double()
         exponentials = (scores - scores.amax(dim=-1, keepdim=True)).exp() * keep[:, None, None, :]
         weights.append((exponentials / exponentials.sum(dim=-1, keepdim=True)).float())
-        x = block(x, **kwargs).hidden
+        x = block(x, controls).hidden
     return weights
 
 
@@ -108,9 +108,9 @@ def test_mean_ablation_replaces_a_heads_output_with_its_batch_mean():
         arguments = model.block_arguments(grid, 4)
         for index, block in enumerate(model.blocks):
             if index != 1:
-                x = block(x, **arguments[index]).hidden
+                x = block(x, arguments[index]).hidden
                 continue
-            _, weights, (q, k, v) = block(x, need_weights=True, need_qkv=True, **arguments[index])
+            _, weights, (q, k, v) = block(x, arguments[index], need_weights=True, need_qkv=True)
             heads = weights @ v  # (B, heads, T, head_dim)
             heads[:, 2] = heads[:, 2].mean(dim=0, keepdim=True)
             attended = block.attn.proj(heads.transpose(1, 2).flatten(2))

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from vitviz.model import MLP, Attention, Block, PatchEmbedding, ViT, ViTConfig, autocast
+from vitviz.model import MLP, Attention, AttentionControls, Block, PatchEmbedding, ViT, ViTConfig, autocast
 
 TINY = dict(image_size=32, patch_size=8, hidden_size=32, num_layers=3, num_heads=4, mlp_size=64, num_classes=5)
 
@@ -119,8 +119,8 @@ def test_queries_keys_and_values_are_what_the_attention_uses(options):
             torch.testing.assert_close(ours, theirs)
         with torch.no_grad():
             written = block.attn.proj((weights @ v).transpose(1, 2).reshape(2, T, -1))
-            expected = block.attn(block.norm1(x), rope=model.rotary_embeddings((4, 6))[0]).out
-            x = block(x, rope=model.rotary_embeddings((4, 6))[0]).hidden
+            expected = block.attn(block.norm1(x), AttentionControls(model.rotary_embeddings((4, 6))[0])).out
+            x = block(x, AttentionControls(model.rotary_embeddings((4, 6))[0])).hidden
         torch.testing.assert_close(written, expected)
     assert model(images).qkv is None
 

@@ -46,7 +46,7 @@ def by_hand(model, images, block, edit):
     x, grid = model.embed(images)
     arguments = model.block_arguments(grid, x.shape[0])
     for index, layer in enumerate(model.blocks):
-        x = layer(x, **arguments[index]).hidden
+        x = layer(x, arguments[index]).hidden
         if index == block:
             x = torch.cat([x[:, :1], edit(x[:, 1:])], dim=1)
     return model.forward_head(x, grid).logits

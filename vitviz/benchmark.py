@@ -363,7 +363,7 @@ def run(args: argparse.Namespace, rank: int, world: int) -> int:
     if rank == 0 and world > 1:
         dist.barrier()
     if model.config.num_classes == 0:
-        hint = " (give --prompts or --prompt-set: it has a text tower)" if getattr(model, "text_tower", None) else ""
+        hint = " (give --prompts or --prompt-set: it has a text tower)" if model.text_tower is not None else ""
         raise SystemExit(f"error: this model has no classification head; the benchmark needs class probabilities{hint}")
     if args.precision == "auto":  # decided once, by the first process, so that every process uses the same
         choice = [resolve_precision("auto", model)[1] if rank == 0 else None]

@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     model = apply_prompt_options(model, args)
     classify = model.config.num_classes > 0
     if not classify and not args.features:
-        hint = " (give --prompts or --prompt-set: it has a text tower)" if getattr(model, "text_tower", None) else ""
+        hint = " (give --prompts or --prompt-set: it has a text tower)" if model.text_tower is not None else ""
         raise SystemExit(
             f"error: this model has no classification head; vitviz.explain needs a classifier{hint}, or --features pca"
         )

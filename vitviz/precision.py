@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from vitviz.model import Precision, ViT, autocast
+from vitviz.model import AttentionControls, Precision, ViT, autocast
 
 PRECISION_CHOICES = ("auto", "fp32", "bf16")  # what the page, and the command lines, accept
 BF16_MARGIN = 0.9  # bf16 is chosen only below this fraction of the fp32 time
@@ -114,7 +114,7 @@ def forward_timer(
             start = timer()
             x = tokens
             for block, rope in zip(timed, ropes):
-                x = block(x, need_weights=True, rope=rope).hidden  # (1, T, D); the (1, heads, T, T) weights dropped
+                x = block(x, AttentionControls(rope), need_weights=True).hidden  # (1, T, D); the weights dropped
             synchronize(device)
             return timer() - start
 

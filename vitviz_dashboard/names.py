@@ -23,7 +23,7 @@ def class_name(model: vitviz.ViT, index: int) -> str:
 
 def is_zero_shot(model: vitviz.ViT) -> bool:
     """A model whose classes are prompts read by its text tower (vitviz.zero_shot)."""
-    return getattr(model, "text_tower", None) is not None and has_classifier(model)
+    return model.text_tower is not None and has_classifier(model)
 
 
 def probability_kind(model: vitviz.ViT) -> str:

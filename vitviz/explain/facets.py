@@ -35,9 +35,9 @@ def patch_features(
     device = next(model.parameters()).device
     with torch.inference_mode(), autocast(precision, device.type):
         x, grid = model.embed(pixel_values.to(device))
-        arguments = model.block_arguments(grid, x.shape[0])  # rotary embeddings, a knocked-out model's masks
+        controls = model.block_arguments(grid, x.shape[0])  # rotary embeddings, a knocked-out model's masks
         for index in range(block + 1):
-            x, _, qkv = model.blocks[index](x, need_qkv=index == block and facet != "token", **arguments[index])
+            x, _, qkv = model.blocks[index](x, controls[index], need_qkv=index == block and facet != "token")
     p = model.config.num_prefix_tokens
     if facet == "token":
         return x[:, p:].float()

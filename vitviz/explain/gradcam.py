@@ -32,13 +32,13 @@ def norm1_gradients(
     """
     with torch.no_grad():
         x, grid = model.embed(pixel_values)
-        arguments = model.block_arguments(grid, x.shape[0])  # rotary embeddings, a knocked-out model's masks
-        for block, kwargs in zip(model.blocks[:-1], arguments):
-            x = block(x, **kwargs).hidden  # (B, T, D): the last block's input
+        controls = model.block_arguments(grid, x.shape[0])  # rotary embeddings, a knocked-out model's masks
+        for block, block_controls in zip(model.blocks[:-1], controls):
+            x = block(x, block_controls).hidden  # (B, T, D): the last block's input
     last = model.blocks[-1]
     with torch.enable_grad():
         activations = last.norm1(x).detach().requires_grad_()
-        tokens = last(x, normed=activations, **arguments[-1]).hidden
+        tokens = last(x, controls[-1], normed=activations).hidden
         output = model.forward_head(tokens, grid)
         (gradients,) = torch.autograd.grad(_target_score(output.logits, target), activations)
     return Norm1Gradients(output, activations.detach(), gradients)

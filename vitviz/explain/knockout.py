@@ -66,9 +66,9 @@ def head_importance(
                 for row, head in enumerate(heads):
                     mask[row, :, layer, head] = 0.0
                 hidden = inputs[layer].repeat(len(heads), 1, 1)  # (heads x B, T, D), head-major
-                arguments = model.block_arguments(grid, hidden.shape[0], mask.flatten(0, 1), head_ablation=ablation)
+                controls = model.block_arguments(grid, hidden.shape[0], mask.flatten(0, 1), head_ablation=ablation)
                 for index in range(layer, L):
-                    hidden = model.blocks[index](hidden, **arguments[index]).hidden
+                    hidden = model.blocks[index](hidden, controls[index]).hidden
                 ablated = model.forward_head(hidden, grid).logits.float().view(len(heads), B, -1)
                 index = targets.expand(len(heads), B)[..., None]  # each copy's target class
                 logits[layer, start : start + len(heads)] = ablated.gather(2, index)[..., 0]

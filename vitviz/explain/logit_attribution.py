@@ -61,14 +61,14 @@ def direct_logit_attribution(
         output = model(pixel_values, output_attentions=True, output_qkv=True, output_hidden_states=True)
         targets = _targets(output.logits, target if target is not None else output.logits.argmax(dim=-1))
         x, grid = model.embed(pixel_values)
-        arguments = model.block_arguments(grid, x.shape[0])  # a knocked-out model's head masks
+        controls = model.block_arguments(grid, x.shape[0])  # a knocked-out model's head masks
         readout, constant = _linear_readout(model, output.hidden_states[-1], targets)  # (B, T, D), (B,)
         heads, mlps, biases = [], [], constant
         embeddings = (x * readout).sum(dim=(1, 2))
-        for block, weights, (_, _, v), kwargs in zip(model.blocks, output.attentions, output.qkv, arguments):
+        for block, weights, (_, _, v), block_controls in zip(model.blocks, output.attentions, output.qkv, controls):
             per_head = weights @ v  # (B, heads, T, head_dim): what each head hands to the projection
-            if kwargs["head_mask"] is not None:
-                per_head = per_head * kwargs["head_mask"][:, :, None, None]
+            if block_controls.head_mask is not None:
+                per_head = per_head * block_controls.head_mask[:, :, None, None]
             B, H, T, head_dim = per_head.shape
             gain = getattr(block.ls1, "gamma", None)  # LayerScale's, if the model has it
             through = readout * gain if gain is not None else readout  # what a unit written here adds to the logit

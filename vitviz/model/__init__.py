@@ -1,8 +1,10 @@
 """vitviz's Vision Transformer (Dosovitskiy et al. 2020), as a small package read top to bottom:
 
     config.py   ViTConfig: one field per architectural choice (DeiT, DINO, DINOv2, CLIP, SigLIP, MAE...)
-    layers.py   patch embedding, attention that returns its weights and q/k/v, MLP, LayerScale, the block, attention pooling
-    vit.py      the ViT: embeddings, blocks, final norm, pooling, head; ViTOutput; autocast
+    layers.py   patch embedding, attention that returns its weights and q/k/v (steered by AttentionControls), MLP,
+                LayerScale, the block, attention pooling
+    vit.py      the ViT: embeddings, blocks, final norm, pooling, head, and what loaders attach (class names,
+                preprocessing, text tower); ViTOutput; autocast
     interventions.py  heads knocked out and tokens taken out of the attention: the masks, checked
 
 ``from vitviz.model import ViT, ViTConfig`` is the public way in.
@@ -14,6 +16,7 @@ from vitviz.model.layers import (
     MLP,
     QKV,
     Attention,
+    AttentionControls,
     AttentionOutput,
     AttentionPool,
     Block,
@@ -33,6 +36,7 @@ __all__ = [
     "QKV",
     "Activation",
     "Attention",
+    "AttentionControls",
     "AttentionOutput",
     "AttentionPool",
     "Block",

@@ -1,5 +1,6 @@
 """The layers of vitviz's ViT, in the order data flows through them: patch embedding, attention (which returns its
-weights), MLP, LayerScale, stochastic depth, the pre-norm block, and SigLIP's attention-pooling head."""
+weights; ``AttentionControls`` carries its rotary embedding and interventions), MLP, LayerScale, stochastic depth,
+the pre-norm block, and SigLIP's attention-pooling head."""
 
 from __future__ import annotations
 
@@ -46,6 +47,16 @@ class QKV(NamedTuple):
     v: torch.Tensor
 
 
+class AttentionControls(NamedTuple):
+    """What one pass asks of a block's attention beyond its input: the rotary embedding of this input's grid and the
+    interventions. ``ViT.block_arguments`` makes one per block; the defaults leave the attention as trained."""
+
+    rope: Rope | None = None  # the patch tokens' rotary embedding (``ViT.rotary_embeddings``), for a rotary model
+    head_mask: torch.Tensor | None = None  # (B or 1, heads): scales each head's weights before they reach the values
+    key_mask: torch.Tensor | None = None  # (B, T) booleans: a key marked False gets no attention
+    ablation: Ablation = "zero"  # what a head masked to 0 outputs: zeros, or its mean over the batch
+
+
 class AttentionOutput(NamedTuple):
     out: torch.Tensor  # (B, T, D) what the attention adds to the residual stream (before LayerScale)
     weights: torch.Tensor | None  # (B, heads, T, T) post-softmax, when asked for
@@ -73,17 +84,15 @@ class Attention(nn.Module):
     def forward(
         self,
         x: torch.Tensor,
+        controls: AttentionControls = AttentionControls(),
         need_weights: bool = False,
-        rope: Rope | None = None,
         need_qkv: bool = False,
-        head_mask: torch.Tensor | None = None,
-        key_mask: torch.Tensor | None = None,
-        head_ablation: Ablation = "zero",
     ) -> AttentionOutput:
-        """``head_mask`` (B or 1, heads) scales each head's weights before they reach the values: 0 removes the head's
-        output ("zero"), or replaces it with its mean over the batch ("mean"); the returned weights stay the
-        softmax. ``key_mask`` (B, T) booleans: a key marked False gets no attention, each row renormalised over the
-        others (the returned weights are those rows)."""
+        """``controls.head_mask`` (B or 1, heads) scales each head's weights before they reach the values: 0 removes
+        the head's output (``ablation`` "zero"), or replaces it with its mean over the batch ("mean"); the returned
+        weights stay the softmax. ``controls.key_mask`` (B, T) booleans: a key marked False gets no attention, each
+        row renormalised over the others (the returned weights are those rows)."""
+        rope, head_mask, key_mask, ablation = controls
         B, T, D = x.shape
         qkv = self.qkv(x).reshape(B, T, 3, self.num_heads, self.head_dim)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, heads, T, head_dim)
@@ -110,7 +119,7 @@ class Attention(nn.Module):
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=keys, dropout_p=dropout_p)
         if head_mask is not None:  # scaling a head's weights scales its output: the same on both paths
             mask = head_mask[:, :, None, None].to(out.dtype)  # (B or 1, heads, 1, 1)
-            removed = 0.0 if head_ablation == "zero" else out.mean(dim=0, keepdim=True)  # "mean": over the batch
+            removed = 0.0 if ablation == "zero" else out.mean(dim=0, keepdim=True)  # "mean": over the batch
             out = mask * out + (1 - mask) * removed
         out = out.transpose(1, 2).reshape(B, T, D)  # heads back side by side
         return AttentionOutput(self.proj(self.norm(out)), weights, QKV(q, k, v) if need_qkv else None)
@@ -195,26 +204,14 @@ class Block(nn.Module):
     def forward(
         self,
         x: torch.Tensor,
+        controls: AttentionControls = AttentionControls(),
         need_weights: bool = False,
-        normed: torch.Tensor | None = None,
-        rope: Rope | None = None,
         need_qkv: bool = False,
-        head_mask: torch.Tensor | None = None,
-        key_mask: torch.Tensor | None = None,
-        head_ablation: Ablation = "zero",
+        normed: torch.Tensor | None = None,
     ) -> BlockOutput:
-        """``normed``, if given, stands in for norm1(x): Grad-CAM differentiates with respect to it. ``rope``: the
-        rotary embedding of this input's grid (``ViT.rotary_embedding``), for a rotary model. ``head_mask``,
-        ``key_mask`` and ``head_ablation``: interventions on the attention (``Attention.forward``)."""
-        attended = self.attn(
-            self.norm1(x) if normed is None else normed,
-            need_weights,
-            rope,
-            need_qkv,
-            head_mask,
-            key_mask,
-            head_ablation,
-        )
+        """``controls``: this block's rotary embedding and interventions, from ``ViT.block_arguments``. ``normed``, if
+        given, stands in for norm1(x): Grad-CAM differentiates with respect to it."""
+        attended = self.attn(self.norm1(x) if normed is None else normed, controls, need_weights, need_qkv)
         x = x + self.drop_path(self.ls1(self.dropout(attended.out)))  # (B, T, D)
         x = x + self.drop_path(self.ls2(self.mlp(self.norm2(x))))  # (B, T, D)
         return BlockOutput(x, attended.weights, attended.qkv)

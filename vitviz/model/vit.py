@@ -17,7 +17,7 @@ import copy
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
 import torch.nn.functional as F
@@ -32,8 +32,12 @@ from vitviz.model.interventions import (
     head_mask_of,
     key_mask_of,
 )
-from vitviz.model.layers import QKV, Ablation, AttentionPool, Block, PatchEmbedding, norm_layer
+from vitviz.model.layers import QKV, Ablation, AttentionControls, AttentionPool, Block, PatchEmbedding, norm_layer
 from vitviz.model.rotary import Rope, mixed_angles, rotary_embedding
+
+if TYPE_CHECKING:  # for the annotations only: both modules sit above the model and import from it
+    from vitviz.images import Preprocessing
+    from vitviz.text.towers import TextTower
 
 Precision = Literal["fp32", "bf16"]
 
@@ -66,7 +70,13 @@ class ViTOutput:
 
 
 class ViT(nn.Module):
-    """Vision Transformer returning logits and, on request, every block's attention weights."""
+    """Vision Transformer returning logits and, on request, every block's attention weights.
+
+    Besides its modules it carries what a loader knows about it (``vitviz.load_model``, the importers,
+    ``load_checkpoint`` fill these in): ``class_names``, ``transform``, ``text_tower`` and ``text_tower_note``, and
+    ``training_info``. They are plain attributes, so the state dict, ``parameters()`` and ``.to()`` are the image
+    tower's alone.
+    """
 
     def __init__(self, config: ViTConfig):
         super().__init__()
@@ -98,6 +108,15 @@ class ViT(nn.Module):
         self.attn_implementation = "sdpa"
         # knock-outs applied to every forward pass (``knock_out``); none by default
         self.interventions = Interventions()
+        # one name per logit ("class 0"... until a loader knows better); none for a backbone
+        self.class_names: list[str] = [f"class {i}" for i in range(config.num_classes)]
+        # PIL image -> the (C, H, W) input this model was trained on; None until a loader or training sets it
+        self.transform: Preprocessing | None = None
+        # a CLIP or SigLIP model's text half, which turns prompts into classes (``vitviz.zero_shot``); not a
+        # module of the ViT, so its weights stay out of the ViT's state dict and parameters
+        self.text_tower: TextTower | None = None
+        self.text_tower_note: str | None = None  # why an image-text model came without its text tower, if it did
+        self.training_info: dict = {}  # a vitviz checkpoint's "training" entry (epochs, arguments, metrics)
         self._init_weights()
 
     def _init_weights(self) -> None:
@@ -156,8 +175,8 @@ class ViT(nn.Module):
         head_mask: torch.Tensor | None = None,
         key_mask: torch.Tensor | None = None,
         head_ablation: Ablation | None = None,
-    ) -> list[dict]:
-        """Each block's keyword arguments for an input of this grid and batch size: its rotary embedding, and the
+    ) -> list[AttentionControls]:
+        """Each block's attention controls for an input of this grid and batch size: its rotary embedding, and the
         interventions (the model's own, ``interventions``, combined with those given: masks multiply). Every pass
         through the blocks takes them from here, so a knocked-out model stays knocked out everywhere."""
         c = self.config
@@ -178,12 +197,7 @@ class ViT(nn.Module):
         if head_ablation not in ABLATIONS:
             raise ValueError(f"head_ablation must be one of {ABLATIONS}; got {head_ablation!r}")
         return [
-            dict(
-                rope=rope,
-                head_mask=None if head_mask is None else head_mask[:, index],
-                key_mask=key_mask,
-                head_ablation=head_ablation,
-            )
+            AttentionControls(rope, None if head_mask is None else head_mask[:, index], key_mask, head_ablation)
             for index, rope in enumerate(self.rotary_embeddings(grid))
         ]
 
@@ -267,9 +281,9 @@ class ViT(nn.Module):
         if self.attn_implementation not in ("sdpa", "eager"):
             raise ValueError(f"attn_implementation must be 'sdpa' or 'eager', not {self.attn_implementation!r}")
         explicit = need_weights or self.attn_implementation == "eager"
-        arguments = self.block_arguments(grid, x.shape[0], head_mask, key_mask, head_ablation)
+        controls = self.block_arguments(grid, x.shape[0], head_mask, key_mask, head_ablation)
         for index, block in enumerate(self.blocks):
-            x, weights, qkv = block(x, need_weights=explicit, need_qkv=output_qkv, **arguments[index])
+            x, weights, qkv = block(x, controls[index], need_weights=explicit, need_qkv=output_qkv)
             if attention_sink is not None:
                 attention_sink(index, weights)
             if output_attentions:

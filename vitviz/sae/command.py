@@ -131,7 +131,7 @@ def pixels(model, files: list[Path], batch: int = 256):
     """(pixel values (B, C, H, W), labels (B,) or None) per batch of files: labels from folders named after classes."""
     from vitviz.images import load_image
 
-    names = list(getattr(model, "class_names", None) or [])
+    names = model.class_names
     labelled = names and all(f.parent.name in names for f in files)
     for start in range(0, len(files), batch):
         part = files[start : start + batch]

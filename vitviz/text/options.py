@@ -43,7 +43,7 @@ def apply_prompt_options(model: ViT, args: argparse.Namespace) -> ViT:
         if args.templates:
             raise SystemExit("error: --templates needs --prompts or --prompt-set")
         return model
-    tower = getattr(model, "text_tower", None)
+    tower = model.text_tower
     if tower is None:
         raise SystemExit(f"error: --prompts and --prompt-set: {NO_TEXT_TOWER}")
     try:

@@ -89,7 +89,7 @@ def zero_shot(
     'missile' classes); ``check_prompts`` refuses that for typed prompts. Text embeddings are cached on disk
     (``vitviz.text.embeddings``). Raises ValueError (PromptError for bad prompts) with a message.
     """
-    tower = getattr(model, "text_tower", None)
+    tower = model.text_tower
     if tower is None:
         raise PromptError(NO_TEXT_TOWER)
     projection = tower.image_projection

@@ -206,7 +206,7 @@ def save_uploaded_checkpoint(uploaded) -> str:
 def describe_model(model: vitviz.ViT, spec: str) -> None:
     c = model.config
     classes = f"{len(model.class_names)} classes" if has_classifier(model) else "no classifier (a backbone)"
-    if getattr(model, "text_tower", None) is not None:
+    if model.text_tower is not None:
         kind = {"clip": "CLIP", "siglip": "SigLIP"}[model.text_tower.kind]
         classes = f"a {kind} text tower: prompts are its classes (below)"
     st.sidebar.caption(

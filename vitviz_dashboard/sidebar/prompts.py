@@ -37,10 +37,10 @@ def prompt_model(model: vitviz.ViT, key: ModelKey) -> tuple[vitviz.ViT, ModelKey
     """The sidebar's prompt section for ``model``, and the model the page then uses, its key and why the typed prompts
     cannot be used ("" when they can). A zero-shot model's key holds its prompts and templates, so every cache keeps
     its results apart."""
-    tower = getattr(model, "text_tower", None)
+    tower = model.text_tower
     if tower is None:
         if looks_like_clip(model, key.spec):
-            note = getattr(model, "text_tower_note", None)
+            note = model.text_tower_note
             st.sidebar.caption(
                 f"No text tower{': ' + note if note else ''}. For prompts as classes, "
                 f"{NO_TEXT_TOWER.split('. ', 1)[1]}."
@@ -134,7 +134,7 @@ def truncation_notes(tower, prompts: list[str]) -> None:
 
 def looks_like_clip(model: vitviz.ViT, spec: str) -> bool:
     """An image-text tower loaded without its text half: say how to get it."""
-    return getattr(model, "text_tower_note", None) is not None or any(w in spec.lower() for w in ("clip", "siglip"))
+    return model.text_tower_note is not None or any(w in spec.lower() for w in ("clip", "siglip"))
 
 
 def example_prompt(template: str, classes: list[str]) -> str:
