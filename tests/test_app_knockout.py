@@ -9,7 +9,7 @@ import pytest
 import torch
 from PIL import Image
 from streamlit.testing.v1 import AppTest
-from test_app import APP, fresh_caches, open_tab, values  # noqa: F401 (fresh_caches: an autouse fixture)
+from test_app import APP, open_tab, values
 from test_app_features import PHOTOS
 from test_app_reading import assert_percent, shown_in
 from tiny_models import tiny_checkpoint
@@ -17,6 +17,9 @@ from tiny_models import tiny_checkpoint
 import vitviz
 import vitviz.load
 from vitviz import explain
+
+# fresh caches, no local sample images, precision "auto" fixed at fp32 (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("fresh_caches")
 
 
 def app_with(path, monkeypatch, tab: str) -> AppTest:

@@ -1,4 +1,5 @@
-"""Preprocessing against torchvision's presets, greyscale scaling, and huge JPEGs (the hostile corpus: test_hostile_images.py)."""
+"""Preprocessing against torchvision's presets, greyscale scaling, and huge JPEGs (the hostile corpus:
+test_hostile_images.py)."""
 
 import hashlib
 import io
