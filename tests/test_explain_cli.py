@@ -24,15 +24,7 @@ NAMES = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta"]
 
 @pytest.fixture()
 def checkpoint(tmp_path):
-    torch.manual_seed(0)
-    model = ViT(
-        ViTConfig(image_size=32, patch_size=8, hidden_size=32, num_layers=2, num_heads=4, mlp_size=64, num_classes=6)
-    )
-    with torch.no_grad():
-        model.head.weight.normal_()
-    path = tmp_path / "model.pt"
-    save_checkpoint(path, model, NAMES, Preprocessing(resize=32, crop=32, mean=(0.5,) * 3, std=(0.25,) * 3))
-    return path
+    return tiny_checkpoint(tmp_path / "model.pt", names=NAMES)  # 2 blocks, a 4 x 4 grid, 6 classes
 
 
 @pytest.fixture()
@@ -131,21 +123,7 @@ def test_module_entry_point_runs(checkpoint, images, tmp_path):
 
 
 def test_cli_on_a_mean_pooled_model_without_cls(images, tmp_path):
-    torch.manual_seed(0)
-    model = ViT(
-        ViTConfig(
-            image_size=32,
-            patch_size=8,
-            hidden_size=32,
-            num_layers=2,
-            num_heads=4,
-            mlp_size=64,
-            num_classes=6,
-            class_token=False,
-            pooling="mean",
-        )
-    )
-    save_checkpoint(tmp_path / "mean.pt", model, NAMES, Preprocessing(resize=(32, 32)))
+    tiny_checkpoint(tmp_path / "mean.pt", names=NAMES, class_token=False, pooling="mean")
     out = tmp_path / "out"
     assert (
         main(
