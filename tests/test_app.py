@@ -599,22 +599,8 @@ def test_two_images_side_by_side(default_model):
 
 def test_one_layer_model_without_cls_token_renders_every_tab(tmp_path, monkeypatch):
     # mean pooling, registers instead of [CLS], one block, two classes: every slider has one choice or two
-    torch.manual_seed(0)
-    model = ViT(
-        ViTConfig(
-            image_size=32,
-            patch_size=8,
-            hidden_size=32,
-            num_layers=1,
-            num_heads=4,
-            mlp_size=64,
-            num_classes=2,
-            class_token=False,
-            pooling="mean",
-            num_register_tokens=2,
-        )
-    )
-    save_checkpoint(tmp_path / "odd.pt", model, ["yes", "no"], Preprocessing(resize=(32, 32)))
+    odd = dict(num_layers=1, class_token=False, pooling="mean", num_register_tokens=2)
+    tiny_checkpoint(tmp_path / "odd.pt", names=("yes", "no"), **odd)
     monkeypatch.setattr(vitviz.load, "DEFAULT_CHECKPOINT", tmp_path / "odd.pt")
     at = uploaded_app()
     assert not at.error
