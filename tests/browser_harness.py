@@ -443,7 +443,8 @@ def run_sessions(
 # tab names that are not wholly inside the page (hidden behind a scroll arrow)
 HIDDEN_TABS = """() => [...document.querySelectorAll('[role=tab]')].filter(t => {
     const r = t.getBoundingClientRect(), list = t.closest('[role=tablist]').getBoundingClientRect();
-    return r.right > list.right + 1 || r.left < list.left - 1 || r.right > window.innerWidth; }).map(t => t.innerText)"""
+    return r.right > list.right + 1 || r.left < list.left - 1 || r.right > window.innerWidth;
+}).map(t => t.innerText)"""
 
 
 def wait_until_drawn(page, text: str) -> None:

@@ -12,7 +12,7 @@ from tiny_models import tiny_checkpoint
 from transformers import ViTConfig as HFViTConfig
 from transformers import ViTModel
 
-from vitviz import ModelLoadError, ViT, load_model
+from vitviz import ModelLoadError, load_model
 from vitviz.checkpoint import read_checkpoint
 
 
@@ -38,19 +38,6 @@ def forbid(monkeypatch, owner, name: str) -> list:
 
     monkeypatch.setattr(owner, name, stand_in)
     return calls
-
-
-@pytest.fixture
-def built(monkeypatch) -> list[int]:
-    """The block counts of every ViT built (on any device) during the test."""
-    counts, build = [], ViT.__init__
-
-    def counted(self, config):
-        counts.append(config.num_layers)
-        build(self, config)
-
-    monkeypatch.setattr(ViT, "__init__", counted)
-    return counts
 
 
 def edited_checkpoint(tmp_path: Path, name: str = "edited.pt", state=None, preprocessing=None, **config) -> Path:

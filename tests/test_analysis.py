@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from tiny_models import build_tiny_vit
 
-from vitviz import Preprocessing, ViT, ViTConfig, explain
+from vitviz import Preprocessing, ViT, explain
 from vitviz_dashboard.analysis import analyse_image, attention_bytes, head_statistics, patch_attention, rollout
 
 CONFIGS = {
@@ -19,22 +20,8 @@ CONFIGS = {
 
 
 def model_for(config: dict) -> ViT:
-    torch.manual_seed(0)
-    model = ViT(
-        ViTConfig(
-            image_size=(24, 40),
-            patch_size=8,
-            hidden_size=32,
-            num_layers=3,
-            num_heads=4,
-            mlp_size=64,
-            num_classes=5,
-            **config,
-        )
-    ).eval()
-    with torch.no_grad():
-        for param in model.parameters():
-            param.normal_(std=0.3)
+    """A tiny ViT on a 24 x 40 input (a 3 x 5 grid), fed that size."""
+    model = build_tiny_vit(image_size=(24, 40), **config)
     model.transform = Preprocessing(resize=(24, 40), crop=None)
     return model
 

@@ -15,7 +15,7 @@ import torch
 from hostile_images import CORPUS
 from PIL import Image
 from streamlit.testing.v1 import AppTest
-from test_app_reading import fix_precision, same_text, shown_in
+from test_app_reading import same_text, shown_in
 from tiny_models import tiny_checkpoint
 
 import vitviz.load
@@ -28,20 +28,8 @@ APP = str(Path(__file__).resolve().parent.parent / "app.py")
 NAMES = ["cat", "dog", "bird"]
 
 
-@pytest.fixture(autouse=True)
-def fresh_caches(monkeypatch):
-    # AppTest runs every page in this process, so Streamlit's caches outlive a test
-    st.cache_resource.clear()
-    st.cache_data.clear()
-    budget.STORE.clear()  # and the page's own store, bounded by the memory budget
-    monkeypatch.setenv("VITVIZ_SAMPLES", "")  # no local sample images unless a test provides some
-    fix_precision(monkeypatch)  # "auto" is fp32 here, whatever the machine's load (test_app_reading.py)
-
-
-@pytest.fixture()
-def default_model(tmp_path, monkeypatch):
-    """A small checkpoint standing in for the shipped default (AppTest runs the page in this process)."""
-    monkeypatch.setattr(vitviz.load, "DEFAULT_CHECKPOINT", tiny_checkpoint(tmp_path / "default.pt"))
+# fresh caches, no local sample images, precision "auto" fixed at fp32 (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("fresh_caches")
 
 
 def png_bytes(size=(64, 48)) -> bytes:
@@ -618,22 +606,8 @@ def test_two_images_side_by_side(default_model):
 
 def test_one_layer_model_without_cls_token_renders_every_tab(tmp_path, monkeypatch):
     # mean pooling, registers instead of [CLS], one block, two classes: every slider has one choice or two
-    torch.manual_seed(0)
-    model = ViT(
-        ViTConfig(
-            image_size=32,
-            patch_size=8,
-            hidden_size=32,
-            num_layers=1,
-            num_heads=4,
-            mlp_size=64,
-            num_classes=2,
-            class_token=False,
-            pooling="mean",
-            num_register_tokens=2,
-        )
-    )
-    save_checkpoint(tmp_path / "odd.pt", model, ["yes", "no"], Preprocessing(resize=(32, 32)))
+    odd = dict(num_layers=1, class_token=False, pooling="mean", num_register_tokens=2)
+    tiny_checkpoint(tmp_path / "odd.pt", names=("yes", "no"), **odd)
     monkeypatch.setattr(vitviz.load, "DEFAULT_CHECKPOINT", tmp_path / "odd.pt")
     at = uploaded_app()
     assert not at.error

@@ -8,7 +8,7 @@ import pytest
 import torch
 from PIL import Image
 from streamlit.testing.v1 import AppTest
-from test_app import APP, DINOV3_STYLE, captions, fresh_caches, open_tab  # noqa: F401 (fresh_caches: an autouse fixture)
+from test_app import APP, DINOV3_STYLE, captions, open_tab
 from test_app_reading import shown_in
 from tiny_models import tiny_checkpoint
 
@@ -16,6 +16,9 @@ import vitviz
 import vitviz.load
 from vitviz import explain
 from vitviz_dashboard.cache import budget
+
+# fresh caches, no local sample images, precision "auto" fixed at fp32 (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("fresh_caches")
 
 
 def photo_bytes(seed: int, size=(64, 48)) -> bytes:

@@ -5,31 +5,26 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import streamlit as st
 import torch
 from streamlit.testing.v1 import AppTest
 from test_app import APP, captions, open_tab, png_bytes
-from test_app_reading import assert_percent, fix_precision
+from test_app_reading import assert_percent
 from tiny_models import tiny_checkpoint
 from tiny_text import clip_folder, siglip_folder
 
 import vitviz
 import vitviz_dashboard.analysis
 from vitviz.images import load_image
-from vitviz_dashboard.cache import budget
 from vitviz_dashboard.sidebar.prompts import PROMPTS_KEY, SOURCE_KEY
 
 MAKERS = {"clip": clip_folder, "siglip": siglip_folder}
 
 
 @pytest.fixture(autouse=True)
-def fresh(monkeypatch, tmp_path):
-    st.cache_resource.clear()
-    st.cache_data.clear()
-    budget.STORE.clear()
-    monkeypatch.setenv("VITVIZ_SAMPLES", "")
-    monkeypatch.setenv("VITVIZ_CACHE", str(tmp_path / "cache"))  # text embeddings of this test only
-    fix_precision(monkeypatch)  # "auto" is fp32, as library_probabilities computes, whatever the machine's load
+def fresh(fresh_caches, monkeypatch, tmp_path):
+    """Fresh caches and "auto" fixed at fp32, as library_probabilities computes (tests/conftest.py), and a text
+    embedding cache of this test only."""
+    monkeypatch.setenv("VITVIZ_CACHE", str(tmp_path / "cache"))
 
 
 @pytest.fixture(scope="module")

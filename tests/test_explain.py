@@ -5,8 +5,9 @@ import math
 import numpy as np
 import pytest
 import torch
+from tiny_models import build_tiny_vit
 
-from vitviz import ViT, ViTConfig, autocast, explain
+from vitviz import autocast, explain
 from vitviz.explain import (
     StreamingExplainer,
     area_under_curve,
@@ -184,26 +185,6 @@ def test_a_wrong_grid_is_refused_not_reshaped():
 # --- class-specific ----------------------------------------------------------------------------
 
 
-def tiny_model(prefix_registers=0, seed=0):
-    torch.manual_seed(seed)
-    model = ViT(
-        ViTConfig(
-            image_size=(16, 24),
-            patch_size=8,
-            hidden_size=32,
-            num_layers=3,
-            num_heads=4,
-            mlp_size=64,
-            num_classes=5,
-            num_register_tokens=prefix_registers,
-        )
-    ).eval()
-    with torch.no_grad():
-        for param in model.parameters():
-            param.normal_(std=0.3)
-    return model
-
-
 def test_gradient_weighted_attention_known_answer():
     a = torch.tensor([[[[0.5, 0.3, 0.2], [0.2, 0.6, 0.2], [0.1, 0.1, 0.8]]]])
     g = torch.tensor([[[[1.0, -2.0, 3.0], [0.0, 1.0, 0.0], [1.0, 1.0, 1.0]]]])
@@ -228,7 +209,7 @@ def test_gradient_weighted_attention_matches_the_reference_and_pairs_layers():
 
 
 def test_attention_gradients_belong_to_their_own_block():
-    model = tiny_model()
+    model = build_tiny_vit("non-square")
     images = torch.randn(1, 3, 16, 24)
     output, gradients = attention_gradients(model, images, target=3)
     for layer in range(3):  # each block's gradient, recomputed alone from a fresh forward
@@ -239,7 +220,7 @@ def test_attention_gradients_belong_to_their_own_block():
 
 
 def test_class_specific_maps_change_with_the_target_and_support_batches():
-    model = tiny_model()
+    model = build_tiny_vit("non-square")
     images = torch.randn(2, 3, 16, 24)
     maps = {}
     for target in (0, 1):
@@ -304,7 +285,7 @@ def test_position_embedding_similarity():
     similarity = position_embedding_similarity(orthogonal, grid, num_prefix_tokens=1)
     assert similarity.shape == (2, 3, 2, 3)
     torch.testing.assert_close(similarity.reshape(6, 6), torch.eye(6))
-    model = tiny_model()
+    model = build_tiny_vit("non-square")
     similarity = position_embedding_similarity(model.pos_embed, model.config.grid_size)
     torch.testing.assert_close(torch.diagonal(similarity.reshape(6, 6)), torch.ones(6))
 
@@ -371,29 +352,6 @@ def test_perturbation_curve_replaces_exact_fractions():
 # --- streaming ---------------------------------------------------------------------------------
 
 
-def map_pooled_model(registers=2, seed=0):
-    """A SigLIP-like model: no [CLS], an attention-pooling head, registers, a non-square 2x3 grid."""
-    torch.manual_seed(seed)
-    model = ViT(
-        ViTConfig(
-            image_size=(16, 24),
-            patch_size=8,
-            hidden_size=32,
-            num_layers=3,
-            num_heads=4,
-            mlp_size=64,
-            num_classes=5,
-            class_token=False,
-            pooling="map",
-            num_register_tokens=registers,
-        )
-    ).eval()
-    with torch.no_grad():
-        for param in model.parameters():
-            param.normal_(std=0.3)
-    return model
-
-
 def keep_everything(attentions, grid, prefix, fusion="mean", discard=0.0, start_layer=0, readout="cls"):
     """What StreamingExplainer must give, from the kept attentions upcast to fp32."""
     attentions = [a.float() if a.dtype != torch.float64 else a for a in attentions]
@@ -423,7 +381,8 @@ def assert_same_results(streamed, expected, dtype=torch.float32):
 )
 def test_streaming_equals_keeping_everything(precision, readout, registers, fusion, discard, start_layer):
     # under bf16 the running rollout used to stay bf16 (autocast ran its products in bf16): 3e-3 off, and no .numpy()
-    model = map_pooled_model(registers) if readout == "readout" else tiny_model(prefix_registers=registers)
+    family = "map-pooled" if readout == "readout" else "non-square"
+    model = build_tiny_vit(family, image_size=(16, 24), num_register_tokens=registers)
     prefix = model.config.num_prefix_tokens
     images = torch.randn(2, 3, 16, 24)
     with torch.no_grad(), autocast(precision):
@@ -453,7 +412,7 @@ def test_streaming_upcasts_half_precision_weights(dtype):
 
 def test_streaming_a_second_pass_replaces_the_first():
     # the second image's blocks used to be appended to the first's: 6 layers of rows on a 3-block model
-    model = tiny_model(prefix_registers=2)
+    model = build_tiny_vit("non-square", num_register_tokens=2)
     first, second = torch.randn(2, 3, 16, 24), torch.randn(2, 3, 16, 24)
     reused = StreamingExplainer(model.config.grid_size, 8, 3, start_layer=1)
     fresh = StreamingExplainer(model.config.grid_size, 8, 3, start_layer=1)
@@ -479,7 +438,7 @@ def test_streaming_refuses_a_skipped_block():
     streamer(1, attentions[1])
     with pytest.raises(ValueError, match="expected block 2, or 0 to start a new pass; got block 3"):
         streamer(3, attentions[2])
-    model = tiny_model()
+    model = build_tiny_vit("non-square")
     skipping = StreamingExplainer(model.config.grid_size, 8, 1)
     with torch.no_grad(), pytest.raises(ValueError, match="expected block 1, or 0 to start a new pass; got block 2"):
         model(torch.randn(1, 3, 16, 24), attention_sink=lambda index, weights: index != 1 and skipping(index, weights))
@@ -494,7 +453,7 @@ def test_streaming_readout_weights_are_validated():
 
 
 def test_streaming_reports_progress_after_each_block():
-    model = tiny_model()
+    model = build_tiny_vit("non-square")
     seen = []
     streamer = StreamingExplainer(
         model.config.grid_size,
@@ -510,10 +469,10 @@ def test_streaming_reports_progress_after_each_block():
 
 def test_streaming_keeps_no_full_attention_matrix_alive():
     images = torch.randn(2, 3, 16, 24)
-    map_pooled = map_pooled_model()
+    map_pooled = build_tiny_vit("map-pooled", image_size=(16, 24))
     with torch.no_grad():
         readout = map_pooled(images).readout
-    for model, rows in [(tiny_model(), "cls"), (map_pooled, "mean"), (map_pooled, readout)]:
+    for model, rows in [(build_tiny_vit("non-square"), "cls"), (map_pooled, "mean"), (map_pooled, readout)]:
         streamer = StreamingExplainer(model.config.grid_size, 8, model.config.num_prefix_tokens, readout=rows)
         with torch.no_grad():
             model(images, attention_sink=streamer)
@@ -647,23 +606,7 @@ def test_pooling_attention_maps_one_head_or_all():
 
 def test_class_maps_of_a_map_pooled_model_read_its_pooling_weights():
     # a SigLIP-like model: no [CLS], the head reads the patches through its pooling attention
-    torch.manual_seed(0)
-    model = ViT(
-        ViTConfig(
-            image_size=32,
-            patch_size=8,
-            hidden_size=32,
-            num_layers=2,
-            num_heads=4,
-            mlp_size=64,
-            num_classes=3,
-            class_token=False,
-            pooling="map",
-        )
-    ).eval()
-    with torch.no_grad():
-        for param in model.parameters():
-            param.normal_(std=0.3)
+    model = build_tiny_vit("map-pooled", num_register_tokens=0, num_layers=2, num_classes=3)
     output, gradients = attention_gradients(model, torch.randn(1, 3, 32, 32), target=1)
     attentions = [a.detach() for a in output.attentions]
     relevance = gradient_weighted_attention(attentions, gradients, num_prefix_tokens=0, readout=output.readout.detach())
@@ -693,7 +636,7 @@ def test_a_start_layer_outside_the_blocks_is_refused_with_the_valid_range(method
 
 def test_streaming_start_layer_past_the_last_block_names_the_valid_range():
     # the explainer cannot know the block count before the pass; afterwards it must not blame the caller's wiring
-    model = tiny_model()
+    model = build_tiny_vit("non-square")
     streamer = StreamingExplainer(model.config.grid_size, 8, 1, start_layer=3)
     with torch.no_grad():
         model(torch.randn(1, 3, 16, 24), attention_sink=streamer)

@@ -12,6 +12,7 @@ from PIL import Image
 from tiny_models import tiny_checkpoint
 
 from vitviz import Preprocessing, ViT, ViTConfig, explain_cli, save_checkpoint
+from vitviz import precision as precision_module
 from vitviz.explain import patch_features, pca_rgb
 from vitviz.explain_cli import main
 from vitviz.feature_pictures import paint_patches, side_by_side
@@ -23,15 +24,7 @@ NAMES = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta"]
 
 @pytest.fixture()
 def checkpoint(tmp_path):
-    torch.manual_seed(0)
-    model = ViT(
-        ViTConfig(image_size=32, patch_size=8, hidden_size=32, num_layers=2, num_heads=4, mlp_size=64, num_classes=6)
-    )
-    with torch.no_grad():
-        model.head.weight.normal_()
-    path = tmp_path / "model.pt"
-    save_checkpoint(path, model, NAMES, Preprocessing(resize=32, crop=32, mean=(0.5,) * 3, std=(0.25,) * 3))
-    return path
+    return tiny_checkpoint(tmp_path / "model.pt", names=NAMES)  # 2 blocks, a 4 x 4 grid, 6 classes
 
 
 @pytest.fixture()
@@ -130,21 +123,7 @@ def test_module_entry_point_runs(checkpoint, images, tmp_path):
 
 
 def test_cli_on_a_mean_pooled_model_without_cls(images, tmp_path):
-    torch.manual_seed(0)
-    model = ViT(
-        ViTConfig(
-            image_size=32,
-            patch_size=8,
-            hidden_size=32,
-            num_layers=2,
-            num_heads=4,
-            mlp_size=64,
-            num_classes=6,
-            class_token=False,
-            pooling="mean",
-        )
-    )
-    save_checkpoint(tmp_path / "mean.pt", model, NAMES, Preprocessing(resize=(32, 32)))
+    tiny_checkpoint(tmp_path / "mean.pt", names=NAMES, class_token=False, pooling="mean")
     out = tmp_path / "out"
     assert (
         main(
@@ -275,11 +254,22 @@ def test_cli_new_methods_on_a_mean_pooled_model_with_registers(images, tmp_path)
     assert all(maps[method].shape == (4, 6) for method in ("legrad", "tam", "gradcam", "lens"))
 
 
-def test_cli_precision_auto_times_the_model_and_says_what_it_chose(checkpoint, images, tmp_path, capsys):
-    main([str(images / "wide.png"), "--model", str(checkpoint), "--out", str(tmp_path / "o"), "--precision", "auto"])
-    err = capsys.readouterr().err
-    assert "auto chose fp32" in err or "auto chose bf16" in err
-    assert np.load(tmp_path / "o" / "wide.npz")["rollout"].shape == (4, 4)
+@pytest.mark.parametrize("bf16_ms, chosen", [(5.0, "bf16"), (20.0, "fp32")])  # against fp32's 10 ms
+def test_cli_precision_auto_times_the_model_and_says_what_it_chose(
+    checkpoint, images, tmp_path, capsys, monkeypatch, bf16_ms, chosen
+):
+    # the timings are stubbed (whatever this CPU's bf16 support and load), so each run has one right answer
+    monkeypatch.setattr(precision_module, "bf16_unavailable", lambda device: None)
+    seconds = {"fp32": 0.010, "bf16": bf16_ms / 1000}
+    monkeypatch.setattr(precision_module, "forward_timer", lambda model, timer=None, blocks=None: seconds.get)
+    run = [str(images / "wide.png"), "--model", str(checkpoint), "--precision"]
+    main([*run, "auto", "--out", str(tmp_path / "auto")])
+    assert f"auto chose {chosen}: " in capsys.readouterr().err
+    main([*run, chosen, "--out", str(tmp_path / "chosen")])  # the maps are those of the precision it chose
+    auto, given = np.load(tmp_path / "auto" / "wide.npz"), np.load(tmp_path / "chosen" / "wide.npz")
+    assert auto["rollout"].shape == (4, 4)
+    for method in auto.files:
+        np.testing.assert_array_equal(auto[method], given[method], err_msg=method)
 
 
 # --features pca: one PCA over every image's patch features, checked against explain.pca_rgb run here

@@ -1,6 +1,6 @@
 """LeGrad, Transition Attention Maps, Grad-CAM, the logit lens and the sanity check: each against a reference
-written out with loops from its paper's definition (or, for Grad-CAM, pytorch-grad-cam's hooks), on tiny random
-float64 models of several grids, prefix tokens and poolings."""
+written out with loops from its paper's definition, on tiny random float64 models of several grids, prefix tokens
+and poolings. Grad-CAM is compared with the pytorch-grad-cam package itself in tests/test_gradcam.py."""
 
 import numpy as np
 import pytest
@@ -190,46 +190,6 @@ def test_integrated_gradient_returns_the_inputs_own_attentions_and_checks_steps(
 
 
 # --- Grad-CAM ----------------------------------------------------------------------------------------------------
-
-
-def pytorch_grad_cam_reference(model, images, target):
-    """pytorch-grad-cam's GradCAM on ``blocks[-1].norm1`` with a reshape_transform that drops the prefix tokens:
-    a forward hook keeps the activations, a tensor hook their gradient; w = mean over (rows, cols) of the
-    gradient, cam = ReLU(sum_c w_c A_c)."""
-    kept = {}
-
-    def keep(module, inputs, output):
-        kept["activations"] = output
-        output.register_hook(lambda grad: kept.__setitem__("gradients", grad))
-
-    handle = model.blocks[-1].norm1.register_forward_hook(keep)
-    try:
-        output = model(images)
-        output.logits[:, target].sum().backward()
-    finally:
-        handle.remove()
-    p, (rows, cols) = model.config.num_prefix_tokens, output.grid_size
-
-    def reshape_transform(tokens):  # (B, T, D) -> (B, D, rows, cols), channels first like a CNN's
-        return tokens[:, p:].reshape(tokens.shape[0], rows, cols, tokens.shape[2]).permute(0, 3, 1, 2)
-
-    activations = reshape_transform(kept["activations"].detach()).numpy()
-    gradients = reshape_transform(kept["gradients"]).numpy()
-    weights = np.mean(gradients, axis=(2, 3))  # GradCAM.get_cam_weights
-    cam = (weights[:, :, None, None] * activations).sum(axis=1)
-    return torch.tensor(np.maximum(cam, 0))
-
-
-@pytest.mark.parametrize("config", [*CONFIGS, "one block"])
-def test_grad_cam_matches_pytorch_grad_cam(config):
-    overrides = dict(num_layers=1) if config == "one block" else CONFIGS[config]
-    model = tiny(**overrides)
-    images = images_for(model)
-    output, activations, gradients = norm1_gradients(model, images, target=4)
-    assert all(param.grad is None for param in model.parameters())  # no .grad left behind on the weights
-    out = grad_cam(activations, gradients, output.num_prefix_tokens, output.grid_size)
-    torch.testing.assert_close(out, pytorch_grad_cam_reference(model, images, 4))
-    torch.testing.assert_close(output.logits, model(images).logits)  # the model's own prediction
 
 
 def test_grad_cam_known_answer():
@@ -425,8 +385,9 @@ def expected_map(name: str, model: ViT, pixels: torch.Tensor, inputs: MapInputs)
     if name == "tam":
         integrated = integrated_attention_gradient(model, pixels, target, TAM_STEPS).gradient.float()
         return transition_attention_map(inputs.attentions, integrated, **layout, readout=readout, start_layer=1)
-    if name == "gradcam":
-        return pytorch_grad_cam_reference(model, pixels, target)
+    if name == "gradcam":  # the function itself is compared with pytorch-grad-cam in test_gradcam.py
+        _, activations, gradients = norm1_gradients(model, pixels, target)
+        return grad_cam(activations, gradients, **layout)
     if name == "lens":
         return logit_lens(model, inputs.hidden_states, target, **layout).probability[-1]
     if name == "rollout":

@@ -21,7 +21,7 @@ from huggingface_hub import constants
 from safetensors.torch import save_file
 from test_import_open_clip import TINY_CFG
 from test_load import CreatesAFile
-from test_load_hub import TIMM_NAME, cached_snapshot, offline  # noqa: F401  (a fixture: no network, empty cache)
+from test_load_hub import TIMM_NAME, cached_snapshot
 
 import vitviz
 import vitviz.checkpoint

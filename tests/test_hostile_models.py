@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 import torch
 from hostile_models import (
-    built,  # noqa: F401  (a fixture: the ViTs built)
     edit_json,
     edited_checkpoint,
     forbid,

@@ -117,7 +117,8 @@ def test_preprocessor_config_is_honoured(tmp_path):
 
 
 def test_a_folder_without_preprocessor_config_gets_the_models_own_size_and_its_processors_statistics(tmp_path):
-    # a 32 x 32 ViT is fed 32 x 32, not a fixed 224; CLIP gets CLIPImageProcessor's mean and std, ViT ViTImageProcessor's
+    # a 32 x 32 ViT is fed 32 x 32, not a fixed 224;
+    # CLIP gets CLIPImageProcessor's mean and std, ViT ViTImageProcessor's
     from tiny_text import clip_folder
 
     random_hf_classifier().save_pretrained(tmp_path / "vit")

@@ -8,7 +8,7 @@ import open_clip
 import pytest
 import torch
 from safetensors.torch import save_file
-from test_load_hub import cached_snapshot, offline  # noqa: F401  (a fixture)
+from test_load_hub import cached_snapshot
 
 import vitviz
 from vitviz import ModelLoadError, from_open_clip, load_model, zero_shot

@@ -2,13 +2,9 @@
 
 import pytest
 import torch
-from tiny_models import perturbed_vit
+from tiny_models import build_tiny_vit
 
 from vitviz.model import ViT
-
-
-def tiny_vit(**overrides) -> ViT:
-    return perturbed_vit(0.2, **overrides)  # every part matters, LayerScale and the head included
 
 
 def without_head(model: ViT, layer: int, head: int) -> ViT:
@@ -21,16 +17,8 @@ def without_head(model: ViT, layer: int, head: int) -> ViT:
     return reference
 
 
-@pytest.mark.parametrize(
-    "options",
-    [
-        {},
-        dict(layer_scale=True, num_register_tokens=2),
-        dict(rotary="dinov3", absolute_positions=False, pooling="mean"),
-    ],
-)
-def test_a_zero_head_mask_is_the_head_cut_out_of_the_output_projection(options):
-    model = tiny_vit(**options)
+def test_a_zero_head_mask_is_the_head_cut_out_of_the_output_projection(tiny_vit):
+    model = tiny_vit
     images = torch.randn(2, 3, 32, 40)
     L, H = model.config.num_layers, model.config.num_heads
     for layer in range(L):
@@ -50,7 +38,7 @@ def test_a_zero_head_mask_is_the_head_cut_out_of_the_output_projection(options):
 
 
 def test_a_head_mask_per_image_acts_on_each_image_alone():
-    model = tiny_vit()
+    model = build_tiny_vit()
     images = torch.randn(3, 3, 32, 32)
     mask = torch.ones(3, 3, 4)
     mask[0, 0, 1] = 0  # image 0 loses head (0, 1), image 2 head (2, 3), image 1 nothing
@@ -78,7 +66,7 @@ def reference_softmax(model: ViT, images: torch.Tensor, keep: torch.Tensor) -> l
 
 
 def test_a_key_mask_gives_masked_keys_no_attention_and_renormalises_the_rest():
-    model = tiny_vit(num_register_tokens=2)
+    model = build_tiny_vit("registers")
     images = torch.randn(2, 3, 32, 32)
     T = 3 + 16
     keep = torch.ones(2, T, dtype=torch.bool)
@@ -97,7 +85,7 @@ def test_a_key_mask_gives_masked_keys_no_attention_and_renormalises_the_rest():
 
 
 def test_mean_ablation_replaces_a_heads_output_with_its_batch_mean():
-    model = tiny_vit()
+    model = build_tiny_vit()
     images = torch.randn(4, 3, 32, 32)
     mask = torch.ones(3, 4)
     mask[1, 2] = 0
@@ -121,7 +109,7 @@ def test_mean_ablation_replaces_a_heads_output_with_its_batch_mean():
 
 
 def test_a_knocked_out_model_shares_the_weights_and_applies_its_masks_everywhere():
-    model = tiny_vit(num_register_tokens=2)
+    model = build_tiny_vit("registers")
     images = torch.randn(2, 3, 32, 32)
     knocked = model.knock_out(heads=[(2, 1), (0, 3)], tokens=[1, 2])
     assert knocked.blocks[0] is model.blocks[0] and knocked.head is model.head  # no copy of any weight
@@ -166,4 +154,4 @@ def test_a_knocked_out_model_shares_the_weights_and_applies_its_masks_everywhere
 )
 def test_bad_masks_are_refused_with_a_message(call, message):
     with pytest.raises(ValueError, match=message):
-        call(tiny_vit(), torch.randn(2, 3, 32, 32))
+        call(build_tiny_vit(), torch.randn(2, 3, 32, 32))

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from tiny_models import perturbed_vit as tiny_vit  # noise 0.3: every part matters
+from tiny_models import build_tiny_vit
 
 from vitviz import explain
 
@@ -16,7 +16,7 @@ def masked_target(model, images, mask, targets, ablation="zero"):
 
 @pytest.mark.parametrize("ablation,max_batch", [("zero", 64), ("zero", 3), ("mean", 64)])
 def test_each_heads_change_is_a_forward_pass_with_that_head_masked(ablation, max_batch):
-    model = tiny_vit(num_register_tokens=1, layer_scale=True)
+    model = build_tiny_vit("registers", num_register_tokens=1)
     images = torch.randn(2, 3, 32, 32)
     done = []
     result = explain.head_importance(model, images, ablation=ablation, max_batch=max_batch, progress=done.append)
@@ -39,7 +39,7 @@ def test_each_heads_change_is_a_forward_pass_with_that_head_masked(ablation, max
 
 
 def test_a_chosen_target_and_a_knocked_out_model():
-    model = tiny_vit().knock_out(heads=[(0, 0)])
+    model = build_tiny_vit().knock_out(heads=[(0, 0)])
     images = torch.randn(1, 3, 32, 32)
     result = explain.head_importance(model, images, target=4)
     assert result.target.tolist() == [4]
@@ -52,8 +52,8 @@ def test_a_chosen_target_and_a_knocked_out_model():
 
 def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="needs a classifier"):
-        explain.head_importance(tiny_vit(num_classes=0), torch.randn(1, 3, 32, 32))
+        explain.head_importance(build_tiny_vit(num_classes=0), torch.randn(1, 3, 32, 32))
     with pytest.raises(ValueError, match="ablation must be 'zero' or 'mean'"):
-        explain.head_importance(tiny_vit(), torch.randn(1, 3, 32, 32), ablation="half")
+        explain.head_importance(build_tiny_vit(), torch.randn(1, 3, 32, 32), ablation="half")
     with pytest.raises(ValueError, match="target must be one class or one per image"):
-        explain.head_importance(tiny_vit(), torch.randn(1, 3, 32, 32), target=9)
+        explain.head_importance(build_tiny_vit(), torch.randn(1, 3, 32, 32), target=9)

@@ -24,20 +24,6 @@ TIMM_NAME = "vit_tiny_patch16_224.augreg_in21k_ft_in1k"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
-@pytest.fixture
-def offline(tmp_path, monkeypatch) -> Path:
-    """No network at all (every connection and name lookup fails at once) and an empty Hub cache; returns the cache."""
-
-    def unreachable(*args, **kwargs):
-        raise OSError(101, "Network is unreachable")
-
-    monkeypatch.setattr(socket.socket, "connect", unreachable)
-    monkeypatch.setattr(socket, "getaddrinfo", lambda *a, **k: (_ for _ in ()).throw(socket.gaierror(-3, "no DNS")))
-    cache = tmp_path / "hub"
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
-    return cache
-
-
 def cached_snapshot(cache: Path, repo_id: str) -> Path:
     """The folder huggingface_hub keeps a repository's files in, as its cache lays it out."""
     repo = cache / f"models--{repo_id.replace('/', '--')}"

@@ -4,17 +4,12 @@ and a CLIP prompt head, and one head's share equals a sum written out in the tes
 import pytest
 import torch
 from test_import_timm import perturbed
-from test_load_hub import offline  # noqa: F401  (a fixture: no network)
-from tiny_models import perturbed_vit
+from tiny_models import build_tiny_vit
 from tiny_text import clip_folder
 
 import vitviz
 from vitviz import explain
 from vitviz.model import ViT
-
-
-def tiny_vit(**overrides) -> ViT:
-    return perturbed_vit(0.3, **overrides)  # every part matters, LayerScale and the head included
 
 
 def assert_sums_to_the_logit(model: ViT, images: torch.Tensor, target=None) -> explain.LogitAttribution:
@@ -56,7 +51,7 @@ def assert_sums_to_the_logit(model: ViT, images: torch.Tensor, target=None) -> e
     ],
 )
 def test_the_parts_sum_to_the_logit(options):
-    assert_sums_to_the_logit(tiny_vit(**options), torch.randn(2, 3, 32, 40), target=[1, 3])
+    assert_sums_to_the_logit(build_tiny_vit(**options), torch.randn(2, 3, 32, 40), target=[1, 3])
 
 
 @pytest.mark.parametrize(
@@ -83,7 +78,7 @@ def test_a_clip_prompt_head_is_read_with_its_normalisation_frozen(tmp_path, offl
 def test_one_heads_share_is_its_output_read_by_the_head():
     """One block, mean pooling, no final norm: the logit is W . mean(tokens) + b, so head h's share is W . the mean
     over tokens of (its weights @ its values) through its slice of the projection, times LayerScale."""
-    model = tiny_vit(num_layers=1, pooling="mean", class_token=False, final_norm=False, layer_scale=True)
+    model = build_tiny_vit(num_layers=1, pooling="mean", class_token=False, final_norm=False, layer_scale=True)
     images = torch.randn(2, 3, 32, 32)
     parts = explain.direct_logit_attribution(model, images, target=2)
     with torch.no_grad():
@@ -99,7 +94,7 @@ def test_one_heads_share_is_its_output_read_by_the_head():
 
 
 def test_a_knocked_out_head_contributes_nothing():
-    model = tiny_vit().knock_out(heads=[(1, 2)])
+    model = build_tiny_vit().knock_out(heads=[(1, 2)])
     parts = assert_sums_to_the_logit(model, torch.randn(2, 3, 32, 32))
     assert (parts.heads[:, 1, 2] == 0).all()
 
@@ -107,10 +102,10 @@ def test_a_knocked_out_head_contributes_nothing():
 @pytest.mark.parametrize(
     "build,message",
     [
-        (lambda: tiny_vit(pooling="map", class_token=False), "attention-pooling head is not linear"),
-        (lambda: tiny_vit(attention_norm=True), "norm on the heads' joined output"),
-        (lambda: tiny_vit(num_classes=0), "needs a classifier"),
-        (lambda: tiny_vit().knock_out(heads=[(0, 0)], ablation="mean"), "batch mean"),
+        (lambda: build_tiny_vit(pooling="map", class_token=False), "attention-pooling head is not linear"),
+        (lambda: build_tiny_vit(attention_norm=True), "norm on the heads' joined output"),
+        (lambda: build_tiny_vit(num_classes=0), "needs a classifier"),
+        (lambda: build_tiny_vit().knock_out(heads=[(0, 0)], ablation="mean"), "batch mean"),
     ],
 )
 def test_readouts_that_are_not_linear_are_refused(build, message):

@@ -6,7 +6,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from test_app import default_model, fresh_caches, started_app  # noqa: F401 - fixtures (fresh_caches: autouse)
+from test_app import started_app
 from tiny_models import tiny_checkpoint
 
 import vitviz
@@ -21,6 +21,9 @@ from vitviz_dashboard.sidebar.model_dirs import (
     check_model_path,
 )
 from vitviz_dashboard.sidebar.model_picker import hub_spec
+
+# fresh caches, no local sample images, precision "auto" fixed at fp32 (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("fresh_caches")
 
 
 @pytest.fixture()

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from tests.tiny_models import perturbed_vit
+from tests.tiny_models import build_tiny_vit
 from vitviz.model.layers import Block
 from vitviz.sae import SAEConfig, SAEError, TopKSAE, top1_agreement, with_sae
 from vitviz.sae.editing import EditedBlock
@@ -32,7 +32,7 @@ def perfect_sae() -> TopKSAE:
 
 @pytest.fixture
 def model():
-    return perturbed_vit()
+    return build_tiny_vit()
 
 
 @pytest.fixture

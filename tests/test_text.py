@@ -5,7 +5,6 @@ and every check on prompts. Tiny random models and tokenizers built in tests/tin
 import pytest
 import torch
 import torch.nn.functional as F
-from test_load_hub import offline  # noqa: F401  (a fixture: no network, an empty Hub cache)
 from tiny_text import clip_folder, open_clip_siglip, siglip_folder, spied
 
 import vitviz

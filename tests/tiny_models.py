@@ -1,11 +1,40 @@
-"""Small random models saved as vitviz checkpoints: the stand-ins for trained models in the page, browser
-and command-line tests (none of which may download or train one)."""
+"""Small random models: the stand-ins for trained models in every test (none may download or train one).
+
+``build_tiny_vit`` builds one of the ``TINY_FAMILIES`` in memory (the ``tiny_vit`` fixture of tests/conftest.py runs
+a test over each); ``tiny_checkpoint`` saves one as a vitviz checkpoint for the page, browser and command-line tests.
+"""
 
 from pathlib import Path
 
 import torch
 
 from vitviz import Preprocessing, ViT, ViTConfig, save_checkpoint
+
+# 3 blocks of 4 heads, 8-pixel patches on a 32 x 32 input (a 4 x 4 grid), 5 classes
+TINY = dict(image_size=32, patch_size=8, hidden_size=32, num_layers=3, num_heads=4, mlp_size=64, num_classes=5)
+
+# The kinds of ViT whose differences the explanation methods and interventions must handle, by what they change:
+# the prefix tokens, the readout, the grid's shape, the position encoding and the norms.
+TINY_FAMILIES: dict[str, dict] = {
+    "cls": {},  # ViT / DeiT: a [CLS] token read by the head, learned positions
+    "registers": dict(num_register_tokens=2, layer_scale=True),  # DINOv2 with registers: more prefix tokens
+    "mean-pooled": dict(class_token=False, pooling="mean"),  # no [CLS]: the head reads the mean patch token
+    "map-pooled": dict(class_token=False, pooling="map", num_register_tokens=2),  # SigLIP: attention pooling
+    "non-square": dict(image_size=(16, 24)),  # a 2 x 3 grid: rows and columns must not be swapped
+    "rotary": dict(rotary="dinov3", absolute_positions=False, norm="rmsnorm", qk_norm=True),  # DINOv3 / AIMv2 parts
+}
+
+
+def build_tiny_vit(family: str = "cls", noise: float = 0.3, seed: int = 0, **overrides) -> ViT:
+    """A ``TINY`` ViT of that family (any ViTConfig field can be overridden) in eval mode, whose every weight is
+    moved off its initial value by Gaussian noise of this size (seeded), so every part matters: LayerScale, the
+    zero-initialised head, the biases, and attention maps far from uniform."""
+    torch.manual_seed(seed)
+    model = ViT(ViTConfig(**(TINY | TINY_FAMILIES[family] | overrides))).eval()
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(torch.randn_like(param), alpha=noise)
+    return model
 
 
 def tiny_checkpoint(path: Path, names=("cat", "dog", "bird"), **config) -> Path:
@@ -23,18 +52,3 @@ def tiny_checkpoint(path: Path, names=("cat", "dog", "bird"), **config) -> Path:
     )  # the input it was built for
     save_checkpoint(path, model, list(names), Preprocessing(resize=side, crop=side, mean=(0.5,) * 3, std=(0.25,) * 3))
     return path
-
-
-TINY = dict(image_size=32, patch_size=8, hidden_size=32, num_layers=3, num_heads=4, mlp_size=64, num_classes=5)
-
-
-def perturbed_vit(noise: float = 0.3, **overrides) -> ViT:
-    """A 3-block, 4-head ViT on 32 x 32 inputs (a 4 x 4 grid, 5 classes; any ViTConfig field can be overridden) whose
-    every weight is moved off its initial value by Gaussian noise of this size, so every part matters: LayerScale,
-    the zero-initialised head, the biases."""
-    torch.manual_seed(0)
-    model = ViT(ViTConfig(**{**TINY, **overrides})).eval()
-    with torch.no_grad():
-        for param in model.parameters():
-            param.add_(torch.randn_like(param), alpha=noise)
-    return model

@@ -1,0 +1,77 @@
+"""Fixtures shared by the test modules (pytest finds them here; no test module imports another's fixtures).
+
+- ``tiny_vit``: a small random ViT of each family in tiny_models.TINY_FAMILIES (a test that takes it runs once per
+  family); ``@pytest.mark.parametrize("tiny_vit", [...], indirect=True)`` picks families by name.
+- ``offline``: no network and an empty Hugging Face Hub cache.
+- ``built``: the block counts of the ViTs built during a test.
+- ``fresh_caches`` and ``default_model``: for the page's AppTests, which run the page in this process.
+"""
+
+import socket
+from pathlib import Path
+
+import pytest
+from huggingface_hub import constants
+from tiny_models import TINY_FAMILIES, build_tiny_vit, tiny_checkpoint
+
+from vitviz import ViT
+
+
+@pytest.fixture(params=list(TINY_FAMILIES))
+def tiny_vit(request) -> ViT:
+    """A ``build_tiny_vit`` model of the family named by the parameter, its weights perturbed by noise 0.3."""
+    return build_tiny_vit(request.param)
+
+
+@pytest.fixture
+def offline(tmp_path, monkeypatch) -> Path:
+    """No network at all (every connection and name lookup fails at once) and an empty Hub cache; returns the cache."""
+
+    def unreachable(*args, **kwargs):
+        raise OSError(101, "Network is unreachable")
+
+    monkeypatch.setattr(socket.socket, "connect", unreachable)
+    monkeypatch.setattr(socket, "getaddrinfo", lambda *a, **k: (_ for _ in ()).throw(socket.gaierror(-3, "no DNS")))
+    cache = tmp_path / "hub"
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    return cache
+
+
+@pytest.fixture
+def built(monkeypatch) -> list[int]:
+    """The block counts of every ViT built (on any device) during the test."""
+    counts, build = [], ViT.__init__
+
+    def counted(self, config):
+        counts.append(config.num_layers)
+        build(self, config)
+
+    monkeypatch.setattr(ViT, "__init__", counted)
+    return counts
+
+
+@pytest.fixture
+def fresh_caches(monkeypatch) -> None:
+    """Empty page caches, no local sample images, and precision "auto" fixed at fp32 (whatever the machine's load,
+    test_app_reading.py). AppTest runs every page in this process, so Streamlit's caches outlive a test; the page
+    test modules use this fixture for every test (``pytestmark``)."""
+    import streamlit as st
+    from test_app_reading import fix_precision
+
+    from vitviz_dashboard.cache import budget
+
+    st.cache_resource.clear()
+    st.cache_data.clear()
+    budget.STORE.clear()  # and the page's own store, bounded by the memory budget
+    monkeypatch.setenv("VITVIZ_SAMPLES", "")
+    fix_precision(monkeypatch)
+
+
+@pytest.fixture
+def default_model(tmp_path, monkeypatch) -> Path:
+    """A small checkpoint standing in for the shipped default (AppTest runs the page in this process)."""
+    import vitviz.load
+
+    path = tiny_checkpoint(tmp_path / "default.pt")
+    monkeypatch.setattr(vitviz.load, "DEFAULT_CHECKPOINT", path)
+    return path
