@@ -19,6 +19,7 @@ import vitviz
 from vitviz.dataset.analysis import cluster_heads
 from vitviz.dataset.command import main as index_command
 from vitviz_dashboard import budget
+from vitviz_dashboard.dataset.page import FOLDER, TAB
 from vitviz_dashboard.sidebar import PATH_OR_UPLOAD
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
@@ -52,7 +53,7 @@ def dataset_app(folder) -> AppTest:
     at.run()
     at._page_hash = next(h for h, info in at._registered_pages.items() if info.get("url_pathname") == "dataset")
     checked(at.run())
-    at.sidebar.text_input(key="dataset|folder").set_value(str(folder))
+    at.sidebar.text_input(key=FOLDER).set_value(str(folder))
     return checked(at.run())
 
 
@@ -62,7 +63,7 @@ def checked(at: AppTest) -> AppTest:
 
 
 def open_tab(at: AppTest, name: str) -> AppTest:
-    at.session_state["dataset|tab"] = name
+    at.session_state[TAB] = name
     return checked(at.run())
 
 

@@ -39,6 +39,7 @@ TABS = [
 def main() -> None:
     """Two pages: Photo (one photo at a time) and Dataset (an index made by `vitviz index`)."""
     st.set_page_config(page_title="vitviz", page_icon="🔍", layout="wide")
+    keep_tab_widgets()  # each page's kept values survive runs of the other page
     photo = st.Page(photo_page, title="Photo", default=True)
     dataset = st.Page(lambda: dataset_page(photo), title="Dataset", url_path="dataset")
     st.navigation([photo, dataset]).run()

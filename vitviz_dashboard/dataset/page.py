@@ -5,10 +5,13 @@ from __future__ import annotations
 import streamlit as st
 
 from vitviz.dataset import DatasetIndex
+from vitviz_dashboard.common import KEPT
 from vitviz_dashboard.dataset import errors, heads, queries_keys, search, table
 from vitviz_dashboard.dataset.drawing import COLORMAPS
 from vitviz_dashboard.dataset.opening import open_typed_index
 
+# the sidebar's values and the open tab outlive a visit to the Photo page: keep_tab_widgets() writes back "kept|" keys
+FOLDER, COLORMAP, ALPHA, TAB = (f"{KEPT}dataset|{name}" for name in ("folder", "colormap", "alpha", "tab"))
 FOLDER_HELP = (
     "An index made by `vitviz index SOURCE --model SPEC --out DIR`, inside the folders that the server's owner allows "
     "(VITVIZ_MODEL_DIRS; by default the checkpoints folder and the working directory)."
@@ -19,10 +22,11 @@ def dataset_page(photo_page: st.Page) -> None:
     """The page; ``photo_page`` is the Photo page, where a chosen image opens."""
     st.title("vitviz: a whole dataset")
     st.sidebar.header("Index")
-    folder = st.sidebar.text_input("Index folder", key="dataset|folder", help=FOLDER_HELP, placeholder="cifar-index/")
+    folder = st.sidebar.text_input("Index folder", key=FOLDER, help=FOLDER_HELP, placeholder="cifar-index/")
     st.sidebar.header("Display")
-    colormap = st.sidebar.selectbox("Colormap", COLORMAPS, key="dataset|colormap")
-    alpha = st.sidebar.slider("Overlay opacity", 0.0, 1.0, 0.55, 0.05, key="dataset|alpha")
+    colormap = st.sidebar.selectbox("Colormap", COLORMAPS, key=COLORMAP)
+    st.session_state.setdefault(ALPHA, 0.55)  # the default in the state, not the widget (Streamlit warns of both)
+    alpha = st.sidebar.slider("Overlay opacity", 0.0, 1.0, step=0.05, key=ALPHA)
     index = open_typed_index(folder)
     if index is None:
         return
@@ -34,7 +38,7 @@ def dataset_page(photo_page: st.Page) -> None:
         "Queries & keys": lambda: queries_keys.draw(index, colormap, alpha),
         "Patch search": lambda: search.draw(index),
     }
-    for tab, draw in zip(st.tabs(list(draws), key="dataset|tab", on_change="rerun"), draws.values()):
+    for tab, draw in zip(st.tabs(list(draws), key=TAB, on_change="rerun"), draws.values()):
         if tab.open:
             with tab:
                 draw()
