@@ -231,3 +231,45 @@ def test_each_bad_folder_gets_its_message(built, tmp_path, monkeypatch, make, me
     at = dataset_app(make(built, tmp_path))
     shown = [e.value for e in at.error] + [i.value for i in at.info]
     assert len(shown) == 1 and message in shown[0], shown
+
+
+def index_from_page(at: AppTest, source, out, model) -> AppTest:
+    at.text_input(key="dataset|source").set_value(str(source))
+    at.text_input(key="dataset|out").set_value(str(out))
+    at.text_input(key="dataset|model").set_value(str(model))
+    checked(at.run())  # the button is enabled once both folders are typed in
+    return checked(at.button(key="dataset|index").click().run())
+
+
+def test_a_folder_indexed_from_the_page_equals_the_command_and_opens(built, tmp_path, monkeypatch):
+    monkeypatch.setenv("VITVIZ_MODEL_DIRS", f"{built}:{tmp_path}")
+    at = index_from_page(dataset_app(""), built / "images", tmp_path / "made", built / "model.pt")
+    assert not at.error
+    assert at.sidebar.text_input(key=FOLDER).value == str(tmp_path / "made")  # opened
+    assert "25 images match; rows 1 to 25" in captions(at)
+    made, command = vitviz.open_index(tmp_path / "made"), vitviz.open_index(built / "index")
+    columns = "image_id, path, label, prediction, probability, sha256"
+    sql = f"SELECT {columns} FROM images ORDER BY image_id"
+    assert made.query(sql).equals(command.query(sql))
+    np.testing.assert_array_equal(made.maps(range(24), "rollout"), command.maps(range(24), "rollout"))
+
+
+@pytest.mark.parametrize(
+    "source, out, message",
+    [
+        ("empty", "new", "is empty"),
+        ("notes", "new", "has files, but none is an image"),
+        ("images", "images", "is not empty: give a new folder"),
+        ("/etc", "new", "only inside the folders that the server's owner allows"),
+    ],
+)
+def test_indexing_from_the_page_refuses_bad_folders(built, tmp_path, monkeypatch, source, out, message):
+    monkeypatch.setenv("VITVIZ_MODEL_DIRS", f"{built}:{tmp_path}")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "readme.txt").write_text("no images here")
+    folders = {"empty": tmp_path / "empty", "notes": tmp_path / "notes", "images": built / "images"}
+    at = index_from_page(
+        dataset_app(""), folders.get(source, source), folders.get(out, tmp_path / out), built / "model.pt"
+    )
+    assert len(at.error) == 1 and message in at.error[0].value, [e.value for e in at.error]

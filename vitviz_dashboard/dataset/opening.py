@@ -23,8 +23,8 @@ from vitviz_dashboard.model_dirs import ModelRefused, allowed_model_dirs, check_
 from vitviz_dashboard.sidebar import MODEL_CHOICES, PATH_OR_UPLOAD, hub_spec, looks_like_path
 
 OUTSIDE = (
-    "This page opens indexes only inside the folders that the server's owner allows (VITVIZ_MODEL_DIRS, the same "
-    "folders as model paths; by default the checkpoints folder and the working directory)."
+    "This page opens indexes, image folders and model paths only inside the folders that the server's owner allows "
+    "(VITVIZ_MODEL_DIRS, the same folders as model paths; by default the checkpoints folder and the working directory)."
 )
 PATHS_OFF = "The server's owner has turned off opening paths on this page (VITVIZ_MODEL_DIRS is empty)."
 PHOTO_SIDE = 512  # photos are kept at most this large: the page draws thumbnails and crops

@@ -8,6 +8,7 @@ from vitviz.dataset import DatasetIndex
 from vitviz_dashboard.common import KEPT
 from vitviz_dashboard.dataset import errors, heads, queries_keys, search, table
 from vitviz_dashboard.dataset.drawing import COLORMAPS
+from vitviz_dashboard.dataset.indexing import OPENED, index_form
 from vitviz_dashboard.dataset.opening import open_typed_index
 
 # the sidebar's values and the open tab outlive a visit to the Photo page: keep_tab_widgets() writes back "kept|" keys
@@ -22,11 +23,14 @@ def dataset_page(photo_page: st.Page) -> None:
     """The page; ``photo_page`` is the Photo page, where a chosen image opens."""
     st.title("vitviz: a whole dataset")
     st.sidebar.header("Index")
+    if OPENED in st.session_state:  # indexed in the run before: open it (before its field exists in this run)
+        st.session_state[FOLDER] = st.session_state.pop(OPENED)
     folder = st.sidebar.text_input("Index folder", key=FOLDER, help=FOLDER_HELP, placeholder="cifar-index/")
     st.sidebar.header("Display")
     colormap = st.sidebar.selectbox("Colormap", COLORMAPS, key=COLORMAP)
     st.session_state.setdefault(ALPHA, 0.55)  # the default in the state, not the widget (Streamlit warns of both)
     alpha = st.sidebar.slider("Overlay opacity", 0.0, 1.0, step=0.05, key=ALPHA)
+    index_form()
     index = open_typed_index(folder)
     if index is None:
         return
