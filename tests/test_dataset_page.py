@@ -177,6 +177,15 @@ def test_queries_and_keys_show_a_clicked_point(built):
     assert image_captions(at)[0].startswith("The key of patch (1, 1) of image ")
 
 
+def test_queries_and_keys_refuse_a_model_whose_weights_changed(built, tmp_path, monkeypatch):
+    monkeypatch.setenv("VITVIZ_MODEL_DIRS", f"{built}:{tmp_path}")
+    fingerprint = json.loads((built / "index" / "manifest.json").read_text())["model"]["fingerprint"]
+    folder = edited_manifest(built, tmp_path, lambda text: text.replace(fingerprint, "0" * 64))
+    at = open_tab(dataset_app(folder), "Queries & keys")
+    assert len(at.error) == 1 and "has other weights now than when this index was made" in at.error[0].value
+    assert not at.get("plotly_chart")
+
+
 def test_patch_search_shows_the_nearest_patches(built):
     at = open_tab(dataset_app(built / "index"), "Patch search")
     at.number_input(key="dataset|search_image").set_value(3)

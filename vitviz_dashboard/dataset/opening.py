@@ -18,6 +18,7 @@ from PIL import Image
 import vitviz
 from vitviz.dataset import DatasetIndex, IndexFormatError, SourceError, open_index
 from vitviz.dataset.photos import photo_reader
+from vitviz.dataset.storage import weight_fingerprint
 from vitviz.images import ImageError, ImageFile, Preprocessing, load_image
 from vitviz_dashboard.model_dirs import ModelRefused, allowed_model_dirs, check_hub_spec, check_model_path
 from vitviz_dashboard.sidebar import MODEL_CHOICES, PATH_OR_UPLOAD, hub_spec, looks_like_path
@@ -168,4 +169,17 @@ def model_of(index: DatasetIndex) -> vitviz.ViT | None:
     except vitviz.ModelLoadError as error:
         st.error(f"Could not load the index's model `{spec}`: {error}")
         return None
+    if fingerprint(spec, id(model), model) != index.manifest["model"].get("fingerprint"):
+        st.error(
+            f"The model `{spec}` has other weights now than when this index was made (its weight fingerprint "
+            "differs): its queries and keys would not be the index's. Index the dataset again."
+        )
+        return None
     return model
+
+
+@st.cache_resource(max_entries=3, show_spinner="Checking the model's weights against the index...")
+def fingerprint(spec: str, model_id: int, _model: vitviz.ViT) -> str:
+    """The weights' sha256 (as the manifest records it), once per loaded model (``id(_model)``: a model loaded again
+    from a changed file is hashed again)."""
+    return weight_fingerprint(_model)
