@@ -31,8 +31,8 @@ class Interval:
 
 def bootstrap_interval(values: np.ndarray, draws: int = 1000, level: float = 0.95, seed: int = 0) -> Interval:
     """The mean over axis 0 of ``values`` (images, ...) and its percentile bootstrap interval: images are drawn with
-    replacement ``draws`` times (one image's heads stay together). Each draw is a multinomial count per image, so the
-    memory is (draws, images), never (draws, images, ...)."""
+    replacement ``draws`` times (one image's heads stay together). Each draw is a count per image, so the memory is
+    (draws, images), never (draws, images, ...)."""
     values = np.asarray(values, dtype=np.float64)
     n = len(values)
     if n == 0:
@@ -40,7 +40,10 @@ def bootstrap_interval(values: np.ndarray, draws: int = 1000, level: float = 0.9
     if not 0 < level < 1:
         raise ValueError(f"level must be in (0, 1); got {level}")
     flat = values.reshape(n, -1)  # (images, k)
-    counts = np.random.default_rng(seed).multinomial(n, np.full(n, 1 / n), size=draws)  # (draws, images)
+    # how often each draw picks each image, (draws, images): one bincount over all draws (a multinomial per draw
+    # is 20 times slower for 5,000 images)
+    picks = np.random.default_rng(seed).integers(0, n, (draws, n)) + np.arange(draws)[:, None] * n
+    counts = np.bincount(picks.ravel(), minlength=draws * n).reshape(draws, n).astype(np.float64)  # BLAS
     means = counts @ flat / n  # (draws, k)
     tail = (1 - level) / 2 * 100
     low, high = np.percentile(means, [tail, 100 - tail], axis=0)
