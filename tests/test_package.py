@@ -68,6 +68,7 @@ def test_wheel_carries_the_default_model_the_dashboard_and_its_settings(installe
         "vitviz_dashboard/app.py",
         "vitviz_dashboard/streamlit_config.toml",
         "vitviz_dashboard/tabs/overview.py",
+        "vitviz_dashboard/dataset/page.py",
         "vitviz_dashboard/examples/coffee.jpg",
         "vitviz_dashboard/examples/SOURCES.md",
     } <= names

@@ -15,6 +15,7 @@ import vitviz
 from vitviz.images import ImageError
 from vitviz_dashboard.cache.budget import BUDGET_ERROR
 from vitviz_dashboard.cache.results import get_model_with_progress, model_input_png, photo_and_analysis
+from vitviz_dashboard.dataset.page import dataset_page
 from vitviz_dashboard.images import choose_image
 from vitviz_dashboard.knockout import knocked_out_model
 from vitviz_dashboard.names import prediction_line
@@ -41,7 +42,15 @@ TABS: dict[str, Callable[[Page], None]] = {
 
 
 def main() -> None:
+    """Two pages: Photo (one photo at a time) and Dataset (an index made by `vitviz index`)."""
     st.set_page_config(page_title="vitviz", page_icon="🔍", layout="wide")
+    keep_tab_widgets()  # each page's kept values survive runs of the other page
+    photo = st.Page(photo_page, title="Photo", default=True)
+    dataset = st.Page(lambda: dataset_page(photo), title="Dataset", url_path="dataset")
+    st.navigation([photo, dataset]).run()
+
+
+def photo_page() -> None:
     st.title("vitviz: what does the Vision Transformer look at?")
     st.html(TAB_WRAP)
     keep_tab_widgets()  # first: the runs that stop early below must not lose the tabs' settings

@@ -8,6 +8,9 @@
     build.py      one run: lock, resume checks, this process's share of the shards, the manifest, the search
     search.py     FAISS indexes over patch features and pooled embeddings, exact or IVF with measured recall
     index.py      reading it back: ``open_index(DIR)``, read-only SQL (DuckDB), maps, features, activations, neighbours
+    photos.py     the photos behind an index, read back from its source
+    analysis.py   statistics over an index: bootstrap intervals and their settling, head clusters, the joint
+                  query/key embedding (AttentionViz), confusion matrices, per-class mean maps
     command.py    `vitviz index SOURCE --model SPEC --out DIR`
 
 The layout, with every stored item and its units, is in docs/dataset-index.md.

@@ -109,6 +109,7 @@ def sidebar() -> Settings:
         text = st.sidebar.text_input(
             "vitviz checkpoint file or Hugging Face folder",
             "",
+            key="model_path",  # the Dataset page opens an image here with its index's model
             disabled=not roots,
             help=PATH_HELP,
             placeholder=None if roots else "opening paths is off",

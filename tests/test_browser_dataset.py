@@ -1,0 +1,62 @@
+"""The Dataset page in a real browser (`streamlit run app.py`, headless Chromium via Playwright): open an index,
+filter, select a row of the table by a click and open it in the Photo page, view the head clusters and search a
+patch, with no exception drawn on any of them."""
+
+import pytest
+from browser_harness import CHROMIUM, CHROMIUM_ARGS, new_page, require_browser, streamlit_server, wait_until_drawn
+from test_dataset_index import make_images
+from tiny_models import tiny_checkpoint
+
+from vitviz.dataset.command import main as index_command
+
+require_browser()
+from playwright.sync_api import sync_playwright  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("browser_dataset")
+    model = tiny_checkpoint(folder / "model.pt")
+    images = make_images(folder / "images")
+    assert index_command([str(images), "--model", str(model), "--out", str(folder / "index")]) == 0
+    env = {"VITVIZ_SAMPLES": "", "VITVIZ_TEST_PRECISION": "fp32", "VITVIZ_MODEL_DIRS": str(folder)}
+    with streamlit_server(folder, env) as running:
+        yield running, folder
+
+
+def no_exception(page) -> None:
+    assert page.locator("[data-testid=stException]").count() == 0, page.locator(
+        "[data-testid=stException]"
+    ).first.inner_text()
+
+
+def test_open_select_open_in_photo_heads_and_search(server):
+    running, folder = server
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = new_page(browser, 1400, 1000)
+        page.goto(f"{running.url}/dataset")
+        field = page.get_by_role("textbox", name="Index folder")
+        field.fill(str(folder / "index"))
+        field.press("Enter")
+        wait_until_drawn(page, "25 images match")
+        no_exception(page)
+        # the first row's selection box: the grid is a canvas, so click where the row marker column draws it
+        grid = page.locator("[data-testid=stDataFrame]").first
+        box = grid.bounding_box()
+        page.mouse.click(box["x"] + 18, box["y"] + 35 + 17)
+        wait_until_drawn(page, "Open in Photo")
+        no_exception(page)
+        page.get_by_role("button", name="Open in Photo").first.click()
+        wait_until_drawn(page, "what does the Vision Transformer look at?")
+        page.get_by_text("index: ").first.wait_for()
+        no_exception(page)
+        page.get_by_role("link", name="Dataset").click()
+        wait_until_drawn(page, "25 images match")  # the folder is still typed in
+        page.get_by_role("tab", name="Heads").click()
+        wait_until_drawn(page, "Heads clustered by their dataset-averaged statistics")
+        no_exception(page)
+        page.get_by_role("tab", name="Patch search").click()
+        wait_until_drawn(page, "most similar patches")
+        no_exception(page)
+        browser.close()

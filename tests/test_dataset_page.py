@@ -1,0 +1,284 @@
+"""The Dataset page through Streamlit's AppTest, on a tiny index of generated images: opening an index, filters,
+selecting an image (it opens in the Photo page), the read-only SQL box, the confusion matrix, heads and their
+clusters, queries and keys, patch search, and a message for each bad folder."""
+
+import base64
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import streamlit as st
+from streamlit.testing.v1 import AppTest
+from test_app_reading import fix_precision
+from test_dataset_index import make_images
+from tiny_models import tiny_checkpoint
+
+import vitviz
+from vitviz.dataset.analysis import cluster_heads
+from vitviz.dataset.command import main as index_command
+from vitviz_dashboard.cache import budget
+from vitviz_dashboard.dataset.page import FOLDER, TAB
+from vitviz_dashboard.sidebar.model_picker import PATH_OR_UPLOAD
+
+APP = str(Path(__file__).resolve().parent.parent / "app.py")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """A folder holding a tiny model, 24 generated images (and a broken one) and their index."""
+    root = tmp_path_factory.mktemp("dataset_page")
+    model = tiny_checkpoint(root / "model.pt")
+    images = make_images(root / "images")
+    out = root / "index"
+    assert index_command([str(images), "--model", str(model), "--out", str(out), "--shard-size", "8"]) == 0
+    return root
+
+
+@pytest.fixture(autouse=True)
+def page_settings(monkeypatch, built):
+    st.cache_resource.clear()
+    st.cache_data.clear()
+    budget.STORE.clear()
+    monkeypatch.setenv("VITVIZ_SAMPLES", "")
+    monkeypatch.setenv("VITVIZ_MODEL_DIRS", str(built))
+    fix_precision(monkeypatch)
+
+
+def dataset_app(folder) -> AppTest:
+    """The app on its Dataset page with ``folder`` typed in. AppTest switches only to file pages, so the page is
+    chosen by the script hash st.navigation registered for its url path."""
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.run()
+    at._page_hash = next(h for h, info in at._registered_pages.items() if info.get("url_pathname") == "dataset")
+    checked(at.run())
+    at.sidebar.text_input(key=FOLDER).set_value(str(folder))
+    return checked(at.run())
+
+
+def checked(at: AppTest) -> AppTest:
+    assert not at.exception, at.exception
+    return at
+
+
+def open_tab(at: AppTest, name: str) -> AppTest:
+    at.session_state[TAB] = name
+    return checked(at.run())
+
+
+def captions(at: AppTest) -> list[str]:
+    return [c.value for c in at.caption]
+
+
+def image_captions(at: AppTest) -> list[str]:
+    return [image.proto.imgs[0].caption for image in at.get("image")]
+
+
+def test_open_filter_and_select_an_image_that_opens_in_the_photo_page(built):
+    at = dataset_app(built / "index")
+    assert not at.error
+    assert captions(at)[0].startswith("**25 images** (1 unreadable)")
+    assert "25 images match; rows 1 to 25" in captions(at)
+    index = vitviz.open_index(built / "index")
+    at.multiselect(key="dataset|classes").set_value(["cat"])
+    at.radio(key="dataset|correctness").set_value("wrong")
+    checked(at.run())
+    wrong_cats = index.query("SELECT image_id FROM images WHERE label = 'cat' AND NOT correct ORDER BY image_id")
+    assert f"{len(wrong_cats)} images match; rows 1 to {len(wrong_cats)}" in captions(at)
+    table = at.dataframe[0]
+    assert table.value["image_id"].tolist() == wrong_cats["image_id"].tolist()
+    at.session_state[table.key] = {"selection": {"rows": [0], "columns": []}}  # a click on the first row
+    checked(at.run())
+    first = wrong_cats["image_id"][0]
+    path = index.query(f"SELECT path FROM images WHERE image_id = {first}")["path"][0]
+    [caption] = image_captions(at)
+    assert caption.startswith(f"{first}: {path}, cat")
+    [button] = [b for b in at.button if b.label == "Open in Photo"]
+    checked(button.click().run())
+    assert at.title[0].value == "vitviz: what does the Vision Transformer look at?"  # the Photo page
+    assert at.selectbox(key="model_box").value == PATH_OR_UPLOAD
+    assert at.sidebar.text_input(key="model_path").value == str(built / "model.pt")
+    [picker] = [s for s in at.selectbox if s.label == "Image"]
+    assert picker.value == f"index: {path}"  # the Image picker shows the image
+    assert not at.error and "cat" in at.markdown[0].value + at.markdown[1].value
+
+
+@pytest.mark.parametrize(
+    "sql, message",
+    [
+        ("COPY images TO '/tmp/stolen.csv'", "only SELECT queries are allowed"),
+        ("ATTACH '/tmp/other.db' AS other", "only SELECT queries are allowed"),
+        ("SELECT * FROM read_csv('/etc/passwd')", "outside the index"),
+        ("SELECT 1; SELECT 2", "exactly one SELECT"),
+    ],
+)
+def test_the_sql_box_refuses_writes_attaches_and_other_files(built, sql, message):
+    at = dataset_app(built / "index")
+    at.text_area(key="dataset|sql").set_value(sql)
+    checked(at.run())
+    assert len(at.error) == 1 and message in at.error[0].value
+
+
+def test_a_million_row_query_is_drawn_a_page_at_a_time(built):
+    at = dataset_app(built / "index")
+    at.text_area(key="dataset|sql").set_value("SELECT range AS n FROM range(1000000)")
+    at.number_input(key="dataset|sql_page").set_value(3)
+    checked(at.run())
+    assert "100 rows (more on the next page)" in captions(at)
+    assert at.dataframe[1].value["n"].tolist() == list(range(200, 300))
+
+
+def test_confusion_cell_shows_its_images(built):
+    at = open_tab(dataset_app(built / "index"), "Errors")
+    assert not at.error and at.get("plotly_chart")
+    at.selectbox(key="dataset|true").set_value("cat")
+    at.selectbox(key="dataset|predicted").set_value("cat")
+    checked(at.run())
+    index = vitviz.open_index(built / "index")
+    count = index.query("SELECT count(*) AS n FROM images WHERE label = 'cat' AND prediction = 'cat'")["n"][0]
+    shown = [c for c in image_captions(at) if ", cat → cat" in c]
+    assert len(shown) == min(count, 24)
+    # the per-class mean maps, one per class
+    assert sorted(c for c in image_captions(at) if c.startswith(("cat (", "dog ("))) == ["cat (12)", "dog (12)"]
+
+
+def test_head_clusters_and_statistics(built):
+    at = open_tab(dataset_app(built / "index"), "Heads")
+    assert not at.error
+    at.number_input(key="dataset|clusters").set_value(2)
+    checked(at.run())
+    index = vitviz.open_index(built / "index")
+    means = index.query(
+        "SELECT avg(entropy) e, avg(distance_px) d, avg(to_cls) c, avg(to_patches) p FROM heads "
+        "GROUP BY layer, head ORDER BY layer, head"
+    )
+    expected = cluster_heads(means.to_numpy().reshape(2, 4, 4), 2)
+    summary = next(d.value for d in at.dataframe if "cluster" in d.value.columns)
+    assert summary["heads"].tolist() == [int((expected.labels == c).sum()) for c in range(2)]
+    grid = json.loads(next(c.proto.spec for c in at.get("plotly_chart") if "clustered" in c.proto.spec))
+    ordered = np.take_along_axis(expected.labels, expected.order, axis=1)
+    z = grid["data"][0]["z"]  # plotly sends arrays as base64 with their dtype and shape
+    shape = tuple(int(n) for n in z["shape"].split(","))
+    assert np.frombuffer(base64.b64decode(z["bdata"]), z["dtype"]).reshape(shape).tolist() == ordered.tolist()
+    assert grid["data"][0]["text"] == [[f"h{h}" for h in row] for row in expected.order]
+    extremes = next(d.value for d in at.dataframe if "image_id" in d.value.columns)
+    top = index.query("SELECT max(distance_px) AS m FROM heads WHERE layer = 0 AND head = 0")["m"][0]
+    assert extremes["distance_px"].iloc[0] == pytest.approx(top)
+
+
+def test_queries_and_keys_show_a_clicked_point(built):
+    at = open_tab(dataset_app(built / "index"), "Queries & keys")
+    assert not at.error
+    at.number_input(key="dataset|qk_images").set_value(3)
+    at.number_input(key="dataset|qk_point").set_value(16 * 3 + 5)  # the keys follow the 48 queries: key of patch 5
+    checked(at.run())
+    assert "3 images" in at.get("plotly_chart")[0].proto.spec
+    assert image_captions(at)[0].startswith("The key of patch (1, 1) of image ")
+
+
+def test_queries_and_keys_refuse_a_model_whose_weights_changed(built, tmp_path, monkeypatch):
+    monkeypatch.setenv("VITVIZ_MODEL_DIRS", f"{built}:{tmp_path}")
+    fingerprint = json.loads((built / "index" / "manifest.json").read_text())["model"]["fingerprint"]
+    folder = edited_manifest(built, tmp_path, lambda text: text.replace(fingerprint, "0" * 64))
+    at = open_tab(dataset_app(folder), "Queries & keys")
+    assert len(at.error) == 1 and "has other weights now than when this index was made" in at.error[0].value
+    assert not at.get("plotly_chart")
+
+
+def test_patch_search_shows_the_nearest_patches(built):
+    at = open_tab(dataset_app(built / "index"), "Patch search")
+    at.number_input(key="dataset|search_image").set_value(3)
+    at.number_input(key="dataset|search_row").set_value(1)
+    at.number_input(key="dataset|search_col").set_value(2)
+    at.number_input(key="dataset|search_k").set_value(5)
+    checked(at.run())
+    assert not at.error
+    found = vitviz.open_index(built / "index").nearest_patches(3, (1, 2), 5)
+    shown = [c for c in captions(at) if "similarity" in c]
+    assert len(shown) == 5 and shown[0].startswith("3: ") and "patch (1, 2), similarity 1.000" in shown[0]
+    # drawn four to a row, the crops are listed column by column: compare them as a set
+    table = vitviz.open_index(built / "index").query("SELECT image_id, path FROM images")
+    found = found.merge(table, on="image_id")
+    assert set(shown) == {
+        f"{m.image_id}: {m.path}, patch ({m.row}, {m.col}), similarity {m.similarity:.3f}" for m in found.itertuples()
+    }
+
+
+def edited_manifest(built, tmp_path, edit) -> Path:
+    folder = tmp_path / "index"
+    shutil.copytree(built / "index", folder)
+    manifest = folder / "manifest.json"
+    manifest.write_text(edit(manifest.read_text()))
+    return folder
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda built, tmp: "", "Enter the folder of an index"),
+        (lambda built, tmp: "/etc", "only inside the folders that the server's owner allows"),
+        (lambda built, tmp: built / "no such folder", "There is no folder"),
+        (lambda built, tmp: (built / "empty").mkdir(exist_ok=True) or built / "empty", "is empty: make an index"),
+        (lambda built, tmp: built / "images", "is not a vitviz index: it has no manifest.json"),
+        (lambda built, tmp: edited_manifest(built, tmp, lambda text: text[:-40]), "is not valid JSON"),
+        (
+            lambda built, tmp: edited_manifest(built, tmp, lambda text: text.replace('"shards"', '"shard_list"')),
+            "'shards' is missing",
+        ),
+        (
+            lambda built, tmp: edited_manifest(
+                built, tmp, lambda text: text.replace('"format_version": 1', '"format_version": 7')
+            ),
+            "upgrade vitviz",
+        ),
+    ],
+    ids=["nothing", "outside", "absent", "empty", "not-an-index", "corrupt", "hand-edited", "newer"],
+)
+def test_each_bad_folder_gets_its_message(built, tmp_path, monkeypatch, make, message):
+    monkeypatch.setenv("VITVIZ_MODEL_DIRS", f"{built}:{tmp_path}")
+    at = dataset_app(make(built, tmp_path))
+    shown = [e.value for e in at.error] + [i.value for i in at.info]
+    assert len(shown) == 1 and message in shown[0], shown
+
+
+def index_from_page(at: AppTest, source, out, model) -> AppTest:
+    at.text_input(key="dataset|source").set_value(str(source))
+    at.text_input(key="dataset|out").set_value(str(out))
+    at.text_input(key="dataset|model").set_value(str(model))
+    checked(at.run())  # the button is enabled once both folders are typed in
+    return checked(at.button(key="dataset|index").click().run())
+
+
+def test_a_folder_indexed_from_the_page_equals_the_command_and_opens(built, tmp_path, monkeypatch):
+    monkeypatch.setenv("VITVIZ_MODEL_DIRS", f"{built}:{tmp_path}")
+    at = index_from_page(dataset_app(""), built / "images", tmp_path / "made", built / "model.pt")
+    assert not at.error
+    assert at.sidebar.text_input(key=FOLDER).value == str(tmp_path / "made")  # opened
+    assert "25 images match; rows 1 to 25" in captions(at)
+    made, command = vitviz.open_index(tmp_path / "made"), vitviz.open_index(built / "index")
+    columns = "image_id, path, label, prediction, probability, sha256"
+    sql = f"SELECT {columns} FROM images ORDER BY image_id"
+    assert made.query(sql).equals(command.query(sql))
+    np.testing.assert_array_equal(made.maps(range(24), "rollout"), command.maps(range(24), "rollout"))
+
+
+@pytest.mark.parametrize(
+    "source, out, message",
+    [
+        ("empty", "new", "is empty"),
+        ("notes", "new", "has files, but none is an image"),
+        ("images", "images", "is not empty: give a new folder"),
+        ("/etc", "new", "only inside the folders that the server's owner allows"),
+    ],
+)
+def test_indexing_from_the_page_refuses_bad_folders(built, tmp_path, monkeypatch, source, out, message):
+    monkeypatch.setenv("VITVIZ_MODEL_DIRS", f"{built}:{tmp_path}")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "readme.txt").write_text("no images here")
+    folders = {"empty": tmp_path / "empty", "notes": tmp_path / "notes", "images": built / "images"}
+    at = index_from_page(
+        dataset_app(""), folders.get(source, source), folders.get(out, tmp_path / out), built / "model.pt"
+    )
+    assert len(at.error) == 1 and message in at.error[0].value, [e.value for e in at.error]

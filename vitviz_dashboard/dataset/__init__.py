@@ -1,0 +1,16 @@
+"""The Dataset page: an index made by `vitviz index` (docs/dataset-index.md), browsed, queried and compared.
+
+    page.py           dataset_page(): the folder in the sidebar, then one tab per view (only the open one runs)
+    opening.py        opening a typed index folder (the allowed folders, a message for each bad folder), the photos
+                      behind it, the index's model, and opening an image in the Photo page
+    indexing.py       indexing a small folder from the page (the command's code, with a progress bar)
+    drawing.py        the one door to vitviz's drawing functions (overlays, patch marks, crops)
+    table.py          the table of images: filters, sorting, pages, row selection, thumbnails, the read-only SQL box
+    errors.py         the confusion matrix (its cells select their images) and per-class mean maps
+    heads.py          heads over the dataset: distance with bootstrap intervals and their settling, entropy, prefix
+                      attention, heads clustered by their statistics, a head's most extreme images
+    queries_keys.py   one head's queries and keys in one PCA space (AttentionViz), over a sample of images
+    search.py         patch search: the k nearest patches across the dataset, as crops with their photos
+
+The computations live in vitviz.dataset (analysis.py, photos.py, index.py); these modules lay out widgets.
+"""

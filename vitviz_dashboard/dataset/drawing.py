@@ -1,0 +1,52 @@
+"""The Dataset page's pictures, from vitviz's drawing functions: the one module of this folder that imports them, so
+a move of vitviz's plotting module is one import to change."""
+
+from __future__ import annotations
+
+import numpy as np
+from PIL import Image
+
+from vitviz.plots import COLORMAPS, colorize, layer_head_figure, mark_patch, overlay, rescale, upsample
+
+__all__ = ["COLORMAPS", "layer_head_figure", "map_picture", "map_thumbnail", "marked_thumbnail", "patch_crop"]
+
+Box = tuple[float, float, float, float]
+
+
+def _shrunk(image: Image.Image, box: Box, side: int) -> tuple[Image.Image, Box]:
+    """The photo with its long side at most ``side`` pixels, and the model's input box in the shrunk photo's pixels."""
+    scale = min(1.0, side / max(image.size))
+    if scale < 1.0:
+        image = image.resize((max(1, round(image.width * scale)), max(1, round(image.height * scale))), Image.BILINEAR)
+    return image, tuple(v * scale for v in box)
+
+
+def map_thumbnail(image: Image.Image, patch_map: np.ndarray, box: Box, colormap: str, alpha: float, side: int = 192):
+    """A thumbnail of the photo with a patch map drawn over the part the model saw."""
+    small, small_box = _shrunk(image, box, side)
+    return overlay(small, patch_map, colormap, alpha, small_box)
+
+
+def marked_thumbnail(image: Image.Image, patch: tuple[int, int], grid: tuple[int, int], box: Box, side: int = 192):
+    """A thumbnail of the photo with one patch (row, col) outlined."""
+    small, small_box = _shrunk(image, box, side)
+    return mark_patch(small.convert("RGB"), patch, grid, small_box)
+
+
+def patch_crop(image: Image.Image, patch: tuple[int, int], grid: tuple[int, int], box: Box, side: int = 96):
+    """The photo's pixels under one patch, enlarged to ``side`` pixels a side."""
+    left, top, right, bottom = box
+    rows, cols = grid
+    row, col = patch
+    width, height = (right - left) / cols, (bottom - top) / rows
+    cell = (left + col * width, top + row * height, left + (col + 1) * width, top + (row + 1) * height)
+    crop = image.convert("RGB").crop(tuple(round(v) for v in cell))
+    return crop.resize((side, max(1, round(side * crop.height / max(1, crop.width)))), Image.NEAREST)
+
+
+def map_picture(patch_map: np.ndarray, colormap: str, side: int = 160) -> Image.Image:
+    """A patch map alone, coloured and enlarged (for maps that belong to no one photo, such as a class's mean)."""
+    rows, cols = patch_map.shape
+    scale = side / max(rows, cols)
+    values = upsample(rescale(patch_map), max(1, round(rows * scale)), max(1, round(cols * scale)))
+    return Image.fromarray(colorize(values, colormap))

@@ -1,0 +1,185 @@
+"""Opening an index typed into the sidebar, the photos behind it, the index's model, and sending one image to the
+Photo page.
+
+A typed folder is checked against the folders model paths are checked against (model_dirs.py: VITVIZ_MODEL_DIRS)
+before anything looks at it, and the index's own source and model, which its manifest names, are checked the same
+way before the page reads them: a hand-edited manifest must not make the page read /etc.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import streamlit as st
+from PIL import Image
+
+import vitviz
+from vitviz.dataset import DatasetIndex, IndexFormatError, SourceError, open_index
+from vitviz.dataset.photos import photo_reader
+from vitviz.dataset.storage import weight_fingerprint
+from vitviz.images import ImageError, ImageFile, Preprocessing, load_image
+from vitviz_dashboard.sidebar.model_dirs import ModelRefused, allowed_model_dirs, check_hub_spec, check_model_path
+from vitviz_dashboard.sidebar.model_picker import MODEL_CHOICES, PATH_OR_UPLOAD, hub_spec, looks_like_path
+
+OUTSIDE = (
+    "This page opens indexes, image folders and model paths only inside the folders that the server's owner allows "
+    "(VITVIZ_MODEL_DIRS, the same folders as model paths; by default the checkpoints folder and the working directory)."
+)
+PATHS_OFF = "The server's owner has turned off opening paths on this page (VITVIZ_MODEL_DIRS is empty)."
+PHOTO_SIDE = 512  # photos are kept at most this large: the page draws thumbnails and crops
+
+
+def open_typed_index(text: str) -> DatasetIndex | None:
+    """The index in the typed folder, or None with a message saying what is wrong (never a traceback)."""
+    if not text.strip():
+        st.info(
+            "Enter the folder of an index made by `vitviz index SOURCE --model SPEC --out DIR` in the sidebar "
+            "(docs/dataset-index.md)."
+        )
+        return None
+    roots = allowed_model_dirs()
+    if not roots:
+        st.error(PATHS_OFF)
+        return None
+    try:
+        folder = check_model_path(text, roots)
+    except ModelRefused:
+        st.error(OUTSIDE)
+        return None
+    if not folder.is_dir():
+        st.error(f"There is no folder `{text.strip()}`: enter the folder `vitviz index --out` wrote.")
+        return None
+    if not any(folder.iterdir()):
+        st.error(
+            f"`{text.strip()}` is empty: make an index in it with `vitviz index SOURCE --model SPEC --out "
+            f"{text.strip()}`."
+        )
+        return None
+    try:
+        return cached_index(str(folder), manifest_stamp(folder))
+    except (IndexFormatError, ValueError, OSError) as error:  # a damaged index: its message says what to do
+        st.error(f"Could not open the index: {error}")
+        return None
+
+
+def manifest_stamp(folder: Path) -> int:
+    """When the manifest last changed: a folder indexed again opens afresh."""
+    try:
+        return os.stat(folder / "manifest.json").st_mtime_ns
+    except OSError:
+        return 0
+
+
+@st.cache_resource(max_entries=4, show_spinner="Opening the index...")
+def cached_index(folder: str, stamp: int) -> DatasetIndex:
+    """One open index per folder and manifest (arrays memory-mapped, shared by every session)."""
+    return open_index(folder)
+
+
+def index_key(index: DatasetIndex) -> str:
+    """What names this index in cache keys: its folder and its manifest's stamp."""
+    return f"{index.folder}|{manifest_stamp(index.folder)}"
+
+
+def _allowed(path: Path) -> bool:
+    try:
+        check_model_path(str(path), allowed_model_dirs())
+        return True
+    except ModelRefused:
+        return False
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def _reader(key: str, _index: DatasetIndex) -> Callable[[int, str], bytes]:
+    return photo_reader(_index.manifest, _allowed)
+
+
+def photo_bytes(index: DatasetIndex, image_id: int, path: str) -> bytes | None:
+    """The image file's bytes from the index's source, or None with a message (a source moved, outside the allowed
+    folders, a file deleted since indexing)."""
+    try:
+        return _reader(index_key(index), index)(int(image_id), str(path))
+    except (SourceError, OSError) as error:
+        st.warning(f"Cannot show image {image_id} ({path}): {error}")
+        return None
+
+
+@st.cache_data(max_entries=512, show_spinner=False)
+def _photo(key: str, image_id: int, path: str, _data: bytes) -> Image.Image:
+    image = load_image(_data)
+    image.thumbnail((PHOTO_SIDE, PHOTO_SIDE))
+    return image
+
+
+def photo(index: DatasetIndex, image_id: int, path: str) -> tuple[Image.Image, tuple] | None:
+    """The photo (long side at most PHOTO_SIDE) and the box the model's input came from, in its pixels; or None."""
+    data = photo_bytes(index, image_id, path)
+    if data is None:
+        return None
+    try:
+        image = _photo(index_key(index), int(image_id), str(path), data)
+    except ImageError as error:
+        st.warning(f"Cannot show image {image_id} ({path}): {error}")
+        return None
+    preprocessing = Preprocessing.from_dict(index.manifest["model"]["preprocessing"])
+    return image, preprocessing.crop_box(*image.size)
+
+
+def checked_model_spec(spec: str) -> str:
+    """The index's model spec when the page may load it (a path inside the allowed folders, or a spec naming no local
+    path), the checked real path for a path; else ModelRefused."""
+    if spec in MODEL_CHOICES:
+        return spec
+    if looks_like_path(spec):
+        return str(check_model_path(spec, allowed_model_dirs()))
+    return check_hub_spec(hub_spec(spec))
+
+
+def open_in_photo_page(index: DatasetIndex, image_id: int, path: str, photo_page: st.Page) -> None:
+    """Make the image one of the session's images and the index's model the Photo page's model, then go there."""
+    data = photo_bytes(index, image_id, path)
+    if data is None:
+        return
+    name = f"{index.folder.name}: {path}"
+    history = st.session_state.setdefault("history", {})  # the Photo page's images (images.py), newest last
+    history.pop(name, None)
+    history[name] = ImageFile.of(data)
+    st.session_state.newest = name  # the Photo page shows the newest arrival
+    spec = str(index.manifest["model"].get("spec", ""))
+    if spec in MODEL_CHOICES or not looks_like_path(spec):
+        st.session_state.model_box = spec  # the sidebar's picker: an option, or a typed spec
+    else:
+        st.session_state.model_box = PATH_OR_UPLOAD
+        st.session_state.model_path = spec  # its path field (the sidebar checks it against the allowed folders)
+    st.switch_page(photo_page)
+
+
+def model_of(index: DatasetIndex) -> vitviz.ViT | None:
+    """The index's model, loaded when the page may load it (else None with the reason shown)."""
+    from vitviz_dashboard.cache.results import get_model
+
+    spec = str(index.manifest["model"].get("spec", ""))
+    try:
+        model = get_model(checked_model_spec(spec))
+    except ModelRefused as refusal:
+        st.error(f"The index's model `{spec}` cannot be loaded on this page: {refusal}")
+        return None
+    except vitviz.ModelLoadError as error:
+        st.error(f"Could not load the index's model `{spec}`: {error}")
+        return None
+    if fingerprint(spec, id(model), model) != index.manifest["model"].get("fingerprint"):
+        st.error(
+            f"The model `{spec}` has other weights now than when this index was made (its weight fingerprint "
+            "differs): its queries and keys would not be the index's. Index the dataset again."
+        )
+        return None
+    return model
+
+
+@st.cache_resource(max_entries=3, show_spinner="Checking the model's weights against the index...")
+def fingerprint(spec: str, model_id: int, _model: vitviz.ViT) -> str:
+    """The weights' sha256 (as the manifest records it), once per loaded model (``id(_model)``: a model loaded again
+    from a changed file is hashed again)."""
+    return weight_fingerprint(_model)

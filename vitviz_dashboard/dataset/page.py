@@ -1,0 +1,60 @@
+"""The Dataset page: an index folder typed into the sidebar, then one tab per view; only the open tab runs."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from vitviz.dataset import DatasetIndex
+from vitviz_dashboard.dataset import errors, heads, queries_keys, search, table
+from vitviz_dashboard.dataset.drawing import COLORMAPS
+from vitviz_dashboard.dataset.indexing import OPENED, index_form
+from vitviz_dashboard.dataset.opening import open_typed_index
+from vitviz_dashboard.page import KEPT
+
+# the sidebar's values and the open tab outlive a visit to the Photo page: keep_tab_widgets() writes back "kept|" keys
+FOLDER, COLORMAP, ALPHA, TAB = (f"{KEPT}dataset|{name}" for name in ("folder", "colormap", "alpha", "tab"))
+FOLDER_HELP = (
+    "An index made by `vitviz index SOURCE --model SPEC --out DIR`, inside the folders that the server's owner allows "
+    "(VITVIZ_MODEL_DIRS; by default the checkpoints folder and the working directory)."
+)
+
+
+def dataset_page(photo_page: st.Page) -> None:
+    """The page; ``photo_page`` is the Photo page, where a chosen image opens."""
+    st.title("vitviz: a whole dataset")
+    st.sidebar.header("Index")
+    if OPENED in st.session_state:  # indexed in the run before: open it (before its field exists in this run)
+        st.session_state[FOLDER] = st.session_state.pop(OPENED)
+    folder = st.sidebar.text_input("Index folder", key=FOLDER, help=FOLDER_HELP, placeholder="cifar-index/")
+    st.sidebar.header("Display")
+    colormap = st.sidebar.selectbox("Colormap", COLORMAPS, key=COLORMAP)
+    st.session_state.setdefault(ALPHA, 0.55)  # the default in the state, not the widget (Streamlit warns of both)
+    alpha = st.sidebar.slider("Overlay opacity", 0.0, 1.0, step=0.05, key=ALPHA)
+    index_form()
+    index = open_typed_index(folder)
+    if index is None:
+        return
+    describe(index)
+    draws = {
+        "Table": lambda: table.draw(index, photo_page, colormap, alpha),
+        "Errors": lambda: errors.draw(index, photo_page, colormap, alpha),
+        "Heads": lambda: heads.draw(index, photo_page, colormap, alpha),
+        "Queries & keys": lambda: queries_keys.draw(index, colormap, alpha),
+        "Patch search": lambda: search.draw(index),
+    }
+    for tab, draw in zip(st.tabs(list(draws), key=TAB, on_change="rerun"), draws.values()):
+        if tab.open:
+            with tab:
+                draw()
+
+
+def describe(index: DatasetIndex) -> None:
+    manifest, layout = index.manifest, index.layout
+    unreadable = int(index.query("SELECT count(*) AS n FROM images WHERE error IS NOT NULL")["n"][0])
+    rows, cols = index.grid
+    st.caption(
+        f"**{index.count:,} images** ({unreadable:,} unreadable) from {manifest['source'].get('description', '?')}, "
+        f"indexed with `{manifest['model'].get('spec', '?')}` ({layout['layers']} layers x {layout['heads']} heads, "
+        f"a {rows}x{cols} patch grid) by vitviz {manifest.get('vitviz_version', '?')} "
+        f"on {manifest.get('created', '?')}."
+    )

@@ -1,0 +1,111 @@
+"""Queries and keys of one head, jointly (AttentionViz, Yeh et al. 2023): the patch tokens' queries and keys of a
+sample of the index's images, the keys shifted by mean(q) - mean(k) (every softmax unchanged), in one PCA space.
+Coloured by query/key, row, column or image; a click on a point shows its patch in its photo.
+
+The index stores no queries or keys, so the index's model runs again on the sample's photos.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.express as px
+import streamlit as st
+import torch
+
+import vitviz
+from vitviz.dataset import DatasetIndex
+from vitviz.dataset.analysis import joint_query_key_embedding
+from vitviz.images import load_image
+from vitviz.model import autocast
+from vitviz_dashboard.dataset import drawing
+from vitviz_dashboard.dataset.opening import index_key, model_of, photo, photo_bytes
+
+COLOUR_BY = ["query or key", "row", "column", "image"]
+
+
+def sample_ids(index: DatasetIndex, count: int) -> list[tuple[int, str]]:
+    """``count`` readable images in a seeded random order: (image_id, path)."""
+    readable = index.query("SELECT image_id, path FROM images WHERE error IS NULL ORDER BY image_id", limit=10_000_000)
+    chosen = np.sort(np.random.default_rng(0).permutation(len(readable))[:count])
+    return [(int(readable["image_id"].iloc[i]), str(readable["path"].iloc[i])) for i in chosen]
+
+
+@st.cache_data(max_entries=8, show_spinner="Running the model on the sample...")
+def query_key_points(
+    key: str,
+    layer: int,
+    head: int,
+    sample: tuple[tuple[int, str], ...],
+    _model: vitviz.ViT,
+    _photos: tuple,
+    precision: str,
+) -> pd.DataFrame:
+    """One row per patch query and per patch key of the sample: its PCA coordinates, kind, row, column and image."""
+    pixels = torch.stack([_model.transform(load_image(data)) for data in _photos])
+    with torch.inference_mode(), autocast(precision, "cpu"):
+        qkv = _model(pixels, output_qkv=True).qkv[layer]  # each (B, heads, T, head_dim)
+    p = _model.config.num_prefix_tokens
+    queries, keys = qkv.q[:, head, p:].float(), qkv.k[:, head, p:].float()  # (B, N, head_dim): the patches
+    batch, patches, _ = queries.shape
+    joint = joint_query_key_embedding(
+        queries.reshape(-1, queries.shape[-1]).numpy(), keys.reshape(-1, keys.shape[-1]).numpy()
+    )
+    cols = pixels.shape[-1] // _model.config.patch_size
+    position = np.tile(np.arange(patches), batch)
+    image_ids = np.repeat([image_id for image_id, _ in sample], patches)
+    paths = np.repeat([path for _, path in sample], patches)
+    half = pd.DataFrame({"row": position // cols, "column": position % cols, "image": image_ids, "path": paths})
+    frame = pd.concat([half.assign(kind="query"), half.assign(kind="key")], ignore_index=True)
+    frame["pc1"], frame["pc2"] = joint.points[:, 0], joint.points[:, 1] if joint.points.shape[1] > 1 else 0.0
+    frame.attrs["explained"] = joint.explained.tolist()
+    return frame
+
+
+def draw(index: DatasetIndex, colormap: str, alpha: float) -> None:
+    layers, heads = index.layout["layers"], index.layout["heads"]
+    layer_field, head_field, count_field, colour_field = st.columns(4)
+    layer = layer_field.number_input("Layer", 0, layers - 1, layers - 1, key="dataset|qk_layer")
+    head = head_field.number_input("Head", 0, heads - 1, 0, key="dataset|qk_head")
+    count = count_field.number_input("Images", 1, 64, 8, key="dataset|qk_images", help="the sample the model runs on")
+    colour = colour_field.selectbox("Colour by", COLOUR_BY, key="dataset|qk_colour")
+    sample = sample_ids(index, int(count))
+    if not sample:
+        st.info("No image of this index could be read.")
+        return
+    model = model_of(index)
+    if model is None:
+        return
+    photos = [photo_bytes(index, image_id, path) for image_id, path in sample]
+    if any(data is None for data in photos):
+        return
+    precision = str(index.manifest["options"].get("precision", "fp32"))
+    frame = query_key_points(index_key(index), int(layer), int(head), tuple(sample), model, tuple(photos), precision)
+    column = {"query or key": "kind", "row": "row", "column": "column", "image": "image"}[colour]
+    shown = frame.assign(image=frame["image"].astype(str)) if column == "image" else frame
+    figure = px.scatter(
+        shown,
+        x="pc1",
+        y="pc2",
+        color=column,
+        hover_data=["kind", "image", "row", "column"],
+        title=f"Layer {int(layer)}, head {int(head)}: queries and keys of {len(sample)} images "
+        f"(PCA, {sum(frame.attrs['explained']):.0%} of the variance)",
+    )
+    figure.update_traces(marker=dict(size=5, opacity=0.7))
+    figure.update_layout(height=520, margin=dict(l=0, r=0, t=40, b=0))
+    event = st.plotly_chart(figure, on_select="rerun", selection_mode="points", key="dataset|qk_chart")
+    points = event.selection.points if event and event.selection else []
+    if points:  # a click on the chart picks the point below
+        chosen = frame[(frame.pc1 == points[0]["x"]) & (frame.pc2 == points[0]["y"])]
+        if len(chosen):
+            st.session_state["dataset|qk_point"] = int(chosen.index[0])
+    number = st.number_input("Point", 0, len(frame) - 1, 0, key="dataset|qk_point", help="or click one in the chart")
+    point = frame.iloc[int(number)]
+    shown_photo = photo(index, int(point.image), str(point.path))
+    if shown_photo is not None:
+        image, box = shown_photo
+        st.image(
+            drawing.marked_thumbnail(image, (int(point.row), int(point.column)), index.grid, box, side=320),
+            caption=f"The {point.kind} of patch ({point.row}, {point.column}) of image {point.image} ({point.path})",
+        )

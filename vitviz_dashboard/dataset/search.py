@@ -1,0 +1,52 @@
+"""Patch search: pick an image and one of its patches, and see the k stored patches most like it across the dataset
+(the index's FAISS search over the patch features), each as a crop beside its photo with the patch outlined."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from vitviz.dataset import DatasetIndex
+from vitviz_dashboard.dataset import drawing
+from vitviz_dashboard.dataset.opening import photo
+
+
+def draw(index: DatasetIndex) -> None:
+    if "patches" not in index.manifest.get("search", {}):
+        st.info("This index has no patch search: it was made with --no-features.")
+        return
+    rows, cols = index.grid
+    image_field, row_field, col_field, k_field = st.columns(4)
+    image_id = image_field.number_input("Image id", 0, index.count - 1, 0, key="dataset|search_image")
+    row = row_field.number_input("Patch row", 0, rows - 1, rows // 2, key="dataset|search_row")
+    col = col_field.number_input("Patch column", 0, cols - 1, cols // 2, key="dataset|search_col")
+    k = k_field.number_input("Nearest", 1, 64, 8, key="dataset|search_k")
+    chosen = index.query(f"SELECT path, error FROM images WHERE image_id = {int(image_id)}")
+    if chosen["error"].notna().iloc[0]:
+        st.error(f"Image {image_id} could not be read when it was indexed: {chosen['error'].iloc[0]}")
+        return
+    path = str(chosen["path"].iloc[0])
+    shown = photo(index, int(image_id), path)
+    if shown is not None:
+        image, box = shown
+        st.image(
+            drawing.marked_thumbnail(image, (int(row), int(col)), index.grid, box, side=256),
+            caption=f"Image {image_id} ({path}), patch ({row}, {col})",
+        )
+    found = index.nearest_patches(int(image_id), (int(row), int(col)), int(k))
+    paths = index.query(
+        f"SELECT image_id, path FROM images WHERE image_id IN ({', '.join(str(int(i)) for i in found.image_id)})"
+    )
+    found = found.merge(paths, on="image_id", how="left")
+    st.markdown(f"**The {len(found)} most similar patches** (cosine of the stored features; the first is itself)")
+    grid = st.columns(4)
+    for position, match in enumerate(found.itertuples()):
+        with grid[position % 4]:
+            shown = photo(index, match.image_id, match.path)
+            if shown is None:
+                continue
+            image, box = shown
+            patch = (int(match.row), int(match.col))
+            crop, whole = st.columns([1, 2])
+            crop.image(drawing.patch_crop(image, patch, index.grid, box))
+            whole.image(drawing.marked_thumbnail(image, patch, index.grid, box, side=160))
+            st.caption(f"{match.image_id}: {match.path}, patch {patch}, similarity {match.similarity:.3f}")

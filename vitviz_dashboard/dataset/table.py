@@ -1,0 +1,149 @@
+"""The table of images: filters by class, correctness and confidence, sorting by any column, a page at a time (a
+million-row index is never drawn whole), row selection; the selection's thumbnails with a chosen map, each with a
+button that opens it in the Photo page; and a read-only SQL box."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pandas as pd
+import streamlit as st
+
+from vitviz.dataset import DatasetIndex, QueryError
+from vitviz_dashboard.dataset import drawing
+from vitviz_dashboard.dataset.opening import open_in_photo_page, photo
+
+PAGE_ROWS = 100  # rows the table shows at once
+MAX_THUMBNAILS = 24  # selected images drawn at once
+COLUMNS = ["image_id", "path", "label", "prediction", "probability", "correct", "width", "height", "error"]
+CORRECTNESS = ["all", "correct", "wrong", "unlabelled"]
+SQL_EXAMPLE = "SELECT label, prediction, count(*) AS images FROM images GROUP BY ALL ORDER BY images DESC"
+
+
+def quote(text: str) -> str:
+    """A SQL string literal (the query is read-only anyway; quoting keeps a class named o'clock working)."""
+    return "'" + str(text).replace("'", "''") + "'"
+
+
+def image_columns(index: DatasetIndex) -> list[str]:
+    return [c for c in index.query("SELECT * FROM images", limit=1).columns if c in COLUMNS]
+
+
+def classes(index: DatasetIndex) -> list[str]:
+    frame = index.query("SELECT DISTINCT label FROM images WHERE label IS NOT NULL ORDER BY label", limit=5000)
+    return frame["label"].astype(str).tolist()
+
+
+def filter_clause(chosen: Sequence[str], correctness: str, confidence: tuple[float, float], predicted: bool) -> str:
+    """The WHERE clause of the filters."""
+    conditions = []
+    if chosen:
+        conditions.append(f"label IN ({', '.join(quote(c) for c in chosen)})")
+    if predicted:
+        conditions.append({"all": "TRUE", "correct": "correct", "wrong": "NOT correct"}.get(correctness, "TRUE"))
+        if confidence != (0.0, 1.0):
+            conditions.append(f"probability BETWEEN {float(confidence[0])} AND {float(confidence[1])}")
+    if correctness == "unlabelled":
+        conditions.append("label IS NULL")
+    return " AND ".join(conditions) or "TRUE"
+
+
+def draw(index: DatasetIndex, photo_page: st.Page, colormap: str, alpha: float) -> None:
+    columns = image_columns(index)
+    predicted = "prediction" in columns  # a backbone's index has no prediction columns
+    left, middle, right = st.columns(3)
+    chosen = left.multiselect("Class", classes(index), key="dataset|classes", placeholder="every class")
+    correctness = middle.radio("Correctness", CORRECTNESS, horizontal=True, key="dataset|correctness")
+    confidence = right.slider(
+        "Confidence (top class's probability)", 0.0, 1.0, (0.0, 1.0), 0.01, key="dataset|confidence"
+    )
+    sort, descending, page_field = st.columns([2, 1, 1], vertical_alignment="bottom")
+    order = sort.selectbox("Sort by", columns, key="dataset|sort")
+    down = descending.checkbox("descending", key="dataset|descending")
+    where = filter_clause(chosen, correctness, confidence, predicted)
+    total = int(index.query(f"SELECT count(*) AS n FROM images WHERE {where}")["n"][0])
+    pages = max(1, -(-total // PAGE_ROWS))
+    page = page_field.number_input(f"Page (of {pages})", 1, pages, 1, key="dataset|page")
+    listed = index.query(
+        f"SELECT {', '.join(columns)} FROM images WHERE {where} "
+        f"ORDER BY {order} {'DESC' if down else 'ASC'} NULLS LAST, image_id",
+        limit=PAGE_ROWS,
+        offset=(int(page) - 1) * PAGE_ROWS,
+    )
+    st.caption(
+        f"{total:,} images match; rows {(page - 1) * PAGE_ROWS + 1:,} to {(page - 1) * PAGE_ROWS + len(listed):,}"
+    )
+    event = st.dataframe(
+        listed,
+        hide_index=True,
+        on_select="rerun",
+        selection_mode="multi-row",
+        key=f"dataset|table|{where}|{order}|{down}|{page}",  # a new page or filter starts a new selection
+    )
+    selected = listed.iloc[list(event.selection.rows)] if event.selection.rows else listed.iloc[:0]
+    thumbnails(index, selected, photo_page, colormap, alpha, "table")
+    sql_box(index)
+
+
+def map_kinds(index: DatasetIndex) -> list[str]:
+    heads = index.layout["heads"]
+    stored = set().union(*(s["files"] for s in index.shards))
+    kinds = ["rollout", "readout", *(f"readout:{h}" for h in range(heads))]
+    return kinds + (["relevance"] if "relevance.npy" in stored else [])
+
+
+MAP_NAMES = {"rollout": "attention rollout", "readout": "last block's readout attention, heads averaged"}
+
+
+def thumbnails(
+    index: DatasetIndex, rows: pd.DataFrame, photo_page: st.Page, colormap: str, alpha: float, where: str
+) -> None:
+    """The rows' photos with a chosen stored map over each, and a button per photo that opens it in the Photo page."""
+    if rows.empty:
+        st.caption("Select rows (the boxes at the left of the table) to see their photos with a map.")
+        return
+    if len(rows) > MAX_THUMBNAILS:
+        st.caption(f"The first {MAX_THUMBNAILS} of the {len(rows)} images.")
+        rows = rows.iloc[:MAX_THUMBNAILS]
+    kind = st.selectbox(
+        "Map over each photo",
+        map_kinds(index),
+        key=f"dataset|map|{where}",
+        format_func=lambda k: MAP_NAMES.get(k, k.replace("readout:", "last block's readout attention, head ")),
+    )
+    maps = index.maps(rows["image_id"].tolist(), kind)
+    grid = st.columns(4)
+    for position, (row, patch_map) in enumerate(zip(rows.itertuples(), maps)):
+        with grid[position % 4]:
+            shown = photo(index, row.image_id, row.path)
+            if shown is not None:
+                image, box = shown
+                st.image(drawing.map_thumbnail(image, patch_map, box, colormap, alpha), caption=caption(row))
+            if st.button("Open in Photo", key=f"dataset|open|{where}|{row.image_id}", icon=":material/open_in_new:"):
+                open_in_photo_page(index, row.image_id, row.path, photo_page)
+
+
+def caption(row) -> str:
+    label = getattr(row, "label", None)
+    prediction = getattr(row, "prediction", None)
+    text = f"{row.image_id}: {row.path}"
+    if label is not None and not pd.isna(label):
+        text += f", {label}"
+    if prediction is not None and not pd.isna(prediction):
+        text += f" → {prediction} ({row.probability:.0%})"
+    return text
+
+
+def sql_box(index: DatasetIndex) -> None:
+    """A read-only SQL box (DuckDB over the tables images and heads), a page of rows at a time."""
+    with st.expander("SQL (read-only, DuckDB over the tables images and heads)"):
+        sql = st.text_area("SELECT ...", SQL_EXAMPLE, key="dataset|sql", height=90)
+        page = st.number_input("Result page", 1, None, 1, key="dataset|sql_page")
+        try:
+            result = index.query(sql, limit=PAGE_ROWS, offset=(int(page) - 1) * PAGE_ROWS)
+        except QueryError as error:
+            st.error(str(error))
+            return
+        more = " (more on the next page)" if result.attrs.get("more") else ""
+        st.caption(f"{len(result)} rows{more}")
+        st.dataframe(result, hide_index=True)
