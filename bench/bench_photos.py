@@ -19,7 +19,7 @@ import torch
 from common import parser, save
 
 import vitviz
-from vitviz.images import load_image
+from vitviz.preprocessing import load_image
 
 
 def photo_labels(folder: Path) -> dict[str, set[str]]:

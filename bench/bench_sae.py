@@ -27,7 +27,7 @@ import common  # bench/common.py
 import numpy as np
 import torch
 
-from vitviz.load import load_model
+from vitviz.loading import load_model
 from vitviz.sae import SAEConfig, TopKSAE, TrainConfig, evaluate, top1_agreement, train_sae
 from vitviz.sae.command import block_tokens, pixels
 from vitviz.sae.training import losses

@@ -15,12 +15,12 @@ from test_app_reading import assert_percent, shown_in
 from tiny_models import tiny_checkpoint
 
 import vitviz
-import vitviz.load
+import vitviz.loading.specs
 from vitviz import explain
 
 
 def app_with(path, monkeypatch, tab: str) -> AppTest:
-    monkeypatch.setattr(vitviz.load, "DEFAULT_CHECKPOINT", path)
+    monkeypatch.setattr(vitviz.loading.specs, "DEFAULT_CHECKPOINT", path)
     at = AppTest.from_file(APP, default_timeout=120)
     at.run()
     at.file_uploader[0].set_value([(name, data, "image/png") for name, data in PHOTOS.items()]).run()

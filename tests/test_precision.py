@@ -1,4 +1,4 @@
-"""Precision "auto" (vitviz/precision.py): the choice from timings, which are stubbed here so the
+"""Precision "auto" (vitviz/model/precision.py): the choice from timings, which are stubbed here so the
 machine's CPU does not decide the outcome; one real measurement on a tiny model; and the page's
 ``resolve``, run without a Streamlit server (outside one, st.cache_resource keeps its entries in
 memory and sidebar writes are dropped)."""
@@ -12,8 +12,15 @@ import pytest
 import torch
 
 from vitviz import ViT, ViTConfig
-from vitviz import precision as precision_module
-from vitviz.precision import BF16_MARGIN, PrecisionChoice, decide, forward_timer, measure_precision, resolve_precision
+from vitviz.model import precision as precision_module
+from vitviz.model.precision import (
+    BF16_MARGIN,
+    PrecisionChoice,
+    decide,
+    forward_timer,
+    measure_precision,
+    resolve_precision,
+)
 
 
 def tiny_model(**config) -> ViT:

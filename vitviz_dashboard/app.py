@@ -9,7 +9,7 @@ from __future__ import annotations
 import streamlit as st
 
 import vitviz
-from vitviz.images import ImageError
+from vitviz.preprocessing import ImageError
 from vitviz_dashboard.budget import BUDGET_ERROR
 from vitviz_dashboard.cached import get_model_with_progress, model_input_png, photo_and_analysis
 from vitviz_dashboard.common import Page, keep_tab_widgets, prediction_line

@@ -13,9 +13,9 @@ from PIL import Image
 from streamlit.errors import StreamlitAPIException
 
 import vitviz
-from vitviz import plots
 from vitviz.analysis import ImageAnalysis
-from vitviz.images import ImageFile
+from vitviz.preprocessing import ImageFile
+from vitviz.render import overlays
 
 KEPT = "kept|"  # prefix of the keys of tab widgets, whose values outlive runs that do not draw them
 OVERLAY_PNG, MAPS_NPZ = "Overlay (PNG, full size)", "This tab's maps (.npz)"  # the download buttons under each tab
@@ -113,7 +113,9 @@ def downloads(page: Page, tab: str, maps: dict[str, np.ndarray], overlay: str | 
     def overlay_png() -> bytes:
         buffer = io.BytesIO()
         full_box = tuple(v / page.photo.scale for v in page.analysis.box)
-        picture = plots.overlay(page.photo.full, maps[overlay], page.settings.colormap, page.settings.alpha, full_box)
+        picture = overlays.overlay(
+            page.photo.full, maps[overlay], page.settings.colormap, page.settings.alpha, full_box
+        )
         picture.save(buffer, format="PNG")
         return buffer.getvalue()
 
@@ -199,7 +201,7 @@ def colour_legend(settings: Settings, low: float, high: float, what: str) -> Non
 @st.cache_data(max_entries=16, show_spinner=False)
 def colour_bar_png(colormap: str) -> bytes:
     buffer = io.BytesIO()
-    plots.colour_bar(colormap, width=384, height=14).save(buffer, format="PNG")
+    overlays.colour_bar(colormap, width=384, height=14).save(buffer, format="PNG")
     return buffer.getvalue()
 
 

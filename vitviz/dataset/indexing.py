@@ -19,8 +19,8 @@ import torch
 from vitviz import explain
 from vitviz.dataset.sources import Entry, read_entry
 from vitviz.explain.facets import Facet
-from vitviz.images import ImageError, load_image
 from vitviz.model import ViT, autocast
+from vitviz.preprocessing import ImageError, load_image
 
 TOP = 5  # classes kept per image
 

@@ -42,7 +42,7 @@ def autocast(precision: Precision = "fp32", device_type: str = "cpu") -> context
     """Context for inference at a precision: "bf16" runs matrix products in bfloat16.
 
     Whether it is faster depends on the CPU (about 2x faster on an AMD EPYC here, 1.7x slower on an Intel Xeon
-    without AMX): ``vitviz.precision.measure_precision`` times both. Returned attentions stay fp32.
+    without AMX): ``vitviz.model.precision.measure_precision`` times both. Returned attentions stay fp32.
     """
     if precision == "fp32":
         return contextlib.nullcontext()

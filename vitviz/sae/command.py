@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def image_files(folder: Path, limit: int | None) -> list[Path]:
-    from vitviz.explain_cli import IMAGE_SUFFIXES
+    from vitviz.preprocessing import IMAGE_SUFFIXES
 
     files = sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
     if not files:
@@ -74,7 +74,7 @@ def image_files(folder: Path, limit: int | None) -> list[Path]:
 
 def pixels(model, files: list[Path], batch: int = 256):
     """(pixel values (B, C, H, W), labels (B,) or None) per batch of files: labels from folders named after classes."""
-    from vitviz.images import load_image
+    from vitviz.preprocessing import load_image
 
     names = list(getattr(model, "class_names", None) or [])
     labelled = names and all(f.parent.name in names for f in files)
@@ -107,8 +107,7 @@ def train_command(args: argparse.Namespace) -> dict:
         raise SAEError(f"--holdout must be in [0, 1); got {args.holdout}")
     model, held_images = None, []
     if args.images is not None:
-        from vitviz.checkpoint import ModelLoadError
-        from vitviz.load import load_model
+        from vitviz.loading import ModelLoadError, load_model
 
         if args.block is None:
             raise SAEError("--images needs --block: the block whose output the SAE reads")

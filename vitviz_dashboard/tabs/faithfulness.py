@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from vitviz import explain, plots
+from vitviz import explain
+from vitviz.render import figures
 from vitviz_dashboard.cached import faithfulness_curves
 from vitviz_dashboard.common import Page, class_name, class_picker, downloads, has_classifier, without_classes
 
@@ -52,7 +53,7 @@ def draw(page: Page) -> None:
     results = faithfulness_curves(model, settings.model_spec, page.file, settings.precision, target, baseline)
     x = explain.fraction_replaced()
     st.plotly_chart(
-        plots.perturbation_figure(x, {name: (r["most_first"], r["least_first"]) for name, r in results.items()}),
+        figures.perturbation_figure(x, {name: (r["most_first"], r["least_first"]) for name, r in results.items()}),
         theme=None,
     )
     st.table(

@@ -9,9 +9,9 @@ from collections.abc import Callable
 import numpy as np
 import streamlit as st
 
-from vitviz import head_plots
 from vitviz.analysis import ImageAnalysis
-from vitviz.images import ImageError, ImageFile
+from vitviz.preprocessing import ImageError, ImageFile
+from vitviz.render.heads import signed_layer_head_figure
 from vitviz_dashboard.cached import cached_figure, head_ranking, logit_parts, overlay_picture, readout_maps
 from vitviz_dashboard.common import (
     Page,
@@ -132,7 +132,7 @@ def head_causes(page: Page) -> None:
             "down. Crossed heads are knocked out. Click a head on the left to knock it out of the whole page."
         )
         # short titles, the class in the picker and the caption: at 800 px a chart is about 220 px wide
-        figure = head_plots.signed_layer_head_figure(-ranking["logit_change"], "Logit drop when removed", "drop", heads)
+        figure = signed_layer_head_figure(-ranking["logit_change"], "Logit drop when removed", "drop", heads)
         event = left.plotly_chart(
             figure, theme=None, on_select="rerun", selection_mode="points", key=f"head_ranking|{base_spec}"
         )
@@ -149,7 +149,7 @@ def head_causes(page: Page) -> None:
             right.info(f"No direct logit attribution: {parts}.")
         else:
             right.plotly_chart(
-                head_plots.signed_layer_head_figure(parts["heads"], "Direct logit attribution", "logit", heads),
+                signed_layer_head_figure(parts["heads"], "Direct logit attribution", "logit", heads),
                 theme=None,
             )
             right.caption(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from vitviz import plots
+from vitviz.render import overlays
 from vitviz_dashboard.cached import grid_picture_uri, overlay_picture, patch_maps
 from vitviz_dashboard.click_picture import click_picture
 from vitviz_dashboard.common import Page, downloads, index_slider, rerun_tab
@@ -62,7 +62,7 @@ def clicked_patch(click: dict | None, photo_size: tuple[int, int], analysis) -> 
     photo, whose pixels ``analysis.box`` is in."""
     if not click:
         return None
-    patch = plots.patch_at(
+    patch = overlays.patch_at(
         click["x"], click["y"], (click["width"], click["height"]), photo_size, analysis.grid_size, analysis.box
     )
     if patch is None:
