@@ -112,7 +112,8 @@ def test_module_entry_point_runs(checkpoint, images, tmp_path):
         [
             sys.executable,
             "-m",
-            "vitviz.explain",
+            "vitviz",
+            "explain",
             str(images / "wide.png"),
             "--model",
             str(checkpoint),

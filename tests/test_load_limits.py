@@ -95,9 +95,7 @@ def test_a_timm_model_too_big_for_the_memory_is_refused_before_any_download(monk
     import socket
 
     monkeypatch.setattr(socket.socket, "connect", lambda *a, **k: (_ for _ in ()).throw(OSError(101, "no network")))
-    monkeypatch.setattr(
-        vitviz.loading.build, "available_memory", lambda: 24 * 10**9
-    )  # this machine, whatever runs it
+    monkeypatch.setattr(vitviz.loading.build, "available_memory", lambda: 24 * 10**9)  # this machine, whatever runs it
     with pytest.raises(
         ModelLoadError,
         match=r"timm:vit_7b_patch16_dinov3.lvd1689m has 6,7[\d,]+ parameters: 2[67].\d GB "
