@@ -4,7 +4,7 @@ The cifar10-gpu recipe's augmentation (reflect-padded random crop, flip, Trivial
 0.25) on uint8 32 x 32 images already decoded into memory:
 
 - "per image": torchvision's v2 transforms on each image, as `vitviz train`'s DataLoader does in a worker;
-- "batched": `vitviz.augment.BatchAugment` on the whole batch (TrivialAugment drawn per group of 8),
+- "batched": `vitviz.training.augment.BatchAugment` on the whole batch (TrivialAugment drawn per group of 8),
   on the CPU and, where there is one, on the GPU (what `--data-on-device` does).
 
 On the CPU both run on one thread (`--threads`), as in each DataLoader worker: tiny per-image operations
@@ -23,8 +23,8 @@ import common  # bench/common.py
 import torch
 from torchvision.transforms import v2
 
-from vitviz.augment import BatchAugment
-from vitviz.train import DATASET_STATS
+from vitviz.training.augment import BatchAugment
+from vitviz.training.train import DATASET_STATS
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -16,8 +16,8 @@ from pathlib import Path
 import common  # bench/common.py
 import torch
 
-from vitviz.checkpoint import ModelLoadError
-from vitviz.load import DOWNLOAD_TIMEOUT_S, download
+from vitviz.loading import ModelLoadError
+from vitviz.loading.download import DOWNLOAD_TIMEOUT_S, download
 
 
 def silent_server() -> tuple[socket.socket, str]:
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> dict:
         "torch_hub_gave_up_after_s": hub_s,
         "vitviz_gave_up_after_s": vitviz_s,
     }
-    for who, seconds in [("torch.hub.download_url_to_file", hub_s), ("vitviz.load.download", vitviz_s)]:
+    for who, seconds in [("torch.hub.download_url_to_file", hub_s), ("vitviz.loading.download.download", vitviz_s)]:
         print(
             f"{who:32s} "
             + (f"gave up after {seconds} s" if seconds is not None else f"still waiting after {args.wait:.0f} s")

@@ -106,7 +106,8 @@ def main(argv: list[str] | None = None) -> dict:
         results["memory"][mode] = json.loads(run.stdout.strip().splitlines()[-1])
     keep, stream = results["memory"]["keep"], results["memory"]["stream"]
     print(
-        f"ViT-L/16 512 (1025 tokens): peak memory above the model, keep everything {keep['peak_above_model_mb']:.0f} MB "
+        "ViT-L/16 512 (1025 tokens): peak memory above the model, "
+        f"keep everything {keep['peak_above_model_mb']:.0f} MB "
         f"({keep['seconds']:.1f} s), streaming {stream['peak_above_model_mb']:.0f} MB ({stream['seconds']:.1f} s); "
         f"same rollout: {abs(keep['rollout_sum'] - stream['rollout_sum']) < 1e-4}"
     )

@@ -19,8 +19,10 @@ import torch
 from PIL import Image
 
 import vitviz
-from vitviz import explain, feature_pictures, plots
-from vitviz.importers.timm import preprocessing_from_timm
+from vitviz import explain
+from vitviz.loading.sources.timm import preprocessing_from_timm
+from vitviz.render import overlays
+from vitviz.render.features import paint_patches
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import median_seconds, parser, save  # noqa: E402
@@ -84,15 +86,15 @@ def main() -> None:
 
     def click_pictures() -> None:  # and its two pictures: the map over the photo, the matches outlined
         for _ in range(2):
-            picture = plots.overlay(photo, similarity, "inferno", 0.55)
+            picture = overlays.overlay(photo, similarity, "inferno", 0.55)
             for index in range(5):
-                picture = plots.mark_patch(picture, divmod(index, grid[1]), grid, colour=(0, 255, 0))
+                picture = overlays.mark_patch(picture, divmod(index, grid[1]), grid, colour=(0, 255, 0))
 
     results["click_pictures_s"] = median_seconds(click_pictures, args.repeats)
     results["kmeans_5_parts_s"] = median_seconds(lambda: explain.feature_clusters(tokens, 5), max(3, args.repeats // 2))
     colours = explain.pca_rgb(tokens).colours
     results["pca_pictures_s"] = median_seconds(
-        lambda: [feature_pictures.paint_patches(photo, colours[0].reshape(*grid, 3).numpy()) for _ in range(8)],
+        lambda: [paint_patches(photo, colours[0].reshape(*grid, 3).numpy()) for _ in range(8)],
         args.repeats,
     )
     for name, value in results.items():

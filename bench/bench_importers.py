@@ -31,7 +31,7 @@ from huggingface_hub import constants
 from safetensors.torch import save_file
 
 import vitviz
-import vitviz.hub
+import vitviz.loading.download
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 import test_import_huggingface as hf_tests  # noqa: E402
@@ -132,7 +132,7 @@ def main() -> None:
     }
     with tempfile.TemporaryDirectory() as folder:
         constants.HF_HUB_CACHE = folder  # a cache of our own, read as if offline
-        vitviz.hub.hub_reachable = lambda timeout=0: False
+        vitviz.loading.download.hub_reachable = lambda timeout=0: False
         for name, kwargs in B_SIZED:
             row = {
                 "model": name,

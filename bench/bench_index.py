@@ -37,7 +37,7 @@ from vitviz.dataset.build import build_index
 from vitviz.dataset.indexing import IndexOptions
 from vitviz.dataset.search import exact_neighbours, normalised, recall_at
 from vitviz.dataset.sources import open_source
-from vitviz.images import load_image
+from vitviz.preprocessing import load_image
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -19,7 +19,7 @@ import torch
 from common import parser, save
 
 import vitviz
-from vitviz.images import load_image
+from vitviz.preprocessing import load_image
 
 
 def photo_labels(folder: Path) -> dict[str, set[str]]:
@@ -73,7 +73,8 @@ def main() -> None:
         result["forward_ms"] = round(forward_ms(models[spec], first, args.repeats), 2)
         print(
             f"{spec}: {result['right']} of {result['photos']} photos right; forward pass with attentions "
-            f"{result['forward_ms']:.2f} ms (median of {args.repeats}, batch 1, fp32, {torch.get_num_threads()} threads)"
+            f"{result['forward_ms']:.2f} ms (median of {args.repeats}, batch 1, fp32, "
+            f"{torch.get_num_threads()} threads)"
         )
     save(results, args.out)
 

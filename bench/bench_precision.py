@@ -4,7 +4,7 @@ ViT-B/16 at 224x224, random weights (no downloads), the forward pass with attent
 it (``torch.inference_mode()``, ``vitviz.autocast``), batch 1, as "auto" times it. The two precisions run
 interleaved in one process, in alternating order, after one warm-up each; we report medians and the
 bf16/fp32 ratio. Whether bf16 pays depends on the CPU (bf16 instructions, AMX, memory), so the script
-prints the CPU's model name and its bf16 flags, then runs ``vitviz.precision.measure_precision`` on the
+prints the CPU's model name and its bf16 flags, then runs ``vitviz.model.precision.measure_precision`` on the
 same model: the page's "auto" choice, with the time it took.
 
     python bench/bench_precision.py --repeats 15
@@ -21,7 +21,7 @@ import common  # bench/common.py
 import torch
 
 import vitviz
-from vitviz.precision import BF16_MARGIN, forward_timer, measure_precision
+from vitviz.model.precision import BF16_MARGIN, forward_timer, measure_precision
 
 VIT_B_16 = dict(image_size=224, patch_size=16, hidden_size=768, num_layers=12, num_heads=12, mlp_size=3072)
 BF16_FLAGS = ("avx512_bf16", "amx_bf16", "amx_tile", "avx512f")  # what the bf16 speed mostly depends on (x86)

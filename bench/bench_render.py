@@ -1,9 +1,9 @@
 """What drawing costs: the overlay, a plotly heatmap and the rollout's discard step, each against the
 way vitviz did it before (kept here as the contender), interleaved in one process, medians.
 
-- overlay: `plots.overlay` (PIL's C loops) against the numpy formula with the torch `upsample`
+- overlay: `overlays.overlay` (PIL's C loops) against the numpy formula with the torch `upsample`
   (tests/test_plots.py's `reference_overlay`), a 14 x 14 map on a 1024 x 768 photo.
-- heatmap figure: `plots.heatmap_figure` (one plotly constructor call) against building the same
+- heatmap figure: `figures.heatmap_figure` (one plotly constructor call) against building the same
   figure and then calling update_layout / update_xaxes / update_yaxes.
 - rollout with discard ratio 0.5 over ViT-B/16's 12 blocks of (12, 197, 197) attentions: `kthvalue`
   for all blocks at once against `topk` block by block.
@@ -28,16 +28,17 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))  # the tests' reference implementations
 from test_plots import reference_overlay  # noqa: E402
 
-from vitviz import explain, plots  # noqa: E402
+from vitviz import explain  # noqa: E402
+from vitviz.render import figures, overlays  # noqa: E402
 
 
 def heatmap_with_updates(patch_map, title: str, colormap: str) -> go.Figure:
-    """The same figure as plots.heatmap_figure, built the way plotly's examples do."""
+    """The same figure as figures.heatmap_figure, built the way plotly's examples do."""
     figure = go.Figure(
-        layout_template=plots.TEMPLATE,
+        layout_template=figures.TEMPLATE,
         data=go.Heatmap(
             z=patch_map,
-            colorscale=plots.plotly_colorscale(colormap),
+            colorscale=overlays.plotly_colorscale(colormap),
             hovertemplate="row %{y}, col %{x}<br>%{z:.5f}<extra></extra>",
         ),
     )
@@ -77,11 +78,11 @@ def main(argv: list[str] | None = None) -> dict:
     )
     contenders = {
         "overlay": {
-            "vitviz (PIL)": lambda: plots.overlay(photo, patch_map, "inferno", 0.55, box),
+            "vitviz (PIL)": lambda: overlays.overlay(photo, patch_map, "inferno", 0.55, box),
             "before (numpy)": lambda: reference_overlay(photo, patch_map, "inferno", 0.55, box),
         },
         "heatmap figure": {
-            "vitviz (one constructor)": lambda: plots.heatmap_figure(patch_map, "grid", "viridis"),
+            "vitviz (one constructor)": lambda: figures.heatmap_figure(patch_map, "grid", "viridis"),
             "before (update calls)": lambda: heatmap_with_updates(patch_map, "grid", "viridis"),
         },
         "rollout, discard 0.5": {

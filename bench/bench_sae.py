@@ -27,7 +27,7 @@ import common  # bench/common.py
 import numpy as np
 import torch
 
-from vitviz.load import load_model
+from vitviz.loading import load_model
 from vitviz.sae import SAEConfig, TopKSAE, TrainConfig, evaluate, top1_agreement, train_sae
 from vitviz.sae.command import block_tokens, pixels
 from vitviz.sae.training import losses
@@ -69,7 +69,8 @@ def quality(args) -> dict:
     for name, run in runs.items():
         print(
             f"{name:>14}: EV {run['explained_variance']:.4f}  dead {run['dead_fraction']:.4f}  L0 {run['l0']:.1f}  "
-            f"top-1 {run['top1_agreement']:.4f}  CE rec {run['ce_loss_recovered']:.4f}  {run['training_seconds']:.0f} s",
+            f"top-1 {run['top1_agreement']:.4f}  CE rec {run['ce_loss_recovered']:.4f}  "
+            f"{run['training_seconds']:.0f} s",
             file=sys.stderr,
         )
     return {

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from vitviz import ViT, ViTConfig
-from vitviz.train import PRESETS
+from vitviz.training.train import PRESETS
 
 
 def make_step(attention: str, precision: str, batch: int):

@@ -2,8 +2,8 @@
 
 Each session is a headless Chromium tab (its own browser context, so its own Streamlit
 session and websocket). It uploads its own images one after another and, after each, switches
-the Image picker back to its previous image and forward again, until the time is up. We report uploads, control changes, problems
-(exceptions or error messages on any page), how often the server loaded the model and ran the
+the Image picker back to its previous image and forward again, until the time is up. We report uploads,
+control changes, problems (exceptions or error messages on any page), how often the server loaded the model and ran the
 ViT, Streamlit's own cache metrics at the end, and the server's peak resident memory.
 
     python bench/load_sessions.py --sessions 8 --seconds 120 --out bench/results/load_sessions.json

@@ -193,7 +193,7 @@ def serve(counts_file: str, streamlit_args: list[str]) -> None:
         import math
 
         import vitviz_dashboard.sidebar.model_picker
-        from vitviz.precision import PrecisionChoice
+        from vitviz.model.precision import PrecisionChoice
 
         choice = PrecisionChoice(fixed, math.nan, math.nan, f"{fixed}, fixed by the tests")
         vitviz_dashboard.sidebar.model_picker.measure_precision = lambda model: choice

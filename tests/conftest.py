@@ -70,8 +70,8 @@ def fresh_caches(monkeypatch) -> None:
 @pytest.fixture
 def default_model(tmp_path, monkeypatch) -> Path:
     """A small checkpoint standing in for the shipped default (AppTest runs the page in this process)."""
-    import vitviz.load
+    import vitviz.loading.specs
 
     path = tiny_checkpoint(tmp_path / "default.pt")
-    monkeypatch.setattr(vitviz.load, "DEFAULT_CHECKPOINT", path)
+    monkeypatch.setattr(vitviz.loading.specs, "DEFAULT_CHECKPOINT", path)
     return path

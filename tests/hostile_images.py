@@ -214,7 +214,7 @@ CORPUS: list[Case] = [
 
 def outcome(case: Case) -> str:
     """What load_image does with a case, in one line (for the report)."""
-    from vitviz.images import ImageError, load_image
+    from vitviz.preprocessing import ImageError, load_image
 
     try:
         image = load_image(case.make())

@@ -13,7 +13,7 @@ from transformers import ViTConfig as HFViTConfig
 from transformers import ViTModel
 
 from vitviz import ModelLoadError, load_model
-from vitviz.checkpoint import read_checkpoint
+from vitviz.loading.checkpoint import read_checkpoint
 
 
 def refusal(spec, match: str) -> str:

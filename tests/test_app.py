@@ -18,7 +18,7 @@ from streamlit.testing.v1 import AppTest
 from test_app_reading import same_text, shown_in
 from tiny_models import tiny_checkpoint
 
-import vitviz.load
+import vitviz.loading.specs
 import vitviz_dashboard.analysis
 from vitviz import Preprocessing, ViT, ViTConfig, explain, save_checkpoint
 from vitviz_dashboard.cache import budget
@@ -110,7 +110,8 @@ def test_every_tab_draws_its_maps(default_model):
     at = uploaded_app()
     drawn = {}
     probabilities = vitviz_dashboard.analysis.analyse_image(
-        vitviz.load_model(str(vitviz.load.DEFAULT_CHECKPOINT)), Image.open(io.BytesIO(png_bytes())).convert("RGB")
+        vitviz.load_model(str(vitviz.loading.specs.DEFAULT_CHECKPOINT)),
+        Image.open(io.BytesIO(png_bytes())).convert("RGB"),
     ).probabilities
     top = int(np.argmax(probabilities))
     for tab in ["Heads & layers", "Click a patch", "Class-specific", "Model anatomy", "Faithfulness"]:
@@ -164,7 +165,7 @@ def test_the_anatomy_tables_download_as_csv_with_named_rows_and_columns():
 
 
 def test_small_photos_are_enlarged_by_whole_pixels_for_the_page_and_big_ones_reduced():
-    from vitviz.images import ImageFile
+    from vitviz.preprocessing import ImageFile
     from vitviz_dashboard.cache.pictures import MAX_DISPLAY_SIDE, display_photo
 
     small = Image.new("RGB", (32, 24), (10, 20, 30))
@@ -218,7 +219,7 @@ def test_every_class_specific_method_matches_the_library(default_model):
     assert list(methods.options) == [class_specific.method_label(name) for name in offered]
     methods.set_value(["relevance", "grad-rollout", "legrad", "tam", "gradcam"]).run()
     assert not at.exception and not at.error
-    model = vitviz.load_model(str(vitviz.load.DEFAULT_CHECKPOINT))
+    model = vitviz.load_model(str(vitviz.loading.specs.DEFAULT_CHECKPOINT))
     pixels = model.transform(Image.open(io.BytesIO(png_bytes())).convert("RGB"))[None]
     target = next(s for s in at.selectbox if s.label == "Explain the class").value
     expected = explain.method_maps(model, pixels, methods.value, target).maps
@@ -229,7 +230,7 @@ def test_every_class_specific_method_matches_the_library(default_model):
 
 def test_the_logit_lens_follows_the_block_slider(default_model):
     at = open_tab(uploaded_app(), "Class-specific")
-    model = vitviz.load_model(str(vitviz.load.DEFAULT_CHECKPOINT))
+    model = vitviz.load_model(str(vitviz.loading.specs.DEFAULT_CHECKPOINT))
     pixels = model.transform(Image.open(io.BytesIO(png_bytes())).convert("RGB"))[None]
     target = next(s for s in at.selectbox if s.label == "Explain the class").value
     lens = explain.method_maps(model, pixels, ["lens"], target).lens
@@ -264,7 +265,7 @@ def test_the_logit_lens_follows_the_block_slider(default_model):
 
 def test_every_head_is_drawn_over_the_photo_on_one_colour_scale_unless_asked(default_model):
     at = open_tab(uploaded_app(), "Heads & layers")
-    model = vitviz.load_model(str(vitviz.load.DEFAULT_CHECKPOINT))
+    model = vitviz.load_model(str(vitviz.loading.specs.DEFAULT_CHECKPOINT))
     analysis = vitviz_dashboard.analysis.analyse_image(model, Image.open(io.BytesIO(png_bytes())).convert("RGB"))
     top = float(analysis.readout_attention[-1].max())
     notes = [c.value for c in at.caption]
@@ -420,7 +421,7 @@ def test_class_picker_changes_the_class_specific_map(default_model):
 
 def test_class_maps_share_the_top_class_scale_unless_asked(default_model):
     at = open_tab(uploaded_app(), "Class-specific")
-    model = vitviz.load_model(str(vitviz.load.DEFAULT_CHECKPOINT))
+    model = vitviz.load_model(str(vitviz.loading.specs.DEFAULT_CHECKPOINT))
     pixels = model.transform(Image.open(io.BytesIO(png_bytes())).convert("RGB"))[None]
     top_map = explain.method_maps(model, pixels, ["relevance"]).maps["relevance"]
     next(s for s in at.selectbox if s.label == "Explain the class").select_index(2).run()  # the least likely class
@@ -490,7 +491,7 @@ def test_bad_upload_shows_an_error_not_an_exception(default_model, case):
 
 
 def test_missing_model_shows_an_error(tmp_path, monkeypatch):
-    monkeypatch.setattr(vitviz.load, "DEFAULT_CHECKPOINT", tmp_path / "nothing.pt")
+    monkeypatch.setattr(vitviz.loading.specs, "DEFAULT_CHECKPOINT", tmp_path / "nothing.pt")
     at = started_app()
     assert "no default checkpoint" in at.error[0].value
 
@@ -608,7 +609,7 @@ def test_one_layer_model_without_cls_token_renders_every_tab(tmp_path, monkeypat
     # mean pooling, registers instead of [CLS], one block, two classes: every slider has one choice or two
     odd = dict(num_layers=1, class_token=False, pooling="mean", num_register_tokens=2)
     tiny_checkpoint(tmp_path / "odd.pt", names=("yes", "no"), **odd)
-    monkeypatch.setattr(vitviz.load, "DEFAULT_CHECKPOINT", tmp_path / "odd.pt")
+    monkeypatch.setattr(vitviz.loading.specs, "DEFAULT_CHECKPOINT", tmp_path / "odd.pt")
     at = uploaded_app()
     assert not at.error
     for tab in ["Heads & layers", "Click a patch", "Class-specific", "Model anatomy", "Tokens"]:
@@ -637,7 +638,7 @@ def test_torchvision_model_offline_shows_a_message_and_the_page_keeps_working(de
     def offline(*args, **kwargs):
         raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")
 
-    monkeypatch.setattr(vitviz.load.urllib.request, "urlopen", offline)
+    monkeypatch.setattr(vitviz.loading.download.urllib.request, "urlopen", offline)
     at = started_app()
     at.sidebar.selectbox[0].set_value("torchvision:vit_b_16").run()
     assert not at.exception and "could not download" in at.error[0].value and "offline" in at.error[0].value
@@ -749,7 +750,7 @@ def legends(at) -> list[str]:
 
 def model_app(path, monkeypatch) -> AppTest:
     """The page with the checkpoint at ``path`` as its default model, and a photo uploaded."""
-    monkeypatch.setattr(vitviz.load, "DEFAULT_CHECKPOINT", path)
+    monkeypatch.setattr(vitviz.loading.specs, "DEFAULT_CHECKPOINT", path)
     return uploaded_app()
 
 
@@ -875,7 +876,7 @@ def test_the_token_norms_follow_the_layer_slider_and_flag_the_outlier(tmp_path, 
     from vitviz_dashboard.analysis import analyse_image
 
     path = tiny_checkpoint(tmp_path / "registers.pt", **REGISTERS)
-    monkeypatch.setattr(vitviz.load, "DEFAULT_CHECKPOINT", path)
+    monkeypatch.setattr(vitviz.loading.specs, "DEFAULT_CHECKPOINT", path)
     at = started_app()
     at.file_uploader[0].set_value(("bright.png", one_bright_patch_png(), "image/png")).run()
     open_tab(at, "Tokens")
@@ -943,10 +944,10 @@ def offline_hub(tmp_path, monkeypatch):
     """No Hub and an empty Hub cache (AppTest runs the page in this process, so patching modules works)."""
     from huggingface_hub import constants
 
-    import vitviz.hub
+    import vitviz.loading.download
 
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty-hub-cache"))
-    monkeypatch.setattr(vitviz.hub, "hub_reachable", lambda *a, **k: False)
+    monkeypatch.setattr(vitviz.loading.download, "hub_reachable", lambda *a, **k: False)
     return tmp_path / "empty-hub-cache"
 
 

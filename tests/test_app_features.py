@@ -13,7 +13,7 @@ from test_app_reading import shown_in
 from tiny_models import tiny_checkpoint
 
 import vitviz
-import vitviz.load
+import vitviz.loading.specs
 from vitviz import explain
 from vitviz_dashboard.cache import budget
 
@@ -35,7 +35,7 @@ PHOTOS = {"a.png": photo_bytes(0), "b.png": photo_bytes(1, (48, 64))}
 
 def features_tab(path, monkeypatch) -> AppTest:
     """The page with the checkpoint at ``path`` as its default model, two photos uploaded, the Features tab open."""
-    monkeypatch.setattr(vitviz.load, "DEFAULT_CHECKPOINT", path)
+    monkeypatch.setattr(vitviz.loading.specs, "DEFAULT_CHECKPOINT", path)
     at = AppTest.from_file(APP, default_timeout=120)
     at.run()
     at.file_uploader[0].set_value([(name, data, "image/png") for name, data in PHOTOS.items()]).run()

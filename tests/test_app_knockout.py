@@ -15,7 +15,7 @@ from test_app_reading import assert_percent, shown_in
 from tiny_models import tiny_checkpoint
 
 import vitviz
-import vitviz.load
+import vitviz.loading.specs
 from vitviz import explain
 
 # fresh caches, no local sample images, precision "auto" fixed at fp32 (tests/conftest.py)
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.usefixtures("fresh_caches")
 
 
 def app_with(path, monkeypatch, tab: str) -> AppTest:
-    monkeypatch.setattr(vitviz.load, "DEFAULT_CHECKPOINT", path)
+    monkeypatch.setattr(vitviz.loading.specs, "DEFAULT_CHECKPOINT", path)
     at = AppTest.from_file(APP, default_timeout=120)
     at.run()
     at.file_uploader[0].set_value([(name, data, "image/png") for name, data in PHOTOS.items()]).run()

@@ -14,7 +14,7 @@ from tiny_text import clip_folder, siglip_folder
 
 import vitviz
 import vitviz_dashboard.analysis
-from vitviz.images import load_image
+from vitviz.preprocessing import load_image
 from vitviz_dashboard.sidebar.prompts import PROMPTS_KEY, SOURCE_KEY
 
 MAKERS = {"clip": clip_folder, "siglip": siglip_folder}
@@ -162,7 +162,7 @@ def test_when_probabilities_tie_the_picker_starts_on_the_top_class_and_maps_are_
     for name in ("head.weight", "head.bias"):  # a zero head: every class 25 %, a four-way tie
         checkpoint["state_dict"][name].zero_()
     torch.save(checkpoint, path)
-    monkeypatch.setattr(vitviz.load, "DEFAULT_CHECKPOINT", path)
+    monkeypatch.setattr(vitviz.loading.specs, "DEFAULT_CHECKPOINT", path)
     calls = []
     original = vitviz_dashboard.analysis.class_maps
     monkeypatch.setattr(

@@ -16,7 +16,7 @@ import re
 
 import pytest
 
-from vitviz.precision import PrecisionChoice
+from vitviz.model.precision import PrecisionChoice
 
 NUMBER = re.compile(r"[-+−]?(?:\d+\.\d*|\.\d+|\d+)(?:e[-+]?\d+)?")
 

@@ -1,11 +1,11 @@
-"""Batched augmentation on the training device (vitviz/augment.py), checked image by image."""
+"""Batched augmentation on the training device (vitviz/training/augment.py), checked image by image."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 from torchvision.transforms import v2
 
-from vitviz.augment import BatchAugment, DeviceBatches, normalise, random_crop, random_erase, random_flip
+from vitviz.training.augment import BatchAugment, DeviceBatches, normalise, random_crop, random_erase, random_flip
 
 MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 

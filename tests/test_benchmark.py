@@ -16,9 +16,9 @@ import torch
 from PIL import Image
 from tiny_models import tiny_checkpoint
 
-from vitviz import benchmark
+from vitviz.commands import benchmark
 from vitviz.explain.faithfulness import CHEFER_FRACTIONS, chefer_auc, chefer_perturbation, deletion_insertion
-from vitviz.precision import PrecisionChoice
+from vitviz.model.precision import PrecisionChoice
 
 MEAN, STD = (0.5, 0.5, 0.5), (0.25, 0.25, 0.25)
 BLACK = -2.0  # (0 - 0.5) / 0.25: a pixel set to 0 before normalisation
@@ -199,7 +199,7 @@ def test_chefer2021_protocol_resizes_the_whole_image_without_a_crop(tmp_path):
     model's own transform (shorter side to 32, centre crop) shows only the green third."""
     from torchvision.transforms import functional as TF
 
-    from vitviz.checkpoint import load_checkpoint
+    from vitviz.loading import load_checkpoint
 
     model = load_checkpoint(tiny_checkpoint(tmp_path / "model.pt"))
     stripes = np.zeros((32, 96, 3), dtype=np.uint8)
@@ -309,7 +309,7 @@ def test_torchrun_with_two_processes_gives_the_numbers_of_one(folder, tmp_path):
             "--nproc_per_node",
             "2",
             "-m",
-            "vitviz.benchmark",
+            "vitviz.commands.benchmark",
             *args,
             "--out",
             str(tmp_path / "two"),

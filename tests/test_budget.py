@@ -16,9 +16,9 @@ from streamlit.testing.v1 import AppTest
 from tiny_models import tiny_checkpoint
 
 import vitviz
-import vitviz.load
+import vitviz.loading.specs
 from vitviz import explain
-from vitviz.images import ImageFile
+from vitviz.preprocessing import ImageFile
 from vitviz_dashboard import analysis as analysis_module
 from vitviz_dashboard.cache import budget
 from vitviz_dashboard.cache.budget import MemoryStore, kept, nbytes, parse_bytes
@@ -176,7 +176,7 @@ MID_SIZE = dict(image_size=64, patch_size=8, hidden_size=64, num_layers=4, num_h
 @pytest.fixture()
 def mid_size_model(tmp_path, monkeypatch):
     path = tiny_checkpoint(tmp_path / "mid.pt", **MID_SIZE)
-    monkeypatch.setattr(vitviz.load, "DEFAULT_CHECKPOINT", path)
+    monkeypatch.setattr(vitviz.loading.specs, "DEFAULT_CHECKPOINT", path)
     monkeypatch.setenv("VITVIZ_SAMPLES", "")
     st.cache_resource.clear()
     st.cache_data.clear()

@@ -13,8 +13,8 @@ from vitviz.dataset import QueryError
 from vitviz.dataset.command import main
 from vitviz.dataset.indexing import IndexOptions, analyse_batch
 from vitviz.dataset.search import build_vector_index, exact_neighbours, normalised, recall_at
-from vitviz.images import load_image
-from vitviz.load import load_model
+from vitviz.loading.specs import load_model
+from vitviz.preprocessing import load_image
 from vitviz_dashboard.analysis import analyse_image
 
 FP16 = {"rtol": 2e-3, "atol": 2e-3}

@@ -1,4 +1,4 @@
-"""`python -m vitviz.explain` on a temporary folder of generated images."""
+"""`vitviz explain` on a temporary folder of generated images."""
 
 import csv
 import subprocess
@@ -11,13 +11,14 @@ import torch
 from PIL import Image
 from tiny_models import tiny_checkpoint
 
-from vitviz import Preprocessing, ViT, ViTConfig, explain_cli, save_checkpoint
-from vitviz import precision as precision_module
+from vitviz import Preprocessing, ViT, ViTConfig, save_checkpoint
+from vitviz.commands import explain as explain_command
+from vitviz.commands.explain import main
 from vitviz.explain import patch_features, pca_rgb
-from vitviz.explain_cli import main
-from vitviz.feature_pictures import paint_patches, side_by_side
-from vitviz.images import load_image
-from vitviz.load import load_model
+from vitviz.loading import load_model
+from vitviz.model import precision as precision_module
+from vitviz.preprocessing import load_image
+from vitviz.render.features import paint_patches, side_by_side
 
 NAMES = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta"]
 
@@ -104,7 +105,8 @@ def test_module_entry_point_runs(checkpoint, images, tmp_path):
         [
             sys.executable,
             "-m",
-            "vitviz.explain",
+            "vitviz",
+            "explain",
             str(images / "wide.png"),
             "--model",
             str(checkpoint),
@@ -362,7 +364,7 @@ def test_cli_features_pca_with_a_classifier_writes_both_and_takes_block_and_face
     rows = list(csv.reader((out / "predictions.csv").read_text().splitlines()))
     assert [row[0] for row in rows[1:]] == [str(p) for p in sorted(feature_photos.iterdir())]
     for stem, size in (("a", (40, 40)), ("b", (64, 48)), ("c", (48, 64))):
-        assert Image.open(out / f"{stem}_rollout.png").size == size
+        assert Image.open(out / f"{stem}fused_rollout.png").size == size
         assert np.load(out / f"{stem}.npz")["rollout"].shape == (4, 4)
         assert Image.open(out / f"{stem}_pca.png").size == size
     paths = sorted(feature_photos.iterdir())
@@ -485,7 +487,7 @@ def test_cli_features_pca_refuses_bad_foreground_thresholds(backbone, feature_ph
 
 def test_cli_features_pca_limits(backbone, feature_photos, tmp_path, capsys, monkeypatch):
     out = tmp_path / "out"
-    monkeypatch.setattr(explain_cli, "MAX_FEATURE_IMAGES", 2)
+    monkeypatch.setattr(explain_command, "MAX_FEATURE_IMAGES", 2)
     with pytest.raises(SystemExit) as exit_info:
         main([str(feature_photos), "--model", str(backbone), "--features", "pca", "--out", str(out)])
     assert exit_info.value.code == 2

@@ -8,7 +8,8 @@ import pkgutil
 import pytest
 
 import vitviz.explain
-from vitviz import benchmark, explain_cli
+from vitviz.commands import benchmark
+from vitviz.commands import explain as explain_cli
 from vitviz.explain import COSTS, METHODS, Method, MethodOutput, get_method
 
 # the methods vitviz has today, by name: a refactor that loses one (or a module the registry fails to read) fails

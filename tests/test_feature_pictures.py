@@ -6,8 +6,8 @@ import pytest
 import torch
 from PIL import Image
 
-from vitviz import plots
-from vitviz.feature_pictures import PART_COLOURS, paint_patches, part_colours, side_by_side
+from vitviz.render import overlays
+from vitviz.render.features import PART_COLOURS, paint_patches, part_colours, side_by_side
 
 
 def distinct_colours(rows: int, cols: int) -> np.ndarray:
@@ -49,7 +49,7 @@ def test_paint_patches_paints_each_cell_in_its_colour_and_dims_outside_the_box(a
     # the whole box: each cell a sharp 10 x 10 square (nearest neighbour, no blending across cells)
     np.testing.assert_array_equal(pixels[5:55, 10:90], colours.repeat(10, axis=0).repeat(10, axis=1))
     # outside the box: exactly outline_patches' dimmed photo (35 % of 128)
-    dimmed = np.asarray(plots.outline_patches(photo, np.zeros((5, 8), dtype=bool), BOX))
+    dimmed = np.asarray(overlays.outline_patches(photo, np.zeros((5, 8), dtype=bool), BOX))
     outside = np.ones((60, 100), dtype=bool)
     outside[5:55, 10:90] = False
     np.testing.assert_array_equal(pixels[outside], dimmed[outside])
@@ -73,7 +73,7 @@ def test_paint_patches_with_alpha_blends_photo_and_colour():
     # alpha 0 leaves the box as the photo, still dimmed outside
     untouched = np.asarray(paint_patches(photo, colours, BOX, alpha=0.0))
     np.testing.assert_array_equal(untouched[5:55, 10:90], np.asarray(photo)[5:55, 10:90])
-    np.testing.assert_array_equal(untouched, np.asarray(plots.outline_patches(photo, np.zeros((5, 8), bool), BOX)))
+    np.testing.assert_array_equal(untouched, np.asarray(overlays.outline_patches(photo, np.zeros((5, 8), bool), BOX)))
 
 
 @pytest.mark.parametrize(
@@ -122,7 +122,7 @@ def test_paint_patches_rounds_a_fractional_box_as_outline_patches_does():
     np.testing.assert_array_equal(pixels[:, 8:56], colours.repeat(12, axis=0).repeat(12, axis=1))
     np.testing.assert_array_equal(pixels[:, :8], np.full((48, 8, 3), 35))
     np.testing.assert_array_equal(pixels[:, 56:], np.full((48, 8, 3), 35))
-    dimmed = np.asarray(plots.outline_patches(photo, np.zeros((4, 4), dtype=bool), box))
+    dimmed = np.asarray(overlays.outline_patches(photo, np.zeros((4, 4), dtype=bool), box))
     np.testing.assert_array_equal(pixels[:, :8], dimmed[:, :8])
 
 

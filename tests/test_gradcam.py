@@ -13,8 +13,8 @@ The package's conventions, against vitviz's:
   vitviz's ``norm1_gradients``; a single image's map does not depend on the others;
 - the package then min-max scales each image's map, resizes it to the input's size with ``cv2.resize``
   (bilinear, half-pixel centres) and, after averaging over target layers, min-max scales again. vitviz returns
-  the unscaled patch-grid map and leaves the picture to ``vitviz.plots``: ``rescale`` then ``upsample`` (the same
-  bilinear resize). The package's second scaling only stretches the upsampled map by how far the interpolation
+  the unscaled patch-grid map and leaves the picture to ``vitviz.render.overlays``: ``rescale`` then ``upsample``
+  (the same bilinear resize). The package's second scaling only stretches the upsampled map by how far the interpolation
   falls short of the grid's extremes, so its picture is rescale -> upsample -> rescale of vitviz's map.
 
 The map is compared twice: at the patch grid before any scaling or resize (the package's ``get_cam_image`` on the
@@ -30,7 +30,7 @@ from tiny_models import build_tiny_vit
 
 from vitviz import ViT
 from vitviz.explain import grad_cam, norm1_gradients
-from vitviz.plots import rescale, upsample
+from vitviz.render.overlays import rescale, upsample
 
 TARGET = 4
 

@@ -24,8 +24,8 @@ from test_load import CreatesAFile
 from test_load_hub import TIMM_NAME, cached_snapshot
 
 import vitviz
-import vitviz.checkpoint
-import vitviz.importers.huggingface
+import vitviz.loading.checkpoint
+import vitviz.loading.sources.huggingface
 
 # --- files: counts and sizes from their headers before their tensors or pickles are read ---------------------------
 
@@ -40,7 +40,7 @@ def safetensors_header_only(path: Path, count: int) -> None:
 def test_a_safetensors_file_of_300000_tensors_is_refused_from_its_header(tmp_path, monkeypatch):
     folder = hf_vit_folder(tmp_path / "model")
     safetensors_header_only(folder / "model.safetensors", 300_000)
-    opened = forbid(monkeypatch, vitviz.importers.huggingface, "safe_open")
+    opened = forbid(monkeypatch, vitviz.loading.sources.huggingface, "safe_open")
     refusal(
         folder,
         r"model\.safetensors's header takes [\d.]+ MB, room for far more than the 128 tensors its model "
@@ -60,7 +60,7 @@ def test_a_shard_index_mapping_300000_weights_is_refused_before_any_shard_is_rea
     (folder / "model.safetensors").unlink()
     index = {"weight_map": {f"w{i}": f"shard-{i}.safetensors" for i in range(300_000)}}
     (folder / "model.safetensors.index.json").write_text(json.dumps(index))
-    opened = forbid(monkeypatch, vitviz.importers.huggingface, "safe_open")
+    opened = forbid(monkeypatch, vitviz.loading.sources.huggingface, "safe_open")
     refusal(folder, r"index\.json maps 300,000 weights, more than the 128 its model may have: no shard was read")
     assert not opened
 
@@ -113,14 +113,17 @@ def test_a_10_mb_pickle_is_refused_after_a_bounded_scan(tmp_path, monkeypatch, f
         with zipfile.ZipFile(path, "w") as archive:
             archive.writestr("big/data.pkl", pickle.dumps(content, protocol=2))
     assert path.stat().st_size > 10**7
-    loads, disassembled = forbid(monkeypatch, torch, "load"), forbid(monkeypatch, vitviz.checkpoint.pickletools, "dis")
+    loads, disassembled = (
+        forbid(monkeypatch, torch, "load"),
+        forbid(monkeypatch, vitviz.loading.checkpoint.pickletools, "dis"),
+    )
     refusal(path, "holds a pickle of more than 200,000 opcodes, far more than a model's weights need")
     assert not loads and not disassembled
 
 
 def test_a_zip_whose_pickle_inflates_beyond_the_limit_is_refused_before_decompressing(tmp_path, monkeypatch):
     """The corpus's data.pkl inflated to 1 GiB and was decompressed twice (5 s); here, the limit scaled down."""
-    monkeypatch.setattr(vitviz.checkpoint, "MAX_PICKLE_BYTES", 2**20)
+    monkeypatch.setattr(vitviz.loading.checkpoint, "MAX_PICKLE_BYTES", 2**20)
     path = tmp_path / "bomb.pt"
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         archive.writestr("bomb/data.pkl", b"\x80\x02" + b"N" * (4 * 2**20) + b".")
@@ -226,7 +229,7 @@ def test_a_file_of_300000_tensors_in_the_timm_or_open_clip_cache_is_refused_befo
     import open_clip
 
     safetensors_header_only(cached_snapshot(offline, f"timm/{TIMM_NAME}") / "model.safetensors", 300_000)
-    opened = forbid(monkeypatch, vitviz.importers.huggingface, "safe_open")
+    opened = forbid(monkeypatch, vitviz.loading.sources.huggingface, "safe_open")
     refusal(f"timm:{TIMM_NAME}", r"model\.safetensors's header takes [\d.]+ MB, room for far more than the 5,000")
     spec = open_clip_snapshot(offline, TINY_CFG)
     safetensors_header_only(next(offline.rglob("open_clip_model.safetensors")), 300_000)
@@ -291,6 +294,6 @@ def test_an_open_clip_model_whose_logit_scale_overflows_is_refused(offline):
 
 
 def test_a_too_long_open_clip_repository_id_is_refused_before_the_hub_is_asked(monkeypatch):
-    asked = forbid(monkeypatch, vitviz.hub, "hub_reachable")
+    asked = forbid(monkeypatch, vitviz.loading.download, "hub_reachable")
     refusal("open_clip:hf-hub:someone/" + "n" * 500, "is not a Hugging Face repository id")
     assert not asked

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hostile_images import CORPUS, Case
 
-from vitviz.images import ImageError, load_image
+from vitviz.preprocessing import ImageError, load_image
 
 
 def test_the_corpus_is_broad():

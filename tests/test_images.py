@@ -12,7 +12,7 @@ from PIL import Image
 from torchvision.transforms import InterpolationMode
 from torchvision.transforms._presets import ImageClassification
 
-from vitviz.images import ImageFile, Preprocessing, load_image
+from vitviz.preprocessing import ImageFile, Preprocessing, load_image
 
 
 def photo(width=300, height=200) -> Image.Image:
@@ -88,4 +88,4 @@ def test_image_files_pickle_under_a_stable_name():
     file = ImageFile.of(b"some bytes")
     assert file.key == hashlib.sha256(b"some bytes").hexdigest()
     copy = pickle.loads(pickle.dumps(file))
-    assert ImageFile.__module__ == "vitviz.images" and (copy.data, copy.key) == (file.data, file.key)
+    assert ImageFile.__module__ == "vitviz.preprocessing" and (copy.data, copy.key) == (file.data, file.key)

@@ -9,8 +9,8 @@ from safetensors.torch import load_file
 from transformers import ViTConfig as HFViTConfig
 from transformers import ViTForImageClassification, ViTModel
 
-from vitviz.checkpoint import ModelLoadError
-from vitviz.importers.huggingface import _FAMILIES, from_huggingface, load_huggingface_folder, read_safetensors
+from vitviz.loading import ModelLoadError, from_huggingface, load_huggingface_folder
+from vitviz.loading.sources.huggingface import _FAMILIES, read_safetensors
 
 ATOL = 1e-4  # the bound for logits and attentions
 

@@ -12,7 +12,7 @@ from timm.data import ImageNetInfo, create_transform, resolve_data_config
 
 import vitviz
 from vitviz import ModelLoadError
-from vitviz.importers.timm import imagenet_class_names, preprocessing_from_timm
+from vitviz.loading.sources.timm import imagenet_class_names, preprocessing_from_timm
 
 RTOL = 1e-4  # the bound: differences relative to the largest output value (at least 1)
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 import torchvision
 
-from vitviz.importers.torchvision import from_torchvision
+from vitviz.loading import from_torchvision
 
 ATOL = 1e-4  # the bound for logits
 

@@ -14,9 +14,9 @@ import torch
 import torchvision
 from PIL import Image
 
-import vitviz.load
+import vitviz.loading.specs
 from vitviz import ModelLoadError, Preprocessing, ViT, ViTConfig, load_model, save_checkpoint
-from vitviz.checkpoint import read_checkpoint
+from vitviz.loading.checkpoint import read_checkpoint
 
 CONFIG = dict(image_size=32, patch_size=8, hidden_size=32, num_layers=2, num_heads=4, mlp_size=64, num_classes=3)
 NAMES = ["cat", "dog", "bird"]
@@ -57,8 +57,8 @@ def test_half_precision_checkpoint_is_smaller_and_close(tmp_path):
 
 
 def test_default_model_missing_says_how_to_get_one(tmp_path, monkeypatch):
-    monkeypatch.setattr(vitviz.load, "DEFAULT_CHECKPOINT", tmp_path / "default.pt")
-    with pytest.raises(ModelLoadError, match="no default checkpoint.*vitviz.train"):
+    monkeypatch.setattr(vitviz.loading.specs, "DEFAULT_CHECKPOINT", tmp_path / "default.pt")
+    with pytest.raises(ModelLoadError, match="no default checkpoint.*`vitviz train`"):
         load_model("default")
     saved_checkpoint(tmp_path / "default.pt")
     assert load_model("default").class_names == NAMES
@@ -153,7 +153,7 @@ def test_torchvision_offline_fails_fast_with_a_message(tmp_path, monkeypatch):
     def no_network(*args, **kwargs):
         raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")
 
-    monkeypatch.setattr(vitviz.load.urllib.request, "urlopen", no_network)
+    monkeypatch.setattr(vitviz.loading.download.urllib.request, "urlopen", no_network)
     with pytest.raises(ModelLoadError, match="could not download .*offline"):
         load_model("torchvision:vit_b_32")
     assert not list(tmp_path.rglob("*.pth*"))  # nothing half-written left in the cache
@@ -168,7 +168,9 @@ def test_download_from_a_silent_server_times_out(tmp_path):
     threading.Thread(target=lambda: accepted.append(server.accept()), daemon=True).start()
     start = time.monotonic()
     with pytest.raises(ModelLoadError, match="could not download"):
-        vitviz.load.download(f"http://127.0.0.1:{server.getsockname()[1]}/w.pth", tmp_path / "w.pth", timeout=1)
+        vitviz.loading.download.download(
+            f"http://127.0.0.1:{server.getsockname()[1]}/w.pth", tmp_path / "w.pth", timeout=1
+        )
     assert time.monotonic() - start < 10
     server.close()
 
@@ -181,7 +183,7 @@ def test_torchvision_weights_from_the_cache_need_no_network(tmp_path, monkeypatc
     (tmp_path / "checkpoints").mkdir()
     torch.save(reference.state_dict(), tmp_path / "checkpoints" / os.path.basename(weights.url))
     monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path))
-    monkeypatch.setattr(vitviz.load.urllib.request, "urlopen", lambda *a, **k: pytest.fail("network used"))
+    monkeypatch.setattr(vitviz.loading.download.urllib.request, "urlopen", lambda *a, **k: pytest.fail("network used"))
 
     model = load_model("torchvision:vit_b_32:IMAGENET1K_V1")
     assert model.class_names == weights.meta["categories"] and len(model.class_names) == 1000
@@ -227,7 +229,7 @@ def test_the_shipped_default_checkpoint_loads_offline_and_predicts():
     ]
     assert model.config.grid_size == (8, 8) and model.training_info["epoch"] == 6  # of the eighth stage
     assert model.training_info["metrics"]["val_top1"] > 0.815  # what the model card reports (81.5 %)
-    size = (vitviz.load.DEFAULT_CHECKPOINT.stat().st_size) / 2**20
+    size = (vitviz.loading.specs.DEFAULT_CHECKPOINT.stat().st_size) / 2**20
     assert size <= 25
     # a trained model is confident and consistent on a simple picture; a random one gives about 10 % to each class
     sky = Image.new("RGB", (32, 32), (120, 170, 230))

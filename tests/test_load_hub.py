@@ -17,7 +17,7 @@ from transformers import ViTConfig as HFViTConfig
 from transformers import ViTForImageClassification
 
 import vitviz
-import vitviz.hub
+import vitviz.loading.download
 from vitviz import ModelLoadError, load_model
 
 TIMM_NAME = "vit_tiny_patch16_224.augreg_in21k_ft_in1k"
@@ -51,7 +51,7 @@ def test_a_hub_that_never_answers_is_treated_as_offline(tmp_path, monkeypatch):
     threading.Thread(target=lambda: server.accept(), daemon=True).start()
     monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{server.getsockname()[1]}")
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
-    monkeypatch.setattr(vitviz.hub, "HUB_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(vitviz.loading.download, "HUB_TIMEOUT_S", 1.0)
     start = time.monotonic()
     with pytest.raises(ModelLoadError, match="cannot be reached"):
         load_model("hf:org/model")

@@ -9,8 +9,8 @@ import torch
 from safetensors.torch import save_file
 
 import vitviz
-import vitviz.checkpoint
-import vitviz.importers.huggingface
+import vitviz.loading.build
+import vitviz.loading.sources.huggingface
 from vitviz import ModelLoadError, ViT, ViTConfig, load_model
 
 SMALL = dict(image_size=32, patch_size=8, hidden_size=32, num_layers=2, num_heads=4, mlp_size=64)
@@ -65,7 +65,7 @@ def test_an_absurd_config_is_refused_from_its_numbers_at_once(tmp_path):
 
 
 def test_a_model_bigger_than_the_free_memory_is_refused_with_both_numbers(tmp_path, monkeypatch):
-    monkeypatch.setattr(vitviz.checkpoint, "available_memory", lambda: 10_000)
+    monkeypatch.setattr(vitviz.loading.build, "available_memory", lambda: 10_000)
     path = tmp_path / "model.pt"
     model = ViT(ViTConfig(**SMALL, num_classes=3))
     vitviz.save_checkpoint(path, model, ["a", "b", "c"], vitviz.Preprocessing(resize=32))
@@ -76,13 +76,13 @@ def test_a_model_bigger_than_the_free_memory_is_refused_with_both_numbers(tmp_pa
 
 def test_a_weights_file_bigger_than_the_free_memory_is_not_read(tmp_path, monkeypatch):
     folder = hf_folder(tmp_path, {"model_type": "vit"}, {"w": torch.zeros(1000)})
-    monkeypatch.setattr(vitviz.importers.huggingface, "available_memory", lambda: 100)
+    monkeypatch.setattr(vitviz.loading.sources.huggingface, "available_memory", lambda: 100)
     with pytest.raises(ModelLoadError, match="of weights, more than the 0.0 GB of memory free"):
         load_model(str(folder))
 
 
 def test_a_huge_json_file_is_not_parsed(tmp_path, monkeypatch):
-    import vitviz.importers.common as common
+    import vitviz.loading.sources.common as common
 
     folder = hf_folder(tmp_path, {"model_type": "vit", "padding": "x" * 2000})
     monkeypatch.setattr(common, "MAX_JSON_BYTES", 1000)
@@ -95,7 +95,7 @@ def test_a_timm_model_too_big_for_the_memory_is_refused_before_any_download(monk
     import socket
 
     monkeypatch.setattr(socket.socket, "connect", lambda *a, **k: (_ for _ in ()).throw(OSError(101, "no network")))
-    monkeypatch.setattr(vitviz.checkpoint, "available_memory", lambda: 24 * 10**9)  # this machine, whatever runs it
+    monkeypatch.setattr(vitviz.loading.build, "available_memory", lambda: 24 * 10**9)  # this machine, whatever runs it
     with pytest.raises(
         ModelLoadError,
         match=r"timm:vit_7b_patch16_dinov3.lvd1689m has 6,7[\d,]+ parameters: 2[67].\d GB "

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from vitviz.cli import COMMANDS, main, streamlit_flags
+from vitviz.commands.app import streamlit_flags
+from vitviz.commands.cli import COMMANDS, main
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -74,14 +75,15 @@ def test_wheel_carries_the_default_model_the_dashboard_and_its_settings(installe
     } <= names
     assert not any(name.startswith(("tests/", "bench/")) for name in names)
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
-    assert "vitviz = vitviz.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "vitviz = vitviz.commands.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
 
 def test_installed_package_loads_the_default_from_another_directory(installed):
     _, site, elsewhere = installed
     code = (
-        "import vitviz, vitviz.load; m = vitviz.load_model('default'); "
-        "print(vitviz.__file__); print(vitviz.load.DEFAULT_CHECKPOINT); print(m.config.grid_size, len(m.class_names))"
+        "import vitviz, vitviz.loading.specs; m = vitviz.load_model('default'); "
+        "print(vitviz.__file__); print(vitviz.loading.specs.DEFAULT_CHECKPOINT); "
+        "print(m.config.grid_size, len(m.class_names))"
     )
     result = run_installed(site, elsewhere, sys.executable, "-c", code)
     assert result.returncode == 0, result.stderr
@@ -146,8 +148,8 @@ def test_app_passes_the_dashboard_settings_then_the_users_flags(monkeypatch):
         started.append(command)
         raise SystemExit(0)
 
-    monkeypatch.setattr("vitviz.cli.os.execv", execv)
-    monkeypatch.setattr("vitviz.cli.os.name", "posix")
+    monkeypatch.setattr("vitviz.commands.app.os.execv", execv)
+    monkeypatch.setattr("vitviz.commands.app.os.name", "posix")
     with pytest.raises(SystemExit):
         main(["app", "--server.port", "9999"])
     (command,) = started

@@ -10,7 +10,7 @@ from test_app import started_app
 from tiny_models import tiny_checkpoint
 
 import vitviz
-import vitviz.load
+import vitviz.loading.specs
 from vitviz_dashboard.sidebar.model_dirs import (
     MODEL_DIRS,
     OUTSIDE_MESSAGE,
@@ -78,7 +78,9 @@ def test_a_checkpoint_inside_an_allowed_folder_loads_with_load_models_own_messag
 
 
 def test_the_allowed_folders_come_from_vitviz_model_dirs(tmp_path, monkeypatch):
-    monkeypatch.setattr(vitviz.load, "DEFAULT_CHECKPOINT", tmp_path / "elsewhere" / "default.pt")  # read at call time
+    monkeypatch.setattr(
+        vitviz.loading.specs, "DEFAULT_CHECKPOINT", tmp_path / "elsewhere" / "default.pt"
+    )  # read at call time
     assert allowed_model_dirs({}) == [tmp_path / "elsewhere", Path.cwd()]
     monkeypatch.setenv("HOME", str(tmp_path))
     several = os.pathsep.join([str(tmp_path / "a"), "", " ~/b ", "relative"])
@@ -134,7 +136,7 @@ def test_the_page_refuses_paths_outside_alike_and_opens_checkpoints_inside(defau
     at = started_app()
     at.sidebar.selectbox[0].set_value("path or upload...").run()
     field = at.sidebar.text_input[0]
-    for outside in ("/etc/passwd", str(tmp_path / "missing.pt"), str(vitviz.load.DEFAULT_CHECKPOINT)):
+    for outside in ("/etc/passwd", str(tmp_path / "missing.pt"), str(vitviz.loading.specs.DEFAULT_CHECKPOINT)):
         field.set_value(outside).run()
         assert not at.exception and errors(at.sidebar) == errors(at) == [OUTSIDE_MESSAGE], outside
     field.set_value(str(tiny_checkpoint(allowed / "mine.pt"))).run()
@@ -152,7 +154,7 @@ def test_with_paths_off_the_field_is_disabled_and_uploads_still_work(default_mod
     at.sidebar.selectbox[0].set_value("path or upload...").run()
     assert at.sidebar.text_input[0].disabled
     assert PATHS_OFF_MESSAGE in [caption.value for caption in at.sidebar.caption]
-    data = vitviz.load.DEFAULT_CHECKPOINT.read_bytes()
+    data = vitviz.loading.specs.DEFAULT_CHECKPOINT.read_bytes()
     at.sidebar.file_uploader[0].set_value(("mine.pt", data, "application/octet-stream")).run()
     assert not at.exception and not at.error
     assert any("vitviz-uploads" in caption.value for caption in at.sidebar.caption)

@@ -5,24 +5,26 @@ import pytest
 import torch
 from PIL import Image
 
-from vitviz.images import Preprocessing
-from vitviz.plots import (
-    colorize,
-    colormap_table,
+from vitviz.preprocessing import Preprocessing
+from vitviz.render.figures import (
     grid_figure,
-    grid_picture,
     heatmap_figure,
-    mark_patch,
-    outline_patches,
-    overlay,
-    patch_at,
     predictions_figure,
     prefix_attention_by_layer_figure,
     prefix_attention_figure,
     token_norms_figure,
+    votes_figure,
+)
+from vitviz.render.overlays import (
+    colorize,
+    colormap_table,
+    grid_picture,
+    mark_patch,
+    outline_patches,
+    overlay,
+    patch_at,
     top_mass_mask,
     upsample,
-    votes_figure,
 )
 
 

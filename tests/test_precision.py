@@ -1,4 +1,4 @@
-"""Precision "auto" (vitviz/precision.py): the choice from timings, which are stubbed here so the
+"""Precision "auto" (vitviz/model/precision.py): the choice from timings, which are stubbed here so the
 machine's CPU does not decide the outcome; one real measurement on a tiny model; and the page's
 ``resolve``, run without a Streamlit server (outside one, st.cache_resource keeps its entries in
 memory and sidebar writes are dropped)."""
@@ -13,8 +13,15 @@ import torch
 from tiny_models import build_tiny_vit
 
 from vitviz import ViT
-from vitviz import precision as precision_module
-from vitviz.precision import BF16_MARGIN, PrecisionChoice, decide, forward_timer, measure_precision, resolve_precision
+from vitviz.model import precision as precision_module
+from vitviz.model.precision import (
+    BF16_MARGIN,
+    PrecisionChoice,
+    decide,
+    forward_timer,
+    measure_precision,
+    resolve_precision,
+)
 
 
 def tiny_model() -> ViT:

@@ -1,6 +1,6 @@
-"""Download progress: every download reports to the progress bar class in vitviz.hub.PROGRESS_BAR (tqdm's
-interface): torchvision weights through vitviz.load.download, Hub files through huggingface_hub's tqdm_class,
-and in the page a bar drawn with st.progress that survives Streamlit's cache replay."""
+"""Download progress: every download reports to the progress bar class in vitviz.loading.download.PROGRESS_BAR
+(tqdm's interface): torchvision weights through vitviz.loading.download.download, Hub files through huggingface_hub's
+tqdm_class, and in the page a bar drawn with st.progress that survives Streamlit's cache replay."""
 
 import hashlib
 import http.server
@@ -13,8 +13,9 @@ from streamlit.testing.v1 import AppTest
 from tiny_models import tiny_checkpoint
 
 import vitviz
-import vitviz.load
-from vitviz import ModelLoadError, hub
+import vitviz.loading.specs
+from vitviz import ModelLoadError
+from vitviz.loading import download
 from vitviz_dashboard.widgets.progress import describe, fraction, remaining
 
 PAYLOAD = bytes(range(256)) * 4096  # 1 MiB
@@ -64,16 +65,16 @@ def server():
 def test_torchvision_download_reports_every_byte_to_the_bar(server, tmp_path):
     Recorder.bars = []
     target = tmp_path / f"vit_x-{PREFIX}.pth"  # torchvision's naming: the sha256 prefix is checked
-    with hub.progress_bar(Recorder):
-        vitviz.load.download(f"{server}/w.pth", target)
+    with download.progress_bar(Recorder):
+        vitviz.loading.download.download(f"{server}/w.pth", target)
     (bar,) = Recorder.bars
     assert target.read_bytes() == PAYLOAD
     assert bar.total == len(PAYLOAD) and sum(bar.updates) == len(PAYLOAD) and bar.desc == target.name
     assert len(bar.updates) >= 1
     # outside the block, the default (tqdm, shown on a terminal) is back, and the hash is still checked
-    assert hub.PROGRESS_BAR.get() is None
+    assert download.PROGRESS_BAR.get() is None
     with pytest.raises(ModelLoadError, match="corrupt"):
-        vitviz.load.download(f"{server}/w.pth", tmp_path / "vit_x-00000000.pth")
+        vitviz.loading.download.download(f"{server}/w.pth", tmp_path / "vit_x-00000000.pth")
     assert not list(tmp_path.glob("*.partial"))
 
 
@@ -86,9 +87,9 @@ def test_hub_downloads_get_the_bar_class(monkeypatch, tmp_path):
         return str(tmp_path / filename)
 
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_download)
-    hub.hub_file("org/name", ["config.json"], "hf:org/name", offline=False)
-    with hub.progress_bar(Recorder):
-        hub.hub_file("org/name", ["config.json"], "hf:org/name", offline=False)
+    download.hub_file("org/name", ["config.json"], "hf:org/name", offline=False)
+    with download.progress_bar(Recorder):
+        download.hub_file("org/name", ["config.json"], "hf:org/name", offline=False)
     assert seen == [None, Recorder]  # None: huggingface_hub's own bar
 
 
@@ -123,11 +124,11 @@ def test_page_draws_the_download_bar_and_replays_the_cached_model(tmp_path, monk
     )
 
     def load_with_a_download(spec):
-        with hub.PROGRESS_BAR.get()(total=4_000_000, unit="B", unit_scale=True, desc="model.safetensors") as bar:
+        with download.PROGRESS_BAR.get()(total=4_000_000, unit="B", unit_scale=True, desc="model.safetensors") as bar:
             for _ in range(4):
                 bar.update(1_000_000)
                 bar.refresh()
-        return vitviz.load.load_model(checkpoint)  # the real one: vitviz.load_model is this function now
+        return vitviz.loading.specs.load_model(checkpoint)  # the real one: vitviz.load_model is this function now
 
     monkeypatch.setattr(vitviz, "load_model", load_with_a_download)
     spec = f"fake:{uuid.uuid4()}"  # a spec no other test has put into the shared model cache

@@ -150,7 +150,7 @@ def test_top1_agreement_known_answers(model, images):
 def test_explanations_that_run_the_blocks_themselves_see_the_edit(model, images):
     """Grad-CAM and head importance run the blocks one by one, not through model(x): the edit is in the block."""
     from vitviz.explain.gradcam import norm1_gradients
-    from vitviz.explain.knockout import head_importance
+    from vitviz.explain.head_importance import head_importance
 
     sae = sae_for(model)
     edited = with_sae(model, sae, 0, set_to={2: 8.0})

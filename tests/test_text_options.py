@@ -14,9 +14,9 @@ from PIL import Image
 from tiny_text import clip_folder
 
 import vitviz
-import vitviz.benchmark as benchmark
-import vitviz.explain_cli as explain_cli
-from vitviz.images import load_image
+import vitviz.commands.benchmark as benchmark
+import vitviz.commands.explain as explain_command
+from vitviz.preprocessing import load_image
 from vitviz.text import prompt_set
 
 
@@ -41,7 +41,7 @@ def test_explain_with_prompts_writes_their_names_and_probabilities(clip, tmp_pat
     photo(photos / "red.png", (220, 30, 30))
     prompts = ["a red square", "a photo of a dog", "the moon"]
     assert (
-        explain_cli.main(
+        explain_command.main(
             [
                 str(photos),
                 "--model",
@@ -123,14 +123,14 @@ def test_bad_prompt_options_exit_with_a_message(clip, tmp_path, arguments, messa
     if "--model" not in arguments:
         arguments = ["--model", str(clip), *arguments]
     with pytest.raises(SystemExit, match=message):
-        explain_cli.main([str(tmp_path / "a.png"), *arguments, "--out", str(tmp_path / "maps")])
+        explain_command.main([str(tmp_path / "a.png"), *arguments, "--out", str(tmp_path / "maps")])
 
 
 def test_a_prompt_longer_than_the_context_is_noted(clip, tmp_path, capsys):
     photo(tmp_path / "a.png", (0, 0, 0))
     long = " ".join(["cat"] * 30)
     assert (
-        explain_cli.main(
+        explain_command.main(
             [
                 str(tmp_path / "a.png"),
                 "--model",
@@ -154,7 +154,7 @@ def test_a_prompt_of_invalid_utf8_exits_with_one_line_not_a_traceback(clip, tmp_
     photo(tmp_path / "a.png", (0, 0, 0))
     arguments = [str(tmp_path / "a.png"), "--model", str(clip), "--out", str(tmp_path / "maps")]
     with pytest.raises(SystemExit, match="^error: prompt 2 is not valid text: character 3 is '.udcff'"):
-        explain_cli.main([*arguments, "--prompts", "a dog", "a \udcff cat"])
+        explain_command.main([*arguments, "--prompts", "a dog", "a \udcff cat"])
     command = [sys.executable, "-m", "vitviz", "explain", *arguments, "--prompts", b"a \xff dog", "a cat"]
     done = subprocess.run(command, capture_output=True, env=dict(os.environ), timeout=300)
     stderr = done.stderr.decode(errors="replace")

@@ -10,13 +10,14 @@ import pytest
 import torch
 from PIL import Image
 
-import vitviz.train as train_module
+import vitviz.training.train as train_module
 from vitviz import load_model
-from vitviz.curves import main as curves_main
-from vitviz.curves import plot_curves, read_history
-from vitviz.evaluate import main as evaluate_main
-from vitviz.metrics import classification_metrics, confusion_matrix
-from vitviz.train import main as train_main
+from vitviz.commands import train as train_command
+from vitviz.commands.evaluate import main as evaluate_main
+from vitviz.commands.train import main as train_main
+from vitviz.render.curves import main as curves_main
+from vitviz.render.curves import plot_curves, read_history
+from vitviz.training.metrics import classification_metrics, confusion_matrix
 
 CLASSES = {"blue": (20, 40, 230), "green": (30, 200, 40), "red": (230, 30, 30)}
 SMALL_MODEL = [
@@ -214,17 +215,17 @@ def test_data_on_device_lowers_the_loss_with_every_augmentation_on(folders, tmp_
 
 
 def test_recipe_sets_defaults_and_explicit_flags_still_win():
-    args = train_module.parse_args(["--recipe", "cifar10-gpu"])
+    args = train_command.parse_args(["--recipe", "cifar10-gpu"])
     assert (args.preset, args.patch_size, args.image_size) == ("cifar", 2, 32)
     assert args.data_on_device and args.compile and args.half_checkpoints and args.precision == "bf16"
     assert (args.augment, args.mixup, args.cutmix, args.random_erasing) == ("trivialaugment", 0.8, 1.0, 0.25)
     config = train_module.build_config(args, 10)
     assert config.grid_size == (16, 16) and config.hidden_size == 384  # 256 patches
-    overridden = train_module.parse_args(
+    overridden = train_command.parse_args(
         ["--recipe", "cifar10-gpu", "--patch-size", "4", "--no-compile", "--epochs", "3"]
     )
     assert (overridden.patch_size, overridden.compile, overridden.epochs, overridden.lr) == (4, False, 3, 1e-3)
-    assert train_module.parse_args([]).data_on_device is False  # no recipe: the plain defaults
+    assert train_command.parse_args([]).data_on_device is False  # no recipe: the plain defaults
 
 
 def test_recipe_trains_and_stores_half_precision_weights(folders, tmp_path):
@@ -273,7 +274,7 @@ def test_bad_augmentation_and_device_values_exit_with_a_message(capsys):
         cases.append((["--device", "cuda"], "no cuda device torch can use; try --device cpu"))
     for flags, message in cases:
         with pytest.raises(SystemExit) as exit_info:
-            train_module.parse_args(flags)
+            train_command.parse_args(flags)
         assert exit_info.value.code == 2 and message in capsys.readouterr().err, flags
 
 
@@ -332,7 +333,7 @@ def test_an_interrupted_run_resumed_ends_exactly_where_an_uninterrupted_one_does
     flags = ("--epochs", "3", "--max-steps-per-epoch", "2", "--augment", "basic", *data)
     train(folders, tmp_path / "straight", *flags)
 
-    import vitviz.train as train_module
+    import vitviz.training.train as train_module
 
     save_last = train_module._save_last
 
@@ -422,7 +423,7 @@ def test_init_from_accepts_a_checkpoint_saved_before_newer_config_fields(folders
 
 
 def test_attention_flag_picks_the_kernel(folders, tmp_path, monkeypatch):
-    import vitviz.train as train_module
+    import vitviz.training.train as train_module
 
     seen = []
     build = train_module.build_optimizer
@@ -606,6 +607,6 @@ def test_curves_cli_redraws_from_a_metrics_file_and_explains_bad_ones(tmp_path, 
         curves_main([str(tmp_path / "missing.jsonl")])
     # as a command: one line on stderr, no traceback
     done = subprocess.run(
-        [sys.executable, "-m", "vitviz.curves", str(tmp_path / "missing.jsonl")], capture_output=True, text=True
+        [sys.executable, "-m", "vitviz.render.curves", str(tmp_path / "missing.jsonl")], capture_output=True, text=True
     )
     assert done.returncode == 1 and done.stderr.startswith("error: ") and done.stderr.count("\n") == 1

@@ -1,11 +1,34 @@
-"""vitviz: see what a Vision Transformer looks at."""
+"""vitviz: see what a Vision Transformer looks at.
 
-from vitviz.checkpoint import ModelLoadError, load_checkpoint, save_checkpoint
+    model/            ViTConfig and the ViT that returns its attentions; interventions, precision
+    loading/          load_model(spec): checkpoints, downloads, and one module per source library
+    preprocessing.py  bytes in, safe RGB image out (load_image); image in, model tensor out (Preprocessing)
+    explain/          explanation maps and statistics: pure functions of attentions, gradients and the model
+    text/             text towers, prompts and zero-shot heads (CLIP, SigLIP)
+    render/           arrays in, pictures and plotly figures out (no streamlit)
+    training/         training a ViT: data, loop, augmentation on the device, metrics
+    dataset/          the dataset index: one pass over a whole dataset, stored and queried
+    sae/              sparse autoencoders on a block's activations
+    commands/         the `vitviz` command: one module per subcommand (`python -m vitviz` runs it too)
+    analysis.py       the dashboard's analysis of one photo: one forward pass, every map the tabs draw
+
+Imports flow one way: commands -> everything below; dataset, sae -> explain, loading, model; explain, text,
+render, loading -> model; nothing here imports streamlit or the dashboard (tests/test_layout.py checks).
+"""
+
 from vitviz.dataset import open_index
-from vitviz.images import Preprocessing
-from vitviz.importers import from_huggingface, from_open_clip, from_timm, from_torchvision
-from vitviz.load import load_model
+from vitviz.loading import (
+    ModelLoadError,
+    from_huggingface,
+    from_open_clip,
+    from_timm,
+    from_torchvision,
+    load_checkpoint,
+    load_model,
+    save_checkpoint,
+)
 from vitviz.model import ViT, ViTConfig, ViTOutput, autocast
+from vitviz.preprocessing import Preprocessing, load_image
 from vitviz.text import zero_shot
 
 __all__ = [
@@ -20,6 +43,7 @@ __all__ = [
     "from_timm",
     "from_torchvision",
     "load_checkpoint",
+    "load_image",
     "load_model",
     "open_index",
     "save_checkpoint",

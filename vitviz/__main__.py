@@ -1,7 +1,7 @@
-"""`python -m vitviz`: the `vitviz` command (vitviz/cli.py)."""
+"""`python -m vitviz`: the `vitviz` command (vitviz/commands/cli.py)."""
 
 import sys
 
-from vitviz.cli import main
+from vitviz.commands.cli import main
 
 sys.exit(main())

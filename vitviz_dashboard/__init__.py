@@ -1,6 +1,6 @@
-"""The Streamlit dashboard behind app.py (the entry point: `streamlit run app.py`).
+"""The Streamlit dashboard behind app.py (the entry point: `streamlit run app.py`): two pages, Photo and Dataset.
 
-    app.py           the page: the sidebar, the images, the model and its key, and TABS (tab name -> draw function)
+    app.py           the pages (st.navigation); Photo: the sidebar, the images, the model and its key, and TABS
     page.py          the page's state: Settings, ModelKey, Photo, Page, and the keys that keep tab widgets' values
     names.py         what the page calls classes, prefix tokens and readouts (Readout), and the prediction line
     downloads.py     download buttons: a tab's overlay (PNG) and maps (.npz), one chart's numbers (CSV, .npz)
@@ -10,7 +10,8 @@
     cache/           the memory budget and every cached result, keyed by ModelKey (see cache/__init__.py)
     sidebar/         the model picker, the folders it may open, and prompts (see sidebar/__init__.py)
     widgets/         controls and pictures the tabs share (see widgets/__init__.py)
-    tabs/            one module per tab (see tabs/__init__.py)
+    tabs/            one module per tab of the Photo page (see tabs/__init__.py)
+    dataset/         the Dataset page: an index opened or built, its table, errors, heads, queries and keys, search
 
 Streamlit runs app.py as a fresh ``__main__`` in every session, but these modules are imported once:
 anything st.cache_data pickles must be defined here or in vitviz/, never in app.py. All computation

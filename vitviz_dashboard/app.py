@@ -12,7 +12,7 @@ from collections.abc import Callable
 import streamlit as st
 
 import vitviz
-from vitviz.images import ImageError
+from vitviz.preprocessing import ImageError
 from vitviz_dashboard.cache.budget import BUDGET_ERROR
 from vitviz_dashboard.cache.results import get_model_with_progress, model_input_png, photo_and_analysis
 from vitviz_dashboard.dataset.page import dataset_page

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import streamlit as st
 
-from vitviz import plots
+from vitviz.render import overlays
 from vitviz_dashboard.page import Page
 
 OVERLAY_PNG, MAPS_NPZ = "Overlay (PNG, full size)", "This tab's maps (.npz)"  # the download buttons under each tab
@@ -24,7 +24,9 @@ def downloads(page: Page, tab: str, maps: dict[str, np.ndarray], overlay: str | 
     def overlay_png() -> bytes:
         buffer = io.BytesIO()
         full_box = tuple(v / page.photo.scale for v in page.analysis.box)
-        picture = plots.overlay(page.photo.full, maps[overlay], page.settings.colormap, page.settings.alpha, full_box)
+        picture = overlays.overlay(
+            page.photo.full, maps[overlay], page.settings.colormap, page.settings.alpha, full_box
+        )
         picture.save(buffer, format="PNG")
         return buffer.getvalue()
 

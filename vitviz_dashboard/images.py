@@ -9,7 +9,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from vitviz.images import ImageError, ImageFile
+from vitviz.preprocessing import ImageError, ImageFile
 from vitviz_dashboard.cache.budget import session_share
 from vitviz_dashboard.cache.pictures import decode
 

@@ -12,7 +12,7 @@ import streamlit as st
 from PIL import Image
 
 import vitviz
-from vitviz.images import ImageFile
+from vitviz.preprocessing import ImageFile
 from vitviz_dashboard.analysis import ImageAnalysis
 
 KEPT = "kept|"  # prefix of the keys of tab widgets, whose values outlive runs that do not draw them

@@ -37,8 +37,8 @@ from vitviz.dataset.storage import (
     write_shard,
 )
 from vitviz.explain import patch_features
-from vitviz.images import ImageError, load_image
 from vitviz.model import ViT
+from vitviz.preprocessing import ImageError, load_image
 
 Barrier = Callable[[], None]
 

@@ -23,15 +23,14 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from vitviz.checkpoint import ModelLoadError
 from vitviz.dataset.build import build_index, check_model
 from vitviz.dataset.indexing import IndexOptions
 from vitviz.dataset.sources import SourceError, open_source
 from vitviz.dataset.storage import IndexBusyError, IndexFormatError
 from vitviz.explain.facets import FACETS
-from vitviz.images import ImageError
-from vitviz.load import load_model
-from vitviz.precision import PRECISION_CHOICES, resolve_precision
+from vitviz.loading import ModelLoadError, load_model
+from vitviz.model.precision import PRECISION_CHOICES, resolve_precision
+from vitviz.preprocessing import ImageError
 from vitviz.text.options import add_prompt_options, apply_prompt_options
 
 

@@ -20,8 +20,8 @@ from vitviz import explain
 from vitviz.dataset.sources import Entry, read_entry
 from vitviz.dataset.storage import ACTIVATIONS, activation_name
 from vitviz.explain.facets import Facet
-from vitviz.images import ImageError, load_image
 from vitviz.model import ViT, autocast
+from vitviz.preprocessing import ImageError, load_image
 
 TOP = 5  # classes kept per image
 

@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 
+from vitviz.preprocessing import IMAGE_SUFFIXES
+
 TABLE_SUFFIXES = {".csv", ".parquet"}
 HUB_PREFIX = "hf:"
 
@@ -75,12 +77,6 @@ def _open(text: str, path_column: str, label_column: str | None, split: str | No
     raise SourceError(f"{path} is not a folder, .zip, .csv or .parquet file")
 
 
-def _image_suffixes() -> set[str]:
-    from vitviz.explain_cli import IMAGE_SUFFIXES  # here: that module draws, and importing it takes a second
-
-    return IMAGE_SUFFIXES
-
-
 def _labelled(relative: list[PurePosixPath]) -> list[str | None]:
     """ImageFolder labels: the first folder of each path; None for a file at the root."""
     return [p.parts[0] if len(p.parts) > 1 else None for p in relative]
@@ -88,12 +84,12 @@ def _labelled(relative: list[PurePosixPath]) -> list[str | None]:
 
 def _no_images(where: Path, found_files: bool) -> SourceError:
     what = "has files, but none is an image" if found_files else "is empty"
-    return SourceError(f"{where} {what}: looked for {', '.join(sorted(_image_suffixes()))} (in sub-folders too)")
+    return SourceError(f"{where} {what}: looked for {', '.join(sorted(IMAGE_SUFFIXES))} (in sub-folders too)")
 
 
 def _folder_source(root: Path) -> Source:
     files = sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith("."))
-    images = [p for p in files if p.suffix.lower() in _image_suffixes()]
+    images = [p for p in files if p.suffix.lower() in IMAGE_SUFFIXES]
     if not images:
         raise _no_images(root, bool(files))
     relative = [PurePosixPath(p.relative_to(root).as_posix()) for p in images]
@@ -107,7 +103,7 @@ def _zip_source(path: Path) -> Source:
             names = sorted(n for n in archive.namelist() if not n.endswith("/") and not n.startswith("__MACOSX/"))
     except (zipfile.BadZipFile, OSError) as error:
         raise SourceError(f"{path} is not a readable zip: {error}") from None
-    suffixes = _image_suffixes()
+    suffixes = IMAGE_SUFFIXES
     images = [n for n in names if PurePosixPath(n).suffix.lower() in suffixes]
     if not images:
         raise _no_images(path, bool(names))

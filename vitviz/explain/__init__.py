@@ -1,6 +1,7 @@
 """Explanations: attention tensors in, patch maps and statistics out, one module per kind.
 
-    attention.py     rollout, [CLS] / patch / readout rows, the streaming explainer
+    attention.py     rollout, [CLS] / patch / readout rows
+    streaming.py     the streaming explainer: the attention maps folded in block by block during the forward pass
     gradients.py     class-specific maps (Chefer et al. 2021)
     legrad.py        LeGrad: each block's own prediction's gradient w.r.t. its attention (Bousselham et al. 2025)
     transition.py    Transition Attention Maps: attention as a Markov chain, integrated gradients (Yuan et al. 2021)
@@ -11,7 +12,7 @@
     sanity.py        the model-randomisation sanity check (Adebayo et al. 2018)
     statistics.py    attention distance and entropy, position embeddings (or rotary phases), patch-embedding filters
     tokens.py        attention to prefix tokens, token norms, the attention-pooling head
-    knockout.py      head importance: each head removed in turn, the target's logit and probability again
+    head_importance.py  head importance: each head removed in turn, the target's logit and probability again
     logit_attribution.py  the target's logit split into embeddings, heads, MLPs and biases
     facets.py        patch features from any block: tokens, keys, queries or values
     features.py      what patch features show: joint PCA colours, cosine matches, k-means parts
@@ -40,7 +41,6 @@ check) take the model; everything else is a pure function of tensors.
 from __future__ import annotations
 
 from vitviz.explain.attention import (
-    StreamingExplainer,
     attention_rollout,
     cls_attention,
     cls_attention_all,
@@ -67,7 +67,7 @@ from vitviz.explain.gradients import (
     gradient_weighted_attention,
     gradient_weighted_rollout,
 )
-from vitviz.explain.knockout import HeadImportance, head_importance
+from vitviz.explain.head_importance import HeadImportance, head_importance
 from vitviz.explain.legrad import legrad, legrad_gradients
 from vitviz.explain.lens import LogitLens, logit_lens, token_logits
 from vitviz.explain.logit_attribution import LogitAttribution, direct_logit_attribution
@@ -82,6 +82,7 @@ from vitviz.explain.statistics import (
     position_embedding_similarity,
     rotary_similarity,
 )
+from vitviz.explain.streaming import StreamingExplainer
 from vitviz.explain.tokens import attention_to_prefix_tokens, high_norm_patches, pooling_attention, token_norms
 from vitviz.explain.transition import (
     TAM_STEPS,

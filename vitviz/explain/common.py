@@ -25,12 +25,12 @@ def class_probabilities(model: torch.nn.Module, logits: torch.Tensor) -> torch.T
     return logits.to(torch.promote_types(logits.dtype, torch.float32)).softmax(dim=-1)
 
 
-def _check_choice(name: str, value: str, allowed: Sequence[str]) -> None:
+def check_choice(name: str, value: str, allowed: Sequence[str]) -> None:
     if value not in allowed:
         raise ValueError(f"{name} must be one of {', '.join(repr(a) for a in allowed)}; got {value!r}")
 
 
-def _check_attentions(attentions: Sequence[torch.Tensor], num_prefix_tokens: int, grid_size) -> int:
+def check_attentions(attentions: Sequence[torch.Tensor], num_prefix_tokens: int, grid_size) -> int:
     """Validate shapes; return T."""
     if len(attentions) == 0:
         raise ValueError("attentions is empty: run the model with output_attentions=True")
@@ -48,7 +48,7 @@ def _check_attentions(attentions: Sequence[torch.Tensor], num_prefix_tokens: int
     return T
 
 
-def _check_start_layer(start_layer: int, num_layers: int) -> None:
+def check_start_layer(start_layer: int, num_layers: int) -> None:
     """Blocks are counted from 0; a negative start is refused rather than read from the end."""
     if not 0 <= start_layer < num_layers:
         raise ValueError(
@@ -56,7 +56,7 @@ def _check_start_layer(start_layer: int, num_layers: int) -> None:
         )
 
 
-def _targets(logits: torch.Tensor | None, target: int | Sequence[int] | torch.Tensor) -> torch.Tensor:
+def target_indices(logits: torch.Tensor | None, target: int | Sequence[int] | torch.Tensor) -> torch.Tensor:
     """One class for every image, or one per image, as (B,) indices checked against the head."""
     if logits is None:
         raise ValueError("class-specific maps need a classification head (this model is a backbone)")
@@ -69,29 +69,29 @@ def _targets(logits: torch.Tensor | None, target: int | Sequence[int] | torch.Te
     return targets
 
 
-def _target_score(logits: torch.Tensor | None, target: int | Sequence[int] | torch.Tensor) -> torch.Tensor:
+def target_score(logits: torch.Tensor | None, target: int | Sequence[int] | torch.Tensor) -> torch.Tensor:
     """The sum over images of each image's target logit: images do not interact, so its gradient gives every
     image its own."""
-    targets = _targets(logits, target)  # first: a backbone's logits are None
+    targets = target_indices(logits, target)  # first: a backbone's logits are None
     return logits.gather(1, targets[:, None]).sum()
 
 
-def _as_map(values: torch.Tensor, grid_size: tuple[int, int] | None) -> torch.Tensor:
+def as_map(values: torch.Tensor, grid_size: tuple[int, int] | None) -> torch.Tensor:
     """(..., N) -> (..., rows, cols) when the grid is known."""
     return values if grid_size is None else values.reshape(*values.shape[:-1], *grid_size)
 
 
-def _check_readout(readout: Readout) -> None:
+def check_readout(readout: Readout) -> None:
     if not isinstance(readout, torch.Tensor):
-        _check_choice("readout", readout, ("cls", "mean"))
+        check_choice("readout", readout, ("cls", "mean"))
     elif readout.ndim != 2:
         raise ValueError(f"a readout tensor holds (B, T) token weights (output.readout); got {tuple(readout.shape)}")
 
 
-def _read_out(matrix: torch.Tensor, readout: Readout, num_prefix_tokens: int) -> torch.Tensor:
+def read_out(matrix: torch.Tensor, readout: Readout, num_prefix_tokens: int) -> torch.Tensor:
     """The row the classifier reads, over the patches: [CLS]'s (token 0), the mean of the patch rows,
     or the rows weighted by a (B, T) readout."""
-    _check_readout(readout)
+    check_readout(readout)
     p = num_prefix_tokens
     if isinstance(readout, torch.Tensor):
         if readout.shape != matrix.shape[:2]:

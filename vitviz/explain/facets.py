@@ -9,7 +9,7 @@ from typing import Literal, get_args
 
 import torch
 
-from vitviz.explain.common import _check_choice
+from vitviz.explain.common import check_choice
 from vitviz.model import ViT, autocast
 
 Facet = Literal["token", "key", "query", "value"]
@@ -27,7 +27,7 @@ def patch_features(
 
     Only the blocks up to ``block`` run: an early block's features cost a fraction of a forward pass.
     """
-    _check_choice("facet", facet, FACETS)
+    check_choice("facet", facet, FACETS)
     layers = len(model.blocks)
     if not -layers <= block < layers:
         raise ValueError(f"block must be in [0, {layers - 1}] (or -1 for the last); got {block}")

@@ -7,7 +7,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from vitviz.explain.common import _check_choice, class_probabilities
+from vitviz.explain.common import check_choice, class_probabilities
 
 Baseline = Literal["mean", "blur"]
 
@@ -28,8 +28,8 @@ def perturbation_curve(
     mean (0 after normalising, i.e. the dataset's mean colour), "blur" a Gaussian blur of the image.
     All steps + 1 images run as one batch. Returns (steps + 1,) probabilities, step 0 intact.
     """
-    _check_choice("order", order, ("most", "least"))
-    _check_choice("baseline", baseline, ("mean", "blur"))
+    check_choice("order", order, ("most", "least"))
+    check_choice("baseline", baseline, ("mean", "blur"))
     if pixel_values.ndim != 4 or pixel_values.shape[0] != 1:
         raise ValueError(f"pixel_values must be one image (1, C, H, W); got {tuple(pixel_values.shape)}")
     _, C, H, W = pixel_values.shape

@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 import torch
 
-from vitviz.explain.common import _as_map, _target_score
+from vitviz.explain.common import as_map, target_score
 from vitviz.explain.method import MapInputs, Method, MethodOutput
 from vitviz.model import ViTOutput
 
@@ -40,7 +40,7 @@ def norm1_gradients(
         activations = last.norm1(x).detach().requires_grad_()
         tokens = last(x, controls[-1], normed=activations).hidden
         output = model.forward_head(tokens, grid)
-        (gradients,) = torch.autograd.grad(_target_score(output.logits, target), activations)
+        (gradients,) = torch.autograd.grad(target_score(output.logits, target), activations)
     return Norm1Gradients(output, activations.detach(), gradients)
 
 
@@ -67,7 +67,7 @@ def grad_cam(
         raise ValueError(f"grid {grid_size[0]}x{grid_size[1]} does not hold the {N} patch tokens")
     patches = activations[:, num_prefix_tokens:]  # (B, N, D): channels last
     weights = gradients[:, num_prefix_tokens:].mean(dim=1, keepdim=True)  # (B, 1, D): one weight per channel
-    return _as_map((patches * weights).sum(dim=-1).clamp(min=0), grid_size)
+    return as_map((patches * weights).sum(dim=-1).clamp(min=0), grid_size)
 
 
 def _grad_cam_map(inputs: MapInputs) -> MethodOutput:

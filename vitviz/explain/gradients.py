@@ -7,8 +7,8 @@ from typing import NamedTuple
 
 import torch
 
-from vitviz.explain.attention import _rollout, discard_weakest
-from vitviz.explain.common import Readout, _as_map, _check_attentions, _check_start_layer, _read_out, _target_score
+from vitviz.explain.attention import discard_weakest, fused_rollout
+from vitviz.explain.common import Readout, as_map, check_attentions, check_start_layer, read_out, target_score
 from vitviz.explain.method import MapInputs, Method, MethodOutput
 from vitviz.model import ViTOutput
 
@@ -28,7 +28,7 @@ def attention_gradients(
     interact, so summing the chosen logits gives each image its own gradient).
     """
     output = model(pixel_values, output_attentions=True)
-    gradients = torch.autograd.grad(_target_score(output.logits, target), output.attentions)
+    gradients = torch.autograd.grad(target_score(output.logits, target), output.attentions)
     return AttentionGradients(output, tuple(gradients))
 
 
@@ -55,15 +55,15 @@ def gradient_weighted_attention(
     the patches (``readout="mean"``: the mean of the patch rows, for mean-pooled models; ``output.readout``: the
     rows the head reads, for any model).
     """
-    _check_attentions(attentions, num_prefix_tokens, grid_size)
+    check_attentions(attentions, num_prefix_tokens, grid_size)
     if len(gradients) != len(attentions):
         raise ValueError(f"{len(gradients)} gradients for {len(attentions)} attention blocks")
-    _check_start_layer(start_layer, len(attentions))
+    check_start_layer(start_layer, len(attentions))
     B, _, T, _ = attentions[0].shape
     relevance = torch.eye(T, dtype=attentions[0].dtype, device=attentions[0].device).repeat(B, 1, 1)
     for attention, gradient in list(zip(attentions, gradients))[start_layer:]:
         relevance = relevance + _positive_weighted(attention, gradient) @ relevance
-    return _as_map(_read_out(relevance, readout, num_prefix_tokens), grid_size)
+    return as_map(read_out(relevance, readout, num_prefix_tokens), grid_size)
 
 
 def gradient_weighted_rollout(
@@ -78,14 +78,14 @@ def gradient_weighted_rollout(
 ) -> torch.Tensor:
     """Rollout of gradient-weighted attention: each block's heads are fused by
     mean((dy/dA * A)+) (its own gradient), then rolled out as in ``attention_rollout``."""
-    _check_attentions(attentions, num_prefix_tokens, grid_size)
+    check_attentions(attentions, num_prefix_tokens, grid_size)
     if len(gradients) != len(attentions):
         raise ValueError(f"{len(gradients)} gradients for {len(attentions)} attention blocks")
     fused = [
         discard_weakest(_positive_weighted(a, g), discard_ratio, num_prefix_tokens)
         for a, g in zip(attentions, gradients)
     ]
-    return _as_map(_rollout(fused, start_layer, readout, num_prefix_tokens), grid_size)
+    return as_map(fused_rollout(fused, start_layer, readout, num_prefix_tokens), grid_size)
 
 
 # Both read the gradients of the shared forward pass (``needs``): one backward pass serves the two. They start at

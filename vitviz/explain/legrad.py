@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import torch
 
-from vitviz.explain.common import _as_map, _check_attentions, _check_start_layer, _target_score
+from vitviz.explain.common import as_map, check_attentions, check_start_layer, target_score
 from vitviz.explain.gradients import AttentionGradients
 from vitviz.explain.method import MapInputs, Method, MethodOutput
 
@@ -24,10 +24,10 @@ def legrad_gradients(
     """
     with torch.enable_grad():
         output = model(pixel_values, output_attentions=True, output_hidden_states=True)
-        _target_score(output.logits, target)  # validates the head and the target before L backward passes
+        target_score(output.logits, target)  # validates the head and the target before L backward passes
         gradients = []
         for hidden, attention in zip(output.hidden_states, output.attentions):
-            score = _target_score(model.forward_head(hidden, output.grid_size).logits, target)
+            score = target_score(model.forward_head(hidden, output.grid_size).logits, target)
             (gradient,) = torch.autograd.grad(score, attention, retain_graph=True)
             gradients.append(gradient)
     return AttentionGradients(output, tuple(gradients))
@@ -52,10 +52,10 @@ def legrad(
     and sums rather than averages (the same map up to a constant). Its final min-max scaling is left to
     the plots, like every map here.
     """
-    _check_attentions(gradients, num_prefix_tokens, grid_size)
-    _check_start_layer(start_layer, len(gradients))
+    check_attentions(gradients, num_prefix_tokens, grid_size)
+    check_start_layer(start_layer, len(gradients))
     per_layer = [g.clamp(min=0).mean(dim=1).mean(dim=1)[:, num_prefix_tokens:] for g in gradients[start_layer:]]
-    return _as_map(torch.stack(per_layer).mean(dim=0), grid_size)  # (B, N) -> (B, rows, cols)
+    return as_map(torch.stack(per_layer).mean(dim=0), grid_size)  # (B, N) -> (B, rows, cols)
 
 
 def _legrad_map(inputs: MapInputs) -> MethodOutput:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import torch
 
-from vitviz.explain.common import _as_map, _targets, class_probabilities
+from vitviz.explain.common import as_map, class_probabilities, target_indices
 from vitviz.explain.method import LogitLens, MapInputs, Method, MethodOutput
 
 
@@ -66,15 +66,15 @@ def logit_lens(
             patch_logits = _at_least_fp32(token_logits(model, hidden[:, num_prefix_tokens:]))  # (B, N, classes)
             # forward_head only records the grid in its output, so any grid of N patches does when none is given
             logits = _at_least_fp32(model.forward_head(hidden, grid_size or (1, N)).logits)  # (B, classes)
-            targets = _targets(logits, target)
+            targets = target_indices(logits, target)
             readout.append(class_probabilities(model, logits).gather(1, targets[:, None])[:, 0])
             probability.append(
                 class_probabilities(model, patch_logits).gather(2, targets[:, None, None].expand(B, N, 1))[..., 0]
             )
             votes.append(patch_logits.argmax(dim=-1))
     return LogitLens(
-        probability=_as_map(torch.stack(probability), grid_size),
-        votes=_as_map(torch.stack(votes), grid_size),
+        probability=as_map(torch.stack(probability), grid_size),
+        votes=as_map(torch.stack(votes), grid_size),
         readout_probability=torch.stack(readout),
     )
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from vitviz.explain.common import _targets
+from vitviz.explain.common import target_indices
 from vitviz.model import ViT
 
 
@@ -59,7 +59,7 @@ def direct_logit_attribution(
     pixel_values = pixel_values.to(device, torch.float32)
     with torch.inference_mode():
         output = model(pixel_values, output_attentions=True, output_qkv=True, output_hidden_states=True)
-        targets = _targets(output.logits, target if target is not None else output.logits.argmax(dim=-1))
+        targets = target_indices(output.logits, target if target is not None else output.logits.argmax(dim=-1))
         x, grid = model.embed(pixel_values)
         controls = model.block_arguments(grid, x.shape[0])  # a knocked-out model's head masks
         readout, constant = _linear_readout(model, output.hidden_states[-1], targets)  # (B, T, D), (B,)

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
-from vitviz.explain.common import _check_attentions
+from vitviz.explain.common import check_attentions
 
 
 def patch_distances(grid_size: tuple[int, int], patch_size: int = 1) -> torch.Tensor:
@@ -36,7 +36,7 @@ def mean_attention_distance(
     renormalisation divides each row's weighted sum by the row's sum, (B, heads, N) divisions,
     rather than every weight of the (B, heads, N, N) block.
     """
-    _check_attentions(attentions, num_prefix_tokens, grid_size)
+    check_attentions(attentions, num_prefix_tokens, grid_size)
     p = num_prefix_tokens
     distances = _patch_distances(tuple(grid_size), patch_size).to(attentions[0].device, attentions[0].dtype)  # (N, N)
     per_layer = []
@@ -52,7 +52,7 @@ def attention_entropy(attentions: Sequence[torch.Tensor]) -> torch.Tensor:
 
     0 means every query attends to a single token; log(T) means uniform attention.
     """
-    _check_attentions(attentions, 0, None)
+    check_attentions(attentions, 0, None)
     per_layer = []
     for a in attentions:
         if a.requires_grad and torch.is_grad_enabled():  # autograd needs the intermediate tensors

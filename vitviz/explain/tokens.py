@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import torch
 
 from vitviz.explain.attention import fuse_heads
-from vitviz.explain.common import HEAD_FUSIONS, HeadFusion, _as_map, _check_attentions, _check_choice
+from vitviz.explain.common import HEAD_FUSIONS, HeadFusion, as_map, check_attentions, check_choice
 
 
 def attention_to_prefix_tokens(attentions: Sequence[torch.Tensor], num_prefix_tokens: int) -> torch.Tensor:
@@ -16,7 +16,7 @@ def attention_to_prefix_tokens(attentions: Sequence[torch.Tensor], num_prefix_to
     patches themselves: (B, layers, heads, num_prefix_tokens + 1), the mean over patch queries; the last
     entry is what stays among the patches, so each (layer, head) sums to 1. Registers that soak up most
     of a head's attention are the "attention sinks" of Darcet et al. (2023)."""
-    _check_attentions(attentions, num_prefix_tokens, None)
+    check_attentions(attentions, num_prefix_tokens, None)
     p = num_prefix_tokens
     per_layer = []
     for attention in attentions:
@@ -55,7 +55,7 @@ def pooling_attention(
     if pool_attention.ndim != 3:
         raise ValueError(f"pool_attention must be (B, heads, N); got {tuple(pool_attention.shape)}")
     if isinstance(head, str):
-        _check_choice("head", head, HEAD_FUSIONS)
+        check_choice("head", head, HEAD_FUSIONS)
         rows = fuse_heads(pool_attention[:, :, None], head)[:, 0]
     else:
         if not 0 <= head < pool_attention.shape[1]:
@@ -63,4 +63,4 @@ def pooling_attention(
         rows = pool_attention[:, head]
     if grid_size is not None and grid_size[0] * grid_size[1] != rows.shape[-1]:
         raise ValueError(f"grid {grid_size[0]}x{grid_size[1]} does not hold {rows.shape[-1]} patches")
-    return _as_map(rows, grid_size)
+    return as_map(rows, grid_size)

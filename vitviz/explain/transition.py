@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 import torch
 
-from vitviz.explain.common import Readout, _as_map, _check_attentions, _check_start_layer, _read_out, _target_score
+from vitviz.explain.common import Readout, as_map, check_attentions, check_start_layer, read_out, target_score
 from vitviz.explain.method import MapInputs, Method, MethodOutput
 from vitviz.model import ViTOutput
 
@@ -41,7 +41,7 @@ def integrated_attention_gradient(
     with torch.enable_grad():
         for alpha in torch.linspace(0, 1, steps, dtype=torch.float64).tolist():  # np.linspace, as the reference
             output = model(pixel_values * alpha, output_attentions=True)
-            (gradient,) = torch.autograd.grad(_target_score(output.logits, target), output.attentions[-1])
+            (gradient,) = torch.autograd.grad(target_score(output.logits, target), output.attentions[-1])
             total = gradient if total is None else total + gradient
     return IntegratedGradient(output, total / steps)
 
@@ -64,8 +64,8 @@ def transition_attention_map(
     ``integrated_attention_gradient``. The reference code's defaults: ``start_layer=4`` for 12-block models,
     20 steps. ``readout`` reads the rows the head reads: "cls", "mean" (patch rows) or ``output.readout``.
     """
-    _check_attentions(attentions, num_prefix_tokens, grid_size)
-    _check_start_layer(start_layer, len(attentions))
+    check_attentions(attentions, num_prefix_tokens, grid_size)
+    check_start_layer(start_layer, len(attentions))
     if integrated_gradient.shape != attentions[-1].shape:
         raise ValueError(
             f"integrated_gradient {tuple(integrated_gradient.shape)} must match the last block's attention "
@@ -76,9 +76,9 @@ def transition_attention_map(
     transition = attentions[-1].mean(dim=1)  # (B, T, T): row t is the state that starts from token t
     for attention in reversed(attentions[start_layer:-1]):
         transition = transition @ (attention.mean(dim=1) + identity)  # (B, T, T)
-    states = _read_out(transition, readout, num_prefix_tokens)  # (B, N)
-    weights = _read_out(integrated_gradient.clamp(min=0).mean(dim=1), readout, num_prefix_tokens)  # (B, N)
-    return _as_map(states * weights, grid_size)
+    states = read_out(transition, readout, num_prefix_tokens)  # (B, N)
+    weights = read_out(integrated_gradient.clamp(min=0).mean(dim=1), readout, num_prefix_tokens)  # (B, N)
+    return as_map(states * weights, grid_size)
 
 
 def _tam_map(inputs: MapInputs) -> MethodOutput:

@@ -6,6 +6,8 @@
     vit.py      the ViT: embeddings, blocks, final norm, pooling, head, and what loaders attach (class names,
                 preprocessing, text tower); ViTOutput; autocast
     interventions.py  heads knocked out and tokens taken out of the attention: the masks, checked
+    rotary.py   rotary position embeddings for a 2-D grid of patches (DINOv3's, EVA's, RoPE-Mixed)
+    precision.py  precision "auto": the model timed in fp32 and bf16 autocast on this machine, the faster kept
 
 ``from vitviz.model import ViT, ViTConfig`` is the public way in.
 """

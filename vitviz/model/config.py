@@ -133,8 +133,13 @@ class ViTConfig:
         memory before allocating anything."""
         D, M, L = self.hidden_size, self.mlp_size, self.num_layers
         rows, cols = self.grid_size
-        linear = lambda fan_in, fan_out, bias=True: fan_in * fan_out + (fan_out if bias else 0)
-        norm = lambda width: width * (2 if self.norm == "layernorm" else 1)
+
+        def linear(fan_in: int, fan_out: int, bias: bool = True) -> int:
+            return fan_in * fan_out + (fan_out if bias else 0)
+
+        def norm(width: int) -> int:
+            return width * (2 if self.norm == "layernorm" else 1)
+
         mlp = linear(D, M) + linear(M, D) + (linear(D, M) if self.gated_mlp else 0) + (norm(M) if self.mlp_norm else 0)
         attention = linear(D, 3 * D, self.qkv_bias) + linear(D, D) + (norm(D) if self.attention_norm else 0)
         attention += 2 * norm(D // self.num_heads) if self.qk_norm else 0

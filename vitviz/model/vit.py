@@ -36,7 +36,7 @@ from vitviz.model.layers import QKV, Ablation, AttentionControls, AttentionPool,
 from vitviz.model.rotary import Rope, mixed_angles, rotary_embedding
 
 if TYPE_CHECKING:  # for the annotations only: both modules sit above the model and import from it
-    from vitviz.images import Preprocessing
+    from vitviz.preprocessing import Preprocessing
     from vitviz.text.towers import TextTower
 
 Precision = Literal["fp32", "bf16"]
@@ -46,7 +46,7 @@ def autocast(precision: Precision = "fp32", device_type: str = "cpu") -> context
     """Context for inference at a precision: "bf16" runs matrix products in bfloat16.
 
     Whether it is faster depends on the CPU (about 2x faster on an AMD EPYC here, 1.7x slower on an Intel Xeon
-    without AMX): ``vitviz.precision.measure_precision`` times both. Returned attentions stay fp32.
+    without AMX): ``vitviz.model.precision.measure_precision`` times both. Returned attentions stay fp32.
     """
     if precision == "fp32":
         return contextlib.nullcontext()

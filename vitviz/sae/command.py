@@ -119,7 +119,7 @@ def add_ablate_parser(commands) -> None:
 
 
 def image_files(folder: Path, limit: int | None) -> list[Path]:
-    from vitviz.explain_cli import IMAGE_SUFFIXES
+    from vitviz.preprocessing import IMAGE_SUFFIXES
 
     files = sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
     if not files:
@@ -129,7 +129,7 @@ def image_files(folder: Path, limit: int | None) -> list[Path]:
 
 def pixels(model, files: list[Path], batch: int = 256):
     """(pixel values (B, C, H, W), labels (B,) or None) per batch of files: labels from folders named after classes."""
-    from vitviz.images import load_image
+    from vitviz.preprocessing import load_image
 
     names = model.class_names
     labelled = names and all(f.parent.name in names for f in files)
@@ -151,9 +151,9 @@ def block_tokens(model, files: list[Path], block: int) -> list[torch.Tensor]:
 
 def main(argv: list[str] | None = None) -> dict | Path:
     args = build_parser().parse_args(argv)
-    from vitviz.checkpoint import ModelLoadError
     from vitviz.dataset import IndexFormatError, SourceError
-    from vitviz.images import ImageError
+    from vitviz.loading.errors import ModelLoadError
+    from vitviz.preprocessing import ImageError
 
     try:
         return ablate_command(args) if args.command == "ablate" else train_command(args)
@@ -187,8 +187,8 @@ def train_command(args: argparse.Namespace) -> dict:
             held_labels = label_batches(model, index_labels(data.index, data.held_images))
         args.model = args.model or data.index.manifest["model"].get("spec")
     elif args.images is not None:
-        from vitviz.checkpoint import ModelLoadError
-        from vitviz.load import load_model
+        from vitviz.loading.errors import ModelLoadError
+        from vitviz.loading.specs import load_model
 
         if args.block is None:
             raise SAEError("--images needs --block: the block whose output the SAE reads")

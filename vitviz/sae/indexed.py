@@ -127,7 +127,7 @@ def index_data(
 def index_model(index: DatasetIndex, spec: str | None = None) -> ViT:
     """The model the index was made with (or ``spec``), with its prompts, refused if its weights differ."""
     from vitviz.dataset.storage import weight_fingerprint
-    from vitviz.load import load_model
+    from vitviz.loading.specs import load_model
     from vitviz.text.options import apply_prompt_options
 
     info = index.manifest["model"]
@@ -166,7 +166,7 @@ def index_pixels(
     same path and the same bytes (sha256) as when indexed."""
     import hashlib
 
-    from vitviz.images import load_image
+    from vitviz.preprocessing import load_image
 
     ids = np.sort(np.asarray(image_ids, dtype=np.int64))
     if not len(ids):

@@ -6,6 +6,7 @@ embeddings.py  class embeddings (templates averaged as CLIP's recipe does), cach
                estimated time of a long set
 cut.py         causal CLIP text towers run only as far as each group's longest prompt reaches (exact)
 zero_shot.py   zero_shot(model, prompts): the image tower with a head that scores the prompts
+options.py     the command-line options that make prompts the classes (`vitviz explain`, `vitviz benchmark`)
 """
 
 from vitviz.text.embeddings import class_embeddings

@@ -135,7 +135,8 @@ class HuggingFaceTextTower(TextTower):
 
     def tokenizer_identity(self) -> str:
         vocab = self.tokenizer.get_vocab()
-        return f"{type(self.tokenizer).__name__}|{len(vocab)}|{hashlib.sha256(repr(sorted(vocab.items())).encode()).hexdigest()}"
+        digest = hashlib.sha256(repr(sorted(vocab.items())).encode()).hexdigest()
+        return f"{type(self.tokenizer).__name__}|{len(vocab)}|{digest}"
 
 
 class OpenClipTextTower(TextTower):

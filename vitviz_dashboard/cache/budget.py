@@ -32,8 +32,8 @@ import streamlit as st
 import torch
 from PIL import Image
 
-from vitviz.images import ImageFile
-from vitviz.memory import machine_memory
+from vitviz.loading.memory import machine_memory
+from vitviz.preprocessing import ImageFile
 
 T = TypeVar("T")
 UNITS = {

@@ -17,8 +17,9 @@ import plotly.graph_objects as go
 import torch
 from PIL import Image
 
-from vitviz import feature_pictures, plots
-from vitviz.images import ImageFile, load_image
+from vitviz.preprocessing import ImageFile, load_image
+from vitviz.render import features as render_features
+from vitviz.render import figures, overlays
 from vitviz_dashboard.cache.budget import kept
 from vitviz_dashboard.page import Photo, Settings
 
@@ -84,16 +85,16 @@ def _overlay_jpeg(
     _image: Image.Image,
 ) -> bytes:
     buffer = io.BytesIO()
-    picture = plots.overlay(_image, patch_map, colormap, alpha, box, value_range)
+    picture = overlays.overlay(_image, patch_map, colormap, alpha, box, value_range)
     if mark is not None:
-        picture = plots.mark_patch(picture, mark, patch_map.shape, box)
+        picture = overlays.mark_patch(picture, mark, patch_map.shape, box)
     picture.save(buffer, format="JPEG", quality=90)
     return buffer.getvalue()
 
 
 def overlay_picture(photo: Photo, patch_map, box, settings: Settings, value_range=None, mark=None) -> bytes:
     """The overlay as JPEG bytes, cached: redrawing after an unrelated control change costs nothing.
-    ``value_range`` fixes the colour scale (plots.overlay); by default each map is min-max scaled. ``mark``, a
+    ``value_range`` fixes the colour scale (overlays.overlay); by default each map is min-max scaled. ``mark``, a
     (row, col) patch, is outlined."""
     values = np.asarray(patch_map.numpy() if isinstance(patch_map, torch.Tensor) else patch_map, dtype=np.float32)
     return _overlay_jpeg(
@@ -104,20 +105,20 @@ def overlay_picture(photo: Photo, patch_map, box, settings: Settings, value_rang
 @kept()
 def _vote_jpeg(image_key: str, votes: np.ndarray, shown: tuple, box: tuple, alpha: float, *, _image) -> bytes:
     buffer = io.BytesIO()
-    picture = feature_pictures.paint_patches(_image, plots.vote_colours(votes, list(shown)), box, alpha)
+    picture = render_features.paint_patches(_image, figures.vote_colours(votes, list(shown)), box, alpha)
     picture.save(buffer, format="JPEG", quality=90)
     return buffer.getvalue()
 
 
 def vote_picture(photo: Photo, votes: np.ndarray, shown: tuple, box, alpha: float) -> bytes:
-    """The shown photo with each patch painted in its class's colour (plots.vote_colours), as JPEG bytes, cached."""
+    """The shown photo with each patch painted in its class's colour (figures.vote_colours), as JPEG bytes, cached."""
     return _vote_jpeg(photo.key, np.asarray(votes), shown, tuple(box), alpha, _image=photo.image)
 
 
 @kept()
 def _outlined_jpeg(image_key: str, mask: np.ndarray, box: tuple, *, _image) -> bytes:
     buffer = io.BytesIO()
-    plots.outline_patches(_image, mask, box).save(buffer, format="JPEG", quality=90)
+    overlays.outline_patches(_image, mask, box).save(buffer, format="JPEG", quality=90)
     return buffer.getvalue()
 
 
@@ -130,13 +131,13 @@ def outlined_picture(photo: Photo, mask: np.ndarray, box) -> bytes:
 def _grid_picture(image_key: str, box: tuple, grid: tuple[int, int], *, _image) -> tuple[Image.Image, tuple]:
     small = shrunk(_image, PICKER_SIDE)  # one cached picture per photo: the grid drawn on the thumbnail
     small_box = tuple(v * small.width / _image.width for v in box)
-    return plots.grid_picture(small, grid, small_box), small_box
+    return overlays.grid_picture(small, grid, small_box), small_box
 
 
 @kept()
 def _grid_picture_uri(image_key: str, box: tuple, grid: tuple[int, int], selected: tuple[int, int], *, _image) -> str:
     picture, small_box = _grid_picture(image_key, box, grid, _image=_image)
-    return jpeg_data_uri(plots.mark_patch(picture, selected, grid, small_box))
+    return jpeg_data_uri(overlays.mark_patch(picture, selected, grid, small_box))
 
 
 def grid_picture_uri(photo: Photo, box, grid: tuple[int, int], selected: tuple[int, int]) -> str:
@@ -154,7 +155,7 @@ def jpeg_data_uri(picture: Image.Image, quality: int = 85) -> str:
 
 
 def cached_figure(builder: str, *args, **kwargs) -> go.Figure:
-    """``plots.<builder>(*args)``, built once per distinct input: a rerun after an unrelated control
+    """``figures.<builder>(*args)``, built once per distinct input: a rerun after an unrelated control
     reuses the figure instead of building it again. Shared between sessions, so never modified."""
     args = tuple(a.numpy() if isinstance(a, torch.Tensor) else a for a in args)  # hashed by their bytes
     return _figure(builder, *args, **kwargs)
@@ -162,4 +163,4 @@ def cached_figure(builder: str, *args, **kwargs) -> go.Figure:
 
 @kept()
 def _figure(builder: str, *args, **kwargs) -> go.Figure:
-    return getattr(plots, builder)(*args, **kwargs)
+    return getattr(figures, builder)(*args, **kwargs)

@@ -23,8 +23,9 @@ import torch
 from PIL import Image
 
 import vitviz
-from vitviz import explain, hub
-from vitviz.images import ImageFile
+from vitviz import explain
+from vitviz.loading import download
+from vitviz.preprocessing import ImageFile
 from vitviz_dashboard import analysis as analysis_module
 from vitviz_dashboard.analysis import ImageAnalysis
 from vitviz_dashboard.cache.budget import analysis_share, kept
@@ -43,7 +44,7 @@ def get_model_with_progress(spec: str) -> vitviz.ViT:
     """get_model, with a progress bar above the page while a download runs (none for a cached model)."""
     slot = st.empty()
     try:
-        with hub.progress_bar(progress_class(slot)):
+        with download.progress_bar(progress_class(slot)):
             return get_model(spec)
     finally:
         slot.empty()

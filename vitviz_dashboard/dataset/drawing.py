@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image
 
-from vitviz.plots import COLORMAPS, colorize, layer_head_figure, mark_patch, overlay, rescale, upsample
+from vitviz.render.figures import layer_head_figure
+from vitviz.render.overlays import COLORMAPS, colorize, mark_patch, overlay, rescale, upsample
 
 __all__ = ["COLORMAPS", "layer_head_figure", "map_picture", "map_thumbnail", "marked_thumbnail", "patch_crop"]
 

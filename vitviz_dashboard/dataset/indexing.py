@@ -12,7 +12,7 @@ from vitviz.dataset import IndexBusyError, IndexFormatError, SourceError
 from vitviz.dataset.build import build_index, check_model
 from vitviz.dataset.indexing import IndexOptions
 from vitviz.dataset.sources import open_source
-from vitviz.images import ImageError
+from vitviz.preprocessing import ImageError
 from vitviz_dashboard.dataset.opening import OUTSIDE, checked_model_spec
 from vitviz_dashboard.sidebar.model_dirs import ModelRefused, allowed_model_dirs, check_model_path
 

@@ -19,7 +19,7 @@ import vitviz
 from vitviz.dataset import DatasetIndex, IndexFormatError, SourceError, open_index
 from vitviz.dataset.photos import photo_reader
 from vitviz.dataset.storage import weight_fingerprint
-from vitviz.images import ImageError, ImageFile, Preprocessing, load_image
+from vitviz.preprocessing import ImageError, ImageFile, Preprocessing, load_image
 from vitviz_dashboard.sidebar.model_dirs import ModelRefused, allowed_model_dirs, check_hub_spec, check_model_path
 from vitviz_dashboard.sidebar.model_picker import MODEL_CHOICES, PATH_OR_UPLOAD, hub_spec, looks_like_path
 

@@ -16,8 +16,8 @@ import torch
 import vitviz
 from vitviz.dataset import DatasetIndex
 from vitviz.dataset.analysis import joint_query_key_embedding
-from vitviz.images import load_image
 from vitviz.model import autocast
+from vitviz.preprocessing import load_image
 from vitviz_dashboard.dataset import drawing
 from vitviz_dashboard.dataset.opening import index_key, model_of, photo, photo_bytes
 

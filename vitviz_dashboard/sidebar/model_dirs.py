@@ -18,7 +18,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from vitviz import load
+from vitviz.loading import download, specs
 
 MODEL_DIRS = "VITVIZ_MODEL_DIRS"
 OUTSIDE_MESSAGE = (
@@ -42,7 +42,7 @@ def allowed_model_dirs(environ: Mapping[str, str] = os.environ) -> list[Path]:
     when it is unset, the checkpoints folder (the default checkpoint's) and the working directory.
     An empty value gives none: opening paths is off."""
     if MODEL_DIRS not in environ:
-        return [load.DEFAULT_CHECKPOINT.parent, Path.cwd()]
+        return [specs.DEFAULT_CHECKPOINT.parent, Path.cwd()]
     return [Path(part.strip()).expanduser() for part in environ[MODEL_DIRS].split(os.pathsep) if part.strip()]
 
 
@@ -72,8 +72,8 @@ def check_hub_spec(spec: str) -> str:
     name = name.strip()
     plain_timm_name = kind == "timm" and not any(c in name for c in TIMM_SOURCE_CHARS)
     # open_clip: "<model>/<tag>" of its registry, or "hf-hub:<org>/<name>"; never its "local-dir:" schema
-    open_clip_name = kind == "open_clip" and load.REPO_ID.fullmatch(name.removeprefix("hf-hub:"))
-    if not spec or plain_timm_name or (kind == "hf" and load.REPO_ID.fullmatch(name)) or open_clip_name:
+    open_clip_name = kind == "open_clip" and download.REPO_ID.fullmatch(name.removeprefix("hf-hub:"))
+    if not spec or plain_timm_name or (kind == "hf" and download.REPO_ID.fullmatch(name)) or open_clip_name:
         return spec
     raise ModelRefused(
         f"`{spec}` is not a timm model name, an open_clip model or a Hugging Face repository: this field loads timm's "

@@ -15,9 +15,9 @@ from pathlib import Path
 import streamlit as st
 
 import vitviz
-from vitviz import plots
-from vitviz.importers import TORCHVISION_ARCHS
-from vitviz.precision import BF16_MARGIN, PRECISION_CHOICES, PrecisionChoice, measure_precision
+from vitviz.loading import TORCHVISION_ARCHS
+from vitviz.model.precision import BF16_MARGIN, PRECISION_CHOICES, PrecisionChoice, measure_precision
+from vitviz.render import overlays
 from vitviz_dashboard.names import describe_pooling, describe_prefix_tokens, has_classifier
 from vitviz_dashboard.page import Settings
 from vitviz_dashboard.sidebar.model_dirs import (
@@ -127,7 +127,7 @@ def sidebar() -> Settings:
     st.sidebar.header("Display")
     # "auto" stays in the settings until the model is loaded: resolve() then puts the measured precision there
     precision = st.sidebar.radio("Precision", PRECISION_CHOICES, horizontal=True, help=PRECISION_HELP)
-    colormap = st.sidebar.selectbox("Colormap", plots.COLORMAPS)
+    colormap = st.sidebar.selectbox("Colormap", overlays.COLORMAPS)
     alpha = st.sidebar.slider("Overlay opacity", 0.0, 1.0, 0.55, 0.05)
     return Settings(spec, precision, colormap, alpha, choice)
 

@@ -8,7 +8,7 @@ import numpy as np
 import streamlit as st
 import torch
 
-from vitviz import plots
+from vitviz.render import overlays
 from vitviz_dashboard.analysis import head_statistics
 from vitviz_dashboard.cache.pictures import cached_figure
 from vitviz_dashboard.cache.results import model_anatomy
@@ -73,7 +73,7 @@ def draw(page: Page) -> None:
     pictures = (
         components[:, :3].permute(0, 2, 3, 1) if components.shape[1] >= 3 else components[:, :1].permute(0, 2, 3, 1)
     )
-    pictures = [(plots.rescale(p) * 255).astype(np.uint8) for p in pictures.numpy()]
+    pictures = [(overlays.rescale(p) * 255).astype(np.uint8) for p in pictures.numpy()]
     st.image(
         [p if p.shape[-1] == 3 else p[..., 0] for p in pictures],
         width=64,

@@ -8,9 +8,9 @@ import html
 import numpy as np
 import streamlit as st
 
-from vitviz import plots
 from vitviz.explain.lens import LENS
 from vitviz.explain.registry import METHODS
+from vitviz.render import figures
 from vitviz_dashboard.cache.pictures import cached_figure, overlay_picture, vote_picture
 from vitviz_dashboard.cache.results import class_map, logit_lens
 from vitviz_dashboard.downloads import downloads
@@ -204,19 +204,19 @@ def votes_view(page: Page, votes: np.ndarray, target: int, block: int) -> None:
     """The class each patch votes for, painted over the photo (as big as the probability map beside it), a legend
     naming every class drawn with its count of patches, and the votes on hover in an expander."""
     model = page.model
-    shown, other = plots.vote_classes(votes, len(model.class_names), target)
+    shown, other = figures.vote_classes(votes, len(model.class_names), target)
     what = "prompt" if is_zero_shot(model) else "class"
     st.image(
         vote_picture(page.photo, votes, tuple(shown), page.analysis.box, page.settings.alpha),
         width="stretch",
         caption=f"block {block}: the {what} each patch votes for",
     )
-    counts = plots.vote_codes(votes, shown).ravel()
+    counts = figures.vote_codes(votes, shown).ravel()
     entries = [
         (colour, class_name(model, index), int((counts == code).sum()))
-        for code, (colour, index) in enumerate(zip(plots.VOTE_COLOURS, shown))
+        for code, (colour, index) in enumerate(zip(figures.VOTE_COLOURS, shown))
     ]
-    entries += [(plots.OTHER_COLOUR, "other", int((counts == len(shown)).sum()))] if other else []
+    entries += [(figures.OTHER_COLOUR, "other", int((counts == len(shown)).sum()))] if other else []
     st.html(
         "<div style='font-size: 0.875rem; line-height: 1.6'>Patches voting for each: "
         + " ".join(

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from vitviz import explain, plots
+from vitviz import explain
+from vitviz.render import figures
 from vitviz_dashboard.cache.results import faithfulness_curves
 from vitviz_dashboard.downloads import downloads
 from vitviz_dashboard.names import class_name, has_classifier, without_classes
@@ -55,7 +56,7 @@ def draw(page: Page) -> None:
     results = faithfulness_curves(page.model_key, page.photo.key, target, baseline, _analysis=analysis, _model=model)
     x = explain.fraction_replaced()
     st.plotly_chart(
-        plots.perturbation_figure(x, {name: (r["most_first"], r["least_first"]) for name, r in results.items()}),
+        figures.perturbation_figure(x, {name: (r["most_first"], r["least_first"]) for name, r in results.items()}),
         theme=None,
     )
     st.table(

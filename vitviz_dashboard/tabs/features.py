@@ -12,9 +12,11 @@ import streamlit as st
 import torch
 from PIL import Image
 
-from vitviz import explain, feature_pictures, plots
+from vitviz import explain
 from vitviz.explain.facets import FACETS
-from vitviz.images import ImageError
+from vitviz.preprocessing import ImageError
+from vitviz.render import overlays
+from vitviz.render.features import paint_patches, part_colours, side_by_side
 from vitviz_dashboard.analysis import ImageAnalysis
 from vitviz_dashboard.cache.pictures import grid_picture_uri
 from vitviz_dashboard.cache.results import feature_parts, patch_features, pca_colours, photo_and_analysis
@@ -148,7 +150,7 @@ def pca_view(page: Page, chosen: list[Chosen]) -> None:
         return
     alpha = page.settings.alpha
     pictures = [
-        feature_pictures.paint_patches(one.photo.image, colours.numpy().reshape(*one.grid, 3), one.analysis.box, alpha)
+        paint_patches(one.photo.image, colours.numpy().reshape(*one.grid, 3), one.analysis.box, alpha)
         for one, colours in zip(chosen, result.colours)
     ]
     show_row(pictures, [one.name for one in chosen])
@@ -259,7 +261,7 @@ def similarity_picture(
 ) -> Image.Image:
     """The similarity map over the photo, the best matches outlined in green and the clicked patch in cyan."""
     settings, (rows, cols) = page.settings, one.grid
-    picture = plots.overlay(
+    picture = overlays.overlay(
         one.photo.image,
         similarity.numpy().reshape(rows, cols),
         settings.colormap,
@@ -268,9 +270,9 @@ def similarity_picture(
         value_range,
     )
     for index in best.tolist():
-        picture = plots.mark_patch(picture, divmod(index, cols), one.grid, one.analysis.box, colour=(0, 255, 0))
+        picture = overlays.mark_patch(picture, divmod(index, cols), one.grid, one.analysis.box, colour=(0, 255, 0))
     if clicked is not None:
-        picture = plots.mark_patch(picture, clicked, one.grid, one.analysis.box)
+        picture = overlays.mark_patch(picture, clicked, one.grid, one.analysis.box)
     return picture
 
 
@@ -287,9 +289,9 @@ def parts_view(page: Page, chosen: list[Chosen]) -> None:
     k = st.select_slider("Parts", options, key=page.widget_key("features_parts", min(5, options[-1]), options=options))
     labels = feature_parts(*fit_key(page, chosen), int(k), _features=[one.features for one in chosen])
     pictures = [
-        feature_pictures.paint_patches(
+        paint_patches(
             one.photo.image,
-            feature_pictures.part_colours(part.reshape(one.grid)),
+            part_colours(part.reshape(one.grid)),
             one.analysis.box,
             page.settings.alpha,
         )
@@ -314,7 +316,7 @@ def view_downloads(view: str, stem: str, pictures: list[Image.Image], arrays: di
 
     def png() -> bytes:
         buffer = io.BytesIO()
-        feature_pictures.side_by_side(pictures).save(buffer, format="PNG")
+        side_by_side(pictures).save(buffer, format="PNG")
         return buffer.getvalue()
 
     def npz() -> bytes:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from vitviz import head_plots
-from vitviz.images import ImageError
+from vitviz.preprocessing import ImageError
+from vitviz.render.heads import signed_layer_head_figure
 from vitviz_dashboard.cache.pictures import cached_figure, overlay_picture
 from vitviz_dashboard.cache.results import head_ranking, logit_parts, photo_and_analysis, readout_maps
 from vitviz_dashboard.downloads import chart_download, downloads
@@ -132,7 +132,7 @@ def head_causes(page: Page) -> None:
             "page."
         )
         # short titles, the class in the picker and the caption: at 800 px a chart is about 220 px wide
-        figure = head_plots.signed_layer_head_figure(-ranking["logit_change"], "Logit drop when removed", "drop", heads)
+        figure = signed_layer_head_figure(-ranking["logit_change"], "Logit drop when removed", "drop", heads)
         event = left.plotly_chart(
             figure, theme=None, on_select="rerun", selection_mode="points", key=f"head_ranking|{spec}"
         )
@@ -148,7 +148,7 @@ def head_causes(page: Page) -> None:
             right.info(f"No direct logit attribution: {parts}.")
         else:
             right.plotly_chart(
-                head_plots.signed_layer_head_figure(parts["heads"], "Direct logit attribution", "logit", heads),
+                signed_layer_head_figure(parts["heads"], "Direct logit attribution", "logit", heads),
                 theme=None,
             )
             right.caption(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from vitviz import plots
+from vitviz.render import overlays
 from vitviz_dashboard.analysis import ImageAnalysis
 
 _JS = """
@@ -48,7 +48,7 @@ def clicked_patch(click: dict | None, photo_size: tuple[int, int], analysis: Ima
     photo, whose pixels ``analysis.box`` is in."""
     if not click:
         return None
-    patch = plots.patch_at(
+    patch = overlays.patch_at(
         click["x"], click["y"], (click["width"], click["height"]), photo_size, analysis.grid_size, analysis.box
     )
     if patch is None:

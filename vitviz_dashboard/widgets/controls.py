@@ -8,7 +8,7 @@ import io
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
-from vitviz import plots
+from vitviz.render import overlays
 from vitviz_dashboard.names import class_name, classes_by_probability, is_zero_shot
 from vitviz_dashboard.page import Page, Settings
 
@@ -57,5 +57,5 @@ def colour_legend(settings: Settings, low: float, high: float, what: str) -> Non
 @st.cache_data(max_entries=16, show_spinner=False)
 def colour_bar_png(colormap: str) -> bytes:
     buffer = io.BytesIO()
-    plots.colour_bar(colormap, width=384, height=14).save(buffer, format="PNG")
+    overlays.colour_bar(colormap, width=384, height=14).save(buffer, format="PNG")
     return buffer.getvalue()

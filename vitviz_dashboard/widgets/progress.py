@@ -1,4 +1,4 @@
-"""Download progress on the page: a tqdm class that draws st.progress, for vitviz.hub.progress_bar.
+"""Download progress on the page: a tqdm class that draws st.progress, for vitviz.loading.download.progress_bar.
 
 Models download inside st.cache_resource (vitviz_dashboard.cache.results.get_model). Streamlit records the
 elements a cached function draws and replays them on every later cache hit; an element drawn on a

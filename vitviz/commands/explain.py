@@ -1,8 +1,8 @@
-"""Batch explanations from the command line: `python -m vitviz.explain --help`.
+"""Batch explanations from the command line: `vitviz explain --help`.
 
-    python -m vitviz.explain photos/ --model default --methods rollout relevance --out maps/
-    python -m vitviz.explain photos/ --model open_clip:ViT-B-16/openai --prompts "a dog" "a cat" --out maps/
-    python -m vitviz.explain photos/ --model timm:vit_small_patch14_reg4_dinov2.lvd142m --features pca --out pca/
+    vitviz explain photos/ --model default --methods rollout relevance --out maps/
+    vitviz explain photos/ --model open_clip:ViT-B-16/openai --prompts "a dog" "a cat" --out maps/
+    vitviz explain photos/ --model timm:vit_small_patch14_reg4_dinov2.lvd142m --features pca --out pca/
 
 For every image: one overlay PNG per method (drawn on the photo at its own resolution), one
 .npz with the raw patch maps and the class probabilities (for "lens" also every block's maps,
@@ -26,18 +26,19 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from vitviz import explain, feature_pictures
-from vitviz.checkpoint import ModelLoadError
+from vitviz import explain
+from vitviz.commands.common import find_images
 from vitviz.explain.facets import FACETS
 from vitviz.explain.registry import METHODS
-from vitviz.images import ImageError, load_image
-from vitviz.load import load_model
+from vitviz.loading import ModelLoadError
+from vitviz.loading.specs import load_model
 from vitviz.model import ViT
-from vitviz.plots import COLORMAPS, overlay
-from vitviz.precision import PRECISION_CHOICES, resolve_precision
+from vitviz.model.precision import PRECISION_CHOICES, resolve_precision
+from vitviz.preprocessing import ImageError, load_image
+from vitviz.render.features import paint_patches, side_by_side
+from vitviz.render.overlays import COLORMAPS, overlay
 from vitviz.text.options import add_prompt_options, apply_prompt_options
 
-IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"}
 MAX_FEATURE_IMAGES = 64  # one PCA over every image: their features are held together
 
 
@@ -97,20 +98,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="negate the first component (which side is the foreground is arbitrary)",
     )
     return p
-
-
-def find_images(paths: list[Path]) -> list[Path]:
-    found = []
-    for path in paths:
-        if path.is_dir():
-            found += sorted(p for p in path.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
-        elif path.is_file():
-            found.append(path)
-        else:
-            raise SystemExit(f"error: {path} does not exist")
-    if not found:
-        raise SystemExit(f"error: no images ({', '.join(sorted(IMAGE_SUFFIXES))}) in {', '.join(map(str, paths))}")
-    return found
 
 
 def explain_image(model: ViT, pixels: torch.Tensor, args: argparse.Namespace) -> tuple[np.ndarray, dict]:
@@ -221,13 +208,13 @@ def write_pca(features: list[tuple], args: argparse.Namespace) -> None:
     pictures, arrays = [], {"explained_variance": result.explained_variance.numpy()}
     for index, (name, image, box, grid, _) in enumerate(features):
         colours = result.colours[index].numpy().reshape(*grid, 3)
-        picture = feature_pictures.paint_patches(image, colours, box)
+        picture = paint_patches(image, colours, box)
         picture.save(args.out / f"{name}_pca.png")
         pictures.append(picture)
         arrays[f"{name}_colours"] = colours
         if result.foreground is not None:  # a foreground patch may be black too: the mask tells them apart
             arrays[f"{name}_foreground"] = result.foreground[index].numpy().reshape(grid)
-    feature_pictures.side_by_side(pictures).save(args.out / "pca.png")
+    side_by_side(pictures).save(args.out / "pca.png")
     np.savez_compressed(args.out / "pca.npz", **arrays)
     variance = ", ".join(f"{v:.1%}" for v in result.explained_variance.tolist())
     print(f"PCA over {len(features)} images (block {args.feature_block}, {args.facet}): explained variance {variance}")

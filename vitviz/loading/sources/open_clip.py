@@ -20,14 +20,15 @@ from pathlib import Path
 
 from torch import nn
 
-from vitviz import hub
-from vitviz.checkpoint import ModelLoadError, build_model, check_finite, check_parameters, describe
-from vitviz.images import Preprocessing
-from vitviz.importers.common import add_zero_biases, check_logit_scale, read_json, rename
-from vitviz.importers.huggingface import check_weights_file
-from vitviz.importers.timm import from_timm
+from vitviz.loading import download
+from vitviz.loading.build import build_model, check_finite, check_parameters
+from vitviz.loading.errors import ModelLoadError, describe
+from vitviz.loading.sources.common import add_zero_biases, check_logit_scale, read_json, rename
+from vitviz.loading.sources.huggingface import check_weights_file
+from vitviz.loading.sources.timm import from_timm, load_timm, load_timm_preprocessing
 from vitviz.model import ViT, ViTConfig
 from vitviz.model.config import clip_text, echo
+from vitviz.preprocessing import Preprocessing
 
 _RULES = [
     (r"conv1\.weight", r"patch_embed.proj.weight"),  # no bias: zeros are added
@@ -208,13 +209,13 @@ def load_open_clip(name: str) -> ViT:
     spec = f"open_clip:{name}"
     if name.startswith("hf-hub:"):
         repo_id = name.removeprefix("hf-hub:").strip("/")
-        if not hub.REPO_ID.fullmatch(repo_id):
+        if not download.REPO_ID.fullmatch(repo_id):
             raise ModelLoadError(
                 f"{echo(repo_id)} is not a Hugging Face repository id (org/name, 96 characters each at most)"
             )
-        offline = not hub.hub_reachable()
-        config = hub.hub_file(repo_id, ["open_clip_config.json"], spec, offline=offline)
-        weights = hub.hub_file(
+        offline = not download.hub_reachable()
+        config = download.hub_file(repo_id, ["open_clip_config.json"], spec, offline=offline)
+        weights = download.hub_file(
             repo_id, ["open_clip_model.safetensors", "open_clip_pytorch_model.bin"], spec, offline=offline
         )
         model_cfg = read_json(config).get("model_cfg", {})
@@ -233,18 +234,18 @@ def load_open_clip(name: str) -> ViT:
                 f"open_clip has no pretrained weights {echo(name)}; give <model>/<tag>, with tags of "
                 f"{model_name}: {', '.join(tags) or 'none'}"
             )
-        offline = not hub.hub_reachable()
+        offline = not download.hub_reachable()
         hf_hub = open_clip.get_pretrained_cfg(model_name, tag).get("hf_hub") or ""
         if hf_hub:
             parts = hf_hub.strip("/").split("/")
             repo_id, filename = "/".join(parts[:2]), "/".join(parts[2:])
             candidates = [filename] if filename else ["open_clip_model.safetensors", "open_clip_pytorch_model.bin"]
-            check_weights_file(hub.hub_file(repo_id, candidates, spec, offline=offline))
+            check_weights_file(download.hub_file(repo_id, candidates, spec, offline=offline))
         _fetch_tokenizer(open_clip.get_model_config(model_name) or {}, spec, offline)
         create = dict(model_name=model_name, pretrained=tag)
         tokenizer_name = model_name
     try:
-        with hub.cache_only(offline):
+        with download.cache_only(offline):
             clip_model = open_clip.create_model(**create, require_pretrained=True)
             tokenizer = open_clip.get_tokenizer(tokenizer_name)
     except Exception as error:  # the library's errors come in many kinds: a message, never a traceback
@@ -300,13 +301,13 @@ def _fetch_tokenizer(model_cfg: dict, spec: str, offline: bool) -> None:
     """The files of the Hugging Face tokenizer an open_clip config names (SigLIP's), into the Hub cache.
     CLIP's own BPE tokenizer ships with open_clip and needs nothing."""
     repo_id = (model_cfg.get("text_cfg") or {}).get("hf_tokenizer_name")
-    if not isinstance(repo_id, str) or not hub.REPO_ID.fullmatch(repo_id):
+    if not isinstance(repo_id, str) or not download.REPO_ID.fullmatch(repo_id):
         return
-    found = [hub.hub_file(repo_id, [name], spec, offline=offline, required=False) for name in TOKENIZER_FILES]
+    found = [download.hub_file(repo_id, [name], spec, offline=offline, required=False) for name in TOKENIZER_FILES]
     if not any(found):
         raise ModelLoadError(
             f"{spec}: the tokenizer {repo_id} has none of {', '.join(TOKENIZER_FILES)}"
-            + (f" in the cache ({hub.cache_folder()}); is this machine offline?" if offline else "")
+            + (f" in the cache ({download.cache_folder()}); is this machine offline?" if offline else "")
         )
 
 
@@ -340,7 +341,26 @@ def open_clip_for_timm(name: str) -> str | None:
         return _open_clip_repositories()[repo]
     # else the repository itself may say so (timm's SigLIP repositories): from the cache only when offline
     try:
-        config = hub.hub_file(repo, ["open_clip_config.json"], f"timm:{name}", required=False)
+        config = download.hub_file(repo, ["open_clip_config.json"], f"timm:{name}", required=False)
     except ModelLoadError:  # the Hub could not tell: load the image tower as before
         return None
     return f"hf-hub:{repo}" if config is not None else None
+
+
+def load_timm_with_text(name: str) -> ViT:
+    """A timm model; CLIP and SigLIP names whose Hub repository also holds open_clip's weights (``open_clip_for_timm``)
+    load through open_clip instead, with their text tower and timm's preprocessing. When that fails (offline, with
+    only timm's file cached) the image tower loads alone and ``text_tower_note`` says why."""
+    with_text = open_clip_for_timm(name)
+    note = None
+    if with_text:
+        try:
+            model = load_open_clip(with_text)
+        except ModelLoadError as error:
+            note = f"its text tower comes with open_clip:{with_text}, which could not be loaded: {error}"
+        else:
+            model.transform = load_timm_preprocessing(name)
+            return model
+    model = load_timm(name)
+    model.text_tower_note = note
+    return model

@@ -1,4 +1,5 @@
-"""Files from the Hugging Face Hub, through huggingface_hub and its cache, failing fast when offline.
+"""Files from the network: the Hugging Face Hub through huggingface_hub and its cache, failing fast when offline,
+and plain URLs (torchvision's weights) with a timeout and a progress bar (``download``).
 
 huggingface_hub retries a failed connection for up to a minute before it looks in its cache. vitviz
 first asks the Hub for an answer, any answer, within HUB_TIMEOUT_S; without one it reads the cache only.
@@ -8,6 +9,7 @@ at once and gets a message for any other within seconds. With HF_HUB_OFFLINE set
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import urllib.error
@@ -15,12 +17,16 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from functools import partial
 from pathlib import Path
 
-from vitviz.checkpoint import ModelLoadError, describe
+from tqdm import tqdm
+
+from vitviz.loading.errors import ModelLoadError, describe
 from vitviz.model.config import clip_text
 
 HUB_TIMEOUT_S = 3.0  # to open a connection to the Hub
+DOWNLOAD_TIMEOUT_S = 10.0  # per network operation of a plain download: connecting, or waiting for the next bytes
 REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95}")  # a Hub repository id: org/name
 
 # The progress bar of downloads: a class with tqdm's interface (total=, unit=, desc=..., update(n), used as a
@@ -153,3 +159,38 @@ def cache_only(offline: bool = True) -> Iterator[None]:
         yield
     finally:
         constants.HF_HUB_OFFLINE = before
+
+
+def download(url: str, path: Path, timeout: float = DOWNLOAD_TIMEOUT_S) -> None:
+    """Download ``url`` to ``path`` atomically, with a progress bar (PROGRESS_BAR), checking
+    torchvision's hash prefix in the name.
+
+    ``timeout`` bounds each connect and each read, so a dead network fails fast. This is why vitviz does not
+    call torch.hub.download_url_to_file, which has no timeout: against a server that accepts the connection
+    and never answers, it was still waiting after 60 s, and this function failed after 10 s
+    (bench/bench_download_stall.py).
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".partial")
+    digest = hashlib.sha256()
+    bar_class = PROGRESS_BAR.get() or partial(tqdm, disable=None)  # tqdm on a terminal only, like the Hub's
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response, open(tmp, "wb") as out:
+            size = int(response.headers.get("Content-Length") or 0) or None
+            with bar_class(total=size, unit="B", unit_scale=True, desc=path.name) as bar:
+                while chunk := response.read(1 << 20):
+                    digest.update(chunk)
+                    out.write(chunk)
+                    bar.update(len(chunk))
+    except (urllib.error.URLError, OSError, TimeoutError) as error:
+        tmp.unlink(missing_ok=True)
+        reason = getattr(error, "reason", error)
+        raise ModelLoadError(
+            f"could not download {url} ({reason}). Is this machine offline? Weights are cached in "
+            f"{path.parent} after the first download; copy the file there to use it offline."
+        ) from None
+    expected = re.search(r"-([a-f0-9]{6,})\.", path.name)  # torchvision names files <arch>-<sha256 prefix>.pth
+    if expected and not digest.hexdigest().startswith(expected[1]):
+        tmp.unlink(missing_ok=True)
+        raise ModelLoadError(f"download of {url} is corrupt (sha256 does not match {expected[1]}); try again")
+    tmp.replace(path)

@@ -18,15 +18,16 @@ import math
 import torch
 from torch import nn
 
-from vitviz.checkpoint import ModelLoadError, build_model, check_model_size, describe
-from vitviz.hub import hub_file
-from vitviz.images import Preprocessing
-from vitviz.importers.common import add_zero_biases, rename
-from vitviz.importers.huggingface import check_weights_file
-from vitviz.importers.timm_eva import RULES as EVA_RULES
-from vitviz.importers.timm_eva import eva_config, join_qkv_biases, split_packed_swiglu
+from vitviz.loading.build import build_model, check_model_size
+from vitviz.loading.download import hub_file
+from vitviz.loading.errors import ModelLoadError, describe
+from vitviz.loading.sources.common import add_zero_biases, rename
+from vitviz.loading.sources.huggingface import check_weights_file
+from vitviz.loading.sources.timm_eva import RULES as EVA_RULES
+from vitviz.loading.sources.timm_eva import eva_config, join_qkv_biases, split_packed_swiglu
 from vitviz.model import ViT, ViTConfig
 from vitviz.model.config import echo
+from vitviz.preprocessing import Preprocessing
 
 # timm classes that are not plain ViTs, and the feature that keeps each out
 _OTHER_FAMILIES = {
@@ -255,7 +256,7 @@ def load_timm(name: str) -> ViT:
     check_model_size(config, f"timm:{name}")
     cfg = timm.models.get_pretrained_cfg(name)
     weights = None
-    if cfg.hf_hub_id:  # through vitviz.hub, which fails fast offline, then timm loads the file as its own
+    if cfg.hf_hub_id:  # through vitviz.loading.download, which fails fast offline, then timm loads the file as its own
         repo_id, _, revision = cfg.hf_hub_id.partition("@")
         weights = hub_file(
             repo_id, ["model.safetensors", cfg.hf_hub_filename or "pytorch_model.bin"], f"timm:{name}", revision or None

@@ -1,12 +1,12 @@
 """Pictures of patch features: PCA colours and part labels painted patch by patch onto the photo, and pictures put
-side by side for a download. The patch maps of attention are drawn by ``plots.py``; these are RGB per patch."""
+side by side for a download. The patch maps of attention are drawn by ``overlays.py``; these are RGB per patch."""
 
 from __future__ import annotations
 
 import numpy as np
 from PIL import Image
 
-from vitviz import plots
+from vitviz.render import overlays
 
 # twelve colours that stay apart for the eye (ColorBrewer's "Paired", light and dark of each hue); parts past the
 # twelfth reuse them
@@ -33,9 +33,9 @@ def paint_patches(
     image: Image.Image, colours, box: tuple[float, float, float, float] | None = None, alpha: float = 1.0
 ) -> Image.Image:
     """The photo with each patch of ``box`` painted in its colour: ``colours`` is (rows, cols, 3), floats in [0, 1]
-    or whole numbers in [0, 255]. Patches stay sharp squares (nearest neighbour), since a PCA colour or a part label belongs to a whole
-    patch; ``alpha`` below 1 lets the photo show through. Outside the box the photo is dimmed, as in
-    ``plots.overlay``."""
+    or whole numbers in [0, 255]. Patches stay sharp squares (nearest neighbour), since a PCA colour or a part
+    label belongs to a whole patch; ``alpha`` below 1 lets the photo show through. Outside the box the photo is
+    dimmed, as in ``overlays.overlay``."""
     colours = np.asarray(colours)
     if colours.ndim != 3 or colours.shape[-1] != 3:
         raise ValueError(f"colours must be (rows, cols, 3); got shape {colours.shape}")
@@ -50,7 +50,7 @@ def paint_patches(
             raise ValueError("colours hold NaN or infinite values")
         colours = (np.clip(colours, 0.0, 1.0) * 255).round().astype(np.uint8)
     rows, cols = colours.shape[:2]
-    out = plots.outline_patches(image, np.zeros((rows, cols), dtype=bool), box)  # the photo, dimmed outside the box
+    out = overlays.outline_patches(image, np.zeros((rows, cols), dtype=bool), box)  # the photo, dimmed outside the box
     left, top, right, bottom = box or (0, 0, *image.size)
     x0, y0 = max(0, round(left)), max(0, round(top))
     x1, y1 = min(out.width, round(right)), min(out.height, round(bottom))

@@ -33,6 +33,7 @@ WORKING_PIXELS = 16_000_000  # larger JPEGs are decoded at a reduced scale (draf
 MAX_JPEG_PIXELS = 2 * MAX_PIXELS  # above this PIL itself refuses to open a file (a decompression bomb)
 MAX_ASPECT_RATIO = 100  # longer side / shorter side; beyond this, resizing the shorter side explodes memory
 FORMATS = ("JPEG", "PNG", "WEBP", "BMP", "GIF", "TIFF")
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"}  # the files a folder's images are
 # Signatures of common files that are not images vitviz reads, so the error can say what the file is.
 _NOT_IMAGES = [
     (b"%PDF", "a PDF document"),
@@ -117,7 +118,8 @@ def load_image(data: bytes, background: tuple[int, int, int] = (255, 255, 255)) 
         image.draft("RGB", (max(1, int(width * scale)), max(1, int(height * scale))))
     elif width * height > MAX_PIXELS:
         raise ImageError(
-            f"the image is {width}x{height} = {width * height / 1e6:.1f} Mpx, above the limit of {MAX_PIXELS / 1e6:.0f} Mpx"
+            f"the image is {width}x{height} = {width * height / 1e6:.1f} Mpx, "
+            f"above the limit of {MAX_PIXELS / 1e6:.0f} Mpx"
         )
     try:
         image.seek(0)

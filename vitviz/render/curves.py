@@ -1,9 +1,9 @@
 """Training curves: loss and top-1 per epoch from a run's metrics.jsonl.
 
-    python -m vitviz.curves runs/cifar10/metrics.jsonl              # writes runs/cifar10/curves.png
-    python -m vitviz.curves runs/cifar10/metrics.jsonl -o curves.png
+    python -m vitviz.render.curves runs/cifar10/metrics.jsonl              # writes runs/cifar10/curves.png
+    python -m vitviz.render.curves runs/cifar10/metrics.jsonl -o curves.png
 
-Training (`python -m vitviz.train`) redraws curves.png in its --out folder after every epoch;
+Training (`python -m vitviz train`) redraws curves.png in its --out folder after every epoch;
 this redraws it from an existing metrics.jsonl, e.g. of a run trained before curves existed.
 """
 
@@ -85,7 +85,7 @@ def plot_curves(history: Sequence[Mapping[str, float]], path: Path) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m vitviz.curves", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m vitviz.render.curves", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("metrics", type=Path, help="a training run's metrics.jsonl")
     p.add_argument("-o", "--out", type=Path, help="PNG to write (default: curves.png next to the metrics file)")

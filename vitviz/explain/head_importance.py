@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from vitviz.explain.common import _targets, class_probabilities
+from vitviz.explain.common import class_probabilities, target_indices
 from vitviz.model import ABLATIONS, ViT, autocast
 from vitviz.model.layers import Ablation
 
@@ -53,7 +53,7 @@ def head_importance(
         x, grid = model.embed(pixel_values.to(device))
         output = model(pixel_values.to(device), output_hidden_states=True)
         inputs = [x, *output.hidden_states[:-1]]  # what each block received in the intact model
-        targets = _targets(output.logits, target if target is not None else output.logits.argmax(dim=-1))
+        targets = target_indices(output.logits, target if target is not None else output.logits.argmax(dim=-1))
         logit = output.logits.float().gather(1, targets[:, None])[:, 0]
         probability = class_probabilities(model, output.logits.float()).gather(1, targets[:, None])[:, 0]
         logits = torch.empty(L, H, B, device=device)

@@ -36,21 +36,16 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError, safe_open
 
-from vitviz.checkpoint import (
-    MAX_TENSORS,
-    ModelLoadError,
-    build_model,
-    check_model_size,
-    check_torch_file,
-    describe,
-    load_torch_file,
-)
-from vitviz.images import Preprocessing
-from vitviz.importers.common import add_zero_biases, fuse_qkv, read_json, rename
-from vitviz.importers.huggingface_text import TEXT_TOWER_TYPES, text_tower
-from vitviz.memory import available_memory, gigabytes
+from vitviz.loading.build import build_model, check_model_size
+from vitviz.loading.checkpoint import MAX_TENSORS, check_torch_file, load_torch_file
+from vitviz.loading.download import REPO_ID, hub_file, hub_reachable
+from vitviz.loading.errors import ModelLoadError, describe
+from vitviz.loading.memory import available_memory, gigabytes
+from vitviz.loading.sources.common import add_zero_biases, fuse_qkv, read_json, rename
+from vitviz.loading.sources.huggingface_text import TEXT_TOWER_TYPES, TOKENIZER_FILES, text_tower
 from vitviz.model import ViT, ViTConfig
 from vitviz.model.config import echo
+from vitviz.preprocessing import Preprocessing
 
 # Encoder blocks, as files on the Hub (and transformers 4) name them -- encoder.layer.i (ViT, DeiT,
 # DINOv2), encoder.layers.i (CLIP, SigLIP) -- and as transformers 5 models in memory do (layers.i).
@@ -605,3 +600,24 @@ def _huggingface_preprocessing(
         raise ModelLoadError(f"{unusable}: {error}") from None
     except (TypeError, KeyError) as error:
         raise ModelLoadError(f"{unusable} ({describe(error)})") from None
+
+
+def load_huggingface_hub(repo_id: str) -> ViT:
+    """A Hugging Face Hub repository, downloaded once into the Hub cache: config.json, model.safetensors
+    (or its shards, or pytorch_model.bin) and preprocessor_config.json when the repository has one."""
+    if not REPO_ID.fullmatch(repo_id):
+        raise ModelLoadError(
+            f"{echo(repo_id)} is not a Hugging Face repository id (org/name, 96 characters each at most)"
+        )
+    spec = f"hf:{repo_id}"
+    fetch = partial(hub_file, repo_id, spec=spec, offline=not hub_reachable())  # the Hub is asked once
+    config = fetch(["config.json"])
+    weights = fetch(["model.safetensors", SHARD_INDEX, "pytorch_model.bin"])
+    if weights.name == SHARD_INDEX:  # a big model in shards: each one the index lists
+        for shard in shard_files(weights, weight_limit(read_json(config))):
+            fetch([shard])
+    fetch(["preprocessor_config.json"], required=False)  # else ViTImageProcessor's defaults
+    if read_json(config).get("model_type") in TEXT_TOWER_TYPES:  # CLIP, SigLIP: the tokenizer, for the text tower
+        for name in TOKENIZER_FILES:
+            fetch([name], required=False)
+    return load_huggingface_folder(config.parent)

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import torch
 
-from vitviz.checkpoint import ModelLoadError, check_finite, describe
-from vitviz.importers.common import check_logit_scale
+from vitviz.loading.build import check_finite
+from vitviz.loading.errors import ModelLoadError, describe
+from vitviz.loading.sources.common import check_logit_scale
 from vitviz.model.config import echo
 
 TEXT_TOWER_TYPES = ("clip", "siglip")  # image-text models whose folders also give a text tower (vitviz.text)

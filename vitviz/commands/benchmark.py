@@ -1,7 +1,8 @@
 """Faithfulness of the explanation methods over a folder of images: `vitviz benchmark --help`.
 
     vitviz benchmark /tmp/cifar10/test --model default --limit 1000 --out faithfulness/
-    torchrun --standalone --nproc_per_node 2 -m vitviz.benchmark /tmp/cifar10/test --limit 1000 --out faithfulness/
+    torchrun --standalone --nproc_per_node 2 -m vitviz.commands.benchmark /tmp/cifar10/test --limit 1000 \
+        --out faithfulness/
 
 For every image, each method's map (for the predicted class, or with --target label the true one), then
 two protocols (see vitviz.explain.faithfulness):
@@ -44,15 +45,14 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from vitviz.checkpoint import ModelLoadError
+from vitviz.commands.common import find_images
 from vitviz.explain.faithfulness import CHEFER_FRACTIONS, chefer_auc, chefer_perturbation, deletion_insertion
 from vitviz.explain.registry import METHODS, method_maps
 from vitviz.explain.sanity import cascading_randomization
-from vitviz.explain_cli import find_images
-from vitviz.images import ImageError, Preprocessing, load_image
-from vitviz.load import load_model
+from vitviz.loading import ModelLoadError, load_model
 from vitviz.model import ViT, autocast
-from vitviz.precision import PRECISION_CHOICES, resolve_precision
+from vitviz.model.precision import PRECISION_CHOICES, resolve_precision
+from vitviz.preprocessing import ImageError, Preprocessing, load_image
 from vitviz.text.options import add_prompt_options, apply_prompt_options
 
 RANDOM = "random"  # a map of uniform noise: the chance level

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import torch
 
-from vitviz.checkpoint import ExpectedWeights, ModelLoadError, check_model_size
+from vitviz.loading.build import ExpectedWeights, check_model_size
+from vitviz.loading.errors import ModelLoadError
 from vitviz.model import ViTConfig
 from vitviz.model.config import echo
 

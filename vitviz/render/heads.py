@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from vitviz.plots import TEMPLATE
+from vitviz.render.figures import TEMPLATE
 
 
 def signed_layer_head_figure(
@@ -48,7 +48,7 @@ def signed_layer_head_figure(
                 type="scatter",
                 mode="markers",
                 x=[h for _, h in marked],
-                y=[l for l, _ in marked],
+                y=[layer for layer, _ in marked],
                 marker=dict(symbol="x-thin", size=14, line=dict(width=3, color="black")),
                 hoverinfo="skip",
                 showlegend=False,
@@ -64,4 +64,4 @@ def signed_layer_head_figure(
         margin=dict(l=0, r=0, t=40, b=0),
         height=max(260, 28 * layers + 90),
     )
-    return go.Figure(data=traces, layout=layout)  # built in one call, as plots._figure explains
+    return go.Figure(data=traces, layout=layout)  # built in one call, as figures._figure explains

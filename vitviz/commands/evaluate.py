@@ -1,6 +1,6 @@
-"""Evaluate a checkpoint on a labelled image folder: `vitviz evaluate --help` (or `python -m vitviz.evaluate`).
+"""Evaluate a checkpoint on a labelled image folder: `vitviz evaluate --help` (or `python -m vitviz evaluate`).
 
-    python -m vitviz.evaluate checkpoints/default.pt --val-dir /tmp/cifar10/test --out eval/
+    python -m vitviz evaluate checkpoints/default.pt --val-dir /tmp/cifar10/test --out eval/
 
 Prints top-1 accuracy, per-class accuracy and the confusion matrix, and saves them as
 JSON and CSV into --out. Images are preprocessed with the checkpoint's own recipe.
@@ -19,11 +19,10 @@ from torch.utils.data import DataLoader
 from torchvision import datasets
 from tqdm import tqdm
 
-from vitviz.checkpoint import ModelLoadError
-from vitviz.images import load_image
-from vitviz.load import load_model
-from vitviz.metrics import classification_metrics
+from vitviz.loading import ModelLoadError, load_model
 from vitviz.model import autocast
+from vitviz.preprocessing import load_image
+from vitviz.training.metrics import classification_metrics
 
 
 def build_parser() -> argparse.ArgumentParser:

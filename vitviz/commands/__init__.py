@@ -1,0 +1,12 @@
+"""The command line: `vitviz <command>`, one module per command, each with an importable ``main(argv)``.
+
+    cli.py           the `vitviz` command itself: picks the command and runs its main(argv) (also `python -m vitviz`)
+    app.py           vitviz app: the dashboard in the browser (`streamlit run` with its settings)
+    explain.py       vitviz explain: overlays, maps and predictions for a folder of images
+    benchmark.py     vitviz benchmark: faithfulness of the explanation methods over a folder (also under torchrun)
+    train.py         vitviz train: the flags and recipes of a training run (the run itself is vitviz.training)
+    evaluate.py      vitviz evaluate: accuracy, per-class accuracy and the confusion matrix on a labelled folder
+    common.py        what the commands share: the image files their arguments name
+
+`vitviz index` and `vitviz sae` live beside their packages: vitviz/dataset/command.py and vitviz/sae/command.py.
+"""
