@@ -25,7 +25,7 @@ from test_load_hub import TIMM_NAME, cached_snapshot
 
 import vitviz
 import vitviz.loading.checkpoint
-import vitviz.loading.sources.huggingface
+import vitviz.loading.sources.weights_files
 
 # --- files: counts and sizes from their headers before their tensors or pickles are read ---------------------------
 
@@ -40,7 +40,7 @@ def safetensors_header_only(path: Path, count: int) -> None:
 def test_a_safetensors_file_of_300000_tensors_is_refused_from_its_header(tmp_path, monkeypatch):
     folder = hf_vit_folder(tmp_path / "model")
     safetensors_header_only(folder / "model.safetensors", 300_000)
-    opened = forbid(monkeypatch, vitviz.loading.sources.huggingface, "safe_open")
+    opened = forbid(monkeypatch, vitviz.loading.sources.weights_files, "safe_open")
     refusal(
         folder,
         r"model\.safetensors's header takes [\d.]+ MB, room for far more than the 128 tensors its model "
@@ -60,7 +60,7 @@ def test_a_shard_index_mapping_300000_weights_is_refused_before_any_shard_is_rea
     (folder / "model.safetensors").unlink()
     index = {"weight_map": {f"w{i}": f"shard-{i}.safetensors" for i in range(300_000)}}
     (folder / "model.safetensors.index.json").write_text(json.dumps(index))
-    opened = forbid(monkeypatch, vitviz.loading.sources.huggingface, "safe_open")
+    opened = forbid(monkeypatch, vitviz.loading.sources.weights_files, "safe_open")
     refusal(folder, r"index\.json maps 300,000 weights, more than the 128 its model may have: no shard was read")
     assert not opened
 
@@ -229,7 +229,7 @@ def test_a_file_of_300000_tensors_in_the_timm_or_open_clip_cache_is_refused_befo
     import open_clip
 
     safetensors_header_only(cached_snapshot(offline, f"timm/{TIMM_NAME}") / "model.safetensors", 300_000)
-    opened = forbid(monkeypatch, vitviz.loading.sources.huggingface, "safe_open")
+    opened = forbid(monkeypatch, vitviz.loading.sources.weights_files, "safe_open")
     refusal(f"timm:{TIMM_NAME}", r"model\.safetensors's header takes [\d.]+ MB, room for far more than the 5,000")
     spec = open_clip_snapshot(offline, TINY_CFG)
     safetensors_header_only(next(offline.rglob("open_clip_model.safetensors")), 300_000)

@@ -10,7 +10,8 @@ from transformers import ViTConfig as HFViTConfig
 from transformers import ViTForImageClassification, ViTModel
 
 from vitviz.loading import ModelLoadError, from_huggingface, load_huggingface_folder
-from vitviz.loading.sources.huggingface import _FAMILIES, read_safetensors
+from vitviz.loading.sources.huggingface import _FAMILIES
+from vitviz.loading.sources.weights_files import read_safetensors
 
 ATOL = 1e-4  # the bound for logits and attentions
 

@@ -10,7 +10,7 @@ from safetensors.torch import save_file
 
 import vitviz
 import vitviz.loading.build
-import vitviz.loading.sources.huggingface
+import vitviz.loading.sources.weights_files
 from vitviz import ModelLoadError, ViT, ViTConfig, load_model
 
 SMALL = dict(image_size=32, patch_size=8, hidden_size=32, num_layers=2, num_heads=4, mlp_size=64)
@@ -76,7 +76,7 @@ def test_a_model_bigger_than_the_free_memory_is_refused_with_both_numbers(tmp_pa
 
 def test_a_weights_file_bigger_than_the_free_memory_is_not_read(tmp_path, monkeypatch):
     folder = hf_folder(tmp_path, {"model_type": "vit"}, {"w": torch.zeros(1000)})
-    monkeypatch.setattr(vitviz.loading.sources.huggingface, "available_memory", lambda: 100)
+    monkeypatch.setattr(vitviz.loading.sources.weights_files, "available_memory", lambda: 100)
     with pytest.raises(ModelLoadError, match="of weights, more than the 0.0 GB of memory free"):
         load_model(str(folder))
 

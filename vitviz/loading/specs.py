@@ -26,7 +26,7 @@ from pathlib import Path
 from vitviz.loading.checkpoint import load_checkpoint
 from vitviz.loading.download import REPO_ID
 from vitviz.loading.errors import ModelLoadError, describe
-from vitviz.loading.sources.huggingface import load_huggingface_folder, load_huggingface_hub
+from vitviz.loading.sources.huggingface_folder import load_huggingface_folder, load_huggingface_hub
 from vitviz.loading.sources.open_clip import load_open_clip, load_timm_with_text
 from vitviz.loading.sources.torchvision import TORCHVISION_ARCHS, load_torchvision
 from vitviz.model import ViT

@@ -1,4 +1,4 @@
-"""Hugging Face folders (``save_pretrained``) and state dicts into vitviz's ViT.
+"""Hugging Face state dicts and configs into vitviz's ViT: one table of rules per model type.
 
     model_type             classes
     vit                    ViTModel, ViTForImageClassification
@@ -19,9 +19,7 @@ defaults of its Hugging Face config class (config.json files may leave them out)
 function turning its config into ``ViTConfig`` fields. Converted models reproduce the originals'
 outputs and every attention map (tests/test_import_huggingface.py).
 
-The image tower needs no transformers: a folder is read with json and the ``safetensors`` package (or torch for
-an older ``pytorch_model.bin``). A ``clip`` or ``siglip`` folder with tokenizer files also gets its text tower,
-built by transformers (``vitviz.text.towers``).
+The image tower needs no transformers. Folders and Hub repositories are read by ``huggingface_folder``.
 """
 
 from __future__ import annotations
@@ -31,21 +29,14 @@ from collections import ChainMap
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from functools import partial
-from pathlib import Path
 
 import torch
-from safetensors import SafetensorError, safe_open
 
 from vitviz.loading.build import build_model, check_model_size
-from vitviz.loading.checkpoint import MAX_TENSORS, check_torch_file, load_torch_file
-from vitviz.loading.download import REPO_ID, hub_file, hub_reachable
 from vitviz.loading.errors import ModelLoadError, describe
-from vitviz.loading.memory import available_memory, gigabytes
-from vitviz.loading.sources.common import add_zero_biases, fuse_qkv, read_json, rename
-from vitviz.loading.sources.huggingface_text import TEXT_TOWER_TYPES, TOKENIZER_FILES, text_tower
+from vitviz.loading.sources.common import add_zero_biases, fuse_qkv, rename
 from vitviz.model import ViT, ViTConfig
 from vitviz.model.config import echo
-from vitviz.preprocessing import Preprocessing
 
 # Encoder blocks, as files on the Hub (and transformers 4) name them -- encoder.layer.i (ViT, DeiT,
 # DINOv2), encoder.layers.i (CLIP, SigLIP) -- and as transformers 5 models in memory do (layers.i).
@@ -342,7 +333,7 @@ def from_huggingface(state_dict: dict[str, torch.Tensor], config: dict) -> ViT:
     """Convert a Hugging Face state dict of one of the model types in this module's docstring.
 
     ``config`` is the model's config.json as a dict. Models without a classification head become
-    backbones (num_classes=0). Class names come from ``id2label`` (see ``load_huggingface_folder``).
+    backbones (num_classes=0). Class names come from ``id2label`` (see ``huggingface_folder.load_huggingface_folder``).
     """
     if not isinstance(config, Mapping) or not isinstance(state_dict, Mapping):
         raise ModelLoadError("a Hugging Face checkpoint needs a state dict and a config dict")
@@ -429,195 +420,3 @@ def _fix_layout(weights: dict[str, torch.Tensor], config: ViTConfig, patch_bias:
     if not patch_bias:
         weights["patch_embed.proj.bias"] = torch.zeros(config.hidden_size)
     return weights
-
-
-def load_huggingface_folder(folder: str | Path) -> ViT:
-    """A ready ViT from a folder saved by ``save_pretrained`` (config.json + weights).
-
-    Reads model.safetensors (preferred) or pytorch_model.bin, and preprocessor_config.json when
-    present: resize, centre crop (CLIP, DeiT, DINOv2) and normalisation; otherwise ViTImageProcessor's
-    defaults (224x224, bilinear, mean = std = 0.5).
-    """
-    folder = Path(folder)
-    config_path = folder / "config.json"
-    if not config_path.is_file():
-        raise ModelLoadError(f"{folder} has no config.json, so it is not a Hugging Face model folder")
-    config = read_json(config_path)
-    limit = weight_limit(config)
-    if (folder / "model.safetensors").is_file():
-        state_dict = read_safetensors(folder / "model.safetensors", limit)
-    elif (folder / SHARD_INDEX).is_file():  # big models come in shards, listed by an index
-        state_dict = {}
-        for shard in shard_files(folder / SHARD_INDEX, limit):
-            state_dict.update(read_safetensors(folder / shard, limit - len(state_dict)))
-    elif (folder / "pytorch_model.bin").is_file():
-        state_dict = load_torch_file(folder / "pytorch_model.bin", limit)
-    else:
-        raise ModelLoadError(f"{folder} has neither model.safetensors, {SHARD_INDEX} nor pytorch_model.bin")
-    try:
-        model = from_huggingface(state_dict, config)
-        labels = config.get("id2label") or {}
-        model.class_names = [
-            str(labels.get(str(i), labels.get(i, f"class {i}"))) for i in range(model.config.num_classes)
-        ]
-        model.transform = _huggingface_preprocessing(
-            folder / "preprocessor_config.json", model.config.image_size, config.get("model_type")
-        )
-        if config.get("model_type") in TEXT_TOWER_TYPES:
-            model.text_tower, model.text_tower_note = text_tower(folder, state_dict, config)
-    except ModelLoadError:
-        raise
-    except Exception as error:  # malformed configs or weights: a message, never a traceback
-        raise ModelLoadError(f"{folder} is not a usable Hugging Face ViT folder: {describe(error)}") from None
-    return model
-
-
-SHARD_INDEX = "model.safetensors.index.json"
-
-
-def weight_limit(config: dict) -> int:
-    """At most how many tensors the weights of the model a config.json describes may hold: 64, and 32 for each block
-    of its image and text towers (the families here have 9 to 20), so a file of 300,000 is refused from its header."""
-    parts = [config] + [config[key] for key in ("vision_config", "text_config") if isinstance(config.get(key), dict)]
-    layers = [part.get("num_hidden_layers") for part in parts]
-    return 64 + 32 * sum(n if isinstance(n, int) and n > 0 else 12 for n in layers)
-
-
-def shard_files(index: Path, max_tensors: int = MAX_TENSORS) -> list[str]:
-    """The shard files a safetensors index lists (its weight_map's values), each a plain name in the folder; refused,
-    before any shard is read or downloaded, when it maps more than ``max_tensors`` weights."""
-    weight_map = read_json(index).get("weight_map")
-    if not isinstance(weight_map, dict) or not weight_map:
-        raise ModelLoadError(f"{index} has no weight_map")
-    if len(weight_map) > max_tensors:
-        raise ModelLoadError(
-            f"{index} maps {len(weight_map):,} weights, more than the {max_tensors:,} its model may "
-            "have: no shard was read"
-        )
-    shards = sorted(set(map(str, weight_map.values())))
-    if any(Path(shard).name != shard for shard in shards):  # never a path outside the folder
-        raise ModelLoadError(f"{index} names shard files outside its folder")
-    return shards
-
-
-SAFETENSORS_HEADER_BYTES = (256 << 10, 512)  # a safetensors header: at most 256 kB, and 512 bytes per tensor
-
-
-def read_safetensors(path: str | Path, max_tensors: int = MAX_TENSORS, tensors: bool = True) -> dict[str, torch.Tensor]:
-    """The tensors of a .safetensors file, read by the ``safetensors`` package (none when not ``tensors``: the checks
-    alone); a ModelLoadError for a damaged file, one whose header lists more than ``max_tensors`` (checked from its
-    size, then its names, before any tensor is read), or one whose tensors do not fit in the memory free now."""
-    path = Path(path)
-    try:
-        size = path.stat().st_size
-        if size > available_memory():
-            raise ModelLoadError(
-                f"{path} holds {gigabytes(size)} of weights, more than the "
-                f"{gigabytes(available_memory())} of memory free on this machine"
-            )
-        with open(path, "rb") as f:
-            header = int.from_bytes(f.read(8), "little")
-        fixed, per_tensor = SAFETENSORS_HEADER_BYTES
-        if header > size - 8:
-            raise ModelLoadError(
-                f"{path} is not a safetensors file (its header would take {header:,} bytes, more "
-                f"than the file's {size:,})"
-            )
-        if header > fixed + per_tensor * max_tensors:
-            raise ModelLoadError(
-                f"{path}'s header takes {header / 2**20:,.1f} MB, room for far more than the "
-                f"{max_tensors:,} tensors its model may have: it was not read"
-            )
-        with safe_open(path, "pt", device="cpu") as f:
-            names = list(f.keys())
-            if len(names) > max_tensors:
-                raise ModelLoadError(
-                    f"{path} holds {len(names):,} tensors, more than the {max_tensors:,} its model "
-                    "may have: they were not read"
-                )
-            return {name: f.get_tensor(name) for name in names} if tensors else {}
-    except ModelLoadError:
-        raise
-    except (SafetensorError, OSError, ValueError) as error:
-        raise ModelLoadError(f"{path} is not a safetensors file ({describe(error)})") from None
-
-
-def check_weights_file(path: Path, max_tensors: int = MAX_TENSORS) -> None:
-    """What ``read_safetensors`` or ``load_torch_file`` checks of a file's header, for a weights file a library reads
-    itself (timm's, open_clip's): one of 300,000 tensors is refused before the library reads it whole."""
-    if path.suffix == ".safetensors":
-        read_safetensors(path, max_tensors, tensors=False)
-    else:
-        check_torch_file(path, max_tensors)
-
-
-def _huggingface_preprocessing(
-    path: Path, image_size: int | tuple[int, int], model_type: object = None
-) -> Preprocessing:
-    """The preprocessor_config.json's resize, crop and normalisation; every value checked (``Preprocessing``).
-
-    What the file leaves out (or the whole file, when the folder has none) takes the model's own defaults: its
-    config's ``image_size``, and the mean and std of transformers' image processor for its type (OpenAI's for CLIP,
-    0.5 for the others), as the model was trained."""
-    from transformers.image_utils import (
-        IMAGENET_STANDARD_MEAN,
-        IMAGENET_STANDARD_STD,
-        OPENAI_CLIP_MEAN,
-        OPENAI_CLIP_STD,
-    )
-
-    settings = read_json(path) if path.is_file() else {}
-    height, width = (image_size, image_size) if isinstance(image_size, int) else image_size
-    default_size = {"height": height, "width": width}
-    clip = model_type == "clip"
-    mean, std = (OPENAI_CLIP_MEAN, OPENAI_CLIP_STD) if clip else (IMAGENET_STANDARD_MEAN, IMAGENET_STANDARD_STD)
-    size = settings.get("size", default_size)
-    if isinstance(size, int):  # older files: CLIP's (and BiT's, DINOv2's) meant the shorter side, ViT's a square
-        processor = str(settings.get("image_processor_type") or settings.get("feature_extractor_type") or "")
-        size = {"shortest_edge": size} if processor.startswith(("CLIP", "Bit")) else {"height": size, "width": size}
-    crop = settings.get("crop_size", default_size) if settings.get("do_center_crop") else None
-    unusable = f"{path.parent} is not a usable Hugging Face ViT folder: {path.name}"
-    for name, value in (("size", size), ("crop_size", crop)):
-        if value is not None and not isinstance(value, (dict, int)):
-            raise ModelLoadError(
-                f"{unusable}'s {name} must be a number of pixels or an object with height and width "
-                f"(or shortest_edge); got {echo(value, 80)}"
-            )
-    try:
-        resize = size["shortest_edge"] if "shortest_edge" in size else (size["height"], size["width"])
-        if isinstance(crop, dict):
-            crop = (crop["height"], crop["width"])
-        resample = {0: "nearest", 2: "bilinear", 3: "bicubic"}.get(settings.get("resample", 2), "bilinear")
-        normalize = settings.get("do_normalize", True)
-        return Preprocessing(
-            resize=resize if settings.get("do_resize", True) else None,
-            crop=crop,
-            mean=tuple(settings.get("image_mean", mean)) if normalize else (0.0, 0.0, 0.0),
-            std=tuple(settings.get("image_std", std)) if normalize else (1.0, 1.0, 1.0),
-            interpolation=resample,
-        )
-    except ValueError as error:  # Preprocessing's checks
-        raise ModelLoadError(f"{unusable}: {error}") from None
-    except (TypeError, KeyError) as error:
-        raise ModelLoadError(f"{unusable} ({describe(error)})") from None
-
-
-def load_huggingface_hub(repo_id: str) -> ViT:
-    """A Hugging Face Hub repository, downloaded once into the Hub cache: config.json, model.safetensors
-    (or its shards, or pytorch_model.bin) and preprocessor_config.json when the repository has one."""
-    if not REPO_ID.fullmatch(repo_id):
-        raise ModelLoadError(
-            f"{echo(repo_id)} is not a Hugging Face repository id (org/name, 96 characters each at most)"
-        )
-    spec = f"hf:{repo_id}"
-    fetch = partial(hub_file, repo_id, spec=spec, offline=not hub_reachable())  # the Hub is asked once
-    config = fetch(["config.json"])
-    weights = fetch(["model.safetensors", SHARD_INDEX, "pytorch_model.bin"])
-    if weights.name == SHARD_INDEX:  # a big model in shards: each one the index lists
-        for shard in shard_files(weights, weight_limit(read_json(config))):
-            fetch([shard])
-    fetch(["preprocessor_config.json"], required=False)  # else ViTImageProcessor's defaults
-    if read_json(config).get("model_type") in TEXT_TOWER_TYPES:  # CLIP, SigLIP: the tokenizer, for the text tower
-        for name in TOKENIZER_FILES:
-            fetch([name], required=False)
-    return load_huggingface_folder(config.parent)

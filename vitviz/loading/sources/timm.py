@@ -22,9 +22,9 @@ from vitviz.loading.build import build_model, check_model_size
 from vitviz.loading.download import hub_file
 from vitviz.loading.errors import ModelLoadError, describe
 from vitviz.loading.sources.common import add_zero_biases, rename
-from vitviz.loading.sources.huggingface import check_weights_file
 from vitviz.loading.sources.timm_eva import RULES as EVA_RULES
 from vitviz.loading.sources.timm_eva import eva_config, join_qkv_biases, split_packed_swiglu
+from vitviz.loading.sources.weights_files import check_weights_file
 from vitviz.model import ViT, ViTConfig
 from vitviz.model.config import echo
 from vitviz.preprocessing import Preprocessing
