@@ -53,10 +53,10 @@ def built(monkeypatch) -> list[int]:
 @pytest.fixture
 def fresh_caches(monkeypatch) -> None:
     """Empty page caches, no local sample images, and precision "auto" fixed at fp32 (whatever the machine's load,
-    test_app_reading.py). AppTest runs every page in this process, so Streamlit's caches outlive a test; the page
+    page_reading.py). AppTest runs every page in this process, so Streamlit's caches outlive a test; the page
     test modules use this fixture for every test (``pytestmark``)."""
     import streamlit as st
-    from test_app_reading import fix_precision
+    from page_reading import fix_precision
 
     from vitviz_dashboard.cache import budget
 

@@ -3,6 +3,7 @@ ModelLoadError, fast. Used by tests/test_hostile_models.py (configs, preprocessi
 tests/test_hostile_files.py (file headers, pickles, paths, specs, caches, open_clip configs)."""
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -73,3 +74,13 @@ def edit_json(path: Path, change) -> None:
     value = json.loads(path.read_text())
     change(value)
     path.write_text(json.dumps(value))
+
+
+class CreatesAFile:
+    """Unpickling this would call os.system, creating a file: the classic malicious checkpoint."""
+
+    def __init__(self, target: Path):
+        self.target = target
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.target}",))

@@ -6,10 +6,10 @@ import io
 import numpy as np
 import pytest
 import torch
+from app_harness import APP, DINOV3_STYLE, PHOTOS, captions, open_tab
+from page_reading import shown_in
 from PIL import Image
 from streamlit.testing.v1 import AppTest
-from test_app import APP, DINOV3_STYLE, captions, open_tab
-from test_app_reading import shown_in
 from tiny_models import tiny_checkpoint
 
 import vitviz
@@ -19,18 +19,6 @@ from vitviz_dashboard.cache import budget
 
 # fresh caches, no local sample images, precision "auto" fixed at fp32 (tests/conftest.py)
 pytestmark = pytest.mark.usefixtures("fresh_caches")
-
-
-def photo_bytes(seed: int, size=(64, 48)) -> bytes:
-    """A photo of random coloured blocks: patches that differ, so features and their PCA are not degenerate."""
-    rng = np.random.default_rng(seed)
-    blocks = rng.integers(0, 256, (6, 8, 3), dtype=np.uint8)
-    buffer = io.BytesIO()
-    Image.fromarray(blocks).resize(size, Image.NEAREST).save(buffer, format="PNG")
-    return buffer.getvalue()
-
-
-PHOTOS = {"a.png": photo_bytes(0), "b.png": photo_bytes(1, (48, 64))}
 
 
 def features_tab(path, monkeypatch) -> AppTest:

@@ -7,11 +7,10 @@ import json
 import numpy as np
 import pytest
 import torch
+from app_harness import APP, PHOTOS, open_tab, values
+from page_reading import assert_percent, shown_in
 from PIL import Image
 from streamlit.testing.v1 import AppTest
-from test_app import APP, open_tab, values
-from test_app_features import PHOTOS
-from test_app_reading import assert_percent, shown_in
 from tiny_models import tiny_checkpoint
 
 import vitviz

@@ -6,9 +6,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from app_harness import APP, captions, open_tab, png_bytes
+from page_reading import assert_percent
 from streamlit.testing.v1 import AppTest
-from test_app import APP, captions, open_tab, png_bytes
-from test_app_reading import assert_percent
 from tiny_models import tiny_checkpoint
 from tiny_text import clip_folder, siglip_folder
 

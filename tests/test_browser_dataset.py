@@ -4,7 +4,7 @@ patch, with no exception drawn on any of them."""
 
 import pytest
 from browser_harness import CHROMIUM, CHROMIUM_ARGS, new_page, require_browser, streamlit_server, wait_until_drawn
-from test_dataset_index import make_images
+from dataset_harness import make_images
 from tiny_models import tiny_checkpoint
 
 from vitviz.dataset.command import main as index_command

@@ -4,7 +4,7 @@ per-image API, the sources, search against brute force, and the read-only SQL.""
 import numpy as np
 import pytest
 import torch
-from PIL import Image
+from dataset_harness import make_images
 from tiny_models import tiny_checkpoint
 
 import vitviz
@@ -18,19 +18,6 @@ from vitviz.preprocessing import load_image
 from vitviz_dashboard.analysis import analyse_image
 
 FP16 = {"rtol": 2e-3, "atol": 2e-3}
-
-
-def make_images(folder, count=24, seed=0):
-    """``count`` random photos in class folders cat/ and dog/, a few not square, and one broken file."""
-    rng = np.random.default_rng(seed)
-    for i in range(count):
-        label = "cat" if i % 2 else "dog"
-        (folder / label).mkdir(parents=True, exist_ok=True)
-        size = (40, 32) if i % 5 == 0 else (32, 32)
-        pixels = rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)
-        Image.fromarray(pixels).save(folder / label / f"{i:03d}.png")
-    (folder / "cat" / "broken.png").write_bytes(b"not an image")
-    return folder
 
 
 @pytest.fixture(scope="module")

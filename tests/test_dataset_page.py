@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import streamlit as st
+from dataset_harness import make_images
+from page_reading import fix_precision
 from streamlit.testing.v1 import AppTest
-from test_app_reading import fix_precision
-from test_dataset_index import make_images
 from tiny_models import tiny_checkpoint
 
 import vitviz

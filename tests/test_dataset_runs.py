@@ -4,16 +4,13 @@ lock, and every refusal with its message."""
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 import zipfile
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-from test_dataset_index import make_images
+from dataset_harness import make_images, run_index
 from tiny_models import tiny_checkpoint
 
 import vitviz
@@ -21,30 +18,11 @@ from vitviz.dataset import IndexBusyError, IndexFormatError
 from vitviz.dataset.command import main
 from vitviz.dataset.storage import folder_lock
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
     return tiny_checkpoint(root / "model.pt"), make_images(root / "images", count=20), root
-
-
-def run_index(*argv, torchrun=0):
-    prefix = (
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={torchrun}", "-m"]
-        if torchrun
-        else [sys.executable, "-m"]
-    )
-    env = os.environ | {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen(
-        [*prefix, "vitviz", "index", *map(str, argv)],
-        env=env,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
 
 
 def assert_same_index(a, b):

@@ -1,15 +1,15 @@
-"""Explanation functions: known answers on hand-made tensors, references, invariants, traps."""
+"""Explanation functions: known answers on hand-made tensors, references, invariants, traps: rollout, raw
+maps, class-specific maps, anatomy, faithfulness."""
 
 import math
 
 import numpy as np
 import pytest
 import torch
+from attention_references import random_attentions, reference_rollout
 from tiny_models import build_tiny_vit
 
-from vitviz import autocast, explain
 from vitviz.explain import (
-    StreamingExplainer,
     area_under_curve,
     attention_entropy,
     attention_gradients,
@@ -27,30 +27,7 @@ from vitviz.explain import (
     query_attention,
 )
 
-
-def random_attentions(layers=3, batch=2, heads=4, prefix=1, grid=(2, 3), seed=0):
-    generator = torch.Generator().manual_seed(seed)
-    T = prefix + grid[0] * grid[1]
-    return [torch.randn(batch, heads, T, T, generator=generator).mul(2).softmax(-1) for _ in range(layers)]
-
-
-def reference_rollout(attentions, fusion="mean", start_layer=0, prefix=1):
-    """Abnar & Zuidema written out with numpy loops in float64: the reference."""
-    result = []
-    for b in range(attentions[0].shape[0]):
-        T = attentions[0].shape[-1]
-        rollout = np.eye(T)
-        for a in attentions[start_layer:]:
-            heads = a[b].double().numpy()
-            fused = {"mean": heads.mean(0), "max": heads.max(0), "min": heads.min(0)}[fusion] + np.eye(T)
-            for i in range(T):
-                fused[i] = fused[i] / fused[i].sum()  # each row by its own sum
-            rollout = fused @ rollout
-        result.append(rollout[0, prefix:])
-    return torch.tensor(np.array(result))
-
-
-# --- rollout -----------------------------------------------------------------------------------
+# --- rollout ---------------------------------------------------------------------------------------------------
 
 
 def test_rollout_known_answer_two_layers():
@@ -139,7 +116,7 @@ def test_discard_ratio_changes_rollout_and_is_validated():
         attention_rollout(attentions, discard_ratio=1.0)
 
 
-# --- raw maps ----------------------------------------------------------------------------------
+# --- raw maps --------------------------------------------------------------------------------------------------
 
 
 def test_cls_and_query_maps_index_a_non_square_grid_with_prefixes():
@@ -182,7 +159,7 @@ def test_a_wrong_grid_is_refused_not_reshaped():
         attention_rollout(random_attentions(), grid_size=(3, 3))
 
 
-# --- class-specific ----------------------------------------------------------------------------
+# --- class-specific --------------------------------------------------------------------------------------------
 
 
 def test_gradient_weighted_attention_known_answer():
@@ -246,7 +223,7 @@ def test_gradient_weighted_rollout_rows_are_a_rollout():
     torch.testing.assert_close(out, attention_rollout(fused_as_attention, num_prefix_tokens=2))
 
 
-# --- anatomy -----------------------------------------------------------------------------------
+# --- anatomy ---------------------------------------------------------------------------------------------------
 
 
 def brute_force_mean_distance(grid, patch_size):
@@ -301,7 +278,7 @@ def test_patch_embedding_components_find_the_filter_subspace():
     torch.testing.assert_close(flat @ flat.T, torch.eye(5), atol=1e-5, rtol=0)
 
 
-# --- faithfulness ------------------------------------------------------------------------------
+# --- faithfulness ----------------------------------------------------------------------------------------------
 
 
 class PatchDetector(torch.nn.Module):
@@ -347,306 +324,3 @@ def test_perturbation_curve_replaces_exact_fractions():
     assert area_under_curve(torch.linspace(0, 1, 11)) == pytest.approx(0.5)
     with pytest.raises(ValueError, match="does not tile"):
         perturbation_curve(Brightness(), image, torch.ones(3, 5), target=0)
-
-
-# --- streaming ---------------------------------------------------------------------------------
-
-
-def keep_everything(attentions, grid, prefix, fusion="mean", discard=0.0, start_layer=0, readout="cls"):
-    """What StreamingExplainer must give, from the kept attentions upcast to fp32."""
-    attentions = [a.float() if a.dtype != torch.float64 else a for a in attentions]
-    options = dict(start_layer=start_layer, head_fusion=fusion, discard_ratio=discard)
-    return {
-        "rollout": attention_rollout(attentions, prefix, grid, readout=readout, **options),
-        "readout_attention": explain.readout_attention_all(attentions, prefix, grid, readout=readout),
-        "prefix_shares": explain.attention_to_prefix_tokens(attentions, prefix),
-        "mean_distance": mean_attention_distance(attentions, grid, 8, prefix),
-        "entropy": attention_entropy(attentions),
-    }
-
-
-def assert_same_results(streamed, expected, dtype=torch.float32):
-    assert streamed.keys() == expected.keys()
-    for name, tensor in expected.items():
-        assert streamed[name].dtype == dtype, name
-        torch.testing.assert_close(streamed[name], tensor, rtol=1e-5, atol=1e-7, msg=name)
-        if dtype != torch.float64:
-            streamed[name].numpy()  # no bf16 left for numpy to refuse
-
-
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
-@pytest.mark.parametrize(
-    "readout,registers,fusion,discard,start_layer",
-    [("cls", 0, "mean", 0.0, 0), ("cls", 4, "max", 0.3, 0), ("mean", 2, "mean", 0.3, 1), ("readout", 2, "min", 0.0, 0)],
-)
-def test_streaming_equals_keeping_everything(precision, readout, registers, fusion, discard, start_layer):
-    # under bf16 the running rollout used to stay bf16 (autocast ran its products in bf16): 3e-3 off, and no .numpy()
-    family = "map-pooled" if readout == "readout" else "non-square"
-    model = build_tiny_vit(family, image_size=(16, 24), num_register_tokens=registers)
-    prefix = model.config.num_prefix_tokens
-    images = torch.randn(2, 3, 16, 24)
-    with torch.no_grad(), autocast(precision):
-        output = model(images, output_attentions=True)
-        readout = output.readout if readout == "readout" else readout  # "map": the weights depend on the image
-        streamer = StreamingExplainer(model.config.grid_size, 8, prefix, fusion, discard, start_layer, readout)
-        streamed_output = model(images, attention_sink=streamer)
-    assert streamed_output.attentions is None
-    grid = output.grid_size
-    assert_same_results(
-        streamer.results(), keep_everything(output.attentions, grid, prefix, fusion, discard, start_layer, readout)
-    )
-
-
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64])
-def test_streaming_upcasts_half_precision_weights(dtype):
-    # weights that arrive in half precision are folded in fp32; a float64 model keeps fp64
-    attentions = [a.to(dtype) for a in random_attentions(prefix=3)]
-    readout = torch.rand(2, 9).softmax(-1).to(dtype)
-    streamer = StreamingExplainer((2, 3), 8, 3, discard_ratio=0.2, readout=readout)
-    for index, attention in enumerate(attentions):
-        streamer(index, attention)
-    result_dtype = torch.promote_types(dtype, torch.float32)
-    expected = keep_everything(attentions, (2, 3), 3, discard=0.2, readout=readout)
-    assert_same_results(streamer.results(), expected, result_dtype)
-
-
-def test_streaming_a_second_pass_replaces_the_first():
-    # the second image's blocks used to be appended to the first's: 6 layers of rows on a 3-block model
-    model = build_tiny_vit("non-square", num_register_tokens=2)
-    first, second = torch.randn(2, 3, 16, 24), torch.randn(2, 3, 16, 24)
-    reused = StreamingExplainer(model.config.grid_size, 8, 3, start_layer=1)
-    fresh = StreamingExplainer(model.config.grid_size, 8, 3, start_layer=1)
-    with torch.no_grad():
-        model(first, attention_sink=reused)
-        first_results = reused.results()
-        model(second, attention_sink=reused)
-        model(second, attention_sink=fresh)
-    results, expected = reused.results(), fresh.results()
-    assert results.keys() == expected.keys()
-    for name, tensor in expected.items():
-        torch.testing.assert_close(results[name], tensor, rtol=0, atol=0, msg=name)
-    assert results["readout_attention"].shape == (2, 3, 4, 2, 3)
-    assert not torch.allclose(results["rollout"], first_results["rollout"])
-
-
-def test_streaming_refuses_a_skipped_block():
-    attentions = random_attentions()
-    streamer = StreamingExplainer((2, 3), 8, 1)
-    with pytest.raises(ValueError, match="expected block 0; got block 1"):
-        streamer(1, attentions[0])
-    streamer(0, attentions[0])
-    streamer(1, attentions[1])
-    with pytest.raises(ValueError, match="expected block 2, or 0 to start a new pass; got block 3"):
-        streamer(3, attentions[2])
-    model = build_tiny_vit("non-square")
-    skipping = StreamingExplainer(model.config.grid_size, 8, 1)
-    with torch.no_grad(), pytest.raises(ValueError, match="expected block 1, or 0 to start a new pass; got block 2"):
-        model(torch.randn(1, 3, 16, 24), attention_sink=lambda index, weights: index != 1 and skipping(index, weights))
-
-
-def test_streaming_readout_weights_are_validated():
-    with pytest.raises(ValueError, match=r"\(B, T\) token weights"):
-        StreamingExplainer((2, 3), 8, 1, readout=torch.ones(7))
-    streamer = StreamingExplainer((2, 3), 8, 1, readout=torch.ones(1, 7) / 7)
-    with pytest.raises(ValueError, match=r"readout weights \(1, 7\) do not match \(B, T\) = \(2, 7\)"):
-        streamer(0, random_attentions()[0])
-
-
-def test_streaming_reports_progress_after_each_block():
-    model = build_tiny_vit("non-square")
-    seen = []
-    streamer = StreamingExplainer(
-        model.config.grid_size,
-        8,
-        1,
-        progress=lambda index: seen.append((index, streamer.results()["entropy"].shape[1])),
-    )
-    with torch.no_grad():
-        model(torch.randn(1, 3, 16, 24), attention_sink=streamer)
-        model(torch.randn(1, 3, 16, 24), attention_sink=streamer)
-    assert seen == [(0, 1), (1, 2), (2, 3)] * 2  # each block once, in order, and already folded in
-
-
-def test_streaming_keeps_no_full_attention_matrix_alive():
-    images = torch.randn(2, 3, 16, 24)
-    map_pooled = build_tiny_vit("map-pooled", image_size=(16, 24))
-    with torch.no_grad():
-        readout = map_pooled(images).readout
-    for model, rows in [(build_tiny_vit("non-square"), "cls"), (map_pooled, "mean"), (map_pooled, readout)]:
-        streamer = StreamingExplainer(model.config.grid_size, 8, model.config.num_prefix_tokens, readout=rows)
-        with torch.no_grad():
-            model(images, attention_sink=streamer)
-        # every kept tensor owns only its own numbers, not a slice of a (B, heads, T, T) block
-        for name, tensor in streamer.results().items():
-            assert tensor.untyped_storage().nbytes() == tensor.numel() * tensor.element_size(), name
-        for rows in streamer._readout_rows:
-            assert rows.untyped_storage().nbytes() == rows.numel() * rows.element_size()
-
-
-def test_mean_pooled_models_read_the_mean_patch_row():
-    attentions = random_attentions(prefix=2)
-    gradients = [torch.rand_like(a) for a in attentions]
-    cls_row = gradient_weighted_attention(attentions, gradients, num_prefix_tokens=2)
-    mean_row = gradient_weighted_attention(attentions, gradients, num_prefix_tokens=2, readout="mean")
-    relevance = torch.eye(8).repeat(2, 1, 1)
-    for a, g in zip(attentions, gradients):
-        relevance = relevance + (g * a).clamp(min=0).mean(1) @ relevance
-    torch.testing.assert_close(mean_row, relevance[:, 2:, 2:].mean(1))
-    assert not torch.allclose(cls_row, mean_row)
-    no_cls = random_attentions(prefix=0)
-    with pytest.raises(ValueError, match="no \\[CLS\\] token"):
-        cls_attention(no_cls, layer=0, num_prefix_tokens=0)
-    with pytest.raises(ValueError, match="needs a \\[CLS\\] token"):
-        gradient_weighted_rollout(no_cls, [torch.rand_like(a) for a in no_cls], num_prefix_tokens=0)
-    out = gradient_weighted_rollout(no_cls, [torch.rand_like(a) for a in no_cls], num_prefix_tokens=0, readout="mean")
-    assert out.shape == (2, 6)
-
-
-# --- what the head reads, prefix tokens, token norms, the pooling head ----------------------------
-
-
-def test_a_readout_tensor_gives_the_string_poolings_exactly():
-    attentions = random_attentions(prefix=2)
-    B, T = 2, attentions[0].shape[-1]
-    one_hot = torch.zeros(B, T)
-    one_hot[:, 0] = 1
-    uniform = torch.zeros(B, T)
-    uniform[:, 2:] = 1 / (T - 2)
-    for name, tensor in [("cls", one_hot), ("mean", uniform)]:
-        args = dict(num_prefix_tokens=2, grid_size=(2, 3))
-        torch.testing.assert_close(
-            attention_rollout(attentions, readout=tensor, **args),
-            attention_rollout(attentions, readout=name, **args),
-        )
-        torch.testing.assert_close(
-            gradient_weighted_attention(attentions, attentions, readout=tensor, **args),
-            gradient_weighted_attention(attentions, attentions, readout=name, **args),
-        )
-
-
-def test_a_distilled_models_readout_averages_the_cls_and_distillation_rows():
-    # DeiT's head reads [CLS] and the distillation token half each, so its rollout is the mean of those two rows
-    attentions = random_attentions(prefix=2)
-    readout = torch.zeros(2, 8)
-    readout[:, :2] = 0.5
-    rollout = attention_rollout(attentions, readout=readout, num_prefix_tokens=2)
-    rows = [reference_rollout_row(attentions, token) for token in (0, 1)]
-    torch.testing.assert_close(rollout.double(), (rows[0] + rows[1]) / 2)
-
-
-def reference_rollout_row(attentions, token, prefix=2):
-    T = attentions[0].shape[-1]
-    rollout = torch.eye(T, dtype=torch.float64).expand(2, T, T)
-    for a in attentions:
-        fused = a.double().mean(1) + torch.eye(T, dtype=torch.float64)
-        rollout = (fused / fused.sum(-1, keepdim=True)) @ rollout
-    return rollout[:, token, prefix:]
-
-
-def test_readout_tensor_is_validated():
-    attentions = random_attentions()
-    with pytest.raises(ValueError, match="do not match"):
-        attention_rollout(attentions, readout=torch.ones(2, 3), num_prefix_tokens=1)
-    with pytest.raises(ValueError, match=r"\(B, T\) token weights"):
-        attention_rollout(attentions, readout=torch.ones(7), num_prefix_tokens=1)
-
-
-def test_readout_attention_all_is_the_cls_rows_or_the_weighted_rows():
-    attentions = random_attentions(prefix=1)
-    args = dict(num_prefix_tokens=1, grid_size=(2, 3))
-    torch.testing.assert_close(
-        explain.readout_attention_all(attentions, **args, readout="cls"), cls_attention_all(attentions, **args)
-    )
-    weights = torch.rand(2, 7).softmax(-1)
-    expected = torch.stack([torch.einsum("bt,bhtn->bhn", weights, a)[..., 1:] for a in attentions], dim=1)
-    torch.testing.assert_close(
-        explain.readout_attention_all(attentions, **args, readout=weights), expected.reshape(2, 3, 4, 2, 3)
-    )
-
-
-def test_attention_to_prefix_tokens_known_answer():
-    # 1 [CLS] + 2 registers + 2 patches; patch 0 gives 0.5 to register 1, patch 1 gives 0.2 to [CLS]
-    attention = torch.zeros(1, 1, 5, 5)
-    attention[0, 0, :3] = torch.eye(5)[:3]  # prefix rows: not counted
-    attention[0, 0, 3] = torch.tensor([0.0, 0.5, 0.0, 0.25, 0.25])
-    attention[0, 0, 4] = torch.tensor([0.2, 0.0, 0.0, 0.4, 0.4])
-    shares = explain.attention_to_prefix_tokens([attention, attention], num_prefix_tokens=3)
-    assert shares.shape == (1, 2, 1, 4)
-    torch.testing.assert_close(shares[0, 0, 0], torch.tensor([0.1, 0.25, 0.0, 0.65]))
-    torch.testing.assert_close(random_shares().sum(-1), torch.ones(2, 3, 4))
-
-
-def random_shares():
-    return explain.attention_to_prefix_tokens(random_attentions(prefix=3), num_prefix_tokens=3)
-
-
-def test_token_norms_and_high_norm_patches():
-    hidden = torch.ones(1, 6, 4)  # 2 prefix tokens, 4 patches, each of norm 2
-    hidden[0, 4] *= 10  # a patch 10 times the others: Darcet et al.'s artifact
-    hidden[0, 0] *= 50  # a high-norm prefix token is not a patch, and not flagged
-    norms = explain.token_norms([hidden, hidden * 2])
-    torch.testing.assert_close(norms[0, 0], torch.tensor([100.0, 2, 2, 2, 20, 2]))
-    assert norms.shape == (1, 2, 6)
-    flagged = explain.high_norm_patches(norms, num_prefix_tokens=2)
-    assert flagged.tolist() == [[[False, False, True, False]] * 2]
-    assert not explain.high_norm_patches(norms, 2, factor=20).any()
-    with pytest.raises(ValueError, match="positive"):
-        explain.high_norm_patches(norms, 2, factor=0)
-
-
-def test_pooling_attention_maps_one_head_or_all():
-    weights = torch.rand(2, 4, 6).softmax(-1)
-    torch.testing.assert_close(explain.pooling_attention(weights, 1, (2, 3)), weights[:, 1].reshape(2, 2, 3))
-    torch.testing.assert_close(explain.pooling_attention(weights, "max", (2, 3)), weights.amax(1).reshape(2, 2, 3))
-    with pytest.raises(ValueError, match="head must be in"):
-        explain.pooling_attention(weights, 4)
-    with pytest.raises(ValueError, match="does not hold"):
-        explain.pooling_attention(weights, "mean", (3, 3))
-
-
-def test_class_maps_of_a_map_pooled_model_read_its_pooling_weights():
-    # a SigLIP-like model: no [CLS], the head reads the patches through its pooling attention
-    model = build_tiny_vit("map-pooled", num_register_tokens=0, num_layers=2, num_classes=3)
-    output, gradients = attention_gradients(model, torch.randn(1, 3, 32, 32), target=1)
-    attentions = [a.detach() for a in output.attentions]
-    relevance = gradient_weighted_attention(attentions, gradients, num_prefix_tokens=0, readout=output.readout.detach())
-    by_hand = torch.eye(16)[None]
-    for a, g in zip(attentions, gradients):
-        by_hand = by_hand + (g * a).clamp(min=0).mean(1) @ by_hand
-    torch.testing.assert_close(relevance, (output.readout.detach()[:, None] @ by_hand)[:, 0])
-
-
-# --- start layers outside the model ------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("start_layer", [3, -1])
-@pytest.mark.parametrize("method", ["relevance", "grad-rollout", "rollout"])
-def test_a_start_layer_outside_the_blocks_is_refused_with_the_valid_range(method, start_layer):
-    # 3 on a 3-block model used to give an all-zero relevance map, and -1 silently meant the last block
-    attentions = random_attentions(layers=3)
-    gradients = [torch.rand_like(a) for a in attentions]
-    compute = {
-        "relevance": lambda: gradient_weighted_attention(attentions, gradients, start_layer=start_layer),
-        "grad-rollout": lambda: gradient_weighted_rollout(attentions, gradients, start_layer=start_layer),
-        "rollout": lambda: attention_rollout(attentions, start_layer=start_layer),
-    }[method]
-    with pytest.raises(ValueError, match=r"start_layer must be in \[0, 2\]"):
-        compute()
-
-
-def test_streaming_start_layer_past_the_last_block_names_the_valid_range():
-    # the explainer cannot know the block count before the pass; afterwards it must not blame the caller's wiring
-    model = build_tiny_vit("non-square")
-    streamer = StreamingExplainer(model.config.grid_size, 8, 1, start_layer=3)
-    with torch.no_grad():
-        model(torch.randn(1, 3, 16, 24), attention_sink=streamer)
-    with pytest.raises(ValueError, match=r"start_layer must be in \[0, 2\] for a model with 3 blocks; got 3"):
-        streamer.results()
-    with torch.no_grad():  # a second pass: still 3 blocks, not the 6 seen in all
-        model(torch.randn(1, 3, 16, 24), attention_sink=streamer)
-    with pytest.raises(ValueError, match=r"start_layer must be in \[0, 2\] for a model with 3 blocks; got 3"):
-        streamer.results()
-    with pytest.raises(ValueError, match="start_layer must be in"):
-        StreamingExplainer(model.config.grid_size, 8, 1, start_layer=-1)
-    with pytest.raises(ValueError, match="no attention was streamed"):
-        StreamingExplainer(model.config.grid_size, 8, 1).results()

@@ -16,12 +16,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from hostile_models import forbid, hf_vit_folder, refusal
+from hostile_models import CreatesAFile, forbid, hf_vit_folder, refusal
+from hub_cache import TIMM_NAME, cached_snapshot
 from huggingface_hub import constants
 from safetensors.torch import save_file
-from test_import_open_clip import TINY_CFG
-from test_load import CreatesAFile
-from test_load_hub import TIMM_NAME, cached_snapshot
+from tiny_models import TINY_CFG
 
 import vitviz
 import vitviz.loading.checkpoint

@@ -7,8 +7,9 @@ import time
 import open_clip
 import pytest
 import torch
+from hub_cache import cached_snapshot
 from safetensors.torch import save_file
-from test_load_hub import cached_snapshot
+from tiny_models import TINY_CFG
 
 import vitviz
 from vitviz import ModelLoadError, from_open_clip, load_model, zero_shot
@@ -98,13 +99,6 @@ def test_from_open_clip_leaves_the_model_whole(converted):
 def test_from_open_clip_refuses_what_is_not_an_open_clip_model():
     with pytest.raises(ModelLoadError, match="expected an open_clip CLIP model"):
         from_open_clip(torch.nn.Linear(2, 2), StandInTokenizer())
-
-
-TINY_CFG = {
-    "embed_dim": 16,
-    "vision_cfg": {"image_size": 32, "layers": 2, "width": 32, "patch_size": 8, "head_width": 8},
-    "text_cfg": {"context_length": 16, "vocab_size": 49408, "width": 16, "heads": 2, "layers": 1},
-}
 
 
 def test_a_cached_open_clip_hub_repository_loads_offline_with_its_text_tower(offline):

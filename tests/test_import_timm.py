@@ -9,35 +9,13 @@ import timm
 import torch
 from PIL import Image
 from timm.data import ImageNetInfo, create_transform, resolve_data_config
+from tiny_models import perturbed
 
 import vitviz
 from vitviz import ModelLoadError
 from vitviz.loading.sources.timm import imagenet_class_names, preprocessing_from_timm
 
 RTOL = 1e-4  # the issue's bound: differences relative to the largest output value (at least 1)
-
-
-def perturbed(name: str, **kwargs) -> torch.nn.Module:
-    """A random timm model whose every part matters: LayerScale gains near 1 instead of 1e-5, prefix
-    tokens and the pooling query far apart, heads that give logits of order 1."""
-    torch.manual_seed(0)
-    model = timm.create_model(name, pretrained=False, **kwargs).eval()
-    with torch.no_grad():
-        for param_name, param in model.named_parameters():
-            if param_name.endswith("gamma"):
-                param.uniform_(0.5, 1.5)
-            elif param_name.startswith(("cls_token", "reg_token", "dist_token", "attn_pool.latent")):
-                param.normal_(std=0.5)
-            elif param_name.startswith("head"):
-                param.normal_(std=0.05)
-            elif param_name == "rope.freqs":  # RoPE-Mixed's learned frequencies: far from their start
-                param.normal_(std=0.3)
-            elif param_name.endswith(("attn.qkv.weight", "attn.q_proj.weight", "attn.k_proj.weight")):
-                # scores of a few units: peaked, position-sensitive attention
-                param.normal_(std=0.06)
-            else:
-                param.add_(torch.randn_like(param), alpha=0.02)
-    return model
 
 
 def reference_run(model: torch.nn.Module, images: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 import torchvision
+from hostile_models import CreatesAFile
 from PIL import Image
 
 import vitviz.loading.specs
@@ -117,16 +118,6 @@ def test_mismatched_config_and_weights_are_named(tmp_path):
     torch.save(checkpoint, tmp_path / "unknown.pt")
     with pytest.raises(ModelLoadError, match="unknown ViTConfig fields"):
         load_model(tmp_path / "unknown.pt")
-
-
-class CreatesAFile:
-    """Unpickling this would call os.system, creating a file: the classic malicious checkpoint."""
-
-    def __init__(self, target: Path):
-        self.target = target
-
-    def __reduce__(self):
-        return (os.system, (f"touch {self.target}",))
 
 
 def test_malicious_pickle_is_never_executed(tmp_path):

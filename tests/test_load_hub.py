@@ -4,11 +4,11 @@ anything else fails within seconds with a message that names the cache folder. N
 import socket
 import threading
 import time
-from pathlib import Path
 
 import pytest
 import timm
 import torch
+from hub_cache import TIMM_NAME, cached_snapshot
 from huggingface_hub import constants
 from PIL import Image
 from safetensors.torch import save_file
@@ -19,19 +19,6 @@ from transformers import ViTForImageClassification
 import vitviz
 import vitviz.loading.download
 from vitviz import ModelLoadError, load_model
-
-TIMM_NAME = "vit_tiny_patch16_224.augreg_in21k_ft_in1k"
-COMMIT = "0123456789abcdef0123456789abcdef01234567"
-
-
-def cached_snapshot(cache: Path, repo_id: str) -> Path:
-    """The folder huggingface_hub keeps a repository's files in, as its cache lays it out."""
-    repo = cache / f"models--{repo_id.replace('/', '--')}"
-    (repo / "refs").mkdir(parents=True)
-    (repo / "refs" / "main").write_text(COMMIT)
-    snapshot = repo / "snapshots" / COMMIT
-    snapshot.mkdir(parents=True)
-    return snapshot
 
 
 @pytest.mark.parametrize("spec", [f"timm:{TIMM_NAME}", "hf:google/vit-base-patch16-224", "google/vit-base-patch16-224"])

@@ -3,8 +3,7 @@ and a CLIP prompt head, and one head's share equals a sum written out in the tes
 
 import pytest
 import torch
-from test_import_timm import perturbed
-from tiny_models import build_tiny_vit
+from tiny_models import build_tiny_vit, perturbed
 from tiny_text import clip_folder
 
 import vitviz

@@ -6,7 +6,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from test_app import started_app
+from app_harness import started_app
 from tiny_models import tiny_checkpoint
 
 import vitviz

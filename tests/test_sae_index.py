@@ -10,9 +10,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
+from dataset_harness import make_images, run_index
 from safetensors.torch import load_file
-from test_dataset_index import make_images
-from test_dataset_runs import run_index
 from tiny_models import tiny_checkpoint
 
 import vitviz

@@ -303,7 +303,7 @@ def test_a_zero_shot_model_is_not_saved_as_a_checkpoint(saved, tmp_path):
 
 
 def test_a_cached_hub_clip_loads_offline_with_its_tokenizer_and_text_tower(offline, tmp_path):
-    from test_load_hub import cached_snapshot
+    from hub_cache import cached_snapshot
 
     reference, tokenizer, folder = clip_folder(tmp_path / "source")
     snapshot = cached_snapshot(offline, "someone/tiny-clip")

@@ -2,6 +2,8 @@
 
 ``build_tiny_vit`` builds one of the ``TINY_FAMILIES`` in memory (the ``tiny_vit`` fixture of tests/conftest.py runs
 a test over each); ``tiny_checkpoint`` saves one as a vitviz checkpoint for the page, browser and command-line tests.
+``perturbed`` is a random timm model with every part away from its initial value, and ``TINY_CFG`` a tiny
+open_clip config, for the importer tests.
 """
 
 from pathlib import Path
@@ -52,3 +54,36 @@ def tiny_checkpoint(path: Path, names=("cat", "dog", "bird"), **config) -> Path:
     )  # the input it was built for
     save_checkpoint(path, model, list(names), Preprocessing(resize=side, crop=side, mean=(0.5,) * 3, std=(0.25,) * 3))
     return path
+
+
+def perturbed(name: str, **kwargs) -> torch.nn.Module:
+    """A random timm model whose every part matters: LayerScale gains near 1 instead of 1e-5, prefix
+    tokens and the pooling query far apart, heads that give logits of order 1."""
+    import timm  # here, not above: most tests that build tiny models need no timm
+
+    torch.manual_seed(0)
+    model = timm.create_model(name, pretrained=False, **kwargs).eval()
+    with torch.no_grad():
+        for param_name, param in model.named_parameters():
+            if param_name.endswith("gamma"):
+                param.uniform_(0.5, 1.5)
+            elif param_name.startswith(("cls_token", "reg_token", "dist_token", "attn_pool.latent")):
+                param.normal_(std=0.5)
+            elif param_name.startswith("head"):
+                param.normal_(std=0.05)
+            elif param_name == "rope.freqs":  # RoPE-Mixed's learned frequencies: far from their start
+                param.normal_(std=0.3)
+            elif param_name.endswith(("attn.qkv.weight", "attn.q_proj.weight", "attn.k_proj.weight")):
+                # scores of a few units: peaked, position-sensitive attention
+                param.normal_(std=0.06)
+            else:
+                param.add_(torch.randn_like(param), alpha=0.02)
+    return model
+
+
+# a tiny open_clip model config (open_clip.create_model's model_cfg): 2 blocks of width 32 on 32 x 32, 1 text block
+TINY_CFG = {
+    "embed_dim": 16,
+    "vision_cfg": {"image_size": 32, "layers": 2, "width": 32, "patch_size": 8, "head_width": 8},
+    "text_cfg": {"context_length": 16, "vocab_size": 49408, "width": 16, "heads": 2, "layers": 1},
+}

@@ -1,0 +1,182 @@
+"""The Photo page under Streamlit's AppTest, for the tests of its tabs, images and models: the app started and
+given a photo, a tab opened, and what the page shows read back (plotly figures, captions, legends, chart values).
+
+The tests using it mark themselves ``pytest.mark.usefixtures("fresh_caches")`` (tests/conftest.py).
+"""
+
+import base64
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+from streamlit.testing.v1 import AppTest
+
+import vitviz.loading.specs
+
+APP = str(Path(__file__).resolve().parent.parent / "app.py")
+
+
+NAMES = ["cat", "dog", "bird"]
+
+
+def png_bytes(size=(64, 48)) -> bytes:
+    buffer = io.BytesIO()
+    image = Image.new("RGB", size, (200, 30, 30))
+    image.paste((20, 20, 220), (0, 0, size[0] // 2, size[1] // 2))
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def png_of(image: Image.Image) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def jpeg_bytes(size=(64, 48), colour=(30, 160, 90)) -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", size, colour).save(buffer, format="JPEG")
+    return buffer.getvalue()
+
+
+def started_app() -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.run()
+    assert not at.exception
+    return at
+
+
+def uploaded_app(name="photo.png", content=None) -> AppTest:
+    at = started_app()
+    at.file_uploader[0].set_value((name, content if content is not None else png_bytes(), "image/png")).run()
+    assert not at.exception, at.exception
+    return at
+
+
+def open_tab(at, name: str) -> AppTest:
+    """Click a tab: the tabs are bound to session state under the key "tab", and only the open one runs."""
+    at.session_state["tab"] = name
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def chart_specs(at) -> str:
+    return " ".join(chart.proto.spec for chart in at.get("plotly_chart"))
+
+
+def download_labels(at) -> list[str]:
+    return [b.proto.label for b in at.get("download_button")]
+
+
+def image_urls(at) -> list:
+    """The tabs' pictures (the model's input, above every tab, left out)."""
+    return [
+        img.proto.imgs[0].url
+        for img in at.get("image")
+        if not (img.proto.imgs[0].caption or "").startswith("What the model saw")
+    ]
+
+
+def figures(at) -> list[dict]:
+    """Every plotly figure on the page, as plotly's JSON."""
+    return [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
+
+
+def values(field) -> np.ndarray:
+    """A trace's data array from plotly's JSON: a list, or a typed array ({"dtype", "bdata"} in base64)."""
+    if isinstance(field, dict) and "bdata" in field:
+        shape = field.get("shape", -1)  # a 2-D array's shape comes as a string, "4, 4"
+        shape = tuple(int(n) for n in shape.split(",")) if isinstance(shape, str) else shape
+        return np.frombuffer(base64.b64decode(field["bdata"]), dtype=field["dtype"]).reshape(shape)
+    return np.asarray(field)
+
+
+def captions(at) -> list[str]:
+    """The captions of the tabs' pictures: the colour-scale strips (legends) and the model's input, shown above every
+    tab, left out."""
+    return [
+        c
+        for c in (img.proto.imgs[0].caption or "" for img in at.get("image"))
+        if not c.startswith(("Colours: ", "What the model saw"))
+    ]
+
+
+def legends(at) -> list[str]:
+    """The captions of the colour-scale strips under the overlays."""
+    return [c for c in (img.proto.imgs[0].caption or "" for img in at.get("image")) if c.startswith("Colours: ")]
+
+
+EVERY_TAB = [
+    "Overview",
+    "Heads & layers",
+    "Click a patch",
+    "Features",
+    "Class-specific",
+    "Model anatomy",
+    "Tokens",
+    "Faithfulness",
+]
+
+
+def render_every_tab(at) -> dict[str, dict]:
+    """Open every tab in turn; none may show an exception or an error. Returns what each tab showed:
+    its info notes, subheaders, image captions and chart specs."""
+    seen = {}
+    for tab in EVERY_TAB:
+        open_tab(at, tab)
+        assert not at.error, (tab, [e.value for e in at.error])
+        seen[tab] = {
+            "info": [i.value for i in at.info],
+            "subheaders": [s.value for s in at.subheader],
+            "captions": captions(at),
+            "specs": chart_specs(at),
+        }
+    return seen
+
+
+def model_app(path, monkeypatch) -> AppTest:
+    """The page with the checkpoint at ``path`` as its default model, and a photo uploaded."""
+    monkeypatch.setattr(vitviz.loading.specs, "DEFAULT_CHECKPOINT", path)
+    return uploaded_app()
+
+
+def run_faithfulness(at) -> None:
+    next(t for t in at.toggle if t.label.startswith("Run the perturbation test")).set_value(True).run()
+
+
+def one_bright_patch_png() -> bytes:
+    """A grey 32 x 32 photo with one white patch, (1, 2) of the tiny models' 4 x 4 grid: its token's norm
+    stands about ten times above the others' (the grey patches embed to almost nothing)."""
+    image = Image.new("RGB", (32, 32), (128, 128, 128))
+    image.paste((255, 255, 255), (16, 8, 24, 16))
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+REGISTERS = dict(class_token=True, num_register_tokens=2, layer_scale=True, pos_embed_prefix=False)
+
+
+DINOV3_STYLE = dict(
+    num_register_tokens=4,
+    layer_scale=True,
+    absolute_positions=False,
+    rotary="dinov3",
+    layer_norm_eps=1e-5,
+    pooling="mean",
+)
+
+
+def photo_bytes(seed: int, size=(64, 48)) -> bytes:
+    """A photo of random coloured blocks: patches that differ, so features and their PCA are not degenerate."""
+    rng = np.random.default_rng(seed)
+    blocks = rng.integers(0, 256, (6, 8, 3), dtype=np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(blocks).resize(size, Image.NEAREST).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+PHOTOS = {"a.png": photo_bytes(0), "b.png": photo_bytes(1, (48, 64))}

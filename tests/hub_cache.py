@@ -1,0 +1,16 @@
+"""A Hugging Face Hub cache laid out by hand, so the loaders find a "downloaded" repository with no network."""
+
+from pathlib import Path
+
+TIMM_NAME = "vit_tiny_patch16_224.augreg_in21k_ft_in1k"
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+def cached_snapshot(cache: Path, repo_id: str) -> Path:
+    """The folder huggingface_hub keeps a repository's files in, as its cache lays it out."""
+    repo = cache / f"models--{repo_id.replace('/', '--')}"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(COMMIT)
+    snapshot = repo / "snapshots" / COMMIT
+    snapshot.mkdir(parents=True)
+    return snapshot
