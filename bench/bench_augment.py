@@ -16,9 +16,6 @@ slows them alike; we report medians.
 
 from __future__ import annotations
 
-import statistics
-import time
-
 import common  # bench/common.py
 import torch
 from torchvision.transforms import v2
@@ -62,24 +59,10 @@ def main(argv: list[str] | None = None) -> dict:
             return out
 
         contenders["batched, cuda"] = batched_gpu
-    for run in contenders.values():
-        run()  # warm-up
-    times: dict[str, list[float]] = {name: [] for name in contenders}
-    for _ in range(args.repeats):
-        for name, run in contenders.items():
-            start = time.perf_counter()
-            run()
-            times[name].append(time.perf_counter() - start)
-    medians = {name: statistics.median(t) for name, t in times.items()}
+    medians = common.interleaved_medians(contenders, args.repeats)
     for name, median in medians.items():
         print(f"{name:>15}: {1000 * median:7.1f} ms per batch of {args.batch}  ({args.batch / median:8.0f} images/s)")
-    results = {
-        "batch": args.batch,
-        "repeats": args.repeats,
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-        "median_s": medians,
-    }
+    results = common.batch_timings(args.batch, args.repeats, medians)
     common.save(results, args.out)
     return results
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-import statistics
 import sys
 import tempfile
 import time
@@ -155,15 +154,7 @@ def speed(args) -> dict:
         "SAE training step": step_function(sae, torch.randn(args.batch, d)),
         "matmul floor (5 dense products)": floor_function(args.batch, d, latents),
     }
-    for work in contenders.values():
-        work()
-    times = {name: [] for name in contenders}
-    for _ in range(args.repeats):
-        for name, work in contenders.items():
-            start = time.perf_counter()
-            work()
-            times[name].append(time.perf_counter() - start)
-    medians = {name: statistics.median(t) for name, t in times.items()}
+    medians = common.interleaved_medians(contenders, args.repeats)
     rates = {name: args.batch / m for name, m in medians.items()}
     ratio = rates["SAE training step"] / rates["matmul floor (5 dense products)"]
     for name in contenders:

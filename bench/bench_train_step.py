@@ -9,9 +9,6 @@ interleaved, so a busy machine slows them alike; we report medians and ratios.
 
 from __future__ import annotations
 
-import statistics
-import time
-
 import common  # bench/common.py
 import torch
 import torch.nn.functional as F
@@ -44,25 +41,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--batch", type=int, default=128, help="images per step")
     args = parser.parse_args(argv)
     contenders = {f"{a} {p}": make_step(a, p, args.batch) for a in ("sdpa", "eager") for p in ("fp32", "bf16")}
-    for step in contenders.values():
-        step()  # warm-up: allocator, kernels
-    times: dict[str, list[float]] = {name: [] for name in contenders}
-    for _ in range(args.repeats):
-        for name, step in contenders.items():
-            start = time.perf_counter()
-            step()
-            times[name].append(time.perf_counter() - start)
-    medians = {name: statistics.median(t) for name, t in times.items()}
+    medians = common.interleaved_medians(contenders, args.repeats)
     baseline = medians["sdpa bf16"]
     for name, median in medians.items():
         print(f"{name:>11}: {1000 * median:7.1f} ms per step of {args.batch}  ({baseline / median:.2f}x sdpa bf16)")
-    results = {
-        "batch": args.batch,
-        "repeats": args.repeats,
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-        "median_s": medians,
-    }
+    results = common.batch_timings(args.batch, args.repeats, medians)
     common.save(results, args.out)
     return results
 
