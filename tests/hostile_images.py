@@ -3,7 +3,7 @@
 Each case is a name, a function that builds the file's bytes, and what `load_image` must do
 with it: either return an RGB image with a known size and known pixels, or raise
 `ImageError` with a message that names the problem. Used by tests/test_hostile_images.py
-and, for the bad cases, by tests/test_app.py (through the upload widget).
+and, for the bad cases, by tests/test_app_images.py (through the upload widget).
 
     python tests/hostile_images.py      # print each case and what load_image did with it
 """
