@@ -18,9 +18,14 @@ from tiny_models import tiny_checkpoint
 import vitviz
 from vitviz.dataset.analysis import cluster_heads
 from vitviz.dataset.command import main as index_command
+from vitviz.preprocessing import ImageFile
+from vitviz_dashboard import images
 from vitviz_dashboard.cache import budget
+from vitviz_dashboard.dataset import indexing
+from vitviz_dashboard.dataset.opening import photo_prompts
 from vitviz_dashboard.dataset.page import FOLDER, TAB
 from vitviz_dashboard.sidebar.model_picker import PATH_OR_UPLOAD
+from vitviz_dashboard.sidebar.prompts import ENSEMBLE_KEY, MY_PROMPTS, PROMPTS_KEY, SOURCE_KEY
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 
@@ -282,3 +287,95 @@ def test_indexing_from_the_page_refuses_bad_folders(built, tmp_path, monkeypatch
         dataset_app(""), folders.get(source, source), folders.get(out, tmp_path / out), built / "model.pt"
     )
     assert len(at.error) == 1 and message in at.error[0].value, [e.value for e in at.error]
+
+
+def photo_files(built, count: int) -> dict[str, ImageFile]:
+    """``count`` of the generated photos, as the Photo page keeps uploads (images.py: name -> ImageFile)."""
+    paths = sorted((built / "images" / "dog").glob("*.png"))[:count]
+    return {f"upload {path.name}": ImageFile.of(path.read_bytes()) for path in paths}
+
+
+def test_the_sessions_photos_are_indexed_with_the_photo_pages_model_and_opened(built, tmp_path, monkeypatch):
+    monkeypatch.setattr(indexing, "SESSION_ROOT", tmp_path / "sessions")
+    at = dataset_app("")
+    at.session_state["history"] = photo_files(built, 3)
+    at.session_state["model_box"] = PATH_OR_UPLOAD  # the Photo page's model (kept through the visit)
+    at.session_state["model_path"] = str(built / "model.pt")
+    checked(at.run())
+    checked(at.button(key="dataset|index_session").click().run())
+    assert not at.error, [e.value for e in at.error]
+    folder = Path(at.sidebar.text_input(key=FOLDER).value)
+    assert folder.is_relative_to(tmp_path / "sessions")  # outside VITVIZ_MODEL_DIRS, opened all the same
+    assert captions(at)[0].startswith("**3 images** (0 unreadable)")
+    made, command = vitviz.open_index(folder), vitviz.open_index(built / "index")
+    assert made.manifest["model"]["spec"] == str(built / "model.pt")
+    listed = ", ".join(f"'{sha}'" for sha in made.query("SELECT sha256 FROM images")["sha256"])
+    sql = "SELECT sha256, prediction, probability FROM images WHERE sha256 IN ({}) ORDER BY sha256"
+    assert made.query(sql.format(listed)).equals(command.query(sql.format(listed)))  # as the command indexed them
+    table = at.dataframe[0]
+    at.session_state[table.key] = {"selection": {"rows": [0], "columns": []}}
+    checked(at.run())
+    assert len(image_captions(at)) == 1 and not at.warning  # its photo is read back from the session's folder
+    other = dataset_app(folder)  # another session may not open it
+    assert len(other.error) == 1 and "only inside the folders that the server's owner allows" in other.error[0].value
+
+
+def test_open_in_photo_carries_a_zero_shot_indexs_prompts(built, tmp_path, monkeypatch):
+    monkeypatch.setenv("VITVIZ_MODEL_DIRS", f"{built}:{tmp_path}")
+    folder = edited_manifest(
+        built, tmp_path, lambda text: text.replace('"prompts": null', '"prompts": ["a cat", "a dog"]')
+    )
+    at = dataset_app(folder)
+    table = at.dataframe[0]
+    at.session_state[table.key] = {"selection": {"rows": [0], "columns": []}}
+    checked(at.run())
+    checked(at.button(key=next(b.key for b in at.button if b.label == "Open in Photo")).click().run())
+    assert at.title[0].value == "vitviz: what does the Vision Transformer look at?"
+    assert at.session_state[SOURCE_KEY] == MY_PROMPTS
+    assert at.session_state[PROMPTS_KEY] == "a cat\na dog"
+
+
+def test_photo_prompts_follow_the_commands_options():
+    assert photo_prompts({"prompts": None, "prompt_set": None, "templates": None}) == {}
+    assert photo_prompts({"prompt_set": "cifar10", "templates": None}) == {SOURCE_KEY: "cifar10", ENSEMBLE_KEY: False}
+    assert photo_prompts({"prompt_set": "cifar10", "templates": "openai-80"})[ENSEMBLE_KEY] is True
+    typed = photo_prompts({"prompts": ["dog", "cat"], "templates": "photo"})
+    assert typed == {SOURCE_KEY: MY_PROMPTS, PROMPTS_KEY: "a photo of a dog.\na photo of a cat."}
+
+
+def test_open_in_photo_keeps_the_sessions_limits(built, monkeypatch):
+    monkeypatch.setattr(images, "MAX_SESSION_IMAGES", 2)
+    at = dataset_app(built / "index")
+    earlier = photo_files(built, 2)
+    at.session_state["history"] = dict(earlier)
+    table = at.dataframe[0]
+    at.session_state[table.key] = {"selection": {"rows": [0], "columns": []}}
+    checked(at.run())
+    path = table.value["path"].iloc[0]
+    checked(at.button(key=next(b.key for b in at.button if b.label == "Open in Photo")).click().run())
+    assert list(at.session_state["history"]) == [list(earlier)[1], f"index: {path}"]  # the oldest dropped
+
+
+def test_the_photo_pages_sidebar_and_tab_survive_a_visit_to_the_dataset_page(built):
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.session_state["history"] = photo_files(built, 1)
+    at.session_state["model_box"] = PATH_OR_UPLOAD
+    at.session_state["model_path"] = str(built / "model.pt")
+    checked(at.run())
+    photo_hash = next(h for h, info in at._registered_pages.items() if info.get("url_pathname") != "dataset")
+    at.sidebar.selectbox(key="colormap").set_value("viridis")
+    at.sidebar.radio(key="precision").set_value("fp32")
+    at.sidebar.slider(key="alpha").set_value(0.3)
+    at.session_state["tab"] = "Tokens"
+    checked(at.run())
+    at._page_hash = next(h for h, info in at._registered_pages.items() if info.get("url_pathname") == "dataset")
+    checked(at.run())
+    checked(at.run())  # a second run of the Dataset page: Streamlit has dropped the undrawn widgets by now
+    at._page_hash = photo_hash
+    checked(at.run())
+    assert at.title[0].value == "vitviz: what does the Vision Transformer look at?"
+    assert at.sidebar.selectbox(key="colormap").value == "viridis"
+    assert at.sidebar.radio(key="precision").value == "fp32"
+    assert at.sidebar.slider(key="alpha").value == 0.3
+    assert at.sidebar.text_input(key="model_path").value == str(built / "model.pt")
+    assert at.session_state["tab"] == "Tokens"

@@ -16,6 +16,8 @@ from vitviz.preprocessing import ImageFile
 from vitviz_dashboard.analysis import ImageAnalysis
 
 KEPT = "kept|"  # prefix of the keys of tab widgets, whose values outlive runs that do not draw them
+# the Photo page's sidebar and open tab, kept the same way: a visit to the Dataset page draws none of them
+PHOTO_WIDGETS = ("model_box", "model_path", "precision", "colormap", "alpha", "tab")
 
 
 @dataclass(frozen=True)
@@ -112,5 +114,5 @@ def keep_tab_widgets() -> None:
     """Write back the values of every tab widget (see Page.widget_key), whatever model and image they belong to, so
     that they survive runs that do not draw them: another tab, another model tried and abandoned, a model that failed
     to load. Page.widget_key resets a value that no longer fits its widget. Called first in every run."""
-    for key in [k for k in st.session_state if isinstance(k, str) and k.startswith(KEPT)]:
+    for key in [k for k in st.session_state if isinstance(k, str) and (k.startswith(KEPT) or k in PHOTO_WIDGETS)]:
         st.session_state[key] = st.session_state[key]
