@@ -3,7 +3,8 @@
     page.py           dataset_page(): the folder in the sidebar, then one tab per view (only the open one runs)
     opening.py        opening a typed index folder (the allowed folders, a message for each bad folder), the photos
                       behind it, the index's model, and opening an image in the Photo page
-    indexing.py       indexing a small folder from the page (the command's code, with a progress bar)
+    indexing.py       indexing a small folder from the page (the command's code, with a progress bar), or the
+                      session's uploaded photos as a small dataset of their own (in the session's own folder)
     drawing.py        the one door to vitviz's drawing functions (overlays, patch marks, crops)
     table.py          the table of images: filters, sorting, pages, row selection, thumbnails, the read-only SQL box
     errors.py         the confusion matrix (its cells select their images) and per-class mean maps
