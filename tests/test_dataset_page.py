@@ -14,6 +14,7 @@ from streamlit.testing.v1 import AppTest
 from test_app_reading import fix_precision
 from test_dataset_index import make_images
 from tiny_models import tiny_checkpoint
+from tiny_text import clip_folder
 
 import vitviz
 from vitviz.dataset.analysis import cluster_heads
@@ -379,3 +380,30 @@ def test_the_photo_pages_sidebar_and_tab_survive_a_visit_to_the_dataset_page(bui
     assert at.sidebar.slider(key="alpha").value == 0.3
     assert at.sidebar.text_input(key="model_path").value == str(built / "model.pt")
     assert at.session_state["tab"] == "Tokens"
+
+
+def test_the_sessions_photos_with_a_text_tower_make_a_zero_shot_index_whose_prompts_go_back(
+    built, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(indexing, "SESSION_ROOT", tmp_path / "sessions")
+    monkeypatch.setenv("VITVIZ_MODEL_DIRS", f"{built}:{tmp_path}")
+    clip = clip_folder(tmp_path / "clip")[2]
+    at = dataset_app("")
+    at.session_state["history"] = photo_files(built, 2)
+    at.session_state["model_box"] = PATH_OR_UPLOAD
+    at.session_state["model_path"] = str(clip)
+    at.session_state[SOURCE_KEY] = MY_PROMPTS
+    at.session_state[PROMPTS_KEY] = "a photo of a dog\na photo of a cat"
+    checked(at.run())
+    checked(at.button(key="dataset|index_session").click().run())
+    assert not at.error, [e.value for e in at.error]
+    made = vitviz.open_index(at.sidebar.text_input(key=FOLDER).value)
+    assert made.manifest["model"]["prompts"] == ["a photo of a dog", "a photo of a cat"]
+    assert made.manifest["model"]["class_names"] == ["a photo of a dog", "a photo of a cat"]
+    assert set(made.query("SELECT prediction FROM images")["prediction"]) <= {"a photo of a dog", "a photo of a cat"}
+    at.session_state[PROMPTS_KEY] = "something else"  # changed since; Open in Photo puts the index's back
+    table = at.dataframe[0]
+    at.session_state[table.key] = {"selection": {"rows": [0], "columns": []}}
+    checked(at.run())
+    checked(at.button(key=next(b.key for b in at.button if b.label == "Open in Photo")).click().run())
+    assert at.session_state[PROMPTS_KEY] == "a photo of a dog\na photo of a cat"

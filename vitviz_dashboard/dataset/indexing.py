@@ -21,9 +21,19 @@ from vitviz.dataset.build import build_index, check_model
 from vitviz.dataset.indexing import IndexOptions
 from vitviz.dataset.sources import open_source
 from vitviz.preprocessing import IMAGE_SUFFIXES, ImageError
+from vitviz.text import PromptError, check_prompts, parse_prompts, prompt_set, template_set
 from vitviz_dashboard.dataset.opening import OUTSIDE, SESSION_FOLDER, SESSION_ROOT, checked_model_spec
 from vitviz_dashboard.sidebar.model_dirs import ModelRefused, allowed_model_dirs, check_model_path
 from vitviz_dashboard.sidebar.model_picker import HUB_SPEC, PATH_OR_UPLOAD
+from vitviz_dashboard.sidebar.prompts import (
+    DEFAULT_PROMPTS,
+    ENSEMBLE_KEY,
+    MAX_PROMPTS,
+    MY_PROMPTS,
+    PROMPTS_KEY,
+    SOURCE_KEY,
+    zero_shot_model,
+)
 
 MAX_IMAGES = 5000  # larger datasets: `vitviz index` on the command line (or torchrun)
 BATCH = 32
@@ -60,9 +70,10 @@ def run(source_text: str, out_text: str, spec: str) -> Path | None:
     return index_folder(source_path, out, model_spec)
 
 
-def index_folder(source_path: Path, out: Path, model_spec: str) -> Path | None:
+def index_folder(source_path: Path, out: Path, model_spec: str, with_prompts: bool = False) -> Path | None:
     """Index the (checked) source into the (checked, new) folder with the (checked) model, with a progress bar; the
-    folder, or None with the reason shown."""
+    folder, or None with the reason shown. ``with_prompts``: a model with a text tower is indexed as the zero-shot
+    model of the Photo page's prompts (its manifest records them, as the command's --prompts / --prompt-set)."""
     from vitviz_dashboard.cache.results import get_model
 
     try:
@@ -74,6 +85,10 @@ def index_folder(source_path: Path, out: Path, model_spec: str) -> Path | None:
             )
             return None
         model = get_model(model_spec)
+        extra = None
+        if with_prompts and model.text_tower is not None:
+            prompts, templates, extra = photo_page_prompts()
+            model = zero_shot_model(model, model_spec, tuple(prompts), None if templates is None else tuple(templates))
         check_model(model)
         bar, done = st.progress(0.0, text="Indexing..."), [0]
 
@@ -81,8 +96,8 @@ def index_folder(source_path: Path, out: Path, model_spec: str) -> Path | None:
             done[0] += count
             bar.progress(min(1.0, done[0] / max(1, source.count or 1)), text=f"Indexed {done[0]:,} images")
 
-        build_index(model, source, out, IndexOptions(), model_spec, BATCH, progress=advance)
-    except (SourceError, IndexFormatError, IndexBusyError, ImageError) as error:
+        build_index(model, source, out, IndexOptions(), model_spec, BATCH, progress=advance, model_extra=extra)
+    except (SourceError, IndexFormatError, IndexBusyError, ImageError, PromptError) as error:
         st.error(f"Could not index: {error}")
         return None
     except vitviz.ModelLoadError as error:
@@ -101,6 +116,18 @@ def photo_page_model() -> str:
     return "default" if choice == HUB_SPEC else choice
 
 
+def photo_page_prompts() -> tuple[list[str], list[str] | None, dict]:
+    """The Photo page's prompts (sidebar/prompts.py's kept keys, its defaults when it never showed them): the classes,
+    the templates (None: read as typed) and the manifest's record of them, as `vitviz index` writes it."""
+    source = st.session_state.get(SOURCE_KEY, MY_PROMPTS)
+    if source == MY_PROMPTS:
+        prompts = check_prompts(parse_prompts(st.session_state.get(PROMPTS_KEY, DEFAULT_PROMPTS)), MAX_PROMPTS)
+        return prompts, None, {"prompts": prompts, "prompt_set": None, "templates": None}
+    templates = "openai-80" if st.session_state.get(ENSEMBLE_KEY) else "photo"
+    record = {"prompts": None, "prompt_set": source, "templates": templates}
+    return list(prompt_set(source)), list(template_set(templates)), record
+
+
 def session_photos_form() -> None:
     """A button that indexes the session's uploaded photos (the Photo page's images) and opens the index."""
     photos = st.session_state.get("history", {})  # images.py: name -> ImageFile, uploads and opened images
@@ -108,7 +135,8 @@ def session_photos_form() -> None:
     with st.expander(f"Index this session's photos ({len(photos)})"):
         about = (
             f"The photos uploaded on the Photo page, as a small dataset of their own, indexed with `{spec}` (the "
-            "Photo page's model). The index lives in a temporary folder of this session."
+            "Photo page's model, with its prompts as the classes for a model with a text tower). The index lives in "
+            "a temporary folder of this session."
         )
         if st.button("Index the session's photos", key="dataset|index_session", disabled=not photos, help=about):
             out = index_session_photos(photos, spec)
@@ -118,8 +146,8 @@ def session_photos_form() -> None:
 
 
 def index_session_photos(photos: dict, spec: str) -> Path | None:
-    """Write the photos into the session's own folder and index them there (the same photos with the same model again:
-    the index made before is opened). The index's folder, or None with the reason shown."""
+    """Write the photos into the session's own folder and index them there (the same photos with the same model and
+    prompts again: the index made before is opened). The index's folder, or None with the reason shown."""
     try:
         model_spec = checked_model_spec(spec)
     except ModelRefused as refusal:
@@ -127,8 +155,9 @@ def index_session_photos(photos: dict, spec: str) -> Path | None:
         return None
     if SESSION_FOLDER not in st.session_state:
         st.session_state[SESSION_FOLDER] = str(SESSION_ROOT / secrets.token_hex(16))
-    digest = hashlib.sha256(repr((sorted((n, f.key) for n, f in photos.items()), model_spec)).encode()).hexdigest()
-    folder = Path(st.session_state[SESSION_FOLDER]) / digest[:16]
+    prompts = [st.session_state.get(key) for key in (SOURCE_KEY, PROMPTS_KEY, ENSEMBLE_KEY)]
+    digest = hashlib.sha256(repr((sorted((n, f.key) for n, f in photos.items()), model_spec, prompts)).encode())
+    folder = Path(st.session_state[SESSION_FOLDER]) / digest.hexdigest()[:16]
     out = folder / "index"
     if (out / "manifest.json").is_file() and open_index_complete(out):
         return out
@@ -136,7 +165,7 @@ def index_session_photos(photos: dict, spec: str) -> Path | None:
     images.mkdir(parents=True, exist_ok=True)
     for position, (name, file) in enumerate(photos.items()):
         (images / file_name(position, name)).write_bytes(file.data)
-    return index_folder(images, out, model_spec)
+    return index_folder(images, out, model_spec, with_prompts=True)
 
 
 def open_index_complete(out: Path) -> bool:
