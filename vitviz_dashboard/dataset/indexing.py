@@ -11,6 +11,7 @@ import hashlib
 import json
 import re
 import secrets
+import shutil
 from pathlib import Path
 
 import streamlit as st
@@ -161,6 +162,7 @@ def index_session_photos(photos: dict, spec: str) -> Path | None:
     out = folder / "index"
     if (out / "manifest.json").is_file() and open_index_complete(out):
         return out
+    shutil.rmtree(out, ignore_errors=True)  # a run stopped half-way (a closed tab): the folder is this session's own
     images = folder / "photos"
     images.mkdir(parents=True, exist_ok=True)
     for position, (name, file) in enumerate(photos.items()):
