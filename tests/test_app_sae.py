@@ -7,6 +7,7 @@ import io
 import os
 import shutil
 
+import pandas as pd
 import pytest
 import torch
 from PIL import Image
@@ -24,7 +25,15 @@ import vitviz
 import vitviz.loading.specs
 from vitviz.dataset.command import main as index_main
 from vitviz.sae import SAEConfig, TopKSAE, load_sae, save_sae, with_sae
-from vitviz.sae.browse import LATENTS_FILE, TOP_FILE, image_codes, latent_statistics, write_latent_tables
+from vitviz.sae.browse import (
+    LATENTS_FILE,
+    TOP_FILE,
+    image_codes,
+    latent_statistics,
+    patch_latents,
+    top_image_shares,
+    write_latent_tables,
+)
 from vitviz.sae.command import main as sae_main
 from vitviz.sae.indexed import readable_images
 from vitviz_dashboard.dataset.features import SAE_FOLDER
@@ -81,6 +90,14 @@ def test_features_tab_lists_latents_and_draws_their_top_images(built, tmp_path, 
     at.radio(key="dataset|sae_order").set_value("mean_activation")
     listed = checked(at.run()).dataframe[0].value
     assert list(listed["mean_activation"]) == sorted(listed["mean_activation"], reverse=True)
+    at.selectbox(key="dataset|sae_find").set_value("cat")  # latents whose top images are cats first
+    listed = checked(at.run()).dataframe[0].value
+    assert list(listed["label_share"]) == sorted(listed["label_share"], reverse=True)
+    index = vitviz.open_index(built / "index")
+    tops = pd.read_parquet(folder / TOP_FILE)
+    images = index.query("SELECT image_id, label, correct FROM images", limit=100)
+    expected = top_image_shares(tops, images, "cat").set_index("latent")["label_share"]
+    assert listed["label_share"].tolist() == expected.loc[listed["latent"]].tolist()
 
 
 @pytest.mark.parametrize(
@@ -132,6 +149,9 @@ def test_photo_tab_suppresses_a_latent_and_restores_the_model(built, tmp_path, m
     strongest = int(codes.max(dim=0).values.argmax())
     captions = [image.proto.imgs[0].caption for image in at.get("image")]
     assert any(c.startswith(f"latent {strongest}: largest") for c in captions), captions
+    shown = next(frame.value for frame in at.dataframe if list(frame.value.columns) == ["latent", "code"])
+    listed = patch_latents(codes, 2 * 4 + 2)  # the middle patch of the 4 x 4 grid, chosen first
+    assert shown["latent"].tolist() == [j for j, _ in listed] and len(listed) > 0
     original = prediction(at)
     picker = at.multiselect[-1]
     assert picker.value == [strongest]  # the strongest latent is chosen first

@@ -4,6 +4,7 @@ attribution of a decoder column against the logit change of adding it to the las
 and one photo's latents."""
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from test_dataset_index import make_images
@@ -22,6 +23,7 @@ from vitviz.sae.browse import (
     latent_statistics,
     patch_latents,
     read_latent_tables,
+    top_image_shares,
     top_latents,
     write_latent_tables,
 )
@@ -151,3 +153,19 @@ def test_one_photos_latents(tiny):
     listed = patch_latents(stored, patch)
     assert {j for j, _ in listed} == set(stored[patch].nonzero().flatten().tolist()) and len(listed) <= sae.config.k
     assert [v for _, v in listed] == sorted((v for _, v in listed), reverse=True)
+
+
+def test_latents_found_by_the_labels_of_their_top_images_and_the_models_errors():
+    tops = pd.DataFrame({"latent": [0, 0, 0, 1, 1, 2], "image_id": [10, 11, 12, 10, 13, 14]})
+    images = pd.DataFrame(
+        {
+            "image_id": [10, 11, 12, 13, 14],
+            "label": ["cat", "dog", "cat", "cat", None],
+            "correct": [True, False, False, True, None],
+        }
+    )
+    shares = top_image_shares(tops, images, "cat").set_index("latent")
+    assert shares["top_images"].tolist() == [3, 2, 1]
+    np.testing.assert_allclose(shares["label_share"], [2 / 3, 1.0, 0.0])
+    np.testing.assert_allclose(shares["wrong_share"], [2 / 3, 0.0, 0.0])  # an image without a label counts as neither
+    assert (top_image_shares(tops, images)["label_share"] == 0).all()

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
@@ -247,3 +248,21 @@ def patch_latents(codes: torch.Tensor, patch: int) -> list[tuple[int, float]]:
     row = codes[patch]
     fired = row.nonzero().flatten()
     return sorted(((int(j), float(row[j])) for j in fired), key=lambda pair: -pair[1])
+
+
+def top_image_shares(tops: pd.DataFrame, images: pd.DataFrame, label: str | None = None) -> pd.DataFrame:
+    """Per latent with top images, over them: how many (``top_images``), the share whose label is ``label``
+    (``label_share``; 0 without a label) and the share the model gets wrong (``wrong_share``, over those with a
+    label): the search for latents by class and by the images where the model is wrong. ``tops``: top_images.parquet's
+    rows (latent, image_id); ``images``: the index's (image_id, label, correct)."""
+    joined = tops[["latent", "image_id"]].merge(images[["image_id", "label", "correct"]], on="image_id", how="left")
+    joined["is_label"] = (joined["label"] == label) if label is not None else False
+    joined["is_wrong"] = joined["correct"].map(lambda c: None if pd.isna(c) else not bool(c)).astype(float)
+    grouped = joined.groupby("latent")
+    return pd.DataFrame(
+        {
+            "top_images": grouped.size(),
+            "label_share": grouped["is_label"].mean().astype(float),
+            "wrong_share": grouped["is_wrong"].mean().fillna(0.0),
+        }
+    ).reset_index()

@@ -22,6 +22,7 @@ from vitviz.sae.browse import (
     latent_logit_effects,
     latent_statistics,
     read_latent_tables,
+    top_image_shares,
     write_latent_tables,
 )
 from vitviz.sae.indexed import readable_images
@@ -32,6 +33,8 @@ from vitviz_dashboard.sae_editing import SAE_HELP, open_typed_sae, stamp
 
 SAE_FOLDER = f"{KEPT}dataset|sae"
 ORDERS = {"frequency": "how often it fires", "mean_activation": "mean activation when firing"}
+ALL = "__all__"  # no search
+WRONG = "__wrong__"  # the search for latents whose top images the model gets wrong
 LISTED = 200  # latents in the table and the picker
 TOP_CLASSES = 5
 
@@ -73,7 +76,7 @@ def draw(index: DatasetIndex, colormap: str, alpha: float) -> None:
         "top_images.parquet."
     )
     order = st.radio("Sort by", list(ORDERS), format_func=ORDERS.get, horizontal=True, key="dataset|sae_order")
-    listed = firing.sort_values([order, "latent"], ascending=[False, True]).head(LISTED)
+    listed = found(index, firing, tops, order).head(LISTED)
     if listed.empty:
         st.info("No latent of this SAE fires on this index's images.")
         return
@@ -92,6 +95,28 @@ def draw(index: DatasetIndex, colormap: str, alpha: float) -> None:
     with right:
         raised(index, sae, f"{path}|{stamp(path)}", latent, float(row["max_activation"]), top)
     top_images(index, sae, block, latent, top, colormap, alpha)
+
+
+def found(index: DatasetIndex, firing: pd.DataFrame, tops: pd.DataFrame, order: str) -> pd.DataFrame:
+    """The firing latents sorted by ``order``, or first those whose top images are most often of a chosen class or
+    wrongly predicted (then by ``order``)."""
+    images = index.query("SELECT image_id, label, correct FROM images", limit=index.count + 1)
+    labels = sorted(str(label) for label in images["label"].dropna().unique())
+    choices = [ALL, WRONG, *labels]
+    search = st.selectbox(
+        "Find latents",
+        choices,
+        key="dataset|sae_find",
+        format_func=lambda c: {ALL: "all latents", WRONG: "whose top images the model gets wrong"}.get(
+            c, f"whose top images are labelled {c}"
+        ),
+    )
+    if search == ALL:
+        return firing.sort_values([order, "latent"], ascending=[False, True])
+    shares = top_image_shares(tops, images, None if search == WRONG else search)
+    column = "wrong_share" if search == WRONG else "label_share"
+    joined = firing.merge(shares[["latent", column]], on="latent", how="left").fillna({column: 0.0})
+    return joined.sort_values([column, order, "latent"], ascending=[False, False, True])
 
 
 def histogram_figure(counts, edges, latent: int) -> go.Figure:

@@ -6,12 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import streamlit as st
 import torch
 
 import vitviz
 from vitviz.sae import TopKSAE
-from vitviz.sae.browse import image_codes, read_latent_tables, top_latents
+from vitviz.sae.browse import image_codes, patch_latents, read_latent_tables, top_latents
 from vitviz_dashboard.cache.pictures import overlay_picture
 from vitviz_dashboard.knockout import what_changes
 from vitviz_dashboard.page import Page
@@ -85,7 +86,30 @@ def draw(page: Page) -> None:
                 caption=f"latent {latent}: largest {value:.3g}, on {patches} of {rows * cols} patches",
                 width="stretch",
             )
+        one_patch(page, codes)
     edit(page, sae, path, [latent for latent, _, _ in ranked])
+
+
+def one_patch(page: Page, codes: torch.Tensor) -> None:
+    """The latents that fire on one chosen patch, largest first, with the patch outlined on the photo."""
+    rows, cols = page.analysis.grid_size
+    st.markdown("**One patch's latents**")
+    picture, fields = st.columns([1, 2])
+    with fields:
+        left, right = st.columns(2)
+        row = left.number_input("Row", 0, rows - 1, key=page.widget_key("sae_row", rows // 2, per_image=True))
+        col = right.number_input("Column", 0, cols - 1, key=page.widget_key("sae_col", cols // 2, per_image=True))
+        listed = patch_latents(codes, int(row) * cols + int(col))
+        if listed:
+            st.dataframe(pd.DataFrame(listed, columns=["latent", "code"]), hide_index=True)
+        else:
+            st.caption("No latent fires on this patch.")
+    strongest = codes.max(dim=1).values.reshape(rows, cols).numpy()  # each patch's largest code
+    picture.image(
+        overlay_picture(page.photo, strongest, page.analysis.box, page.settings, mark=(int(row), int(col))),
+        caption="each patch's largest code; the chosen patch outlined",
+        width="stretch",
+    )
 
 
 def edit(page: Page, sae: TopKSAE, path: Path, firing: list[int]) -> None:
