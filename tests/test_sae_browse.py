@@ -3,6 +3,8 @@ against a brute-force pass over every activation of a tiny index, the tables wri
 attribution of a decoder column against the logit change of adding it to the last block's output with the norm frozen,
 and one photo's latents."""
 
+import shutil
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -169,3 +171,17 @@ def test_latents_found_by_the_labels_of_their_top_images_and_the_models_errors()
     np.testing.assert_allclose(shares["label_share"], [2 / 3, 1.0, 0.0])
     np.testing.assert_allclose(shares["wrong_share"], [2 / 3, 0.0, 0.0])  # an image without a label counts as neither
     assert (top_image_shares(tops, images)["label_share"] == 0).all()
+
+
+def test_the_latents_command_writes_the_tables_the_page_reads(tiny, tmp_path, capsys):
+    _, index, folder = tiny
+    copy = tmp_path / "sae"
+    shutil.copytree(folder, copy)
+    assert sae_main(["latents", str(index.folder), str(copy), "--top", "3", "--device", "cpu"]) == copy
+    latents, tops, about = read_latent_tables(copy, index, 0)
+    expected = latent_statistics(load_sae(folder), index, readable_images(index), top=3)
+    np.testing.assert_allclose(latents["frequency"], expected.frequency)
+    assert tops.groupby("latent")["rank"].max().max() == 2 and about["images"] == expected.images
+    with pytest.raises(SystemExit):
+        sae_main(["latents", str(index.folder), str(copy), "--block", "1"])
+    assert "stores only those of blocks [0, 2]" in capsys.readouterr().err

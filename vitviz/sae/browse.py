@@ -97,6 +97,7 @@ def latent_statistics(
     best_images = torch.zeros(0, N, dtype=torch.long)
     best_patches = torch.zeros(0, N, dtype=torch.long)
     tokens = images = 0
+    device = sae.W_enc.device  # the SAE's: a GPU encodes a large index many times faster
     for shard, values in index.activation_shards(block):  # values: (count, T, D) memory-mapped fp16
         keep = wanted[shard["start"] : shard["start"] + shard["count"]]
         for first in range(0, shard["count"], images_per_chunk):
@@ -104,18 +105,18 @@ def latent_statistics(
             if not len(rows):
                 continue
             patches = torch.from_numpy(np.asarray(values[first : first + images_per_chunk][rows, skip:], np.float32))
-            codes = sae.encode(patches)  # (m, P, N)
+            codes = sae.encode(patches.to(device))  # (m, P, N)
             m, P = codes.shape[:2]
             tokens, images = tokens + m * P, images + m
             fired = codes > 0
-            firing += fired.sum(dim=(0, 1)).numpy()
-            sums += codes.sum(dim=(0, 1)).double().numpy()
-            per_image, where = codes.max(dim=1)  # (m, N) each image's largest code per latent and its patch
+            firing += fired.sum(dim=(0, 1)).cpu().numpy()
+            sums += codes.sum(dim=(0, 1)).double().cpu().numpy()
+            per_image, where = (t.cpu() for t in codes.max(dim=1))  # (m, N) each image's largest code and its patch
             largest = np.maximum(largest, per_image.max(dim=0).values.numpy())
             token, latent = fired.reshape(-1, N).nonzero(as_tuple=True)
-            value = codes.reshape(-1, N)[token, latent].numpy()
+            value = codes.reshape(-1, N)[token, latent].cpu().numpy()
             bin_ = np.clip(np.searchsorted(HISTOGRAM_EDGES, value, side="right") - 1, 0, bins - 1)
-            histogram += np.bincount(latent.numpy() * bins + bin_, minlength=N * bins)
+            histogram += np.bincount(latent.cpu().numpy() * bins + bin_, minlength=N * bins)
             ids = torch.from_numpy(shard["start"] + first + rows).long()[:, None].expand(m, N)
             best_values = torch.cat([best_values, per_image])  # merge, then keep the top ones again
             best_images = torch.cat([best_images, ids])
