@@ -87,6 +87,8 @@ def test_features_tab_lists_latents_and_draws_their_top_images(built, tmp_path, 
     assert captions and all("largest code" in c for c in captions)
     assert any(m.value.startswith("**Its top") and "Labels:" in m.value for m in at.markdown)
     assert any(m.value == "**Classes it raises most**" for m in at.markdown)
+    heads = next(frame.value for frame in at.dataframe if "attention share" in frame.value.columns)
+    assert set(heads["layer"]) <= {1, 2} and list(heads["attention share"]) == sorted(heads["attention share"])[::-1]
     at.radio(key="dataset|sae_order").set_value("mean_activation")
     listed = checked(at.run()).dataframe[0].value
     assert list(listed["mean_activation"]) == sorted(listed["mean_activation"], reverse=True)

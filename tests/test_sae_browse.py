@@ -19,6 +19,7 @@ from vitviz.loading.specs import load_model
 from vitviz.sae import SAEConfig, SAEError, TopKSAE, load_sae
 from vitviz.sae.browse import (
     HISTOGRAM_EDGES,
+    attention_to_firing_patches,
     check_block,
     image_codes,
     latent_logit_effects,
@@ -185,3 +186,19 @@ def test_the_latents_command_writes_the_tables_the_page_reads(tiny, tmp_path, ca
     with pytest.raises(SystemExit):
         sae_main(["latents", str(index.folder), str(copy), "--block", "1"])
     assert "stores only those of blocks [0, 2]" in capsys.readouterr().err
+
+
+def test_attention_to_the_patches_where_a_latent_fires_equals_a_loop():
+    torch.manual_seed(0)
+    attentions = [torch.rand(2, 3, 5, 5).softmax(dim=-1) for _ in range(4)]  # 4 blocks, 3 heads, 1 prefix + 4 patches
+    codes = torch.tensor([[0.0, 1.5, 0.0, 2.0], [0.3, 0.0, 0.0, 0.0]])
+    shares = attention_to_firing_patches(attentions, codes, 1, 1)
+    assert shares.shape == (2, 3)
+    for later, block in enumerate((2, 3)):
+        for head in range(3):
+            per_image = []
+            for b in range(2):
+                keys = [1 + p for p in range(4) if codes[b, p] > 0]
+                per_image += [float(attentions[block][b, head, q, keys].sum()) for q in range(5)]
+            assert float(shares[later, head]) == pytest.approx(np.mean(per_image), rel=1e-6)
+    assert attention_to_firing_patches(attentions, codes, 3, 1).shape == (0, 3)  # the last block: none after it

@@ -267,3 +267,18 @@ def top_image_shares(tops: pd.DataFrame, images: pd.DataFrame, label: str | None
             "wrong_share": grouped["is_wrong"].mean().fillna(0.0),
         }
     ).reset_index()
+
+
+def attention_to_firing_patches(
+    attentions: list[torch.Tensor], codes: torch.Tensor, block: int, prefix_tokens: int
+) -> torch.Tensor:
+    """(blocks after ``block``, heads): the attention mass each head of the later blocks puts on the patches where a
+    latent fires, averaged over its queries (every token) and the images. ``attentions``: every block's (B, heads, T,
+    T) weights; ``codes`` (B, P): the latent's code on each image's patches. Those blocks read the residual stream
+    the latent was written to, so a head with a large share reads where the feature is."""
+    fired = (codes > 0).float()  # (B, P)
+    shares = []
+    for weights in attentions[block + 1 :]:
+        on_patches = weights[..., prefix_tokens:].float()  # (B, heads, T, P)
+        shares.append((on_patches * fired[:, None, None, :].to(on_patches)).sum(dim=-1).mean(dim=(0, 2)).cpu())
+    return torch.stack(shares) if shares else torch.zeros(0, attentions[0].shape[1])

@@ -1,6 +1,7 @@
 """Features: an SAE's latents over the index (vitviz.sae.browse), sorted by how often they fire or by their mean
 activation; per latent, its top images with the patches where it fires drawn over them, a histogram of its codes,
-the labels of its top images and the classes whose logits it raises most."""
+the labels of its top images, the classes whose logits it raises most and the later heads that attend to where it
+fires; latents found by the labels of their top images or by the model's errors there."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from vitviz.dataset import DatasetIndex
 from vitviz.preprocessing import ImageError, load_image
 from vitviz.sae import SAEError, TopKSAE
 from vitviz.sae.browse import (
+    attention_to_firing_patches,
     check_block,
     image_codes,
     latent_logit_effects,
@@ -165,49 +167,66 @@ def top_images(index: DatasetIndex, sae: TopKSAE, block: int, latent: int, top, 
 
 
 def raised(index: DatasetIndex, sae: TopKSAE, sae_key: str, latent: int, largest: float, top) -> None:
-    """The classes whose logits the latent's decoder column raises most, at its largest code, the final norm frozen
-    on its top images."""
+    """The classes whose logits the latent's decoder column raises most (at its largest code, the final norm frozen
+    on its top images), and the heads of the later blocks that attend most to the patches where it fires."""
     model = model_of(index)
     if model is None:
         return
-    if not model.config.num_classes:
-        st.caption("The index's model has no classes: there are no logits a latent raises.")
-        return
-    effects = effects_on_logits(
+    passes = through_the_model(
         f"{index_key(index)}|{sae_key}", latent, largest, _index=index, _sae=sae, _model=model, _top=top
     )
-    if effects is None:
-        st.caption("None of its top images could be read again: no frozen norm to attribute through.")
+    if passes is None:
+        st.caption("None of its top images could be read again: the model cannot be run on them.")
         return
-    order = np.argsort(-effects, kind="stable")[:TOP_CLASSES]
-    names = list(model.class_names or [])
-    table = pd.DataFrame(
-        {"class": [names[k] if k < len(names) else f"class {k}" for k in order], "logit change": effects[order]}
-    )
-    st.markdown("**Classes it raises most**")
-    st.dataframe(table, hide_index=True)
-    last = (
-        "" if sae.config.block == model.config.num_layers - 1 else " (the direct path only: the later blocks skipped)"
-    )
-    st.caption(
-        f"Direct logit attribution of its decoder column at its largest code ({largest:.3g}), added to the last "
-        f"block's output with the final norm frozen, averaged over its top images{last}."
-    )
+    effects, heads = passes
+    if effects is None:
+        st.caption("The index's model has no classes: there are no logits a latent raises.")
+    else:
+        order = np.argsort(-effects, kind="stable")[:TOP_CLASSES]
+        names = list(model.class_names or [])
+        table = pd.DataFrame(
+            {"class": [names[k] if k < len(names) else f"class {k}" for k in order], "logit change": effects[order]}
+        )
+        st.markdown("**Classes it raises most**")
+        st.dataframe(table, hide_index=True)
+        last = sae.config.block == model.config.num_layers - 1
+        st.caption(
+            f"Direct logit attribution of its decoder column at its largest code ({largest:.3g}), added to the last "
+            "block's output with the final norm frozen, averaged over its top images"
+            + ("." if last else " (the direct path only: what the later blocks make of it is left out).")
+        )
+    if len(heads):
+        first = sae.config.block + 1
+        layer, head = np.unravel_index(np.argsort(-heads, axis=None, kind="stable")[:TOP_CLASSES], heads.shape)
+        st.markdown("**Heads of the later blocks that attend most to where it fires**")
+        st.dataframe(
+            pd.DataFrame({"layer": layer + first, "head": head, "attention share": heads[layer, head]}),
+            hide_index=True,
+        )
 
 
-@st.cache_data(max_entries=64, show_spinner="Attributing the latent's direction to the classes...")
-def effects_on_logits(key: str, latent: int, largest: float, *, _index, _sae, _model, _top) -> np.ndarray | None:
-    pixels = []
+@st.cache_data(max_entries=64, show_spinner="Running the model on the latent's top images...")
+def through_the_model(key: str, latent: int, largest: float, *, _index, _sae, _model, _top):
+    """(each class's logit change, or None for a backbone; (later blocks, heads) attention shares on the patches
+    where the latent fires) over its top images, or None when none of them can be read again."""
+    pixels, codes = [], []
     rows = image_rows(_index, _top["image_id"].tolist())
+    block, prefix = _sae.config.block, _index.manifest["activations"]["prefix_tokens"]
     for image_id in _top["image_id"].tolist():
         data = photo_bytes(_index, int(image_id), str(rows.loc[image_id, "path"]))
         try:
             pixels.append(_model.transform(load_image(data))) if data is not None else None
         except ImageError:
             continue
+        stored = torch.from_numpy(_index.activations(int(image_id), block)[0])
+        codes.append(image_codes(_sae, stored, prefix)[:, latent])
     if not pixels:
         return None
     with torch.no_grad():
         device = next(_model.parameters()).device
-        last = _model(torch.stack(pixels).to(device), output_hidden_states=True).hidden_states[-1]
-    return latent_logit_effects(_model, _sae, latent, last, largest).numpy()
+        output = _model(torch.stack(pixels).to(device), output_hidden_states=True, output_attentions=True)
+    effects = None
+    if _model.config.num_classes:
+        effects = latent_logit_effects(_model, _sae, latent, output.hidden_states[-1], largest).numpy()
+    heads = attention_to_firing_patches(list(output.attentions), torch.stack(codes), block, prefix).numpy()
+    return effects, heads
