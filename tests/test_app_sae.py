@@ -89,6 +89,11 @@ def test_features_tab_lists_latents_and_draws_their_top_images(built, tmp_path, 
     assert any(m.value == "**Classes it raises most**" for m in at.markdown)
     heads = next(frame.value for frame in at.dataframe if "attention share" in frame.value.columns)
     assert set(heads["layer"]) <= {1, 2} and list(heads["attention share"]) == sorted(heads["attention share"])[::-1]
+    assert any(c.value.startswith("No table yet: `vitviz sae ablate") for c in at.caption)
+    table = sae_main(["ablate", str(built / "index"), str(folder), "--latent", str(latent), "--limit", "6"])
+    at.run()
+    shown = next(frame.value for frame in at.dataframe if "accuracy_change" in frame.value.columns)
+    assert shown["images"].sum() == 6 and any(c.value.startswith(table.name) for c in at.caption)
     at.radio(key="dataset|sae_order").set_value("mean_activation")
     listed = checked(at.run()).dataframe[0].value
     assert list(listed["mean_activation"]) == sorted(listed["mean_activation"], reverse=True)

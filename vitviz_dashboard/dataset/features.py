@@ -17,6 +17,7 @@ import torch
 from vitviz.dataset import DatasetIndex
 from vitviz.preprocessing import ImageError, load_image
 from vitviz.sae import SAEError, TopKSAE
+from vitviz.sae.ablation import ablation_tables
 from vitviz.sae.browse import (
     attention_to_firing_patches,
     check_block,
@@ -97,6 +98,7 @@ def draw(index: DatasetIndex, colormap: str, alpha: float) -> None:
     with right:
         raised(index, sae, f"{path}|{stamp(path)}", latent, float(row["max_activation"]), top)
     top_images(index, sae, block, latent, top, colormap, alpha)
+    ablations(folder, latent)
 
 
 def found(index: DatasetIndex, firing: pd.DataFrame, tops: pd.DataFrame, order: str) -> pd.DataFrame:
@@ -230,3 +232,24 @@ def through_the_model(key: str, latent: int, largest: float, *, _index, _sae, _m
         effects = latent_logit_effects(_model, _sae, latent, output.hidden_states[-1], largest).numpy()
     heads = attention_to_firing_patches(list(output.attentions), torch.stack(codes), block, prefix).numpy()
     return effects, heads
+
+
+def ablations(folder: Path, latent: int) -> None:
+    """The per-class accuracy tables `vitviz sae ablate INDEX SAE --latent J` wrote beside the SAE for this latent."""
+    tables = {path: table for path, table in ablation_tables(folder).items() if latent in table["latent"].to_pylist()}
+    st.markdown(f"**Latent {latent} edited over the index** (`vitviz sae ablate`)")
+    if not tables:
+        st.caption(
+            f"No table yet: `vitviz sae ablate INDEX {folder} --latent {latent}` writes per-class accuracy with this "
+            "latent suppressed beside the SAE, and it shows here."
+        )
+        return
+    for path, table in tables.items():
+        frame = table.to_pandas()
+        scale = frame["scale"].iloc[0]
+        st.caption(f"{path.name}: codes x {scale:g}")
+        st.dataframe(
+            frame.drop(columns=["latent", "scale", "block"]).sort_values("accuracy_change"),
+            hide_index=True,
+            key=f"dataset|ablation|{path.name}",
+        )
