@@ -41,15 +41,18 @@ class ModelKey:
     templates: tuple[str, ...] | None = None  # the templates each prompt is put through; None: read as typed
     knocked_heads: tuple[tuple[int, int], ...] = ()  # (layer, head) pairs removed from every pass (knockout.py)
     knocked_tokens: tuple[int, ...] = ()  # prefix tokens taken out of every block's attention
+    # SAE latents edited in a block's output (sae_editing.py): (folder, its stamp, block, ((kind, latent, value), ...))
+    sae_edit: tuple = ()
 
     @property
     def knocked_out(self) -> bool:
-        """Whether heads or tokens are removed: the model is an intervened copy of another."""
-        return bool(self.knocked_heads or self.knocked_tokens)
+        """Whether heads or tokens are removed or SAE latents edited: the model is an intervened copy of another."""
+        return bool(self.knocked_heads or self.knocked_tokens or self.sae_edit)
 
     def intact(self) -> ModelKey:
-        """The key of the model before its knock-outs (the same prompts): what the "what changes" views compare."""
-        return replace(self, knocked_heads=(), knocked_tokens=())
+        """The key of the model before its knock-outs and SAE edits (the same prompts): what the "what changes" views
+        compare."""
+        return replace(self, knocked_heads=(), knocked_tokens=(), sae_edit=())
 
     @functools.cached_property
     def widget_scope(self) -> str:

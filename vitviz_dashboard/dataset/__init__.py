@@ -11,6 +11,9 @@
     heads.py          heads over the dataset: distance with bootstrap intervals and their settling, entropy, prefix
                       attention, heads clustered by their statistics, a head's most extreme images
     queries_keys.py   one head's queries and keys in one PCA space (AttentionViz), over a sample of images
+    features.py       an SAE's latents over the index (vitviz.sae.browse): sorted by frequency or mean activation;
+                      per latent its top images with its codes drawn over them, a histogram, their labels, the
+                      classes it raises (direct logit attribution of its decoder column)
     search.py         patch search: the k nearest patches across the dataset, as crops with their photos
 
 The computations live in vitviz.dataset (analysis.py, photos.py, index.py); these modules lay out widgets.
