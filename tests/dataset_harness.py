@@ -1,5 +1,5 @@
-"""Inputs for the dataset and SAE index tests: folders of generated images, and `vitviz index` run as a process
-(alone or under torchrun) from the repository root."""
+"""Inputs for the dataset and SAE index tests: folders of generated images, `vitviz index` run as a process (alone or
+under torchrun) from the repository root, quick index and SAE options, and the Dataset page under AppTest."""
 
 import os
 import subprocess
@@ -7,7 +7,11 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from app_harness import APP
 from PIL import Image
+from streamlit.testing.v1 import AppTest
+
+from vitviz_dashboard.dataset.page import FOLDER, TAB
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,3 +44,29 @@ def run_index(*argv, torchrun=0):
         stderr=subprocess.STDOUT,
         text=True,
     )
+
+
+# a quick SAE (vitviz sae) and a small index of few shards (vitviz index), for the SAE tests
+QUICK = ["--latents", "32", "--k", "4", "--epochs", "2", "--batch", "64", "--aux-k", "8", "--holdout", "0.3"]
+INDEX = ["--shard-size", "8", "--batch-size", "5", "--activations", "2", "0"]
+
+
+def dataset_app(folder) -> AppTest:
+    """The app on its Dataset page with ``folder`` typed in. AppTest switches only to file pages, so the page is
+    chosen by the script hash st.navigation registered for its url path."""
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.run()
+    at._page_hash = next(h for h, info in at._registered_pages.items() if info.get("url_pathname") == "dataset")
+    checked(at.run())
+    at.sidebar.text_input(key=FOLDER).set_value(str(folder))
+    return checked(at.run())
+
+
+def checked(at: AppTest) -> AppTest:
+    assert not at.exception, at.exception
+    return at
+
+
+def open_tab(at: AppTest, name: str) -> AppTest:
+    at.session_state[TAB] = name
+    return checked(at.run())

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from app_harness import APP, PHOTOS, open_tab, values
+from app_harness import APP, PHOTOS, assert_changes, open_tab, prediction, values
 from page_reading import assert_percent, shown_in
 from PIL import Image
 from streamlit.testing.v1 import AppTest
@@ -29,38 +29,8 @@ def app_with(path, monkeypatch, tab: str) -> AppTest:
     return open_tab(at, tab)
 
 
-def prediction(at) -> str:
-    return next(m.value for m in at.markdown if "Prediction" in m.value)
-
-
 def banners(at) -> list[str]:
     return [w.value for w in at.warning if w.value.startswith("**Intervened model.**")]
-
-
-def change_table(at) -> list[tuple[str, float, float, float, int]]:
-    """The rows of "What the intervention changes": (class, intact %, intervened %, change in pp, decimals shown)."""
-    table = next(m.value for m in at.markdown if m.value.startswith("**What the intervention changes**"))
-    rows = []
-    for line in table.splitlines()[4:]:
-        name, before, after, change = [cell.strip() for cell in line.strip("|").split("|")]
-        decimals = len(before.removesuffix(" %").partition(".")[2])
-        rows.append((name, float(before[:-2]), float(after[:-2]), float(change[:-3].replace("−", "-")), decimals))
-    return rows
-
-
-def assert_changes(at, names: list[str], before: torch.Tensor, after: torch.Tensor) -> None:
-    """The table shows the intact model's top classes, before and after, each probability within half a unit of its
-    last shown digit (and a little for float sums), each change to its two significant digits."""
-    rows = change_table(at)
-    top = torch.argsort(-before, stable=True)[: len(rows)].tolist()
-    assert [row[0] for row in rows] == [names[k] for k in top]
-    for (_, shown_before, shown_after, shown_change, decimals), k in zip(rows, top):
-        unit = 10.0**-decimals
-        assert shown_before == pytest.approx(100 * float(before[k]), abs=0.51 * unit)
-        assert shown_after == pytest.approx(100 * float(after[k]), abs=0.51 * unit)
-        assert shown_change == pytest.approx(100 * float(after[k] - before[k]), rel=0.05, abs=1e-6)
-    largest = max(abs(row[3]) for row in rows)
-    assert 10.0 ** -rows[0][4] <= largest  # a change is shown, with enough decimals to see the largest one
 
 
 def test_small_changes_get_the_digits_to_show_them():

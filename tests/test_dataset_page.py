@@ -10,19 +10,24 @@ from pathlib import Path
 import numpy as np
 import pytest
 import streamlit as st
-from dataset_harness import make_images
+from app_harness import APP
+from dataset_harness import checked, dataset_app, make_images, open_tab
 from page_reading import fix_precision
 from streamlit.testing.v1 import AppTest
 from tiny_models import tiny_checkpoint
+from tiny_text import clip_folder
 
 import vitviz
 from vitviz.dataset.analysis import cluster_heads
 from vitviz.dataset.command import main as index_command
+from vitviz.preprocessing import ImageFile
+from vitviz_dashboard import images
 from vitviz_dashboard.cache import budget
-from vitviz_dashboard.dataset.page import FOLDER, TAB
+from vitviz_dashboard.dataset import indexing
+from vitviz_dashboard.dataset.opening import photo_prompts
+from vitviz_dashboard.dataset.page import FOLDER
 from vitviz_dashboard.sidebar.model_picker import PATH_OR_UPLOAD
-
-APP = str(Path(__file__).resolve().parent.parent / "app.py")
+from vitviz_dashboard.sidebar.prompts import ENSEMBLE_KEY, MY_PROMPTS, PROMPTS_KEY, SOURCE_KEY
 
 
 @pytest.fixture(scope="module")
@@ -44,27 +49,6 @@ def page_settings(monkeypatch, built):
     monkeypatch.setenv("VITVIZ_SAMPLES", "")
     monkeypatch.setenv("VITVIZ_MODEL_DIRS", str(built))
     fix_precision(monkeypatch)
-
-
-def dataset_app(folder) -> AppTest:
-    """The app on its Dataset page with ``folder`` typed in. AppTest switches only to file pages, so the page is
-    chosen by the script hash st.navigation registered for its url path."""
-    at = AppTest.from_file(APP, default_timeout=180)
-    at.run()
-    at._page_hash = next(h for h, info in at._registered_pages.items() if info.get("url_pathname") == "dataset")
-    checked(at.run())
-    at.sidebar.text_input(key=FOLDER).set_value(str(folder))
-    return checked(at.run())
-
-
-def checked(at: AppTest) -> AppTest:
-    assert not at.exception, at.exception
-    return at
-
-
-def open_tab(at: AppTest, name: str) -> AppTest:
-    at.session_state[TAB] = name
-    return checked(at.run())
 
 
 def captions(at: AppTest) -> list[str]:
@@ -282,3 +266,122 @@ def test_indexing_from_the_page_refuses_bad_folders(built, tmp_path, monkeypatch
         dataset_app(""), folders.get(source, source), folders.get(out, tmp_path / out), built / "model.pt"
     )
     assert len(at.error) == 1 and message in at.error[0].value, [e.value for e in at.error]
+
+
+def photo_files(built, count: int) -> dict[str, ImageFile]:
+    """``count`` of the generated photos, as the Photo page keeps uploads (images.py: name -> ImageFile)."""
+    paths = sorted((built / "images" / "dog").glob("*.png"))[:count]
+    return {f"upload {path.name}": ImageFile.of(path.read_bytes()) for path in paths}
+
+
+def test_the_sessions_photos_are_indexed_with_the_photo_pages_model_and_opened(built, tmp_path, monkeypatch):
+    monkeypatch.setattr(indexing, "SESSION_ROOT", tmp_path / "sessions")
+    at = dataset_app("")
+    at.session_state["history"] = photo_files(built, 3)
+    at.session_state["model_box"] = PATH_OR_UPLOAD  # the Photo page's model (kept through the visit)
+    at.session_state["model_path"] = str(built / "model.pt")
+    checked(at.run())
+    checked(at.button(key="dataset|index_session").click().run())
+    assert not at.error, [e.value for e in at.error]
+    folder = Path(at.sidebar.text_input(key=FOLDER).value)
+    assert folder.is_relative_to(tmp_path / "sessions")  # outside VITVIZ_MODEL_DIRS, opened all the same
+    assert captions(at)[0].startswith("**3 images** (0 unreadable)")
+    made, command = vitviz.open_index(folder), vitviz.open_index(built / "index")
+    assert made.manifest["model"]["spec"] == str(built / "model.pt")
+    listed = ", ".join(f"'{sha}'" for sha in made.query("SELECT sha256 FROM images")["sha256"])
+    sql = "SELECT sha256, prediction, probability FROM images WHERE sha256 IN ({}) ORDER BY sha256"
+    assert made.query(sql.format(listed)).equals(command.query(sql.format(listed)))  # as the command indexed them
+    table = at.dataframe[0]
+    at.session_state[table.key] = {"selection": {"rows": [0], "columns": []}}
+    checked(at.run())
+    assert len(image_captions(at)) == 1 and not at.warning  # its photo is read back from the session's folder
+    other = dataset_app(folder)  # another session may not open it
+    assert len(other.error) == 1 and "only inside the folders that the server's owner allows" in other.error[0].value
+
+
+def test_open_in_photo_carries_a_zero_shot_indexs_prompts(built, tmp_path, monkeypatch):
+    monkeypatch.setenv("VITVIZ_MODEL_DIRS", f"{built}:{tmp_path}")
+    folder = edited_manifest(
+        built, tmp_path, lambda text: text.replace('"prompts": null', '"prompts": ["a cat", "a dog"]')
+    )
+    at = dataset_app(folder)
+    table = at.dataframe[0]
+    at.session_state[table.key] = {"selection": {"rows": [0], "columns": []}}
+    checked(at.run())
+    checked(at.button(key=next(b.key for b in at.button if b.label == "Open in Photo")).click().run())
+    assert at.title[0].value == "vitviz: what does the Vision Transformer look at?"
+    assert at.session_state[SOURCE_KEY] == MY_PROMPTS
+    assert at.session_state[PROMPTS_KEY] == "a cat\na dog"
+
+
+def test_photo_prompts_follow_the_commands_options():
+    assert photo_prompts({"prompts": None, "prompt_set": None, "templates": None}) == {}
+    assert photo_prompts({"prompt_set": "cifar10", "templates": None}) == {SOURCE_KEY: "cifar10", ENSEMBLE_KEY: False}
+    assert photo_prompts({"prompt_set": "cifar10", "templates": "openai-80"})[ENSEMBLE_KEY] is True
+    typed = photo_prompts({"prompts": ["dog", "cat"], "templates": "photo"})
+    assert typed == {SOURCE_KEY: MY_PROMPTS, PROMPTS_KEY: "a photo of a dog.\na photo of a cat."}
+
+
+def test_open_in_photo_keeps_the_sessions_limits(built, monkeypatch):
+    monkeypatch.setattr(images, "MAX_SESSION_IMAGES", 2)
+    at = dataset_app(built / "index")
+    earlier = photo_files(built, 2)
+    at.session_state["history"] = dict(earlier)
+    table = at.dataframe[0]
+    at.session_state[table.key] = {"selection": {"rows": [0], "columns": []}}
+    checked(at.run())
+    path = table.value["path"].iloc[0]
+    checked(at.button(key=next(b.key for b in at.button if b.label == "Open in Photo")).click().run())
+    assert list(at.session_state["history"]) == [list(earlier)[1], f"index: {path}"]  # the oldest dropped
+
+
+def test_the_photo_pages_sidebar_and_tab_survive_a_visit_to_the_dataset_page(built):
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.session_state["history"] = photo_files(built, 1)
+    at.session_state["model_box"] = PATH_OR_UPLOAD
+    at.session_state["model_path"] = str(built / "model.pt")
+    checked(at.run())
+    photo_hash = next(h for h, info in at._registered_pages.items() if info.get("url_pathname") != "dataset")
+    at.sidebar.selectbox(key="colormap").set_value("viridis")
+    at.sidebar.radio(key="precision").set_value("fp32")
+    at.sidebar.slider(key="alpha").set_value(0.3)
+    at.session_state["tab"] = "Tokens"
+    checked(at.run())
+    at._page_hash = next(h for h, info in at._registered_pages.items() if info.get("url_pathname") == "dataset")
+    checked(at.run())
+    checked(at.run())  # a second run of the Dataset page: Streamlit has dropped the undrawn widgets by now
+    at._page_hash = photo_hash
+    checked(at.run())
+    assert at.title[0].value == "vitviz: what does the Vision Transformer look at?"
+    assert at.sidebar.selectbox(key="colormap").value == "viridis"
+    assert at.sidebar.radio(key="precision").value == "fp32"
+    assert at.sidebar.slider(key="alpha").value == 0.3
+    assert at.sidebar.text_input(key="model_path").value == str(built / "model.pt")
+    assert at.session_state["tab"] == "Tokens"
+
+
+def test_the_sessions_photos_with_a_text_tower_make_a_zero_shot_index_whose_prompts_go_back(
+    built, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(indexing, "SESSION_ROOT", tmp_path / "sessions")
+    monkeypatch.setenv("VITVIZ_MODEL_DIRS", f"{built}:{tmp_path}")
+    clip = clip_folder(tmp_path / "clip")[2]
+    at = dataset_app("")
+    at.session_state["history"] = photo_files(built, 2)
+    at.session_state["model_box"] = PATH_OR_UPLOAD
+    at.session_state["model_path"] = str(clip)
+    at.session_state[SOURCE_KEY] = MY_PROMPTS
+    at.session_state[PROMPTS_KEY] = "a photo of a dog\na photo of a cat"
+    checked(at.run())
+    checked(at.button(key="dataset|index_session").click().run())
+    assert not at.error, [e.value for e in at.error]
+    made = vitviz.open_index(at.sidebar.text_input(key=FOLDER).value)
+    assert made.manifest["model"]["prompts"] == ["a photo of a dog", "a photo of a cat"]
+    assert made.manifest["model"]["class_names"] == ["a photo of a dog", "a photo of a cat"]
+    assert set(made.query("SELECT prediction FROM images")["prediction"]) <= {"a photo of a dog", "a photo of a cat"}
+    at.session_state[PROMPTS_KEY] = "something else"  # changed since; Open in Photo puts the index's back
+    table = at.dataframe[0]
+    at.session_state[table.key] = {"selection": {"rows": [0], "columns": []}}
+    checked(at.run())
+    checked(at.button(key=next(b.key for b in at.button if b.label == "Open in Photo")).click().run())
+    assert at.session_state[PROMPTS_KEY] == "a photo of a dog\na photo of a cat"

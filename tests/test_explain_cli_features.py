@@ -111,7 +111,7 @@ def test_cli_features_pca_with_a_classifier_writes_both_and_takes_block_and_face
     rows = list(csv.reader((out / "predictions.csv").read_text().splitlines()))
     assert [row[0] for row in rows[1:]] == [str(p) for p in sorted(feature_photos.iterdir())]
     for stem, size in (("a", (40, 40)), ("b", (64, 48)), ("c", (48, 64))):
-        assert Image.open(out / f"{stem}fused_rollout.png").size == size
+        assert Image.open(out / f"{stem}_rollout.png").size == size
         assert np.load(out / f"{stem}.npz")["rollout"].shape == (4, 4)
         assert Image.open(out / f"{stem}_pca.png").size == size
     paths = sorted(feature_photos.iterdir())

@@ -2,6 +2,7 @@
 used from another directory, carries the default model, the dashboard and the `vitviz` command."""
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -20,8 +21,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
-    """The wheel (no dependencies: the running environment has them; no network) and its install folder."""
+    """The wheel (no dependencies: the running environment has them; no network) and its install folder. Built from
+    a copy of the checkout without its build/ folder, whose leftovers of moved modules would enter the wheel."""
     tmp = tmp_path_factory.mktemp("package")
+    skip = shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__", ".pytest_cache", "runs")
+    source = Path(shutil.copytree(ROOT, tmp / "source", ignore=skip))
     build = subprocess.run(
         [
             sys.executable,
@@ -32,7 +36,7 @@ def installed(tmp_path_factory):
             "--no-build-isolation",
             "--wheel-dir",
             str(tmp / "dist"),
-            str(ROOT),
+            str(source),
         ],
         capture_output=True,
         text=True,

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
-from dataset_harness import make_images, run_index
+from dataset_harness import INDEX, QUICK, make_images, run_index
 from safetensors.torch import load_file
 from tiny_models import tiny_checkpoint
 
@@ -22,9 +22,6 @@ from vitviz.preprocessing import load_image
 from vitviz.sae import SAEConfig, TopKSAE, evaluate, load_sae, save_sae
 from vitviz.sae.command import main as sae_main
 from vitviz.sae.indexed import held_out, index_data
-
-QUICK = ["--latents", "32", "--k", "4", "--epochs", "2", "--batch", "64", "--aux-k", "8", "--holdout", "0.3"]
-INDEX = ["--shard-size", "8", "--batch-size", "5", "--activations", "2", "0"]
 
 
 @pytest.fixture(scope="module")

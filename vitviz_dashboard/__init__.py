@@ -7,11 +7,13 @@
     analysis.py      one image through one model (ImageAnalysis): the forward pass every tab draws from
     images.py        uploads, camera shots, the session's images and sample images
     knockout.py      heads and prefix tokens knocked out of the page's model, the banner, what changes
+    sae_editing.py   a typed SAE folder opened (the allowed folders), and SAE latents edited in the page's model
     cache/           the memory budget and every cached result, keyed by ModelKey (see cache/__init__.py)
     sidebar/         the model picker, the folders it may open, and prompts (see sidebar/__init__.py)
     widgets/         controls and pictures the tabs share (see widgets/__init__.py)
     tabs/            one module per tab of the Photo page (see tabs/__init__.py)
-    dataset/         the Dataset page: an index opened or built, its table, errors, heads, queries and keys, search
+    dataset/         the Dataset page: an index opened or built, its table, errors, heads, queries and keys, search,
+                     SAE features
 
 Streamlit runs app.py as a fresh ``__main__`` in every session, but these modules are imported once:
 anything st.cache_data pickles must be defined here or in vitviz/, never in app.py. All computation

@@ -20,9 +20,20 @@ from vitviz_dashboard.images import choose_image
 from vitviz_dashboard.knockout import knocked_out_model
 from vitviz_dashboard.names import prediction_line
 from vitviz_dashboard.page import ModelKey, Page, keep_tab_widgets
+from vitviz_dashboard.sae_editing import sae_edited_model
 from vitviz_dashboard.sidebar.model_picker import MISSING_SPEC, describe_model, resolve, sidebar
 from vitviz_dashboard.sidebar.prompts import prompt_model
-from vitviz_dashboard.tabs import anatomy, class_specific, faithfulness, features, heads, overview, patch, tokens
+from vitviz_dashboard.tabs import (
+    anatomy,
+    class_specific,
+    faithfulness,
+    features,
+    heads,
+    overview,
+    patch,
+    sae_features,
+    tokens,
+)
 
 # On a narrow page (800 px with the sidebar open) the eight tab names do not fit on one line, and Streamlit
 # would hide the last ones behind a scroll arrow: let them wrap onto a second line instead. (A style element
@@ -38,6 +49,7 @@ TABS: dict[str, Callable[[Page], None]] = {
     "Model anatomy": anatomy.draw,
     "Tokens": tokens.draw,
     "Faithfulness": faithfulness.draw,
+    "SAE features": sae_features.draw,
 }
 
 
@@ -74,11 +86,12 @@ def photo_page() -> None:
     # CLIP, SigLIP: prompts become the classes
     intact_model, intact_key, prompt_error = prompt_model(loaded, ModelKey(settings.model_spec, settings.precision))
     settings = dataclasses.replace(settings, prompt_error=prompt_error)
-    # two places drawn in every run, empty or not, so that nothing below them moves: a banner that appeared, or a
+    # places drawn in every run, empty or not, so that nothing below them moves: a banner that appeared, or a
     # progress bar, shifted every element after it, the browser re-mounted the tabs and jumped to the page's top
-    banner, progress = st.empty(), st.empty()
-    # without the heads and tokens the user removed, with a banner; the intact model itself when none are
-    model, key = knocked_out_model(intact_model, intact_key, banner)
+    banner, sae_banner, progress = st.empty(), st.empty(), st.empty()
+    # with the SAE edit and without the heads and tokens the user removed, with banners; else the intact model itself
+    model, key = sae_edited_model(intact_model, intact_key, sae_banner)
+    model, key = knocked_out_model(model, key, banner)
     if chosen is None:
         return
     name, images = chosen

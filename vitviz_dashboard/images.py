@@ -113,12 +113,21 @@ def take_in(name: str, upload) -> tuple[str, str]:
     ("", why it was refused). Unreadable files are refused here, so they never reach an image picker
     and the others stay usable. A different file with a name already taken (phones call every photo
     image.jpg) gets a number: "image (2).jpg"."""
-    file = ImageFile.of(upload.getvalue())
+    return add_image(name, upload.getvalue())
+
+
+def add_image(name: str, data: bytes) -> tuple[str, str]:
+    """Add an image file's bytes to the session's images, as take_in does for an upload (the same checks and
+    limits): (its name there, "") or ("", why it was refused). The Dataset page opens its images through this."""
+    limit_mb = st.get_option("server.maxUploadSize")  # what Streamlit refuses in an upload before we see it
+    if len(data) > limit_mb * 2**20:
+        return "", f"the file is {len(data) / 2**20:.0f} MB; the largest image this page takes is {limit_mb} MB"
+    file = ImageFile.of(data)
     try:
         decode(file)
     except ImageError as error:
         return "", str(error)
-    history = st.session_state.history
+    history = st.session_state.setdefault("history", {})
     stem, suffix = os.path.splitext(name)
     number = 2
     while name in history and history[name].key != file.key:

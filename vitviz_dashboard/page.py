@@ -16,6 +16,8 @@ from vitviz.preprocessing import ImageFile
 from vitviz_dashboard.analysis import ImageAnalysis
 
 KEPT = "kept|"  # prefix of the keys of tab widgets, whose values outlive runs that do not draw them
+# the Photo page's sidebar and open tab, kept the same way: a visit to the Dataset page draws none of them
+PHOTO_WIDGETS = ("model_box", "model_path", "precision", "colormap", "alpha", "tab")
 
 
 @dataclass(frozen=True)
@@ -39,15 +41,18 @@ class ModelKey:
     templates: tuple[str, ...] | None = None  # the templates each prompt is put through; None: read as typed
     knocked_heads: tuple[tuple[int, int], ...] = ()  # (layer, head) pairs removed from every pass (knockout.py)
     knocked_tokens: tuple[int, ...] = ()  # prefix tokens taken out of every block's attention
+    # SAE latents edited in a block's output (sae_editing.py): (folder, its stamp, block, ((kind, latent, value), ...))
+    sae_edit: tuple = ()
 
     @property
     def knocked_out(self) -> bool:
-        """Whether heads or tokens are removed: the model is an intervened copy of another."""
-        return bool(self.knocked_heads or self.knocked_tokens)
+        """Whether heads or tokens are removed or SAE latents edited: the model is an intervened copy of another."""
+        return bool(self.knocked_heads or self.knocked_tokens or self.sae_edit)
 
     def intact(self) -> ModelKey:
-        """The key of the model before its knock-outs (the same prompts): what the "what changes" views compare."""
-        return replace(self, knocked_heads=(), knocked_tokens=())
+        """The key of the model before its knock-outs and SAE edits (the same prompts): what the "what changes" views
+        compare."""
+        return replace(self, knocked_heads=(), knocked_tokens=(), sae_edit=())
 
     @functools.cached_property
     def widget_scope(self) -> str:
@@ -112,5 +117,5 @@ def keep_tab_widgets() -> None:
     """Write back the values of every tab widget (see Page.widget_key), whatever model and image they belong to, so
     that they survive runs that do not draw them: another tab, another model tried and abandoned, a model that failed
     to load. Page.widget_key resets a value that no longer fits its widget. Called first in every run."""
-    for key in [k for k in st.session_state if isinstance(k, str) and k.startswith(KEPT)]:
+    for key in [k for k in st.session_state if isinstance(k, str) and (k.startswith(KEPT) or k in PHOTO_WIDGETS)]:
         st.session_state[key] = st.session_state[key]

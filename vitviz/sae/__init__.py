@@ -17,6 +17,10 @@ The map of this folder, in the order work flows:
 - ``indexed.py``   the data from a dataset index (``vitviz index --activations B``): tokens read shard by shard,
                    memory-mapped; the held-out split by a hash of image_id; the index's model and images again.
 - ``ablation.py``  ``ablate``: one latent edited over a dataset's images, per-class accuracy before and after.
+- ``browse.py``    the feature browser's numbers: per-latent frequency, mean and largest code, histogram and top
+                   images over an index (one pass, shard by shard, written once as Parquet next to the SAE); the
+                   classes a latent raises (direct logit attribution of its decoder column), the later heads that
+                   attend to where it fires, latents by their top images' labels and errors; one photo's latents.
 - ``command.py``   ``vitviz sae train``: from an index, a folder of images through a model, or ``.npy`` activations;
                    ``vitviz sae ablate INDEX SAE --latent J``: the ablation as a Parquet table.
 - ``errors.py``    ``SAEError`` (a ValueError) and its kinds: bad formats, not enough memory.

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
 import pyarrow as pa
 import torch
@@ -100,3 +101,19 @@ def ablate(
         )
     metadata = {"latent": latent, "scale": float(scale), "block": block % len(model.blocks)} | (about or {})
     return pa.Table.from_pylist(rows, schema=SCHEMA).replace_schema_metadata({"vitviz": json.dumps(metadata)})
+
+
+def ablation_tables(folder: str | Path) -> dict[Path, pa.Table]:
+    """The tables `vitviz sae ablate` wrote into ``folder`` (``ablate-*.parquet``) by path, sorted; files with another
+    schema are left out."""
+    import pyarrow.parquet as pq
+
+    found = {}
+    for path in sorted(Path(folder).glob("ablate-*.parquet")):
+        try:
+            table = pq.read_table(path)
+        except (OSError, pa.ArrowException):  # a damaged file is not an ablation
+            continue
+        if table.schema.remove_metadata().equals(SCHEMA):
+            found[path] = table
+    return found

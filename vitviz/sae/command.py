@@ -1,10 +1,12 @@
 """`vitviz sae train`: train a TopK SAE on one block's output tokens and write it with its held-out metrics;
-`vitviz sae ablate`: suppress (or scale) one of its latents over an index's images, per-class accuracy as a table.
+`vitviz sae ablate`: suppress (or scale) one of its latents over an index's images, per-class accuracy as a table;
+`vitviz sae latents`: per-latent statistics and top images over an index, beside the SAE (the Dataset page's).
 
     vitviz sae train INDEX --block 3 --latents 1536 --k 16 --out runs/sae
     vitviz sae train --images DIR --model default --block 3 --latents 1536 --k 16 --out runs/sae
     vitviz sae train --activations acts.npy --holdout-activations held.npy --latents 1536 --k 16 --out runs/sae
     vitviz sae ablate INDEX runs/sae --latent 12 --scale 0
+    vitviz sae latents INDEX runs/sae
 
 From an index made with `vitviz index SOURCE --out INDEX --activations 3`, the tokens are read from its activation
 shards in order, memory-mapped (the patch tokens by default; --tokens all adds [CLS] and the registers), and a
@@ -86,7 +88,26 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--max-images", type=int, default=None, help="use at most this many images (the first, sorted)")
     t.add_argument("--out", type=Path, required=True, help="folder for the SAE, its config and metrics.json")
     add_ablate_parser(commands)
+    add_latents_parser(commands)
     return p
+
+
+def add_latents_parser(commands) -> None:
+    la = commands.add_parser(
+        "latents",
+        help="per-latent statistics and top images over an index, written beside the SAE for the Dataset page",
+        description="One pass over INDEX's stored activations of the SAE's block (shard by shard): per latent, how "
+        "often it fires, its mean and largest code, a histogram and its top images as (value, image_id, patch). "
+        "Writes latents.parquet and top_images.parquet beside the SAE (vitviz/sae/browse.py), which the Dataset "
+        "page's Features tab reads instead of computing them.",
+    )
+    la.add_argument("index", type=Path, help="an index folder made with `vitviz index ... --activations B`")
+    la.add_argument(
+        "sae", type=Path, help="the SAE: a folder written by `vitviz sae train`, saev's sae.pt, ViT-Prisma's"
+    )
+    la.add_argument("--block", type=int, help="the block the SAE reads (default: the one in its config)")
+    la.add_argument("--top", type=int, default=12, help="top images kept per latent (default: %(default)s)")
+    la.add_argument("--device", default="auto", help="cpu, cuda, or auto (CUDA when present)")
 
 
 def add_ablate_parser(commands) -> None:
@@ -156,7 +177,8 @@ def main(argv: list[str] | None = None) -> dict | Path:
     from vitviz.preprocessing import ImageError
 
     try:
-        return ablate_command(args) if args.command == "ablate" else train_command(args)
+        commands = {"ablate": ablate_command, "latents": latents_command, "train": train_command}
+        return commands[args.command](args)
     except (SAEError, OSError, IndexFormatError, SourceError, ModelLoadError, ImageError) as error:
         print(f"vitviz sae {args.command}: error: {error}", file=sys.stderr)  # one line, as argparse's: no traceback
         raise SystemExit(2) from None
@@ -307,6 +329,25 @@ def ablate_command(args: argparse.Namespace) -> Path:
         print(f"{row['label']:>20}: {row['accuracy']:.3f} -> {row['accuracy_edited']:.3f} ({row['images']} images)")
     print(f"-> {path}")
     return path
+
+
+def latents_command(args: argparse.Namespace) -> Path:
+    """Compute the latent tables over every readable image of the index and write them beside the SAE."""
+    from vitviz.dataset import open_index
+    from vitviz.sae.browse import latent_statistics, write_latent_tables
+    from vitviz.sae.files import load_sae
+    from vitviz.sae.indexed import readable_images
+
+    if args.top < 1:
+        raise SAEError("--top must be at least 1")
+    index = open_index(args.index)
+    sae = load_sae(args.sae).to(device_of(args.device))
+    statistics = latent_statistics(sae, index, readable_images(index), args.block, args.top)
+    latents, _ = write_latent_tables(statistics, args.sae if args.sae.is_dir() else args.sae.parent)
+    dead = int((statistics.frequency == 0).sum())
+    print(f"{statistics.images} images, {statistics.tokens} patch tokens; {dead} of {len(statistics.frequency)} dead")
+    print(f"-> {latents.parent}")
+    return latents.parent
 
 
 if __name__ == "__main__":

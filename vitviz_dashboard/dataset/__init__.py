@@ -3,13 +3,17 @@
     page.py           dataset_page(): the folder in the sidebar, then one tab per view (only the open one runs)
     opening.py        opening a typed index folder (the allowed folders, a message for each bad folder), the photos
                       behind it, the index's model, and opening an image in the Photo page
-    indexing.py       indexing a small folder from the page (the command's code, with a progress bar)
+    indexing.py       indexing a small folder from the page (the command's code, with a progress bar), or the
+                      session's uploaded photos as a small dataset of their own (in the session's own folder)
     drawing.py        the one door to vitviz's drawing functions (overlays, patch marks, crops)
     table.py          the table of images: filters, sorting, pages, row selection, thumbnails, the read-only SQL box
     errors.py         the confusion matrix (its cells select their images) and per-class mean maps
     heads.py          heads over the dataset: distance with bootstrap intervals and their settling, entropy, prefix
                       attention, heads clustered by their statistics, a head's most extreme images
     queries_keys.py   one head's queries and keys in one PCA space (AttentionViz), over a sample of images
+    features.py       an SAE's latents over the index (vitviz.sae.browse): sorted by frequency or mean activation;
+                      per latent its top images with its codes drawn over them, a histogram, their labels, the
+                      classes it raises (direct logit attribution of its decoder column)
     search.py         patch search: the k nearest patches across the dataset, as crops with their photos
 
 The computations live in vitviz.dataset (analysis.py, photos.py, index.py); these modules lay out widgets.

@@ -1,8 +1,17 @@
 """Indexing a small folder from the page, by the code the command runs (vitviz.dataset.build.build_index), with a
-progress bar. The source and the new index's folder are typed paths: both must lie inside the allowed folders."""
+progress bar. The source and the new index's folder are typed paths: both must lie inside the allowed folders.
+
+The session's uploaded photos can be indexed too, as a small dataset of their own: they are written to the session's
+own folder under the temporary folder (opening.SESSION_ROOT, which only this session may open), then indexed by the
+same code with the Photo page's model."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import re
+import secrets
+import shutil
 from pathlib import Path
 
 import streamlit as st
@@ -12,9 +21,20 @@ from vitviz.dataset import IndexBusyError, IndexFormatError, SourceError
 from vitviz.dataset.build import build_index, check_model
 from vitviz.dataset.indexing import IndexOptions
 from vitviz.dataset.sources import open_source
-from vitviz.preprocessing import ImageError
-from vitviz_dashboard.dataset.opening import OUTSIDE, checked_model_spec
+from vitviz.preprocessing import IMAGE_SUFFIXES, ImageError
+from vitviz.text import PromptError, check_prompts, parse_prompts, prompt_set, template_set
+from vitviz_dashboard.dataset.opening import OUTSIDE, SESSION_FOLDER, SESSION_ROOT, checked_model_spec
 from vitviz_dashboard.sidebar.model_dirs import ModelRefused, allowed_model_dirs, check_model_path
+from vitviz_dashboard.sidebar.model_picker import HUB_SPEC, PATH_OR_UPLOAD
+from vitviz_dashboard.sidebar.prompts import (
+    DEFAULT_PROMPTS,
+    ENSEMBLE_KEY,
+    MAX_PROMPTS,
+    MY_PROMPTS,
+    PROMPTS_KEY,
+    SOURCE_KEY,
+    zero_shot_model,
+)
 
 MAX_IMAGES = 5000  # larger datasets: `vitviz index` on the command line (or torchrun)
 BATCH = 32
@@ -32,6 +52,7 @@ def index_form() -> None:
             if out is not None:
                 st.session_state[OPENED] = str(out)
                 st.rerun()
+    session_photos_form()
 
 
 def run(source_text: str, out_text: str, spec: str) -> Path | None:
@@ -47,6 +68,13 @@ def run(source_text: str, out_text: str, spec: str) -> Path | None:
     if out.exists() and any(out.iterdir()):
         st.error(f"`{out_text.strip()}` is not empty: give a new folder for the index.")
         return None
+    return index_folder(source_path, out, model_spec)
+
+
+def index_folder(source_path: Path, out: Path, model_spec: str, with_prompts: bool = False) -> Path | None:
+    """Index the (checked) source into the (checked, new) folder with the (checked) model, with a progress bar; the
+    folder, or None with the reason shown. ``with_prompts``: a model with a text tower is indexed as the zero-shot
+    model of the Photo page's prompts (its manifest records them, as the command's --prompts / --prompt-set)."""
     from vitviz_dashboard.cache.results import get_model
 
     try:
@@ -58,6 +86,10 @@ def run(source_text: str, out_text: str, spec: str) -> Path | None:
             )
             return None
         model = get_model(model_spec)
+        extra = None
+        if with_prompts and model.text_tower is not None:
+            prompts, templates, extra = photo_page_prompts()
+            model = zero_shot_model(model, model_spec, tuple(prompts), None if templates is None else tuple(templates))
         check_model(model)
         bar, done = st.progress(0.0, text="Indexing..."), [0]
 
@@ -65,11 +97,89 @@ def run(source_text: str, out_text: str, spec: str) -> Path | None:
             done[0] += count
             bar.progress(min(1.0, done[0] / max(1, source.count or 1)), text=f"Indexed {done[0]:,} images")
 
-        build_index(model, source, out, IndexOptions(), model_spec, BATCH, progress=advance)
-    except (SourceError, IndexFormatError, IndexBusyError, ImageError) as error:
+        build_index(model, source, out, IndexOptions(), model_spec, BATCH, progress=advance, model_extra=extra)
+    except (SourceError, IndexFormatError, IndexBusyError, ImageError, PromptError) as error:
         st.error(f"Could not index: {error}")
         return None
     except vitviz.ModelLoadError as error:
-        st.error(f"Could not load the model `{spec}`: {error}")
+        st.error(f"Could not load the model `{model_spec}`: {error}")
         return None
     return out
+
+
+def photo_page_model() -> str:
+    """The model the Photo page shows (its sidebar's picker, kept through visits here: page.PHOTO_WIDGETS): a spec, a
+    typed spec or a checkpoint's path; "default" when it names none this page can reload (an uploaded checkpoint, an
+    empty field)."""
+    choice = str(st.session_state.get("model_box") or "default")
+    if choice == PATH_OR_UPLOAD:
+        return str(st.session_state.get("model_path") or "").strip() or "default"
+    return "default" if choice == HUB_SPEC else choice
+
+
+def photo_page_prompts() -> tuple[list[str], list[str] | None, dict]:
+    """The Photo page's prompts (sidebar/prompts.py's kept keys, its defaults when it never showed them): the classes,
+    the templates (None: read as typed) and the manifest's record of them, as `vitviz index` writes it."""
+    source = st.session_state.get(SOURCE_KEY, MY_PROMPTS)
+    if source == MY_PROMPTS:
+        prompts = check_prompts(parse_prompts(st.session_state.get(PROMPTS_KEY, DEFAULT_PROMPTS)), MAX_PROMPTS)
+        return prompts, None, {"prompts": prompts, "prompt_set": None, "templates": None}
+    templates = "openai-80" if st.session_state.get(ENSEMBLE_KEY) else "photo"
+    record = {"prompts": None, "prompt_set": source, "templates": templates}
+    return list(prompt_set(source)), list(template_set(templates)), record
+
+
+def session_photos_form() -> None:
+    """A button that indexes the session's uploaded photos (the Photo page's images) and opens the index."""
+    photos = st.session_state.get("history", {})  # images.py: name -> ImageFile, uploads and opened images
+    spec = photo_page_model()
+    with st.expander(f"Index this session's photos ({len(photos)})"):
+        about = (
+            f"The photos uploaded on the Photo page, as a small dataset of their own, indexed with `{spec}` (the "
+            "Photo page's model, with its prompts as the classes for a model with a text tower). The index lives in "
+            "a temporary folder of this session."
+        )
+        if st.button("Index the session's photos", key="dataset|index_session", disabled=not photos, help=about):
+            out = index_session_photos(photos, spec)
+            if out is not None:
+                st.session_state[OPENED] = str(out)
+                st.rerun()
+
+
+def index_session_photos(photos: dict, spec: str) -> Path | None:
+    """Write the photos into the session's own folder and index them there (the same photos with the same model and
+    prompts again: the index made before is opened). The index's folder, or None with the reason shown."""
+    try:
+        model_spec = checked_model_spec(spec)
+    except ModelRefused as refusal:
+        st.error(str(refusal))
+        return None
+    if SESSION_FOLDER not in st.session_state:
+        st.session_state[SESSION_FOLDER] = str(SESSION_ROOT / secrets.token_hex(16))
+    prompts = [st.session_state.get(key) for key in (SOURCE_KEY, PROMPTS_KEY, ENSEMBLE_KEY)]
+    digest = hashlib.sha256(repr((sorted((n, f.key) for n, f in photos.items()), model_spec, prompts)).encode())
+    folder = Path(st.session_state[SESSION_FOLDER]) / digest.hexdigest()[:16]
+    out = folder / "index"
+    if (out / "manifest.json").is_file() and open_index_complete(out):
+        return out
+    shutil.rmtree(out, ignore_errors=True)  # a run stopped half-way (a closed tab): the folder is this session's own
+    images = folder / "photos"
+    images.mkdir(parents=True, exist_ok=True)
+    for position, (name, file) in enumerate(photos.items()):
+        (images / file_name(position, name)).write_bytes(file.data)
+    return index_folder(images, out, model_spec, with_prompts=True)
+
+
+def open_index_complete(out: Path) -> bool:
+    """Whether the folder holds a finished index (a killed run's is indexed again)."""
+    try:
+        return bool(json.loads((out / "manifest.json").read_text()).get("complete"))
+    except (OSError, ValueError):
+        return False
+
+
+def file_name(position: int, name: str) -> str:
+    """A safe file name for a session image: its position (names may repeat after cleaning) and its name's letters,
+    digits, dots and dashes, with an image suffix (the source lists files by suffix; the bytes say the format)."""
+    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "_", name)[-80:]
+    return f"{position:03d}_{cleaned}" + ("" if Path(cleaned).suffix.lower() in IMAGE_SUFFIXES else ".png")

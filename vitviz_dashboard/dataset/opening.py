@@ -9,6 +9,7 @@ way before the page reads them: a hand-edited manifest must not make the page re
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,9 +20,12 @@ import vitviz
 from vitviz.dataset import DatasetIndex, IndexFormatError, SourceError, open_index
 from vitviz.dataset.photos import photo_reader
 from vitviz.dataset.storage import weight_fingerprint
-from vitviz.preprocessing import ImageError, ImageFile, Preprocessing, load_image
+from vitviz.preprocessing import ImageError, Preprocessing, load_image
+from vitviz.text import PROMPT_SETS, template_set
+from vitviz_dashboard.images import add_image
 from vitviz_dashboard.sidebar.model_dirs import ModelRefused, allowed_model_dirs, check_hub_spec, check_model_path
 from vitviz_dashboard.sidebar.model_picker import MODEL_CHOICES, PATH_OR_UPLOAD, hub_spec, looks_like_path
+from vitviz_dashboard.sidebar.prompts import ENSEMBLE_KEY, MY_PROMPTS, PROMPTS_KEY, SOURCE_KEY
 
 OUTSIDE = (
     "This page opens indexes, image folders and model paths only inside the folders that the server's owner allows "
@@ -29,6 +33,16 @@ OUTSIDE = (
 )
 PATHS_OFF = "The server's owner has turned off opening paths on this page (VITVIZ_MODEL_DIRS is empty)."
 PHOTO_SIDE = 512  # photos are kept at most this large: the page draws thumbnails and crops
+# the session's own folder (its uploaded photos and their index, indexing.py), under the temporary folder: the page
+# opens and reads it like an allowed folder, for this session only (its name is random, kept in the session's state)
+SESSION_ROOT = Path(tempfile.gettempdir()) / "vitviz-session-indexes"
+SESSION_FOLDER = "dataset|session_folder"
+
+
+def page_roots() -> list[Path]:
+    """The folders this session may open indexes and read photos in: the allowed folders, and its own folder."""
+    own = st.session_state.get(SESSION_FOLDER)
+    return [*allowed_model_dirs(), *([Path(own)] if own else [])]
 
 
 def open_typed_index(text: str) -> DatasetIndex | None:
@@ -39,7 +53,7 @@ def open_typed_index(text: str) -> DatasetIndex | None:
             "(docs/dataset-index.md)."
         )
         return None
-    roots = allowed_model_dirs()
+    roots = page_roots()
     if not roots:
         st.error(PATHS_OFF)
         return None
@@ -85,7 +99,7 @@ def index_key(index: DatasetIndex) -> str:
 
 def _allowed(path: Path) -> bool:
     try:
-        check_model_path(str(path), allowed_model_dirs())
+        check_model_path(str(path), page_roots())
         return True
     except ModelRefused:
         return False
@@ -142,18 +156,36 @@ def open_in_photo_page(index: DatasetIndex, image_id: int, path: str, photo_page
     data = photo_bytes(index, image_id, path)
     if data is None:
         return
-    name = f"{index.folder.name}: {path}"
-    history = st.session_state.setdefault("history", {})  # the Photo page's images (images.py), newest last
-    history.pop(name, None)
-    history[name] = ImageFile.of(data)
+    name, refusal = add_image(f"{index.folder.name}: {path}", data)  # an upload's checks and the session's limits
+    if refusal:
+        st.error(f"Cannot open image {image_id} ({path}) in the Photo page: {refusal}")
+        return
     st.session_state.newest = name  # the Photo page shows the newest arrival
     spec = str(index.manifest["model"].get("spec", ""))
+    for key, value in photo_prompts(index.manifest["model"]).items():  # a zero-shot index: its classes
+        st.session_state[key] = value
     if spec in MODEL_CHOICES or not looks_like_path(spec):
         st.session_state.model_box = spec  # the sidebar's picker: an option, or a typed spec
     else:
         st.session_state.model_box = PATH_OR_UPLOAD
         st.session_state.model_path = spec  # its path field (the sidebar checks it against the allowed folders)
     st.switch_page(photo_page)
+
+
+def photo_prompts(model: dict) -> dict[str, object]:
+    """The Photo page's prompt settings (sidebar/prompts.py's kept keys) that give the classes of a zero-shot index,
+    from its manifest's model entry (`vitviz index --prompts/--prompt-set/--templates`); empty for any other index.
+    Typed prompts with one template are typed through it (the same text embedded); the sidebar reads typed prompts
+    as they are, so OpenAI's 80 templates over typed prompts cannot be given and the prompts go as typed."""
+    prompt_set, templates = model.get("prompt_set"), model.get("templates")
+    if prompt_set in PROMPT_SETS:
+        return {SOURCE_KEY: prompt_set, ENSEMBLE_KEY: templates == "openai-80"}
+    prompts = [str(p) for p in model.get("prompts") or []]
+    if not prompts:
+        return {}
+    if templates == "photo":
+        prompts = [template_set("photo")[0].format(p) for p in prompts]
+    return {SOURCE_KEY: MY_PROMPTS, PROMPTS_KEY: "\n".join(prompts)}
 
 
 def model_of(index: DatasetIndex) -> vitviz.ViT | None:

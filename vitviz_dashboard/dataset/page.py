@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from vitviz.dataset import DatasetIndex
-from vitviz_dashboard.dataset import errors, heads, queries_keys, search, table
+from vitviz_dashboard.dataset import errors, features, heads, queries_keys, search, table
 from vitviz_dashboard.dataset.drawing import COLORMAPS
 from vitviz_dashboard.dataset.indexing import OPENED, index_form
 from vitviz_dashboard.dataset.opening import open_typed_index
@@ -41,6 +41,7 @@ def dataset_page(photo_page: st.Page) -> None:
         "Heads": lambda: heads.draw(index, photo_page, colormap, alpha),
         "Queries & keys": lambda: queries_keys.draw(index, colormap, alpha),
         "Patch search": lambda: search.draw(index),
+        "Features (SAE)": lambda: features.draw(index, colormap, alpha),
     }
     for tab, draw in zip(st.tabs(list(draws), key=TAB, on_change="rerun"), draws.values()):
         if tab.open:

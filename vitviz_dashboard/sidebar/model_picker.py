@@ -126,9 +126,11 @@ def sidebar() -> Settings:
             spec = unless_refused(lambda: str(check_model_path(text, roots)))  # the real path: what was checked
     st.sidebar.header("Display")
     # "auto" stays in the settings until the model is loaded: resolve() then puts the measured precision there
-    precision = st.sidebar.radio("Precision", PRECISION_CHOICES, horizontal=True, help=PRECISION_HELP)
-    colormap = st.sidebar.selectbox("Colormap", overlays.COLORMAPS)
-    alpha = st.sidebar.slider("Overlay opacity", 0.0, 1.0, 0.55, 0.05)
+    # keyed, so that page.keep_tab_widgets keeps them through a visit to the Dataset page
+    precision = st.sidebar.radio("Precision", PRECISION_CHOICES, horizontal=True, help=PRECISION_HELP, key="precision")
+    colormap = st.sidebar.selectbox("Colormap", overlays.COLORMAPS, key="colormap")
+    st.session_state.setdefault("alpha", 0.55)  # the default in the state, not the widget (Streamlit warns of both)
+    alpha = st.sidebar.slider("Overlay opacity", 0.0, 1.0, step=0.05, key="alpha")
     return Settings(spec, precision, colormap, alpha, choice)
 
 

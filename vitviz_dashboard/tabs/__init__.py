@@ -8,6 +8,7 @@
     anatomy.py         Model anatomy: attention distance and entropy, position similarity, patch filters
     tokens.py          Tokens: attention to prefix tokens, token norms, the pooling head, tokens taken out
     faithfulness.py    Faithfulness: perturbation curves on one image
+    sae_features.py    SAE features: a sparse autoencoder's top latents on the photo; latents edited in the model
 
 Only the open tab runs (Streamlit's lazy tabs); most tabs are fragments, so their own controls re-run
 only that tab."""

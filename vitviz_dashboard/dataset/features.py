@@ -1,0 +1,255 @@
+"""Features: an SAE's latents over the index (vitviz.sae.browse), sorted by how often they fire or by their mean
+activation; per latent, its top images with the patches where it fires drawn over them, a histogram of its codes,
+the labels of its top images, the classes whose logits it raises most and the later heads that attend to where it
+fires; latents found by the labels of their top images or by the model's errors there."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+import torch
+
+from vitviz.dataset import DatasetIndex
+from vitviz.preprocessing import ImageError, load_image
+from vitviz.sae import SAEError, TopKSAE
+from vitviz.sae.ablation import ablation_tables
+from vitviz.sae.browse import (
+    attention_to_firing_patches,
+    check_block,
+    image_codes,
+    latent_logit_effects,
+    latent_statistics,
+    read_latent_tables,
+    top_image_shares,
+    write_latent_tables,
+)
+from vitviz.sae.indexed import readable_images
+from vitviz_dashboard.dataset import drawing
+from vitviz_dashboard.dataset.opening import index_key, model_of, photo, photo_bytes
+from vitviz_dashboard.page import KEPT
+from vitviz_dashboard.sae_editing import SAE_HELP, open_typed_sae, stamp
+
+SAE_FOLDER = f"{KEPT}dataset|sae"
+ORDERS = {"frequency": "how often it fires", "mean_activation": "mean activation when firing"}
+ALL = "__all__"  # no search
+WRONG = "__wrong__"  # the search for latents whose top images the model gets wrong
+LISTED = 200  # latents in the table and the picker
+TOP_CLASSES = 5
+
+
+@st.cache_data(max_entries=4, show_spinner="Reading every image's activations through the SAE (once)...")
+def latent_tables(key: str, sae_path: str, sae_stamp: int, *, _index: DatasetIndex, _sae: TopKSAE, _folder: Path):
+    """(latents, top images, about): read from beside the SAE, or computed over every readable image and written
+    there."""
+    tables = read_latent_tables(_folder, _index, _sae.config.block)
+    if tables is not None:
+        return tables
+    write_latent_tables(latent_statistics(_sae, _index, readable_images(_index)), _folder)  # OSError: the caller's
+    return read_latent_tables(_folder, _index, _sae.config.block)
+
+
+def draw(index: DatasetIndex, colormap: str, alpha: float) -> None:
+    opened = open_typed_sae(st.text_input("SAE folder", key=SAE_FOLDER, help=SAE_HELP))
+    if opened is None:
+        return
+    sae, path = opened
+    try:
+        block = check_block(index, sae)
+    except SAEError as error:
+        st.error(f"This SAE does not fit this index: {error}")
+        return
+    folder = path if path.is_dir() else path.parent
+    try:
+        latents, tops, about = latent_tables(
+            index_key(index), str(path), stamp(path), _index=index, _sae=sae, _folder=folder
+        )
+    except OSError as error:
+        st.error(f"Could not write the latent tables beside the SAE ({error}): copy the SAE to a writable folder.")
+        return
+    firing = latents[latents["frequency"] > 0]
+    st.caption(
+        f"Block {block}: {sae.config.latents:,} latents, {len(firing):,} of them fire on some of the "
+        f"{about['tokens']:,} patch tokens of {about['images']:,} images ({len(latents) - len(firing):,} dead). "
+        "Codes are in the SAE's normalised units. Computed once, kept beside the SAE as latents.parquet and "
+        "top_images.parquet."
+    )
+    order = st.radio("Sort by", list(ORDERS), format_func=ORDERS.get, horizontal=True, key="dataset|sae_order")
+    listed = found(index, firing, tops, order).head(LISTED)
+    if listed.empty:
+        st.info("No latent of this SAE fires on this index's images.")
+        return
+    st.dataframe(listed.drop(columns=["histogram"]), hide_index=True, height=240)
+    latent = st.selectbox(
+        "Latent",
+        listed["latent"].tolist(),
+        key="dataset|sae_latent",
+        format_func=lambda j: f"latent {j}",
+    )
+    row = latents.set_index("latent").loc[latent]
+    top = tops[tops["latent"] == latent].sort_values("rank")
+    left, right = st.columns(2)
+    with left:
+        st.plotly_chart(histogram_figure(row["histogram"], about["histogram_edges"], latent), key="dataset|sae_hist")
+    with right:
+        raised(index, sae, f"{path}|{stamp(path)}", latent, float(row["max_activation"]), top)
+    top_images(index, sae, block, latent, top, colormap, alpha)
+    ablations(folder, latent)
+
+
+def found(index: DatasetIndex, firing: pd.DataFrame, tops: pd.DataFrame, order: str) -> pd.DataFrame:
+    """The firing latents sorted by ``order``, or first those whose top images are most often of a chosen class or
+    wrongly predicted (then by ``order``)."""
+    images = index.query("SELECT image_id, label, correct FROM images", limit=index.count + 1)
+    labels = sorted(str(label) for label in images["label"].dropna().unique())
+    choices = [ALL, WRONG, *labels]
+    search = st.selectbox(
+        "Find latents",
+        choices,
+        key="dataset|sae_find",
+        format_func=lambda c: {ALL: "all latents", WRONG: "whose top images the model gets wrong"}.get(
+            c, f"whose top images are labelled {c}"
+        ),
+    )
+    if search == ALL:
+        return firing.sort_values([order, "latent"], ascending=[False, True])
+    shares = top_image_shares(tops, images, None if search == WRONG else search)
+    column = "wrong_share" if search == WRONG else "label_share"
+    joined = firing.merge(shares[["latent", column]], on="latent", how="left").fillna({column: 0.0})
+    return joined.sort_values([column, order, "latent"], ascending=[False, False, True])
+
+
+def histogram_figure(counts, edges, latent: int) -> go.Figure:
+    edges = np.asarray(edges)
+    centres = np.sqrt(edges[:-1] * edges[1:])
+    figure = go.Figure(go.Bar(x=centres, y=np.asarray(counts), width=np.diff(edges), marker_color="#2a9d8f"))
+    figure.update_layout(
+        title=f"Latent {latent}: its non-zero codes",
+        xaxis=dict(type="log", title="code (SAE units, log scale)"),
+        yaxis_title="patch tokens",
+        height=280,
+        margin=dict(l=0, r=0, t=40, b=0),
+    )
+    return figure
+
+
+def image_rows(index: DatasetIndex, image_ids: list[int]) -> pd.DataFrame:
+    listed = ", ".join(str(int(i)) for i in image_ids) or "-1"
+    return index.query(f"SELECT image_id, path, label FROM images WHERE image_id IN ({listed})").set_index("image_id")
+
+
+def top_images(index: DatasetIndex, sae: TopKSAE, block: int, latent: int, top, colormap: str, alpha: float) -> None:
+    """The latent's top images, its codes over each one's patches drawn on the photo, and their labels."""
+    rows = image_rows(index, top["image_id"].tolist())
+    labels = Counter(str(rows.loc[i, "label"]) for i in top["image_id"] if pd.notna(rows.loc[i, "label"]))
+    st.markdown(
+        f"**Its top {len(top)} images.** Labels: "
+        + (", ".join(f"{label} x{count}" for label, count in labels.most_common()) or "none")
+    )
+    grid_rows, grid_cols = index.grid
+    prefix = index.manifest["activations"]["prefix_tokens"]
+    grid = st.columns(4)
+    for position, entry in enumerate(top.itertuples()):
+        image_id, path = int(entry.image_id), str(rows.loc[entry.image_id, "path"])
+        codes = image_codes(sae, torch.from_numpy(index.activations(image_id, block)[0]), prefix)[:, latent]
+        shown = photo(index, image_id, path)
+        if shown is None:
+            continue
+        image, box = shown
+        patch_map = codes.reshape(grid_rows, grid_cols).numpy()
+        label = rows.loc[entry.image_id, "label"]
+        grid[position % 4].image(
+            drawing.map_thumbnail(image, patch_map, box, colormap, alpha),
+            caption=f"{image_id}: {path}{f', {label}' if pd.notna(label) else ''}; largest code {entry.value:.3g}",
+        )
+
+
+def raised(index: DatasetIndex, sae: TopKSAE, sae_key: str, latent: int, largest: float, top) -> None:
+    """The classes whose logits the latent's decoder column raises most (at its largest code, the final norm frozen
+    on its top images), and the heads of the later blocks that attend most to the patches where it fires."""
+    model = model_of(index)
+    if model is None:
+        return
+    passes = through_the_model(
+        f"{index_key(index)}|{sae_key}", latent, largest, _index=index, _sae=sae, _model=model, _top=top
+    )
+    if passes is None:
+        st.caption("None of its top images could be read again: the model cannot be run on them.")
+        return
+    effects, heads = passes
+    if effects is None:
+        st.caption("The index's model has no classes: there are no logits a latent raises.")
+    else:
+        order = np.argsort(-effects, kind="stable")[:TOP_CLASSES]
+        names = list(model.class_names or [])
+        table = pd.DataFrame(
+            {"class": [names[k] if k < len(names) else f"class {k}" for k in order], "logit change": effects[order]}
+        )
+        st.markdown("**Classes it raises most**")
+        st.dataframe(table, hide_index=True)
+        last = sae.config.block == model.config.num_layers - 1
+        st.caption(
+            f"Direct logit attribution of its decoder column at its largest code ({largest:.3g}), added to the last "
+            "block's output with the final norm frozen, averaged over its top images"
+            + ("." if last else " (the direct path only: what the later blocks make of it is left out).")
+        )
+    if len(heads):
+        first = sae.config.block + 1
+        layer, head = np.unravel_index(np.argsort(-heads, axis=None, kind="stable")[:TOP_CLASSES], heads.shape)
+        st.markdown("**Heads of the later blocks that attend most to where it fires**")
+        st.dataframe(
+            pd.DataFrame({"layer": layer + first, "head": head, "attention share": heads[layer, head]}),
+            hide_index=True,
+        )
+
+
+@st.cache_data(max_entries=64, show_spinner="Running the model on the latent's top images...")
+def through_the_model(key: str, latent: int, largest: float, *, _index, _sae, _model, _top):
+    """(each class's logit change, or None for a backbone; (later blocks, heads) attention shares on the patches
+    where the latent fires) over its top images, or None when none of them can be read again."""
+    pixels, codes = [], []
+    rows = image_rows(_index, _top["image_id"].tolist())
+    block, prefix = _sae.config.block, _index.manifest["activations"]["prefix_tokens"]
+    for image_id in _top["image_id"].tolist():
+        data = photo_bytes(_index, int(image_id), str(rows.loc[image_id, "path"]))
+        try:
+            pixels.append(_model.transform(load_image(data))) if data is not None else None
+        except ImageError:
+            continue
+        stored = torch.from_numpy(_index.activations(int(image_id), block)[0])
+        codes.append(image_codes(_sae, stored, prefix)[:, latent])
+    if not pixels:
+        return None
+    with torch.no_grad():
+        device = next(_model.parameters()).device
+        output = _model(torch.stack(pixels).to(device), output_hidden_states=True, output_attentions=True)
+    effects = None
+    if _model.config.num_classes:
+        effects = latent_logit_effects(_model, _sae, latent, output.hidden_states[-1], largest).numpy()
+    heads = attention_to_firing_patches(list(output.attentions), torch.stack(codes), block, prefix).numpy()
+    return effects, heads
+
+
+def ablations(folder: Path, latent: int) -> None:
+    """The per-class accuracy tables `vitviz sae ablate INDEX SAE --latent J` wrote beside the SAE for this latent."""
+    tables = {path: table for path, table in ablation_tables(folder).items() if latent in table["latent"].to_pylist()}
+    st.markdown(f"**Latent {latent} edited over the index** (`vitviz sae ablate`)")
+    if not tables:
+        st.caption(
+            f"No table yet: `vitviz sae ablate INDEX {folder} --latent {latent}` writes per-class accuracy with this "
+            "latent suppressed beside the SAE, and it shows here."
+        )
+        return
+    for path, table in tables.items():
+        frame = table.to_pandas()
+        scale = frame["scale"].iloc[0]
+        st.caption(f"{path.name}: codes x {scale:g}")
+        st.dataframe(
+            frame.drop(columns=["latent", "scale", "block"]).sort_values("accuracy_change"),
+            hide_index=True,
+            key=f"dataset|ablation|{path.name}",
+        )

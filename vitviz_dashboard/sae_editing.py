@@ -1,0 +1,112 @@
+"""Sparse autoencoders on the pages: a typed SAE folder opened (inside the allowed folders), and latents of an SAE
+edited in the model the whole Photo page shows.
+
+The edit lives in session state per image tower, as knock-outs do (knockout.py): the SAE's folder and, per latent,
+the code it is set to on every patch (a multiple of its largest activation over an index, when that is known) or
+the factor its code is multiplied by. Before any tab is drawn, ``sae_edited_model`` turns the model into
+``vitviz.sae.with_sae(model, ...)``, which shares every weight, and puts a banner above the tabs with one click to
+restore the model. The edit joins the model's key (page.ModelKey.sae_edit), so every cache keeps the edited
+model's results apart, and its ``intact()`` key names the model before.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+import streamlit as st
+
+import vitviz
+from vitviz.sae import SAEError, TopKSAE, load_sae, with_sae
+from vitviz_dashboard.page import KEPT, ModelKey
+from vitviz_dashboard.sidebar.model_dirs import ModelRefused, allowed_model_dirs, check_model_path
+
+OUTSIDE = (
+    "This page opens SAE folders only inside the folders that the server's owner allows (VITVIZ_MODEL_DIRS, the same "
+    "folders as model paths; by default the checkpoints folder and the working directory)."
+)
+SAE_HELP = (
+    "A folder written by `vitviz sae train ... --out DIR`, saev's sae.pt, or a ViT-Prisma folder (config.json and a "
+    ".pt), inside the folders the server's owner allows (VITVIZ_MODEL_DIRS)."
+)
+
+
+def stamp(path: Path) -> int:
+    """When the SAE's files last changed: one trained again opens afresh."""
+    try:
+        return max(os.stat(p).st_mtime_ns for p in ([path] + (list(path.iterdir()) if path.is_dir() else [])))
+    except OSError:
+        return 0
+
+
+@st.cache_resource(max_entries=4, show_spinner="Loading the SAE...")
+def cached_sae(path: str, changed: int) -> TopKSAE:
+    return load_sae(path)
+
+
+def open_typed_sae(text: str) -> tuple[TopKSAE, Path] | None:
+    """The SAE at the typed path and its checked real path, or None with a message saying what is wrong."""
+    if not text.strip():
+        st.info("Enter the folder of a sparse autoencoder: `vitviz sae train INDEX --block B --out DIR` makes one.")
+        return None
+    try:
+        path = check_model_path(text, allowed_model_dirs())
+    except ModelRefused:
+        st.error(OUTSIDE)
+        return None
+    if not path.exists():
+        st.error(f"There is no SAE at `{text.strip()}`: enter the folder `vitviz sae train --out` wrote.")
+        return None
+    try:
+        return cached_sae(str(path), stamp(path)), path
+    except (SAEError, OSError, RuntimeError) as error:  # an unknown format, a damaged file: its message says which
+        st.error(f"Could not open the SAE: {error}")
+        return None
+
+
+def edit_key(spec: str) -> str:
+    """The session-state key of the SAE edit made to the image tower ``spec`` names: {"folder": str, "block": int,
+    "set_to": {latent: code}, "scale": {latent: factor}}, or absent."""
+    return f"{KEPT}{spec}|sae_edit"
+
+
+def restore(spec: str) -> None:
+    st.session_state.pop(edit_key(spec), None)
+
+
+def apply(spec: str, folder: Path, block: int, set_to: dict[int, float], scale: dict[int, float]) -> None:
+    st.session_state[edit_key(spec)] = {"folder": str(folder), "block": block, "set_to": set_to, "scale": scale}
+
+
+def sae_edited_model(model: vitviz.ViT, key: ModelKey, slot) -> tuple[vitviz.ViT, ModelKey]:
+    """The model the page shows and its key: with the SAE edit the user applied, a banner saying so and a restore
+    button, drawn in ``slot`` (an st.empty() the page draws in every run); or the model itself."""
+    edit = st.session_state.get(edit_key(key.spec))
+    if not edit:
+        return model, key
+    path = Path(edit["folder"])
+    try:
+        sae = cached_sae(str(path), stamp(path))
+        edited = with_sae(model, sae, edit["block"], scale=edit["scale"], set_to=edit["set_to"])
+    except (SAEError, OSError, RuntimeError) as error:  # the SAE changed or went away since it was applied
+        restore(key.spec)
+        slot.error(f"The SAE edit was dropped: {error}")
+        return model, key
+    parts = [f"latent {j} set to {v:.3g}" for j, v in sorted(edit["set_to"].items())]
+    parts += [f"latent {j} x {v:.3g}" for j, v in sorted(edit["scale"].items())]
+    text, button = slot.container().columns([3, 1], vertical_alignment="center")
+    text.warning(
+        f"**Edited model.** SAE `{path.name}` on block {edit['block']}: {', '.join(parts)}. The predictions and every "
+        "map below are this model's.",
+        icon=":material/tune:",
+    )
+    button.button("Restore the model", on_click=restore, args=(key.spec,), key="restore_sae", help="Undo the edit")
+    record = (
+        str(path),
+        stamp(path),
+        edit["block"],
+        tuple(sorted(("set", j, v) for j, v in edit["set_to"].items()))
+        + tuple(sorted(("scale", j, v) for j, v in edit["scale"].items())),
+    )
+    return edited, dataclasses.replace(key, sae_edit=record)

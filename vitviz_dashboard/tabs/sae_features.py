@@ -1,0 +1,164 @@
+"""SAE features: which latents of a sparse autoencoder fire where on this photo, and an edit of chosen latents that
+becomes the whole page's model (sae_editing.py), with the top classes before and after."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+import torch
+
+import vitviz
+from vitviz.sae import TopKSAE
+from vitviz.sae.browse import image_codes, patch_latents, read_latent_tables, top_latents
+from vitviz_dashboard.cache.pictures import overlay_picture
+from vitviz_dashboard.knockout import what_changes
+from vitviz_dashboard.page import Page
+from vitviz_dashboard.sae_editing import SAE_HELP, apply, edit_key, open_typed_sae, stamp
+
+SHOWN = 8  # latents drawn over the photo
+
+
+@st.cache_data(max_entries=16, show_spinner="Encoding the photo's tokens with the SAE...")
+def photo_codes(
+    model_key: str, image_key: str, sae_path: str, sae_stamp: int, *, _model: vitviz.ViT, _sae: TopKSAE, _pixels
+) -> np.ndarray:
+    """The codes (P, N) of the photo's patch tokens at the SAE's block, from the unedited model."""
+    with torch.no_grad():
+        device = next(_model.parameters()).device
+        hidden = _model(_pixels.to(device), output_hidden_states=True).hidden_states[_sae.config.block][0]  # (T, D)
+    return image_codes(_sae, hidden, _model.config.num_prefix_tokens).numpy()
+
+
+def largest_activations(path: Path) -> np.ndarray | None:
+    """Each latent's largest code over an index, when the Dataset page's Features tab has written it beside the SAE."""
+    tables = read_latent_tables(path if path.is_dir() else path.parent)
+    return None if tables is None else tables[0]["max_activation"].to_numpy()
+
+
+def draw(page: Page) -> None:
+    st.caption(
+        "A sparse autoencoder (SAE) splits one block's patch tokens into sparse latents (`vitviz sae train`; "
+        "docs/sae.md). Here: the latents that fire most on this photo, each drawn over it, and an edit of chosen "
+        "latents that the whole page then shows."
+    )
+    opened = open_typed_sae(st.text_input("SAE folder", key=page.widget_key("sae_folder", ""), help=SAE_HELP))
+    if opened is None:
+        return
+    sae, path = opened
+    model = page.intact_model if page.intact_model is not None else page.model  # the codes of the unedited model
+    block, layers = sae.config.block, model.config.num_layers
+    if block is None or not 0 <= block < layers:
+        st.error(f"The SAE reads block {block}; this model has blocks 0 to {layers - 1}: it was trained on another.")
+        return
+    if sae.config.d_in != model.config.hidden_size:
+        st.error(
+            f"The SAE reads {sae.config.d_in}-wide tokens; this model's blocks output {model.config.hidden_size}-wide "
+            "ones: it was trained on another model."
+        )
+        return
+    codes = torch.from_numpy(
+        photo_codes(
+            repr(page.model_key.intact()),
+            page.photo.key,
+            str(path),
+            stamp(path),
+            _model=model,
+            _sae=sae,
+            _pixels=page.analysis.pixel_values,
+        )
+    )
+    ranked = top_latents(codes, SHOWN)
+    rows, cols = page.analysis.grid_size
+    if not ranked:
+        st.info("No latent of this SAE fires on this photo.")
+    else:
+        st.markdown(
+            f"**The {len(ranked)} latents that fire most on this photo** (block {block}, codes in the SAE's units)"
+        )
+        grid = st.columns(4)
+        for position, (latent, value, patches) in enumerate(ranked):
+            patch_map = codes[:, latent].reshape(rows, cols).numpy()
+            grid[position % 4].image(
+                overlay_picture(page.photo, patch_map, page.analysis.box, page.settings),
+                caption=f"latent {latent}: largest {value:.3g}, on {patches} of {rows * cols} patches",
+                width="stretch",
+            )
+        one_patch(page, codes)
+    edit(page, sae, path, [latent for latent, _, _ in ranked])
+
+
+def one_patch(page: Page, codes: torch.Tensor) -> None:
+    """The latents that fire on one chosen patch, largest first, with the patch outlined on the photo."""
+    rows, cols = page.analysis.grid_size
+    st.markdown("**One patch's latents**")
+    picture, fields = st.columns([1, 2])
+    with fields:
+        left, right = st.columns(2)
+        row = left.number_input("Row", 0, rows - 1, key=page.widget_key("sae_row", rows // 2, per_image=True))
+        col = right.number_input("Column", 0, cols - 1, key=page.widget_key("sae_col", cols // 2, per_image=True))
+        listed = patch_latents(codes, int(row) * cols + int(col))
+        if listed:
+            st.dataframe(pd.DataFrame(listed, columns=["latent", "code"]), hide_index=True)
+        else:
+            st.caption("No latent fires on this patch.")
+    strongest = codes.max(dim=1).values.reshape(rows, cols).numpy()  # each patch's largest code
+    picture.image(
+        overlay_picture(page.photo, strongest, page.analysis.box, page.settings, mark=(int(row), int(col))),
+        caption="each patch's largest code; the chosen patch outlined",
+        width="stretch",
+    )
+
+
+def edit(page: Page, sae: TopKSAE, path: Path, firing: list[int]) -> None:
+    """A slider per chosen latent, and a button that makes the edited model the page's."""
+    st.subheader("Edit latents")
+    largest = largest_activations(path)
+    if largest is not None and len(largest) != sae.config.latents:
+        largest = None
+    st.caption(
+        "Each chosen latent's code is set, on every patch, to a multiple of its largest activation over the index "
+        "(saev's protocol: −2x turns a feature around; 0 suppresses it)."
+        if largest is not None
+        else "Each chosen latent's code is multiplied by a factor (0 suppresses it, 2 doubles it). Open the SAE in the "
+        "Dataset page's Features tab once to set latents to multiples of their largest activation instead."
+    )
+    every = list(range(sae.config.latents))
+    chosen = st.multiselect(
+        "Latents to edit",
+        every,
+        key=page.widget_key(f"sae_latents|{path}", firing[:1], options=None),
+        help="The latents above fire most on this photo; any latent of the SAE can be chosen.",
+    )
+    set_to, scale = {}, {}
+    for latent in chosen:
+        if largest is not None:
+            multiple = st.slider(
+                f"Latent {latent}: set to this multiple of its largest activation ({largest[latent]:.3g})",
+                -2.0,
+                2.0,
+                step=0.1,
+                key=page.widget_key(f"sae_multiple|{path}|{latent}", 0.0),
+            )
+            set_to[int(latent)] = float(multiple * largest[latent])
+        else:
+            factor = st.slider(
+                f"Latent {latent}: multiply its code by",
+                0.0,
+                2.0,
+                step=0.1,
+                key=page.widget_key(f"sae_factor|{path}|{latent}", 0.0),
+            )
+            scale[int(latent)] = float(factor)
+    st.button(
+        "Apply to the page's model",
+        on_click=apply,
+        args=(page.model_key.spec, path, sae.config.block, set_to, scale),
+        disabled=not chosen,
+        key="sae_apply",
+        help="Every tab then shows the edited model; the banner above the tabs restores it.",
+    )
+    if st.session_state.get(edit_key(page.model_key.spec)) and page.intact_model is not None:
+        what_changes(page)
