@@ -108,7 +108,7 @@ async def measure(url: str, server, photo_path: Path, repeats: int, settle_ms: i
         )
         results["first_run_after_upload_s"] = round(time.perf_counter() - start, 2)
         for name, (tab, change) in controls(page).items():
-            button = page.get_by_role("tab", name=tab) if tab else None
+            button = page.get_by_role("tab", name=tab, exact=True) if tab else None
             if button and await button.get_attribute("aria-selected") != "true":
                 # opening a tab runs the page once (only the open tab is drawn)
                 await _act_and_wait(page, button.click, 120_000)

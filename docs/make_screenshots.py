@@ -59,10 +59,10 @@ def main(photos: Path) -> None:
         page.locator("input[type=file]").first.set_input_files([str(path) for path in paths.values()])
         wait_until_drawn(page, "Attention rollout")
         for name, (tab, text, photo, other) in SHOTS.items():
-            page.get_by_role("tab", name="Overview").click()
+            page.get_by_role("tab", name="Overview", exact=True).click()
             choose(page, "Image", photo)
             wait_until_drawn(page, f"{photo}, ")  # the rollout's caption names the photo: it is drawn
-            page.get_by_role("tab", name=tab).click()
+            page.get_by_role("tab", name=tab, exact=True).click()
             wait_until_drawn(page, text)
             if other is not None:
                 page.get_by_role("combobox", name="Compare with another class").click()

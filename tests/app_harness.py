@@ -120,6 +120,7 @@ EVERY_TAB = [
     "Model anatomy",
     "Tokens",
     "Faithfulness",
+    "SAE features",
 ]
 
 

@@ -52,6 +52,7 @@ def test_upload_renders_predictions_and_the_rollout_overlay(default_model):
         "Model anatomy",
         "Tokens",
         "Faithfulness",
+        "SAE features",
     ]
     specs = chart_specs(at)
     for name in NAMES:

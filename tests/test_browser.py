@@ -94,7 +94,7 @@ def test_upload_overlay_and_click_a_patch(server):
         assert overlay.suggested_filename == "photo_rollout.png"
         assert Image.open(overlay.path()).size == (480, 320)
 
-        page.get_by_role("tab", name="Click a patch").click()
+        page.get_by_role("tab", name="Click a patch", exact=True).click()
         page.get_by_text("patch (2, 2), layer 1").first.wait_for(timeout=90_000)
         # the picture to click (a component drawn in the page, as wide as its column). The model saw the centre
         # 320x320 crop of the 480x320 photo: a 4x4 grid of 80-pixel patches from x = 80 to 400
@@ -147,7 +147,7 @@ def test_features_tab_click_to_match_between_two_photos(server):
         page.get_by_text("Upload one or more photos").wait_for(timeout=120_000)
         page.locator("input[type=file]").first.set_input_files(paths)
         page.get_by_text("Attention rollout").first.wait_for(timeout=120_000)
-        page.get_by_role("tab", name="Features").click()
+        page.get_by_role("tab", name="Features", exact=True).click()
         page.get_by_text("similarity to its patch (2, 2)").first.wait_for(timeout=90_000)
         source = (
             page.get_by_text("(the first photo chosen above)").inner_text().split("Click a patch of ")[1].split(" ")[0]
@@ -189,7 +189,7 @@ def test_click_a_head_in_the_ranking_to_knock_it_out_then_restore(server):
         page.get_by_text("Upload one or more photos").wait_for(timeout=120_000)
         page.locator("input[type=file]").first.set_input_files(str(photo))
         page.get_by_text("Attention rollout").first.wait_for(timeout=120_000)
-        page.get_by_role("tab", name="Heads & layers").click()
+        page.get_by_role("tab", name="Heads & layers", exact=True).click()
         for attempt in range(3):  # each time the banner appears anew
             wait_until_drawn(page, "Logit drop when removed")
             chart = page.locator(".js-plotly-plot", has_text="Logit drop when removed").first

@@ -53,10 +53,10 @@ def test_open_select_open_in_photo_heads_and_search(server):
         no_exception(page)
         page.get_by_role("link", name="Dataset").click()
         wait_until_drawn(page, "25 images match")  # the folder is still typed in
-        page.get_by_role("tab", name="Heads").click()
+        page.get_by_role("tab", name="Heads", exact=True).click()
         wait_until_drawn(page, "Heads clustered by their dataset-averaged statistics")
         no_exception(page)
-        page.get_by_role("tab", name="Patch search").click()
+        page.get_by_role("tab", name="Patch search", exact=True).click()
         wait_until_drawn(page, "most similar patches")
         no_exception(page)
         browser.close()

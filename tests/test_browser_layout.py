@@ -39,6 +39,7 @@ TABS = {
     "Model anatomy": "Position-embedding similarity",
     "Tokens": "Attention to the prefix tokens",
     "Faithfulness": "Replace patches by",
+    "SAE features": "SAE folder",
 }
 
 # the height of everything in the page's scrolling main area, to screenshot it whole (Streamlit scrolls an
@@ -109,7 +110,7 @@ def test_every_tab_at_every_width_without_console_errors(server, width):
         page.wait_for_function(f"() => ({MEDIA_IMAGES})().join() != {overlays!r}.join()", timeout=120_000)
         wait_until_drawn(page, "Attention rollout")
         for tab, text in TABS.items():
-            page.get_by_role("tab", name=tab).click()
+            page.get_by_role("tab", name=tab, exact=True).click()
             wait_until_drawn(page, text)
             if tab == "Faithfulness":  # run the test: its curves, table and warnings are what the tab shows
                 page.get_by_text("Run the perturbation test (").click()

@@ -29,7 +29,7 @@ from vitviz_dashboard.sidebar.model_dirs import (
 )
 
 # Popular ViTs, label -> spec. Each downloads once when online (into the Hugging Face cache) and
-# loads offline afterwards; tests/test_app.py checks every timm name is one of timm's pretrained tags.
+# loads offline afterwards; tests/test_app_models.py checks every timm name is one of timm's pretrained tags.
 CURATED_MODELS = {
     "DeiT-B/16 distilled (timm)": "timm:deit_base_distilled_patch16_224.fb_in1k",
     "DINO ViT-S/8 (timm)": "timm:vit_small_patch8_224.dino",
