@@ -8,6 +8,7 @@ and on an error shown in the page. It also changes a control that redraws an ove
 old one is on screen (the head fusion), which once left the browser asking for a /media file already gone.
 """
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from browser_harness import (
 )
 
 require_browser()
+from playwright.sync_api import TimeoutError as PlaywrightTimeout  # noqa: E402
 from playwright.sync_api import sync_playwright  # noqa: E402
 
 SCREENSHOTS = Path(os.environ.get("VITVIZ_SCREENSHOTS", ROOT / "tests" / "screenshots"))
@@ -103,6 +105,10 @@ def test_every_tab_at_every_width_without_console_errors(server, width):
         # a fresh clone's first screen: a bundled example photo, its prediction, the Overview
         wait_until_drawn(page, "Attention rollout")
         assert page.get_by_text("Prediction:").count() >= 1
+        # the tab list wraps once the page's style applies: wait for it (a fresh server's first page drew its tabs
+        # before the style once), then check
+        with contextlib.suppress(PlaywrightTimeout):
+            page.wait_for_function(f"() => ({HIDDEN_TABS})().length === 0", timeout=30_000)
         assert page.evaluate(HIDDEN_TABS) == [], "a tab name is out of sight"
         # a control that redraws the overlay in place
         overlays = page.evaluate(MEDIA_IMAGES)

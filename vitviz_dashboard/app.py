@@ -56,6 +56,7 @@ TABS: dict[str, Callable[[Page], None]] = {
 def main() -> None:
     """Two pages: Photo (one photo at a time) and Dataset (an index made by `vitviz index`)."""
     st.set_page_config(page_title="vitviz", page_icon="🔍", layout="wide")
+    st.html(TAB_WRAP)  # before either page draws its tabs, in every run
     keep_tab_widgets()  # each page's kept values survive runs of the other page
     photo = st.Page(photo_page, title="Photo", default=True)
     dataset = st.Page(lambda: dataset_page(photo), title="Dataset", url_path="dataset")
@@ -64,7 +65,6 @@ def main() -> None:
 
 def photo_page() -> None:
     st.title("vitviz: what does the Vision Transformer look at?")
-    st.html(TAB_WRAP)
     keep_tab_widgets()  # first: the runs that stop early below must not lose the tabs' settings
     settings = sidebar()
     if BUDGET_ERROR:
