@@ -6,7 +6,8 @@ also takes training images from cifar10_train.zip) with the shipped default mode
 1. indexing: images per second of `build_index` (read, decode, preprocess, the pass, Parquet and .npy shards,
    the FAISS indexes at the end) against the plain forward pass over the same images (read, decode, preprocess,
    `model(x)`), same model, batch and precision; interleaved repeats, medians;
-2. scale: `torchrun --nproc-per-node 2` (one thread each) against one process with one thread, whole commands;
+2. scale: `torchrun --nproc-per-node 2` (one thread each) against one process with one thread: the pass (as each
+   process prints it) and the whole command;
 3. search: the patch index over 1,000,000 real patch vectors (the default model's block-0 patch tokens of 15,625
    CIFAR-10 images, test then train: one block per image, since running 16,000 images through the whole pass did
    not fit on the busy 2-core machine; the search code is the same), per query, and recall@10 against exact search
@@ -20,6 +21,7 @@ also takes training images from cifar10_train.zip) with the shipped default mode
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -60,8 +62,8 @@ def indexing(model, source, limit: int, batch: int, features: bool, folder: Path
     return time.perf_counter() - start
 
 
-def throughput(images: Path, limit: int, batch: int, repeats: int, work: Path) -> dict:
-    model = vitviz.load_model("default")
+def throughput(images: Path, limit: int, batch: int, repeats: int, work: Path, model_name: str = "default") -> dict:
+    model = vitviz.load_model("default") if model_name == "default" else vitviz.load_model(vit_b16_checkpoint(work))
     source = open_source(images)
     times = {"plain forward": [], "index (default set)": [], "index without patch features": []}
     for _ in range(repeats):  # interleaved, so machine noise hits each alike
@@ -70,6 +72,7 @@ def throughput(images: Path, limit: int, batch: int, repeats: int, work: Path) -
         times["index without patch features"].append(indexing(model, source, limit, batch, False, work / "t2"))
     rates = {name: limit / statistics.median(t) for name, t in times.items()}
     return {
+        "model": model_name,
         "images": limit,
         "batch": batch,
         "precision": "fp32",
@@ -81,46 +84,49 @@ def throughput(images: Path, limit: int, batch: int, repeats: int, work: Path) -
     }
 
 
-def command(images: Path, out: Path, limit: int, processes: int) -> float:
+PASS_LINE = re.compile(r"^indexing(?: \(process \d+ of \d+\))?: (\d+) images in ([0-9.]+) s", re.MULTILINE)
+
+
+def command(images: Path, out: Path, limit: int, processes: int, shard_size: int) -> tuple[float, float]:
+    """Seconds of the whole command, and of the pass: the longest of the processes' own passes, as each prints it
+    (from its first image to its last, without start-up and without the search indexes built at the end)."""
     shutil.rmtree(out, ignore_errors=True)
     runner = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}"] if processes > 1 else []
     env = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     start = time.perf_counter()
-    subprocess.run(
-        [
-            sys.executable,
-            *runner,
-            "-m",
-            "vitviz",
-            "index",
-            str(images),
-            "--model",
-            "default",
-            "--out",
-            str(out),
-            "--limit",
-            str(limit),
-            "--shard-size",
-            "512",
-        ],
+    finished = subprocess.run(
+        [sys.executable, *runner, "-m", "vitviz", "index", str(images), "--model", "default", "--out", str(out)]
+        + ["--limit", str(limit), "--shard-size", str(shard_size)],
         env=env,
         check=True,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
-    return time.perf_counter() - start
+    whole = time.perf_counter() - start
+    passes = [(int(n), float(t)) for n, t in PASS_LINE.findall(finished.stderr)]
+    if len(passes) != processes or sum(n for n, _ in passes) != limit:
+        raise RuntimeError(f"expected {processes} pass lines covering {limit} images; got {passes}")
+    return whole, max(t for _, t in passes)
 
 
-def scale(images: Path, limit: int, repeats: int, work: Path) -> dict:
-    one, two = [], []
+def scale(images: Path, limit: int, repeats: int, work: Path, shard_size: int = 250) -> dict:
+    """One process against two (one thread each), whole commands and their passes, interleaved. The whole command
+    adds what every command pays once (Python and torch imports, loading the model, torchrun's launcher) and the
+    first process's search indexes after the pass."""
+    runs: dict[str, list[tuple[float, float]]] = {"one": [], "two": []}
     for _ in range(repeats):
-        one.append(command(images, work / "one", limit, 1))
-        two.append(command(images, work / "two", limit, 2))
+        runs["one"].append(command(images, work / "one", limit, 1, shard_size))
+        runs["two"].append(command(images, work / "two", limit, 2, shard_size))
+    whole = {name: statistics.median(w for w, _ in r) for name, r in runs.items()}
+    passes = {name: statistics.median(p for _, p in r) for name, r in runs.items()}
     return {
         "images": limit,
-        "one_process_one_thread_s": one,
-        "two_processes_one_thread_each_s": two,
-        "speedup": statistics.median(one) / statistics.median(two),
+        "shard_size": shard_size,
+        "whole_command_s": {name: [w for w, _ in r] for name, r in runs.items()},
+        "pass_s": {name: [p for _, p in r] for name, r in runs.items()},
+        "speedup_pass": passes["one"] / passes["two"],
+        "speedup_whole_command": whole["one"] / whole["two"],
     }
 
 
@@ -193,14 +199,21 @@ def disk(folder: Path) -> dict:
     }
 
 
-def vit_b16(images: Path, work: Path, count: int = 32) -> dict:
-    """ViT-B/16 at 224 with random weights on ``count`` CIFAR images (upsampled): measured bytes, and shapes."""
+def vit_b16_checkpoint(work: Path) -> Path:
+    """A ViT-B/16 at 224 with random weights (seed 0) and 1,000 classes, saved as a vitviz checkpoint."""
     from vitviz import Preprocessing, ViT, ViTConfig, save_checkpoint
 
-    torch.manual_seed(0)
-    model = ViT(ViTConfig(num_classes=1000)).eval()
     path = work / "vit_b16.pt"
-    save_checkpoint(path, model, [f"class {i}" for i in range(1000)], Preprocessing(resize=256, crop=224))
+    if not path.is_file():
+        torch.manual_seed(0)
+        model = ViT(ViTConfig(num_classes=1000)).eval()
+        save_checkpoint(path, model, [f"class {i}" for i in range(1000)], Preprocessing(resize=256, crop=224))
+    return path
+
+
+def vit_b16(images: Path, work: Path, count: int = 32) -> dict:
+    """ViT-B/16 at 224 with random weights on ``count`` CIFAR images (upsampled): measured bytes, and shapes."""
+    path = vit_b16_checkpoint(work)
     out = work / "vit_b16"
     shutil.rmtree(out, ignore_errors=True)
     build_index(vitviz.load_model(path), open_source(images), out, IndexOptions(limit=count), str(path), 16)
@@ -220,8 +233,19 @@ def main() -> None:
     parser = common.parser(__doc__)
     parser.add_argument("--images", type=Path, default=Path("/tmp/cifar10/test"))
     parser.add_argument("--limit", type=int, default=2000, help="images for the throughput comparison")
-    parser.add_argument("--scale-limit", type=int, default=4000, help="images for the torchrun comparison")
+    parser.add_argument(
+        "--scale-limit",
+        type=int,
+        default=3000,
+        help="images for the torchrun comparison (below the exact-search limit)",
+    )
     parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument(
+        "--model",
+        choices=["default", "vit_b16"],
+        default="default",
+        help="the throughput part's model: the shipped default, or ViT-B/16 at 224 with random weights",
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--search-vectors", type=int, default=1_000_000)
     parser.add_argument(
@@ -246,11 +270,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as temporary:
         work = Path(temporary)
         if "throughput" in args.parts:
-            results["throughput"] = throughput(args.images, args.limit, args.batch, args.repeats, work)
-            results["disk_default_model"] = disk(work / "t1")
-            print(results["throughput"], results["disk_default_model"], flush=True)
+            results["throughput"] = throughput(args.images, args.limit, args.batch, args.repeats, work, args.model)
+            results[f"disk_{args.model}_model"] = disk(work / "t1")
+            print(results["throughput"], results[f"disk_{args.model}_model"], flush=True)
         if "scale" in args.parts:
-            results["scale"] = scale(args.images, args.scale_limit, max(1, args.repeats - 1), work)
+            results["scale"] = scale(args.images, args.scale_limit, args.repeats, work)
             print(results["scale"], flush=True)
         if "search" in args.parts:
             vectors = cifar_patch_vectors([args.images, args.train], args.search_vectors, args.search_block)

@@ -59,4 +59,21 @@ def test_open_select_open_in_photo_heads_and_search(server):
         page.get_by_role("tab", name="Patch search", exact=True).click()
         wait_until_drawn(page, "most similar patches")
         no_exception(page)
+        # a click on the photo picks the patch: image 1 is 32 x 32, all of it seen, a 4 x 4 grid
+        image_field = page.get_by_role("spinbutton", name="Image id")
+        image_field.fill("1")
+        image_field.press("Enter")
+        wait_until_drawn(page, "Image 1 (")
+        picture = page.get_by_alt_text("image 1", exact=True)
+        picture.wait_for(timeout=90_000)
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('*')].some(e => e.shadowRoot && "
+            "[...e.shadowRoot.querySelectorAll('img')].some(i => i.complete && i.width > 0))"
+        )
+        shown = picture.bounding_box()
+        picture.click(position={"x": shown["width"] / 8, "y": shown["height"] * 3 / 8})  # patch (1, 0)
+        wait_until_drawn(page, "patch (1, 0). Click a patch")
+        assert page.get_by_role("spinbutton", name="Patch row").input_value() == "1"
+        assert page.get_by_role("spinbutton", name="Patch column").input_value() == "0"
+        no_exception(page)
         browser.close()

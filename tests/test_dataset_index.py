@@ -189,3 +189,20 @@ def test_pca_key_facet_relevance_and_faithfulness(built, tmp_path):
     np.testing.assert_allclose(
         [stored["m"][0], stored["l"][0]], [curves["auc_most_first"], curves["auc_least_first"]], rtol=1e-3, atol=1e-3
     )
+
+
+def test_values_beyond_float16_are_refused_not_stored_as_infinity(built, tmp_path):
+    """Features and activations are stored in fp16: a model whose tokens reach past 65,504 gets a message, never a
+    shard of silent infinities."""
+    from vitviz.dataset.build import build_index
+    from vitviz.dataset.sources import open_source
+    from vitviz.dataset.storage import IndexFormatError
+
+    model_path, images, _, _ = built
+    model = load_model(model_path)
+    with torch.no_grad():
+        model.patch_embed.proj.weight.mul_(1e6)  # the residual stream now holds values far beyond fp16's range
+    with pytest.raises(IndexFormatError, match="features reaches .* beyond float16's largest value"):
+        build_index(model, open_source(images), tmp_path / "huge", IndexOptions(), str(model_path))
+    stored = build_index(model, open_source(images), tmp_path / "plain", IndexOptions(features=False), "x")
+    assert stored["count"] > 0  # without the fp16 arrays (maps are fp16 too, but they are shares of 1)

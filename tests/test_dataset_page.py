@@ -4,7 +4,9 @@ clusters, queries and keys, patch search, and a message for each bad folder."""
 
 import base64
 import json
+import os
 import shutil
+import time
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +28,7 @@ from vitviz_dashboard.cache import budget
 from vitviz_dashboard.dataset import indexing
 from vitviz_dashboard.dataset.opening import photo_prompts
 from vitviz_dashboard.dataset.page import FOLDER
-from vitviz_dashboard.sidebar.model_picker import PATH_OR_UPLOAD
+from vitviz_dashboard.sidebar.model_picker import HUB_SPEC, PATH_OR_UPLOAD
 from vitviz_dashboard.sidebar.prompts import ENSEMBLE_KEY, MY_PROMPTS, PROMPTS_KEY, SOURCE_KEY
 
 
@@ -360,6 +362,20 @@ def test_the_photo_pages_sidebar_and_tab_survive_a_visit_to_the_dataset_page(bui
     assert at.session_state["tab"] == "Tokens"
 
 
+def test_a_typed_hub_spec_survives_a_visit_to_the_dataset_page(built):
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.session_state["model_box"] = HUB_SPEC
+    at.session_state["model_hub_spec"] = "hf:not a repository id"  # refused at once, offline: the value still stays
+    checked(at.run())
+    photo_hash = next(h for h, info in at._registered_pages.items() if info.get("url_pathname") != "dataset")
+    at._page_hash = next(h for h, info in at._registered_pages.items() if info.get("url_pathname") == "dataset")
+    checked(at.run())
+    checked(at.run())  # Streamlit has dropped the undrawn widgets by now
+    at._page_hash = photo_hash
+    checked(at.run())
+    assert at.sidebar.text_input(key="model_hub_spec").value == "hf:not a repository id"
+
+
 def test_the_sessions_photos_with_a_text_tower_make_a_zero_shot_index_whose_prompts_go_back(
     built, tmp_path, monkeypatch
 ):
@@ -385,3 +401,18 @@ def test_the_sessions_photos_with_a_text_tower_make_a_zero_shot_index_whose_prom
     checked(at.run())
     checked(at.button(key=next(b.key for b in at.button if b.label == "Open in Photo")).click().run())
     assert at.session_state[PROMPTS_KEY] == "a photo of a dog\na photo of a cat"
+
+
+def test_session_folders_unused_for_a_day_are_swept_and_the_current_one_kept(tmp_path):
+    root = tmp_path / "sessions"
+    old, recent, mine = (root / name for name in ("old", "recent", "mine"))
+    for folder in (old, recent, mine):
+        (folder / "abc" / "index").mkdir(parents=True)
+    day = indexing.SESSION_MAX_AGE_S
+    now = time.time()
+    os.utime(old, (now - day - 60, now - day - 60))
+    os.utime(mine, (now - 2 * day, now - 2 * day))  # old too, but it is the caller's own
+    os.utime(recent, (now - day + 600, now - day + 600))
+    assert indexing.sweep_session_folders(root, keep=mine) == [old]
+    assert sorted(p.name for p in root.iterdir()) == ["mine", "recent"]
+    assert indexing.sweep_session_folders(tmp_path / "none yet", keep=mine) == []

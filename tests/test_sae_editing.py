@@ -160,3 +160,15 @@ def test_explanations_that_run_the_blocks_themselves_see_the_edit(model, images)
         assert (output.logits - model(images).logits).abs().max() > 1e-3
     plain, changed = head_importance(model, images[:1]), head_importance(edited, images[:1])
     assert not torch.allclose(plain.logit_change, changed.logit_change)
+
+
+def test_direct_logit_attribution_is_refused_on_an_edited_model(model, images):
+    """The edit writes to the residual stream outside every head and MLP: the parts would not sum to the logit."""
+    from vitviz.explain import direct_logit_attribution
+
+    parts = direct_logit_attribution(model, images)  # the unedited model splits
+    assert torch.allclose(
+        parts.embeddings + parts.heads.sum((1, 2)) + parts.mlps.sum(1) + parts.biases, parts.logit, atol=1e-4
+    )
+    with pytest.raises(ValueError, match="edited \\(an SAE edit\\)"):
+        direct_logit_attribution(with_sae(model, sae_for(model), 1, scale={0: 2.0}), images)

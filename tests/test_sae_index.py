@@ -153,8 +153,10 @@ def test_ablate_writes_per_class_accuracy(built, trained, tmp_path):
         "predictions_changed",
         "latent",
         "scale",
+        "set_to",
         "block",
     ]
+    assert table["scale"].tolist() == [1.0, 1.0] and table["set_to"].isna().all()
     expected = index.query(
         "SELECT label, count(*) AS images, avg(correct::INT) AS accuracy FROM images "
         "WHERE error IS NULL GROUP BY label ORDER BY label"
@@ -168,6 +170,28 @@ def test_ablate_writes_per_class_accuracy(built, trained, tmp_path):
     )
     assert suppressed["label"].to_pylist() == ["cat"] and suppressed["images"].to_pylist() == [6]  # cat/ sorts first
     assert json.loads(suppressed.schema.metadata[b"vitviz"])["latent"] == 5
+
+
+def test_ablate_sets_a_latent_to_a_value_or_to_a_multiple_of_its_largest(built, trained, tmp_path, capsys):
+    """--set-to V puts V in every patch's code; --set-to-max M reads the latent's largest code from latents.parquet
+    (saev's protocol is M = -2), and equals --set-to with that product."""
+    _, _, out = built
+    sae = tmp_path / "sae"
+    shutil.copytree(trained[0], sae)
+    common = [str(out), str(sae), "--latent", "3"]
+    with pytest.raises(SystemExit):
+        sae_main(["ablate", *common, "--set-to-max", "-2"])
+    assert re.search("run `vitviz sae latents INDEX .*` first", capsys.readouterr().err)
+    sae_main(["latents", str(out), str(sae)])
+    largest = pq.read_table(sae / "latents.parquet").to_pandas().set_index("latent")["max_activation"][3]
+    by_max = pq.read_table(sae_main(["ablate", *common, "--set-to-max", "-2"])).to_pandas()
+    by_value = pq.read_table(
+        sae_main(["ablate", *common, "--set-to", str(-2 * largest), "--out", str(tmp_path / "v.parquet")])
+    ).to_pandas()
+    assert by_max["set_to"].tolist() == pytest.approx([-2 * largest] * 2) and by_max["scale"].isna().all()
+    assert by_max.drop(columns="set_to").equals(by_value.drop(columns="set_to"))
+    with pytest.raises(SystemExit):  # one edit at a time
+        sae_main(["ablate", *common, "--scale", "0", "--set-to", "1"])
 
 
 def test_bad_input_gets_one_line(built, trained, tmp_path, capsys):

@@ -17,7 +17,7 @@ from vitviz_dashboard.analysis import ImageAnalysis
 
 KEPT = "kept|"  # prefix of the keys of tab widgets, whose values outlive runs that do not draw them
 # the Photo page's sidebar and open tab, kept the same way: a visit to the Dataset page draws none of them
-PHOTO_WIDGETS = ("model_box", "model_path", "precision", "colormap", "alpha", "tab")
+PHOTO_WIDGETS = ("model_box", "model_path", "model_hub_spec", "precision", "colormap", "alpha", "tab")
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -216,6 +217,13 @@ def run(args: argparse.Namespace, device: torch.device, rank: int, world: int, d
         file=sys.stderr,
         position=rank,
     ) as bar:
+        started = time.perf_counter()
+        done = [0, started]  # images, and when the last was done: this process's pass, without the search indexes
+
+        def progress(count: int) -> None:
+            bar.update(count)
+            done[:] = [done[0] + count, time.perf_counter()]
+
         manifest = build_index(
             model,
             source,
@@ -227,9 +235,12 @@ def run(args: argparse.Namespace, device: torch.device, rank: int, world: int, d
             rank,
             world,
             barrier,
-            bar.update,
+            progress,
             extra,
         )
+    seconds = done[1] - started
+    rate = f" ({done[0] / seconds:.1f} images/s)" if seconds > 0 and done[0] else ""
+    print(f"{label}: {done[0]} images in {seconds:.2f} s{rate}", file=sys.stderr)
     if manifest is not None:
         failed = _count_errors(args.out)
         print(f"indexed {manifest['count']} images into {args.out} ({failed} unreadable, recorded with their error)")

@@ -18,7 +18,7 @@ import torch
 
 from vitviz import explain
 from vitviz.dataset.sources import Entry, read_entry
-from vitviz.dataset.storage import ACTIVATIONS, activation_name
+from vitviz.dataset.storage import ACTIVATIONS, IndexFormatError, activation_name
 from vitviz.explain.facets import Facet
 from vitviz.model import ViT, autocast
 from vitviz.preprocessing import ImageError, load_image
@@ -239,6 +239,24 @@ def _dtype(name: str) -> type:
     return np.float32 if name == "embedding" else np.float16  # maps and features in fp16
 
 
+FP16_MAX = float(torch.finfo(torch.float16).max)  # 65,504
+
+
+def _stored(name: str, values: torch.Tensor) -> np.ndarray:
+    """``values`` in the array's stored dtype, converted by torch (several times faster than numpy's fp16 cast).
+    A finite value beyond fp16's range would be stored as infinity without a word, so it is refused instead."""
+    if _dtype(name) == np.float32:
+        return values.float().numpy()
+    if values.dtype != torch.float16:
+        largest = values.abs().amax().item() if values.numel() else 0.0
+        if largest > FP16_MAX and np.isfinite(largest):
+            raise IndexFormatError(
+                f"{name} reaches {largest:.4g}, beyond float16's largest value ({FP16_MAX:,.0f}); the index stores "
+                f"{name} in float16, so this model's values cannot be kept: leave {name} out of the index"
+            )
+    return values.to(torch.float16).numpy()
+
+
 def _store(
     batch: dict, positions: list[int], rows: list[dict], arrays: dict, heads: list, n: int, start: int, model: ViT
 ) -> None:
@@ -255,7 +273,7 @@ def _store(
         if name in batch:
             if name not in arrays:
                 arrays[name] = np.zeros((n, *batch[name].shape[1:]), _dtype(name))
-            arrays[name][positions] = batch[name].numpy().astype(_dtype(name))
+            arrays[name][positions] = _stored(name, batch[name])
     names = model.class_names
     # whole-batch tensor ops, converted to Python lists once: no per-image tensor calls
     high_norm = batch["high_norm"].numpy()

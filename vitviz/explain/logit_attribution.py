@@ -17,6 +17,7 @@ from torch import nn
 
 from vitviz.explain.common import target_indices
 from vitviz.model import ViT
+from vitviz.model.layers import Block
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,8 @@ def direct_logit_attribution(
 
     Refused with a message where the readout is not linear in the last tokens: an attention-pooling head ("map"),
     a norm on the heads' joined output (EVA-02's CLIP towers), a head that is neither linear nor a prompt head, and
-    heads replaced by their batch mean (``knock_out(..., ablation="mean")``).
+    heads replaced by their batch mean (``knock_out(..., ablation="mean")``), and a block edited through an SAE
+    (``vitviz.sae.with_sae``).
     """
     c = model.config
     if c.num_classes == 0:
@@ -55,6 +57,11 @@ def direct_logit_attribution(
         raise ValueError("a norm on two tokens read side by side is not handled by direct logit attribution")
     if model.interventions.heads and model.interventions.ablation == "mean":
         raise ValueError("heads replaced by their batch mean are not this image's contributions: use zero ablation")
+    if any(type(block) is not Block for block in model.blocks):  # e.g. vitviz.sae.with_sae's EditedBlock
+        raise ValueError(
+            "a block of this model is edited (an SAE edit): what the edit adds to the residual stream belongs to no "
+            "head or MLP, so direct logit attribution cannot split the logit; restore the model to use it"
+        )
     device = next(model.parameters()).device
     pixel_values = pixel_values.to(device, torch.float32)
     with torch.inference_mode():
@@ -62,7 +69,7 @@ def direct_logit_attribution(
         targets = target_indices(output.logits, target if target is not None else output.logits.argmax(dim=-1))
         x, grid = model.embed(pixel_values)
         controls = model.block_arguments(grid, x.shape[0])  # a knocked-out model's head masks
-        readout, constant = _linear_readout(model, output.hidden_states[-1], targets)  # (B, T, D), (B,)
+        readout, constant = linear_readout(model, output.hidden_states[-1], targets)  # (B, T, D), (B,)
         heads, mlps, biases = [], [], constant
         embeddings = (x * readout).sum(dim=(1, 2))
         for block, weights, (_, _, v), block_controls in zip(model.blocks, output.attentions, output.qkv, controls):
@@ -91,7 +98,7 @@ def direct_logit_attribution(
     )
 
 
-def _linear_readout(model: ViT, last: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def linear_readout(model: ViT, last: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The target logit as a linear function of the last block's tokens (B, T, D), its norm's scale frozen:
     (G, k) with logit = sum(tokens * G) + k, G (B, T, D), k (B,)."""
     c = model.config

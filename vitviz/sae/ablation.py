@@ -1,10 +1,12 @@
 """One latent edited over a whole dataset: per-class accuracy of the model before and after, as a table.
 
     table = ablate(model, sae, block, batches, latent=12, scale=0.0)
+    table = ablate(model, sae, block, batches, latent=12, set_to=-2 * largest)   # saev's protocol
 
-Each batch of images goes through the model and through ``with_sae(model, sae, block, scale={latent: scale})`` (the
-same weights; the edit keeps the SAE's reconstruction error, so scale 1 changes nothing). The table has one row per
-class, in the model's class order (labels that are not classes of the model follow, sorted):
+Each batch of images goes through the model and through ``with_sae(model, sae, block, scale={latent: scale})``, or
+``set_to={latent: value}`` (the same weights; the edit keeps the SAE's reconstruction error, so scale 1 changes
+nothing). The table has one row per class, in the model's class order (labels that are not classes of the model
+follow, sorted):
 
     label                 string    the class
     images                int64     labelled images of that class
@@ -14,7 +16,8 @@ class, in the model's class order (labels that are not classes of the model foll
     accuracy_edited       float64   correct_edited / images
     accuracy_change       float64   accuracy_edited - accuracy
     predictions_changed   int64     images whose top class the edit changed
-    latent, scale, block  int32, float64, int32   the edit (the same on every row, so tables concatenate)
+    latent, scale, set_to, block  int32, float64, float64, int32   the edit, the same on every row so tables
+                          concatenate: scale is null when the codes were set to set_to, set_to null when scaled
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ SCHEMA = pa.schema(
         ("predictions_changed", pa.int64()),
         ("latent", pa.int32()),
         ("scale", pa.float64()),
+        ("set_to", pa.float64()),
         ("block", pa.int32()),
     ]
 )
@@ -58,11 +62,15 @@ def ablate(
     scale: float = 0.0,
     progress: Callable[[int], None] | None = None,
     about: dict | None = None,
+    set_to: float | None = None,
 ) -> pa.Table:
-    """The per-class table of the module docstring over ``batches`` of (pixels (B, C, H, W), their B labels).
-    ``about`` goes into the table's metadata (key "vitviz"), with the edit."""
+    """The per-class table of the module docstring over ``batches`` of (pixels (B, C, H, W), their B labels): the
+    latent's codes times ``scale``, or set to ``set_to`` on every patch when it is given (in the SAE's normalised
+    units). ``about`` goes into the table's metadata (key "vitviz"), with the edit."""
     model = model.eval()
-    edited = with_sae(model, sae, block, scale={latent: scale})  # checks the width and the latent's range
+    edit = {"set_to": {latent: set_to}} if set_to is not None else {"scale": {latent: scale}}
+    edited = with_sae(model, sae, block, **edit)  # checks the width and the latent's range
+    scale = None if set_to is not None else float(scale)
     names = list(model.class_names or [])
     if not names:
         raise SAEError("this model has no classes (a backbone): there is no accuracy to compare")
@@ -95,11 +103,12 @@ def ablate(
                 "accuracy_change": (correct_edited - correct) / images,
                 "predictions_changed": changed,
                 "latent": latent,
-                "scale": float(scale),
+                "scale": scale,
+                "set_to": set_to,
                 "block": block % len(model.blocks),
             }
         )
-    metadata = {"latent": latent, "scale": float(scale), "block": block % len(model.blocks)} | (about or {})
+    metadata = {"latent": latent, "scale": scale, "set_to": set_to, "block": block % len(model.blocks)} | (about or {})
     return pa.Table.from_pylist(rows, schema=SCHEMA).replace_schema_metadata({"vitviz": json.dumps(metadata)})
 
 

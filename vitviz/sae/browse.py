@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 import torch
 
 from vitviz.dataset import DatasetIndex
-from vitviz.explain.logit_attribution import _linear_readout
+from vitviz.explain.logit_attribution import linear_readout
 from vitviz.model import ViT
 from vitviz.sae.errors import SAEError
 from vitviz.sae.model import TopKSAE
@@ -224,7 +224,7 @@ def latent_logit_effects(model: ViT, sae: TopKSAE, latent: int, last: torch.Tens
     effects = torch.zeros(classes, device=device)
     targets = torch.arange(classes, device=device)
     for image in last:  # one image at a time: the readout is (classes, T, D)
-        readout, _ = _linear_readout(model, image[None].expand(classes, -1, -1), targets)
+        readout, _ = linear_readout(model, image[None].expand(classes, -1, -1), targets)
         effects += readout.sum(dim=1) @ direction
     return (effects / len(last)).cpu()
 

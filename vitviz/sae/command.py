@@ -115,17 +115,31 @@ def add_ablate_parser(commands) -> None:
         "ablate",
         help="per-class accuracy with one latent suppressed (or scaled) over an index's images, as a Parquet table",
         description="Every labelled, readable image of INDEX through the index's model and through the same model "
-        "with latent J of the SAE scaled by --scale on block B's patch tokens (vitviz.sae.with_sae: the "
-        "reconstruction error is kept, so --scale 1 changes nothing). Writes one row per class: label, images, "
-        "correct, correct_edited, accuracy, accuracy_edited, accuracy_change, predictions_changed, latent, "
-        "scale, block (vitviz/sae/ablation.py).",
+        "with latent J of the SAE scaled by --scale (or set to --set-to, or to --set-to-max times its largest "
+        "activation) on block B's patch tokens (vitviz.sae.with_sae: the reconstruction error is kept, so --scale 1 "
+        "changes nothing). Writes one row per class: label, images, correct, correct_edited, accuracy, "
+        "accuracy_edited, accuracy_change, predictions_changed, latent, scale, set_to, block "
+        "(vitviz/sae/ablation.py).",
     )
     a.add_argument("index", type=Path, help="an index folder made with `vitviz index` (labels from its source)")
     a.add_argument(
         "sae", type=Path, help="the SAE: a folder written by `vitviz sae train`, saev's sae.pt, ViT-Prisma's"
     )
     a.add_argument("--latent", type=int, required=True, help="the latent J to edit, from 0")
-    a.add_argument("--scale", type=float, default=0.0, help="its codes' factor: 0 suppresses it (default), 2 doubles")
+    edit = a.add_mutually_exclusive_group()
+    edit.add_argument(
+        "--scale", type=float, default=0.0, help="its codes' factor: 0 suppresses it (default), 2 doubles"
+    )
+    edit.add_argument(
+        "--set-to", type=float, help="set its code to this value on every patch instead (the SAE's normalised units)"
+    )
+    edit.add_argument(
+        "--set-to-max",
+        type=float,
+        metavar="M",
+        help="set its code to M times its largest activation on every patch (saev's protocol: -2), read from the "
+        "latents.parquet that `vitviz sae latents` writes beside the SAE",
+    )
     a.add_argument("--block", type=int, help="the block the SAE reads (default: the one in its config)")
     a.add_argument(
         "--out",
@@ -281,6 +295,24 @@ def train_command(args: argparse.Namespace) -> dict:
     return metrics
 
 
+def largest_activation(folder: Path, latent: int) -> float:
+    """The latent's largest code over the index, from the latents.parquet `vitviz sae latents` wrote in ``folder``."""
+    import pyarrow.parquet as pq
+
+    from vitviz.sae.browse import LATENTS_FILE
+
+    path = folder / LATENTS_FILE
+    if not path.is_file():
+        raise SAEError(
+            f"--set-to-max needs each latent's largest activation: run `vitviz sae latents INDEX {folder}` first "
+            f"(it writes {LATENTS_FILE}), or give --set-to VALUE"
+        )
+    rows = pq.read_table(path, columns=["latent", "max_activation"], filters=[("latent", "=", latent)]).to_pylist()
+    if not rows:
+        raise SAEError(f"{path} has no row for latent {latent}")
+    return float(rows[0]["max_activation"])
+
+
 def ablate_command(args: argparse.Namespace) -> Path:
     """Run the edit over the index's labelled images and write the table; returns its path."""
     import pyarrow.parquet as pq
@@ -316,11 +348,14 @@ def ablate_command(args: argparse.Namespace) -> Path:
     pixels = index_pixels(index, model, ids, args.batch_size, args.source)
     batches = ((p, labels[i * args.batch_size : (i + 1) * args.batch_size]) for i, p in enumerate(pixels))
     about = {"sae": str(args.sae.resolve()), "index": str(index.folder)}
-    with tqdm(total=len(ids), desc=f"latent {args.latent} x {args.scale:g}", unit="image", disable=None) as bar:
-        table = ablate(model, sae, block, batches, args.latent, args.scale, bar.update, about)
     folder = args.sae if args.sae.is_dir() else args.sae.parent
+    set_to = args.set_to if args.set_to_max is None else args.set_to_max * largest_activation(folder, args.latent)
+    edit = f"x {args.scale:g}" if set_to is None else f"set to {set_to:g}"
+    with tqdm(total=len(ids), desc=f"latent {args.latent} {edit}", unit="image", disable=None) as bar:
+        table = ablate(model, sae, block, batches, args.latent, args.scale, bar.update, about, set_to)
     out = args.out or folder
-    path = out if out.suffix == ".parquet" else out / f"ablate-latent{args.latent}-scale{args.scale:g}.parquet"
+    name = f"scale{args.scale:g}" if set_to is None else f"set{set_to:.4g}"
+    path = out if out.suffix == ".parquet" else out / f"ablate-latent{args.latent}-{name}.parquet"
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.tmp")  # a half-written table never reads as complete
     pq.write_table(table, temporary)

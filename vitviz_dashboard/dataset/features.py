@@ -246,10 +246,10 @@ def ablations(folder: Path, latent: int) -> None:
         return
     for path, table in tables.items():
         frame = table.to_pandas()
-        scale = frame["scale"].iloc[0]
-        st.caption(f"{path.name}: codes x {scale:g}")
+        scale, set_to = frame["scale"].iloc[0], frame["set_to"].iloc[0]
+        st.caption(f"{path.name}: codes x {scale:g}" if pd.notna(scale) else f"{path.name}: codes set to {set_to:g}")
         st.dataframe(
-            frame.drop(columns=["latent", "scale", "block"]).sort_values("accuracy_change"),
+            frame.drop(columns=["latent", "scale", "set_to", "block"]).sort_values("accuracy_change"),
             hide_index=True,
             key=f"dataset|ablation|{path.name}",
         )

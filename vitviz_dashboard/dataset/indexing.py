@@ -3,15 +3,18 @@ progress bar. The source and the new index's folder are typed paths: both must l
 
 The session's uploaded photos can be indexed too, as a small dataset of their own: they are written to the session's
 own folder under the temporary folder (opening.SESSION_ROOT, which only this session may open), then indexed by the
-same code with the Photo page's model."""
+same code with the Photo page's model. Each time a session does so, it removes the folders of sessions that have
+not indexed photos for a day (SESSION_MAX_AGE_S)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import secrets
 import shutil
+import time
 from pathlib import Path
 
 import streamlit as st
@@ -39,6 +42,7 @@ from vitviz_dashboard.sidebar.prompts import (
 MAX_IMAGES = 5000  # larger datasets: `vitviz index` on the command line (or torchrun)
 BATCH = 32
 OPENED = "dataset|opened"  # a folder just indexed, to be typed into the sidebar's field in the next run
+SESSION_MAX_AGE_S = 24 * 3600  # a session's photo indexes are removed a day after the session last made one
 
 
 def index_form() -> None:
@@ -156,6 +160,10 @@ def index_session_photos(photos: dict, spec: str) -> Path | None:
         return None
     if SESSION_FOLDER not in st.session_state:
         st.session_state[SESSION_FOLDER] = str(SESSION_ROOT / secrets.token_hex(16))
+    own = Path(st.session_state[SESSION_FOLDER])
+    own.mkdir(parents=True, exist_ok=True)
+    os.utime(own)  # in use: the sweep below, in other sessions, leaves it alone
+    sweep_session_folders(SESSION_ROOT, keep=own)
     prompts = [st.session_state.get(key) for key in (SOURCE_KEY, PROMPTS_KEY, ENSEMBLE_KEY)]
     digest = hashlib.sha256(repr((sorted((n, f.key) for n, f in photos.items()), model_spec, prompts)).encode())
     folder = Path(st.session_state[SESSION_FOLDER]) / digest.hexdigest()[:16]
@@ -168,6 +176,22 @@ def index_session_photos(photos: dict, spec: str) -> Path | None:
     for position, (name, file) in enumerate(photos.items()):
         (images / file_name(position, name)).write_bytes(file.data)
     return index_folder(images, out, model_spec, with_prompts=True)
+
+
+def sweep_session_folders(root: Path, keep: Path, max_age_s: float = SESSION_MAX_AGE_S) -> list[Path]:
+    """Remove the session folders under ``root`` that no session has used for ``max_age_s`` (Streamlit says nothing
+    when a session ends, so a folder's age is all there is to go by); ``keep`` stays. Returns what was removed."""
+    removed = []
+    now = time.time()
+    for folder in root.iterdir() if root.is_dir() else ():
+        try:
+            stale = folder.is_dir() and folder != keep and now - folder.stat().st_mtime > max_age_s
+        except OSError:  # removed by another session's sweep meanwhile
+            continue
+        if stale:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
 
 
 def open_index_complete(out: Path) -> bool:

@@ -1,13 +1,19 @@
-"""Patch search: pick an image and one of its patches, and see the k stored patches most like it across the dataset
-(the index's FAISS search over the patch features), each as a crop beside its photo with the patch outlined."""
+"""Patch search: pick an image and click one of its patches (or type its row and column), and see the k stored
+patches most like it across the dataset (the index's FAISS search over the patch features), each as a crop beside its
+photo with the patch outlined."""
 
 from __future__ import annotations
 
 import streamlit as st
 
 from vitviz.dataset import DatasetIndex
+from vitviz.render import overlays
+from vitviz_dashboard.cache.pictures import jpeg_data_uri
 from vitviz_dashboard.dataset import drawing
 from vitviz_dashboard.dataset.opening import photo
+from vitviz_dashboard.widgets.click_picture import click_picture
+
+CLICKED = "dataset|search_clicked"  # a click's patch, put into the row and column fields before they are drawn
 
 
 def draw(index: DatasetIndex) -> None:
@@ -15,6 +21,8 @@ def draw(index: DatasetIndex) -> None:
         st.info("This index has no patch search: it was made with --no-features.")
         return
     rows, cols = index.grid
+    if CLICKED in st.session_state:  # a widget's value can be set only before the widget is drawn
+        st.session_state["dataset|search_row"], st.session_state["dataset|search_col"] = st.session_state.pop(CLICKED)
     image_field, row_field, col_field, k_field = st.columns(4)
     image_id = image_field.number_input("Image id", 0, index.count - 1, 0, key="dataset|search_image")
     row = row_field.number_input("Patch row", 0, rows - 1, rows // 2, key="dataset|search_row")
@@ -28,10 +36,20 @@ def draw(index: DatasetIndex) -> None:
     shown = photo(index, int(image_id), path)
     if shown is not None:
         image, box = shown
-        st.image(
-            drawing.marked_thumbnail(image, (int(row), int(col)), index.grid, box, side=256),
-            caption=f"Image {image_id} ({path}), patch ({row}, {col})",
-        )
+        picture, _ = st.columns([1, 2])
+        with picture:
+            thumbnail = drawing.marked_thumbnail(image, (int(row), int(col)), index.grid, box, side=256)
+            click = click_picture(jpeg_data_uri(thumbnail), f"image {image_id}", key="dataset|search_click")
+            st.caption(f"Image {image_id} ({path}), patch ({row}, {col}). Click a patch to search for it.")
+        if click:  # the thumbnail is the photo made smaller evenly, so the click maps onto the photo's pixels
+            clicked = overlays.patch_at(
+                click["x"], click["y"], (click["width"], click["height"]), image.size, index.grid, box
+            )
+            if clicked is None:
+                st.toast("That point is outside the part of the photo the model saw.")
+            elif clicked != (int(row), int(col)):
+                st.session_state[CLICKED] = clicked
+                st.rerun()
     found = index.nearest_patches(int(image_id), (int(row), int(col)), int(k))
     paths = index.query(
         f"SELECT image_id, path FROM images WHERE image_id IN ({', '.join(str(int(i)) for i in found.image_id)})"

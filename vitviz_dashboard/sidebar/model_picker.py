@@ -101,6 +101,7 @@ def sidebar() -> Settings:
         text = st.sidebar.text_input(
             "timm:<name>, hf:<org>/<name>, <org>/<name> or open_clip:<model>/<tag>",
             "",
+            key="model_hub_spec",  # kept through a visit to the Dataset page (page.PHOTO_WIDGETS)
             placeholder="timm:vit_small_patch14_reg4_dinov2.lvd142m",
         )
         spec = unless_refused(lambda: check_hub_spec(hub_spec(text)))
