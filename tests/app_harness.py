@@ -16,6 +16,7 @@ from PIL import Image
 from streamlit.testing.v1 import AppTest
 
 import vitviz.loading.specs
+from vitviz_dashboard.app import TABS
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 
@@ -111,17 +112,7 @@ def legends(at) -> list[str]:
     return [c for c in (img.proto.imgs[0].caption or "" for img in at.get("image")) if c.startswith("Colours: ")]
 
 
-EVERY_TAB = [
-    "Overview",
-    "Heads & layers",
-    "Click a patch",
-    "Features",
-    "Class-specific",
-    "Model anatomy",
-    "Tokens",
-    "Faithfulness",
-    "SAE features",
-]
+EVERY_TAB = list(TABS)  # the Photo page's tabs, in the order the app draws them
 
 
 def render_every_tab(at) -> dict[str, dict]:

@@ -5,6 +5,7 @@ import io
 import numpy as np
 import pytest
 from app_harness import (
+    EVERY_TAB,
     NAMES,
     captions,
     chart_specs,
@@ -43,17 +44,8 @@ def test_app_starts_on_the_default_model_and_explains_what_to_do(default_model):
 def test_upload_renders_predictions_and_the_rollout_overlay(default_model):
     at = uploaded_app()
     assert not at.error
-    assert [tab.label for tab in at.tabs] == [
-        "Overview",
-        "Heads & layers",
-        "Click a patch",
-        "Features",
-        "Class-specific",
-        "Model anatomy",
-        "Tokens",
-        "Faithfulness",
-        "SAE features",
-    ]
+    assert [tab.label for tab in at.tabs] == EVERY_TAB  # every tab of the app's TABS, in its order
+    assert EVERY_TAB[0] == "Overview"  # the tab a new session opens on
     specs = chart_specs(at)
     for name in NAMES:
         assert name in specs  # the prediction bars

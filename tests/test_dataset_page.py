@@ -416,3 +416,17 @@ def test_session_folders_unused_for_a_day_are_swept_and_the_current_one_kept(tmp
     assert indexing.sweep_session_folders(root, keep=mine) == [old]
     assert sorted(p.name for p in root.iterdir()) == ["mine", "recent"]
     assert indexing.sweep_session_folders(tmp_path / "none yet", keep=mine) == []
+
+
+def test_thumbnails_shrink_big_photos_and_enlarge_tiny_ones_by_whole_pixels():
+    from PIL import Image
+
+    from vitviz_dashboard.dataset import drawing
+
+    tiny = Image.new("RGB", (32, 32), (10, 20, 30))
+    tiny.putpixel((0, 0), (255, 255, 255))
+    shown = drawing.marked_thumbnail(tiny, (3, 3), (4, 4), (0, 0, 32, 32), side=192)
+    assert shown.size == (192, 192)  # 6x, each pixel a 6 x 6 block
+    assert shown.getpixel((5, 5)) == (255, 255, 255) and shown.getpixel((6, 6)) == (10, 20, 30)
+    assert drawing.marked_thumbnail(Image.new("RGB", (1000, 500)), (0, 0), (4, 4), (250, 0, 750, 500)).size == (192, 96)
+    assert drawing.marked_thumbnail(Image.new("RGB", (150, 100)), (0, 0), (4, 4), (25, 0, 125, 100)).size == (150, 100)

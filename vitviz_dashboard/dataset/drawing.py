@@ -14,23 +14,30 @@ __all__ = ["COLORMAPS", "layer_head_figure", "map_picture", "map_thumbnail", "ma
 Box = tuple[float, float, float, float]
 
 
-def _shrunk(image: Image.Image, box: Box, side: int) -> tuple[Image.Image, Box]:
-    """The photo with its long side at most ``side`` pixels, and the model's input box in the shrunk photo's pixels."""
-    scale = min(1.0, side / max(image.size))
+def _fitted(image: Image.Image, box: Box, side: int) -> tuple[Image.Image, Box]:
+    """The photo with its long side at most ``side`` pixels, and the model's input box in the new photo's pixels. A
+    photo under half of ``side`` (a 32 x 32 CIFAR image) is enlarged by a whole factor, each pixel a square block, so
+    the map and the patch outlines drawn over it are not a few pixels wide."""
+    scale = side / max(image.size)
     if scale < 1.0:
         image = image.resize((max(1, round(image.width * scale)), max(1, round(image.height * scale))), Image.BILINEAR)
+    elif scale >= 2.0:
+        scale = float(int(scale))
+        image = image.resize((image.width * int(scale), image.height * int(scale)), Image.NEAREST)
+    else:
+        scale = 1.0
     return image, tuple(v * scale for v in box)
 
 
 def map_thumbnail(image: Image.Image, patch_map: np.ndarray, box: Box, colormap: str, alpha: float, side: int = 192):
     """A thumbnail of the photo with a patch map drawn over the part the model saw."""
-    small, small_box = _shrunk(image, box, side)
+    small, small_box = _fitted(image, box, side)
     return overlay(small, patch_map, colormap, alpha, small_box)
 
 
 def marked_thumbnail(image: Image.Image, patch: tuple[int, int], grid: tuple[int, int], box: Box, side: int = 192):
     """A thumbnail of the photo with one patch (row, col) outlined."""
-    small, small_box = _shrunk(image, box, side)
+    small, small_box = _fitted(image, box, side)
     return mark_patch(small.convert("RGB"), patch, grid, small_box)
 
 

@@ -62,6 +62,9 @@ def query_key_points(
     return frame
 
 
+KIND_COLOURS = {"query": "#1b9e77", "key": "#d95f02"}  # AttentionViz's convention: two hues, not two shades
+
+
 def draw(index: DatasetIndex, colormap: str, alpha: float) -> None:
     layers, heads = index.layout["layers"], index.layout["heads"]
     layer_field, head_field, count_field, colour_field = st.columns(4)
@@ -88,6 +91,7 @@ def draw(index: DatasetIndex, colormap: str, alpha: float) -> None:
         x="pc1",
         y="pc2",
         color=column,
+        color_discrete_map=KIND_COLOURS,  # used when colouring by kind only
         hover_data=["kind", "image", "row", "column"],
         title=f"Layer {int(layer)}, head {int(head)}: queries and keys of {len(sample)} images "
         f"(PCA, {sum(frame.attrs['explained']):.0%} of the variance)",

@@ -36,9 +36,9 @@ def draw(index: DatasetIndex) -> None:
     shown = photo(index, int(image_id), path)
     if shown is not None:
         image, box = shown
-        picture, _ = st.columns([1, 2])
+        picture, _ = st.columns(2)  # half the page: big enough to click one patch of the grid
         with picture:
-            thumbnail = drawing.marked_thumbnail(image, (int(row), int(col)), index.grid, box, side=256)
+            thumbnail = drawing.marked_thumbnail(image, (int(row), int(col)), index.grid, box, side=512)
             click = click_picture(jpeg_data_uri(thumbnail), f"image {image_id}", key="dataset|search_click")
             st.caption(f"Image {image_id} ({path}), patch ({row}, {col}). Click a patch to search for it.")
         if click:  # the thumbnail is the photo made smaller evenly, so the click maps onto the photo's pixels
