@@ -172,6 +172,17 @@ def test_queries_and_keys_refuse_a_model_whose_weights_changed(built, tmp_path, 
     assert not at.get("plotly_chart")
 
 
+def test_queries_and_keys_say_once_that_the_samples_photos_cannot_be_read(built, tmp_path, monkeypatch):
+    monkeypatch.setenv("VITVIZ_MODEL_DIRS", f"{built}:{tmp_path}")
+    folder = edited_manifest(built, tmp_path, lambda text: text.replace(str(built / "images"), str(tmp_path / "gone")))
+    at = open_tab(dataset_app(folder), "Queries & keys")
+    at.number_input(key="dataset|qk_images").set_value(3)
+    checked(at.run())
+    assert len(at.warning) == 1, [w.value for w in at.warning]
+    assert "3 of its 3 images cannot be read. Image " in at.warning[0].value and ", and 2 more." in at.warning[0].value
+    assert not at.get("plotly_chart")
+
+
 def test_patch_search_shows_the_nearest_patches(built):
     at = open_tab(dataset_app(built / "index"), "Patch search")
     at.number_input(key="dataset|search_image").set_value(3)

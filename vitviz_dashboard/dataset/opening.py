@@ -110,14 +110,21 @@ def _reader(key: str, _index: DatasetIndex) -> Callable[[int, str], bytes]:
     return photo_reader(_index.manifest, _allowed)
 
 
-def photo_bytes(index: DatasetIndex, image_id: int, path: str) -> bytes | None:
-    """The image file's bytes from the index's source, or None with a message (a source moved, outside the allowed
-    folders, a file deleted since indexing)."""
+def read_photo(index: DatasetIndex, image_id: int, path: str) -> tuple[bytes | None, str]:
+    """The image file's bytes from the index's source, or None and why (a source moved, outside the allowed folders,
+    a file deleted since indexing)."""
     try:
-        return _reader(index_key(index), index)(int(image_id), str(path))
+        return _reader(index_key(index), index)(int(image_id), str(path)), ""
     except (SourceError, OSError) as error:
-        st.warning(f"Cannot show image {image_id} ({path}): {error}")
-        return None
+        return None, str(error)
+
+
+def photo_bytes(index: DatasetIndex, image_id: int, path: str) -> bytes | None:
+    """``read_photo``'s bytes, or None with its reason shown."""
+    data, reason = read_photo(index, image_id, path)
+    if data is None:
+        st.warning(f"Cannot show image {image_id} ({path}): {reason}")
+    return data
 
 
 @st.cache_data(max_entries=512, show_spinner=False)

@@ -19,7 +19,7 @@ from vitviz.dataset.analysis import joint_query_key_embedding
 from vitviz.model import autocast
 from vitviz.preprocessing import load_image
 from vitviz_dashboard.dataset import drawing
-from vitviz_dashboard.dataset.opening import index_key, model_of, photo, photo_bytes
+from vitviz_dashboard.dataset.opening import index_key, model_of, photo, read_photo
 
 COLOUR_BY = ["query or key", "row", "column", "image"]
 
@@ -79,9 +79,17 @@ def draw(index: DatasetIndex, colormap: str, alpha: float) -> None:
     model = model_of(index)
     if model is None:
         return
-    photos = [photo_bytes(index, image_id, path) for image_id, path in sample]
-    if any(data is None for data in photos):
+    read = [read_photo(index, image_id, path) for image_id, path in sample]
+    failed = [(image_id, path, reason) for (image_id, path), (data, reason) in zip(sample, read) if data is None]
+    if failed:  # one message for the sample, not one per image
+        image_id, path, reason = failed[0]
+        others = f", and {len(failed) - 1} more" if len(failed) > 1 else ""
+        st.warning(
+            f"The model cannot be run on the sample: {len(failed)} of its {len(sample)} images cannot be read. "
+            f"Image {image_id} ({path}): {reason}{others}."
+        )
         return
+    photos = [data for data, _ in read]
     precision = str(index.manifest["options"].get("precision", "fp32"))
     frame = query_key_points(index_key(index), int(layer), int(head), tuple(sample), model, tuple(photos), precision)
     column = {"query or key": "kind", "row": "row", "column": "column", "image": "image"}[colour]

@@ -36,7 +36,7 @@ def draw(index: DatasetIndex) -> None:
     shown = photo(index, int(image_id), path)
     if shown is not None:
         image, box = shown
-        picture, _ = st.columns(2)  # half the page: big enough to click one patch of the grid
+        picture, _ = st.columns([1, 2])  # a third of the page: patches of a 16 x 16 grid still take a click
         with picture:
             thumbnail = drawing.marked_thumbnail(image, (int(row), int(col)), index.grid, box, side=512)
             click = click_picture(jpeg_data_uri(thumbnail), f"image {image_id}", key="dataset|search_click")
