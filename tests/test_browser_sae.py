@@ -82,6 +82,23 @@ def test_features_tab_and_the_photo_tabs_slider(server):
         type_into(page, "SAE folder", str(folder / "sae"))
         wait_until_drawn(page, "latents that fire most on this photo")
         no_exception(page)
+        # a click on the photo picks the patch whose latents are listed. The model saw the centre 48 x 48 of the
+        # 64 x 48 photo, a 4 x 4 grid of 12-pixel patches from x = 8: patch (0, 0)'s centre is at (14, 6)
+        picture = page.get_by_alt_text("photo.png: each patch's largest SAE code")
+        picture.wait_for(timeout=90_000)
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('*')].some(e => e.shadowRoot && "
+            "[...e.shadowRoot.querySelectorAll('img')].some(i => i.complete && i.width > 0))"
+        )
+        shown = picture.bounding_box()
+        assert page.get_by_role("spinbutton", name="Row").input_value() == "2"  # the middle, before the click
+        picture.click(position={"x": shown["width"] * 14 / 64, "y": shown["height"] * 6 / 48})
+        eventually(
+            lambda: [page.get_by_role("spinbutton", name=n).input_value() for n in ("Row", "Column")] == ["0", "0"],
+            what="patch (0, 0) chosen by the click",
+        )
+        wait_until_idle(page)
+        no_exception(page)
         # the chosen latent's slider: -2 to 2 x its largest activation (the Features tab wrote it beside the SAE)
         slider = page.locator("[data-testid=stSlider]").filter(has_text="Latent ").get_by_role("slider")
         assert (slider.get_attribute("min"), slider.get_attribute("max"), slider.input_value()) == ("-2", "2", "0")

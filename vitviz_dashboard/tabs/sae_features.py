@@ -3,6 +3,7 @@ becomes the whole page's model (sae_editing.py), with the top classes before and
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 
 import numpy as np
@@ -17,8 +18,11 @@ from vitviz_dashboard.cache.pictures import overlay_picture
 from vitviz_dashboard.knockout import what_changes
 from vitviz_dashboard.page import Page
 from vitviz_dashboard.sae_editing import SAE_HELP, apply, edit_key, open_typed_sae, stamp
+from vitviz_dashboard.widgets.click_picture import click_picture, clicked_patch
+from vitviz_dashboard.widgets.controls import rerun_tab
 
 SHOWN = 8  # latents drawn over the photo
+CLICKED = "sae_clicked"  # the patch a click picked, put into the row and column fields in the next run
 
 
 @st.cache_data(max_entries=16, show_spinner="Encoding the photo's tokens with the SAE...")
@@ -91,25 +95,33 @@ def draw(page: Page) -> None:
 
 
 def one_patch(page: Page, codes: torch.Tensor) -> None:
-    """The latents that fire on one chosen patch, largest first, with the patch outlined on the photo."""
+    """The latents that fire on one patch, largest first: click it on the photo (or set its row and column)."""
     rows, cols = page.analysis.grid_size
     st.markdown("**One patch's latents**")
+    row_key = page.widget_key("sae_row", rows // 2, per_image=True)
+    col_key = page.widget_key("sae_col", cols // 2, per_image=True)
+    if CLICKED in st.session_state:  # a click of the last run: a widget's value can be set only before it is drawn
+        st.session_state[row_key], st.session_state[col_key] = st.session_state.pop(CLICKED)
     picture, fields = st.columns([1, 2])
     with fields:
         left, right = st.columns(2)
-        row = left.number_input("Row", 0, rows - 1, key=page.widget_key("sae_row", rows // 2, per_image=True))
-        col = right.number_input("Column", 0, cols - 1, key=page.widget_key("sae_col", cols // 2, per_image=True))
-        listed = patch_latents(codes, int(row) * cols + int(col))
+        row = int(left.number_input("Row", 0, rows - 1, key=row_key))
+        col = int(right.number_input("Column", 0, cols - 1, key=col_key))
+        listed = patch_latents(codes, row * cols + col)
         if listed:
             st.dataframe(pd.DataFrame(listed, columns=["latent", "code"]), hide_index=True)
         else:
             st.caption("No latent fires on this patch.")
     strongest = codes.max(dim=1).values.reshape(rows, cols).numpy()  # each patch's largest code
-    picture.image(
-        overlay_picture(page.photo, strongest, page.analysis.box, page.settings, mark=(int(row), int(col))),
-        caption="each patch's largest code; the chosen patch outlined",
-        width="stretch",
-    )
+    with picture:
+        shown = overlay_picture(page.photo, strongest, page.analysis.box, page.settings, mark=(row, col))
+        uri = "data:image/jpeg;base64," + base64.b64encode(shown).decode()
+        click = click_picture(uri, f"{page.photo.name}: each patch's largest SAE code", key="sae_click")
+        st.caption("Each patch's largest code, the chosen patch outlined. Click a patch to list its latents.")
+    clicked = clicked_patch(click, page.photo.image.size, page.analysis)
+    if clicked is not None and clicked != (row, col):
+        st.session_state[CLICKED] = clicked
+        rerun_tab()
 
 
 def edit(page: Page, sae: TopKSAE, path: Path, firing: list[int]) -> None:
