@@ -168,6 +168,10 @@ def test_photo_tab_suppresses_a_latent_and_restores_the_model(built, tmp_path, m
         after = with_sae(model, sae, 0, scale={strongest: 0.0})(pixels).logits.softmax(-1)[0]
     assert (after - before).abs().max() > 1e-4  # suppressing it does change the prediction
     assert_changes(at, list(model.class_names), before, after)
+    open_tab(at, "Heads & layers")  # the logit's parts on the edited model: the edit is a part of its own
+    caption = next(c.value for c in at.caption if c.value.startswith("Logit "))
+    assert " + the SAE edit " in caption and not errors(at), caption
+    open_tab(at, "SAE features")
     at.button(key="restore_sae").click()
     checked(at.run())
     assert not sae_banners(at) and prediction(at) == original

@@ -162,13 +162,27 @@ def test_explanations_that_run_the_blocks_themselves_see_the_edit(model, images)
     assert not torch.allclose(plain.logit_change, changed.logit_change)
 
 
-def test_direct_logit_attribution_is_refused_on_an_edited_model(model, images):
-    """The edit writes to the residual stream outside every head and MLP: the parts would not sum to the logit."""
+@pytest.mark.parametrize("family", ["cls", "mean-pooled"])
+def test_direct_logit_attribution_counts_an_sae_edit_as_a_part_of_its_own(family, images):
+    """The edit writes to the residual stream outside every head and MLP. What the head reads of it directly is a
+    part of its own, so the parts still sum to the logit: nothing for a [CLS] head (the edit touches patch tokens
+    only; its effect reaches the logit through the later heads), something for a head that reads the patches."""
     from vitviz.explain import direct_logit_attribution
 
-    parts = direct_logit_attribution(model, images)  # the unedited model splits
-    assert torch.allclose(
-        parts.embeddings + parts.heads.sum((1, 2)) + parts.mlps.sum(1) + parts.biases, parts.logit, atol=1e-4
-    )
-    with pytest.raises(ValueError, match="edited \\(an SAE edit\\)"):
-        direct_logit_attribution(with_sae(model, sae_for(model), 1, scale={0: 2.0}), images)
+    def total(parts):
+        return parts.embeddings + parts.heads.sum((1, 2)) + parts.mlps.sum(1) + parts.biases + parts.edits
+
+    model = build_tiny_vit(family)
+    plain = direct_logit_attribution(model, images)
+    assert torch.equal(plain.edits, torch.zeros_like(plain.edits))
+    torch.testing.assert_close(total(plain), plain.logit, atol=1e-4, rtol=0)
+    sae = sae_for(model)
+    p = model.config.num_prefix_tokens
+    firing = int(sae.encode(model(images, output_hidden_states=True).hidden_states[1][:, p:]).sum((0, 1)).argmax())
+    edited = direct_logit_attribution(with_sae(model, sae, 1, scale={firing: 3.0}), images, plain.target)
+    assert (edited.logit - plain.logit).abs().max() > 1e-2  # the edit changes the logit
+    torch.testing.assert_close(total(edited), edited.logit, atol=1e-4, rtol=0)
+    if family == "cls":  # the recomputed stream may differ from the model's in the last bits
+        torch.testing.assert_close(edited.edits, torch.zeros_like(edited.edits), atol=1e-5, rtol=0)
+    else:
+        assert edited.edits.abs().max() > 1e-3

@@ -28,8 +28,9 @@ class LogitAttribution:
     heads: torch.Tensor  # (B, layers, heads) each head's output, through its slice of the projection and LayerScale
     mlps: torch.Tensor  # (B, layers) each MLP's output, LayerScale included
     biases: torch.Tensor  # (B,) the attention projections' biases, the final norm's shift and the head's bias
-    logit: torch.Tensor  # (B,) the model's own logit for the target: the sum of all the above, to float precision
+    logit: torch.Tensor  # (B,) the model's own logit for the target: the sum of every other part, to float precision
     target: torch.Tensor  # (B,) the class explained in each image
+    edits: torch.Tensor  # (B,) what edited blocks (vitviz.sae.with_sae) add beyond their heads and MLPs; 0 unedited
 
 
 def direct_logit_attribution(
@@ -41,8 +42,8 @@ def direct_logit_attribution(
 
     Refused with a message where the readout is not linear in the last tokens: an attention-pooling head ("map"),
     a norm on the heads' joined output (EVA-02's CLIP towers), a head that is neither linear nor a prompt head, and
-    heads replaced by their batch mean (``knock_out(..., ablation="mean")``), and a block edited through an SAE
-    (``vitviz.sae.with_sae``).
+    heads replaced by their batch mean (``knock_out(..., ablation="mean")``). A block edited through an SAE
+    (``vitviz.sae.with_sae``) adds what its edit writes as a part of its own, ``edits``.
     """
     c = model.config
     if c.num_classes == 0:
@@ -57,11 +58,6 @@ def direct_logit_attribution(
         raise ValueError("a norm on two tokens read side by side is not handled by direct logit attribution")
     if model.interventions.heads and model.interventions.ablation == "mean":
         raise ValueError("heads replaced by their batch mean are not this image's contributions: use zero ablation")
-    if any(type(block) is not Block for block in model.blocks):  # e.g. vitviz.sae.with_sae's EditedBlock
-        raise ValueError(
-            "a block of this model is edited (an SAE edit): what the edit adds to the residual stream belongs to no "
-            "head or MLP, so direct logit attribution cannot split the logit; restore the model to use it"
-        )
     device = next(model.parameters()).device
     pixel_values = pixel_values.to(device, torch.float32)
     with torch.inference_mode():
@@ -70,9 +66,10 @@ def direct_logit_attribution(
         x, grid = model.embed(pixel_values)
         controls = model.block_arguments(grid, x.shape[0])  # a knocked-out model's head masks
         readout, constant = linear_readout(model, output.hidden_states[-1], targets)  # (B, T, D), (B,)
-        heads, mlps, biases = [], [], constant
+        heads, mlps, biases, edits = [], [], constant, torch.zeros_like(constant)
         embeddings = (x * readout).sum(dim=(1, 2))
-        for block, weights, (_, _, v), block_controls in zip(model.blocks, output.attentions, output.qkv, controls):
+        layers = zip(model.blocks, output.attentions, output.qkv, controls, output.hidden_states, strict=True)
+        for block, weights, (_, _, v), block_controls, hidden in layers:
             per_head = weights @ v  # (B, heads, T, head_dim): what each head hands to the projection
             if block_controls.head_mask is not None:
                 per_head = per_head * block_controls.head_mask[:, :, None, None]
@@ -87,6 +84,9 @@ def direct_logit_attribution(
             written = block.ls2(block.mlp(block.norm2(x)))
             mlps.append((written * readout).sum(dim=(1, 2)))
             x = x + written
+            if type(block) is not Block:  # an edited block (vitviz.sae.with_sae): the rest of its output is the edit's
+                edits = edits + ((hidden - x) * readout).sum(dim=(1, 2))
+                x = hidden
         logit = output.logits.float().gather(1, targets[:, None])[:, 0]
     return LogitAttribution(
         embeddings.cpu(),
@@ -95,6 +95,7 @@ def direct_logit_attribution(
         biases.cpu(),
         logit.cpu(),
         targets.cpu(),
+        edits.cpu(),
     )
 
 

@@ -240,7 +240,9 @@ def logit_parts(
         parts = explain.direct_logit_attribution(_model, _analysis.pixel_values, target)
     except ValueError as error:
         return str(error)
-    return {name: getattr(parts, name)[0].numpy() for name in ("embeddings", "heads", "mlps", "biases", "logit")}
+    return {
+        name: getattr(parts, name)[0].numpy() for name in ("embeddings", "heads", "mlps", "biases", "edits", "logit")
+    }
 
 
 @kept()

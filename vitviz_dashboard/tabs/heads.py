@@ -153,7 +153,8 @@ def head_causes(page: Page) -> None:
             )
             right.caption(
                 f"Logit {parts['logit']:.3f} = embeddings {parts['embeddings']:.3f} + heads "
-                f"{parts['heads'].sum():.3f} + MLPs {parts['mlps'].sum():.3f} + biases {parts['biases']:.3f}."
+                f"{parts['heads'].sum():.3f} + MLPs {parts['mlps'].sum():.3f} + biases {parts['biases']:.3f}"
+                + (f" + the SAE edit {parts['edits']:.3f}." if page.model_key.sae_edit else ".")
             )
         chart_download(
             st,
