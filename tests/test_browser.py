@@ -6,6 +6,7 @@ Playwright is missing on a developer's machine; under CI (CI=true) a missing bro
 """
 
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +26,7 @@ from PIL import Image
 from tiny_models import tiny_checkpoint
 
 require_browser()
+from playwright.sync_api import Error as PlaywrightError  # noqa: E402
 from playwright.sync_api import sync_playwright  # noqa: E402
 
 SCREENSHOTS = Path(os.environ.get("VITVIZ_SCREENSHOTS", ROOT / "tests" / "screenshots"))
@@ -173,6 +175,20 @@ def test_features_tab_click_to_match_between_two_photos(server):
 MAIN_SCROLL = "() => document.querySelector('[data-testid=stMain]').scrollTop"
 
 
+def scroll_to(locator, timeout_s: float = 60) -> None:
+    """Scroll the element into view. Plotly may replace a chart's element while it redraws it (seen on a busy
+    machine: "Element is not attached to the DOM"): the locator then finds the new one on the next try."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            locator.scroll_into_view_if_needed(timeout=10_000)
+            return
+        except PlaywrightError as error:
+            if "not attached" not in str(error) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
 def test_click_a_head_in_the_ranking_to_knock_it_out_then_restore(server):
     """Heads & layers ranks every head; a click on a head's cell knocks it out of the page (a banner, a cross on the
     cell, the change in numbers), and the banner's button restores the model. The page stays where it was: the first
@@ -193,7 +209,7 @@ def test_click_a_head_in_the_ranking_to_knock_it_out_then_restore(server):
         for attempt in range(3):  # each time the banner appears anew
             wait_until_drawn(page, "Logit drop when removed")
             chart = page.locator(".js-plotly-plot", has_text="Logit drop when removed").first
-            chart.scroll_into_view_if_needed()
+            scroll_to(chart)
             page.wait_for_function("() => [...document.images].every(image => image.complete)", timeout=60_000)
             before = page.evaluate(MAIN_SCROLL)
             assert before > 500, "the ranking is far down the page"

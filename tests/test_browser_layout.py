@@ -126,6 +126,8 @@ def test_every_tab_at_every_width_without_console_errors(server, width):
             assert page.evaluate(TOO_WIDE) is None, f"{tab}: content wider than the page"
             assert page.evaluate(CUT_TEXT) == [], f"{tab}: cut text"
             if tab == "Class-specific":  # the lens's probability and votes: one size, whatever the width
+                # the two pictures come after the "Logit lens" heading: on a busy machine, a moment later
+                page.wait_for_function(f"() => ({LENS_PICTURES})().length === 2", timeout=120_000)
                 (a, b) = page.evaluate(LENS_PICTURES)
                 assert abs(a[0] - b[0]) <= 2 and abs(a[1] - b[1]) <= 2, (a, b)
             screenshot(page, f"layout_{width}_{tab.split()[0].lower().replace('-', '_')}.png", width)
