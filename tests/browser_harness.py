@@ -455,6 +455,18 @@ def wait_until_drawn(page, text: str) -> None:
     page.wait_for_function("[...document.images].every(image => image.complete)", timeout=60_000)
 
 
+def click_picture_shown(page, alt: str, exact: bool = False):
+    """The picture of widgets.click_picture with this alt text, once it is drawn and its image has loaded (it lives
+    in a component's shadow root, which document.images does not list): (its locator, its bounding box)."""
+    picture = page.get_by_alt_text(alt, exact=exact)
+    picture.wait_for(timeout=90_000)
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('*')].some(e => e.shadowRoot && "
+        "[...e.shadowRoot.querySelectorAll('img')].some(i => i.complete && i.width > 0))"
+    )
+    return picture, picture.bounding_box()
+
+
 def wait_until_idle(page, timeout_ms: int = 120_000) -> None:
     """Wait until no script run is under way (Streamlit's status widget gone, the app marked not running)."""
     page.wait_for_function("!document.querySelector('[data-testid=stStatusWidget]')", timeout=timeout_ms)

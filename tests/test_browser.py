@@ -15,6 +15,7 @@ from browser_harness import (
     CHROMIUM,
     CHROMIUM_ARGS,
     ROOT,
+    click_picture_shown,
     eventually,
     new_page,
     require_browser,
@@ -100,13 +101,7 @@ def test_upload_overlay_and_click_a_patch(server):
         page.get_by_text("patch (2, 2), layer 1").first.wait_for(timeout=90_000)
         # the picture to click (a component drawn in the page, as wide as its column). The model saw the centre
         # 320x320 crop of the 480x320 photo: a 4x4 grid of 80-pixel patches from x = 80 to 400
-        picture = page.get_by_alt_text("photo.png with the model's patch grid")
-        picture.wait_for(timeout=90_000)
-        page.wait_for_function(
-            "() => [...document.querySelectorAll('*')].some(e => e.shadowRoot && "
-            "[...e.shadowRoot.querySelectorAll('img')].some(i => i.complete && i.width > 0))"
-        )
-        shown = picture.bounding_box()
+        picture, shown = click_picture_shown(page, "photo.png with the model's patch grid")
         assert abs(shown["width"] / shown["height"] - 1.5) < 0.02  # the photo's proportions, at the column's width
         picture.click(position={"x": 3, "y": 3})  # in the dimmed border the model never saw
         page.get_by_text("outside the part of the photo the model saw").wait_for(timeout=90_000)
@@ -154,13 +149,7 @@ def test_features_tab_click_to_match_between_two_photos(server):
         source = (
             page.get_by_text("(the first photo chosen above)").inner_text().split("Click a patch of ")[1].split(" ")[0]
         )
-        picture = page.get_by_alt_text(f"{source} with the model's patch grid")
-        picture.wait_for(timeout=90_000)
-        page.wait_for_function(
-            "() => [...document.querySelectorAll('*')].some(e => e.shadowRoot && "
-            "[...e.shadowRoot.querySelectorAll('img')].some(i => i.complete && i.width > 0))"
-        )
-        shown = picture.bounding_box()
+        picture, shown = click_picture_shown(page, f"{source} with the model's patch grid")
         picture.click(position={"x": shown["width"] / 8, "y": shown["height"] * 3 / 8})  # patch (1, 0) of the 4x4 grid
         page.get_by_text(f"{source}: similarity to its patch (1, 0)").first.wait_for(timeout=90_000)
         matches = np.load(download(page, "Matches (.npz)").path())

@@ -3,7 +3,15 @@ filter, select a row of the table by a click and open it in the Photo page, view
 patch, with no exception drawn on any of them."""
 
 import pytest
-from browser_harness import CHROMIUM, CHROMIUM_ARGS, new_page, require_browser, streamlit_server, wait_until_drawn
+from browser_harness import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    click_picture_shown,
+    new_page,
+    require_browser,
+    streamlit_server,
+    wait_until_drawn,
+)
 from dataset_harness import make_images
 from tiny_models import tiny_checkpoint
 
@@ -64,13 +72,7 @@ def test_open_select_open_in_photo_heads_and_search(server):
         image_field.fill("1")
         image_field.press("Enter")
         wait_until_drawn(page, "Image 1 (")
-        picture = page.get_by_alt_text("image 1", exact=True)
-        picture.wait_for(timeout=90_000)
-        page.wait_for_function(
-            "() => [...document.querySelectorAll('*')].some(e => e.shadowRoot && "
-            "[...e.shadowRoot.querySelectorAll('img')].some(i => i.complete && i.width > 0))"
-        )
-        shown = picture.bounding_box()
+        picture, shown = click_picture_shown(page, "image 1", exact=True)
         picture.click(position={"x": shown["width"] / 8, "y": shown["height"] * 3 / 8})  # patch (1, 0)
         wait_until_drawn(page, "patch (1, 0). Click a patch")
         assert page.get_by_role("spinbutton", name="Patch row").input_value() == "1"

@@ -8,6 +8,7 @@ import pytest
 from browser_harness import (
     CHROMIUM,
     CHROMIUM_ARGS,
+    click_picture_shown,
     eventually,
     new_page,
     require_browser,
@@ -84,13 +85,7 @@ def test_features_tab_and_the_photo_tabs_slider(server):
         no_exception(page)
         # a click on the photo picks the patch whose latents are listed. The model saw the centre 48 x 48 of the
         # 64 x 48 photo, a 4 x 4 grid of 12-pixel patches from x = 8: patch (0, 0)'s centre is at (14, 6)
-        picture = page.get_by_alt_text("photo.png: each patch's largest SAE code")
-        picture.wait_for(timeout=90_000)
-        page.wait_for_function(
-            "() => [...document.querySelectorAll('*')].some(e => e.shadowRoot && "
-            "[...e.shadowRoot.querySelectorAll('img')].some(i => i.complete && i.width > 0))"
-        )
-        shown = picture.bounding_box()
+        picture, shown = click_picture_shown(page, "photo.png: each patch's largest SAE code")
         assert page.get_by_role("spinbutton", name="Row").input_value() == "2"  # the middle, before the click
         picture.click(position={"x": shown["width"] * 14 / 64, "y": shown["height"] * 6 / 48})
         eventually(
