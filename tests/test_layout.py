@@ -4,6 +4,7 @@ circle, and pyproject.toml ships every package. The imports are read with ast, n
 from __future__ import annotations
 
 import ast
+import re
 import tomllib
 from pathlib import Path
 
@@ -116,10 +117,27 @@ def missing_from_map(folder: Path) -> list[str]:
     return sorted(entry for entry in entries if entry not in docstring)
 
 
+def stale_on_map(folder: Path) -> list[str]:
+    """What the package docstring of ``folder`` names that is not there: a map line (four spaces, then ``name.py``
+    or ``name/``) whose module or sub-package does not exist, as after a move."""
+    docstring = ast.get_docstring(ast.parse((folder / "__init__.py").read_text())) or ""
+    entries = [m.group(1) for m in re.finditer(r"^    ([\w.]+\.py|\w+/)(?:\s|$)", docstring, re.MULTILINE)]
+    present = {p.name for p in folder.glob("*.py")} | {
+        f"{p.name}/" for p in folder.iterdir() if (p / "__init__.py").is_file()
+    }
+    return sorted(entry for entry in entries if entry not in present)
+
+
 @pytest.mark.parametrize("package", PACKAGES)
 def test_every_module_is_on_its_package_map(package):
     missing = missing_from_map(MODULES[package].parent)
     assert not missing, f"{package}'s docstring does not name {', '.join(missing)}"
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_the_package_map_names_nothing_that_is_gone(package):
+    stale = stale_on_map(MODULES[package].parent)
+    assert not stale, f"{package}'s docstring names {', '.join(stale)}, which is not in the package"
 
 
 def test_the_map_check_finds_a_missing_module_and_sub_package(tmp_path):
@@ -133,6 +151,14 @@ def test_the_map_check_finds_a_missing_module_and_sub_package(tmp_path):
         (tmp_path / name / "__init__.py").write_text("")
     (tmp_path / "data").mkdir()  # a folder without __init__.py is not a package
     assert missing_from_map(tmp_path) == ["gone/", "lost.py"]
+
+
+def test_the_map_check_finds_a_stale_entry(tmp_path):
+    (tmp_path / "__init__.py").write_text(
+        '"""The map.\n\n    kept.py   here\n    moved.py  moved away\n    old/      gone too\n\nSee docs/x.py.\n"""\n'
+    )
+    (tmp_path / "kept.py").write_text("")
+    assert stale_on_map(tmp_path) == ["moved.py", "old/"]
 
 
 def test_no_import_circle():

@@ -10,7 +10,6 @@
     dataset/          the dataset index: one pass over a whole dataset, stored and queried
     sae/              sparse autoencoders on a block's activations
     commands/         the `vitviz` command: one module per subcommand (`python -m vitviz` runs it too)
-    analysis.py       the dashboard's analysis of one photo: one forward pass, every map the tabs draw
 
 Imports flow one way: commands -> everything below; dataset, sae -> explain, loading, model; explain, text,
 render, loading -> model; nothing here imports streamlit or the dashboard (tests/test_layout.py checks).
