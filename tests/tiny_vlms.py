@@ -1,0 +1,263 @@
+"""Tiny random-weight vision-language model folders: the stand-ins for LLaVA, Qwen-VL, PaliGemma, Idefics3 / SmolVLM
+and Gemma 3 in every VLM test (none may download a model or tokenizer).
+
+``make_tiny_vlm(family, folder)`` writes a folder that ``AutoModelForImageTextToText.from_pretrained`` and
+``AutoProcessor.from_pretrained`` load, as a real checkpoint would be: the family's own config, model, processor,
+image processor (and Qwen's video processor) classes, a small word-level tokenizer made with ``tokenizers`` that holds
+the family's special tokens, and a chat template (PaliGemma has none: its processor builds the prompt). Each family
+keeps its real structure at a tiny size: 2 text layers with grouped-query attention, 1-2 vision layers, images of
+28-64 pixels, and the family's own way of turning a photo into image tokens (Qwen's 2 x 2 merge, LLaVA-NeXT's any-res
+tiles, Idefics3's split tiles and pixel shuffle, Gemma 3's pooling). ``tiny_vlm_folder(family, tmp_path_factory)``
+builds each family once per test session. ``FAMILIES`` names them all.
+"""
+
+import functools
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers, processors
+from transformers import AutoModelForImageTextToText, GenerationConfig, PreTrainedTokenizerFast
+
+# Ordinary words, so that answers (even a random model's) decode to readable tokens.
+WORDS = (
+    "a an the this that it is are was what which where who how why there here of in on at to with and or not no yes "
+    "cat dog bird car tree house man woman child sky sea road grass red green blue white black small big left right "
+    "top bottom middle picture image photo describe answer question one two three four five user assistant system "
+    "model you helpful ."
+).split()
+WORDS = WORDS + [word.capitalize() for word in WORDS] + ["USER", "ASSISTANT"] + list("0123456789:,?!'\"()-\n")
+
+
+def _tokenizer(
+    specials: list[str], *, add_bos: bool = False, chat_template: str | None = None, **named: str
+) -> PreTrainedTokenizerFast:
+    """A word-level tokenizer: ``specials`` (never split) then ``WORDS``, unknown words read as ``<unk>``. ``named``
+    sets the standard (bos_token, eos_token, pad_token, unk_token) and the family's named tokens (image_token ...);
+    with ``add_bos`` every encoding starts with bos_token, as Llama's and Gemma's tokenizers do."""
+    specials = list(dict.fromkeys(["<unk>", *specials]))
+    vocab = {token: index for index, token in enumerate(specials + [w for w in WORDS if w not in specials])}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    backend.add_special_tokens([AddedToken(token, special=True, normalized=False) for token in specials])
+    if add_bos:
+        bos = named["bos_token"]
+        backend.post_processor = processors.TemplateProcessing(
+            single=f"{bos} $A", pair=f"{bos} $A $B", special_tokens=[(bos, vocab[bos])]
+        )
+    standard = {k: v for k, v in named.items() if k in ("bos_token", "eos_token", "pad_token", "unk_token")}
+    extra = {k: v for k, v in named.items() if k not in standard}
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        unk_token="<unk>",
+        extra_special_tokens=extra or None,
+        chat_template=chat_template,
+        **standard,
+    )
+
+
+def _ids(tokenizer: PreTrainedTokenizerFast, **tokens: str) -> dict[str, int]:
+    return {name: tokenizer.convert_tokens_to_ids(token) for name, token in tokens.items()}
+
+
+def _merge(base: dict, overrides: dict) -> dict:
+    """``base`` with ``overrides`` written over it, nested dicts (text_config, vision_config ...) merged key by key."""
+    merged = dict(base)
+    for key, value in overrides.items():
+        nested = isinstance(value, dict) and isinstance(merged.get(key), dict)
+        merged[key] = _merge(merged[key], value) if nested else value
+    return merged
+
+
+def _text(tokenizer: PreTrainedTokenizerFast, model_type: str, **extra) -> dict:
+    """A 2-layer decoder of 64 wide with 4 query heads over 2 key/value heads, its ids from the tokenizer."""
+    return (
+        dict(
+            model_type=model_type,
+            vocab_size=len(tokenizer),
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=512,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+        | extra
+    )
+
+
+def _clip_vision(image_size: int, patch_size: int = 14, **extra) -> dict:
+    return (
+        dict(
+            model_type="clip_vision_model",
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            image_size=image_size,
+            patch_size=patch_size,
+            projection_dim=32,
+        )
+        | extra
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------- chat
+# Small Jinja templates in each family's shape: images first, then the text, then the model's turn.
+
+LLAVA_TEMPLATE = (
+    "{% for message in messages %}{{ message['role'] | upper }}: "
+    "{% for part in message['content'] if part['type'] == 'image' %}<image>\n{% endfor %}"
+    "{% for part in message['content'] if part['type'] == 'text' %}{{ part['text'] }} {% endfor %}"
+    "{% endfor %}{% if add_generation_prompt %}ASSISTANT:{% endif %}"
+)
+
+QWEN_TEMPLATE = (
+    "{% if messages[0]['role'] != 'system' %}<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}"
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}{% else %}{% for part in message['content'] %}"
+    "{% if part['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif part['type'] == 'video' %}<|vision_start|><|video_pad|><|vision_end|>"
+    "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+# ------------------------------------------------------------------------------------------------------- families
+# Each builder takes the config's overrides and the image processor's, and returns (config, processor).
+
+
+def _llava(overrides: dict, image_overrides: dict):
+    from transformers import CLIPImageProcessor, LlavaConfig, LlavaProcessor
+
+    tokenizer = _tokenizer(
+        ["<s>", "</s>", "<pad>", "<image>"],
+        add_bos=True,
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+        image_token="<image>",
+    )
+    size = 56  # a 4 x 4 grid of 14-pixel patches after resize (shortest edge) and center crop, as LLaVA-1.5's 336
+    crop = {"height": size, "width": size}
+    image_processor = CLIPImageProcessor(**dict(size={"shortest_edge": size}, crop_size=crop) | image_overrides)
+    config = dict(
+        text_config=_text(tokenizer, "llama"),
+        vision_config=_clip_vision(size),
+        image_token_index=tokenizer.convert_tokens_to_ids("<image>"),
+        image_seq_length=(size // 14) ** 2,
+        vision_feature_layer=-2,
+        vision_feature_select_strategy="default",
+    )
+    config = _merge(config, overrides)
+    processor = LlavaProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        patch_size=config["vision_config"]["patch_size"],
+        vision_feature_select_strategy=config["vision_feature_select_strategy"],
+        num_additional_image_tokens=1,  # CLIP's [CLS], dropped again by the "default" feature strategy
+        chat_template=LLAVA_TEMPLATE,
+    )
+    return LlavaConfig(**config), processor
+
+
+def _qwen_tokenizer() -> PreTrainedTokenizerFast:
+    return _tokenizer(
+        ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>"]
+        + ["<|video_pad|>"],
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+    )
+
+
+def _qwen_ids(tokenizer: PreTrainedTokenizerFast) -> dict[str, int]:
+    return _ids(
+        tokenizer,
+        image_token_id="<|image_pad|>",
+        video_token_id="<|video_pad|>",
+        vision_start_token_id="<|vision_start|>",
+        vision_end_token_id="<|vision_end|>",
+    )
+
+
+def _qwen_processor(tokenizer, module: str, patch_size: int, image_overrides: dict):
+    """Qwen's processor, image and video processors: photos resized to multiples of patch x merge (28 pixels), between
+    2 x 2 and 4 x 4 merged tokens (56 x 56 to 112 x 112 pixels)."""
+    import importlib
+
+    mod = importlib.import_module(f"transformers.models.{module}")
+    prefix = {"qwen2_vl": "Qwen2VL", "qwen2_5_vl": "Qwen2_5_VL", "qwen3_vl": "Qwen3VL"}[module]
+    factor = patch_size * 2
+    size = {"shortest_edge": (2 * factor) ** 2, "longest_edge": (4 * factor) ** 2}
+    image_kwargs = dict(size=size, patch_size=patch_size, merge_size=2, temporal_patch_size=2) | image_overrides
+    image_processor = getattr(mod, f"{'Qwen2VL' if module != 'qwen2_vl' else prefix}ImageProcessor")(**image_kwargs)
+    video_cls = getattr(mod, f"{prefix}VideoProcessor", None) or mod.Qwen2VLVideoProcessor
+    video_processor = video_cls(size=size, patch_size=patch_size, merge_size=2, temporal_patch_size=2)
+    processor_cls = getattr(mod, f"{prefix}Processor")
+    return processor_cls(image_processor, tokenizer, video_processor, chat_template=QWEN_TEMPLATE)
+
+
+# head size 16: the multimodal rotary sections (time, height, width) split its 8 frequencies
+MROPE = {"rope_type": "default", "mrope_section": [2, 3, 3]}
+
+
+def _qwen2_vl(overrides: dict, image_overrides: dict):
+    from transformers import Qwen2VLConfig
+
+    tokenizer = _qwen_tokenizer()
+    config = dict(
+        text_config=_text(tokenizer, "qwen2_vl_text", rope_parameters=MROPE),
+        vision_config=dict(depth=2, embed_dim=32, hidden_size=64, num_heads=2, mlp_ratio=2, patch_size=14),
+        **_qwen_ids(tokenizer),
+    )
+    config = _merge(config, overrides)
+    processor = _qwen_processor(tokenizer, "qwen2_vl", config["vision_config"]["patch_size"], image_overrides)
+    return Qwen2VLConfig(**config), processor
+
+
+BUILDERS: dict[str, Callable[[dict, dict], tuple]] = {
+    "llava": _llava,
+    "qwen2_vl": _qwen2_vl,
+}
+
+FAMILIES: tuple[str, ...] = tuple(BUILDERS)
+
+
+def make_tiny_vlm(
+    family: str, folder: Path, *, seed: int = 0, noise: float = 0.2, image_processor: dict | None = None, **overrides
+) -> Path:
+    """Write a tiny random ``family`` VLM (model in safetensors, processor, tokenizer, chat template) into ``folder``.
+
+    ``overrides`` are written over the family's config (``text_config=dict(num_hidden_layers=3)`` merges into the
+    text config); ``image_processor=dict(...)`` goes to the image processor. Every weight is moved off its initial
+    value by Gaussian noise of size ``noise`` (seeded), so that attention is far from uniform. Returns ``folder``.
+    """
+    if family not in BUILDERS:
+        raise ValueError(f"unknown tiny VLM family {family!r}; known: {', '.join(FAMILIES)}")
+    folder = Path(folder)
+    config, processor = BUILDERS[family](overrides, image_processor or {})
+    torch.manual_seed(seed)
+    model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32).eval()
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(torch.randn_like(param), alpha=noise)
+    tokenizer = processor.tokenizer
+    model.generation_config = GenerationConfig(
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
+    )
+    model.save_pretrained(folder)
+    processor.save_pretrained(folder)
+    return folder
+
+
+@functools.cache
+def _cached(family: str, root: Path) -> Path:
+    return make_tiny_vlm(family, root / family)
+
+
+def tiny_vlm_folder(family: str, tmp_path_factory) -> Path:
+    """The tiny ``family`` folder of this test session, built on first use (the same folder for every later test)."""
+    return _cached(family, tmp_path_factory.getbasetemp() / "tiny_vlms")
