@@ -5,6 +5,9 @@
 - ``offline``: no network and an empty Hugging Face Hub cache.
 - ``built``: the block counts of the ViTs built during a test.
 - ``fresh_caches`` and ``default_model``: for the page's AppTests, which run the page in this process.
+
+Every test of a module that uses tests/browser_harness.py is marked ``browser``, so ``pytest -m "not browser"`` is
+the quick loop (pytest_collection_modifyitems below).
 """
 
 import socket
@@ -15,6 +18,21 @@ from huggingface_hub import constants
 from tiny_models import TINY_FAMILIES, build_tiny_vit, tiny_checkpoint
 
 from vitviz import ViT
+
+
+def uses_the_browser(module) -> bool:
+    """Whether a test module drives a real browser: it imports tests/browser_harness.py or something from it."""
+    return any(
+        getattr(value, "__name__", None) == "browser_harness" or getattr(value, "__module__", None) == "browser_harness"
+        for value in vars(module).values()
+    )
+
+
+def pytest_collection_modifyitems(items) -> None:
+    for item in items:
+        module = getattr(item, "module", None)
+        if module is not None and uses_the_browser(module):
+            item.add_marker(pytest.mark.browser)
 
 
 @pytest.fixture(params=list(TINY_FAMILIES))
