@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers, processors
+from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
 from transformers import AutoModelForImageTextToText, GenerationConfig, PreTrainedTokenizerFast
 
 # Ordinary words, so that answers (even a random model's) decode to readable tokens.
@@ -26,7 +26,7 @@ WORDS = (
     "top bottom middle picture image photo describe answer question one two three four five user assistant system "
     "model you helpful ."
 ).split()
-WORDS = WORDS + [word.capitalize() for word in WORDS] + ["USER", "ASSISTANT"] + list("0123456789:,?!'\"()-\n")
+WORDS = WORDS + [word.capitalize() for word in WORDS] + ["USER", "ASSISTANT"] + list("0123456789:,?!'\"()-")
 
 
 def _tokenizer(
@@ -40,11 +40,7 @@ def _tokenizer(
     backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.Whitespace()
     backend.add_special_tokens([AddedToken(token, special=True, normalized=False) for token in specials])
-    if add_bos:
-        bos = named["bos_token"]
-        backend.post_processor = processors.TemplateProcessing(
-            single=f"{bos} $A", pair=f"{bos} $A $B", special_tokens=[(bos, vocab[bos])]
-        )
+    backend.add_tokens([AddedToken("\n", normalized=False)])  # a token of its own, as the prompts' line breaks are
     standard = {k: v for k, v in named.items() if k in ("bos_token", "eos_token", "pad_token", "unk_token")}
     extra = {k: v for k, v in named.items() if k not in standard}
     return PreTrainedTokenizerFast(
@@ -52,6 +48,7 @@ def _tokenizer(
         unk_token="<unk>",
         extra_special_tokens=extra or None,
         chat_template=chat_template,
+        add_bos_token=add_bos,
         **standard,
     )
 
@@ -218,9 +215,44 @@ def _qwen2_vl(overrides: dict, image_overrides: dict):
     return Qwen2VLConfig(**config), processor
 
 
+def _paligemma(overrides: dict, image_overrides: dict, text_model: str = "gemma"):
+    """PaliGemma: a SigLIP tower's patch grid (4 x 4 at 56 pixels) prefixed to a Gemma decoder; no chat template, the
+    processor writes ``<image>`` x 16 + ``<bos>`` + prompt + ``\\n``. PaliGemma 2 is the same with Gemma 2."""
+    from transformers import PaliGemmaConfig, PaliGemmaProcessor, SiglipImageProcessor
+
+    tokenizer = _tokenizer(
+        ["<pad>", "<eos>", "<bos>", "<image>"], bos_token="<bos>", eos_token="<eos>", pad_token="<pad>"
+    )
+    size, patch = 56, 14
+    image_kwargs = dict(size={"height": size, "width": size}, image_seq_length=(size // patch) ** 2) | image_overrides
+    processor = PaliGemmaProcessor(SiglipImageProcessor(**image_kwargs), tokenizer)  # adds the <loc>, <seg> tokens
+    text = _text(tokenizer, text_model, head_dim=16)
+    if text_model == "gemma2":  # its sliding window alternates with global layers, wider than any test's sequence
+        text |= dict(query_pre_attn_scalar=16, sliding_window=512)
+    config = dict(
+        text_config=text,
+        vision_config=dict(
+            model_type="siglip_vision_model",
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            image_size=size,
+            patch_size=patch,
+            vision_use_head=False,
+        ),
+        image_token_index=tokenizer.convert_tokens_to_ids("<image>"),
+        hidden_size=64,
+        projection_dim=64,
+    )
+    return PaliGemmaConfig(**_merge(config, overrides)), processor
+
+
 BUILDERS: dict[str, Callable[[dict, dict], tuple]] = {
     "llava": _llava,
     "qwen2_vl": _qwen2_vl,
+    "paligemma": _paligemma,
+    "paligemma2": functools.partial(_paligemma, text_model="gemma2"),
 }
 
 FAMILIES: tuple[str, ...] = tuple(BUILDERS)
