@@ -122,6 +122,14 @@ QWEN_TEMPLATE = (
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 
+# Idefics3 and SmolVLM: "User:" and "Assistant:" turns, each closed by <end_of_utterance>.
+IDEFICS3_TEMPLATE = (
+    "{% for message in messages %}{{ message['role'] | capitalize }}:"
+    "{% for part in message['content'] %}{% if part['type'] == 'image' %}<image>"
+    "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}{% endfor %}<end_of_utterance>\n"
+    "{% endfor %}{% if add_generation_prompt %}Assistant:{% endif %}"
+)
+
 
 # ------------------------------------------------------------------------------------------------------- families
 # Each builder takes the config's overrides and the image processor's, and returns (config, processor).
@@ -248,11 +256,63 @@ def _paligemma(overrides: dict, image_overrides: dict, text_model: str = "gemma"
     return PaliGemmaConfig(**_merge(config, overrides)), processor
 
 
+def _idefics3(overrides: dict, image_overrides: dict, smolvlm: bool = False):
+    """Idefics3 (SigLIP tower, Llama decoder): a photo is resized to at most 2 x 2 tiles, each tile and a global
+    image go through the tower, and the pixel shuffle folds ``scale_factor``^2 patches into one token: 8 x 8 patches of
+    7 pixels per 56-pixel tile become 4 x 4 tokens. SmolVLM (256M / 500M, the same classes) shuffles by 4: 16 x 16
+    patches of 4 pixels per 64-pixel tile, again 4 x 4 tokens, and its tokenizer adds no bos of its own."""
+    from transformers import Idefics3Config, Idefics3ImageProcessor, Idefics3Processor
+
+    grid = [f"<row_{row}_col_{col}>" for row in range(1, 7) for col in range(1, 7)]
+    images = ["<fake_token_around_image>", "<image>", "<global-img>", "<end_of_utterance>", *grid]
+    if smolvlm:
+        tile, patch, scale = 64, 4, 4
+        tokenizer = _tokenizer(
+            ["<|endoftext|>", "<|im_start|>", "<|im_end|>", *images],
+            bos_token="<|im_start|>",
+            eos_token="<end_of_utterance>",
+            pad_token="<|im_end|>",
+        )
+    else:
+        tile, patch, scale = 56, 7, 2
+        tokenizer = _tokenizer(
+            ["<|begin_of_text|>", "<|end_of_text|>", *images],
+            add_bos=True,
+            bos_token="<|begin_of_text|>",
+            eos_token="<end_of_utterance>",
+            pad_token="<|end_of_text|>",
+        )
+    config = dict(
+        text_config=_text(tokenizer, "llama"),
+        vision_config=dict(
+            hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=tile
+        )
+        | {"patch_size": patch},
+        image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
+        scale_factor=scale,
+    )
+    config = _merge(config, overrides)
+    vision = config["vision_config"]
+    tile = vision["image_size"]
+    image_kwargs = (
+        dict(size={"longest_edge": 2 * tile}, max_image_size={"longest_edge": tile}, do_image_splitting=True)
+        | image_overrides
+    )
+    seq_len = (tile // vision["patch_size"] // config["scale_factor"]) ** 2
+    template = ("<|im_start|>" if smolvlm else "") + IDEFICS3_TEMPLATE
+    processor = Idefics3Processor(
+        Idefics3ImageProcessor(**image_kwargs), tokenizer, image_seq_len=seq_len, chat_template=template
+    )
+    return Idefics3Config(**config), processor
+
+
 BUILDERS: dict[str, Callable[[dict, dict], tuple]] = {
     "llava": _llava,
     "qwen2_vl": _qwen2_vl,
     "paligemma": _paligemma,
     "paligemma2": functools.partial(_paligemma, text_model="gemma2"),
+    "idefics3": _idefics3,
+    "smolvlm": functools.partial(_idefics3, smolvlm=True),
 }
 
 FAMILIES: tuple[str, ...] = tuple(BUILDERS)
