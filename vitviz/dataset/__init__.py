@@ -3,6 +3,9 @@
     sources.py    where the images come from: a folder (class sub-folders give labels), a zip, a CSV/Parquet of
                   paths, a Hugging Face dataset (saved to disk, or streamed from the Hub)
     indexing.py   the pass: batches through the model once, and what is kept of each image
+    checks.py     what an index folder must pass before it is trusted: the manifest's size, nesting and fields, every
+                  file inside the folder with the size, shape and dtype the layout gives (headers only); checksums
+                  on request (`vitviz index --verify DIR`)
     storage.py    the layout on disk: Parquet tables and .npy arrays in atomic shards (block activations in files named
                   by their content's hash), the manifest, the lock
     build.py      one run: lock, resume checks, this process's share of the shards, the manifest, the search

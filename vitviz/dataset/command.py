@@ -4,6 +4,7 @@
     vitviz index photos.zip --model open_clip:ViT-B-16/openai --prompt-set imagenet --out photos-index/
     vitviz index images.csv --label-column species --model default --out index/ --limit 1000
     torchrun --standalone --nproc-per-node 2 -m vitviz index /data/test --model default --out index/
+    vitviz index --verify cifar-index/     every file's checksum, one line per problem (opening checks sizes only)
 
 Stored per image: path, label, size, sha256, the top-5 classes, per-head entropy, attention distance and prefix
 shares, the rollout and the last block's readout attention per head (fp16), high-norm patches, the pooled embedding
@@ -41,11 +42,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "source",
+        nargs="?",
         help="a folder of images (class sub-folders give labels), a .zip, a .csv/.parquet with a "
         "path column, a folder saved with datasets.save_to_disk, or hf:<dataset id> (streamed)",
     )
     p.add_argument("--model", default="default", help="model spec for vitviz.load_model (default: %(default)s)")
-    p.add_argument("--out", type=Path, required=True, help="index folder (created; must be new unless --resume)")
+    p.add_argument("--out", type=Path, help="index folder (created; must be new unless --resume); required")
+    p.add_argument(
+        "--verify",
+        type=Path,
+        metavar="DIR",
+        help="check the index in DIR instead of making one: every check of opening it, then every file's sha256 "
+        "against the manifest and both search indexes; one line per problem, exit status 1 if any",
+    )
     p.add_argument(
         "--precision",
         choices=PRECISION_CHOICES,
@@ -126,6 +135,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.verify is not None:
+        if args.source is not None or args.out is not None:
+            parser.error("--verify DIR checks an index: give no SOURCE and no --out with it")
+        return
+    if args.source is None or args.out is None:
+        parser.error("give a SOURCE and --out DIR (or --verify DIR to check an index)")
     for name in ("batch_size", "shard_size", "pca_sample"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
@@ -147,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     check_arguments(parser, args)
+    if args.verify is not None:
+        return verify(args.verify)
     device = pick_device(args.device)
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
     if device.type == "cuda":
@@ -245,6 +262,31 @@ def run(args: argparse.Namespace, device: torch.device, rank: int, world: int, d
         failed = _count_errors(args.out)
         print(f"indexed {manifest['count']} images into {args.out} ({failed} unreadable, recorded with their error)")
     return 0
+
+
+def verify(folder: Path) -> int:
+    """`--verify DIR`: opening's checks, then every checksum and both search indexes; prints one line per problem."""
+    from vitviz.dataset import search
+    from vitviz.dataset.checks import verify_checksums
+    from vitviz.dataset.index import open_index
+
+    try:
+        index = open_index(folder)
+    except IndexFormatError as error:
+        print(f"error: {error}")
+        return 1
+    problems = verify_checksums(index.folder, index.manifest)
+    for kind, info in index.manifest.get("search", {}).items():
+        try:
+            search.load(index.folder / search.SEARCH / f"{kind}.faiss", info["dimension"], info["vectors"])
+        except IndexFormatError as error:
+            problems.append(str(error))
+    for problem in problems:
+        print(f"error: {problem}")
+    files = sum(len(s["files"]) for s in index.shards)
+    if not problems:
+        print(f"{index.folder}: {len(index.shards)} shards, {files} files and {index.count} images verified")
+    return 1 if problems else 0
 
 
 def _count_errors(out: Path) -> int:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from vitviz.dataset import search
+from vitviz.dataset import checks, search
 from vitviz.dataset.storage import ACTIVATIONS, SHARDS, IndexFormatError, activation_name, read_manifest
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ class DatasetIndex:
 
     def __init__(self, folder: str | Path):
         self.folder = Path(folder).expanduser().resolve()
-        self.manifest = read_manifest(self.folder)
+        self.manifest = read_manifest(self.folder)  # every field checked (checks.py)
         if not self.manifest["complete"]:
             raise IndexFormatError(
                 f"{self.folder} is an unfinished index (the run stopped before its end); "
@@ -45,13 +45,8 @@ class DatasetIndex:
         self.shards = sorted(self.manifest["shards"], key=lambda s: s["start"])
         self._starts = np.array([s["start"] for s in self.shards])
         self._mapped: dict[tuple[str, str], np.ndarray] = {}
-        for shard in self.shards:
-            for name in shard["files"]:
-                if not (self.folder / SHARDS / shard["name"] / name).is_file():
-                    raise IndexFormatError(
-                        f"{self.folder}: shard {shard['name']} lacks {name}: the index is damaged; "
-                        "delete that shard folder and run `vitviz index ... --resume`"
-                    )
+        # every file inside the folder, of its recorded size, each array's header against the layout (not the data)
+        self._arrays = checks.check_files(self.folder, self.manifest)
 
     def __repr__(self) -> str:
         return f"DatasetIndex({str(self.folder)!r}, {self.count} images, model {self.manifest['model'].get('spec')!r})"
@@ -139,10 +134,14 @@ class DatasetIndex:
                 path = self.folder / SHARDS / shard["name"] / shard.get("activations", {}).get(block, "-")
             else:
                 path = self.folder / SHARDS / shard["name"] / f"{name}.npy"
-            if not path.is_file():
+            if name not in self._arrays or not path.is_file():
                 stored = sorted({f.removesuffix(".npy") for s in self.shards for f in s["files"] if f.endswith(".npy")})
                 raise ValueError(f"this index stores no {name!r} arrays; it has {', '.join(stored)}")
-            self._mapped[key] = np.load(path, mmap_mode="r")
+            array = np.load(path, mmap_mode="r", allow_pickle=False)
+            shape, dtype = self._arrays[name]
+            if array.shape != (shard["count"], *shape) or array.dtype != dtype:  # replaced since it was opened
+                raise IndexFormatError(f"{path} changed since the index was opened: {array.shape} {array.dtype}")
+            self._mapped[key] = array
         return self._mapped[key]
 
     def _rows(self, image_ids: Sequence[int] | int, name: str) -> np.ndarray:
@@ -213,7 +212,8 @@ class DatasetIndex:
             raise ValueError(f"this index has no {kind} search index (it was made without one)")
         cache = self.__dict__.setdefault("_search", {})
         if kind not in cache:
-            cache[kind] = search.load(self.folder / search.SEARCH / f"{kind}.faiss")
+            # dimension and vectors: checked against the stored arrays on opening, the file's against them here
+            cache[kind] = search.load(self.folder / search.SEARCH / f"{kind}.faiss", info["dimension"], info["vectors"])
         return cache[kind], info
 
     def nearest_patches(self, image_id: int, patch: tuple[int, int], k: int = 10) -> pd.DataFrame:

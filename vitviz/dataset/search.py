@@ -10,6 +10,9 @@ that could not be read are left out.
 
 from __future__ import annotations
 
+import os
+import struct
+import threading
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,6 +20,8 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+from vitviz.dataset.checks import IndexFormatError
 
 EXACT_LIMIT = 200_000  # vectors: exact search is fast enough below this (about 10 ms a query for 192 dimensions)
 TARGET_RECALL = 0.95
@@ -124,10 +129,59 @@ def save(index, path: Path) -> None:
     temporary.replace(path)
 
 
-def load(path: Path):
+# What this module writes: an IDMap2 over a flat index (fp32 codes) or an IVF of fp16 scalar-quantised codes; bytes
+# per vector at the least (codes and id)
+WRITTEN = {b"IxM2": 4, b"IwSq": 2, b"IwSQ": 2}
+HEADER = struct.Struct("<4siqqqBi")  # fourcc, d, ntotal, two unused, is_trained, metric: every index's header
+LOOP_LIMIT = 1 << 16  # inverted lists FAISS may loop over while reading (this module makes at most ~1,300)
+_reading = threading.Lock()  # FAISS's reading limits are process-wide: one read at a time sets and restores them
+
+
+def load(path: Path, dimension: int, vectors: int):
+    """The FAISS index in ``path``, checked to hold ``vectors`` vectors of ``dimension`` (the manifest's, checked
+    against the stored arrays). Its header is read and checked against the file's size before FAISS reads it, and
+    FAISS reads with limits no larger than the file, so a header claiming 2^62 vectors allocates nothing; any
+    failure of FAISS is an IndexFormatError naming the file."""
     import faiss
 
-    index = faiss.read_index(str(path), faiss.IO_FLAG_MMAP)  # the vectors stay on disk until touched
+    try:
+        size = os.stat(path).st_size
+        with open(path, "rb") as f:
+            head = f.read(HEADER.size)
+    except OSError as error:
+        raise IndexFormatError(f"{path}: cannot be read ({error.strerror or error}); index the dataset again") from None
+    if len(head) < HEADER.size or head[:4] not in WRITTEN:
+        raise IndexFormatError(
+            f"{path} is not a FAISS index this vitviz writes ({'empty' if not head else 'an unknown header'}); "
+            "index the dataset again"
+        )
+    fourcc, d, ntotal, *_ = HEADER.unpack(head)
+    if (d, ntotal) != (dimension, vectors):
+        raise IndexFormatError(
+            f"{path} holds {ntotal} vectors of dimension {d}, the index stores {vectors} of dimension {dimension}; "
+            "index the dataset again"
+        )
+    if size < HEADER.size + ntotal * (d * WRITTEN[fourcc] + 8):
+        raise IndexFormatError(f"{path} is {size:,} bytes, too short for {ntotal} vectors: it is truncated")
+    with _reading:
+        limits = faiss.get_deserialization_vector_byte_limit(), faiss.get_deserialization_loop_limit()
+        faiss.set_deserialization_vector_byte_limit(size + 1)  # no vector larger than the file
+        faiss.set_deserialization_loop_limit(LOOP_LIMIT)
+        try:
+            index = faiss.read_index(str(path), faiss.IO_FLAG_MMAP)  # the vectors stay on disk until touched
+        except Exception as error:  # noqa: BLE001 - FAISS raises RuntimeError, MemoryError, bare AssertionError
+            first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            reason = first.rsplit("Error: ", 1)[-1][:160]  # FAISS's message without its C++ source path
+            problem = f"{path} is not a readable FAISS index ({reason}); index the dataset again"
+            raise IndexFormatError(problem) from None
+        finally:
+            faiss.set_deserialization_vector_byte_limit(limits[0])
+            faiss.set_deserialization_loop_limit(limits[1])
+    if (index.d, index.ntotal) != (dimension, vectors):
+        raise IndexFormatError(
+            f"{path} holds {index.ntotal} vectors of dimension {index.d}, the index stores {vectors} of dimension "
+            f"{dimension}; index the dataset again"
+        )
     return index
 
 

@@ -30,20 +30,23 @@ from pathlib import Path
 import numpy as np
 import torch
 
-FORMAT = "vitviz-index"
-FORMAT_VERSION = 1
-MANIFEST = "manifest.json"
-SHARDS = "shards"
+from vitviz.dataset.checks import (
+    ACTIVATIONS,
+    FORMAT,  # noqa: F401 - the layout's names are read from here (build.py)
+    FORMAT_VERSION,  # noqa: F401
+    MANIFEST,
+    SHARDS,
+    IndexFormatError,
+    check_manifest,
+    read_manifest_text,
+    sha256_file,
+)
+
 TABLES = ("images", "heads")
-ACTIVATIONS = "activations-block"  # the stem of a block's activation file: activations-block03.<hash>.npy
 
 
 def activation_name(block: int) -> str:
     return f"{ACTIVATIONS}{block:02d}"
-
-
-class IndexFormatError(ValueError):
-    """The folder is not an index this vitviz can read; the message says what is wrong and what to do."""
 
 
 class IndexBusyError(RuntimeError):
@@ -52,14 +55,6 @@ class IndexBusyError(RuntimeError):
 
 def shard_name(index: int) -> str:
     return f"{index:06d}"
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def weight_fingerprint(model: torch.nn.Module) -> str:
@@ -182,43 +177,12 @@ def write_manifest(out: Path, manifest: dict) -> None:
 
 
 def read_manifest(out: Path) -> dict:
-    """The manifest, checked: this format, a version this vitviz reads, and the keys it needs."""
-    path = Path(out) / MANIFEST
-    if not path.is_file():
+    """The manifest, checked (checks.py): its size and nesting before and as it is parsed, then every field the
+    reader uses, against each other and the model's config. The files themselves are checked on opening."""
+    folder = Path(os.path.realpath(Path(out).expanduser()))
+    if not (folder / MANIFEST).exists() and not (folder / MANIFEST).is_symlink():
         raise IndexFormatError(f"{out} is not a vitviz index: it has no {MANIFEST} (make one with `vitviz index`)")
-    try:
-        manifest = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise IndexFormatError(
-            f"{path} is not valid JSON ({error}): it was damaged or edited by hand; index the dataset again"
-        ) from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise IndexFormatError(f'{path} is not a vitviz index manifest (no "format": "{FORMAT}")')
-    version = manifest.get("format_version")
-    if not isinstance(version, int):
-        raise IndexFormatError(f"{path} has no integer format_version: it was edited by hand; index the dataset again")
-    if version > FORMAT_VERSION:
-        raise IndexFormatError(
-            f"{out} was written by vitviz {manifest.get('vitviz_version', '?')} in index format "
-            f"{version}; this vitviz reads format {FORMAT_VERSION} and older: upgrade vitviz"
-        )
-    required = {"model": dict, "options": dict, "shards": list, "grid": list, "complete": bool, "layout": dict}
-    for key, kind in required.items():
-        if not isinstance(manifest.get(key), kind):
-            raise IndexFormatError(
-                f"{path}: {key!r} is missing or not a {kind.__name__}: the manifest was edited "
-                "by hand or damaged; index the dataset again"
-            )
-    for shard in manifest["shards"]:
-        if not (
-            isinstance(shard, dict)
-            and isinstance(shard.get("name"), str)
-            and isinstance(shard.get("files"), dict)
-            and isinstance(shard.get("start"), int)
-            and isinstance(shard.get("count"), int)
-        ):
-            raise IndexFormatError(f"{path}: a shard entry is malformed ({str(shard)[:80]}); index the dataset again")
-    return manifest
+    return check_manifest(folder, read_manifest_text(folder))
 
 
 def check_same_run(old: dict, new: dict) -> None:
@@ -235,15 +199,4 @@ def check_same_run(old: dict, new: dict) -> None:
             raise IndexFormatError(
                 f"cannot --resume: the index was made with {key} {before}, this run has {now}; "
                 "resume with the same settings, or index into a new folder"
-            )
-
-
-def verify_shard(out: Path, record: dict) -> None:
-    """Check every file of a shard against its sha256 in the manifest."""
-    for name, info in record["files"].items():
-        path = Path(out) / SHARDS / record["name"] / name
-        if not path.is_file() or sha256_file(path) != info["sha256"]:
-            raise IndexFormatError(
-                f"{path} is missing or does not match its checksum: the index is damaged; "
-                "delete that shard folder and run `vitviz index ... --resume`"
             )
