@@ -130,6 +130,15 @@ IDEFICS3_TEMPLATE = (
     "{% endfor %}{% if add_generation_prompt %}Assistant:{% endif %}"
 )
 
+# Gemma 3: turns between <start_of_turn> and <end_of_turn>, the model's turn named "model"; the prompt starts with bos.
+GEMMA3_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}<start_of_turn>"
+    "{{ 'model' if message['role'] == 'assistant' else message['role'] }}\n"
+    "{% for part in message['content'] %}{% if part['type'] == 'image' %}<start_of_image>"
+    "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}{% endfor %}<end_of_turn>\n"
+    "{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
+)
+
 
 # ------------------------------------------------------------------------------------------------------- families
 # Each builder takes the config's overrides and the image processor's, and returns (config, processor).
@@ -299,11 +308,54 @@ def _idefics3(overrides: dict, image_overrides: dict, smolvlm: bool = False):
         | image_overrides
     )
     seq_len = (tile // vision["patch_size"] // config["scale_factor"]) ** 2
-    template = ("<|im_start|>" if smolvlm else "") + IDEFICS3_TEMPLATE
+    template = ("<|im_start|>" if smolvlm else "{{ bos_token }}") + IDEFICS3_TEMPLATE
     processor = Idefics3Processor(
         Idefics3ImageProcessor(**image_kwargs), tokenizer, image_seq_len=seq_len, chat_template=template
     )
     return Idefics3Config(**config), processor
+
+
+def _gemma3(overrides: dict, image_overrides: dict):
+    """Gemma 3: a SigLIP tower over a square resize (8 x 8 patches of 8 pixels), average-pooled to
+    ``mm_tokens_per_image`` (4 x 4) soft tokens between <start_of_image> and <end_of_image>; a Gemma 3 decoder whose
+    sliding-window and global layers alternate."""
+    from transformers import Gemma3Config, Gemma3ImageProcessor, Gemma3Processor
+
+    image = {"boi_token": "<start_of_image>", "eoi_token": "<end_of_image>", "image_token": "<image_soft_token>"}
+    tokenizer = _tokenizer(
+        ["<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>", *image.values()],
+        add_bos=True,
+        bos_token="<bos>",
+        eos_token="<end_of_turn>",
+        pad_token="<pad>",
+        **image,
+    )
+    size, tokens = 64, 16
+    text = _text(tokenizer, "gemma3_text", head_dim=16, query_pre_attn_scalar=16, sliding_window=512)
+    config = dict(
+        text_config=text | {"layer_types": ["sliding_attention", "full_attention"]},
+        vision_config=dict(
+            model_type="siglip_vision_model",
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            image_size=size,
+            patch_size=8,
+            vision_use_head=False,
+        ),
+        mm_tokens_per_image=tokens,
+        **_ids(tokenizer, boi_token_index="<start_of_image>", eoi_token_index="<end_of_image>"),
+        image_token_index=tokenizer.convert_tokens_to_ids("<image_soft_token>"),
+    )
+    config = _merge(config, overrides)
+    square = config["vision_config"]["image_size"]
+    image_kwargs = dict(size={"height": square, "width": square}, image_mean=[0.5] * 3, image_std=[0.5] * 3)
+    image_processor = Gemma3ImageProcessor(**image_kwargs | image_overrides)
+    processor = Gemma3Processor(
+        image_processor, tokenizer, chat_template=GEMMA3_TEMPLATE, image_seq_length=config["mm_tokens_per_image"]
+    )
+    return Gemma3Config(**config), processor
 
 
 BUILDERS: dict[str, Callable[[dict, dict], tuple]] = {
@@ -313,6 +365,7 @@ BUILDERS: dict[str, Callable[[dict, dict], tuple]] = {
     "paligemma2": functools.partial(_paligemma, text_model="gemma2"),
     "idefics3": _idefics3,
     "smolvlm": functools.partial(_idefics3, smolvlm=True),
+    "gemma3": _gemma3,
 }
 
 FAMILIES: tuple[str, ...] = tuple(BUILDERS)
