@@ -189,6 +189,7 @@ def test_patch_search_shows_the_nearest_patches(built):
     at.number_input(key="dataset|search_row").set_value(1)
     at.number_input(key="dataset|search_col").set_value(2)
     at.number_input(key="dataset|search_k").set_value(5)
+    at.checkbox(key="dataset|search_others").uncheck()  # the image's own patches too
     checked(at.run())
     assert not at.error
     found = vitviz.open_index(built / "index").nearest_patches(3, (1, 2), 5)

@@ -216,19 +216,27 @@ class DatasetIndex:
             cache[kind] = search.load(self.folder / search.SEARCH / f"{kind}.faiss", info["dimension"], info["vectors"])
         return cache[kind], info
 
-    def nearest_patches(self, image_id: int, patch: tuple[int, int], k: int = 10) -> pd.DataFrame:
-        """The k stored patches most like patch (row, col) of ``image_id``, best first (itself included):
-        DataFrame(image_id, row, col, similarity), similarity the cosine of the stored features."""
+    def nearest_patches(
+        self, image_id: int, patch: tuple[int, int], k: int = 10, other_images: bool = False
+    ) -> pd.DataFrame:
+        """The k stored patches most like patch (row, col) of ``image_id``, best first (itself included, unless
+        ``other_images``: then the image's own patches are left out and FAISS is asked for k more than one image's
+        patches, so k others still come back when the index holds them): DataFrame(image_id, row, col, similarity),
+        similarity the cosine of the stored features."""
         rows, cols = self.grid
         row, col = patch
         if not (0 <= row < rows and 0 <= col < cols):
             raise ValueError(f"patch ({row}, {col}) is outside the {rows}x{cols} grid")
         query = self.features(image_id)[0, row, col]
         index, info = self._search_index("patches")
-        similarity, ids = search.search(index, query, k, info.get("nprobe"))
+        asked = min(k + rows * cols, index.ntotal) if other_images else k  # at most rows*cols of them its own
+        similarity, ids = search.search(index, query, asked, info.get("nprobe"))
         import pandas as pd
 
         image, position = np.divmod(ids, rows * cols)
+        if other_images:
+            keep = np.flatnonzero(image != image_id)[:k]
+            similarity, image, position = similarity[keep], image[keep], position[keep]
         return pd.DataFrame(
             {"image_id": image, "row": position // cols, "col": position % cols, "similarity": similarity}
         )

@@ -50,12 +50,19 @@ def draw(index: DatasetIndex) -> None:
             elif clicked != (int(row), int(col)):
                 st.session_state[CLICKED] = clicked
                 st.rerun()
-    found = index.nearest_patches(int(image_id), (int(row), int(col)), int(k))
+    others = st.checkbox(
+        "Other images only",
+        value=True,
+        key="dataset|search_others",
+        help="Leave out the chosen image's own patches: its neighbouring patches are often the most similar.",
+    )
+    found = index.nearest_patches(int(image_id), (int(row), int(col)), int(k), other_images=others)
     paths = index.query(
         f"SELECT image_id, path FROM images WHERE image_id IN ({', '.join(str(int(i)) for i in found.image_id)})"
     )
     found = found.merge(paths, on="image_id", how="left")
-    st.markdown(f"**The {len(found)} most similar patches** (cosine of the stored features; the first is itself)")
+    whose = "in other images" if others else "(the first is itself)"
+    st.markdown(f"**The {len(found)} most similar patches** {whose}, by the cosine of the stored features")
     grid = st.columns(4)
     for position, match in enumerate(found.itertuples()):
         with grid[position % 4]:
