@@ -139,6 +139,23 @@ GEMMA3_TEMPLATE = (
     "{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
 )
 
+# LLaVA-NeXT (Mistral): one [INST] ... [/INST] turn.
+LLAVA_NEXT_TEMPLATE = (
+    "{% for message in messages %}{% if message['role'] == 'user' %}[INST] "
+    "{% for part in message['content'] if part['type'] == 'image' %}<image>\n{% endfor %}"
+    "{% for part in message['content'] if part['type'] == 'text' %}{{ part['text'] }} {% endfor %}[/INST]"
+    "{% else %}{% for part in message['content'] if part['type'] == 'text' %} {{ part['text'] }}{% endfor %}"
+    "{{ eos_token }}{% endif %}{% endfor %}"
+)
+
+# LLaVA-OneVision (Qwen2): <|im_start|> turns, the image placeholder on a line of its own before the text.
+ONEVISION_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{% for part in message['content'] if part['type'] == 'image' %}<image>\n{% endfor %}"
+    "{% for part in message['content'] if part['type'] == 'text' %}{{ part['text'] }}{% endfor %}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
 
 # ------------------------------------------------------------------------------------------------------- families
 # Each builder takes the config's overrides and the image processor's, and returns (config, processor).
@@ -358,8 +375,106 @@ def _gemma3(overrides: dict, image_overrides: dict):
     return Gemma3Config(**config), processor
 
 
+def _llava_next(overrides: dict, image_overrides: dict):
+    """LLaVA-NeXT (Mistral): any-res, a 56-pixel base image (4 x 4 patches) plus the tiles of the best of
+    ``image_grid_pinpoints`` (1 x 2, 2 x 1 or 2 x 2 tiles), unpadded, each row of tile features closed by the learned
+    ``image_newline``."""
+    from transformers import LlavaNextConfig, LlavaNextImageProcessor, LlavaNextProcessor
+
+    tokenizer = _tokenizer(
+        ["<s>", "</s>", "<pad>", "<image>", "[INST]", "[/INST]"],
+        add_bos=True,
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+        image_token="<image>",
+    )
+    size = 56
+    config = dict(
+        text_config=_text(tokenizer, "mistral"),
+        vision_config=_clip_vision(size),
+        image_token_index=tokenizer.convert_tokens_to_ids("<image>"),
+        image_grid_pinpoints=[[size, 2 * size], [2 * size, size], [2 * size, 2 * size]],
+        image_seq_length=(size // 14) ** 2,
+        vision_feature_layer=-2,
+        vision_feature_select_strategy="default",
+    )
+    config = _merge(config, overrides)
+    size = config["vision_config"]["image_size"]
+    image_kwargs = dict(
+        size={"shortest_edge": size},
+        crop_size={"height": size, "width": size},
+        image_grid_pinpoints=config["image_grid_pinpoints"],
+    )
+    processor = LlavaNextProcessor(
+        LlavaNextImageProcessor(**image_kwargs | image_overrides),
+        tokenizer,
+        patch_size=config["vision_config"]["patch_size"],
+        vision_feature_select_strategy=config["vision_feature_select_strategy"],
+        num_additional_image_tokens=1,
+        chat_template=LLAVA_NEXT_TEMPLATE,
+    )
+    return LlavaNextConfig(**config), processor
+
+
+def _llava_onevision(overrides: dict, image_overrides: dict):
+    """LLaVA-OneVision (SigLIP tower, Qwen2 decoder): any-res over 1 x 1 to 6 x 6 tiles of 56 pixels (4 x 4 patches
+    each) plus the base image; past 9 tiles' worth ("anyres_max_9") the tile features are downsampled."""
+    from transformers import (
+        LlavaOnevisionConfig,
+        LlavaOnevisionImageProcessor,
+        LlavaOnevisionProcessor,
+        LlavaOnevisionVideoProcessor,
+    )
+
+    tokenizer = _tokenizer(
+        ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<image>", "<video>"],
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        image_token="<image>",
+        video_token="<video>",
+    )
+    size, patch = 56, 14
+    config = dict(
+        text_config=_text(tokenizer, "qwen2"),
+        vision_config=dict(
+            model_type="siglip_vision_model",
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            image_size=size,
+            patch_size=patch,
+            vision_use_head=False,
+        ),
+        **_ids(tokenizer, image_token_index="<image>", video_token_index="<video>"),
+        image_grid_pinpoints=[[size * rows, size * cols] for rows in range(1, 7) for cols in range(1, 7)],
+        vision_feature_layer=-1,
+        vision_feature_select_strategy="full",
+        vision_aspect_ratio="anyres_max_9",
+    )
+    config = _merge(config, overrides)
+    size, patch = config["vision_config"]["image_size"], config["vision_config"]["patch_size"]
+    square = dict(size={"height": size, "width": size}, image_mean=[0.5] * 3, image_std=[0.5] * 3)
+    image_processor = LlavaOnevisionImageProcessor(
+        **square | {"image_grid_pinpoints": config["image_grid_pinpoints"]} | image_overrides
+    )
+    processor = LlavaOnevisionProcessor(
+        image_processor,
+        tokenizer,
+        LlavaOnevisionVideoProcessor(**square),
+        num_image_tokens=(size // patch) ** 2,
+        vision_feature_select_strategy=config["vision_feature_select_strategy"],
+        vision_aspect_ratio=config["vision_aspect_ratio"],
+        chat_template=ONEVISION_TEMPLATE,
+    )
+    return LlavaOnevisionConfig(**config), processor
+
+
 BUILDERS: dict[str, Callable[[dict, dict], tuple]] = {
     "llava": _llava,
+    "llava_next": _llava_next,
+    "llava_onevision": _llava_onevision,
     "qwen2_vl": _qwen2_vl,
     "paligemma": _paligemma,
     "paligemma2": functools.partial(_paligemma, text_model="gemma2"),
