@@ -13,6 +13,7 @@ edited model. The same mechanism replaces h by the SAE's reconstruction (``repla
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Mapping
 
 import torch
@@ -76,9 +77,7 @@ def _moved(sae: TopKSAE, device: torch.device) -> TopKSAE:
     """The SAE on the model's device: itself when it is there already, else a copy (the caller's stays put)."""
     if sae.W_enc.device == device:
         return sae
-    copy = TopKSAE(sae.config)
-    copy.load_state_dict(sae.state_dict())
-    return copy.to(device).eval()
+    return copy.deepcopy(sae).to(device).eval()  # any SAE class vitviz loads (vitviz.sae.formats)
 
 
 def with_sae(

@@ -91,6 +91,7 @@ class TopKSAE(nn.Module):
         self.register_buffer("mean", torch.zeros(d))  # the training data's mean token
         self.register_buffer("scale", torch.ones(()))  # sqrt of its mean squared distance from the mean
         self.register_buffer("threshold", torch.zeros(()))  # BatchTopK's inference threshold (running estimate)
+        self.model: str | None = None  # the model it was trained on, when its file says
         with torch.no_grad():  # random unit directions, the encoder their transpose (Gao et al.)
             self.W_dec.normal_()
             self.normalise_decoder_()
@@ -156,6 +157,30 @@ class TopKSAE(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Reconstruction (..., d) of x (..., d), in x's units."""
         return self.decode(self.encode(x))
+
+    def reconstruct(self, x: torch.Tensor) -> torch.Tensor:
+        """The same as calling it: the name every SAE vitviz loads has (vitviz.sae.formats)."""
+        return self.decode(self.encode(x))
+
+    # --- what the other parts of vitviz read (the same names as vitviz.sae.formats.module.ExternalSAE's) ---------
+    @property
+    def block(self) -> int | None:
+        return self.config.block
+
+    @property
+    def tokens(self) -> str:
+        return "patches"  # vitviz trains on the patch tokens
+
+    @property
+    def scaling_missing(self) -> str | None:
+        return None  # its input normalisation (mean, scale) is in its file
+
+    def block_for(self, num_blocks: int) -> int | None:
+        """The block it reads in a model of ``num_blocks`` blocks."""
+        block = self.config.block
+        if block is not None and not 0 <= block < num_blocks:
+            raise SAEError(f"the SAE reads block {block}, which a model of {num_blocks} blocks does not have")
+        return block
 
     # --- the unit-norm constraint --------------------------------------------------------------------------------
     @torch.no_grad()
