@@ -28,7 +28,7 @@ import torch
 
 from vitviz.loading import load_model
 from vitviz.sae import SAEConfig, TopKSAE, TrainConfig, evaluate, top1_agreement, train_sae
-from vitviz.sae.command import block_tokens, pixels
+from vitviz.sae.run import block_tokens, pixels
 from vitviz.sae.training import losses
 
 ABLATION = {  # cumulative: each adds one part of the recipe to the one before

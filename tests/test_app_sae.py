@@ -19,6 +19,7 @@ from tiny_models import tiny_checkpoint
 
 import vitviz
 import vitviz.loading.specs
+from vitviz.commands.sae import main as sae_main
 from vitviz.dataset.command import main as index_main
 from vitviz.sae import SAEConfig, TopKSAE, load_sae, save_sae, with_sae
 from vitviz.sae.browse import (
@@ -30,7 +31,6 @@ from vitviz.sae.browse import (
     top_image_shares,
     write_latent_tables,
 )
-from vitviz.sae.command import main as sae_main
 from vitviz.sae.indexed import readable_images
 from vitviz_dashboard.dataset.features import SAE_FOLDER
 

@@ -13,6 +13,7 @@ from dataset_harness import INDEX, QUICK, make_images
 from tiny_models import tiny_checkpoint
 
 import vitviz
+from vitviz.commands.sae import main as sae_main
 from vitviz.dataset.command import main as index_main
 from vitviz.loading.specs import load_model
 from vitviz.sae import SAEConfig, SAEError, TopKSAE, load_sae
@@ -29,7 +30,6 @@ from vitviz.sae.browse import (
     top_latents,
     write_latent_tables,
 )
-from vitviz.sae.command import main as sae_main
 from vitviz.sae.indexed import readable_images
 
 

@@ -9,8 +9,8 @@ import pytest
 from PIL import Image
 
 from tests.tiny_models import tiny_checkpoint
+from vitviz.commands.sae import main
 from vitviz.sae import evaluate, load_sae
-from vitviz.sae.command import main
 
 QUICK = ["--latents", "32", "--k", "4", "--epochs", "1", "--batch", "256", "--aux-k", "8"]
 

@@ -15,12 +15,12 @@ from safetensors.torch import load_file
 from tiny_models import tiny_checkpoint
 
 import vitviz
+from vitviz.commands.sae import main as sae_main
 from vitviz.dataset.command import main as index_main
 from vitviz.dataset.storage import sha256_file
 from vitviz.loading.specs import load_model
 from vitviz.preprocessing import load_image
 from vitviz.sae import SAEConfig, TopKSAE, evaluate, load_sae, save_sae
-from vitviz.sae.command import main as sae_main
 from vitviz.sae.indexed import held_out, index_data
 
 

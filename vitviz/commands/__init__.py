@@ -6,7 +6,8 @@
     benchmark.py     vitviz benchmark: faithfulness of the explanation methods over a folder (also under torchrun)
     train.py         vitviz train: the flags and recipes of a training run (the run itself is vitviz.training)
     evaluate.py      vitviz evaluate: accuracy, per-class accuracy and the confusion matrix on a labelled folder
+    sae.py           vitviz sae: train (vitviz.sae.train), evaluate, latents and ablate for sparse autoencoders
     common.py        what the commands share: the image files their arguments name
 
-`vitviz index` and `vitviz sae` live beside their packages: vitviz/dataset/command.py and vitviz/sae/command.py.
+`vitviz index` lives beside its package: vitviz/dataset/command.py.
 """

@@ -7,9 +7,10 @@
     vitviz benchmark [options]         faithfulness of the explanation methods over a data set
     vitviz index SOURCE --out DIR      index a whole dataset once (docs/dataset-index.md)
     vitviz sae train [options]         train a sparse autoencoder on one block's activations
+    vitviz sae evaluate INDEX SAE...   one table of SAE metrics on an index's held-out images
 
 `vitviz <command> --help` shows each command's options. `python -m vitviz` is the same command. Each command is a
-module with a ``main(argv)``: vitviz/commands/<command>.py, or the dataset's and the autoencoders' own command.py.
+module with a ``main(argv)``: vitviz/commands/<command>.py (``index`` still in vitviz/dataset/command.py).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ COMMANDS = {
     "evaluate": ("vitviz.commands.evaluate", "top-1, per-class accuracy and confusion matrix on a labelled folder"),
     "benchmark": ("vitviz.commands.benchmark", "faithfulness of the explanation methods over a labelled image folder"),
     "index": ("vitviz.dataset.command", "index a dataset once (Parquet, arrays, FAISS), then query it: open_index"),
-    "sae": ("vitviz.sae.command", "sparse autoencoders on a block's activations: vitviz sae train (see --help)"),
+    "sae": ("vitviz.commands.sae", "sparse autoencoders on a block's activations: train, evaluate, latents, ablate"),
 }
 
 

@@ -1,11 +1,14 @@
 """How good an SAE is, on held-out tokens and images.
 
-On activations (``evaluate``, streamed chunk by chunk over any source of ``vitviz.sae.data``):
-- ``explained_variance``: 1 - sum |x - x̂|² / sum |x - mean(x)|², over all tokens and features (Gao et al.);
-- ``normalised_mse``: sum |x - x̂|² / sum |x|² (saev's normalised MSE: the error relative to the input's energy);
+On activations (``evaluate``, streamed chunk by chunk over any source of ``vitviz.sae.data``), with saev's
+definitions and thresholds (saev/framework/train.py's evaluation):
+- ``normalised_mse``: saev's normalised MSE, sum |x - x̂|² / sum |x - mean(x)|², the reconstruction's squared error
+  over the squared error of the evaluated tokens' own mean (both summed over tokens and features);
+- ``explained_variance``: 1 - that ratio (Gao et al.), the same number from the other side;
 - ``l0``: mean number of non-zero codes per token (≤ k for TopK);
-- ``dead_fraction``: latents that never fire on these tokens;
-- ``dense_fraction``: latents that fire on more than ``dense_threshold`` (10 %) of them.
+- ``dead_fraction``: latents that never fire on these tokens (saev: frequency 0);
+- ``dense_fraction``: latents that fire on more than ``dense_threshold`` of them (saev's 1e-2, 1 %).
+``prefix_nmse`` gives a Matryoshka SAE's normalised MSE from each prefix of its dictionary alone.
 
 Through the model (``top1_agreement``): block B's output on the patch tokens is replaced by the SAE's reconstruction
 (prefix tokens, such as [CLS], are kept: the SAE never saw them) and the rest of the model runs on it:
@@ -34,7 +37,8 @@ def explained_variance(x: torch.Tensor, estimate: torch.Tensor) -> float:
 
 
 def normalised_mse(x: torch.Tensor, estimate: torch.Tensor) -> float:
-    return float((x - estimate).double().square().sum() / x.double().square().sum())
+    """saev's: sum |x - x̂|² / sum |x - mean(x)|² over tokens (n, d)."""
+    return float((x - estimate).double().square().sum() / (x - x.mean(dim=0)).double().square().sum())
 
 
 def l0(codes: torch.Tensor) -> float:
@@ -42,19 +46,34 @@ def l0(codes: torch.Tensor) -> float:
     return float((codes != 0).sum(dim=-1).double().mean())
 
 
+DENSE = 1e-2  # saev's dense_lim: a latent firing on more than 1 % of the tokens is dense
+
+
+def device_of_sae(sae: torch.nn.Module) -> torch.device:
+    return next(iter(sae.parameters()), torch.zeros(())).device
+
+
+def encode_and_reconstruct(sae: torch.nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(codes (n, N), reconstruction (n, d)) of any SAE vitviz loads: ``reconstruct`` where an SAE has one (a
+    per-token normalisation needs x's own statistics to decode), else ``decode(encode(x))``."""
+    codes = sae.encode(x)
+    if isinstance(sae, TopKSAE) or not hasattr(sae, "reconstruct"):
+        return codes, sae.decode(codes)
+    return codes, sae.reconstruct(x)
+
+
 @torch.no_grad()
-def evaluate(sae: TopKSAE, source: Source, dense_threshold: float = 0.1, batch: int = 8192) -> dict:
+def evaluate(sae: TopKSAE, source: Source, dense_threshold: float = DENSE, batch: int = 8192) -> dict:
     """The activation metrics of the module docstring over every token of ``source``, streamed."""
     sae = sae.eval()
-    device = sae.W_enc.device
-    error = squares = nonzero = 0.0
+    device = device_of_sae(sae)
+    error = squares = nonzero = 0.0  # squares: sum |x|², for sum |x - mean|² at the end
     sums = fired = None
     tokens = 0
     for chunk in chunks(source):
         for x in chunk.split(batch):
             x = x.to(device)
-            codes = sae.encode(x)  # (n, N)
-            estimate = sae.decode(codes)
+            codes, estimate = encode_and_reconstruct(sae, x)  # (n, N), (n, d)
             if sums is None:
                 sums, fired = torch.zeros(x.shape[1], dtype=torch.float64), torch.zeros(codes.shape[1])
             error += float((x - estimate).double().square().sum())
@@ -66,12 +85,37 @@ def evaluate(sae: TopKSAE, source: Source, dense_threshold: float = 0.1, batch: 
     spread = squares - float(sums.square().sum()) / tokens  # sum |x - mean|²
     return {
         "explained_variance": 1.0 - error / spread,
-        "normalised_mse": error / squares,
+        "normalised_mse": error / spread,
         "l0": nonzero / tokens,
         "dead_fraction": float((fired == 0).float().mean()),
         "dense_fraction": float((fired / tokens > dense_threshold).float().mean()),
         "tokens": tokens,
     }
+
+
+@torch.no_grad()
+def prefix_nmse(sae: TopKSAE, source: Source, prefixes: tuple[int, ...], batch: int = 8192) -> list[float]:
+    """Per prefix size m, the normalised MSE of the reconstruction from latents 0..m-1 alone (the codes of the others
+    set to 0, b_dec kept): a Matryoshka SAE's nested dictionaries, each measured on its own."""
+    sae = sae.eval()
+    device = device_of_sae(sae)
+    errors = torch.zeros(len(prefixes), dtype=torch.float64)
+    squares, sums, tokens = 0.0, None, 0
+    for chunk in chunks(source):
+        for x in chunk.split(batch):
+            x = x.to(device)
+            codes = sae.encode(x)
+            for i, m in enumerate(prefixes):
+                kept = codes.clone()
+                kept[:, m:] = 0
+                errors[i] += float((x - sae.decode(kept)).double().square().sum())
+            squares += float(x.double().square().sum())
+            sums = x.double().sum(dim=0).cpu() + (0 if sums is None else sums)
+            tokens += len(x)
+    if not tokens:
+        return [float("nan")] * len(prefixes)
+    spread = squares - float(sums.square().sum()) / tokens
+    return (errors / spread).tolist()
 
 
 @torch.no_grad()

@@ -1,5 +1,7 @@
 """Training a TopK SAE as Gao et al. (2024) do: the reconstruction loss plus AuxK on dead latents, a data
-initialisation, Adam with a warm-up and a decay to zero, unit-norm decoder rows.
+initialisation, Adam with a warm-up and a decay to zero, unit-norm decoder rows; or a Matryoshka TopK SAE as saev
+trains them (``TrainConfig(matryoshka=(64, 256, 1024))``): nested prefixes of the dictionary, each reconstructing on
+its own, their errors averaged.
 
     sae, history = train_sae(source, SAEConfig(d_in=192, latents=1536, k=16), TrainConfig(epochs=8))
 
@@ -42,6 +44,19 @@ class TrainConfig:
     clip: float | None = 1.0  # gradient norm clipping
     seed: int = 0
     device: str = "auto"  # "cpu", "cuda", or "auto": CUDA when present
+    # Matryoshka (saev's objective, Nabeshima; Bussmann et al. 2025): the sizes m_1 < m_2 < ... of nested prefixes
+    # of the dictionary; each prefix's latents reconstruct the input on their own and the loss is the mean of their
+    # errors. The whole dictionary is always the last prefix (added when not listed). None: plain TopK
+    matryoshka: tuple[int, ...] | None = None
+
+    def prefixes(self, latents: int) -> tuple[int, ...]:
+        """The prefix sizes the loss uses for a dictionary of ``latents``: (latents,) for plain TopK."""
+        sizes = tuple(int(m) for m in self.matryoshka or ())
+        if any(not 1 <= m <= latents for m in sizes) or any(a >= b for a, b in zip(sizes, sizes[1:])):
+            raise SAEError(
+                f"--matryoshka sizes must increase and lie in [1, latents = {latents}]; got {','.join(map(str, sizes))}"
+            )
+        return sizes if sizes and sizes[-1] == latents else (*sizes, latents)
 
 
 def device_of(name: str) -> torch.device:
@@ -143,19 +158,39 @@ def auxk_loss(sae: TopKSAE, pre: torch.Tensor, residual: torch.Tensor, dead: tor
     return (estimate - residual).square().sum(dim=-1).mean() / spread
 
 
-def losses(sae: TopKSAE, z: torch.Tensor, dead: torch.Tensor, aux_alpha: float) -> tuple[torch.Tensor, ...]:
-    """One normalised batch z (B, d) -> (total loss, reconstruction MSE, AuxK loss, firings per latent (N,))."""
+def prefix_reconstructions(
+    sae: TopKSAE, codes: torch.Tensor | tuple[torch.Tensor, torch.Tensor], prefixes: tuple[int, ...]
+) -> list[torch.Tensor]:
+    """Normalised reconstructions (B, d), one per prefix size m, each from latents 0..m-1 alone: the codes (dense
+    (B, N), or a TopK's kept (values, indices), (B, k) each) of the other latents count as 0. As saev's Matryoshka,
+    the codes are chosen once over the whole dictionary, and b_dec belongs to every prefix."""
+    if isinstance(codes, tuple):
+        values, indices = codes
+        N = sae.config.latents
+        return [sae.decode_sparse(values if m >= N else values * (indices < m), indices) for m in prefixes]
+    return [codes[:, :m] @ sae.W_dec[:m] + sae.b_dec for m in prefixes]
+
+
+def losses(
+    sae: TopKSAE, z: torch.Tensor, dead: torch.Tensor, aux_alpha: float, prefixes: tuple[int, ...] | None = None
+) -> tuple[torch.Tensor, ...]:
+    """One normalised batch z (B, d) -> (total loss, reconstruction loss, AuxK loss, firings per latent (N,)).
+
+    The reconstruction loss is the squared error summed over features, averaged over tokens; with Matryoshka
+    ``prefixes`` (the last one the whole dictionary), it is the mean over prefixes of each prefix's own error, as
+    saev weighs them. AuxK reconstructs the whole dictionary's residual."""
+    prefixes = prefixes or (sae.config.latents,)
     pre = sae.pre_activations(z)  # (B, N)
     if sae.config.activation == "topk":
         values, indices = sae.top_k(pre)  # (B, k) each
-        estimate = sae.decode_sparse(values, indices)
+        codes = (values, indices)
         fired = torch.zeros_like(sae.b_enc).index_add_(0, indices.flatten(), (values > 0).flatten().float())
     else:
         codes = sae.activate(pre)
-        estimate = codes @ sae.W_dec + sae.b_dec
         fired = (codes > 0).float().sum(dim=0)
-    mse = (estimate - z).square().sum(dim=-1).mean()
-    aux = auxk_loss(sae, pre, z - estimate, dead) if aux_alpha > 0 else mse.new_zeros(())
+    estimates = prefix_reconstructions(sae, codes, prefixes)  # the whole dictionary's last
+    mse = torch.stack([(estimate - z).square().sum(dim=-1).mean() for estimate in estimates]).mean()
+    aux = auxk_loss(sae, pre, z - estimates[-1], dead) if aux_alpha > 0 else mse.new_zeros(())
     return mse + aux_alpha * aux, mse, aux, fired.detach()
 
 
@@ -180,6 +215,7 @@ def train_sae(
     a run finding one resumes after its last epoch (the configurations must match)."""
     if train.epochs < 1 or train.batch < 1:
         raise SAEError(f"epochs and batch must be at least 1; got {train.epochs} and {train.batch}")
+    prefixes = train.prefixes(config.latents)
     device = device_of(train.device)
     check_memory(config, train, device)
     generator = torch.Generator().manual_seed(train.seed)
@@ -227,7 +263,7 @@ def train_sae(
                 group["lr"] = learning_rate(step, total, peak, train)
             z = sae.normalise(batch.to(device, non_blocking=True))
             dead = since_fired >= train.dead_after
-            loss, mse, aux, fired = losses(sae, z, dead, train.aux_alpha)
+            loss, mse, aux, fired = losses(sae, z, dead, train.aux_alpha, prefixes)
             optimiser.zero_grad(set_to_none=True)
             loss.backward()
             sae.remove_parallel_gradient_()

@@ -19,26 +19,19 @@ seeded share of the images (``--holdout``) is kept out of training for the metri
 the labels when the images sit in folders named after the model's classes). From ``.npy`` files (n, d), read
 memory-mapped in order, the held-out tokens are ``--holdout-activations`` or the last ``--holdout`` share of them.
 DIR receives ``sae.safetensors``, ``config.json`` (``vitviz.sae.files``), ``metrics.json`` and ``checkpoint.pt``
-(removed at the end; a run that finds one resumes it).
+(removed at the end; a run that finds one resumes it). The run itself is the library's ``vitviz.sae.train``
+(vitviz/sae/run.py); ``--matryoshka 64,256,1024`` trains nested prefixes of the dictionary (vitviz/sae/training.py).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import time
 from pathlib import Path
 
-import numpy as np
-import torch
-
-from vitviz.sae.data import Source, npy_source
 from vitviz.sae.errors import SAEError
-from vitviz.sae.files import METRICS, save_sae
-from vitviz.sae.metrics import evaluate, top1_agreement
-from vitviz.sae.model import SAEConfig
-from vitviz.sae.training import TrainConfig, device_of, train_sae
+from vitviz.sae.run import train
+from vitviz.sae.training import TrainConfig, device_of
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -80,6 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--latents", type=int, required=True, help="number of latents N (8x or 16x the width is usual)")
     t.add_argument("--k", type=int, default=16, help="latents kept per token")
     t.add_argument("--aux-k", type=int, default=256, help="dead latents the AuxK loss uses")
+    t.add_argument(
+        "--matryoshka",
+        metavar="M1,M2,...",
+        help="train a Matryoshka TopK SAE (as saev does): latents 0..M1-1, 0..M2-1, ... and all of them each "
+        "reconstruct the input on their own, the loss the mean of their errors; increasing sizes, such as 64,256,1024",
+    )
     t.add_argument("--epochs", type=int, default=8, help="passes over the training tokens")
     t.add_argument("--batch", type=int, default=4096, help="tokens per step")
     t.add_argument("--lr", type=float, default=None, help="peak learning rate (default 2e-4 / sqrt(N / 2^14))")
@@ -153,37 +152,6 @@ def add_ablate_parser(commands) -> None:
     a.add_argument("--device", default="auto", help="cpu, cuda, or auto (CUDA when present)")
 
 
-def image_files(folder: Path, limit: int | None) -> list[Path]:
-    from vitviz.preprocessing import IMAGE_SUFFIXES
-
-    files = sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
-    if not files:
-        raise SAEError(f"{folder} holds no images ({', '.join(sorted(IMAGE_SUFFIXES))})")
-    return files[:limit] if limit else files
-
-
-def pixels(model, files: list[Path], batch: int = 256):
-    """(pixel values (B, C, H, W), labels (B,) or None) per batch of files: labels from folders named after classes."""
-    from vitviz.preprocessing import load_image
-
-    names = model.class_names
-    labelled = names and all(f.parent.name in names for f in files)
-    for start in range(0, len(files), batch):
-        part = files[start : start + batch]
-        images = torch.stack([model.transform(load_image(f.read_bytes())) for f in part])
-        yield images, torch.tensor([names.index(f.parent.name) for f in part]) if labelled else None
-
-
-def block_tokens(model, files: list[Path], block: int) -> list[torch.Tensor]:
-    """The patch tokens of block ``block``'s output, fp16 chunks (images x patches, D)."""
-    from vitviz.explain.facets import patch_features
-
-    out = []
-    for images, _ in pixels(model, files):
-        out.append(patch_features(model, images, block).flatten(0, 1).half())  # (B * N, D)
-    return out
-
-
 def main(argv: list[str] | None = None) -> dict | Path:
     args = build_parser().parse_args(argv)
     from vitviz.dataset import IndexFormatError, SourceError
@@ -198,100 +166,52 @@ def main(argv: list[str] | None = None) -> dict | Path:
         raise SystemExit(2) from None
 
 
+def matryoshka_sizes(text: str | None) -> tuple[int, ...] | None:
+    """``"64,256,1024"`` -> (64, 256, 1024)."""
+    if text is None:
+        return None
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise SAEError(
+            f"--matryoshka takes increasing sizes separated by commas, such as 64,256,1024; got {text!r}"
+        ) from None
+
+
 def train_command(args: argparse.Namespace) -> dict:
-    if not 0 <= args.holdout < 1:
-        raise SAEError(f"--holdout must be in [0, 1); got {args.holdout}")
-    if sum(x is not None for x in (args.index, args.images, args.activations)) != 1:
-        raise SAEError("give exactly one of INDEX, --images DIR or --activations FILE...")
-    model, held_images, held_batches, held_labels, data_record = None, [], None, None, None
-    if args.index is not None:
-        from vitviz.sae.indexed import index_data, index_labels, index_model, index_pixels, label_batches
-
-        if args.block is None:
-            raise SAEError("INDEX needs --block: the block whose stored output the SAE reads")
-        data = index_data(args.index, args.block, args.holdout, args.seed, args.tokens, args.max_images)
-        model = index_model(data.index, args.model).to(device_of(args.device))
-        print(
-            f"block {args.block} tokens of {len(data.train_images)} training and {len(data.held_images)} held-out "
-            f"images of {data.index.folder}",
-            file=sys.stderr,
-        )
-        train, held, data_record = data.train, [], data.record
-        if len(data.held_images):  # else (--holdout 0) no metrics
-            held = data.held
-            held_batches = index_pixels(data.index, model, data.held_images, source=args.source)
-            held_labels = label_batches(model, index_labels(data.index, data.held_images))
-        args.model = args.model or data.index.manifest["model"].get("spec")
-    elif args.images is not None:
-        from vitviz.loading.errors import ModelLoadError
-        from vitviz.loading.specs import load_model
-
-        if args.block is None:
-            raise SAEError("--images needs --block: the block whose output the SAE reads")
-        args.model = args.model or "default"
-        try:
-            model = load_model(args.model)
-        except ModelLoadError as error:
-            raise SAEError(str(error)) from None
-        layers = model.config.num_layers
-        if not 0 <= args.block < layers:
-            raise SAEError(f"--block must be in [0, {layers - 1}] for this model; got {args.block}")
-        files = image_files(args.images, args.max_images)
-        order = torch.randperm(len(files), generator=torch.Generator().manual_seed(args.seed)).tolist()
-        cut = len(files) - round(args.holdout * len(files))
-        train_files, held_images = sorted(files[i] for i in order[:cut]), sorted(files[i] for i in order[cut:])
-        print(
-            f"block {args.block} tokens of {len(train_files)} training and {len(held_images)} held-out images",
-            file=sys.stderr,
-        )
-        train, held = block_tokens(model, train_files, args.block), block_tokens(model, held_images, args.block)
-    else:
-        for path in args.activations + (args.holdout_activations or []):
-            if path.suffix != ".npy" or not path.is_file():
-                raise SAEError(f"{path} is not a .npy file")
-        train: Source = npy_source(args.activations)
-        if args.holdout_activations:
-            held = npy_source(args.holdout_activations)
-        else:  # the last share of the tokens (the last images, when they were written in order)
-            last = train[-1]
-            cut = len(last) - round(args.holdout * sum(len(a) for a in train))
-            if cut <= 0:
-                raise SAEError(
-                    "--holdout asks for more tokens than the last .npy file holds; give --holdout-activations instead"
-                )
-            train, held = train[:-1] + [last[:cut]], [last[cut:]]
-        widths = {a.shape[-1] for a in train} | {a.shape[-1] for a in held}
-        if len(widths) != 1 or any(np.ndim(a) != 2 for a in train + held):
-            raise SAEError(
-                f"the activation files must all be (tokens, width) with one width; got widths {sorted(widths)}"
-            )
-    width = int(data.index.manifest["activations"]["width"]) if args.index is not None else int(train[0].shape[-1])
-    config = SAEConfig(d_in=width, latents=args.latents, k=args.k, aux_k=args.aux_k, block=args.block)
-    train_config = TrainConfig(epochs=args.epochs, batch=args.batch, lr=args.lr, seed=args.seed, device=args.device)
-    began = time.perf_counter()
-    sae, history = train_sae(train, config, train_config, checkpoint=args.out / "checkpoint.pt")
-    seconds = time.perf_counter() - began
-    metrics = evaluate(sae, held) if callable(held) or sum(len(a) for a in held) else {}
-    if held_batches is not None:
-        metrics |= top1_agreement(model, sae, args.block, held_batches, held_labels)
-    elif model is not None and held_images:
-        batches = list(pixels(model, held_images))
-        labels = [b[1] for b in batches] if batches[0][1] is not None else None
-        metrics |= top1_agreement(model, sae, args.block, [b[0] for b in batches], labels)
-    metrics["training_seconds"] = seconds
-    save_sae(
-        sae,
-        args.out,
-        model=args.model if model is not None else None,
-        training={"train": train_config.__dict__, "history": history, "seconds": seconds}
-        | ({"data": data_record} if data_record else {}),
+    """``vitviz.sae.train`` with the flags; prints the main metrics and returns metrics.json's numbers."""
+    config = TrainConfig(
+        epochs=args.epochs,
+        batch=args.batch,
+        lr=args.lr,
+        seed=args.seed,
+        device=args.device,
+        matryoshka=matryoshka_sizes(args.matryoshka),
     )
-    (args.out / METRICS).write_text(json.dumps(metrics, indent=1))
-    (args.out / "checkpoint.pt").unlink(missing_ok=True)
+    _, record = train(
+        args.out,
+        latents=args.latents,
+        k=args.k,
+        aux_k=args.aux_k,
+        index=args.index,
+        images=args.images,
+        activations=args.activations,
+        holdout_activations=args.holdout_activations,
+        block=args.block,
+        model=args.model,
+        tokens=args.tokens,
+        source=args.source,
+        holdout=args.holdout,
+        max_images=args.max_images,
+        config=config,
+    )
+    metrics = record.metrics
     for name in ("explained_variance", "l0", "dead_fraction", "top1_agreement", "ce_loss_recovered"):
         if name in metrics:
             print(f"{name:>20}: {metrics[name]:.4f}")
-    print(f"{'training time':>20}: {seconds:.1f} s -> {args.out}")
+    for size, value in (metrics.get("prefix_nmse") or {}).items():
+        print(f"{'NMSE, ' + size + ' latents':>20}: {value:.4f}")
+    print(f"{'training time':>20}: {record.seconds:.1f} s -> {record.folder}")
     return metrics
 
 
@@ -319,8 +239,8 @@ def ablate_command(args: argparse.Namespace) -> Path:
     from tqdm import tqdm
 
     from vitviz.dataset import open_index
+    from vitviz.sae import load_sae
     from vitviz.sae.ablation import ablate
-    from vitviz.sae.files import load_sae
     from vitviz.sae.indexed import index_labels, index_model, index_pixels, readable_images
 
     if args.batch_size < 1 or (args.limit is not None and args.limit < 1):
@@ -369,8 +289,8 @@ def ablate_command(args: argparse.Namespace) -> Path:
 def latents_command(args: argparse.Namespace) -> Path:
     """Compute the latent tables over every readable image of the index and write them beside the SAE."""
     from vitviz.dataset import open_index
+    from vitviz.sae import load_sae
     from vitviz.sae.browse import latent_statistics, write_latent_tables
-    from vitviz.sae.files import load_sae
     from vitviz.sae.indexed import readable_images
 
     if args.top < 1:
