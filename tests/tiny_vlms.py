@@ -112,6 +112,7 @@ LLAVA_TEMPLATE = (
     "{% endfor %}{% if add_generation_prompt %}ASSISTANT:{% endif %}"
 )
 
+# Qwen2-VL and Qwen2.5-VL add a default system turn; Qwen3-VL's template starts at the first message.
 QWEN_TEMPLATE = (
     "{% if messages[0]['role'] != 'system' %}<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}"
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
@@ -195,58 +196,74 @@ def _llava(overrides: dict, image_overrides: dict):
     return LlavaConfig(**config), processor
 
 
-def _qwen_tokenizer() -> PreTrainedTokenizerFast:
-    return _tokenizer(
+# The Qwen versions' vision towers, at tiny size: 2 blocks of 32 wide with 2 heads, merged 2 x 2 into the 64-wide
+# decoder. Qwen2.5-VL's blocks attend within windows of 56 pixels but for one global block; Qwen3-VL has 16-pixel
+# patches, learned positions on an 8 x 8 grid and deepstack features from its first block into the decoder.
+QWEN_VISION = {
+    "qwen2_vl": dict(depth=2, embed_dim=32, hidden_size=64, num_heads=2, mlp_ratio=2, patch_size=14),
+    "qwen2_5_vl": dict(
+        depth=2,
+        hidden_size=32,
+        intermediate_size=64,
+        out_hidden_size=64,
+        num_heads=2,
+        patch_size=14,
+        window_size=56,
+        fullatt_block_indexes=[1],
+    ),
+    "qwen3_vl": dict(
+        depth=2,
+        hidden_size=32,
+        intermediate_size=64,
+        out_hidden_size=64,
+        num_heads=2,
+        patch_size=16,
+        num_position_embeddings=64,
+        deepstack_visual_indexes=[0],
+    ),
+}
+
+
+def _qwen(overrides: dict, image_overrides: dict, version: str = "qwen2_vl"):
+    """Qwen2-VL, Qwen2.5-VL and Qwen3-VL: a photo resized to a multiple of patch x merge (28 or 32 pixels), between
+    2 x 2 and 4 x 4 merged tokens, each token 2 x 2 patches (``image_grid_thw`` counts the patches); the decoder's
+    multimodal rotary positions give each image token its (time, row, column)."""
+    import transformers
+
+    tokenizer = _tokenizer(
         ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>"]
         + ["<|video_pad|>"],
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
     )
-
-
-def _qwen_ids(tokenizer: PreTrainedTokenizerFast) -> dict[str, int]:
-    return _ids(
-        tokenizer,
-        image_token_id="<|image_pad|>",
-        video_token_id="<|video_pad|>",
-        vision_start_token_id="<|vision_start|>",
-        vision_end_token_id="<|vision_end|>",
-    )
-
-
-def _qwen_processor(tokenizer, module: str, patch_size: int, image_overrides: dict):
-    """Qwen's processor, image and video processors: photos resized to multiples of patch x merge (28 pixels), between
-    2 x 2 and 4 x 4 merged tokens (56 x 56 to 112 x 112 pixels)."""
-    import importlib
-
-    mod = importlib.import_module(f"transformers.models.{module}")
-    prefix = {"qwen2_vl": "Qwen2VL", "qwen2_5_vl": "Qwen2_5_VL", "qwen3_vl": "Qwen3VL"}[module]
-    factor = patch_size * 2
-    size = {"shortest_edge": (2 * factor) ** 2, "longest_edge": (4 * factor) ** 2}
-    image_kwargs = dict(size=size, patch_size=patch_size, merge_size=2, temporal_patch_size=2) | image_overrides
-    image_processor = getattr(mod, f"{'Qwen2VL' if module != 'qwen2_vl' else prefix}ImageProcessor")(**image_kwargs)
-    video_cls = getattr(mod, f"{prefix}VideoProcessor", None) or mod.Qwen2VLVideoProcessor
-    video_processor = video_cls(size=size, patch_size=patch_size, merge_size=2, temporal_patch_size=2)
-    processor_cls = getattr(mod, f"{prefix}Processor")
-    return processor_cls(image_processor, tokenizer, video_processor, chat_template=QWEN_TEMPLATE)
-
-
-# head size 16: the multimodal rotary sections (time, height, width) split its 8 frequencies
-MROPE = {"rope_type": "default", "mrope_section": [2, 3, 3]}
-
-
-def _qwen2_vl(overrides: dict, image_overrides: dict):
-    from transformers import Qwen2VLConfig
-
-    tokenizer = _qwen_tokenizer()
+    # head size 16: the (time, height, width) rotary sections split its 8 frequencies; Qwen3-VL interleaves them
+    sections = [4, 2, 2] if version == "qwen3_vl" else [2, 3, 3]
+    text = _text(tokenizer, f"{version}_text", rope_parameters={"rope_type": "default", "mrope_section": sections})
     config = dict(
-        text_config=_text(tokenizer, "qwen2_vl_text", rope_parameters=MROPE),
-        vision_config=dict(depth=2, embed_dim=32, hidden_size=64, num_heads=2, mlp_ratio=2, patch_size=14),
-        **_qwen_ids(tokenizer),
+        text_config=text | ({"head_dim": 16} if version == "qwen3_vl" else {}),
+        vision_config=QWEN_VISION[version],
+        **_ids(
+            tokenizer,
+            image_token_id="<|image_pad|>",
+            video_token_id="<|video_pad|>",
+            vision_start_token_id="<|vision_start|>",
+            vision_end_token_id="<|vision_end|>",
+        ),
     )
     config = _merge(config, overrides)
-    processor = _qwen_processor(tokenizer, "qwen2_vl", config["vision_config"]["patch_size"], image_overrides)
-    return Qwen2VLConfig(**config), processor
+    patch = config["vision_config"]["patch_size"]
+    size = {"shortest_edge": (2 * 2 * patch) ** 2, "longest_edge": (4 * 2 * patch) ** 2}
+    grid = dict(size=size, patch_size=patch, merge_size=2, temporal_patch_size=2)
+    if version == "qwen3_vl":
+        grid |= dict(image_mean=[0.5] * 3, image_std=[0.5] * 3)
+    image_processor = transformers.Qwen2VLImageProcessor(**grid | image_overrides)
+    video_cls = transformers.Qwen3VLVideoProcessor if version == "qwen3_vl" else transformers.Qwen2VLVideoProcessor
+    name = {"qwen2_vl": "Qwen2VL", "qwen2_5_vl": "Qwen2_5_VL", "qwen3_vl": "Qwen3VL"}[version]
+    template = QWEN_TEMPLATE if version != "qwen3_vl" else QWEN_TEMPLATE[QWEN_TEMPLATE.index("{% for") :]
+    processor = getattr(transformers, f"{name}Processor")(
+        image_processor, tokenizer, video_cls(**grid), chat_template=template
+    )
+    return getattr(transformers, f"{name}Config")(**config), processor
 
 
 def _paligemma(overrides: dict, image_overrides: dict, text_model: str = "gemma"):
@@ -475,7 +492,9 @@ BUILDERS: dict[str, Callable[[dict, dict], tuple]] = {
     "llava": _llava,
     "llava_next": _llava_next,
     "llava_onevision": _llava_onevision,
-    "qwen2_vl": _qwen2_vl,
+    "qwen2_vl": _qwen,
+    "qwen2_5_vl": functools.partial(_qwen, version="qwen2_5_vl"),
+    "qwen3_vl": functools.partial(_qwen, version="qwen3_vl"),
     "paligemma": _paligemma,
     "paligemma2": functools.partial(_paligemma, text_model="gemma2"),
     "idefics3": _idefics3,
