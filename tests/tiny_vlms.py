@@ -29,9 +29,7 @@ WORDS = (
 WORDS = WORDS + [word.capitalize() for word in WORDS] + ["USER", "ASSISTANT"] + list("0123456789:,?!'\"()-")
 
 
-def _tokenizer(
-    specials: list[str], *, add_bos: bool = False, chat_template: str | None = None, **named: str
-) -> PreTrainedTokenizerFast:
+def _tokenizer(specials: list[str], *, add_bos: bool = False, **named: str) -> PreTrainedTokenizerFast:
     """A word-level tokenizer: ``specials`` (never split) then ``WORDS``, unknown words read as ``<unk>``. ``named``
     sets the standard (bos_token, eos_token, pad_token, unk_token) and the family's named tokens (image_token ...);
     with ``add_bos`` every encoding starts with bos_token, as Llama's and Gemma's tokenizers do."""
@@ -47,7 +45,6 @@ def _tokenizer(
         tokenizer_object=backend,
         unk_token="<unk>",
         extra_special_tokens=extra or None,
-        chat_template=chat_template,
         add_bos_token=add_bos,
         **standard,
     )
@@ -68,38 +65,19 @@ def _merge(base: dict, overrides: dict) -> dict:
 
 def _text(tokenizer: PreTrainedTokenizerFast, model_type: str, **extra) -> dict:
     """A 2-layer decoder of 64 wide with 4 query heads over 2 key/value heads, its ids from the tokenizer."""
-    return (
-        dict(
-            model_type=model_type,
-            vocab_size=len(tokenizer),
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=512,
-            bos_token_id=tokenizer.bos_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-            pad_token_id=tokenizer.pad_token_id,
-        )
-        | extra
-    )
+    ids = dict(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    ids |= dict(pad_token_id=tokenizer.pad_token_id, vocab_size=len(tokenizer), max_position_embeddings=512)
+    layers = dict(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4)
+    return dict(model_type=model_type, num_key_value_heads=2) | layers | ids | extra
 
 
-def _clip_vision(image_size: int, patch_size: int = 14, **extra) -> dict:
-    return (
-        dict(
-            model_type="clip_vision_model",
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            image_size=image_size,
-            patch_size=patch_size,
-            projection_dim=32,
-        )
-        | extra
-    )
+def _vision(model_type: str | None, image_size: int, patch_size: int) -> dict:
+    """A 2-block vision tower (CLIP, SigLIP or Idefics3's) of 32 wide with 2 heads."""
+    tower = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2)
+    tower |= dict(image_size=image_size, patch_size=patch_size)
+    if model_type == "siglip_vision_model":  # the VLMs read the patch tokens, not SigLIP's pooling head
+        tower |= dict(vision_use_head=False)
+    return tower | ({"model_type": model_type} if model_type else {})
 
 
 # ----------------------------------------------------------------------------------------------------------- chat
@@ -178,7 +156,7 @@ def _llava(overrides: dict, image_overrides: dict):
     image_processor = CLIPImageProcessor(**dict(size={"shortest_edge": size}, crop_size=crop) | image_overrides)
     config = dict(
         text_config=_text(tokenizer, "llama"),
-        vision_config=_clip_vision(size),
+        vision_config=_vision("clip_vision_model", size, 14),
         image_token_index=tokenizer.convert_tokens_to_ids("<image>"),
         image_seq_length=(size // 14) ** 2,
         vision_feature_layer=-2,
@@ -201,26 +179,10 @@ def _llava(overrides: dict, image_overrides: dict):
 # patches, learned positions on an 8 x 8 grid and deepstack features from its first block into the decoder.
 QWEN_VISION = {
     "qwen2_vl": dict(depth=2, embed_dim=32, hidden_size=64, num_heads=2, mlp_ratio=2, patch_size=14),
-    "qwen2_5_vl": dict(
-        depth=2,
-        hidden_size=32,
-        intermediate_size=64,
-        out_hidden_size=64,
-        num_heads=2,
-        patch_size=14,
-        window_size=56,
-        fullatt_block_indexes=[1],
-    ),
-    "qwen3_vl": dict(
-        depth=2,
-        hidden_size=32,
-        intermediate_size=64,
-        out_hidden_size=64,
-        num_heads=2,
-        patch_size=16,
-        num_position_embeddings=64,
-        deepstack_visual_indexes=[0],
-    ),
+    "qwen2_5_vl": dict(depth=2, hidden_size=32, intermediate_size=64, out_hidden_size=64, num_heads=2)
+    | dict(patch_size=14, window_size=56, fullatt_block_indexes=[1]),
+    "qwen3_vl": dict(depth=2, hidden_size=32, intermediate_size=64, out_hidden_size=64, num_heads=2)
+    | dict(patch_size=16, num_position_embeddings=64, deepstack_visual_indexes=[0]),
 }
 
 
@@ -274,28 +236,16 @@ def _paligemma(overrides: dict, image_overrides: dict, text_model: str = "gemma"
     tokenizer = _tokenizer(
         ["<pad>", "<eos>", "<bos>", "<image>"], bos_token="<bos>", eos_token="<eos>", pad_token="<pad>"
     )
-    size, patch = 56, 14
-    image_kwargs = dict(size={"height": size, "width": size}, image_seq_length=(size // patch) ** 2) | image_overrides
+    vision = _merge(_vision("siglip_vision_model", 56, 14), overrides.get("vision_config", {}))
+    size, tokens = vision["image_size"], (vision["image_size"] // vision["patch_size"]) ** 2
+    image_kwargs = dict(size={"height": size, "width": size}, image_seq_length=tokens) | image_overrides
     processor = PaliGemmaProcessor(SiglipImageProcessor(**image_kwargs), tokenizer)  # adds the <loc>, <seg> tokens
     text = _text(tokenizer, text_model, head_dim=16)
     if text_model == "gemma2":  # its sliding window alternates with global layers, wider than any test's sequence
         text |= dict(query_pre_attn_scalar=16, sliding_window=512)
-    config = dict(
-        text_config=text,
-        vision_config=dict(
-            model_type="siglip_vision_model",
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            image_size=size,
-            patch_size=patch,
-            vision_use_head=False,
-        ),
-        image_token_index=tokenizer.convert_tokens_to_ids("<image>"),
-        hidden_size=64,
-        projection_dim=64,
-    )
+    image_token = tokenizer.convert_tokens_to_ids("<image>")
+    config = dict(text_config=text, vision_config=vision, image_token_index=image_token)
+    config |= dict(hidden_size=64, projection_dim=64)  # the decoder's width, which the projector writes
     return PaliGemmaConfig(**_merge(config, overrides)), processor
 
 
@@ -327,21 +277,15 @@ def _idefics3(overrides: dict, image_overrides: dict, smolvlm: bool = False):
         )
     config = dict(
         text_config=_text(tokenizer, "llama"),
-        vision_config=dict(
-            hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=tile
-        )
-        | {"patch_size": patch},
+        vision_config=_vision(None, tile, patch),
         image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
         scale_factor=scale,
     )
     config = _merge(config, overrides)
-    vision = config["vision_config"]
-    tile = vision["image_size"]
-    image_kwargs = (
-        dict(size={"longest_edge": 2 * tile}, max_image_size={"longest_edge": tile}, do_image_splitting=True)
-        | image_overrides
-    )
-    seq_len = (tile // vision["patch_size"] // config["scale_factor"]) ** 2
+    tile, patch = config["vision_config"]["image_size"], config["vision_config"]["patch_size"]
+    image_kwargs = dict(size={"longest_edge": 2 * tile}, max_image_size={"longest_edge": tile})
+    image_kwargs |= dict(do_image_splitting=True) | image_overrides
+    seq_len = (tile // patch // config["scale_factor"]) ** 2
     template = ("<|im_start|>" if smolvlm else "{{ bos_token }}") + IDEFICS3_TEMPLATE
     processor = Idefics3Processor(
         Idefics3ImageProcessor(**image_kwargs), tokenizer, image_seq_len=seq_len, chat_template=template
@@ -364,21 +308,11 @@ def _gemma3(overrides: dict, image_overrides: dict):
         pad_token="<pad>",
         **image,
     )
-    size, tokens = 64, 16
     text = _text(tokenizer, "gemma3_text", head_dim=16, query_pre_attn_scalar=16, sliding_window=512)
     config = dict(
         text_config=text | {"layer_types": ["sliding_attention", "full_attention"]},
-        vision_config=dict(
-            model_type="siglip_vision_model",
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            image_size=size,
-            patch_size=8,
-            vision_use_head=False,
-        ),
-        mm_tokens_per_image=tokens,
+        vision_config=_vision("siglip_vision_model", 64, 8),
+        mm_tokens_per_image=16,
         **_ids(tokenizer, boi_token_index="<start_of_image>", eoi_token_index="<end_of_image>"),
         image_token_index=tokenizer.convert_tokens_to_ids("<image_soft_token>"),
     )
@@ -409,7 +343,7 @@ def _llava_next(overrides: dict, image_overrides: dict):
     size = 56
     config = dict(
         text_config=_text(tokenizer, "mistral"),
-        vision_config=_clip_vision(size),
+        vision_config=_vision("clip_vision_model", size, 14),
         image_token_index=tokenizer.convert_tokens_to_ids("<image>"),
         image_grid_pinpoints=[[size, 2 * size], [2 * size, size], [2 * size, 2 * size]],
         image_seq_length=(size // 14) ** 2,
@@ -451,19 +385,10 @@ def _llava_onevision(overrides: dict, image_overrides: dict):
         image_token="<image>",
         video_token="<video>",
     )
-    size, patch = 56, 14
+    size = 56
     config = dict(
         text_config=_text(tokenizer, "qwen2"),
-        vision_config=dict(
-            model_type="siglip_vision_model",
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            image_size=size,
-            patch_size=patch,
-            vision_use_head=False,
-        ),
+        vision_config=_vision("siglip_vision_model", size, 14),
         **_ids(tokenizer, image_token_index="<image>", video_token_index="<video>"),
         image_grid_pinpoints=[[size * rows, size * cols] for rows in range(1, 7) for cols in range(1, 7)],
         vision_feature_layer=-1,
