@@ -13,10 +13,10 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 
+from vitviz.loading.specs import HUB_PREFIX  # "hf:": Hub datasets are named as Hub models are
 from vitviz.preprocessing import IMAGE_SUFFIXES
 
 TABLE_SUFFIXES = {".csv", ".parquet"}
-HUB_PREFIX = "hf:"
 
 
 class SourceError(ValueError):

@@ -1,6 +1,7 @@
 """Loading: every model vitviz can show, as its ViT with class names and preprocessing.
 
     specs.py         load_model(spec): what each spec ("default", "timm:...", "hf:...", a path...) names, and its loader
+    popular.py       the popular pretrained ViTs the page offers, label -> spec
     sources/         one module per library the weights come from (torchvision, timm, Hugging Face, open_clip)
     checkpoint.py    vitviz's own checkpoint: save, read and load it without executing code; torch files read safely
     build.py         a ViT from a config and a state dict, names, shapes, size and finiteness checked first

@@ -11,6 +11,9 @@
     "path/to/model.pt"                 a vitviz checkpoint
     "path/to/hf-folder"                a Hugging Face ViT saved with save_pretrained
 
+The prefixed specs come from the sources in SOURCES (one ``ModelSource`` record per module of sources/); a spec
+without a prefix is "default", a local path, or a bare Hub repository id.
+
 Every model comes back in eval mode with ``.class_names`` and ``.transform``; CLIP and SigLIP models loaded with
 their text half also have ``.text_tower`` (``vitviz.zero_shot`` turns prompts into classes), and image towers
 without one say why in ``.text_tower_note``. Downloads happen once;
@@ -26,9 +29,9 @@ from pathlib import Path
 from vitviz.loading.checkpoint import load_checkpoint
 from vitviz.loading.download import REPO_ID
 from vitviz.loading.errors import ModelLoadError, describe
+from vitviz.loading.sources import huggingface_folder, open_clip, timm_text, torchvision
 from vitviz.loading.sources.huggingface_folder import load_huggingface_folder, load_huggingface_hub
-from vitviz.loading.sources.open_clip import load_open_clip, load_timm_with_text
-from vitviz.loading.sources.torchvision import TORCHVISION_ARCHS, load_torchvision
+from vitviz.loading.sources.source import ModelSource
 from vitviz.model import ViT
 from vitviz.model.config import echo
 
@@ -45,6 +48,39 @@ def _shipped_default() -> Path:
 DEFAULT_CHECKPOINT = Path(os.environ.get("VITVIZ_DEFAULT_CHECKPOINT") or _shipped_default())
 
 
+# every source of prefixed specs, in the order a spec is matched against them
+SOURCES: tuple[ModelSource, ...] = (torchvision.SOURCE, timm_text.SOURCE, huggingface_folder.SOURCE, open_clip.SOURCE)
+HUB = huggingface_folder.SOURCE  # "hf:<org>/<name>": the Hugging Face Hub
+TIMM = timm_text.SOURCE
+HUB_PREFIX = f"{HUB.prefix}:"  # also the prefix of Hub datasets (vitviz.dataset.sources)
+
+
+def source_of(spec: str) -> ModelSource | None:
+    """The source whose prefix ``spec`` starts with, None for "default", paths and bare repository ids."""
+    return next((source for source in SOURCES if source.owns(spec)), None)
+
+
+def typed_spec(text: str) -> str:
+    """What a spec typed into a field means: a prefixed spec as given, a bare ``<org>/<name>`` as a Hub repository
+    (never a local folder of that name), a bare name as a timm model, "" for nothing typed."""
+    text = text.strip()
+    if not text or source_of(text) is not None:
+        return text
+    return HUB.spec(text) if "/" in text else TIMM.spec(text)
+
+
+def names_no_path(spec: str) -> bool:
+    """Whether ``spec`` is a prefixed spec that a web page may take typed in: its source takes typed names, and
+    this name can open nothing but that source's own registry or hub (never a local path)."""
+    source = source_of(spec)
+    return bool(source and source.names_no_path and source.names_no_path(source.name(spec)))
+
+
+def typed_usage() -> str:
+    """How the specs a page takes typed in are written, for messages: "'timm:<name>', 'hf:<org>/<name>', ..."."""
+    return ", ".join(source.usage for source in SOURCES if source.names_no_path)
+
+
 def load_model(spec: str | Path = "default") -> ViT:
     """Load a model by spec (see the module docstring); errors are ``ModelLoadError``."""
     spec = str(spec).strip()
@@ -55,14 +91,9 @@ def load_model(spec: str | Path = "default") -> ViT:
                 "`vitviz train`, or load 'torchvision:vit_b_16' or a checkpoint path instead"
             )
         return load_checkpoint(DEFAULT_CHECKPOINT)
-    if spec.startswith("torchvision:"):
-        return load_torchvision(spec.removeprefix("torchvision:"))
-    if spec.startswith("timm:"):
-        return load_timm_with_text(spec.removeprefix("timm:").strip())
-    if spec.startswith("hf:"):
-        return load_huggingface_hub(spec.removeprefix("hf:").strip())
-    if spec.startswith("open_clip:"):
-        return load_open_clip(spec.removeprefix("open_clip:").strip())
+    source = source_of(spec)
+    if source is not None:
+        return source.load(source.name(spec))
     path = _local_path(spec)
     if path is not None and path.is_dir():
         return load_huggingface_folder(path)
@@ -70,11 +101,10 @@ def load_model(spec: str | Path = "default") -> ViT:
         return load_checkpoint(path)
     if REPO_ID.fullmatch(spec):
         return load_huggingface_hub(spec)
+    usages = ", ".join(source.usage for source in SOURCES)
     raise ModelLoadError(
-        f"model {echo(spec)} not found: give 'default', 'torchvision:<arch>[:<weights>]' with arch one of "
-        f"{', '.join(TORCHVISION_ARCHS)}, 'timm:<name>', 'hf:<org>/<name>', 'open_clip:<model>/<tag>', "
-        "'open_clip:hf-hub:<org>/<name>', a vitviz checkpoint file, "
-        "or a Hugging Face model folder"
+        f"model {echo(spec)} not found: give 'default', {usages}, a vitviz checkpoint file, or a Hugging Face "
+        "model folder"
     )
 
 

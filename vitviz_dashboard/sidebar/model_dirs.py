@@ -18,7 +18,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from vitviz.loading import download, specs
+from vitviz.loading import specs
 
 MODEL_DIRS = "VITVIZ_MODEL_DIRS"
 OUTSIDE_MESSAGE = (
@@ -29,7 +29,6 @@ PATHS_OFF_MESSAGE = (
     f"The server's owner has turned off opening paths on this page ({MODEL_DIRS} is empty). Upload a checkpoint "
     "instead."
 )
-TIMM_SOURCE_CHARS = ("/", "\\", ":")  # never in a name of timm's registry; in its local-dir: and hf-hub: names
 
 
 class ModelRefused(ValueError):
@@ -64,20 +63,15 @@ def check_model_path(text: str, roots: Sequence[Path]) -> Path:
 
 
 def check_hub_spec(spec: str) -> str:
-    """``spec`` (the spec field's ``"timm:<name>"`` or ``"hf:<org>/<name>"``, or "") when it names no local
-    path; else ModelRefused. timm opens a local folder for ``local-dir:<path>`` names (and reads other
-    sources for ``hf-hub:...``), so a timm name must be a plain name of timm's registry; a Hugging Face spec
-    must be a repository id, which never names a local folder."""
-    kind, _, name = spec.partition(":")
-    name = name.strip()
-    plain_timm_name = kind == "timm" and not any(c in name for c in TIMM_SOURCE_CHARS)
-    # open_clip: "<model>/<tag>" of its registry, or "hf-hub:<org>/<name>"; never its "local-dir:" schema
-    open_clip_name = kind == "open_clip" and download.REPO_ID.fullmatch(name.removeprefix("hf-hub:"))
-    if not spec or plain_timm_name or (kind == "hf" and download.REPO_ID.fullmatch(name)) or open_clip_name:
+    """``spec`` (a prefixed spec of a source that the page takes typed in, or "") when it names no local path;
+    else ModelRefused. timm opens a local folder for ``local-dir:<path>`` names (and reads other sources for
+    ``hf-hub:...``), so a timm name must be a plain name of timm's registry; a Hugging Face spec must be a
+    repository id, which never names a local folder. Each source says which of its names are safe
+    (``ModelSource.names_no_path``)."""
+    if not spec or specs.names_no_path(spec):
         return spec
     raise ModelRefused(
-        f"`{spec}` is not a timm model name, an open_clip model or a Hugging Face repository: this field loads timm's "
-        "models by name (`timm:<name>`), open_clip's (`open_clip:<model>/<tag>`, `open_clip:hf-hub:<org>/<name>`) "
-        "and Hub repositories (`hf:<org>/<name>`), never a local path (timm's and open_clip's `local-dir:` "
-        'included). For a checkpoint of your own, choose "path or upload..." in the model picker.'
+        f"`{spec}` is not a timm model name, an open_clip model or a Hugging Face repository: this field takes "
+        f"{specs.typed_usage()}, never a local path (timm's and open_clip's `local-dir:` included). For a checkpoint "
+        'of your own, choose "path or upload..." in the model picker.'
     )

@@ -15,7 +15,8 @@ from pathlib import Path
 import streamlit as st
 
 import vitviz
-from vitviz.loading import TORCHVISION_ARCHS
+from vitviz.loading.popular import EXAMPLE_SPEC, POPULAR_MODELS, TORCHVISION_SPECS
+from vitviz.loading.specs import typed_spec, typed_usage
 from vitviz.model.precision import BF16_MARGIN, PRECISION_CHOICES, PrecisionChoice, measure_precision
 from vitviz.render import overlays
 from vitviz_dashboard.names import describe_pooling, describe_prefix_tokens, has_classifier
@@ -28,39 +29,21 @@ from vitviz_dashboard.sidebar.model_dirs import (
     check_model_path,
 )
 
-# Popular ViTs, label -> spec. Each downloads once when online (into the Hugging Face cache) and
-# loads offline afterwards; tests/test_app_models.py checks every timm name is one of timm's pretrained tags.
-CURATED_MODELS = {
-    "DeiT-B/16 distilled (timm)": "timm:deit_base_distilled_patch16_224.fb_in1k",
-    "DINO ViT-S/8 (timm)": "timm:vit_small_patch8_224.dino",
-    "DINOv2-B/14 with registers (timm)": "timm:vit_base_patch14_reg4_dinov2.lvd142m",
-    "DINOv3 ViT-S/16 (timm)": "timm:vit_small_patch16_dinov3.lvd1689m",
-    "DINOv3 ViT-B/16 (timm)": "timm:vit_base_patch16_dinov3.lvd1689m",
-    "EVA-02 B/14 (timm)": "timm:eva02_base_patch14_224.mim_in22k",
-    "Perception Encoder PE-Core B/16 (timm)": "timm:vit_pe_core_base_patch16_224.fb",
-    "AIMv2-L/14 (timm)": "timm:aimv2_large_patch14_224.apple_pt",
-    "CLIP ViT-B/16 with its text tower (OpenAI, open_clip)": "open_clip:ViT-B-16/openai",
-    "SigLIP B/16 with its text tower (open_clip)": "open_clip:ViT-B-16-SigLIP/webli",
-    "SigLIP B/16 with its text tower (Hugging Face, google)": "hf:google/siglip-base-patch16-224",
-    "MAE ViT-B/16 (timm)": "timm:vit_base_patch16_224.mae",
-    "ViT-B/16 AugReg ImageNet-1k (timm)": "timm:vit_base_patch16_224.augreg2_in21k_ft_in1k",
-    "ViT-B/16 (Hugging Face, google)": "hf:google/vit-base-patch16-224",
-}
+CURATED_MODELS = POPULAR_MODELS  # label -> spec
 HUB_SPEC = "timm, Hugging Face or open_clip spec..."
 PATH_OR_UPLOAD = "path or upload..."
 # the picker's options: specs, except the two that open a field
 MODEL_CHOICES = [
     "default",
     *CURATED_MODELS.values(),
-    *(f"torchvision:{arch}" for arch in TORCHVISION_ARCHS),
+    *TORCHVISION_SPECS,
     HUB_SPEC,
     PATH_OR_UPLOAD,
 ]
 LABELS = {spec: label for label, spec in CURATED_MODELS.items()}
 MISSING_SPEC = {
-    HUB_SPEC: "Enter a timm model (`timm:<name>`, e.g. `timm:vit_small_patch14_reg4_dinov2.lvd142m`), a Hugging "
-    "Face repository (`hf:<org>/<name>` or just `<org>/<name>`) or an open_clip model "
-    "(`open_clip:<model>/<tag>`, e.g. `open_clip:ViT-B-16/openai`) in the sidebar.",
+    HUB_SPEC: f"Enter a timm model, a Hugging Face repository or an open_clip model in the sidebar: {typed_usage()}, "
+    f"e.g. `{EXAMPLE_SPEC}` (a bare `<org>/<name>` is a Hugging Face repository).",
     PATH_OR_UPLOAD: "Upload a vitviz checkpoint in the sidebar, or enter the path of one (or of a Hugging Face ViT "
     "folder) inside the folders this server allows.",
 }
@@ -99,10 +82,11 @@ def sidebar() -> Settings:
             spec = unless_refused(lambda: check_hub_spec(hub_spec(choice)))
     elif choice == HUB_SPEC:
         text = st.sidebar.text_input(
-            "timm:<name>, hf:<org>/<name>, <org>/<name> or open_clip:<model>/<tag>",
+            "Model spec",
             "",
             key="model_hub_spec",  # kept through a visit to the Dataset page (page.PHOTO_WIDGETS)
-            placeholder="timm:vit_small_patch14_reg4_dinov2.lvd142m",
+            placeholder=EXAMPLE_SPEC,
+            help=f"{typed_usage()}; a bare <org>/<name> is a Hugging Face repository, a bare name a timm model.",
         )
         spec = unless_refused(lambda: check_hub_spec(hub_spec(text)))
     elif choice == PATH_OR_UPLOAD:
@@ -153,18 +137,14 @@ def measured_precision(_model: vitviz.ViT, spec: str) -> PrecisionChoice:
 
 
 def hub_spec(text: str) -> str:
-    """What the spec field means: ``timm:<name>`` and ``hf:<org>/<name>`` as given, a bare ``<org>/<name>``
-    as a Hugging Face repository (never a local folder of that name), a bare name as a timm model."""
-    text = text.strip()
-    if not text or text.startswith(("timm:", "hf:", "open_clip:")):
-        return text
-    return f"hf:{text}" if "/" in text else f"timm:{text}"
+    """What the spec field means (vitviz.loading.specs.typed_spec): a prefixed spec as given, a bare
+    ``<org>/<name>`` as a Hugging Face repository (never a local folder of that name), a bare name as a timm model."""
+    return typed_spec(text)
 
 
 PATH_IN_MODEL_BOX = (
     'Paths go in the field below this box: choose "path or upload..." in it, then enter the path of a '
-    "vitviz checkpoint or Hugging Face folder (or upload a checkpoint). This box takes specs: "
-    "`timm:<name>`, `hf:<org>/<name>`, `open_clip:<model>/<tag>`."
+    f"vitviz checkpoint or Hugging Face folder (or upload a checkpoint). This box takes specs: {typed_usage()}."
 )
 
 

@@ -1,4 +1,5 @@
-"""Sources: models from other libraries into vitviz's ViT, one module per source, each with its own load function.
+"""Sources: models from other libraries into vitviz's ViT, one module per source, each with its own load function
+and its ModelSource record.
 
     torchvision.py   torchvision's VisionTransformer (vit_b_16 ... vit_h_14); load_torchvision for "torchvision:" specs
     timm.py          timm's VisionTransformer and VisionTransformerDistilled (DeiT, DINO, DINOv2, CLIP, SigLIP, MAE...)
@@ -7,8 +8,11 @@
     huggingface_folder.py  Hugging Face folders into a ready ViT (class names, preprocessing); load_huggingface_hub
                      for "hf:" specs
     huggingface_text.py  the text half of CLIP and SigLIP folders, its config checked before transformers builds it
-    open_clip.py     open_clip models (OpenCLIP's VisionTransformer or a timm trunk), with their text tower; timm
-                     names whose repository also holds open_clip's weights (load_timm_with_text)
+    open_clip.py     open_clip models (OpenCLIP's VisionTransformer or a timm trunk), with their text tower
+    timm_text.py     the "timm:" specs: timm names whose repository also holds open_clip's weights load through
+                     open_clip, with their text tower (load_timm_with_text); the others through timm.py
+    source.py        ModelSource, the record each source declares for its "<prefix>:<name>" specs (its loader, how
+                     its specs are written, which typed names are safe on a page); specs.SOURCES lists them
     weights_files.py safetensors files and shards, refused from their size and header before a tensor is read;
                      check_weights_file for the files timm and open_clip read themselves
     common.py        what they share: renaming rules, q/k/v fusion, JSON configs, logit scale checks

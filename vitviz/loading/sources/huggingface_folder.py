@@ -16,6 +16,7 @@ from vitviz.loading.errors import ModelLoadError, describe
 from vitviz.loading.sources.common import read_json
 from vitviz.loading.sources.huggingface import from_huggingface
 from vitviz.loading.sources.huggingface_text import TEXT_TOWER_TYPES, TOKENIZER_FILES, text_tower
+from vitviz.loading.sources.source import ModelSource
 from vitviz.loading.sources.weights_files import SHARD_INDEX, read_safetensors, shard_files
 from vitviz.model import ViT
 from vitviz.model.config import echo
@@ -141,3 +142,11 @@ def load_huggingface_hub(repo_id: str) -> ViT:
         for name in TOKENIZER_FILES:
             fetch([name], required=False)
     return load_huggingface_folder(config.parent)
+
+
+def names_no_path(name: str) -> bool:
+    """A Hub repository id (``<org>/<name>``), which never names a local folder."""
+    return bool(REPO_ID.fullmatch(name))
+
+
+SOURCE = ModelSource("hf", load_huggingface_hub, "'hf:<org>/<name>'", names_no_path)

@@ -14,6 +14,7 @@ from vitviz.loading.checkpoint import load_torch_file
 from vitviz.loading.download import DOWNLOAD_TIMEOUT_S, download
 from vitviz.loading.errors import ModelLoadError, describe
 from vitviz.loading.sources.common import rename
+from vitviz.loading.sources.source import ModelSource
 from vitviz.model import ViT, ViTConfig
 from vitviz.model.config import echo
 from vitviz.preprocessing import Preprocessing
@@ -119,3 +120,10 @@ def _cached_download(url: str, path: Path, timeout: float = DOWNLOAD_TIMEOUT_S) 
         return load_torch_file(path)
     except ModelLoadError as error:  # a damaged cache file: say where it is so it can be deleted
         raise ModelLoadError(f"cached weights could not be read: {error}; delete the file and retry") from None
+
+
+SOURCE = ModelSource(
+    "torchvision",
+    load_torchvision,
+    f"'torchvision:<arch>[:<weights>]' with arch one of {', '.join(TORCHVISION_ARCHS)}",
+)
