@@ -61,34 +61,35 @@ def saelens_cfg(architecture: str, norm: str = "none", **extra) -> dict:
     }
 
 
-def saelens_case(cfg: dict):
+def saelens_case(cfg: dict, d: int = D, n: int = N):
     def write(folder: Path):
-        state = weights(2)
+        state = weights(2, d, n)
         g = torch.Generator().manual_seed(5)
         if cfg.get("architecture") == "jumprelu":
-            state["threshold"] = torch.rand(N, generator=g) * 0.5
+            state["threshold"] = torch.rand(n, generator=g) * 0.5
         if cfg.get("architecture") == "gated":
             del state["b_enc"]
-            state |= {name: torch.randn(N, generator=g) * 0.3 for name in ("b_gate", "r_mag", "b_mag")}
+            state |= {name: torch.randn(n, generator=g) * 0.3 for name in ("b_gate", "r_mag", "b_mag")}
         if cfg.get("rescale_acts_by_decoder_norm"):
-            state["W_dec"] = state["W_dec"] * torch.rand(N, 1, generator=g) * 3
+            state["W_dec"] = state["W_dec"] * torch.rand(n, 1, generator=g) * 3
         if cfg.get("finetuning_scaling_factor"):
-            state["scaling_factor"] = torch.rand(N, generator=g) + 0.5
+            state["scaling_factor"] = torch.rand(n, generator=g) + 0.5
         folder.mkdir(parents=True, exist_ok=True)
         save_file(state, folder / "sae_weights.safetensors")
-        save_file({"sparsity": torch.zeros(N)}, folder / "sparsity.safetensors")
+        save_file({"sparsity": torch.zeros(n)}, folder / "sparsity.safetensors")
         (folder / "cfg.json").write_text(json.dumps(cfg))
         return folder, lambda x: saelens_forward(cfg, state, x)
 
     return write
 
 
-def prisma_case(cfg: dict, gated: bool = False):
+def prisma_case(cfg: dict, gated: bool = False, d: int = D):
     def write(folder: Path):
-        state = weights(3)
+        n = d * cfg.get("expansion_factor", 16)
+        state = weights(3, d, n)
         if gated:
             g = torch.Generator().manual_seed(6)
-            state |= {name: torch.randn(N, generator=g) * 0.3 for name in ("b_gate", "r_mag", "b_mag")}
+            state |= {name: torch.randn(n, generator=g) * 0.3 for name in ("b_gate", "r_mag", "b_mag")}
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "config.json").write_text(json.dumps(cfg))
         torch.save(state, folder / "n_images_2600058.pt")
@@ -111,22 +112,22 @@ def prisma_cfg(**extra) -> dict:
     }
 
 
-def sparsify_case(cfg: dict, dtype=torch.bfloat16, skip: bool = False, hookpoint: str = "layers.5"):
+def sparsify_case(cfg: dict, dtype=torch.bfloat16, skip: bool = False, hookpoint: str = "layers.5", d: int = D):
     def write(folder: Path):
-        n = cfg.get("num_latents") or D * cfg["expansion_factor"]
+        n = cfg.get("num_latents") or d * cfg["expansion_factor"]
         g = torch.Generator().manual_seed(4)
         state = {
-            "encoder.weight": (torch.randn(n, D, generator=g) * 0.4).to(dtype),
+            "encoder.weight": (torch.randn(n, d, generator=g) * 0.4).to(dtype),
             "encoder.bias": (torch.randn(n, generator=g) * 0.3).to(dtype),
-            "W_dec": (torch.randn(n, D, generator=g) * 0.4).to(dtype),
-            "b_dec": (torch.randn(D, generator=g) * 0.5).to(dtype),
+            "W_dec": (torch.randn(n, d, generator=g) * 0.4).to(dtype),
+            "b_dec": (torch.randn(d, generator=g) * 0.5).to(dtype),
         }
         if skip:
-            state["W_skip"] = (torch.randn(D, D, generator=g) * 0.1).to(dtype)
+            state["W_skip"] = (torch.randn(d, d, generator=g) * 0.1).to(dtype)
         where = folder / hookpoint
         where.mkdir(parents=True, exist_ok=True)
         save_file(state, where / "sae.safetensors")
-        (where / "cfg.json").write_text(json.dumps({**cfg, "d_in": D}))
+        (where / "cfg.json").write_text(json.dumps({**cfg, "d_in": d}))
         (folder / "config.json").write_text(json.dumps({"model": "facebook/dinov2-small", "batch_size": 8}))
         return where, lambda x: sparsify_forward(cfg, state, x)
 
@@ -182,6 +183,10 @@ CASES = {
     "saelens-constant-norm": saelens_case(saelens_cfg("jumprelu", "constant_norm_rescale")),
     "saelens-expected-average": saelens_case(saelens_cfg("standard", "expected_average_only_in")),
     "saelens-no-b-dec": saelens_case(saelens_cfg("gated", "layer_norm", apply_b_dec_to_input=False)),
+    "saelens-6-unversioned-gated": saelens_case(  # no version anywhere: SAELens upgrades it as a pre-6 config
+        {k: v for k, v in saelens_cfg("gated").items() if k != "metadata"}
+        | {"metadata": {"hook_name": "blocks.2.hook_resid_post"}}
+    ),
     "saelens-5-relu": saelens_case(
         {
             "d_in": D,

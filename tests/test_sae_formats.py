@@ -72,6 +72,7 @@ def test_saev_topk_keeps_negative_values_and_batchtopk_uses_its_threshold(tmp_pa
         ("saelens-topk", 7, None, "all", "vit-b"),
         ("saelens-5-relu", 2, None, "all", "gpt2-small"),  # blocks.3.hook_resid_pre is block 2's output
         ("saelens-5-topk", 4, None, "all", None),
+        ("saelens-6-unversioned-gated", 2, None, "all", None),
         ("prisma-default-layer-norm", 10, None, "all", prisma_cfg()["model_name"]),
         ("prisma-gated-cls", 10, None, "cls", prisma_cfg()["model_name"]),
         ("prisma-patches-tanh", 10, None, "patches", prisma_cfg()["model_name"]),

@@ -104,8 +104,7 @@ def with_sae(
             return patches
         codes = sae.encode(patches)[..., index]  # (B, N, chosen) only the edited latents matter
         edited = torch.where(fixed.isnan(), codes * factors, fixed)
-        # decode(edited) - decode(codes): the biases and the mean cancel, the scale stays
-        change = ((edited - codes) @ sae.W_dec[index]) * sae.scale  # (B, N, D)
+        change = sae.decoded_change(edited - codes, index, patches)  # decode(edited) - decode(codes): (B, N, D)
         return patches + change.to(patches.dtype)
 
     return edited_model(model, block, edit)

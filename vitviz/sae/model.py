@@ -162,6 +162,11 @@ class TopKSAE(nn.Module):
         """The same as calling it: the name every SAE vitviz loads has (vitviz.sae.formats)."""
         return self.decode(self.encode(x))
 
+    def decoded_change(self, delta: torch.Tensor, latents: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """decode(codes + delta) - decode(codes) in the model's units, for ``delta`` (..., L) on the latents
+        ``latents`` (L,) of the tokens ``x`` (..., d): the biases and the mean cancel, the scale stays."""
+        return (delta.to(self.W_dec.dtype) @ self.W_dec[latents]) * self.scale
+
     # --- what the other parts of vitviz read (the same names as vitviz.sae.formats.module.ExternalSAE's) ---------
     @property
     def block(self) -> int | None:

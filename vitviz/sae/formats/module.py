@@ -198,6 +198,16 @@ class ExternalSAE(nn.Module):
             out = out + self._linear(x.to(self.W_enc.dtype), self.W_skip.T, torch.zeros_like(self.b_dec))
         return out
 
+    def decoded_change(self, delta: torch.Tensor, latents: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """decode(codes + delta, x) - decode(codes, x) in the model's units, for ``delta`` (..., L) on the latents
+        ``latents`` (L,) of the tokens ``x`` (..., d): the biases (and a skip connection) cancel; a per-token
+        normalisation scales the change by that token's own factor."""
+        change = delta.to(self.W_dec.dtype) @ self.W_dec[latents]
+        if self.config.input_norm == "none":
+            return change
+        factor = self.normalise(x)[1][0]  # layer_norm: the token's std; constant_norm_rescale: sqrt(d) / |x|
+        return change * factor if self.config.input_norm == "layer_norm" else change / factor
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.reconstruct(x)
 

@@ -113,7 +113,9 @@ def _from_pre_6(cfg: dict) -> dict:
     norm = cfg.get("normalize_activations")
     if isinstance(norm, bool):
         cfg["normalize_activations"] = "expected_average_only_in" if norm else "none"
-    cfg["metadata"] = {key: cfg.get(key) for key in ("hook_name", "model_name", "hook_layer")}
+    metadata = cfg.get("metadata") if isinstance(cfg.get("metadata"), dict) else {}
+    top = {key: cfg[key] for key in ("hook_name", "model_name", "hook_layer") if cfg.get(key) is not None}
+    cfg["metadata"] = metadata | top
     return cfg
 
 
