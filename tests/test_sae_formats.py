@@ -144,10 +144,19 @@ def test_hf_specs_read_from_the_cache_offline(offline_hub):
     _, reference = saelens_case(saelens_cfg("topk", k=3))(lens / "blocks.7.hook_resid_post")
     sae = load_sae("hf:someone/vit-saes/blocks.7.hook_resid_post")
     torch.testing.assert_close(sae.encode(x), reference(x)[0], atol=1e-4, rtol=1e-4)
+    clip = cached_snapshot(offline_hub, "osunlp/SAE_CLIP_24K_ViT-B-16_IN1K")  # one sae.pt at the root
+    _, reference = CASES["saev-legacy"](clip)
+    (clip / "clip" / "sae.pt").rename(clip / "sae.pt")
+    sae = load_sae("hf:osunlp/SAE_CLIP_24K_ViT-B-16_IN1K")
+    torch.testing.assert_close(sae.encode(x), reference(x)[0], atol=1e-4, rtol=1e-4)
+    assert sae.block_for(12) == 10
     sparse = cached_snapshot(offline_hub, "EleutherAI/sae-dino")
     sparsify_case({"num_latents": N, "k": 4})(sparse)
     sae = load_sae("hf:EleutherAI/sae-dino/layers.5")
     assert (sae.block, sae.model) == (5, "facebook/dinov2-small")
+    for hookpoint, block in (("encoder.layer.3", 3), ("layers.3.mlp", None)):
+        sparsify_case({"num_latents": N, "k": 4}, hookpoint=hookpoint)(sparse)
+        assert load_sae(f"hf:EleutherAI/sae-dino/{hookpoint}").block == block
 
 
 def test_hf_specs_that_are_not_there_say_so_in_one_line(offline_hub):

@@ -10,7 +10,8 @@ The forward pass (``SparseCoder.encode`` / ``decode``): pre = ReLU((x - b_dec) W
 "groupmax" the largest of each of k equal groups of latents; x̂ = codes W_dec + b_dec (+ x W_skipᵀ). The b_dec
 subtraction is always there for an autoencoder, whatever ``normalize_decoder`` says (SAELens's converter reads it
 from that field; sparsify's code does not). A transcoder (``transcode``) predicts another module's output and is
-refused. The hookpoint ``layers.N`` (or ``....layers.N``) is the output of the model's layer N: vitviz's block N.
+refused. The hookpoint ``layers.N`` (or ``<prefix>.layers.N``, ``encoder.layer.N``, ``blocks.N``) is the output of the
+model's layer N: vitviz's block N; a hookpoint inside a layer (``layers.N.mlp``) is no block's output.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from vitviz.sae.formats.base import (
 from vitviz.sae.formats.module import ExternalConfig, ExternalSAE
 
 CONFIG, WEIGHTS, RUN_CONFIG = "cfg.json", "sae.safetensors", "config.json"
-_LAYER = re.compile(r"(?:.*[._])?layers[._](\d+)")
+_LAYER = re.compile(r"(?:.*[._])?(?:layers?|blocks)[._](\d+)")  # layers.5, encoder.layer.5, blocks.5
 
 
 def detect(path: Path) -> bool:
