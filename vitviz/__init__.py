@@ -9,10 +9,11 @@
     training/         training a ViT: data, loop, augmentation on the device, metrics
     dataset/          the dataset index: one pass over a whole dataset, stored and queried
     sae/              sparse autoencoders on a block's activations
+    vlm/              vision-language models (transformers): where an answer's tokens look in the photo
     commands/         the `vitviz` command: one module per subcommand (`python -m vitviz` runs it too)
 
-Imports flow one way: commands -> everything below; dataset, sae -> explain, loading, model; explain, text,
-render, loading -> model; nothing here imports streamlit or the dashboard (tests/test_layout.py checks).
+Imports flow one way: commands -> everything below; dataset, sae -> explain, loading, model; vlm -> loading, model;
+explain, text, render, loading -> model; nothing here imports streamlit or the dashboard (tests/test_layout.py checks).
 """
 
 from vitviz.dataset import open_index

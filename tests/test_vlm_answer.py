@@ -1,0 +1,265 @@
+"""vitviz.vlm's answers on the tiny VLM folders of every family: the recorded answer-token attention equals eager
+``output_attentions`` of the same sequence, generation equals transformers' greedy ``generate``, a given answer is
+teacher-forced, and bad folders, questions and images get one-line VLMErrors."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from tiny_vlms import FAMILIES, tiny_vlm_folder
+from transformers import AutoModelForImageTextToText
+
+from vitviz.vlm import FAMILIES as SUPPORTED
+from vitviz.vlm import VLM, VLMError, load_vlm
+from vitviz.vlm.recording import ROWS_ATTENTION, _softcapped_output, row_probabilities
+
+MODEL_TYPES = {"paligemma2": "paligemma"}  # tiny families named apart from their model_type
+TESTED = [family for family in FAMILIES if MODEL_TYPES.get(family, family) in SUPPORTED]
+QUESTION = "what is in the picture ?"
+
+
+def photo(width: int = 70, height: int = 50, seed: int = 0) -> Image.Image:
+    return Image.fromarray(np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8))
+
+
+@pytest.fixture(scope="module", params=TESTED)
+def family(request, tmp_path_factory):
+    folder = tiny_vlm_folder(request.param, tmp_path_factory)
+    eager = AutoModelForImageTextToText.from_pretrained(folder, attn_implementation="eager").eval()
+    return request.param, folder, load_vlm(folder), eager
+
+
+def eager_rows(eager, answer) -> tuple[np.ndarray, np.ndarray]:
+    """Eager attention of the answer's sequence: (n, layers, heads, T) rows at the answer's predicting positions,
+    and the logits there."""
+    with torch.no_grad():
+        output = eager(**answer.inputs, output_attentions=True, use_cache=False)
+    weights = torch.stack(output.attentions, dim=1)[0]  # (layers, heads, T, T)
+    rows = torch.as_tensor(answer.rows)
+    return weights[:, :, rows].permute(2, 0, 1, 3).numpy(), output.logits[0, rows].float()
+
+
+@pytest.mark.parametrize("given", [None, "a red cat on the grass"])
+def test_image_attention_equals_eager_output_attentions(family, given):
+    _, _, vlm, eager = family
+    answer = vlm.answer(photo(), QUESTION, answer=given, max_new_tokens=4)
+    rows, logits = eager_rows(eager, answer)
+    n, layers, heads = len(answer.token_ids), vlm.num_layers, vlm.num_heads
+    assert n > 0 and answer.image_attention.dtype == np.float32
+    assert answer.image_attention.shape == (n, layers, heads, len(answer.image_positions))
+    expected = rows[..., answer.image_positions]
+    np.testing.assert_allclose(answer.image_attention, expected, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(answer.image_share, expected.sum(-1), atol=1e-5, rtol=0)
+    np.testing.assert_allclose(answer.first_share, rows[..., 0], atol=1e-5, rtol=0)
+    assert answer.image_attention.std() > 1e-3  # the weights differ between tokens: a real test of the columns
+    # the answer's own log-probabilities, as the eager model gives them
+    expected_logprobs = torch.log_softmax(logits, -1)[torch.arange(n), torch.tensor(answer.token_ids)]
+    np.testing.assert_allclose(answer.logprobs, expected_logprobs.numpy(), atol=1e-4)
+
+
+def test_image_tokens_are_the_image_token_positions(family):
+    _, _, vlm, _ = family
+    answer = vlm.answer(photo(), QUESTION, answer="a cat")
+    ids = answer.input_ids[0].numpy()
+    assert (ids[answer.image_positions] == vlm.image_token_id).all()
+    assert len(answer.image_token_grid) == len(answer.image_positions)
+    assert answer.answer_start + len(answer.token_ids) == len(ids)
+    assert ids[answer.answer_start :].tolist() == answer.token_ids
+
+
+def test_generation_equals_greedy_generate(family):
+    _, _, vlm, _ = family
+    image = photo(64, 64, seed=3)
+    answer = vlm.answer(image, QUESTION, max_new_tokens=6)
+    prompt = vlm.prompt_inputs(image, QUESTION)
+    with torch.no_grad():
+        output = vlm.model.generate(**prompt, do_sample=False, max_new_tokens=6)
+    generated = output[0, prompt["input_ids"].shape[1] :].tolist()
+    ends = vlm.model.generation_config.eos_token_id
+    ends = {ends} if isinstance(ends, int) else set(ends)
+    cut = next((i for i, token in enumerate(generated) if token in ends), len(generated))
+    assert answer.generated and answer.token_ids == generated[:cut]
+    assert answer.tokens == vlm.tokenizer.convert_ids_to_tokens(generated[:cut])
+    # the teacher-forced pass of the generated answer predicts the same tokens
+    assert np.all(answer.logprobs > np.log(0.5) - 10)  # finite
+    forced = vlm.answer(image, QUESTION, answer=vlm.tokenizer.decode(answer.token_ids))
+    if forced.token_ids == answer.token_ids:
+        np.testing.assert_allclose(forced.image_attention, answer.image_attention, atol=1e-6)
+
+
+def test_a_given_answer_is_teacher_forced(family):
+    _, _, vlm, _ = family
+    answer = vlm.answer(photo(), QUESTION, answer="a red cat")
+    assert not answer.generated
+    assert answer.token_ids == vlm.tokenizer("a red cat", add_special_tokens=False)["input_ids"]
+    assert answer.tokens == ["a", "red", "cat"] and answer.text == "a red cat"
+    shares = answer.image_share + answer.first_share + answer.text_share
+    np.testing.assert_allclose(shares, 1.0, atol=1e-5)
+
+
+def test_the_vision_tower_keeps_its_own_attention(family):
+    _, _, vlm, _ = family
+    config = vlm.model.config
+    assert vlm.text_config._attn_implementation == ROWS_ATTENTION
+    assert config.vision_config._attn_implementation != ROWS_ATTENTION
+
+
+# ------------------------------------------------------------------------------------------- the attention rows
+def direct_attention(query, key, value, mask, scaling, softcap):
+    """Eager attention written out: repeated key/value heads, soft-capped logits, an additive mask."""
+    group = query.shape[1] // key.shape[1]
+    key, value = key.repeat_interleave(group, 1), value.repeat_interleave(group, 1)
+    scores = query @ key.transpose(-1, -2) * scaling
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
+    probs = torch.softmax(scores + mask, -1)
+    return probs, (probs @ value).transpose(1, 2)
+
+
+@pytest.mark.parametrize("softcap", [None, 5.0])
+def test_row_probabilities_and_the_soft_capped_output_equal_direct_attention(softcap):
+    torch.manual_seed(0)
+    query, key, value = torch.randn(1, 6, 9, 8), torch.randn(1, 2, 9, 8), torch.randn(1, 2, 9, 8)
+    allowed = torch.ones(9, 9).tril().bool()
+    allowed[2:5, 2:5] = True  # a bidirectional block (PaliGemma's prefix, Gemma 3's image), and a sliding window
+    allowed &= torch.ones(9, 9).triu(-4).bool()
+    mask = torch.zeros(9, 9).masked_fill(~allowed, float("-inf"))[None, None]
+    probs, output = direct_attention(query, key, value, mask, 0.3, softcap)
+    module = torch.nn.Module()
+    rows = torch.tensor([3, 7, 8])
+    for given in (allowed[None, None], mask):  # a boolean mask, and an additive one
+        got = row_probabilities(module, query, key, given, rows, 0.3, softcap)
+        torch.testing.assert_close(got, probs[:, :, rows], atol=1e-6, rtol=0)
+    causal = row_probabilities(module, query, key, None, rows, 0.3, softcap)  # no mask: causal
+    torch.testing.assert_close(
+        causal,
+        direct_attention(
+            query,
+            key,
+            value,
+            torch.zeros(9, 9).masked_fill(~torch.ones(9, 9).tril().bool(), float("-inf")),
+            0.3,
+            softcap,
+        )[0][:, :, rows],
+        atol=1e-6,
+        rtol=0,
+    )
+    if softcap is not None:
+        got = _softcapped_output(module, query, key, value, mask, 0.3, softcap, None)
+        torch.testing.assert_close(got, output, atol=1e-6, rtol=0)
+
+
+# ------------------------------------------------------------------------------------------------------ errors
+@pytest.fixture(scope="module")
+def llava_folder(tmp_path_factory):
+    return tiny_vlm_folder("llava", tmp_path_factory)
+
+
+def copy_folder(source, target, drop=(), config=None):
+    shutil.copytree(source, target)
+    for name in drop:
+        (target / name).unlink(missing_ok=True)
+    if config:
+        values = json.loads((target / "config.json").read_text())
+        values.update(config)
+        (target / "config.json").write_text(json.dumps(values))
+    return target
+
+
+def one_line(error) -> str:
+    message = str(error.value)
+    assert "\n" not in message and len(message) < 1000
+    return message
+
+
+def test_a_folder_without_a_processor_is_refused(llava_folder, tmp_path):
+    folder = copy_folder(llava_folder, tmp_path / "m", drop=["processor_config.json", "preprocessor_config.json"])
+    with pytest.raises(VLMError) as error:
+        load_vlm(folder)
+    assert "no processor" in one_line(error)
+
+
+def test_an_image_token_missing_from_the_tokenizer_is_refused(llava_folder, tmp_path):
+    folder = copy_folder(llava_folder, tmp_path / "m")
+    tokenizer = (folder / "tokenizer.json").read_text()
+    (folder / "tokenizer.json").write_text(tokenizer.replace('"<image>"', '"<picture>"'))
+    with pytest.raises(VLMError) as error:
+        load_vlm(folder)
+    assert "'<image>'" in one_line(error) and "config expects token" in one_line(error)
+    settings = json.loads((folder / "tokenizer_config.json").read_text())
+    settings.pop("image_token")  # now no token of the tokenizer at all: "<image>" splits into pieces
+    (folder / "tokenizer_config.json").write_text(json.dumps(settings))
+    with pytest.raises(VLMError) as error:
+        load_vlm(folder)
+    assert "not a token of its tokenizer" in one_line(error)
+
+
+def test_a_config_that_does_not_match_the_weights_is_refused(llava_folder, tmp_path):
+    values = json.loads((llava_folder / "config.json").read_text())
+    text = values["text_config"] | {"intermediate_size": 96}
+    folder = copy_folder(llava_folder, tmp_path / "m", config={"text_config": text})
+    with pytest.raises(VLMError) as error:
+        load_vlm(folder)
+    assert "do not match" in one_line(error) or "do not fit" in one_line(error)
+
+
+def test_pickled_weights_and_unknown_families_are_refused(llava_folder, tmp_path):
+    folder = copy_folder(llava_folder, tmp_path / "m", drop=["model.safetensors"])
+    (folder / "pytorch_model.bin").write_bytes(b"not read")
+    with pytest.raises(VLMError) as error:
+        load_vlm(folder)
+    assert "safetensors" in one_line(error)
+    other = copy_folder(llava_folder, tmp_path / "o", config={"model_type": "blip-2"})
+    with pytest.raises(VLMError) as error:
+        load_vlm(other)
+    assert "'blip-2'" in one_line(error) and "llava, " in one_line(error) and "qwen2_vl" in one_line(error)
+
+
+def test_a_huge_config_is_refused_before_anything_is_built(llava_folder, tmp_path):
+    values = json.loads((llava_folder / "config.json").read_text())
+    text = values["text_config"] | {"vocab_size": 4_000_000_000}
+    folder = copy_folder(llava_folder, tmp_path / "m", config={"text_config": text})
+    with pytest.raises(VLMError) as error:
+        load_vlm(folder)
+    assert "memory free" in one_line(error)
+
+
+def test_bad_questions_images_and_precisions_get_one_line(llava_folder):
+    vlm = load_vlm(llava_folder, precision="fp32")
+    with pytest.raises(VLMError) as error:
+        vlm.answer(photo(), "why " * 1000)
+    assert "characters" in one_line(error)
+    with pytest.raises(VLMError) as error:
+        vlm.answer(np.zeros((4, 4), dtype=np.uint8), QUESTION)
+    assert "(height, width, 3)" in one_line(error)
+    with pytest.raises(VLMError):
+        vlm.answer(photo(), QUESTION, max_new_tokens=0)
+    with pytest.raises(VLMError) as error:
+        load_vlm(llava_folder, precision="fp8")
+    assert "precision" in one_line(error)
+    assert load_vlm(llava_folder, precision="bf16").dtype == torch.bfloat16
+
+
+def test_an_image_the_processor_rejects_gets_one_line(tmp_path_factory):
+    vlm = load_vlm(tiny_vlm_folder("qwen2_vl", tmp_path_factory))
+    with pytest.raises(VLMError) as error:
+        vlm.answer(photo(width=600, height=2), QUESTION)  # Qwen refuses an aspect ratio over 200
+    assert "rejected the image" in one_line(error)
+
+
+def test_unreachable_attention_modules_are_named(llava_folder):
+    vlm = load_vlm(llava_folder)
+    layer = vlm.model.model.language_model.layers[1]
+    attention = layer.self_attn
+    del layer.self_attn
+    with pytest.raises(VLMError) as error:
+        VLM(vlm.model, vlm.processor, vlm.family)
+    assert "cannot be reached" in one_line(error) and "layers 1 have no `self_attn`" in one_line(error)
+    layer.self_attn = attention
+    vlm.attention_modules[0] = torch.nn.Identity()  # an attention the interface never sees
+    with pytest.raises(VLMError) as error:
+        vlm.answer(photo(), QUESTION, answer="a cat")
+    assert "layers 0 of LlavaForConditionalGeneration did not pass" in one_line(error)
