@@ -11,6 +11,10 @@
     build.py      one run: lock, resume checks, this process's share of the shards, the manifest, the search
     search.py     FAISS indexes over patch features and pooled embeddings, exact or IVF with measured recall
     index.py      reading it back: ``open_index(DIR)``, read-only SQL (DuckDB), maps, features, activations, neighbours
+    bounds.py     the bounds of each SQL query: time and memory limits (server settings), one running query per
+                  session, a cap on queries at once, QueryStopped naming the limit
+    sandbox.py    the query processes that run the SQL, watched for memory and time and ended past the limits
+    sandbox_child.py  a query process itself: DuckDB with its limits set and locked, a timer that interrupts it
     photos.py     the photos behind an index, read back from its source
     analysis.py   statistics over an index: bootstrap intervals and their settling, head clusters, the joint
                   query/key embedding (AttentionViz), confusion matrices, per-class mean maps
@@ -19,8 +23,19 @@
 The layout, with every stored item and its units, is in docs/dataset-index.md.
 """
 
+from vitviz.dataset.bounds import QueryBusy, QuerySession, QueryStopped
 from vitviz.dataset.index import DatasetIndex, QueryError, open_index
 from vitviz.dataset.sources import SourceError
 from vitviz.dataset.storage import IndexBusyError, IndexFormatError
 
-__all__ = ["DatasetIndex", "IndexBusyError", "IndexFormatError", "QueryError", "SourceError", "open_index"]
+__all__ = [
+    "DatasetIndex",
+    "IndexBusyError",
+    "IndexFormatError",
+    "QueryBusy",
+    "QueryError",
+    "QuerySession",
+    "QueryStopped",
+    "SourceError",
+    "open_index",
+]

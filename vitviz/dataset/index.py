@@ -2,7 +2,9 @@
 
 SQL goes to DuckDB over views of the index's own Parquet files, read-only: one SELECT per call, with the external
 access that DuckDB allows limited to the index folder and the settings locked, so COPY, ATTACH, INSTALL and
-reading any other file are refused. Results come a page at a time. Arrays are memory-mapped per shard and only
+reading any other file are refused. Results come a page at a time. Each query is bounded in time and memory and runs
+in a query process of its own (vitviz/dataset/bounds.py, sandbox.py); a query stopped by a limit raises
+QueryStopped, which names the limit. Arrays are memory-mapped per shard and only
 the requested rows are read.
 """
 
@@ -15,23 +17,32 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from vitviz.dataset import checks, search
+from vitviz.dataset import checks, sandbox, search
+from vitviz.dataset.bounds import (
+    QueryBusy,
+    QueryError,
+    QuerySession,
+    QueryStopped,
+    RunningQuery,
+    limits_from_environment,
+    server_slots,
+)
 from vitviz.dataset.storage import ACTIVATIONS, SHARDS, IndexFormatError, activation_name, read_manifest
 
 if TYPE_CHECKING:
     import pandas as pd
 
 PAGE = 10_000  # rows a query returns unless asked for another page size
-
-
-class QueryError(ValueError):
-    """A query the index refuses (it writes, attaches or reads other files) or DuckDB rejects; the message says why."""
+MAX_SQL = 100_000  # characters of SQL read
 
 
 class DatasetIndex:
-    """An index folder made by `vitviz index`. Open with ``vitviz.open_index(DIR)``."""
+    """An index folder made by `vitviz index`. Open with ``vitviz.open_index(DIR)``; ``query_seconds`` and
+    ``query_memory`` (MB) bound each query (by default the server's settings, else 20 s and 1024 MB)."""
 
-    def __init__(self, folder: str | Path):
+    def __init__(self, folder: str | Path, query_seconds: float | None = None, query_memory: int | None = None):
+        self.limits = limits_from_environment(query_seconds, query_memory)
+        self._running: set[RunningQuery] = set()
         self.folder = Path(folder).expanduser().resolve()
         self.manifest = read_manifest(self.folder)  # every field checked (checks.py)
         if not self.manifest["complete"]:
@@ -66,45 +77,73 @@ class DatasetIndex:
 
     @cached_property
     def _connection(self):
+        """An empty DuckDB connection of this process that only parses (the queries run in a query process): small,
+        single-threaded, no external access, its settings locked."""
         import duckdb
 
-        connection = duckdb.connect(":memory:")
-        for table in ("images", "heads"):
-            files = ", ".join(_quote(f) for f in self._files(table))
-            connection.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet([{files}])")
-        connection.execute(f"SET allowed_directories = [{_quote(str(self.folder / SHARDS) + '/')}]")
+        connection = duckdb.connect(":memory:", config={"memory_limit": "64MB", "threads": 1})
         connection.execute("SET enable_external_access = false")
         connection.execute("SET autoinstall_known_extensions = false")
         connection.execute("SET autoload_known_extensions = false")
         connection.execute("SET lock_configuration = true")
         return connection
 
-    def query(self, sql: str, limit: int = PAGE, offset: int = 0) -> pd.DataFrame:
+    def query(self, sql: str, limit: int = PAGE, offset: int = 0, session: QuerySession | None = None) -> pd.DataFrame:
         """One SELECT over the tables ``images`` and ``heads``: rows [offset, offset + limit) of its result.
-        ``df.attrs["more"]`` says whether rows follow; ask for them with ``offset``."""
-        import duckdb
+        ``df.attrs["more"]`` says whether rows follow; ask for them with ``offset``.
 
+        The query may take ``self.limits`` (seconds, MB); past either it is stopped with ``QueryStopped``, whose
+        message names the limit. With a ``session``, a second query while one of the session's runs is refused
+        (``QueryBusy``) and ``session.stop()`` stops it; ``self.stop()`` stops every running query of this index.
+        At most VITVIZ_QUERY_SLOTS queries (4) run at once in the process; others wait for a slot, up to the time
+        limit."""
         if limit < 1 or offset < 0:
             raise QueryError(f"limit must be at least 1 and offset at least 0; got limit={limit}, offset={offset}")
         statement = self._one_select(sql)
-        cursor = self._connection.cursor()
+        limits = self.limits
+        request = {
+            "views": {table: self._files(table) for table in ("images", "heads")},
+            "allowed": str(self.folder / SHARDS) + "/",
+            "sql": f"SELECT * FROM ({statement}) LIMIT {int(limit) + 1} OFFSET {int(offset)}",
+            "seconds": limits.seconds,
+            "memory_mb": limits.duckdb_memory_mb,
+            "threads": limits.threads,
+            "spill_mb": limits.memory_mb,
+            "result_mb": limits.result_mb,
+        }
+        running = session.begin() if session is not None else RunningQuery()
+        size, slots = server_slots()
         try:
-            paged = f"SELECT * FROM ({statement}) LIMIT {int(limit) + 1} OFFSET {int(offset)}"
-            frame = cursor.execute(paged).df()
-        except duckdb.PermissionException as error:
-            raise QueryError(f"the query reads something outside the index, which is not allowed: {error}") from None
-        except duckdb.Error as error:
-            raise QueryError(f"DuckDB could not run the query: {error}") from None
+            if not slots.acquire(timeout=limits.seconds):
+                raise QueryBusy(f"the server runs {size} queries at once, its most (VITVIZ_QUERY_SLOTS); try again")
+            self._running.add(running)
+            try:
+                if running.stop_requested.is_set():
+                    raise QueryStopped("the query was stopped (Stop was pressed)", "stop")
+                frame = sandbox.run_query(request, limits, running, keep=size)
+            finally:
+                self._running.discard(running)
+                slots.release()
         finally:
-            cursor.close()
+            if session is not None:
+                session.end(running)
         more = len(frame) > limit
         frame = frame.iloc[:limit]
         frame.attrs["more"], frame.attrs["offset"] = more, offset
         return frame
 
+    def stop(self) -> int:
+        """Stop every query of this index now running (each raises QueryStopped); how many there were."""
+        running = list(self._running)
+        for query in running:
+            query.stop()
+        return len(running)
+
     def _one_select(self, sql: str) -> str:
         import duckdb
 
+        if len(sql) > MAX_SQL:
+            raise QueryError(f"the query is {len(sql):,} characters long; at most {MAX_SQL:,} are read")
         try:
             statements = self._connection.extract_statements(sql)
         except duckdb.Error as error:
@@ -259,14 +298,12 @@ def _head_number(kind: str, heads: int) -> int:
     return int(text)
 
 
-def _quote(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
-def open_index(folder: str | Path) -> DatasetIndex:
+def open_index(folder: str | Path, query_seconds: float | None = None, query_memory: int | None = None) -> DatasetIndex:
     """Open an index made by `vitviz index` (see docs/dataset-index.md). Problems with the folder raise
-    ``IndexFormatError`` (a ValueError) with what to do."""
-    return DatasetIndex(folder)
+    ``IndexFormatError`` (a ValueError) with what to do. Each query may take ``query_seconds`` of wall-clock time and
+    ``query_memory`` MB (by default the server's settings VITVIZ_QUERY_SECONDS and VITVIZ_QUERY_MEMORY_MB, else 20 s
+    and 1024 MB); past either it is stopped with ``QueryStopped``."""
+    return DatasetIndex(folder, query_seconds, query_memory)
 
 
-__all__ = ["DatasetIndex", "IndexFormatError", "QueryError", "open_index"]
+__all__ = ["DatasetIndex", "IndexFormatError", "QueryError", "QueryStopped", "open_index"]

@@ -1,0 +1,176 @@
+"""Query processes: each SQL query of an index runs in a child process (vitviz/dataset/sandbox_child.py, which sets
+DuckDB's limits and interrupts a query at its time limit), so a query that allocates outside DuckDB's accounting can
+be ended without taking the caller's process with it.
+
+In the caller, the thread that waits for the answer also watches the child: a child whose resident memory passes the
+memory limit, or that is still busy a few seconds past the time limit or a stop (a DuckDB function that allocates a
+huge value is not interruptible), is killed, and a fresh child is started for the next query. Idle children are kept
+for reuse, as many as the process runs queries at once (vitviz/dataset/bounds.py).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+from vitviz.dataset.bounds import QueryError, QueryLimits, QueryStopped, RunningQuery
+
+GRACE_SECONDS = 3.0  # after the time limit or a stop, how long an interrupt may take before the child is killed
+POLL_SECONDS = 0.02  # how often the caller looks at the child's memory
+START_SECONDS = 120.0  # a child that has not started by then is given up
+PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+CHILD = Path(__file__).with_name("sandbox_child.py")
+
+
+def _high_water_mb(pid: int) -> float:
+    """The process's peak resident memory so far (VmHWM), in MB; 0 when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            line = next(line for line in status if line.startswith("VmHWM:"))
+        return int(line.split()[1]) / 1024
+    except (OSError, StopIteration, ValueError):
+        return 0.0
+
+
+_peaks: list[float] = [0.0]  # the highest peak of any query process so far
+
+
+def peak_mb() -> float:
+    """The highest peak resident memory (MB) of any query process of this process so far, ended ones included."""
+    for worker in list(_idle):
+        _peaks[0] = max(_peaks[0], _high_water_mb(worker.process.pid))
+    return _peaks[0]
+
+
+def _resident_mb(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/statm") as statm:
+            return int(statm.read().split()[1]) * PAGE_BYTES / 2**20
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+class Worker:
+    """One query process, seen from the caller."""
+
+    def __init__(self):
+        self.folder = tempfile.mkdtemp(prefix="vitviz-query-")  # mode 0700: DuckDB spills here, and nowhere else
+        ours, theirs = socket.socketpair()
+        self.process = subprocess.Popen(  # -I: isolated, nothing of the caller's paths; the child needs only DuckDB
+            [sys.executable, "-I", str(CHILD), str(theirs.fileno()), self.folder],
+            pass_fds=[theirs.fileno()],
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+        )
+        theirs.close()
+        self.connection = Connection(ours.detach())
+        if not self.connection.poll(START_SECONDS):
+            self.close()
+            raise QueryError("the query process did not start; try again")
+        try:
+            self.connection.recv()  # "ready": the imports are done
+        except (EOFError, OSError):
+            self.close()
+            raise QueryError("the query process ended as it started; try again") from None
+        self.baseline_mb = _resident_mb(self.process.pid)
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def close(self) -> None:
+        """End the process (killed: it may be busy) and remove its temporary folder."""
+        if self.process.poll() is None:
+            _peaks[0] = max(_peaks[0], _high_water_mb(self.process.pid))
+            self.process.kill()
+        self.process.wait()
+        self.connection.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def run(self, request: dict, limits: QueryLimits, running: RunningQuery):
+        """Send one query, wait for its answer while watching the child's memory and time: a DataFrame, or raises."""
+        self.connection.send(request)
+        started, stop_sent = time.monotonic(), None
+        ceiling = self.baseline_mb + limits.memory_mb
+        while not self.connection.poll(POLL_SECONDS):
+            now = time.monotonic()
+            if _resident_mb(self.process.pid) > ceiling:
+                self.close()
+                raise QueryStopped(limits.memory_message(), "memory")
+            if running.stop_requested.is_set() and stop_sent is None:
+                self.connection.send("stop")
+                stop_sent = now
+            if stop_sent is not None and now - stop_sent > GRACE_SECONDS:
+                self.close()
+                raise QueryStopped("the query was stopped (Stop was pressed)", "stop")
+            if now - started > limits.seconds + GRACE_SECONDS:
+                self.close()
+                raise QueryStopped(limits.time_message(), "time")
+            if not self.alive():
+                break
+        try:
+            kind, value = self.connection.recv()
+        except (EOFError, OSError):  # the child died: DuckDB could not allocate, or something killed it
+            self.close()
+            raise QueryStopped(limits.memory_message(), "memory") from None
+        if kind == "ok":
+            return value
+        if kind == "time":
+            raise QueryStopped(limits.time_message(), "time")
+        if kind == "stop":
+            raise QueryStopped("the query was stopped (Stop was pressed)", "stop")
+        if kind == "memory":
+            raise QueryStopped(limits.memory_message(), "memory")
+        if kind == "result":
+            raise QueryStopped(limits.result_message(value), "memory")
+        if kind == "permission":
+            raise QueryError(f"the query reads something outside the index, which is not allowed: {value}")
+        raise QueryError(f"DuckDB could not run the query: {value}")
+
+
+_idle: list[Worker] = []
+_idle_lock = threading.Lock()
+
+
+def run_query(request: dict, limits: QueryLimits, running: RunningQuery, keep: int):
+    """Run ``request`` (see sandbox_child._serve) in an idle query process or a new one; keep at most ``keep`` idle
+    ones afterwards."""
+    with _idle_lock:
+        worker = _idle.pop() if _idle else None
+    if worker is None or not worker.alive():
+        worker = Worker()
+    try:
+        result = worker.run(request, limits, running)
+    except QueryStopped as stopped:
+        if stopped.limit == "memory" and worker.alive():  # DuckDB stopped it itself, but may keep its peak: end it
+            worker.close()
+        raise
+    finally:
+        if worker.alive():
+            with _idle_lock:
+                if len(_idle) < keep:
+                    _idle.append(worker)
+                    worker = None
+            if worker is not None:
+                worker.close()
+    return result
+
+
+def close_all() -> None:
+    """End every idle query process (at exit; tests call it to read the processes' peak memory)."""
+    with _idle_lock:
+        workers, _idle[:] = list(_idle), []
+    for worker in workers:
+        worker.close()
+
+
+atexit.register(close_all)

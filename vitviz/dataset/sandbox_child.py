@@ -1,0 +1,109 @@
+"""The query process's side of vitviz/dataset/sandbox.py, run as ``python -I sandbox_child.py FD FOLDER``: it imports
+nothing of vitviz (so it starts without torch), only DuckDB and pandas.
+
+Each index gets one DuckDB connection with its views, DuckDB's ``memory_limit``, ``threads``, a private
+``temp_directory`` (a folder of its own inside FOLDER, which the caller made with mode 0700) and
+``max_temp_directory_size``; then the external access is limited to the index's shards and the configuration locked.
+A query runs on a cursor of that connection; a timer thread calls the cursor's ``interrupt()`` at the time limit
+(the connection's own ``interrupt()`` does not reach a cursor's query), and so does a "stop" message from the caller.
+"""
+
+import os
+import signal
+import sys
+import tempfile
+import threading
+from multiprocessing.connection import Connection
+
+POLL_SECONDS = 0.02  # how often a "stop" from the caller is looked for
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _connect(request: dict, temporary: str):
+    """A connection with the index's views, the limits, a private spill folder, and then nothing else allowed."""
+    import duckdb
+
+    connection = duckdb.connect(":memory:")
+    for table, files in request["views"].items():
+        connection.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet([{', '.join(map(_quote, files))}])")
+    spill = tempfile.mkdtemp(dir=temporary)  # one folder per index: a query can see only its own spill files
+    connection.execute(f"SET memory_limit = '{int(request['memory_mb'])}MB'")
+    connection.execute(f"SET threads = {int(request['threads'])}")
+    connection.execute(f"SET temp_directory = {_quote(spill)}")
+    connection.execute(f"SET max_temp_directory_size = '{int(request['spill_mb'])}MB'")
+    connection.execute("SET preserve_insertion_order = false")
+    connection.execute(f"SET allowed_directories = [{_quote(request['allowed'])}]")
+    connection.execute("SET enable_external_access = false")
+    connection.execute("SET autoinstall_known_extensions = false")
+    connection.execute("SET autoload_known_extensions = false")
+    connection.execute("SET lock_configuration = true")
+    return connection
+
+
+def _answer(request: dict, connections: dict, temporary: str, control: Connection) -> tuple[str, object]:
+    import duckdb
+
+    key = (tuple((t, tuple(f)) for t, f in request["views"].items()), request["memory_mb"], request["threads"])
+    if key not in connections:
+        if len(connections) >= 4:
+            connections.pop(next(iter(connections))).close()
+        connections[key] = _connect(request, temporary)
+    cursor = connections[key].cursor()
+    outcome: dict = {}
+
+    def execute():
+        try:
+            frame = cursor.execute(request["sql"]).df()
+            megabytes = frame.memory_usage(deep=True).sum() / 2**20
+            outcome["answer"] = ("result", megabytes) if megabytes > request["result_mb"] else ("ok", frame)
+        except duckdb.InterruptException:
+            outcome["answer"] = (outcome.get("why", "time"), None)
+        except duckdb.OutOfMemoryException:
+            outcome["answer"] = ("memory", None)
+        except duckdb.PermissionException as error:
+            outcome["answer"] = ("permission", str(error))
+        except (duckdb.Error, MemoryError, OverflowError) as error:
+            outcome["answer"] = ("error", f"{type(error).__name__}: {error}".splitlines()[0])
+
+    def interrupt(why: str) -> None:
+        outcome.setdefault("why", why)
+        cursor.interrupt()
+
+    thread = threading.Thread(target=execute, daemon=True)
+    timer = threading.Timer(request["seconds"], interrupt, args=("time",))
+    thread.start()
+    timer.start()
+    while thread.is_alive():
+        thread.join(POLL_SECONDS)
+        if control.poll() and control.recv() == "stop":
+            interrupt("stop")
+    timer.cancel()
+    cursor.close()
+    return outcome["answer"]
+
+
+def _serve(fd: int, temporary: str) -> None:
+    """The child's loop: one request at a time, each a dict with "views" ({table: [parquet files]}), "allowed" (the
+    folder reads are limited to), "sql", "seconds", "memory_mb", "threads", "spill_mb" and "result_mb"."""
+    import duckdb  # noqa: F401 - imported before "ready", so the caller's baseline memory includes it
+    import pandas  # noqa: F401
+
+    control = Connection(fd)
+    control.send("ready")
+    connections: dict = {}
+    while True:
+        try:
+            request = control.recv()
+        except (EOFError, OSError):  # the caller has gone
+            return
+        if isinstance(request, dict):
+            control.send(_answer(request, connections, temporary, control))
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C in the caller's terminal is the caller's to handle
+    _serve(int(sys.argv[1]), sys.argv[2])
+    os._exit(0)
