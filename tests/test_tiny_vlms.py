@@ -58,6 +58,66 @@ def test_folder_loads_prompts_and_generates(family, size, tmp_path_factory):
     assert isinstance(text, str)
 
 
+# Per family: its processor and model classes, and the image tokens an 80 x 40 photo becomes (16 = a 4 x 4 grid).
+WIDE = {
+    "llava": ("LlavaProcessor", "LlavaForConditionalGeneration", 16),  # center crop to 56 x 56
+    "llava_next": ("LlavaNextProcessor", "LlavaNextForConditionalGeneration", 52),  # base + 1 x 2 tiles, newlines
+    "llava_onevision": ("LlavaOnevisionProcessor", "LlavaOnevisionForConditionalGeneration", 52),
+    "qwen2_vl": ("Qwen2VLProcessor", "Qwen2VLForConditionalGeneration", 6),  # 56 x 84 pixels: 2 x 3 merged
+    "qwen2_5_vl": ("Qwen2_5_VLProcessor", "Qwen2_5_VLForConditionalGeneration", 6),
+    "qwen3_vl": ("Qwen3VLProcessor", "Qwen3VLForConditionalGeneration", 6),  # 64 x 96 pixels of 16-pixel patches
+    "paligemma": ("PaliGemmaProcessor", "PaliGemmaForConditionalGeneration", 16),
+    "paligemma2": ("PaliGemmaProcessor", "PaliGemmaForConditionalGeneration", 16),
+    "idefics3": ("Idefics3Processor", "Idefics3ForConditionalGeneration", 48),  # 1 x 2 tiles + the global image
+    "smolvlm": ("Idefics3Processor", "Idefics3ForConditionalGeneration", 48),
+    "gemma3": ("Gemma3Processor", "Gemma3ForConditionalGeneration", 16),  # 8 x 8 patches pooled to 4 x 4
+}
+
+
+def test_every_family_is_described():
+    assert set(WIDE) == set(FAMILIES)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_family_keeps_its_real_structure(family, tmp_path_factory):
+    model, processor, batch = inputs(tiny_vlm_folder(family, tmp_path_factory), photo(80, 40))
+    processor_class, model_class, n_image_tokens = WIDE[family]
+    assert (type(processor).__name__, type(model).__name__) == (processor_class, model_class)
+    ids = batch["input_ids"][0]
+    assert (ids == model.config.image_token_id).sum() == n_image_tokens
+    tokens = processor.tokenizer.convert_ids_to_tokens(ids.tolist())
+    if family.startswith("qwen"):
+        assert batch["image_grid_thw"].tolist() == [[1, 4, 6]] and model.config.vision_config.spatial_merge_size == 2
+        assert type(processor.video_processor).__name__.endswith("VideoProcessor")
+    if family in ("llava_next", "llava_onevision"):
+        assert batch["pixel_values"].shape[1] == 3, "the base image and 2 any-res tiles"
+        assert batch["image_sizes"].tolist() == [[40, 80]]
+    if family in ("idefics3", "smolvlm"):
+        assert [t for t in tokens if t.startswith("<row_")] == ["<row_1_col_1>", "<row_1_col_2>"]
+        assert tokens.count("<global-img>") == 1 and batch["pixel_values"].shape[1] == 3
+    if family == "gemma3":
+        start, end = tokens.index("<start_of_image>"), tokens.index("<end_of_image>")
+        assert end - start - 1 == model.config.mm_tokens_per_image == 16
+    if family.startswith("paligemma"):
+        assert tokens[16:18] == ["<bos>", "what"] and tokens[-1] == "\n"
+
+
+@pytest.mark.parametrize("family", ["llava_next", "llava_onevision", "idefics3", "qwen2_5_vl"])
+def test_big_photo_takes_the_tiled_path(family, tmp_path_factory):
+    """A photo bigger than every tile: LLaVA-NeXT's 2 x 2 tiles, OneVision's 6 x 6 tiles downsampled to 9 tiles'
+    worth, Idefics3's 2 x 2 split, Qwen2.5-VL's several attention windows; the forward pass runs."""
+    model, _, batch = inputs(tiny_vlm_folder(family, tmp_path_factory), photo(400, 360))
+    n_image = int((batch["input_ids"] == model.config.image_token_id).sum())
+    if family == "qwen2_5_vl":  # 84 x 112 pixels: 6 x 8 patches, 3 x 4 merged tokens in 2 x 2 windows
+        assert batch["image_grid_thw"].tolist() == [[1, 6, 8]] and n_image == 12
+    else:  # tower images: the tiles and the base (global) image; OneVision's 36 tiles are downsampled to ~9 tiles'
+        tower_images, tokens = {"llava_next": (5, 88), "llava_onevision": (37, 159), "idefics3": (5, 80)}[family]
+        assert batch["pixel_values"].shape[1] == tower_images and n_image == tokens
+    with torch.no_grad():
+        logits = model(**batch).logits
+    assert torch.isfinite(logits).all()
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_vocabulary_reads_as_words(family, tmp_path_factory):
     processor = AutoProcessor.from_pretrained(tiny_vlm_folder(family, tmp_path_factory))
@@ -72,6 +132,15 @@ def test_same_seed_same_weights_and_overrides_apply(tmp_path):
         "model.safetensors"
     ).read_bytes()
     assert AutoModelForImageTextToText.from_pretrained(b).config.text_config.num_hidden_layers == 3
+
+
+def test_image_processor_overrides_apply(tmp_path):
+    """Qwen's pixel budget raised to 8 x 8 merged tokens: a 224 x 224 photo becomes 64 image tokens, not 16."""
+    budget = {"shortest_edge": 56 * 56, "longest_edge": 224 * 224}
+    folder = make_tiny_vlm("qwen2_vl", tmp_path, image_processor=dict(size=budget))
+    model, _, batch = inputs(folder, photo(224, 224))
+    assert batch["image_grid_thw"].tolist() == [[1, 16, 16]]
+    assert (batch["input_ids"] == model.config.image_token_id).sum() == 64
 
 
 def test_unknown_family_is_refused(tmp_path):
