@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny_models import tiny_checkpoint
-from transformers import ViTConfig as HFViTConfig
+from tiny_models import tiny_checkpoint, tiny_hf_vit_config
 from transformers import ViTModel
 
 from vitviz import ModelLoadError, load_model
@@ -55,16 +54,7 @@ def edited_checkpoint(tmp_path: Path, name: str = "edited.pt", state=None, prepr
 def hf_vit_folder(folder: Path, **changes) -> Path:
     """A tiny Hugging Face ViT saved with save_pretrained, its config.json then changed."""
     torch.manual_seed(0)
-    ViTModel(
-        HFViTConfig(
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            intermediate_size=64,
-            image_size=32,
-            patch_size=8,
-        )
-    ).save_pretrained(folder)
+    ViTModel(tiny_hf_vit_config()).save_pretrained(folder)
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps(config | changes))
     return folder

@@ -6,6 +6,7 @@ import pytest
 import torch
 import transformers as hf
 from safetensors.torch import load_file
+from tiny_models import tiny_hf_vit_config
 from transformers import ViTConfig as HFViTConfig
 from transformers import ViTForImageClassification, ViTModel
 
@@ -17,20 +18,9 @@ ATOL = 1e-4  # the issue's bound for logits and attentions
 
 
 def hf_config(**overrides) -> HFViTConfig:
-    values = dict(
-        hidden_size=48,
-        num_hidden_layers=3,
-        num_attention_heads=4,
-        intermediate_size=96,
-        image_size=32,
-        patch_size=8,
-        num_labels=7,
-        attn_implementation="eager",
-    )
-    values.update(overrides)
-    config = HFViTConfig(**values)
-    config.id2label = {i: f"label {i}" for i in range(config.num_labels)}
-    return config
+    """tiny_models' Hugging Face ViT, 3 blocks of width 48 and 7 classes, eager attention (its weights are compared)."""
+    values = dict(hidden_size=48, num_hidden_layers=3, intermediate_size=96, num_labels=7, attn_implementation="eager")
+    return tiny_hf_vit_config(**(values | overrides))
 
 
 def random_hf_classifier(**overrides) -> ViTForImageClassification:

@@ -13,7 +13,7 @@ from huggingface_hub import constants
 from PIL import Image
 from safetensors.torch import save_file
 from timm.data import ImageNetInfo, create_transform, resolve_data_config
-from transformers import ViTConfig as HFViTConfig
+from tiny_models import tiny_hf_vit_config
 from transformers import ViTForImageClassification
 
 import vitviz
@@ -65,16 +65,7 @@ def test_a_cached_timm_model_loads_offline_with_names_and_preprocessing(offline)
 
 def test_a_cached_hugging_face_repository_loads_offline(offline):
     torch.manual_seed(0)
-    config = HFViTConfig(
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        image_size=32,
-        patch_size=8,
-        num_labels=3,
-        id2label={0: "cat", 1: "dog", 2: "bird"},
-    )
+    config = tiny_hf_vit_config(num_labels=3, id2label={0: "cat", 1: "dog", 2: "bird"})
     reference = ViTForImageClassification(config).eval()
     reference.save_pretrained(cached_snapshot(offline, "someone/tiny-vit"))
 
@@ -99,15 +90,7 @@ def test_hub_specs_are_validated_before_any_download(offline):
 
 def test_a_cached_sharded_repository_loads_offline(offline):
     torch.manual_seed(0)
-    config = HFViTConfig(
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        image_size=32,
-        patch_size=8,
-        num_labels=3,
-    )
+    config = tiny_hf_vit_config(num_labels=3)
     reference = ViTForImageClassification(config).eval()
     reference.save_pretrained(cached_snapshot(offline, "someone/sharded-vit"), max_shard_size="20KB")
     images = torch.randn(1, 3, 32, 32)

@@ -2,8 +2,9 @@
 
 ``build_tiny_vit`` builds one of the ``TINY_FAMILIES`` in memory (the ``tiny_vit`` fixture of tests/conftest.py runs
 a test over each); ``tiny_checkpoint`` saves one as a vitviz checkpoint for the page, browser and command-line tests.
-``perturbed`` is a random timm model with every part away from its initial value, and ``TINY_CFG`` a tiny
-open_clip config, for the importer tests.
+``perturbed`` is a random timm model with every part away from its initial value, ``TINY_CFG`` a tiny
+open_clip config, and ``tiny_hf_vit_config`` a tiny Hugging Face ViT config, for the importer and loading tests
+(the vision-language models' tiny folders are in tiny_vlms.py).
 """
 
 from pathlib import Path
@@ -11,6 +12,11 @@ from pathlib import Path
 import torch
 
 from vitviz import Preprocessing, ViT, ViTConfig, save_checkpoint
+
+# a Hugging Face ViT of 2 blocks of 4 heads, width 32, 8-pixel patches on 32 x 32 (tiny_hf_vit_config)
+TINY_HF_VIT = dict(
+    hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, image_size=32, patch_size=8
+)
 
 # 3 blocks of 4 heads, 8-pixel patches on a 32 x 32 input (a 4 x 4 grid), 5 classes
 TINY = dict(image_size=32, patch_size=8, hidden_size=32, num_layers=3, num_heads=4, mlp_size=64, num_classes=5)
@@ -87,3 +93,14 @@ TINY_CFG = {
     "vision_cfg": {"image_size": 32, "layers": 2, "width": 32, "patch_size": 8, "head_width": 8},
     "text_cfg": {"context_length": 16, "vocab_size": 49408, "width": 16, "heads": 2, "layers": 1},
 }
+
+
+def tiny_hf_vit_config(**overrides):
+    """A ``transformers.ViTConfig`` of TINY_HF_VIT's sizes, with ``overrides``; class names "label i" when it has
+    labels and ``id2label`` is not given."""
+    from transformers import ViTConfig as HFViTConfig
+
+    config = HFViTConfig(**(TINY_HF_VIT | overrides))
+    if "num_labels" in overrides and "id2label" not in overrides:
+        config.id2label = {i: f"label {i}" for i in range(config.num_labels)}
+    return config
