@@ -1,12 +1,14 @@
 """`vitviz sae train`: train a TopK SAE on one block's output tokens and write it with its held-out metrics;
 `vitviz sae ablate`: suppress (or scale) one of its latents over an index's images, per-class accuracy as a table;
-`vitviz sae latents`: per-latent statistics and top images over an index, beside the SAE (the Dataset page's).
+`vitviz sae latents`: per-latent statistics and top images over an index, beside the SAE (the Dataset page's);
+`vitviz sae evaluate`: one table of metrics for several SAEs on an index's held-out images.
 
     vitviz sae train INDEX --block 3 --latents 1536 --k 16 --out runs/sae
     vitviz sae train --images DIR --model default --block 3 --latents 1536 --k 16 --out runs/sae
     vitviz sae train --activations acts.npy --holdout-activations held.npy --latents 1536 --k 16 --out runs/sae
     vitviz sae ablate INDEX runs/sae --latent 12 --scale 0
     vitviz sae latents INDEX runs/sae
+    vitviz sae evaluate INDEX runs/sae hf:osunlp/SAE_CLIP_24K_ViT-B-16_IN1K
 
 From an index made with `vitviz index SOURCE --out INDEX --activations 3`, the tokens are read from its activation
 shards in order, memory-mapped (the patch tokens by default; --tokens all adds [CLS] and the registers), and a
@@ -88,7 +90,31 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--out", type=Path, required=True, help="folder for the SAE, its config and metrics.json")
     add_ablate_parser(commands)
     add_latents_parser(commands)
+    add_evaluate_parser(commands)
     return p
+
+
+def add_evaluate_parser(commands) -> None:
+    e = commands.add_parser(
+        "evaluate",
+        help="one table of metrics for one or more SAEs on an index's held-out images",
+        description="Each SAE (vitviz's folder, saev's sae.pt, a SAELens, ViT-Prisma or sparsify folder, or "
+        "hf:<repo>[/<subfolder>]) on the same held-out images of INDEX (its stored activations of the SAE's block, "
+        "and its model on the images read again): L0, explained variance, saev's normalised MSE, dead and dense "
+        "latents (never firing; firing on more than 1 %% of the tokens), ViT-Prisma's CE loss recovered and top-1 "
+        "agreement, one row per SAE (vitviz/sae/evaluation.py).",
+    )
+    e.add_argument("index", type=Path, help="an index folder made with `vitviz index ... --activations B`")
+    e.add_argument("sae", nargs="+", help="one or more SAEs: a folder or file, or hf:<repo>[/<subfolder>]")
+    e.add_argument("--block", type=int, help="the block the SAEs read (default: the one each SAE's file says)")
+    e.add_argument("--holdout", type=float, default=0.1, help="share of the images held out (default: %(default)s)")
+    e.add_argument("--seed", type=int, default=0, help="the split's seed, as at training (default: %(default)s)")
+    e.add_argument("--max-images", type=int, help="split only the first N readable images, as at training")
+    e.add_argument("--model", help="model spec (default: the index's own; its weights must be the index's)")
+    e.add_argument("--source", help="where the index's images are now, if they moved (default: the manifest's)")
+    e.add_argument("--batch-size", type=int, default=64, help="images per forward pass (default: %(default)s)")
+    e.add_argument("--device", default="auto", help="cpu, cuda, or auto (CUDA when present)")
+    e.add_argument("--out", type=Path, help="also write the rows, every metric, as JSON here")
 
 
 def add_latents_parser(commands) -> None:
@@ -159,7 +185,12 @@ def main(argv: list[str] | None = None) -> dict | Path:
     from vitviz.preprocessing import ImageError
 
     try:
-        commands = {"ablate": ablate_command, "latents": latents_command, "train": train_command}
+        commands = {
+            "ablate": ablate_command,
+            "evaluate": evaluate_command,
+            "latents": latents_command,
+            "train": train_command,
+        }
         return commands[args.command](args)
     except (SAEError, OSError, IndexFormatError, SourceError, ModelLoadError, ImageError) as error:
         print(f"vitviz sae {args.command}: error: {error}", file=sys.stderr)  # one line, as argparse's: no traceback
@@ -213,6 +244,34 @@ def train_command(args: argparse.Namespace) -> dict:
         print(f"{'NMSE, ' + size + ' latents':>20}: {value:.4f}")
     print(f"{'training time':>20}: {record.seconds:.1f} s -> {record.folder}")
     return metrics
+
+
+def evaluate_command(args: argparse.Namespace) -> list[dict]:
+    """Print the table of ``vitviz.sae.evaluation``; returns its rows."""
+    import json
+
+    from vitviz.sae.evaluation import evaluate_on_index, table
+
+    if args.batch_size < 1:
+        raise SAEError("--batch-size must be at least 1")
+    rows = evaluate_on_index(
+        args.index,
+        args.sae,
+        block=args.block,
+        holdout=args.holdout,
+        seed=args.seed,
+        max_images=args.max_images,
+        model=args.model,
+        source=args.source,
+        device=args.device,
+        batch=args.batch_size,
+    )
+    print(table(rows))
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(rows, indent=1))
+        print(f"-> {args.out}")
+    return rows
 
 
 def largest_activation(folder: Path, latent: int) -> float:

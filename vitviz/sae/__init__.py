@@ -26,6 +26,8 @@ The map of this folder, in the order work flows:
 - ``run.py``       ``train(out, latents=..., index=... | images=... | activations=...)``: one training run end to
                    end (data, split, ``train_sae``, held-out metrics, the folder written); `vitviz sae train`
                    (vitviz/commands/sae.py) calls it.
+- ``evaluation.py`` ``evaluate_on_index``: several SAEs (any format) on an index's held-out images, one row each
+                   (L0, EV, saev's NMSE, dead, dense, CE recovered, top-1): `vitviz sae evaluate`'s table.
 - ``errors.py``    ``SAEError`` (a ValueError) and its kinds: bad formats, not enough memory.
 
 Why vitviz has its own SAE rather than a library's: ``overcomplete`` 0.3's TopKSAE encodes with Linear + BatchNorm by
