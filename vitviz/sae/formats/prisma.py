@@ -73,7 +73,7 @@ def load(path: Path) -> ExternalSAE:
             f"{source}: architecture {clip_text(repr(architecture), 60)} is not one ViT-Prisma loads (standard, gated)"
         )
     kind = cfg.get("activation_fn_str", "topk")
-    if kind not in ACTIVATIONS:
+    if not isinstance(kind, str) or kind not in ACTIVATIONS:
         raise SAEFormatError(
             f"{source}: activation_fn_str {clip_text(repr(kind), 60)} is not one vitviz reads (relu, topk, tanh-relu)"
         )

@@ -127,7 +127,7 @@ def _config(cfg: dict, source: Path) -> ExternalConfig:
             f"({', '.join(ARCHITECTURES)})"
         )
     norm = cfg.get("normalize_activations") or "none"
-    if norm not in NORMS:
+    if not isinstance(norm, str) or norm not in NORMS:
         raise SAEFormatError(
             f"{source}: normalize_activations {clip_text(repr(norm), 60)} is not one SAELens defines "
             f"({', '.join(NORMS)})"

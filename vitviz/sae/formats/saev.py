@@ -118,7 +118,7 @@ def _config(header: dict, file: Path) -> ExternalConfig:
         raise SAEFormatError(
             f"{file}: saev activation {clip_text(repr(kind), 60)} is not one vitviz reads (Relu, TopK, BatchTopK)"
         )
-    params = activation.get("params") or {}
+    params = activation.get("params") if isinstance(activation.get("params"), dict) else {}
     kind = {"Relu": "relu", "TopK": "topk_signed", "BatchTopK": "jumprelu"}[activation["cls"]]
     k = min(integer(params.get("top_k", 32), "top_k", file), latents) if kind == "topk_signed" else 0
     block, from_end, hook = _where(file)
