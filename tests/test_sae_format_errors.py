@@ -13,7 +13,7 @@ import torch
 from sae_format_files import CASES, D, N, saelens_case, saelens_cfg, weights, write_saev
 from safetensors.torch import save_file
 
-from vitviz.sae import SAEFormatError, load_sae
+from vitviz.sae import SAEError, SAEFormatError, load_sae
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*sae.pt does not store:UserWarning")
 
@@ -120,3 +120,20 @@ def test_damaged_files_and_other_refusals(tmp_path):
     refused(path, "is a transcoder")
     write_saev(tmp_path / "d" / "sae.pt", {"d_vit": D, "exp_factor": 4}, [1, 2, 3])
     refused(tmp_path / "d", "no state dict of tensors")
+
+
+@pytest.mark.parametrize("case", ["saelens-5-topk", "saelens-layer-norm", "prisma-patches-tanh", "sparsify-bf16"])
+def test_every_config_field_with_a_wrong_type_gets_one_line(tmp_path, case):
+    """Each field of the config replaced by a list, an object, a negative number or a string: the SAE loads (the
+    field did not matter) or is refused with an SAEError of one line -- never another exception."""
+    path, _ = CASES[case](tmp_path)
+    config = next(p for p in (path / "cfg.json", path / "config.json") if p.is_file())
+    original = json.loads(config.read_text())
+    for key in original:
+        for value in ([1], {"a": 1}, -1, "x"):
+            config.write_text(json.dumps(original | {key: value}))
+            try:
+                sae = load_sae(path)
+                sae.reconstruct(torch.randn(2, sae.config.d_in))
+            except SAEError as error:
+                assert "\n" not in str(error), (key, value)
