@@ -3,12 +3,19 @@ and Gemma 3 in every VLM test (none may download a model or tokenizer).
 
 ``make_tiny_vlm(family, folder)`` writes a folder that ``AutoModelForImageTextToText.from_pretrained`` and
 ``AutoProcessor.from_pretrained`` load, as a real checkpoint would be: the family's own config, model, processor,
-image processor (and Qwen's video processor) classes, a small word-level tokenizer made with ``tokenizers`` that holds
-the family's special tokens, and a chat template (PaliGemma has none: its processor builds the prompt). Each family
-keeps its real structure at a tiny size: 2 text layers with grouped-query attention, 1-2 vision layers, images of
-28-64 pixels, and the family's own way of turning a photo into image tokens (Qwen's 2 x 2 merge, LLaVA-NeXT's any-res
-tiles, Idefics3's split tiles and pixel shuffle, Gemma 3's pooling). ``tiny_vlm_folder(family, tmp_path_factory)``
-builds each family once per test session. ``FAMILIES`` names them all.
+image processor (and the video processor of Qwen and OneVision) classes, a small word-level tokenizer made with
+``tokenizers`` that holds the family's special tokens, and a chat template (PaliGemma has none: its processor builds
+the prompt). Each family keeps its real structure at a tiny size: 2 decoder layers of 64 wide with 4 query heads over
+2 key/value heads, 2 vision blocks, tiles of 56-64 pixels, and the family's own way of turning a photo into image
+tokens (Qwen's 2 x 2 merge, LLaVA-NeXT's and OneVision's any-res tiles, Idefics3's split tiles and pixel shuffle,
+Gemma 3's pooling). The weights are float32, the attention implementation is left to transformers' default.
+
+As in the real checkpoints, the Gemma 3 and Idefics3 templates write bos themselves while their tokenizers also add
+one: tokenize such a prompt with ``add_special_tokens=False`` (transformers' ``apply_chat_template(tokenize=True)``
+does the same). SmolVLM here is SmolVLM-256M/500M, whose checkpoints use the Idefics3 classes; SmolVLM2's own
+processor needs the ``num2words`` package, which is not installed.
+
+``tiny_vlm_folder(family, tmp_path_factory)`` builds each family once per test session. ``FAMILIES`` names them all.
 """
 
 import functools
