@@ -92,14 +92,22 @@ def knocked_out_model(model: vitviz.ViT, key: ModelKey, slot) -> tuple[vitviz.Vi
     return model.knock_out(heads, tokens), knocked_key
 
 
+def compared_classes(before: np.ndarray, after: np.ndarray, k: int = 5) -> list[int]:
+    """The classes the before/after table lists: the intact model's top k, then those of the intervened model's top
+    k that are not among them (a class the edit raised from further down), each list most probable first."""
+    first = classes_by_probability(before)[:k]
+    return first + [c for c in classes_by_probability(after)[:k] if c not in first]
+
+
 def what_changes(page: Page) -> None:
-    """With heads or tokens removed: the intact model's top classes, their probabilities before and after, and the
-    change in percentage points, with enough digits to see a small one (92.030 % → 92.005 %, −0.025 pp)."""
+    """With heads or tokens removed, or an SAE edit: both models' top classes (the union of the two top 5s), their
+    probabilities before and after, and the change in percentage points, with enough digits to see a small one
+    (92.030 % → 92.005 %, −0.025 pp)."""
     if page.intact_model is None or not has_classifier(page.model):
         return
     _, intact = photo_and_analysis(page.model_key.intact(), page.intact_model, page.photo.name, page.file)
     before, after = intact.probabilities, page.analysis.probabilities
-    top = classes_by_probability(before)[:5]
+    top = compared_classes(before, after)
     changes = [100 * (float(after[k]) - float(before[k])) for k in top]
     decimals = change_decimals(max(abs(change) for change in changes))
     rows = [
@@ -111,7 +119,7 @@ def what_changes(page: Page) -> None:
     moved = "" if now == top[0] else f" The top prediction is now '{class_name(page.model, now)}'."
     header = "| class | intact | intervened | change |\n| --- | ---: | ---: | ---: |\n"
     st.markdown(
-        f"**What the intervention changes**: the intact model's top classes, before and after.{moved}\n\n"
+        f"**What the intervention changes**: the top classes of either model, before and after.{moved}\n\n"
         + header
         + "\n".join(rows)
     )
