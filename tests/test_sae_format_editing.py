@@ -1,15 +1,20 @@
 """with_sae and replace_with on SAEs read from other libraries' files: the edit is decode(edited, x) - decode(codes, x)
 with each token's own normalisation (an SAE that standardises each token scales the change by that token's std), and
-the replacement is reconstruct(x)."""
+the replacement is reconstruct(x); the feature browser's block check resolves a block counted from the end and warns
+when the file names another model."""
 
 from __future__ import annotations
 
+import warnings
+from types import SimpleNamespace
+
 import pytest
 import torch
-from sae_format_files import prisma_case, prisma_cfg, saelens_case, saelens_cfg, sparsify_case
+from sae_format_files import CASES, prisma_case, prisma_cfg, saelens_case, saelens_cfg, sparsify_case
 
 from tests.tiny_models import build_tiny_vit
-from vitviz.sae import load_sae, replace_with, with_sae
+from vitviz.sae import SAEError, load_sae, replace_with, with_sae
+from vitviz.sae.browse import check_block, warn_other_model
 
 D = 32  # the tiny ViT's width
 
@@ -56,3 +61,26 @@ def test_edits_and_replacements_match_the_definition_by_hand(tmp_path, write):
         assert not torch.allclose(got, model(images).logits, atol=1e-4)
         replaced = replace_with(model, sae, 1)(images).logits
         torch.testing.assert_close(replaced, by_hand(model, images, 1, sae.reconstruct), atol=1e-4, rtol=1e-4)
+
+
+def test_an_index_resolves_saev_layer_minus_two_and_warns_of_another_model(tmp_path):
+    """check_block (the feature browser's and `vitviz sae latents`'): saev's layer -2 of the index's 3-block model
+    is block 1; a file naming another model than the index's gets a warning naming both, the same one does not."""
+    index = SimpleNamespace(
+        manifest={"model": {"spec": "default", "config": {"num_layers": 3}}, "activations": {"width": 16}},
+        activation_blocks=[0, 1],
+        folder=tmp_path / "index",
+    )
+    with pytest.warns(UserWarning, match="sae.pt does not store"):
+        saev = load_sae(CASES["saev-legacy"](tmp_path / "a")[0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no model named in saev's file: no warning
+        assert check_block(index, saev) == 1
+    lens = load_sae(CASES["saelens-topk"](tmp_path / "b")[0])  # blocks.7 of "vit-b"
+    with pytest.raises(SAEError, match="which a model of 3 blocks does not have"):
+        check_block(index, lens)
+    with pytest.warns(UserWarning, match="the SAE was trained on vit-b; this model is default"):
+        assert check_block(index, lens, block=0) == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warn_other_model("open-clip:laion/CLIP-ViT-B-32", "open_clip:laion/clip_vit_b_32")

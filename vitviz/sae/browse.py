@@ -17,6 +17,7 @@ classes it raises, and the latents that fire on one photo.
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,11 +54,16 @@ class LatentStatistics:
 
 
 def check_block(index: DatasetIndex, sae: TopKSAE, block: int | None = None) -> int:
-    """The block the SAE reads (its config's, or ``block``), checked against what the index stores: an SAEError
-    naming what is wrong (a block the index has no activations of, a width that does not match)."""
-    block = sae.config.block if block is None else block
+    """The block the SAE reads (its file's, resolved for the index's model when counted from the end as saev's
+    layer -2 is; or ``block``), checked against what the index stores: an SAEError naming what is wrong (a block the
+    index has no activations of, a width that does not match). An SAE whose file names another model than the
+    index's gets a warning naming both."""
+    model = index.manifest["model"]  # checked when the index was opened: its config has num_layers
+    if block is None:
+        block = sae.block_for(model["config"]["num_layers"])
     if block is None:
         raise SAEError("the SAE's config names no block: say which block's output it reads")
+    warn_other_model(getattr(sae, "model", None), model.get("spec"))
     if block not in index.activation_blocks:
         stored = index.activation_blocks
         has = f"only those of blocks {stored}" if stored else "no activations at all"
@@ -72,6 +78,17 @@ def check_block(index: DatasetIndex, sae: TopKSAE, block: int | None = None) -> 
             "it was trained on another model"
         )
     return block
+
+
+def warn_other_model(trained_on: str | None, model: str | None) -> None:
+    """A warning when the SAE's file names the model it was trained on and that is not ``model`` (compared without
+    a library prefix, case and separators: "open-clip:laion/X" and "open_clip:laion/x" are the same)."""
+
+    def plain(name: str) -> str:
+        return "".join(ch for ch in name.rpartition(":")[2].lower() if ch.isalnum())
+
+    if trained_on and model and plain(trained_on) != plain(model):
+        warnings.warn(f"the SAE was trained on {trained_on}; this model is {model}", UserWarning, stacklevel=3)
 
 
 @torch.no_grad()
