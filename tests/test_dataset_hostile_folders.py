@@ -150,6 +150,16 @@ def header_claiming(folder: Path, vectors: int) -> None:
     path.write_bytes(bytes(data))
 
 
+def id_map_claiming(folder: Path, ids: int) -> None:
+    """The IDMap2's id list (its last part: a count, then the ids) claims ``ids`` ids: 16 GB for 2^31."""
+    path, count = faiss_file(folder), manifest(folder)["search"]["images"]["vectors"]
+    data = bytearray(path.read_bytes())
+    at = len(data) - 8 * count - 8
+    assert struct.unpack_from("<q", data, at) == (count,)
+    data[at : at + 8] = struct.pack("<q", ids)
+    path.write_bytes(bytes(data))
+
+
 def flat_index_of(folder: Path, dimension: int, vectors: int | None = None) -> None:
     count = vectors or manifest(folder)["search"]["images"]["vectors"]
     index = faiss.IndexIDMap2(faiss.IndexFlatIP(dimension))
@@ -289,6 +299,10 @@ CASES = {
     "a search/images.faiss claiming 2^62 vectors": (
         lambda f: header_claiming(f, 1 << 62),
         r"images.faiss holds 4611686018427387904 vectors of dimension 32, the index stores 12",
+    ),
+    "a search/images.faiss whose id list claims 2^31 ids": (
+        lambda f: id_map_claiming(f, 1 << 31),
+        r"images.faiss is not a readable FAISS index \(.*deserialization_vector_byte_limit",
     ),
     "a search/images.faiss of another dimension": (
         lambda f: flat_index_of(f, 7),
