@@ -473,3 +473,33 @@ def test_an_ivf_index_loads_checked_and_refuses_another_count(tmp_path):
     assert (loaded.d, loaded.ntotal, loaded.nlist) == (8, 800, index.nlist)
     with pytest.raises(IndexFormatError, match="holds 800 vectors of dimension 8, the index stores 799"):
         search.load(tmp_path / "ivf.faiss", 8, 799)
+
+
+def test_the_page_opens_only_what_resolves_inside_its_folders(built, tmp_path, monkeypatch):
+    """The Dataset page's guard decides on the resolved path: a link to an index outside the allowed folders is
+    refused unopened, and an index inside whose shard links out gets the library's one line."""
+    from vitviz_dashboard.dataset import opening
+
+    allowed, outside = tmp_path.resolve() / "allowed", tmp_path.resolve() / "outside"
+    allowed.mkdir()
+    shutil.copytree(built, outside)
+    shutil.copytree(built, allowed / "index")
+    (allowed / "link").symlink_to(outside)
+    outside_link(allowed / "index", "shards/000001")
+    monkeypatch.setenv("VITVIZ_MODEL_DIRS", str(allowed))
+    shown = []
+    monkeypatch.setattr(opening.st, "error", shown.append)
+    opened = []
+    monkeypatch.setattr(
+        opening, "cached_index", lambda folder, stamp: opened.append(folder) or opening.open_index(folder)
+    )
+    assert opening.open_typed_index(str(allowed / "link")) is None
+    assert (shown, opened) == ([opening.OUTSIDE], [])
+    assert opening.open_typed_index(str(allowed / "index")) is None
+    assert opened == [str(allowed / "index")]
+    assert re.fullmatch(
+        r"Could not open the index: .*000001: is a symlink to a place outside the index folder.*", shown[1]
+    )
+    (allowed / "index" / "shards" / "000001").unlink()
+    shutil.copytree(built / "shards" / "000001", allowed / "index" / "shards" / "000001")
+    assert opening.open_typed_index(str(allowed / "index" / ".." / "index")).folder == allowed / "index"
