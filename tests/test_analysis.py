@@ -54,7 +54,7 @@ def test_streamed_views_equal_the_keep_everything_views(name, precision):
         "rollout",
         "prefix_shares",
         "entropy",
-        "mean_distance",
+        "distance_px",
         "readout",
         "token_norms",
     ):
@@ -71,7 +71,7 @@ def test_streamed_views_equal_the_keep_everything_views(name, precision):
         torch.testing.assert_close(
             patch_attention(model, streamed, layer, query), patch_attention(model, whole, layer, query)
         )
-    assert set(head_statistics(streamed)) == {"mean_distance", "entropy"}
+    assert set(head_statistics(streamed)) == {"distance_px", "entropy"}
 
 
 def test_a_patch_pass_stops_after_its_block_and_reports_progress():

@@ -25,8 +25,9 @@ def keep_everything(attentions, grid, prefix, fusion="mean", discard=0.0, start_
         "rollout": attention_rollout(attentions, prefix, grid, readout=readout, **options),
         "readout_attention": explain.readout_attention_all(attentions, prefix, grid, readout=readout),
         "prefix_shares": explain.attention_to_prefix_tokens(attentions, prefix),
-        "mean_distance": mean_attention_distance(attentions, grid, 8, prefix),
         "entropy": attention_entropy(attentions),
+        "distance_px": mean_attention_distance(attentions, grid, 8, prefix),
+        "distance_patches": mean_attention_distance(attentions, grid, 8, prefix) / 8,
     }
 
 

@@ -40,7 +40,7 @@ class ImageAnalysis:
     token_norms: torch.Tensor  # (layers, T) the norm of every token after every block
     readout_attention: torch.Tensor  # (layers, heads, rows, cols) what the tokens the head reads attend to
     rollout: torch.Tensor  # (rows, cols) the rollout with the default settings (mean fusion, from block 0)
-    mean_distance: torch.Tensor  # (layers, heads) mean attention distance, in pixels
+    distance_px: torch.Tensor  # (layers, heads) mean attention distance, in pixels
     entropy: torch.Tensor  # (layers, heads) attention entropy, in nats
     prefix_shares: torch.Tensor  # (layers, heads, P + 1) the patches' attention to each prefix token, then to patches
     pool_attention: torch.Tensor | None = None  # (1, heads, N) the attention-pooling head's weights, if any
@@ -106,7 +106,7 @@ def analyse_image(
         token_norms=explain.token_norms(output.hidden_states)[0],
         readout_attention=readout_attention[0],
         rollout=views["rollout"][0],
-        mean_distance=views["mean_distance"][0],
+        distance_px=views["distance_px"][0],
         entropy=views["entropy"][0],
         prefix_shares=views["prefix_shares"][0],
         pool_attention=pool_attention,
@@ -195,8 +195,9 @@ def logit_lens(
 
 
 def head_statistics(analysis: ImageAnalysis) -> dict[str, np.ndarray]:
-    """Mean attention distance (pixels) and entropy (nats), each (layers, heads)."""
-    return {"mean_distance": analysis.mean_distance.numpy(), "entropy": analysis.entropy.numpy()}
+    """Mean attention distance (pixels) and entropy (nats), each (layers, heads), by their names in
+    explain.HEAD_STATISTICS (the index's heads table uses the same)."""
+    return {"distance_px": analysis.distance_px.numpy(), "entropy": analysis.entropy.numpy()}
 
 
 def _readout_before_the_pass(model: ViT, grid: tuple[int, int]) -> torch.Tensor | None:

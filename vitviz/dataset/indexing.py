@@ -20,8 +20,11 @@ from vitviz import explain
 from vitviz.dataset.sources import Entry, read_entry
 from vitviz.dataset.storage import ACTIVATIONS, IndexFormatError, activation_name
 from vitviz.explain.facets import Facet
+from vitviz.explain.head_statistics import HEAD_STATISTICS
 from vitviz.model import ViT, autocast
 from vitviz.preprocessing import ImageError, load_image
+
+HEAD_STATISTIC_NAMES = tuple(statistic.name for statistic in HEAD_STATISTICS)  # stored in the heads table
 
 TOP = 5  # classes kept per image
 
@@ -88,7 +91,8 @@ def analyse_batch(
     model: ViT, pixels: torch.Tensor, options: IndexOptions, projection: Projection | None = None
 ) -> dict[str, torch.Tensor]:
     """One forward pass over pixels (B, 3, H, W); every result on the CPU in fp32 (the caller stores fp16):
-    probabilities (B, C); entropy, distance_px (B, layers, heads); prefix_shares (B, layers, heads, P + 1); rollout
+    probabilities (B, C); every statistic of explain.HEAD_STATISTICS by name, (B, layers, heads) or (B, layers,
+    heads, K); rollout
     (B, rows, cols); readout (B, heads, rows, cols), the last block's; high_norm (B, rows * cols) bool; embedding
     (B, D); features (B, rows, cols, D'); relevance (B, rows, cols) and faithfulness (B, 2) when asked; per block of
     ``options.activations``, its output tokens (B, T, D) in fp16."""
@@ -111,10 +115,7 @@ def analyse_batch(
     readout = output.readout.float()  # (B, T)
     streamer.readout = readout
     views = streamer.results()
-    results = {
-        "entropy": views["entropy"],
-        "distance_px": views["mean_distance"],
-        "prefix_shares": views["prefix_shares"],
+    results = {statistic.name: views[statistic.name] for statistic in HEAD_STATISTICS} | {
         "rollout": views["rollout"],
         "readout": explain.readout_attention_all(last, p, grid, readout=readout)[:, 0],
         "high_norm": explain.high_norm_patches(
@@ -226,7 +227,7 @@ def index_shard(
     if not arrays:  # nothing readable in this shard: still the arrays, all zeros, so every shard has every file
         probe = analyse_batch(model, torch.zeros(1, c.num_channels, *size), options, projection)
         for name, value in probe.items():
-            if name not in ("probabilities", "entropy", "distance_px", "prefix_shares", "high_norm", "faithfulness"):
+            if name not in ("probabilities", "high_norm", "faithfulness", *HEAD_STATISTIC_NAMES):
                 arrays[name] = np.zeros((n, *value.shape[1:]), _dtype(name))
     tables = {
         "images": pa.Table.from_pylist(rows, schema=_images_schema(model, options)),
@@ -296,9 +297,7 @@ def _store(
     heads.append(
         {
             "image_id": np.asarray(positions) + start,
-            "entropy": batch["entropy"].numpy(),
-            "distance_px": batch["distance_px"].numpy(),
-            "prefix_shares": batch["prefix_shares"].numpy(),
+            **{name: batch[name].numpy() for name in HEAD_STATISTIC_NAMES},
         }
     )
 
@@ -337,25 +336,19 @@ def _heads_table(heads: list[dict], model: ViT) -> pa.Table:
     for part in heads:
         B = len(part["image_id"])
         per = c.num_layers * c.num_heads
-        shares = part["prefix_shares"].reshape(B * per, -1)  # (B * layers * heads, P + 1)
         values = {
             "image_id": np.repeat(part["image_id"].astype(np.int64), per),
             "layer": np.tile(np.repeat(np.arange(c.num_layers, dtype=np.int16), c.num_heads), B),
             "head": np.tile(np.arange(c.num_heads, dtype=np.int16), B * c.num_layers),
-            "entropy": part["entropy"].reshape(-1).astype(np.float32),
-            "distance_px": part["distance_px"].reshape(-1).astype(np.float32),
-            "distance_patches": (part["distance_px"].reshape(-1) / c.patch_size).astype(np.float32),
         }
-        values |= {f"to_{name}": shares[:, k].astype(np.float32) for k, name in enumerate(prefix)}
-        values["to_patches"] = shares[:, -1].astype(np.float32)
+        for statistic in HEAD_STATISTICS:  # (B * layers * heads, K) per statistic, one column per k
+            table = part[statistic.name].reshape(B * per, -1)
+            values |= {name: table[:, k].astype(np.float32) for k, name in enumerate(statistic.columns(prefix))}
         for name, value in values.items():
             columns.setdefault(name, []).append(value)
     schema = pa.schema(
         [("image_id", pa.int64()), ("layer", pa.int16()), ("head", pa.int16())]
-        + [
-            (name, pa.float32())
-            for name in ("entropy", "distance_px", "distance_patches", *(f"to_{n}" for n in prefix), "to_patches")
-        ]
+        + [(name, pa.float32()) for statistic in HEAD_STATISTICS for name in statistic.columns(prefix)]
     )
     if not columns:
         return schema.empty_table()

@@ -12,6 +12,8 @@
     sanity.py        the model-randomisation sanity check (Adebayo et al. 2018)
     statistics.py    attention distance and entropy, position embeddings (or rotary phases), patch-embedding filters
     tokens.py        attention to prefix tokens, token norms, the attention-pooling head
+    head_statistics.py  the per-head statistics as records (name, unit, description, computation from a block's
+                     attention), read by streaming, the dataset index's heads table and the Dataset page
     head_importance.py  head importance: each head removed in turn, the target's logit and probability again
     logit_attribution.py  the target's logit split into embeddings, heads, MLPs and biases
     facets.py        patch features from any block: tokens, keys, queries or values

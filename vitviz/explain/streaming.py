@@ -20,8 +20,7 @@ from vitviz.explain.common import (
     check_start_layer,
     read_out,
 )
-from vitviz.explain.statistics import attention_entropy, mean_attention_distance
-from vitviz.explain.tokens import attention_to_prefix_tokens
+from vitviz.explain.head_statistics import HEAD_STATISTICS, BlockGeometry, block_statistics
 
 
 class StreamingExplainer:
@@ -30,8 +29,8 @@ class StreamingExplainer:
 
     Pass it as ``model(x, attention_sink=explainer)``: each block's (B, heads, T, T) weights are
     upcast to at least fp32 (fp64 stays fp64) and folded, with autocast off, into a running rollout
-    (B, T, T), the readout rows (B, layers, heads, N), the prefix shares (B, layers, heads, P + 1) and
-    the mean-distance and entropy tables, then dropped. Peak memory holds one block's attention
+    (B, T, T), the readout rows (B, layers, heads, N) and every per-head statistic of HEAD_STATISTICS
+    (head_statistics.py: entropy, distances, prefix shares), then dropped. Peak memory holds one block's attention
     instead of all of them. Every result is fp32 (fp64 for a float64 model), also when the model runs
     under ``vitviz.autocast("bf16")``, and equals the keep-everything functions applied to the
     ``output_attentions=True`` weights (upcast with ``.float()``) to float precision.
@@ -75,9 +74,8 @@ class StreamingExplainer:
         self._num_blocks = 0  # blocks folded in so far in this pass; the next one expected
         self._rollout: torch.Tensor | None = None  # (B, T, T), from start_layer on
         self._readout_rows: list[torch.Tensor] = []  # per block (B, heads, N)
-        self._prefix_shares: list[torch.Tensor] = []  # per block (B, heads, P + 1)
-        self._distance: list[torch.Tensor] = []  # per block (B, heads)
-        self._entropy: list[torch.Tensor] = []  # per block (B, heads)
+        # per statistic of HEAD_STATISTICS, per block (B, heads) or (B, heads, K)
+        self._statistics: dict[str, list[torch.Tensor]] = {s.name: [] for s in HEAD_STATISTICS}
 
     def __call__(self, layer: int, attention: torch.Tensor) -> None:
 
@@ -101,9 +99,9 @@ class StreamingExplainer:
             # this block's whole (B, heads, T, T) storage alive
             rows = read_out(attention.flatten(0, 1), per_head(readout, attention.shape[1]), p)  # (B * heads, N)
             self._readout_rows.append(rows.unflatten(0, attention.shape[:2]).clone())  # (B, heads, N)
-            self._prefix_shares.append(attention_to_prefix_tokens(blocks, p)[:, 0])  # (B, heads, P + 1)
-            self._distance.append(mean_attention_distance(blocks, self.grid_size, self.patch_size, p)[:, 0])
-            self._entropy.append(attention_entropy(blocks)[:, 0])
+            geometry = BlockGeometry(tuple(self.grid_size), self.patch_size, p)
+            for name, value in block_statistics(attention, geometry).items():
+                self._statistics[name].append(value)
             if layer >= self.start_layer:
                 step = residual_step(discard_weakest(fuse_heads(attention, self.head_fusion), self.discard_ratio, p))
                 self._rollout = step if self._rollout is None else step @ self._rollout  # (B, T, T)
@@ -114,8 +112,9 @@ class StreamingExplainer:
     def results(self) -> dict[str, torch.Tensor]:
         """The latest pass, fp32 (fp64 for a float64 model): rollout (B, rows, cols); readout_attention
         (B, layers, heads, rows, cols), what the tokens the head reads attend to ([CLS]'s row, the mean
-        patch row or the readout-weighted rows); prefix_shares (B, layers, heads, P + 1) as
-        attention_to_prefix_tokens; mean_distance and entropy (B, layers, heads)."""
+        patch row or the readout-weighted rows); and each statistic of HEAD_STATISTICS under its name, (B, layers,
+        heads) or (B, layers, heads, K): entropy, distance_px, distance_patches, prefix_shares (P + 1 columns, as
+        attention_to_prefix_tokens)."""
         if not self._readout_rows:
             raise ValueError("no attention was streamed: pass the explainer as model(x, attention_sink=...)")
         check_start_layer(self.start_layer, self._num_blocks)  # past the last block, nothing was rolled out
@@ -124,10 +123,7 @@ class StreamingExplainer:
         return {
             "rollout": as_map(rollout, self.grid_size),
             "readout_attention": as_map(torch.stack(self._readout_rows, dim=1), self.grid_size),
-            "prefix_shares": torch.stack(self._prefix_shares, dim=1),
-            "mean_distance": torch.stack(self._distance, dim=1),
-            "entropy": torch.stack(self._entropy, dim=1),
-        }
+        } | {name: torch.stack(values, dim=1) for name, values in self._statistics.items()}
 
 
 def _autocast_off(device: torch.device) -> contextlib.AbstractContextManager:

@@ -27,8 +27,8 @@ def draw(page: Page) -> None:
         "the attention and averaged over the patches (Dosovitskiy et al. 2020, Fig. 7). Low: a local head, "
         "like a convolution; high: a head that looks across the image."
     )
-    left.plotly_chart(cached_figure("attention_distance_figure", stats["mean_distance"]), theme=None)
-    chart_download(left, page, "mean distances", stats["mean_distance"], "layer", "head")
+    left.plotly_chart(cached_figure("attention_distance_figure", stats["distance_px"]), theme=None)
+    chart_download(left, page, "mean distances", stats["distance_px"], "layer", "head")
     right.subheader("Attention entropy")
     right.caption(
         "The entropy of each head's attention rows, averaged over the rows, in nats: 0 when every token "
