@@ -18,6 +18,7 @@ import warnings
 import zlib
 from dataclasses import asdict, dataclass, fields
 from numbers import Integral, Real
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -55,6 +56,17 @@ _IMAGE_SIGNATURES = [
     (b"MM\x00*", "TIFF"),
     (b"RIFF", "WEBP"),
 ]
+
+
+def image_files(folder: str | Path) -> list[Path]:
+    """The image files under ``folder``, in its sub-folders too, sorted by path: the one folder walk of vitviz (every
+    command, the dataset index's folder sources and SAE training use it). An image is a file with one of
+    IMAGE_SUFFIXES (any case); hidden files (a name starting with ".", such as macOS's ._ files) are left out."""
+    return sorted(
+        p
+        for p in Path(folder).rglob("*")
+        if p.suffix.lower() in IMAGE_SUFFIXES and not p.name.startswith(".") and p.is_file()
+    )
 
 
 @dataclass(frozen=True, eq=False)

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vitviz.preprocessing import IMAGE_SUFFIXES
+from vitviz.preprocessing import IMAGE_SUFFIXES, image_files
 
 
 def find_images(paths: list[Path]) -> list[Path]:
     found = []
     for path in paths:
         if path.is_dir():
-            found += sorted(p for p in path.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+            found += image_files(path)
         elif path.is_file():
             found.append(path)
         else:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 
 from vitviz.loading.specs import HUB_PREFIX  # "hf:": Hub datasets are named as Hub models are
-from vitviz.preprocessing import IMAGE_SUFFIXES
+from vitviz.preprocessing import IMAGE_SUFFIXES, image_files
 
 TABLE_SUFFIXES = {".csv", ".parquet"}
 
@@ -88,10 +88,9 @@ def _no_images(where: Path, found_files: bool) -> SourceError:
 
 
 def _folder_source(root: Path) -> Source:
-    files = sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith("."))
-    images = [p for p in files if p.suffix.lower() in IMAGE_SUFFIXES]
+    images = image_files(root)
     if not images:
-        raise _no_images(root, bool(files))
+        raise _no_images(root, any(p.is_file() for p in root.rglob("*")))
     relative = [PurePosixPath(p.relative_to(root).as_posix()) for p in images]
     entries = [Entry(str(r), label, p.read_bytes) for r, label, p in zip(relative, _labelled(relative), images)]
     return Source(f"folder {root.resolve()}", entries, len(entries))
