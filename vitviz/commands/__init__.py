@@ -3,6 +3,7 @@
     cli.py           the `vitviz` command itself: picks the command and runs its main(argv) (also `python -m vitviz`)
     app.py           vitviz app: the dashboard in the browser (`streamlit run` with its settings)
     explain.py       vitviz explain: overlays, maps and predictions for a folder of images
+    ask.py           vitviz ask: a vision-language model's answer about photos, and where its tokens look
     benchmark.py     vitviz benchmark: faithfulness of the explanation methods over a folder (also under torchrun)
     train.py         vitviz train: the flags and recipes of a training run (the run itself is vitviz.training)
     evaluate.py      vitviz evaluate: accuracy, per-class accuracy and the confusion matrix on a labelled folder

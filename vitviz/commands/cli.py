@@ -2,6 +2,7 @@
 
     vitviz app [streamlit options]     start the dashboard (`streamlit run` on the installed page)
     vitviz explain IMAGES... [options] batch explanations
+    vitviz ask IMAGES... [options]     ask a vision-language model, and where its answer looks
     vitviz train [options]             train a ViT
     vitviz evaluate MODEL [options]    accuracy, per-class accuracy, confusion matrix
     vitviz benchmark [options]         faithfulness of the explanation methods over a data set
@@ -22,6 +23,7 @@ import sys
 COMMANDS = {
     "app": ("vitviz.commands.app", "start the dashboard in the browser (extra options go to `streamlit run`)"),
     "explain": ("vitviz.commands.explain", "explanation maps, overlays and predictions for a folder of images"),
+    "ask": ("vitviz.commands.ask", "ask a vision-language model about photos: its answer's attention over each photo"),
     "train": ("vitviz.commands.train", "train a ViT on CIFAR-10, MNIST or an image folder"),
     "evaluate": ("vitviz.commands.evaluate", "top-1, per-class accuracy and confusion matrix on a labelled folder"),
     "benchmark": ("vitviz.commands.benchmark", "faithfulness of the explanation methods over a labelled image folder"),
