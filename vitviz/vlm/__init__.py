@@ -7,6 +7,9 @@
     layouts.py     per-family layouts (registry by model_type): image tokens' (tile, row, col) and the tiles
     tiles.py       Tile (token grid and box in the photo) and Frame (a canvas through resize, crop and pad)
     errors.py      VLMError, the one error, one line
+    maps.py        one token's map per tile and over the photo, image shares; the selection checks (token, layers, head)
+    relevance.py   Chefer et al. 2021b's relevance of one answer token over the image tokens, during the backward pass
+    passes.py      pass_attention: an attention function whose layer calls a relevance or knock-out pass takes over
 
 ``from vitviz.vlm import load_vlm`` is the way in: ``load_vlm(spec).answer(image, question)``.
 """
@@ -15,7 +18,33 @@ from vitviz.vlm.answer import Answer
 from vitviz.vlm.errors import VLMError
 from vitviz.vlm.layouts import FAMILIES
 from vitviz.vlm.loading import load_vlm
+from vitviz.vlm.maps import (
+    ImageShares,
+    answer_photo_map,
+    image_shares,
+    photo_map,
+    tile_maps,
+    token_attention,
+    token_map,
+)
 from vitviz.vlm.model import VLM
+from vitviz.vlm.relevance import image_relevance, relevance_row
 from vitviz.vlm.tiles import Tile
 
-__all__ = ["FAMILIES", "VLM", "Answer", "Tile", "VLMError", "load_vlm"]
+__all__ = [
+    "FAMILIES",
+    "VLM",
+    "Answer",
+    "ImageShares",
+    "Tile",
+    "VLMError",
+    "answer_photo_map",
+    "image_relevance",
+    "image_shares",
+    "load_vlm",
+    "photo_map",
+    "relevance_row",
+    "tile_maps",
+    "token_attention",
+    "token_map",
+]

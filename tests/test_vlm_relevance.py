@@ -1,0 +1,100 @@
+"""Relevance (vitviz/vlm/relevance.py): Chefer et al. 2021b's rules for self-attention, computed memory-light during
+the backward pass, equal a direct implementation of the rules on eager attention with output_attentions and
+retain_grad, on the tiny folders of every supported family."""
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from tiny_vlms import FAMILIES, tiny_vlm_folder
+from transformers import AutoModelForImageTextToText
+
+from vitviz.vlm import FAMILIES as SUPPORTED
+from vitviz.vlm import VLMError, load_vlm
+from vitviz.vlm import relevance as relevance_module
+from vitviz.vlm.passes import PASS_ATTENTION
+from vitviz.vlm.recording import ROWS_ATTENTION
+from vitviz.vlm.relevance import image_relevance, relevance_row
+
+MODEL_TYPES = {"paligemma2": "paligemma"}
+TESTED = [family for family in FAMILIES if MODEL_TYPES.get(family, family) in SUPPORTED]
+
+
+def photo(width: int = 70, height: int = 50, seed: int = 0) -> Image.Image:
+    return Image.fromarray(np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8))
+
+
+@pytest.fixture(scope="module", params=TESTED)
+def family(request, tmp_path_factory):
+    folder = tiny_vlm_folder(request.param, tmp_path_factory)
+    eager = AutoModelForImageTextToText.from_pretrained(folder, attn_implementation="eager").eval()
+    vlm = load_vlm(folder)
+    return vlm, eager, vlm.answer(photo(), "what is in the picture ?", answer="a red cat")
+
+
+def direct_relevance(eager, answer, token: int) -> np.ndarray:
+    """The rules the obvious way: every layer's (heads, T, T) attention and its gradient, R = I, R += Ā R."""
+    with torch.enable_grad():
+        output = eager(**answer.inputs, output_attentions=True, use_cache=False)
+        for attention in output.attentions:
+            attention.retain_grad()
+        row = int(answer.rows[token])
+        output.logits[0, row, answer.token_ids[token]].backward()
+    length = answer.input_ids.shape[1]
+    relevance = torch.eye(length)
+    for attention in output.attentions:
+        cam = (attention.grad[0] * attention[0]).clamp(min=0).mean(0)
+        relevance = relevance + cam @ relevance
+    eager.zero_grad(set_to_none=True)
+    return relevance[row].detach().numpy()
+
+
+@pytest.mark.parametrize("token, block", [(0, None), (2, 3)])
+def test_relevance_equals_the_direct_rules(family, token, block, monkeypatch):
+    """With the default block of rows, and with blocks of 3 rows (each re-formed block of attention has at most
+    RELEVANCE_BLOCK_ROWS query rows, never a whole layer's (T, T))."""
+    vlm, eager, answer = family
+    expected = direct_relevance(eager, answer, token)
+    blocks = []
+    original = relevance_module.row_probabilities
+
+    def watched(module, query, key, mask, rows, *args):
+        blocks.append(rows.numel())
+        return original(module, query, key, mask, rows, *args)
+
+    monkeypatch.setattr(relevance_module, "row_probabilities", watched)
+    if block is not None:
+        monkeypatch.setattr(relevance_module, "RELEVANCE_BLOCK_ROWS", block)
+    row = relevance_row(answer, token)
+    assert row.dtype == np.float32 and row.shape == expected.shape
+    np.testing.assert_allclose(row, expected, atol=1e-5, rtol=1e-5)
+    image = image_relevance(answer, token)
+    assert image.shape == (len(answer.image_positions),)
+    np.testing.assert_allclose(image, expected[answer.image_positions], atol=1e-5, rtol=1e-5)
+    assert image.std() > 1e-4  # the image tokens are told apart: a real test of the columns
+    assert max(blocks) <= relevance_module.RELEVANCE_BLOCK_ROWS and max(blocks) < answer.input_ids.shape[1]
+    assert vlm.text_config._attn_implementation == ROWS_ATTENTION  # the pass's switch is undone
+    assert not any(p.grad is not None for p in vlm.model.parameters())  # no weight gradient accumulates
+
+
+def test_relevance_with_frozen_weights(family):
+    vlm, eager, answer = family
+    if vlm.model_type not in ("llava", "qwen2_vl"):
+        pytest.skip("one decoder of each kind is enough")
+    expected = direct_relevance(eager, answer, 1)
+    flags = [p.requires_grad for p in vlm.model.parameters()]
+    try:
+        vlm.model.requires_grad_(False)
+        np.testing.assert_allclose(relevance_row(answer, 1), expected, atol=1e-5, rtol=1e-5)
+    finally:
+        for param, flag in zip(vlm.model.parameters(), flags, strict=True):
+            param.requires_grad_(flag)
+
+
+@pytest.mark.parametrize("token", [-1, 3, 1.5, True, None])
+def test_bad_tokens_get_one_line(family, token):
+    _, _, answer = family
+    with pytest.raises(VLMError, match="answer token's index") as error:
+        image_relevance(answer, token)
+    assert "\n" not in str(error.value)
+    assert answer.model.text_config._attn_implementation != PASS_ATTENTION
