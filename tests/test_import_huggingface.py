@@ -222,6 +222,10 @@ FAMILY_MODELS = {
         "pooled",
     ),
     "siglip_vision_model": (lambda: hf.SiglipVisionModel(hf.SiglipVisionConfig(**VISION, **EAGER)), "pooled"),
+    "siglip_vision_model-headless": (  # the towers of PaliGemma, Gemma 3, LLaVA-OneVision
+        lambda: hf.SiglipVisionModel(hf.SiglipVisionConfig(**VISION, vision_use_head=False, **EAGER)),
+        "hidden",
+    ),
     "siglip": (lambda: hf.SiglipModel(hf.SiglipConfig(vision_config=VISION, text_config=TEXT, **EAGER)), "pooled"),
 }
 
@@ -307,6 +311,7 @@ def test_families_configure_what_their_originals_do():
     clip, siglip = load("clip"), load("siglip")
     assert clip.norm_pre and clip.activation == "quick_gelu" and clip.layer_norm_eps == 1e-5
     assert not siglip.class_token and siglip.pooling == "map" and siglip.activation == "gelu_tanh"
+    assert load("siglip_vision_model-headless").pooling == "mean"
 
 
 @pytest.mark.parametrize(
@@ -337,7 +342,6 @@ def test_defaults_for_short_config_files_are_transformers_own(model_type, config
             lambda: hf.SiglipForImageClassification(hf.SiglipConfig(vision_config=VISION, text_config=TEXT, **LABELS)),
             "SiglipForImageClassification is not supported",
         ),
-        (lambda: hf.SiglipVisionModel(hf.SiglipVisionConfig(**VISION, vision_use_head=False)), "vision_use_head=False"),
         (lambda: hf.DeiTModel(hf.DeiTConfig(**VISION, hidden_act="relu")), "hidden_act 'relu' is not supported"),
     ],
 )

@@ -7,7 +7,7 @@
     dinov2_with_registers  the same with register tokens
     clip_vision_model      CLIPVisionModel, CLIPVisionModelWithProjection (backbones)
     clip                   CLIPModel: its vision half, as a backbone
-    siglip_vision_model    SiglipVisionModel (a backbone pooled by its attention head)
+    siglip_vision_model    SiglipVisionModel (a backbone pooled by its attention head; headless: its mean token)
     siglip                 SiglipModel: its vision half, as a backbone
     dinov3_vit             DINOv3ViTModel (rotary embeddings, storage tokens, GELU or SwiGLU MLP; a backbone)
     aimv2_vision_model     Aimv2VisionModel (RMSNorm, SwiGLU, no [CLS]; a backbone read by its mean patch token)
@@ -228,17 +228,15 @@ def _clip_config(c: Mapping, weights: dict) -> dict:
 
 
 def _siglip_config(c: Mapping, weights: dict) -> dict:
-    """No [CLS]; the pooled vector comes from the attention-pooling head ("map"), as ``pooler_output`` does."""
+    """No [CLS]; the pooled vector comes from the attention-pooling head ("map"), as ``pooler_output`` does. Without
+    the head (vision_use_head=False: no ``pooler_output``) the mean patch token is read, as for I-JEPA."""
     if "classifier.weight" in weights:
         raise ModelLoadError(
             "SiglipForImageClassification is not supported; SiglipVisionModel and SiglipModel folders load (as "
             "backbones pooled by their attention head)"
         )
-    if not c["vision_use_head"]:
-        raise ModelLoadError(
-            "SigLIP without its attention-pooling head (vision_use_head=False) is not supported: vitviz's SigLIP "
-            "reads the head's pooled vector"
-        )
+    if not c["vision_use_head"]:  # the towers of VLMs (PaliGemma, Gemma 3, LLaVA-OneVision): a backbone
+        return dict(mlp_size=c["intermediate_size"], class_token=False, pooling="mean")
     return dict(mlp_size=c["intermediate_size"], class_token=False, pooling="map")
 
 
