@@ -9,6 +9,7 @@
     errors.py      VLMError, the one error, one line
     maps.py        one token's map per tile and over the photo, image shares; the selection checks (token, layers, head)
     relevance.py   Chefer et al. 2021b's relevance of one answer token over the image tokens, during the backward pass
+    lens.py        the logit lens on image tokens: each image token's top words at a chosen layer
     passes.py      pass_attention: an attention function whose layer calls a relevance or knock-out pass takes over
 
 ``from vitviz.vlm import load_vlm`` is the way in: ``load_vlm(spec).answer(image, question)``.
@@ -17,6 +18,7 @@
 from vitviz.vlm.answer import Answer
 from vitviz.vlm.errors import VLMError
 from vitviz.vlm.layouts import FAMILIES
+from vitviz.vlm.lens import LensWords, logit_lens
 from vitviz.vlm.loading import load_vlm
 from vitviz.vlm.maps import (
     ImageShares,
@@ -36,12 +38,14 @@ __all__ = [
     "VLM",
     "Answer",
     "ImageShares",
+    "LensWords",
     "Tile",
     "VLMError",
     "answer_photo_map",
     "image_relevance",
     "image_shares",
     "load_vlm",
+    "logit_lens",
     "photo_map",
     "relevance_row",
     "tile_maps",
