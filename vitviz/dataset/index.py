@@ -101,16 +101,8 @@ class DatasetIndex:
             raise QueryError(f"limit must be at least 1 and offset at least 0; got limit={limit}, offset={offset}")
         statement = self._one_select(sql)
         limits = self.limits
-        request = {
-            "views": {table: self._files(table) for table in ("images", "heads")},
-            "allowed": str(self.folder / SHARDS) + "/",
-            "sql": f"SELECT * FROM ({statement}) LIMIT {int(limit) + 1} OFFSET {int(offset)}",
-            "seconds": limits.seconds,
-            "memory_mb": limits.duckdb_memory_mb,
-            "threads": limits.threads,
-            "spill_mb": limits.memory_mb,
-            "result_mb": limits.result_mb,
-        }
+        views = {table: self._files(table) for table in ("images", "heads")}
+        request = sandbox.query_request(views, self.folder / SHARDS, statement, limit, offset, limits)
         running = session.begin() if session is not None else RunningQuery()
         size, slots = server_slots()
         try:

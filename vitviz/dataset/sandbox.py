@@ -137,6 +137,23 @@ class Worker:
         raise QueryError(f"DuckDB could not run the query: {value}")
 
 
+def query_request(
+    views: dict[str, list[str]], allowed: Path, statement: str, limit: int, offset: int, limits: QueryLimits
+) -> dict:
+    """What a query process is sent: the views (table: its Parquet files), the folder reads are limited to, one
+    SELECT's rows [offset, offset + limit] (one more than asked, to tell whether more follow) and the limits."""
+    return {
+        "views": views,
+        "allowed": str(allowed) + "/",
+        "sql": f"SELECT * FROM ({statement}) LIMIT {int(limit) + 1} OFFSET {int(offset)}",
+        "seconds": limits.seconds,
+        "memory_mb": limits.duckdb_memory_mb,
+        "threads": limits.threads,
+        "spill_mb": limits.memory_mb,
+        "result_mb": limits.result_mb,
+    }
+
+
 _idle: list[Worker] = []
 _idle_lock = threading.Lock()
 
