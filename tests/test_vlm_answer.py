@@ -53,7 +53,9 @@ def test_image_attention_equals_eager_output_attentions(family, given):
     expected = rows[..., answer.image_positions]
     np.testing.assert_allclose(answer.image_attention, expected, atol=1e-5, rtol=0)
     np.testing.assert_allclose(answer.image_share, expected.sum(-1), atol=1e-5, rtol=0)
-    np.testing.assert_allclose(answer.first_share, rows[..., 0], atol=1e-5, rtol=0)
+    sink = len(answer.image_positions) if vlm.model_type == "paligemma" else 0  # PaliGemma's prompt: the image first
+    assert answer.sink == sink and sink not in answer.image_positions
+    np.testing.assert_allclose(answer.first_share, rows[..., sink], atol=1e-5, rtol=0)
     assert answer.image_attention.std() > 1e-3  # the weights differ between tokens: a real test of the columns
     # the answer's own log-probabilities, as the eager model gives them
     expected_logprobs = torch.log_softmax(logits, -1)[torch.arange(n), torch.tensor(answer.token_ids)]

@@ -26,6 +26,12 @@ def vlm(request, tmp_path_factory):
     return load_vlm(tiny_vlm_folder(request.param, tmp_path_factory))
 
 
+@pytest.fixture(scope="module")
+def unmixed(vlm):
+    """A second copy of the family's model, without token mixing in its vision tower (``without_token_mixing``)."""
+    return without_token_mixing(load_vlm(vlm.spec))
+
+
 def grey(width: int, height: int, seed: int = 0) -> Image.Image:
     """A calm photo: mid grey with faint noise."""
     noise = np.random.default_rng(seed).integers(-6, 7, (height, width, 3))
@@ -93,8 +99,8 @@ def test_every_image_token_has_one_place_in_its_tile(vlm, size):
     ("size", "region"),
     [((160, 60), (52, 20, 62, 34)), ((60, 160), (20, 96, 34, 106)), ((120, 72), (74, 6, 92, 24))],
 )
-def test_a_painted_region_changes_the_tokens_whose_cells_hold_it(vlm, size, region):
-    vlm = without_token_mixing(load_vlm(vlm.spec))
+def test_a_painted_region_changes_the_tokens_whose_cells_hold_it(unmixed, size, region):
+    vlm = unmixed
     before = grey(*size)
     after = before.copy()
     ImageDraw.Draw(after).rectangle(region, fill=(250, 20, 20))

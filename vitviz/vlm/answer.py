@@ -34,7 +34,7 @@ class Answer:
     tokens: list[str]  # each token's string
     image_attention: np.ndarray  # float32 (n, L, H, N)
     image_share: np.ndarray  # float32 (n, L, H): the row's attention on all image tokens
-    first_share: np.ndarray  # float32 (n, L, H): on the first token of the sequence (the attention sink)
+    first_share: np.ndarray  # float32 (n, L, H): on the first token that is not an image token (the attention sink)
     logprobs: np.ndarray  # float32 (n,): log-probability of each answer token given the tokens before it
     image_token_grid: np.ndarray  # int64 (N, 3): (tile, row, col) of each image token
     tiles: list[Tile]  # per tile: its token grid (rows, cols) and its box in the photo's pixels
@@ -44,6 +44,7 @@ class Answer:
     model: VLM
     inputs: dict[str, torch.Tensor]  # the processor's outputs for the full sequence (prompt + answer)
     image_positions: np.ndarray  # int64 (N,): where the image tokens stand in the sequence
+    sink: int  # position of the attention sink: the first token that is not an image token
     answer_start: int  # position of the first answer token
 
     @property
@@ -57,5 +58,5 @@ class Answer:
 
     @property
     def text_share(self) -> np.ndarray:
-        """float32 (n, L, H): the attention on text tokens other than the first."""
+        """float32 (n, L, H): the attention on the other text tokens (neither image tokens nor the sink)."""
         return np.clip(1.0 - self.image_share - self.first_share, 0.0, 1.0)

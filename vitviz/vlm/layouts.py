@@ -12,6 +12,7 @@ count alone, and checks that it accounts for every image-token position of the p
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,30 +20,8 @@ from typing import Any
 import numpy as np
 
 from vitviz.vlm.errors import VLMError
-from vitviz.vlm.tiles import Frame, Tile, shortest_edge_size
-
-
-@dataclass(frozen=True)
-class LayoutInputs:
-    """What a layout reads: the processor's outputs for the prompt, the photo's (width, height), the model's config,
-    the processor, and how many positions of the prompt hold the image token id."""
-
-    inputs: dict[str, Any]
-    photo_size: tuple[int, int]
-    config: Any
-    processor: Any
-    slots: int
-
-
-@dataclass(frozen=True)
-class ImageLayout:
-    """The tiles, each image token's (tile, row, col) in sequence order (row -1, col -1 for a token outside any grid,
-    such as a kept [CLS]), and which of the image-token-id positions are image tokens (False: LLaVA-NeXT's
-    image-newline tokens, which stand in the same positions)."""
-
-    tiles: list[Tile]
-    grid: np.ndarray  # (n_image_tokens, 3) int64
-    is_image: np.ndarray  # (slots,) bool
+from vitviz.vlm.tiles import Frame, ImageLayout, LayoutInputs, Tile, setting, shortest_edge_size
+from vitviz.vlm.tiling import anyres_layout, onevision_layout, split_layout
 
 
 @dataclass(frozen=True)
@@ -51,15 +30,6 @@ class Family:
     layout: Callable[[LayoutInputs], ImageLayout]
     answer_token_types: dict[str, int] = field(default_factory=lambda: {"token_type_ids": 0, "mm_token_type_ids": 0})
     chat_template: bool = True  # False: the processor builds the prompt from the question itself (PaliGemma)
-
-
-def _setting(settings: Any, key: str, default: Any = None) -> Any:
-    """A value of an image processor's size-like setting, a dict or an object with attributes."""
-    if settings is None:
-        return default
-    if isinstance(settings, dict):
-        return settings.get(key, default)
-    return getattr(settings, key, default)
 
 
 def _patch_size(config: Any) -> int:
@@ -84,14 +54,14 @@ def _resize_crop(frame: Frame, image_processor: Any) -> Frame:
         frame = frame.pad_to_square()
     if getattr(image_processor, "do_resize", True):
         size = image_processor.size
-        edge = _setting(size, "shortest_edge")
+        edge = setting(size, "shortest_edge")
         if edge:
             frame = frame.resize(*shortest_edge_size(frame.width, frame.height, int(edge)))
         else:
-            frame = frame.resize(_setting(size, "width"), _setting(size, "height"))
+            frame = frame.resize(setting(size, "width"), setting(size, "height"))
     if getattr(image_processor, "do_center_crop", False):
         crop = image_processor.crop_size
-        frame = frame.center_crop(_setting(crop, "width"), _setting(crop, "height"))
+        frame = frame.center_crop(setting(crop, "width"), setting(crop, "height"))
     return frame
 
 
@@ -118,11 +88,58 @@ def qwen_layout(x: LayoutInputs) -> ImageLayout:
     return _whole_image([tile] * frames, x.slots, "Qwen")
 
 
+def squashed_layout(x: LayoutInputs) -> ImageLayout:
+    """PaliGemma: the photo squashed to the vision tower's square, read as its patch grid."""
+    height, width = x.inputs["pixel_values"].shape[-2:]
+    patch = _patch_size(x.config)
+    return _whole_image([Frame.photo(*x.photo_size).tile((height // patch, width // patch))], x.slots, "PaliGemma")
+
+
+def pan_and_scan_boxes(x: LayoutInputs) -> list[tuple[float, float, float, float]]:
+    """Gemma 3's pan-and-scan crops of a long photo, in the photo's pixels (its processor's arithmetic)."""
+    processor = x.processor.image_processor
+    width, height = x.photo_size
+    smallest = int(getattr(processor, "pan_and_scan_min_crop_size", 256))
+    most = int(getattr(processor, "pan_and_scan_max_num_crops", 4))
+    if width >= height:
+        across, down = min(most, max(2, min(int(width // smallest), int(math.floor(width / height + 0.5))))), 1
+    else:
+        across, down = 1, min(most, max(2, min(int(height // smallest), int(math.floor(height / width + 0.5)))))
+    crop_w, crop_h = math.ceil(width / across), math.ceil(height / down)
+    return [
+        (j * crop_w, i * crop_h, min((j + 1) * crop_w, width), min((i + 1) * crop_h, height))
+        for i in range(down)
+        for j in range(across)
+    ]
+
+
+def gemma3_layout(x: LayoutInputs) -> ImageLayout:
+    """Gemma 3: the photo squashed to the tower's square, its patch grid average-pooled to ``mm_tokens_per_image``
+    tokens (16 x 16); with pan and scan, the photo's crops follow the whole photo, each pooled the same way."""
+    side = math.isqrt(int(x.config.mm_tokens_per_image))
+    tiles = [Frame.photo(*x.photo_size).tile((side, side))]
+    if x.inputs["pixel_values"].shape[0] > 1:
+        boxes = pan_and_scan_boxes(x)
+        if len(boxes) != x.inputs["pixel_values"].shape[0] - 1:
+            raise VLMError(
+                f"Gemma 3's pan and scan made {x.inputs['pixel_values'].shape[0] - 1} crops, not {len(boxes)}"
+            )
+        tiles += [Tile((side, side), box, f"crop {index + 1}") for index, box in enumerate(boxes)]
+    return _whole_image(tiles, x.slots, "Gemma 3")
+
+
 FAMILIES: dict[str, Family] = {
     "llava": Family("llava", llava_layout),
+    "llava_next": Family("llava_next", anyres_layout),
+    "llava_onevision": Family("llava_onevision", onevision_layout),
     "qwen2_vl": Family("qwen2_vl", qwen_layout),
     "qwen2_5_vl": Family("qwen2_5_vl", qwen_layout),
     "qwen3_vl": Family("qwen3_vl", qwen_layout),
+    # the answer is PaliGemma's "suffix", attended causally (token type 1), after the processor's own prompt
+    "paligemma": Family("paligemma", squashed_layout, {"token_type_ids": 1}, chat_template=False),
+    "idefics3": Family("idefics3", split_layout),
+    "smolvlm": Family("smolvlm", split_layout),
+    "gemma3": Family("gemma3", gemma3_layout),
 }
 
 

@@ -92,7 +92,6 @@ def load_vlm_folder(folder: Path, precision: str | None, spec: str) -> VLM:
                 local_files_only=True,
                 use_safetensors=True,
                 output_loading_info=True,
-                attn_implementation="sdpa",
             )
     except Exception as error:
         raise VLMError(f"{folder}'s weights do not fit its config: {describe(error)}") from None
@@ -166,21 +165,27 @@ def meta_model(folder: Path, model_type: str) -> torch.nn.Module:
 
 
 def check_processor(processor: Any, folder: Path, image_token_id: int | None) -> None:
-    """The processor must have a tokenizer and an image processor, and its image token must be one token of its
-    tokenizer (not split, not unknown), the one the model's config marks images with."""
+    """The processor must have a tokenizer and an image processor, and the image token (the tokenizer's own, else the
+    processor's placeholder) must be one token of the tokenizer (not split, not unknown): the one the model's config
+    marks images with."""
     tokenizer = getattr(processor, "tokenizer", None)
     if tokenizer is None or getattr(processor, "image_processor", None) is None:
         raise VLMError(f"{folder}'s processor has no tokenizer or no image processor")
-    token = getattr(processor, "image_token", None)
-    ids = tokenizer.encode(token, add_special_tokens=False) if isinstance(token, str) else []
-    if len(ids) != 1 or ids[0] == tokenizer.unk_token_id:
+    tokens = [getattr(processor, "image_token", None)]
+    own = getattr(tokenizer, "image_token", None)  # Gemma 3's processor places <start_of_image>, then image tokens
+    tokens += [own] if own is not None and own != tokens[0] else []
+    for token in tokens:
+        ids = tokenizer.encode(token, add_special_tokens=False) if isinstance(token, str) else []
+        if len(ids) != 1 or ids[0] == tokenizer.unk_token_id:
+            raise VLMError(
+                f"{folder}'s processor marks images with {str(token)[:80]!r}, which is not a token of its tokenizer"
+            )
+    token = tokens[-1]
+    found = tokenizer.encode(token, add_special_tokens=False)[0]
+    if image_token_id is not None and found != image_token_id:
         raise VLMError(
-            f"{folder}'s processor marks images with {str(token)[:80]!r}, which is not a token of its tokenizer"
-        )
-    if image_token_id is not None and ids[0] != image_token_id:
-        raise VLMError(
-            f"{folder}'s processor marks images with {token[:80]!r}, token {ids[0]} of its tokenizer, but the model's "
-            f"config expects token {image_token_id}: the tokenizer is not the model's"
+            f"{folder}'s tokenizer reads the image token {token[:80]!r} as token {found}, but the model's config "
+            f"expects token {image_token_id}: the tokenizer is not the model's"
         )
 
 

@@ -8,6 +8,7 @@ the recorded teacher-forced pass (``record``) that ``answer`` (answer.py) and la
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +16,12 @@ import numpy as np
 import torch
 from PIL import Image
 
+from vitviz.model import ViT
 from vitviz.vlm.answer import Answer
 from vitviz.vlm.errors import VLMError
 from vitviz.vlm.layouts import Family, ImageLayout, LayoutInputs
 from vitviz.vlm.recording import ROWS_ATTENTION, Recording, recording, register_rows_attention
+from vitviz.vlm.tower import vision_tower
 
 MAX_QUESTION_CHARS = 2000  # characters of a question
 MAX_NEW_TOKENS = 1024  # the most tokens one answer may generate
@@ -88,6 +91,11 @@ class VLM:
     def dtype(self) -> torch.dtype:
         return next(self.model.parameters()).dtype
 
+    def vision_tower(self) -> ViT:
+        """The vision tower as a vitviz ViT (CLIP, SigLIP, Idefics3's), its transform the processor's preprocessing
+        of the base image; a VLMError naming the family where vitviz cannot read it (Qwen's). See tower.py."""
+        return vision_tower(self)
+
     def answer(self, image: Any, question: str, *, answer: str | None = None, max_new_tokens: int = 32) -> Answer:
         """Ask ``question`` about ``image`` (a PIL image, an RGB uint8 array or a path): generate the answer (greedy,
         ``max_new_tokens`` at most, up to the first end-of-sequence token) or teacher-force ``answer``; then record
@@ -119,6 +127,7 @@ class VLM:
             model=self,
             inputs=inputs,
             image_positions=np.asarray(image_positions, dtype=np.int64),
+            sink=sink_position(image_positions),
             answer_start=start,
         )
 
@@ -143,8 +152,8 @@ class VLM:
             raise VLMError(
                 f"the question has {len(question):,} characters, more than the {MAX_QUESTION_CHARS:,} allowed"
             )
-        if not self.family.chat_template:
-            return question
+        if not self.family.chat_template:  # the processor adds its own (PaliGemma: bos, and a line break after)
+            return self.processor.image_token + question
         messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}]
         try:
             return self.processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
@@ -164,7 +173,7 @@ class VLM:
         return {
             key: value.to(self.device, self.dtype if value.is_floating_point() else None)
             for key, value in inputs.items()
-            if isinstance(value, torch.Tensor)
+            if isinstance(value, torch.Tensor) and key != "labels"  # PaliGemma's, for training
         }
 
     def layout(self, inputs: dict[str, torch.Tensor], photo_size: tuple[int, int]) -> tuple[ImageLayout, np.ndarray]:
@@ -214,7 +223,8 @@ class VLM:
         """One forward pass of the whole sequence (no cache), recording the attention of the query ``rows`` in every
         language-model layer; returns the recording and the logits at ``rows`` (float32, (R, vocab))."""
         layers = {id(module): index for index, module in enumerate(self.attention_modules)}
-        record = Recording(rows, torch.as_tensor(image_positions, dtype=torch.long), layers, keep_rows)
+        positions = torch.as_tensor(image_positions, dtype=torch.long)
+        record = Recording(rows, positions, layers, sink_position(image_positions), keep_rows)
         length = inputs["input_ids"].shape[1]
         keep = length - int(rows.min()) if rows.numel() else 1
         with torch.inference_mode(), recording(record):
@@ -227,6 +237,12 @@ class VLM:
             )
         logits = output.logits[0, rows - (length - keep)].float() if rows.numel() else output.logits[0, :0].float()
         return record, logits
+
+
+def sink_position(image_positions: np.ndarray) -> int:
+    """The first position that holds no image token: the attention sink whose share ``Answer.first_share`` is."""
+    taken = set(np.asarray(image_positions).tolist())
+    return next(index for index in itertools.count() if index not in taken)
 
 
 def image_token_id(config: Any, tokenizer: Any) -> int:

@@ -7,8 +7,9 @@ each language-model layer also forms softmax(QKᵀ · scale + mask) for the requ
 (rows x T per head, never T x T), and keeps:
 
 - its weights on the image tokens' columns, (rows, heads, image tokens) in float32;
-- per row and head, the shares of attention on the image tokens, on the first token (the attention sink), and on
-  the other text tokens, so image-share statistics need no second pass;
+- per row and head, the shares of attention on the image tokens, on the first token that is not an image token
+  (the attention sink: <bos> or the chat template's first token; PaliGemma's prompt starts with the image), and
+  on the other text tokens, so image-share statistics need no second pass;
 - the whole rows (rows, heads, T) when ``keep_rows`` is set, for methods that need the text columns too.
 
 The function receives queries and keys after the family's rotary embedding (Qwen's M-RoPE included), the mask
@@ -38,10 +39,11 @@ class Recording:
     rows: torch.Tensor  # (R,) positions of the query rows in the sequence
     image_columns: torch.Tensor  # (N,) positions of the image tokens, in sequence order
     layers: dict[int, int]
+    sink: int = 0  # position of the first token that is not an image token
     keep_rows: bool = False
     image_weights: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> (R, heads, N) float32
     image_share: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> (R, heads)
-    first_share: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> (R, heads): the first token's
+    first_share: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> (R, heads): the sink's
     full_rows: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> (R, heads, T), with keep_rows
 
     def missing_layers(self) -> list[int]:
@@ -141,9 +143,7 @@ def _record(record: Recording, layer: int, probs: torch.Tensor) -> None:
     on_image = probs[:, :, columns]
     record.image_weights[layer] = on_image.detach().float().cpu()
     record.image_share[layer] = on_image.sum(-1).detach().float().cpu()
-    first_is_image = bool((columns == 0).any())
-    first = torch.zeros_like(probs[:, :, 0]) if first_is_image else probs[:, :, 0]
-    record.first_share[layer] = first.detach().float().cpu()
+    record.first_share[layer] = probs[:, :, record.sink].detach().float().cpu()
     if record.keep_rows:
         record.full_rows[layer] = probs.detach().float().cpu()
 

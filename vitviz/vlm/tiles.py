@@ -13,6 +13,7 @@ photo that the canvas shows; layouts.py builds the tiles with it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -88,3 +89,35 @@ def shortest_edge_size(width: float, height: float, edge: int) -> tuple[int, int
     if width <= height:
         return edge, int(edge * height / width)
     return int(edge * width / height), edge
+
+
+def setting(settings: Any, key: str, default: Any = None) -> Any:
+    """A value of an image processor's size-like setting, a dict or an object with attributes."""
+    if settings is None:
+        return default
+    if isinstance(settings, dict):
+        return settings.get(key, default)
+    return getattr(settings, key, default)
+
+
+@dataclass(frozen=True)
+class LayoutInputs:
+    """What a layout reads: the processor's outputs for the prompt, the photo's (width, height), the model's config,
+    the processor, and how many positions of the prompt hold the image token id."""
+
+    inputs: dict[str, Any]
+    photo_size: tuple[int, int]
+    config: Any
+    processor: Any
+    slots: int
+
+
+@dataclass(frozen=True)
+class ImageLayout:
+    """The tiles, each image token's (tile, row, col) in sequence order (row -1, col -1 for a token outside any grid,
+    such as a kept [CLS]), and which of the image-token-id positions are image tokens (False: LLaVA-NeXT's
+    image-newline tokens, which stand in the same positions)."""
+
+    tiles: list[Tile]
+    grid: np.ndarray  # (n_image_tokens, 3) int64
+    is_image: np.ndarray  # (slots,) bool
