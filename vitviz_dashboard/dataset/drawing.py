@@ -1,5 +1,5 @@
 """The Dataset page's pictures, from vitviz's drawing functions: the one module of this folder that imports them, so
-a move of vitviz's plotting module is one import to change."""
+a move of vitviz's plotting module is one import to change; and the points a click or a box selects in a chart."""
 
 from __future__ import annotations
 
@@ -9,7 +9,15 @@ from PIL import Image
 from vitviz.render.figures import layer_head_figure
 from vitviz.render.overlays import COLORMAPS, colorize, mark_patch, overlay, rescale, upsample
 
-__all__ = ["COLORMAPS", "layer_head_figure", "map_picture", "map_thumbnail", "marked_thumbnail", "patch_crop"]
+__all__ = [
+    "COLORMAPS",
+    "chart_points",
+    "layer_head_figure",
+    "map_picture",
+    "map_thumbnail",
+    "marked_thumbnail",
+    "patch_crop",
+]
 
 Box = tuple[float, float, float, float]
 
@@ -58,3 +66,10 @@ def map_picture(patch_map: np.ndarray, colormap: str, side: int = 160) -> Image.
     scale = side / max(rows, cols)
     values = upsample(rescale(patch_map), max(1, round(rows * scale)), max(1, round(cols * scale)))
     return Image.fromarray(colorize(values, colormap))
+
+
+def chart_points(event) -> list[dict]:
+    """The selected points of st.plotly_chart's event (a click gives one, a box or a lasso several): [] when none.
+    Read as a mapping, so a selection that a test put into the session state as a plain dict reads the same."""
+    selection = (event or {}).get("selection") or {}
+    return list(selection.get("points") or [])

@@ -14,6 +14,9 @@ from vitviz_dashboard.dataset.opening import index_key
 from vitviz_dashboard.dataset.table import MAX_THUMBNAILS, map_kinds, quote, thumbnails
 
 MAX_CLASSES = 40  # classes the matrix and the mean maps show (the most frequent labels)
+TRUE, PREDICTED = "dataset|true", "dataset|predicted"  # the cell pickers below the chart
+CELLS = "dataset|cells"  # the cells whose images are shown: a click's or a box's, until a picker changes
+CHARTED = "dataset|charted"  # the chart's selection in the run before: only a new one sets the pickers
 
 
 @st.cache_data(max_entries=8, show_spinner="Counting...")
@@ -25,37 +28,91 @@ def _confusion(key: str, _index: DatasetIndex) -> tuple[list[str], np.ndarray]:
     return confusion_matrix(pairs["label"], pairs["prediction"], pairs["n"])
 
 
+CELL_PX = 36  # a cell's side when the page is wide enough: a count of four digits fits inside it
+CELL_TRACE = 1  # the trace of the selectable cell markers
+AXIS_PX = 110  # room for the class names on the left and below, the title above
+
+
+def confusion_height(classes: int) -> int:
+    """The figure's height in pixels for ``classes`` classes: room for square cells of CELL_PX and the axes' names.
+    The y axis is anchored to the x axis, so on a narrower page the cells shrink evenly and stay square."""
+    return AXIS_PX + CELL_PX * max(1, classes)
+
+
 def confusion_figure(classes: list[str], matrix: np.ndarray) -> go.Figure:
-    """The matrix as square markers (a scatter, so that a click selects a cell), the count in each."""
+    """The matrix as a heatmap (square cells, each with its count), and over it one invisible marker per cell (a
+    scatter, the only kind of trace a click or a box selects in Plotly); a selected cell gets an outline."""
+    n = len(classes)
     true, predicted = np.nonzero(matrix >= 0)
     counts = matrix[true, predicted]
-    figure = go.Figure(
-        go.Scatter(
-            x=[classes[j] for j in predicted],
-            y=[classes[i] for i in true],
-            mode="markers+text",
-            text=[str(c) if c else "" for c in counts],
-            marker=dict(
-                symbol="square",
-                size=max(12, min(48, 600 // max(1, len(classes)))),
-                color=np.log1p(counts),
-                colorscale="Blues",
-                line=dict(width=np.where(true == predicted, 2, 0), color="#2a9d8f"),
-            ),
-            customdata=counts,
-            hovertemplate="true %{y}, predicted %{x}: %{customdata} images<extra></extra>",
-        )
+    positions = np.arange(n)
+    font = int(np.clip(CELL_PX // 3, 8, 13))
+    heatmap = go.Heatmap(
+        x=positions,
+        y=positions,
+        z=np.log1p(matrix),
+        text=[[str(c) if c else "" for c in row] for row in matrix],
+        texttemplate="%{text}",
+        textfont=dict(size=font),
+        colorscale="Blues",
+        showscale=False,
+        hoverinfo="skip",  # the markers above answer the hover and the click
+        xgap=1,
+        ygap=1,
     )
-    side = 120 + 28 * len(classes)
+    cells = go.Scatter(
+        x=predicted,
+        y=true,
+        mode="markers",
+        marker=dict(symbol="square", size=CELL_PX - 10, color="rgba(0, 0, 0, 0)"),
+        selected=dict(marker=dict(color="rgba(231, 111, 81, 0.55)")),  # see-through: the count stays readable
+        unselected=dict(marker=dict(opacity=0)),
+        customdata=np.stack([[classes[i] for i in true], [classes[j] for j in predicted], counts], axis=-1),
+        hovertemplate="true %{customdata[0]}, predicted %{customdata[1]}: %{customdata[2]} images<extra></extra>",
+        showlegend=False,
+    )
+    ticks = dict(tickmode="array", tickvals=list(positions), ticktext=classes, showgrid=False, zeroline=False)
+    figure = go.Figure([heatmap, cells])  # the cells' markers are trace CELL_TRACE
+    for i in positions:  # the correct cells outlined
+        figure.add_shape(type="rect", x0=i - 0.5, x1=i + 0.5, y0=i - 0.5, y1=i + 0.5, line=dict(color="#2a9d8f"))
     figure.update_layout(
-        xaxis=dict(title="predicted", type="category", categoryorder="array", categoryarray=classes),
-        yaxis=dict(title="true label", type="category", categoryorder="array", categoryarray=classes[::-1]),
-        height=min(900, side),
-        margin=dict(l=0, r=0, t=30, b=0),
-        clickmode="event+select",
-        dragmode="select",
+        xaxis=dict(title="predicted", range=[-0.5, n - 0.5], constrain="domain", tickangle=-45, **ticks),
+        yaxis=dict(
+            title="true label",
+            range=[n - 0.5, -0.5],  # the first class on top
+            scaleanchor="x",  # square cells at any width
+            constrain="domain",
+            **ticks,
+        ),
+        height=confusion_height(n),
+        margin=dict(l=0, r=0, t=36, b=0),  # room for Plotly's tool bar above the first row
+        hovermode="closest",
+        plot_bgcolor="rgba(0,0,0,0)",
     )
     return figure
+
+
+def selected_cells(points: list[dict], classes: list[str]) -> list[tuple[str, str]]:
+    """The (true, predicted) cells of a chart selection: a click gives one, a box or a lasso several. Points of
+    the cell markers only."""
+    cells = []
+    for point in points:
+        x, y = point.get("x"), point.get("y")
+        if point.get("curve_number", CELL_TRACE) != CELL_TRACE or x is None or y is None:
+            continue
+        if 0 <= int(y) < len(classes) and 0 <= int(x) < len(classes):
+            cells.append((classes[int(y)], classes[int(x)]))
+    return cells
+
+
+def _picked() -> None:
+    """A picker changed: its cell replaces the chart's selection."""
+    st.session_state.pop(CELLS, None)
+
+
+def cells_clause(cells: list[tuple[str, str]]) -> str:
+    """The WHERE condition of images in any of these (true, predicted) cells."""
+    return " OR ".join(f"(label = {quote(t)} AND prediction = {quote(p)})" for t, p in cells)
 
 
 def draw(index: DatasetIndex, photo_page: st.Page, colormap: str, alpha: float) -> None:
@@ -73,25 +130,33 @@ def draw(index: DatasetIndex, photo_page: st.Page, colormap: str, alpha: float) 
         classes, matrix = [classes[i] for i in keep], matrix[np.ix_(keep, keep)]
         st.caption(f"The {MAX_CLASSES} most frequent labels.")
     accuracy = np.trace(matrix) / max(1, matrix.sum())
-    st.markdown(f"**Confusion matrix**: {accuracy:.1%} of {matrix.sum():,} labelled images correct. Click a cell.")
-    event = st.plotly_chart(
-        confusion_figure(classes, matrix), on_select="rerun", selection_mode="points", key="dataset|confusion"
+    st.markdown(
+        f"**Confusion matrix**: {accuracy:.1%} of {matrix.sum():,} labelled images correct. Click a cell, or drag a "
+        "box around several (the box tool above the chart)."
     )
-    points = event.selection.points if event and event.selection else []
-    clicked = (points[0]["y"], points[0]["x"]) if points else None
-    if clicked and clicked != st.session_state.get("dataset|clicked"):  # a new click sets the cell pickers below
-        st.session_state["dataset|true"], st.session_state["dataset|predicted"] = clicked
-    st.session_state["dataset|clicked"] = clicked
+    event = st.plotly_chart(
+        confusion_figure(classes, matrix),
+        on_select="rerun",
+        selection_mode=("points", "box", "lasso"),
+        key="dataset|confusion",
+    )
+    chosen = selected_cells(drawing.chart_points(event), classes)
+    if chosen and chosen != st.session_state.get(CHARTED):  # a new click or box: its cells, and the pickers set
+        st.session_state[CELLS] = chosen
+        st.session_state[TRUE], st.session_state[PREDICTED] = chosen[0]
+    st.session_state[CHARTED] = chosen
     left, right = st.columns(2)
-    true = left.selectbox("True label", classes, key="dataset|true")
-    predicted = right.selectbox("Predicted", classes, key="dataset|predicted")
+    true = left.selectbox("True label", classes, key=TRUE, on_change=_picked)
+    predicted = right.selectbox("Predicted", classes, key=PREDICTED, on_change=_picked)
+    cells = [c for c in st.session_state.get(CELLS, []) if c[0] in classes and c[1] in classes] or [(true, predicted)]
     cell = index.query(
         "SELECT image_id, path, label, prediction, probability FROM images "
-        f"WHERE label = {quote(true)} AND prediction = {quote(predicted)} AND error IS NULL "
-        "ORDER BY probability DESC, image_id",
+        f"WHERE ({cells_clause(cells)}) AND error IS NULL ORDER BY probability DESC, image_id",
         limit=MAX_THUMBNAILS,
     )
-    st.caption(f"{true} predicted as {predicted}: the most confident {len(cell)} shown.")
+    named = "; ".join(f"{t} predicted as {p}" for t, p in cells[:4]) + ("; ..." if len(cells) > 4 else "")
+    many = f"{len(cells)} cells ({named})" if len(cells) > 1 else named
+    st.caption(f"{many}: the most confident {len(cell)} shown.")
     thumbnails(index, cell, photo_page, colormap, alpha, "confusion")
     class_means(index, classes, colormap)
 

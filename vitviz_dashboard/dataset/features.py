@@ -98,7 +98,7 @@ def draw(index: DatasetIndex, colormap: str, alpha: float) -> None:
     with right:
         raised(index, sae, f"{path}|{stamp(path)}", latent, float(row["max_activation"]), top)
     top_images(index, sae, block, latent, top, colormap, alpha)
-    ablations(folder, latent)
+    ablations(index, folder, latent, float(row["max_activation"]))
 
 
 def found(index: DatasetIndex, firing: pd.DataFrame, tops: pd.DataFrame, order: str) -> pd.DataFrame:
@@ -234,22 +234,35 @@ def through_the_model(key: str, latent: int, largest: float, *, _index, _sae, _m
     return effects, heads
 
 
-def ablations(folder: Path, latent: int) -> None:
-    """The per-class accuracy tables `vitviz sae ablate INDEX SAE --latent J` wrote beside the SAE for this latent."""
+def ablations(index: DatasetIndex, folder: Path, latent: int, largest: float) -> None:
+    """The per-class accuracy tables `vitviz sae ablate INDEX SAE --latent J` wrote beside the SAE for this latent;
+    ``largest`` is the latent's largest activation over the index, so a code set to a multiple of it says so."""
     tables = {path: table for path, table in ablation_tables(folder).items() if latent in table["latent"].to_pylist()}
     st.markdown(f"**Latent {latent} edited over the index** (`vitviz sae ablate`)")
     if not tables:
         st.caption(
-            f"No table yet: `vitviz sae ablate INDEX {folder} --latent {latent}` writes per-class accuracy with this "
-            "latent suppressed beside the SAE, and it shows here."
+            f"No table yet: `vitviz sae ablate {index.folder} {folder} --latent {latent}` writes per-class accuracy "
+            f"with this latent suppressed beside the SAE, and it shows here (`--set-to-max -2` sets its code to -2 x "
+            "its largest activation, saev's protocol)."
         )
         return
     for path, table in tables.items():
         frame = table.to_pandas()
         scale, set_to = frame["scale"].iloc[0], frame["set_to"].iloc[0]
-        st.caption(f"{path.name}: codes x {scale:g}" if pd.notna(scale) else f"{path.name}: codes set to {set_to:g}")
+        st.caption(f"{path.name}: {edit_wording(scale, set_to, largest)}")
         st.dataframe(
             frame.drop(columns=["latent", "scale", "set_to", "block"]).sort_values("accuracy_change"),
             hide_index=True,
             key=f"dataset|ablation|{path.name}",
         )
+
+
+def edit_wording(scale: float | None, set_to: float | None, largest: float) -> str:
+    """How an ablation table's edit reads: codes x 0, or codes set to -0.597 (-2 x the latent's largest activation
+    over the index, 0.299) when the value is a multiple of it (`--set-to-max`)."""
+    if scale is not None and pd.notna(scale):
+        return f"codes x {scale:g}"
+    text = f"codes set to {set_to:.4g} on every patch"
+    if largest > 0:
+        text += f" ({set_to / largest:.3g} x the latent's largest activation over the index, {largest:.4g})"
+    return text

@@ -59,35 +59,42 @@ def per_image(key: str, column: str, _index: DatasetIndex) -> np.ndarray:
     return values.reshape(len(ids), layers, heads)
 
 
-def interval_figure(interval: Interval, title: str, unit: str) -> go.Figure:
-    """Each head's mean against its depth, with its bootstrap interval; heads side by side within a layer."""
+def interval_figure(interval: Interval, unit: str) -> go.Figure:
+    """Each head's mean against its depth, with its bootstrap interval; heads side by side within a layer. The mean
+    is a short tick and the interval a thick bar with caps, so an interval a few pixels tall still shows; the hover
+    gives its bounds."""
     layers, heads = interval.mean.shape
     figure = go.Figure()
     for head in range(heads):
+        mean, low, high = interval.mean[:, head], interval.low[:, head], interval.high[:, head]
         figure.add_trace(
             go.Scatter(
                 x=np.arange(layers) + (head - (heads - 1) / 2) * 0.6 / max(1, heads),
-                y=interval.mean[:, head],
-                error_y=dict(
-                    type="data",
-                    array=interval.high[:, head] - interval.mean[:, head],
-                    arrayminus=interval.mean[:, head] - interval.low[:, head],
-                    thickness=1,
-                    width=0,
-                ),
+                y=mean,
+                error_y=dict(type="data", array=high - mean, arrayminus=mean - low, thickness=3, width=4),
                 mode="markers",
+                marker=dict(symbol="line-ew-open", size=12, line=dict(width=2)),
                 name=f"head {head}",
-                hovertemplate=f"layer %{{x:.0f}}, head {head}: %{{y:.2f}} {unit}<extra></extra>",
+                customdata=np.stack([np.arange(layers), low, high], axis=-1),
+                hovertemplate=f"layer %{{customdata[0]:.0f}}, head {head}: %{{y:.3f}} {unit}<br>"
+                f"95 % interval %{{customdata[1]:.3f}} to %{{customdata[2]:.3f}} {unit}<extra></extra>",
             )
         )
     figure.update_layout(
-        title=title,
-        xaxis_title="layer",
+        xaxis=dict(title="layer", tickmode="linear", tick0=0, dtick=1),
         yaxis_title=unit,
         height=380,
-        margin=dict(l=0, r=0, t=40, b=0),
+        margin=dict(l=0, r=0, t=10, b=0),
         showlegend=heads <= 16,
     )
+    return figure
+
+
+def every_layer_and_head(figure: go.Figure) -> go.Figure:
+    """A layer x head heatmap with a tick for every layer and every head (Plotly's automatic ticks skip some)."""
+    figure.update_xaxes(tickmode="linear", tick0=0, dtick=1)
+    figure.update_yaxes(tickmode="linear", tick0=0, dtick=1)
+    figure.update_layout(title=None, margin=dict(l=0, r=0, t=10, b=0))
     return figure
 
 
@@ -111,11 +118,10 @@ def settling_figure(steps: list[Interval], layer: int, unit: str) -> go.Figure:
             )
         )
     figure.update_layout(
-        title=f"Layer {layer}: the estimate as images are added",
         xaxis=dict(title="images", type="log", tickvals=sizes),
         yaxis_title=unit,
         height=340,
-        margin=dict(l=0, r=0, t=40, b=0),
+        margin=dict(l=0, r=0, t=10, b=0),
     )
     return figure
 
@@ -144,11 +150,10 @@ def clusters_figure(labels: np.ndarray, order: np.ndarray) -> go.Figure:
         )
     )
     figure.update_layout(
-        title="Heads clustered by their dataset-averaged statistics (each layer ordered by cluster)",
-        xaxis=dict(title="heads, ordered by cluster", showticklabels=False),
-        yaxis=dict(title="layer", autorange="reversed"),
+        xaxis=dict(title="each layer's heads, clustered and ordered by cluster", showticklabels=False),
+        yaxis=dict(title="layer", autorange="reversed", tickmode="linear", tick0=0, dtick=1),
         height=max(240, 60 + 28 * layers),
-        margin=dict(l=0, r=0, t=40, b=0),
+        margin=dict(l=0, r=0, t=10, b=0),
     )
     return figure
 
@@ -161,22 +166,27 @@ def draw(index: DatasetIndex, photo_page: st.Page, colormap: str, alpha: float) 
         return
     distances = per_image(key, "distance_px", index)
     interval = bootstrap_interval(distances, seed=0)
-    st.plotly_chart(
-        interval_figure(
-            interval, f"Mean attention distance over {interval.images:,} images, 95 % bootstrap intervals", "px"
-        ),
-        key="dataset|distance",
+    # the titles are markdown above the charts, not Plotly's: a narrow page wraps them instead of cutting them
+    st.markdown(f"**Mean attention distance over {interval.images:,} images, with 95 % bootstrap intervals**")
+    st.plotly_chart(interval_figure(interval, "px"), key="dataset|distance")
+    widest = float(np.nanmax(interval.high - interval.low)) / 2
+    st.caption(
+        f"The bars are the intervals; the widest is ±{widest:.3g} px, so most are a few pixels tall here. "
+        "Hover over a head for its bounds."
     )
     layer = st.slider("Layer", 0, index.layout["layers"] - 1, 0, key="dataset|settle_layer")
+    st.markdown(f"**Layer {layer}: the estimate as images are added**")
     st.plotly_chart(settling_figure(settling(distances), layer, "px"), key="dataset|settling")
     left, right = st.columns(2)
+    left.markdown("**Entropy, averaged over the dataset**")
     left.plotly_chart(
-        drawing.layer_head_figure(as_grid(index, means, "entropy"), "Entropy, averaged over the dataset", "nats"),
+        every_layer_and_head(drawing.layer_head_figure(as_grid(index, means, "entropy"), "", "nats")),
         key="dataset|entropy",
     )
     token = right.selectbox("Attention to", share_columns(index), key="dataset|token")
+    right.markdown(f"**Mean attention share {token}**")
     right.plotly_chart(
-        drawing.layer_head_figure(as_grid(index, means, token), f"Mean attention share {token}", "share"),
+        every_layer_and_head(drawing.layer_head_figure(as_grid(index, means, token), "", "share")),
         key="dataset|share",
     )
     draw_clusters(index, means)
@@ -189,6 +199,7 @@ def draw_clusters(index: DatasetIndex, means: pd.DataFrame) -> None:
     total = profiles.shape[0] * profiles.shape[1]
     count = st.number_input("Clusters", 1, min(8, total), min(4, total), key="dataset|clusters")
     clusters = cluster_heads(np.nan_to_num(profiles), int(count))
+    st.markdown("**Heads clustered by their dataset-averaged statistics** (each layer's heads ordered by cluster)")
     st.plotly_chart(clusters_figure(clusters.labels, clusters.order), key="dataset|cluster_grid")
     summary = pd.DataFrame(
         {
@@ -203,17 +214,31 @@ def draw_clusters(index: DatasetIndex, means: pd.DataFrame) -> None:
     st.dataframe(summary, hide_index=True)
 
 
+def extreme_criteria(index: DatasetIndex) -> dict[str, tuple[str, str, str]]:
+    """The choices of "most extreme images": name -> (column of the heads table, SQL order, what it reads as)."""
+    criteria = {
+        "farthest": ("distance_px", "DESC", "attends farthest away"),
+        "nearest": ("distance_px", "ASC", "attends nearest"),
+        "lowest_entropy": ("entropy", "ASC", "has the lowest entropy (attends to few patches)"),
+        "highest_entropy": ("entropy", "DESC", "has the highest entropy (attends most evenly)"),
+    }
+    return criteria | {c: (c, "DESC", f"attends most {c}") for c in share_columns(index)}
+
+
 def extremes(index: DatasetIndex, photo_page: st.Page, colormap: str, alpha: float) -> None:
-    """For one head, the images where a statistic of it is largest."""
+    """For one head, the images where a statistic of it is largest or smallest."""
     st.markdown("**One head's most extreme images**")
     layer_field, head_field, what_field = st.columns(3)
     layer = layer_field.number_input("Layer", 0, index.layout["layers"] - 1, 0, key="dataset|extreme_layer")
     head = head_field.number_input("Head", 0, index.layout["heads"] - 1, 0, key="dataset|extreme_head")
-    criteria = {"distance_px": "attends farthest away"} | {c: f"attends most {c}" for c in share_columns(index)}
-    column = what_field.selectbox("Where it", list(criteria), format_func=criteria.get, key="dataset|extreme_what")
+    criteria = extreme_criteria(index)
+    choice = what_field.selectbox(
+        "Where it", list(criteria), format_func=lambda c: criteria[c][2], key="dataset|extreme_what"
+    )
+    column, order, _ = criteria[choice]
     found = index.query(
         f"SELECT h.image_id, i.path, i.label, h.{column} FROM heads h JOIN images i USING (image_id) "
-        f"WHERE h.layer = {int(layer)} AND h.head = {int(head)} ORDER BY h.{column} DESC, h.image_id",
+        f"WHERE h.layer = {int(layer)} AND h.head = {int(head)} ORDER BY h.{column} {order}, h.image_id",
         limit=EXTREME_IMAGES,
     )
     st.dataframe(found, hide_index=True)

@@ -22,6 +22,8 @@ from vitviz_dashboard.dataset import drawing
 from vitviz_dashboard.dataset.opening import index_key, model_of, photo, read_photo
 
 COLOUR_BY = ["query or key", "row", "column", "image"]
+POINT = "dataset|qk_point"  # the point whose patch is shown: typed, or set by a click on the chart
+CLICKED = "dataset|qk_clicked"  # the chart's clicked point in the run before: only a new click sets POINT
 
 
 def sample_ids(index: DatasetIndex, count: int) -> list[tuple[int, str]]:
@@ -107,12 +109,18 @@ def draw(index: DatasetIndex, colormap: str, alpha: float) -> None:
     figure.update_traces(marker=dict(size=5, opacity=0.7))
     figure.update_layout(height=520, margin=dict(l=0, r=0, t=40, b=0))
     event = st.plotly_chart(figure, on_select="rerun", selection_mode="points", key="dataset|qk_chart")
-    points = event.selection.points if event and event.selection else []
-    if points:  # a click on the chart picks the point below
-        chosen = frame[(frame.pc1 == points[0]["x"]) & (frame.pc2 == points[0]["y"])]
+    points = drawing.chart_points(event)
+    clicked = (points[0]["x"], points[0]["y"]) if points else None
+    if clicked and clicked != st.session_state.get(CLICKED):  # a new click on the chart picks the point below
+        chosen = frame[(frame.pc1 == clicked[0]) & (frame.pc2 == clicked[1])]
         if len(chosen):
-            st.session_state["dataset|qk_point"] = int(chosen.index[0])
-    number = st.number_input("Point", 0, len(frame) - 1, 0, key="dataset|qk_point", help="or click one in the chart")
+            st.session_state[POINT] = int(chosen.index[0])
+    st.session_state[CLICKED] = clicked
+    if not 0 <= st.session_state.get(POINT, 0) < len(frame):  # a smaller sample since
+        st.session_state[POINT] = 0
+    st.session_state.setdefault(POINT, 0)  # the default in the state only: a click sets the state (Streamlit warns
+    # of a widget given both a value and a state)
+    number = st.number_input("Point", 0, len(frame) - 1, key=POINT, help="or click one in the chart")
     point = frame.iloc[int(number)]
     shown_photo = photo(index, int(point.image), str(point.path))
     if shown_photo is not None:
