@@ -54,10 +54,11 @@ class TrainRecord:
 
 
 def image_files(folder: Path, limit: int | None = None) -> list[Path]:
-    """The images under ``folder`` (recursively), sorted, at most ``limit``."""
+    """The images under ``folder`` (vitviz's one folder walk: recursive, sorted), at most ``limit``."""
     from vitviz.preprocessing import IMAGE_SUFFIXES
+    from vitviz.preprocessing import image_files as walk
 
-    files = sorted(p for p in Path(folder).rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+    files = walk(folder)
     if not files:
         raise SAEError(f"{folder} holds no images ({', '.join(sorted(IMAGE_SUFFIXES))})")
     return files[:limit] if limit else files
