@@ -6,6 +6,7 @@
     recording.py   the attention function (AttentionInterface) that records the answer rows, memory-light
     layouts.py     per-family layouts (registry by model_type): image tokens' (tile, row, col) and the tiles
     tiles.py       Tile (token grid and box in the photo) and Frame (a canvas through resize, crop and pad)
+    tiling.py      the layouts that cut a photo into tiles: LLaVA-NeXT / OneVision any-res, Idefics3 / SmolVLM splits
     errors.py      VLMError, the one error, one line
     maps.py        one token's map per tile and over the photo, image shares; the selection checks (token, layers, head)
     relevance.py   Chefer et al. 2021b's relevance of one answer token over the image tokens, during the backward pass
