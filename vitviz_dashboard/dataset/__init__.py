@@ -6,7 +6,9 @@
     indexing.py       indexing a small folder from the page (the command's code, with a progress bar), or the
                       session's uploaded photos as a small dataset of their own (in the session's own folder)
     drawing.py        the one door to vitviz's drawing functions (overlays, patch marks, crops)
-    table.py          the table of images: filters, sorting, pages, row selection, thumbnails, the read-only SQL box
+    table.py          the table of images: filters, sorting, pages, row selection, thumbnails
+    sql_box.py        the read-only SQL box: a query runs when submitted, in a thread, with a Stop button; its
+                      result is kept in the session
     errors.py         the confusion matrix (its cells select their images) and per-class mean maps
     heads.py          heads over the dataset: distance with bootstrap intervals and their settling, entropy, prefix
                       attention, heads clustered by their statistics, a head's most extreme images

@@ -1,6 +1,6 @@
 """The table of images: filters by class, correctness and confidence, sorting by any column, a page at a time (a
 million-row index is never drawn whole), row selection; the selection's thumbnails with a chosen map, each with a
-button that opens it in the Photo page; and a read-only SQL box."""
+button that opens it in the Photo page; and the read-only SQL box (sql_box.py)."""
 
 from __future__ import annotations
 
@@ -9,15 +9,16 @@ from collections.abc import Sequence
 import pandas as pd
 import streamlit as st
 
-from vitviz.dataset import DatasetIndex, QueryError
+from vitviz.dataset import DatasetIndex
 from vitviz_dashboard.dataset import drawing
 from vitviz_dashboard.dataset.opening import open_in_photo_page, photo
+from vitviz_dashboard.dataset.sql_box import sql_box
 
 PAGE_ROWS = 100  # rows the table shows at once
 MAX_THUMBNAILS = 24  # selected images drawn at once
-COLUMNS = ["image_id", "path", "label", "prediction", "probability", "correct", "width", "height", "error"]
+# what a reader looks at first comes first, so that it is in sight at 800 px: the file's path and size after it
+COLUMNS = ["image_id", "label", "prediction", "probability", "correct", "path", "width", "height", "error"]
 CORRECTNESS = ["all", "correct", "wrong", "unlabelled"]
-SQL_EXAMPLE = "SELECT label, prediction, count(*) AS images FROM images GROUP BY ALL ORDER BY images DESC"
 
 
 def quote(text: str) -> str:
@@ -26,7 +27,8 @@ def quote(text: str) -> str:
 
 
 def image_columns(index: DatasetIndex) -> list[str]:
-    return [c for c in index.query("SELECT * FROM images", limit=1).columns if c in COLUMNS]
+    stored = set(index.query("SELECT * FROM images", limit=1).columns)
+    return [c for c in COLUMNS if c in stored]  # in COLUMNS' order
 
 
 def classes(index: DatasetIndex) -> list[str]:
@@ -132,18 +134,3 @@ def caption(row) -> str:
     if prediction is not None and not pd.isna(prediction):
         text += f" → {prediction} ({row.probability:.0%})"
     return text
-
-
-def sql_box(index: DatasetIndex) -> None:
-    """A read-only SQL box (DuckDB over the tables images and heads), a page of rows at a time."""
-    with st.expander("SQL (read-only, DuckDB over the tables images and heads)"):
-        sql = st.text_area("SELECT ...", SQL_EXAMPLE, key="dataset|sql", height=90)
-        page = st.number_input("Result page", 1, None, 1, key="dataset|sql_page")
-        try:
-            result = index.query(sql, limit=PAGE_ROWS, offset=(int(page) - 1) * PAGE_ROWS)
-        except QueryError as error:
-            st.error(str(error))
-            return
-        more = " (more on the next page)" if result.attrs.get("more") else ""
-        st.caption(f"{len(result)} rows{more}")
-        st.dataframe(result, hide_index=True)
