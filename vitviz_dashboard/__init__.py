@@ -1,4 +1,5 @@
-"""The Streamlit dashboard behind app.py (the entry point: `streamlit run app.py`): two pages, Photo and Dataset.
+"""The Streamlit dashboard behind app.py (the entry point: `streamlit run app.py`): three pages, Photo, Dataset
+and Ask.
 
     app.py           the pages (st.navigation); Photo: the sidebar, the images, the model and its key, and TABS
     page.py          the page's state: Settings, ModelKey, Photo, Page, and the keys that keep tab widgets' values
@@ -14,6 +15,7 @@
     tabs/            one module per tab of the Photo page (see tabs/__init__.py)
     dataset/         the Dataset page: an index opened or built, its table, errors, heads, queries and keys, search,
                      SAE features
+    ask/             the Ask page: a vision-language model's answer about a photo, and where each token looks
 
 Streamlit runs app.py as a fresh ``__main__`` in every session, but these modules are imported once:
 anything st.cache_data pickles must be defined here or in vitviz/, never in app.py. All computation

@@ -13,6 +13,7 @@ import streamlit as st
 
 import vitviz
 from vitviz.preprocessing import ImageError
+from vitviz_dashboard.ask.page import ask_page
 from vitviz_dashboard.cache.budget import BUDGET_ERROR
 from vitviz_dashboard.cache.results import get_model_with_progress, model_input_png, photo_and_analysis
 from vitviz_dashboard.dataset.page import dataset_page
@@ -54,13 +55,15 @@ TABS: dict[str, Callable[[Page], None]] = {
 
 
 def main() -> None:
-    """Two pages: Photo (one photo at a time) and Dataset (an index made by `vitviz index`)."""
+    """Three pages: Photo (one photo at a time), Dataset (an index made by `vitviz index`) and Ask (a
+    vision-language model's answer about a photo)."""
     st.set_page_config(page_title="vitviz", page_icon="🔍", layout="wide")
     st.html(TAB_WRAP)  # before either page draws its tabs, in every run
     keep_tab_widgets()  # each page's kept values survive runs of the other page
     photo = st.Page(photo_page, title="Photo", default=True)
     dataset = st.Page(lambda: dataset_page(photo), title="Dataset", url_path="dataset")
-    st.navigation([photo, dataset]).run()
+    ask = st.Page(ask_page, title="Ask", url_path="ask")
+    st.navigation([photo, dataset, ask]).run()
 
 
 def photo_page() -> None:

@@ -1,0 +1,147 @@
+"""The Ask page through Streamlit's AppTest, on a tiny LLaVA folder: the answer as clickable tokens, the chosen
+token's map, the image-share chart and the logit lens equal what vitviz.vlm computes; bad input gets one line."""
+
+import io
+
+import numpy as np
+import pytest
+from app_harness import APP, figures, values
+from PIL import Image
+from streamlit.testing.v1 import AppTest
+from tiny_vlms import tiny_vlm_folder
+
+from vitviz.vlm import image_relevance, load_vlm
+from vitviz.vlm.lens import logit_lens
+from vitviz_dashboard.ask.inputs import (
+    GIVEN,
+    LIMIT,
+    MAX_NEW_TOKENS,
+    MAX_QUESTION,
+    MODEL,
+    QUESTION,
+    Question,
+    question_problem,
+)
+from vitviz_dashboard.ask.tokens import TOKEN
+from vitviz_dashboard.cache import budget
+from vitviz_dashboard.sidebar.model_dirs import OUTSIDE_MESSAGE
+
+# fresh caches, no local sample images (tests/conftest.py); default_model: the Photo page's tiny ViT
+pytestmark = pytest.mark.usefixtures("fresh_caches", "default_model")
+QUESTION_TEXT = "What is in the picture?"
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return tiny_vlm_folder("llava", tmp_path_factory)
+
+
+def photo() -> Image.Image:
+    """300 x 200: shown as it is (neither enlarged nor shrunk for the page)."""
+    return Image.fromarray(np.random.default_rng(1).integers(0, 256, (200, 300, 3), dtype=np.uint8))
+
+
+def checked(at: AppTest) -> AppTest:
+    assert not at.exception, at.exception
+    return at
+
+
+def ask_app(folder, monkeypatch, model=None, question=QUESTION_TEXT, given="", limit=4) -> AppTest:
+    """The app on its Ask page (chosen by the script hash st.navigation registered for it) with the model, a photo
+    and the question entered, before Ask is pressed."""
+    monkeypatch.setenv("VITVIZ_MODEL_DIRS", str(folder.parent))
+    at = AppTest.from_file(APP, default_timeout=180)
+    checked(at.run())
+    at._page_hash = next(h for h, info in at._registered_pages.items() if info.get("url_pathname") == "ask")
+    checked(at.run())
+    at.sidebar.text_input(key=MODEL).set_value(str(model or folder))
+    buffer = io.BytesIO()
+    photo().save(buffer, format="PNG")
+    at.file_uploader[0].set_value(("photo.png", buffer.getvalue(), "image/png"))
+    checked(at.run())
+    at.session_state[QUESTION], at.session_state[GIVEN], at.session_state[LIMIT] = question, given, limit
+    return at
+
+
+def press_ask(at: AppTest) -> AppTest:
+    next(button for button in at.button if button.label == "Ask").click()
+    return checked(at.run())
+
+
+def share_curve(at: AppTest) -> np.ndarray:
+    figure = next(f for f in figures(at) if f["layout"]["yaxis"]["title"]["text"] == "share of the attention")
+    return values(next(t for t in figure["data"] if t["name"] == "image tokens")["y"])
+
+
+def captions(at: AppTest) -> list[str]:
+    return [img.proto.imgs[0].caption for img in at.get("image")]
+
+
+def kept(name: str) -> list:
+    return [value for key, (value, _) in budget.STORE._entries.items() if key[0] == name]
+
+
+def test_the_page_answers_and_shows_where_each_token_looks(folder, monkeypatch):
+    at = press_ask(ask_app(folder, monkeypatch))
+    assert not at.error
+    expected = load_vlm(folder).answer(photo(), QUESTION_TEXT, max_new_tokens=4)
+    assert expected.token_ids  # the tiny model answers something
+    assert f"**A:** {expected.text}" in at.markdown[0].value
+    assert f"as {expected.image_attention.shape[-1]} image tokens in 1 tile;" in at.caption[0].value
+    pills = at.get("button_group")[0]
+    assert pills.options[0] == "all tokens" and len(pills.options) == len(expected.token_ids) + 1
+    # the first token at first: its map and its image share per layer (the heads' mean)
+    assert captions(at)[0] == "Attention of token 0 on the image, layers 0 to 1, the heads' mean"
+    np.testing.assert_allclose(share_curve(at), expected.image_share[0].mean(axis=1), atol=1e-6)
+    first_map = at.get("image")[0].proto.imgs[0].url
+    # a click on the last token: its map and its chart
+    last = len(expected.token_ids) - 1
+    at.session_state[TOKEN] = last
+    checked(at.run())
+    assert captions(at)[0] == f"Attention of token {last} on the image, layers 0 to 1, the heads' mean"
+    assert at.get("image")[0].proto.imgs[0].url != first_map
+    np.testing.assert_allclose(share_curve(at), expected.image_share[last].mean(axis=1), atol=1e-6)
+    # the logit lens at the last layer: the table counts each image token's top word
+    lens = logit_lens(expected, 2, 5)
+    counts = {word: int((lens.words[:, 0] == word).sum()) for word in set(lens.words[:, 0])}
+    table = at.dataframe[0].value
+    for word, count in zip(table["top word"], table["image tokens"], strict=True):
+        assert counts[next(w for w in counts if (w.strip() or repr(w)) == word)] == count
+    assert [b.proto.label for b in at.get("download_button")] == ["answer.json", "attention.npz", "Map (PNG)"]
+    # relevance of the chosen token: Chefer et al.'s, as the library computes it
+    at.radio(key="ask|kind").set_value("relevance")
+    checked(at.run())
+    assert captions(at)[0] == f"Relevance of token {last} (Chefer et al. 2021b, every layer)"
+    np.testing.assert_allclose(kept("token_relevance")[0], image_relevance(expected, last), rtol=1e-5, atol=1e-7)
+
+
+def test_a_given_answer_is_teacher_forced(folder, monkeypatch):
+    at = press_ask(ask_app(folder, monkeypatch, given="a red cat"))
+    assert not at.error
+    assert at.get("button_group")[0].options == ["all tokens", "a", "red", "cat"]
+    assert "the answer given (teacher-forced), 3 tokens" in at.caption[0].value
+
+
+def test_bad_input_gets_one_line_and_the_page_goes_on(folder, monkeypatch, tmp_path):
+    at = ask_app(folder, monkeypatch, model=tmp_path / "elsewhere")  # outside the allowed folders
+    assert [e.value for e in at.sidebar.error] == [OUTSIDE_MESSAGE]
+    no_processor = folder.parent / "no_processor"
+    no_processor.mkdir(exist_ok=True)
+    for name in ("config.json", "model.safetensors"):
+        (no_processor / name).write_bytes((folder / name).read_bytes())
+    at.sidebar.text_input(key=MODEL).set_value(str(no_processor))
+    press_ask(checked(at.run()))
+    [error] = [e.value for e in at.error]
+    assert error.startswith(f"Could not ask `{no_processor}`:") and "has no processor" in error and "\n" not in error
+    at.sidebar.text_input(key=MODEL).set_value("not a model id")
+    checked(at.run())
+    assert "neither a Hugging Face repository id" in at.sidebar.error[0].value
+    at.sidebar.text_input(key=MODEL).set_value(str(folder))
+    checked(at.run())
+    assert at.text_area(key=QUESTION).proto.max_chars == MAX_QUESTION  # Streamlit cuts a longer value there
+    at.text_area(key=QUESTION).set_value("  ")
+    press_ask(at)
+    assert [e.value for e in at.error] == ["Type a question."]
+    long = Question("x" * (MAX_QUESTION + 1), None, 4)  # one that reaches the page past the field
+    assert question_problem(long) == f"The question has 501 characters; this page takes at most {MAX_QUESTION}."
+    assert question_problem(Question("What?", None, MAX_NEW_TOKENS + 1)).startswith("The answer may have 1 to")

@@ -1,0 +1,10 @@
+"""The Ask page: a vision-language model asked about a photo, and where each token of its answer looks.
+
+page.py          the page: inputs, the answer (asked once, with progress), then each view of the chosen token
+inputs.py        the model (a Hub id or an allowed folder), precision, the question, an answer, the token limit
+tokens.py        the answer as clickable tokens (st.pills)
+maps.py          the chosen token's attention or relevance over the photo: layers, head, tile; colormap, opacity
+shares.py        the image-share chart per layer: image, text, first token
+lens.py          the logit lens on the image tokens at a chosen layer
+downloads.py     answer.json, attention.npz and the map's PNG
+"""

@@ -1,0 +1,50 @@
+"""The logit lens over the photo (Neo et al. 2024): at a chosen layer, the word each image token reads as through the
+language model's final norm and unembedding; where the chosen token's own word comes out on top."""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import streamlit as st
+from PIL import Image
+
+from vitviz.render.answers import map_over_photo, map_raster
+from vitviz.vlm import Answer
+from vitviz_dashboard.cache.vlm import AnswerKey, lens_words
+
+TOP_K = 5
+MOST_COMMON = 12  # words listed in the table
+LAYER = "ask|lens_layer"
+
+
+def draw_lens(
+    key: AnswerKey, answer: Answer, photo: Image.Image, token: int | None, colormap: str, alpha: float
+) -> None:
+    """The layer slider, the top-1 word's probability over the photo (or, for a chosen token, where its own word is
+    among each image token's top words), and the most common top words."""
+    st.subheader("Logit lens on the image tokens")
+    layers = answer.model.num_layers
+    if st.session_state.get(LAYER) not in range(layers + 1):
+        st.session_state[LAYER] = layers
+    layer = st.slider(
+        "Hidden state after layer",
+        0,
+        layers,
+        key=LAYER,
+        help="0: the image features as they enter the language model; the last: its own prediction at each "
+        "image token.",
+    )
+    lens = lens_words(key, int(layer), TOP_K, _answer=answer)
+    word = None if token is None else answer.model.tokenizer.decode([answer.token_ids[token]]).strip()
+    if word:
+        hits = np.array([[w.strip() == word for w in row] for row in lens.words])
+        values = np.where(hits, lens.probabilities, 0.0).sum(axis=1)
+        caption = f"Probability of '{word}' among each image token's top {TOP_K} words at layer {layer}"
+    else:
+        values = lens.probabilities[:, 0]
+        caption = f"Each image token's top word's probability at layer {layer}"
+    st.image(map_over_photo(photo, map_raster(answer, values), colormap, alpha), caption=caption, width="stretch")
+    counts = collections.Counter(w.strip() or repr(w) for w in lens.words[:, 0])
+    rows = [{"top word": w, "image tokens": n} for w, n in counts.most_common(MOST_COMMON)]
+    st.dataframe(rows, hide_index=True, key="ask|lens_table")

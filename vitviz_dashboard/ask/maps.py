@@ -1,0 +1,137 @@
+"""The chosen token's map over the photo: attention (a layer range, one head or the heads' mean) or relevance
+(Chefer et al.'s, over every layer), drawn where each tile's pixels came from, one tile or all of them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import streamlit as st
+from PIL import Image
+
+from vitviz.render.answers import map_over_photo, map_raster
+from vitviz.render.overlays import COLORMAPS, colour_bar
+from vitviz.vlm import Answer, token_attention
+from vitviz_dashboard.cache.vlm import AnswerKey, token_relevance
+from vitviz_dashboard.page import KEPT
+
+KINDS = ("attention", "relevance")
+ALL = -1  # every head (their mean), every tile
+COLORMAP, ALPHA = f"{KEPT}ask|colormap", f"{KEPT}ask|alpha"  # kept through a visit to another page
+
+
+@dataclass(frozen=True)
+class MapChoice:
+    """What the map shows: attention or relevance, the layers (first, last), the head (None: their mean), the tile
+    (None: every tile, their mean where they overlap)."""
+
+    kind: str
+    layers: tuple[int, int]
+    head: int | None
+    tile: int | None
+
+
+def fitted(key: str, default, options) -> None:
+    """Put ``default`` in the session state under ``key`` unless it holds one of ``options`` (another model's layer
+    count, another answer's tiles)."""
+    if st.session_state.get(key) not in options:
+        st.session_state[key] = default
+
+
+def map_controls(answer: Answer, token: int | None) -> MapChoice:
+    """The map's controls, in one row: kind, layers, head, tile."""
+    _, layers, heads, _ = answer.image_attention.shape
+    kind_box, layer_box, head_box, tile_box = st.columns([1.2, 2, 1, 1.2])
+    kind = kind_box.radio(
+        "Map",
+        KINDS,
+        horizontal=True,
+        key="ask|kind",
+        help="attention: the weights from the position that predicts the token to each image token. relevance: "
+        "Chefer et al. 2021b's class-specific relevance of the token's logit (every layer, gradients times attention).",
+    )
+    pairs = [(a, b) for a in range(layers) for b in range(a, layers)]
+    fitted("ask|layers", (0, layers - 1), pairs)
+    chosen_layers = (
+        layer_box.slider("Layers", 0, layers - 1, key="ask|layers", disabled=kind == "relevance")
+        if layers > 1
+        else (0, 0)
+    )
+    head_options = [ALL, *range(heads)]
+    fitted("ask|head", ALL, head_options)
+    head = head_box.selectbox(
+        "Head",
+        head_options,
+        format_func=lambda h: "mean of heads" if h == ALL else f"head {h}",
+        key="ask|head",
+        disabled=kind == "relevance",
+    )
+    tile_options = [ALL, *range(len(answer.tiles))]
+    fitted("ask|tile", ALL, tile_options)
+    tile = tile_box.selectbox(
+        "Tile",
+        tile_options,
+        format_func=lambda t: "all tiles" if t == ALL else f"{t}: {answer.tiles[t].name}",
+        key="ask|tile",
+        disabled=len(answer.tiles) == 1,
+        help="Where tiles overlap (a global image and its splits), 'all tiles' shows their mean.",
+    )
+    return MapChoice(
+        kind,
+        tuple(int(v) for v in chosen_layers),
+        None if head == ALL else int(head),
+        None if tile == ALL else int(tile),
+    )
+
+
+def map_values(key: AnswerKey, answer: Answer, token: int | None, choice: MapChoice) -> np.ndarray | None:
+    """The chosen map's value per image token (N,); None for relevance of the whole answer (relevance is per token)."""
+    if choice.kind == "attention":
+        return token_attention(answer, token, choice.layers, choice.head)
+    if token is None:
+        return None
+    return token_relevance(key, token, _answer=answer)
+
+
+def draw_map(
+    key: AnswerKey,
+    answer: Answer,
+    photo: Image.Image,
+    token: int | None,
+    choice: MapChoice,
+    colormap: str,
+    alpha: float,
+) -> np.ndarray | None:
+    """The map over the photo, with its colour scale; returns the values drawn (None when there is no map)."""
+    values = map_values(key, answer, token, choice)
+    if values is None:
+        st.info("Relevance belongs to one token: click a token of the answer.")
+        return None
+    raster = map_raster(answer, values, choice.tile)
+    if np.isnan(raster).all():
+        st.info("This tile covers no pixel of the photo.")
+        return None
+    what = "the whole answer" if token is None else f"token {token}"
+    if choice.kind == "attention":
+        first, last = choice.layers
+        head = "the heads' mean" if choice.head is None else f"head {choice.head}"
+        caption = f"Attention of {what} on the image, layers {first} to {last}, {head}"
+    else:
+        caption = f"Relevance of {what} (Chefer et al. 2021b, every layer)"
+    st.image(map_over_photo(photo, raster, colormap, alpha), caption=caption, width="stretch")
+    seen = raster[~np.isnan(raster)]
+    st.image(
+        colour_bar(colormap),
+        caption=f"Colours: from {float(seen.min()):.3g} to {float(seen.max()):.3g}; dimmed: pixels no chosen tile saw",
+        width=256,
+    )
+    return values
+
+
+def display_controls() -> tuple[str, float]:
+    """The sidebar's colormap and opacity for the Ask page."""
+    st.sidebar.header("Display")
+    colormap = st.sidebar.selectbox("Colormap", COLORMAPS, key=COLORMAP)
+    st.session_state.setdefault(ALPHA, 0.55)  # the default in the state, not the widget (Streamlit warns of both)
+    alpha = st.sidebar.slider("Overlay opacity", 0.0, 1.0, step=0.05, key=ALPHA)
+    return colormap, alpha

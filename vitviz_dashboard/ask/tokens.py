@@ -1,0 +1,39 @@
+"""The answer shown as clickable tokens (st.pills): the chosen token, or the whole answer (the mean over its tokens)."""
+
+from __future__ import annotations
+
+import re
+
+import streamlit as st
+
+from vitviz.vlm import Answer
+
+ALL = -1  # the pill for the whole answer: the mean over its tokens
+TOKEN = "ask|token"  # the picker's session-state key
+
+
+def token_label(answer: Answer, index: int) -> str:
+    """What a pill shows: the token as the tokenizer writes it back (a leading space as "·"), its markdown escaped;
+    the raw token string where decoding gives nothing visible (a special token)."""
+    if index == ALL:
+        return "all tokens"
+    text = answer.model.tokenizer.decode([answer.token_ids[index]])
+    text = text if text.strip() else answer.tokens[index]
+    text = text.replace(" ", "·") if not text.strip() else text.strip()
+    return re.sub(r"([\\`*_{}\[\]()#+\-.!|<>~$])", r"\\\1", text)
+
+
+def pick_token(answer: Answer) -> int | None:
+    """The answer's tokens as pills, the first chosen at first; returns the chosen token's index, or None for the
+    whole answer."""
+    options = [ALL, *range(len(answer.token_ids))]
+    if st.session_state.get(TOKEN) not in options:  # a new answer with fewer tokens, or nothing chosen yet
+        st.session_state[TOKEN] = 0
+    chosen = st.pills(
+        "Answer",
+        options,
+        format_func=lambda index: token_label(answer, index),
+        key=TOKEN,
+        help="Click a token to see where it looks; 'all tokens' shows the mean over the answer.",
+    )
+    return None if chosen in (None, ALL) else int(chosen)

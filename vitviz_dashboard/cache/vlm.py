@@ -1,0 +1,65 @@
+"""The Ask page's cached results: the loaded vision-language model, its answers, and what each answer's views run.
+
+Keys follow results.py's convention with the VLM's own typed keys: ``VLMKey`` (the spec as checked and the precision)
+fixes the model, ``AnswerKey`` (the model's key, the photo's digest, the question, a given answer, the token limit)
+fixes an answer. The model is kept by Streamlit's resource cache (two at most: loading one again takes seconds to
+minutes); answers, relevance, the logit lens and knock-out curves live in budget.STORE, bounded in bytes, and are
+passed unhashed (``_model``, ``_answer``, ``_photo``) since their keys fix them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import streamlit as st
+from PIL import Image
+
+from vitviz.vlm import VLM, Answer, image_relevance, load_vlm
+from vitviz.vlm.lens import LensWords, logit_lens
+from vitviz_dashboard.cache.budget import kept
+
+
+@dataclass(frozen=True)
+class VLMKey:
+    """What fixes a loaded VLM: the spec load_vlm gets (a checked folder's real path, or "hf:<org>/<name>") and the
+    precision (None: as stored, "fp32", "bf16", "auto")."""
+
+    spec: str
+    precision: str | None = None
+
+
+@dataclass(frozen=True)
+class AnswerKey:
+    """What fixes an answer: the model, the photo (its digest), the question, the answer given (None: generated)
+    and the most tokens it may generate."""
+
+    model: VLMKey
+    image: str
+    question: str
+    answer: str | None
+    max_new_tokens: int
+
+
+@st.cache_resource(max_entries=2, show_spinner=False)
+def get_vlm(key: VLMKey) -> VLM:
+    """The model, loaded once per process and key (a VLMError is not kept: the next run tries again)."""
+    return load_vlm(key.spec, key.precision)
+
+
+@kept()
+def ask(key: AnswerKey, *, _model: VLM, _photo: Image.Image) -> Answer:
+    """The answer and its recorded attention (VLM.answer), once per key: every control of the page reads it."""
+    return _model.answer(_photo, key.question, answer=key.answer, max_new_tokens=key.max_new_tokens)
+
+
+@kept(spinner="Computing the relevance (a backward pass)...")
+def token_relevance(key: AnswerKey, token: int, *, _answer: Answer) -> np.ndarray:
+    """Chefer et al.'s relevance of answer token ``token`` over the image tokens (N,)."""
+    return image_relevance(_answer, token)
+
+
+@kept(spinner="Reading the image tokens through the unembedding...")
+def lens_words(key: AnswerKey, layer: int, k: int, *, _answer: Answer) -> LensWords:
+    """The logit lens's top-``k`` words of every image token at hidden state ``layer``."""
+    return logit_lens(_answer, layer, k)
