@@ -265,3 +265,29 @@ def test_unreachable_attention_modules_are_named(llava_folder):
     with pytest.raises(VLMError) as error:
         vlm.answer(photo(), QUESTION, answer="a cat")
     assert "layers 0 of LlavaForConditionalGeneration did not pass" in one_line(error)
+
+
+def test_a_hub_model_loads_offline_from_the_cache_and_fails_fast_without_it(llava_folder, offline):
+    with pytest.raises(VLMError) as error:
+        load_vlm("hf:someone/tiny-vlm")
+    assert str(offline) in one_line(error)
+    commit = "0" * 40
+    repo = offline / "models--someone--tiny-vlm"
+    shutil.copytree(llava_folder, repo / "snapshots" / commit)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    vlm = load_vlm("hf:someone/tiny-vlm")
+    assert vlm.model_type == "llava" and vlm.spec == "hf:someone/tiny-vlm"
+    with pytest.raises(VLMError, match="not a Hugging Face repository id"):
+        load_vlm("hf:../../etc")
+
+
+def test_the_default_precision_is_the_stored_dtype():
+    from vitviz.vlm.loading import model_dtype
+
+    assert model_dtype(None, {"dtype": "bfloat16"}) == torch.bfloat16
+    assert model_dtype(None, {"torch_dtype": "float16"}) == torch.float16
+    assert model_dtype(None, {"text_config": {"dtype": "bfloat16"}}) == torch.bfloat16
+    assert model_dtype(None, {}) == torch.float32
+    assert model_dtype("fp32", {"dtype": "bfloat16"}) == torch.float32
+    assert model_dtype("auto", {"dtype": "float32"}) == torch.float32
