@@ -211,6 +211,12 @@ def nested(depth: int):
     return change if depth < 500 else write
 
 
+def rename_activations(m: dict) -> None:
+    files = m["shards"][0]["files"]
+    name = m["shards"][0]["activations"]["0"]
+    files[name.replace("block00", "block000")] = files.pop(name)
+
+
 def shard_entry(index: int, **values):
     return lambda m: m["shards"][index].update(values)
 
@@ -379,6 +385,11 @@ CASES = {
     "an array the manifest does not list": (
         lambda f: edit(f, lambda m: m["shards"][0]["files"].pop("embedding.npy")),
         r"000000: the manifest's files for this shard are not the index's \(missing: embedding.npy\)",
+    ),
+    "an activation file named block000": (
+        lambda f: edit(f, rename_activations),
+        r"000000: the manifest's files for this shard are not the index's \(missing: activations-block00; "
+        r"not of this index: activations-block000\.",
     ),
     "a symlink to an array outside the folder": (
         lambda f: outside_link(f, "shards/000000/rollout.npy"),

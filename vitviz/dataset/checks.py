@@ -15,6 +15,7 @@ Opening an index runs the first three; they read headers and footers, never the 
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import re
 import stat
@@ -118,18 +119,21 @@ def read_manifest_text(folder: Path) -> dict:
 
 
 def _check_nesting(path: Path, manifest: object) -> None:
-    stack = [(manifest, 1)]
-    while stack:
-        node, depth = stack.pop()
+    """Level by level (no recursion): at most MAX_DEPTH levels, no string longer than MAX_STRING."""
+    level, depth = [manifest], 1
+    while level:
         if depth > MAX_DEPTH:
             raise _refuse(path, f"nests lists or objects more than {MAX_DEPTH} deep: it was made by hand or damaged")
-        if isinstance(node, dict):
-            stack.extend((key, depth) for key in node)
-            stack.extend((value, depth + 1) for value in node.values())
-        elif isinstance(node, list):
-            stack.extend((value, depth + 1) for value in node)
-        elif isinstance(node, str) and len(node) > MAX_STRING:
-            raise _refuse(path, f"holds a string of {len(node):,} characters (at most {MAX_STRING:,} are read)")
+        below = []
+        for node in level:
+            if isinstance(node, dict):
+                below.extend(node.values())
+                below.extend(node)  # the keys: strings, checked with the level below
+            elif isinstance(node, list):
+                below.extend(node)
+            elif isinstance(node, str) and len(node) > MAX_STRING:
+                raise _refuse(path, f"holds a string of {len(node):,} characters (at most {MAX_STRING:,} are read)")
+        level, depth = below, depth + 1
 
 
 # --- the manifest's fields ------------------------------------------------------------------------------------------
@@ -328,13 +332,27 @@ def expected_arrays(manifest: dict) -> dict[str, tuple[tuple[int, ...], np.dtype
     return arrays
 
 
+# the header np.save writes, exactly: read without numpy's literal_eval, which is most of the cost of a header
+SAVED_HEADER = re.compile(
+    rb"\{'descr': '([<>|][a-zA-Z]\d{0,2})', 'fortran_order': (True|False), "
+    rb"'shape': \(((?:\d{1,19}, )*\d{1,19},?)?\), \} *\n"
+)
+
+
 def npy_header(path: Path) -> tuple[tuple[int, ...], bool, np.dtype, int]:
     """(shape, fortran order, dtype, where the data starts) from a .npy file's header: the data is not read, and
-    nothing in it is unpickled."""
+    nothing in it is unpickled. The header np.save writes is matched exactly; any other goes to numpy's reader."""
     try:
         with open(path, "rb") as f:
             version = np.lib.format.read_magic(f)
             if version == (1, 0):
+                start = f.tell()
+                length = int.from_bytes(f.read(2), "little")
+                saved = SAVED_HEADER.fullmatch(f.read(length))
+                if saved:
+                    shape = tuple(int(n) for n in saved[3].split(b",") if n.strip()) if saved[3] else ()
+                    return shape, saved[2] == b"True", np.dtype(saved[1].decode()), f.tell()
+                f.seek(start)
                 shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
             elif version == (2, 0):
                 shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
@@ -386,7 +404,7 @@ def _check_listing(base: Path, shard: dict, arrays: dict) -> None:
     blocks = {}
     for name in files:
         match = ACTIVATION_FILE.fullmatch(name)
-        if match:
+        if match and name.startswith(f"{ACTIVATIONS}{int(match[1]):02d}."):  # as written: not block007
             blocks.setdefault(f"{ACTIVATIONS}{int(match[1]):02d}", []).append(name)
     plain = {f"{a}.npy" for a in arrays if not a.startswith(ACTIVATIONS)} | {"images.parquet", "heads.parquet"}
     unknown = sorted(files - plain - {n for names in blocks.values() for n in names})
@@ -412,7 +430,7 @@ def _check_array(path: Path, size: int, shape: tuple[int, ...], dtype: np.dtype)
         raise _refuse(path, f"holds {kind}{stored_dtype} values; the index stores {dtype} in C order")
     if tuple(stored) != shape:
         raise _refuse(path, f"has shape {tuple(stored)}, the manifest's layout says {shape}")
-    if start + int(np.prod(shape, dtype=object)) * dtype.itemsize != size:
+    if start + math.prod(shape) * dtype.itemsize != size:
         raise _refuse(path, "is truncated or has trailing bytes: the index is damaged")
 
 
