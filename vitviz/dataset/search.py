@@ -177,10 +177,15 @@ def load(path: Path, dimension: int, vectors: int):
         finally:
             faiss.set_deserialization_vector_byte_limit(limits[0])
             faiss.set_deserialization_loop_limit(limits[1])
-    if (index.d, index.ntotal) != (dimension, vectors):
+    # the header's numbers, and those of the parts a search goes through (a crafted inner index could differ)
+    if fourcc == b"IxM2":
+        found = [(index.d, index.ntotal), (index.index.d, index.index.ntotal)]
+    else:  # the coarse quantizer's dimension, and the vectors in the inverted lists
+        found = [(index.d, index.ntotal), (index.quantizer.d, vectors), (index.d, index.invlists.compute_ntotal())]
+    if any(pair != (dimension, vectors) for pair in found):
         raise IndexFormatError(
-            f"{path} holds {index.ntotal} vectors of dimension {index.d}, the index stores {vectors} of dimension "
-            f"{dimension}; index the dataset again"
+            f"{path} holds vectors of dimension {index.d} and count {index.ntotal} ({found[1:]} inside), the index "
+            f"stores {vectors} of dimension {dimension}; index the dataset again"
         )
     return index
 
