@@ -11,6 +11,7 @@
     maps.py        one token's map per tile and over the photo, image shares; the selection checks (token, layers, head)
     relevance.py   Chefer et al. 2021b's relevance of one answer token over the image tokens, during the backward pass
     lens.py        the logit lens on image tokens: each image token's top words at a chosen layer
+    knockout.py    knock-outs: image tokens taken out of the answer's view in a map's order, log-probability curves
     passes.py      pass_attention: an attention function whose layer calls a relevance or knock-out pass takes over
     tower.py       vision_tower: the vision tower as a vitviz ViT (CLIP, SigLIP, Idefics3's), Qwen's refused by name
 
@@ -19,6 +20,7 @@
 
 from vitviz.vlm.answer import Answer
 from vitviz.vlm.errors import VLMError
+from vitviz.vlm.knockout import KnockoutCurve, answer_logprob, knockout_curve, knockout_curves
 from vitviz.vlm.layouts import FAMILIES
 from vitviz.vlm.lens import LensWords, logit_lens
 from vitviz.vlm.loading import load_vlm
@@ -40,12 +42,16 @@ __all__ = [
     "VLM",
     "Answer",
     "ImageShares",
+    "KnockoutCurve",
     "LensWords",
     "Tile",
     "VLMError",
+    "answer_logprob",
     "answer_photo_map",
     "image_relevance",
     "image_shares",
+    "knockout_curve",
+    "knockout_curves",
     "load_vlm",
     "logit_lens",
     "photo_map",
