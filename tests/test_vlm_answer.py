@@ -291,3 +291,24 @@ def test_the_default_precision_is_the_stored_dtype():
     assert model_dtype(None, {}) == torch.float32
     assert model_dtype("fp32", {"dtype": "bfloat16"}) == torch.float32
     assert model_dtype("auto", {"dtype": "float32"}) == torch.float32
+
+
+@pytest.mark.parametrize(
+    ("family", "text"),
+    [
+        ("gemma3", {"sliding_window": 6, "attn_logit_softcapping": 20.0}),  # a window shorter than the image
+        ("paligemma2", {"sliding_window": 6}),  # Gemma 2: soft-capped logits, and the window
+    ],
+)
+def test_sliding_windows_and_soft_capped_logits_equal_eager(family, text, tmp_path):
+    from tiny_vlms import make_tiny_vlm
+
+    folder = make_tiny_vlm(family, tmp_path / family, text_config=text)
+    eager = AutoModelForImageTextToText.from_pretrained(folder, attn_implementation="eager").eval()
+    vlm = load_vlm(folder)
+    answer = vlm.answer(photo(), QUESTION, answer="a red cat on the grass")
+    rows, _ = eager_rows(eager, answer)
+    assert len(answer.input_ids[0]) > 3 * text["sliding_window"]
+    np.testing.assert_allclose(answer.image_attention, rows[..., answer.image_positions], atol=1e-5, rtol=0)
+    first_layer = answer.image_attention[:, 0].sum(-1)  # layer 0 slides: the last rows see no image token
+    assert first_layer[-1].max() == 0 and answer.image_attention[-1, 1].sum() > 0
