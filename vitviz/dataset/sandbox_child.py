@@ -34,7 +34,6 @@ def _connect(request: dict, temporary: str):
     connection.execute(f"SET threads = {int(request['threads'])}")
     connection.execute(f"SET temp_directory = {_quote(spill)}")
     connection.execute(f"SET max_temp_directory_size = '{int(request['spill_mb'])}MB'")
-    connection.execute("SET preserve_insertion_order = false")
     connection.execute(f"SET allowed_directories = [{_quote(request['allowed'])}]")
     connection.execute("SET enable_external_access = false")
     connection.execute("SET autoinstall_known_extensions = false")
@@ -78,8 +77,11 @@ def _answer(request: dict, connections: dict, temporary: str, control: Connectio
     timer.start()
     while thread.is_alive():
         thread.join(POLL_SECONDS)
-        if control.poll() and control.recv() == "stop":
-            interrupt("stop")
+        try:
+            if control.poll() and control.recv() == "stop":
+                interrupt("stop")
+        except (EOFError, OSError):  # the caller has gone: nobody waits for the answer
+            os._exit(0)
     timer.cancel()
     cursor.close()
     return outcome["answer"]
