@@ -51,6 +51,16 @@ CELL_GEOMETRY = """() => {
 }"""
 
 
+# the "Open in Photo" buttons whose label is cut (an ellipsis) or that stick out of their column
+BUTTONS_CUT = """() => [...document.querySelectorAll('[data-testid=stButton] button')]
+    .filter(b => b.innerText.includes('Open in Photo'))
+    .filter(b => {
+        const label = b.querySelector('[data-testid=stMarkdownContainer]');
+        const column = b.closest('[data-testid=stColumn]').getBoundingClientRect(), box = b.getBoundingClientRect();
+        return label.scrollWidth > label.clientWidth + 1 || box.right > column.right + 1;
+    }).map(b => b.getBoundingClientRect().width)"""
+
+
 def open_errors_tab(page, url: str, folder) -> None:
     page.goto(f"{url}/dataset")
     field = page.get_by_role("textbox", name="Index folder")
@@ -96,8 +106,13 @@ def test_a_click_on_a_confusion_cell_selects_its_images_and_a_box_selects_severa
         page.mouse.click(geometry["left"] + geometry["x"][column], geometry["top"] + geometry["y"][row])
         wait_until_drawn(page, f"{true} predicted as {predicted}: the most confident {min(count, 24)} shown")
         assert (picked(page, "True label"), picked(page, "Predicted")) == (true, predicted)
+        page.get_by_role("button", name="Open in Photo").first.scroll_into_view_if_needed()
+        cut = page.evaluate(BUTTONS_CUT)
+        assert cut == [], cut  # each "Open in Photo" reads whole at 800 px (it wraps), inside its column
         shot(page, "errors-800-clicked")
-        # the box tool, then a box around the top-left 2 x 2 cells
+        # the box tool, then a box around the top-left 2 x 2 cells (the chart scrolled back into view)
+        page.locator("[data-testid=stPlotlyChart]").first.scroll_into_view_if_needed()
+        geometry = page.evaluate(CELL_GEOMETRY)
         page.locator("[data-testid=stPlotlyChart]").first.hover()
         page.locator('.modebar-btn[data-val="select"]').first.click()
         x, y = geometry["x"], geometry["y"]

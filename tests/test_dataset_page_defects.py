@@ -253,3 +253,33 @@ def test_the_confusion_matrix_has_square_cells_sized_by_its_classes_and_a_box_se
     at.selectbox(key="dataset|predicted").set_value("dog")  # a picker takes over from the box
     checked(at.run())
     assert any(c.value.startswith("cat predicted as dog: the most confident") for c in at.caption)
+
+
+# state kept
+
+
+def test_the_open_index_is_in_the_address_so_a_reload_opens_it_again(built):
+    from streamlit.testing.v1 import AppTest
+
+    from vitviz_dashboard.dataset.page import FOLDER
+
+    at = dataset_app(built / "index")
+    assert at.query_params["index"] in (str(built / "index"), [str(built / "index")])
+    again = AppTest.from_file(at._script_path, default_timeout=180)  # a reload: a new session, the same address
+    again.query_params["index"] = str(built / "index")
+    again.run()
+    again._page_hash = next(h for h, i in again._registered_pages.items() if i.get("url_pathname") == "dataset")
+    checked(again.run())
+    assert again.sidebar.text_input(key=FOLDER).value == str(built / "index")
+    assert any(c.value.startswith("**25 images** (1 unreadable)") for c in again.caption)
+    again.sidebar.text_input(key=FOLDER).set_value(str(built / "no such folder"))
+    checked(again.run())
+    assert "index" not in again.query_params
+
+
+def test_a_caption_breaks_a_path_between_folders_not_inside_a_file_name():
+    from vitviz_dashboard.dataset.drawing import breakable
+
+    shown = breakable("test/airplane/airplane_0001.png")
+    assert shown.replace("\u200b", "") == "test/airplane/airplane_0001.png"
+    assert shown.split("\u200b") == ["test/", "airplane/", "airplane_0001.png"]  # the only places it may break

@@ -11,6 +11,7 @@ from vitviz.render.overlays import COLORMAPS, colorize, mark_patch, overlay, res
 
 __all__ = [
     "COLORMAPS",
+    "breakable",
     "chart_points",
     "layer_head_figure",
     "map_picture",
@@ -73,3 +74,9 @@ def chart_points(event) -> list[dict]:
     Read as a mapping, so a selection that a test put into the session state as a plain dict reads the same."""
     selection = (event or {}).get("selection") or {}
     return list(selection.get("points") or [])
+
+
+def breakable(path: str) -> str:
+    """A file's path for a caption in a narrow column: a zero-width space after each "/", so the line breaks between
+    folders rather than inside a file name."""
+    return str(path).replace("/", "/\u200b")

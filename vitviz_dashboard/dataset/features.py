@@ -164,7 +164,8 @@ def top_images(index: DatasetIndex, sae: TopKSAE, block: int, latent: int, top, 
         label = rows.loc[entry.image_id, "label"]
         grid[position % 4].image(
             drawing.map_thumbnail(image, patch_map, box, colormap, alpha),
-            caption=f"{image_id}: {path}{f', {label}' if pd.notna(label) else ''}; largest code {entry.value:.3g}",
+            caption=f"{image_id}: {drawing.breakable(path)}{f', {label}' if pd.notna(label) else ''}; "
+            f"largest code {entry.value:.3g}",
         )
 
 

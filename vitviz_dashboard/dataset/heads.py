@@ -171,7 +171,7 @@ def draw(index: DatasetIndex, photo_page: st.Page, colormap: str, alpha: float) 
     st.plotly_chart(interval_figure(interval, "px"), key="dataset|distance")
     widest = float(np.nanmax(interval.high - interval.low)) / 2
     st.caption(
-        f"The bars are the intervals; the widest is ±{widest:.3g} px, so most are a few pixels tall here. "
+        f"Each head's mean is a tick and its 95 % interval the bar through it; the widest is ±{widest:.3g} px. "
         "Hover over a head for its bounds."
     )
     layer = st.slider("Layer", 0, index.layout["layers"] - 1, 0, key="dataset|settle_layer")

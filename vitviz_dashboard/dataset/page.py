@@ -13,6 +13,16 @@ from vitviz_dashboard.page import KEPT
 
 # the sidebar's values and the open tab outlive a visit to the Photo page: keep_tab_widgets() writes back "kept|" keys
 FOLDER, COLORMAP, ALPHA, TAB = (f"{KEPT}dataset|{name}" for name in ("folder", "colormap", "alpha", "tab"))
+# In the page's narrow grid columns (four thumbnails across an 800 px window), a button's label wraps onto a second
+# line instead of being cut to "Open i...", Streamlit's default for a label wider than its button
+NARROW_COLUMNS_CSS = """<style>
+[data-testid="stColumn"] [data-testid="stButton"] button { height: auto; max-width: 100%; }
+[data-testid="stColumn"] [data-testid="stButton"] button [data-testid="stMarkdownContainer"],
+[data-testid="stColumn"] [data-testid="stButton"] button [data-testid="stMarkdownContainer"] p {
+    white-space: normal; overflow: visible; text-overflow: clip; overflow-wrap: normal;
+}
+</style>"""
+URL_INDEX = "index"  # the query parameter that holds the open index's folder
 FOLDER_HELP = (
     "An index made by `vitviz index SOURCE --model SPEC --out DIR`, inside the folders that the server's owner allows "
     "(VITVIZ_MODEL_DIRS; by default the checkpoints folder and the working directory)."
@@ -22,9 +32,12 @@ FOLDER_HELP = (
 def dataset_page(photo_page: st.Page) -> None:
     """The page; ``photo_page`` is the Photo page, where a chosen image opens."""
     st.title("vitviz: a whole dataset")
+    st.html(NARROW_COLUMNS_CSS)
     st.sidebar.header("Index")
     if OPENED in st.session_state:  # indexed in the run before: open it (before its field exists in this run)
         st.session_state[FOLDER] = st.session_state.pop(OPENED)
+    elif FOLDER not in st.session_state and st.query_params.get(URL_INDEX):  # a reload, or a shared link
+        st.session_state[FOLDER] = st.query_params[URL_INDEX]
     folder = st.sidebar.text_input("Index folder", key=FOLDER, help=FOLDER_HELP, placeholder="cifar-index/")
     st.sidebar.header("Display")
     colormap = st.sidebar.selectbox("Colormap", COLORMAPS, key=COLORMAP)
@@ -33,7 +46,9 @@ def dataset_page(photo_page: st.Page) -> None:
     index_form()
     index = open_typed_index(folder)
     if index is None:
+        st.query_params.pop(URL_INDEX, None)
         return
+    st.query_params[URL_INDEX] = folder.strip()  # in the address: a reload opens it again (through the same checks)
     describe(index)
     draws = {
         "Table": lambda: table.draw(index, photo_page, colormap, alpha),

@@ -103,11 +103,11 @@ def draw(index: DatasetIndex, colormap: str, alpha: float) -> None:
         color=column,
         color_discrete_map=KIND_COLOURS,  # used when colouring by kind only
         hover_data=["kind", "image", "row", "column"],
-        title=f"Layer {int(layer)}, head {int(head)}: queries and keys of {len(sample)} images "
-        f"(PCA, {sum(frame.attrs['explained']):.0%} of the variance)",
+        title=f"Layer {int(layer)}, head {int(head)}: queries and keys of {len(sample)} images<br>"  # two short lines:
+        f"<sup>PCA, {sum(frame.attrs['explained']):.0%} of the variance</sup>",  # a Plotly title never wraps
     )
     figure.update_traces(marker=dict(size=5, opacity=0.7))
-    figure.update_layout(height=520, margin=dict(l=0, r=0, t=40, b=0))
+    figure.update_layout(height=520, margin=dict(l=0, r=0, t=60, b=0), title_font_size=14)
     event = st.plotly_chart(figure, on_select="rerun", selection_mode="points", key="dataset|qk_chart")
     points = drawing.chart_points(event)
     clicked = (points[0]["x"], points[0]["y"]) if points else None
@@ -127,5 +127,6 @@ def draw(index: DatasetIndex, colormap: str, alpha: float) -> None:
         image, box = shown_photo
         st.image(
             drawing.marked_thumbnail(image, (int(point.row), int(point.column)), index.grid, box, side=320),
-            caption=f"The {point.kind} of patch ({point.row}, {point.column}) of image {point.image} ({point.path})",
+            caption=f"The {point.kind} of patch ({point.row}, {point.column}) of image {point.image} "
+            f"({drawing.breakable(point.path)})",
         )

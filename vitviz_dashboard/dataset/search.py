@@ -40,7 +40,8 @@ def draw(index: DatasetIndex) -> None:
         with picture:
             thumbnail = drawing.marked_thumbnail(image, (int(row), int(col)), index.grid, box, side=512)
             click = click_picture(jpeg_data_uri(thumbnail), f"image {image_id}", key="dataset|search_click")
-            st.caption(f"Image {image_id} ({path}), patch ({row}, {col}). Click a patch to search for it.")
+            shown_path = drawing.breakable(path)
+            st.caption(f"Image {image_id} ({shown_path}), patch ({row}, {col}). Click a patch to search for it.")
         if click:  # the thumbnail is the photo made smaller evenly, so the click maps onto the photo's pixels
             clicked = overlays.patch_at(
                 click["x"], click["y"], (click["width"], click["height"]), image.size, index.grid, box
