@@ -52,7 +52,7 @@ def direct_relevance(eager, answer, token: int) -> np.ndarray:
 @pytest.mark.parametrize("token, block", [(0, None), (2, 3)])
 def test_relevance_equals_the_direct_rules(family, token, block, monkeypatch):
     """With the default block of rows, and with blocks of 3 rows (each re-formed block of attention has at most
-    RELEVANCE_BLOCK_ROWS query rows, never a whole layer's (T, T))."""
+    RELEVANCE_BLOCK_ROWS query rows, never a whole layer's (T, T)); the backward pass keeps no layer's attention."""
     vlm, eager, answer = family
     expected = direct_relevance(eager, answer, token)
     blocks = []
@@ -65,7 +65,19 @@ def test_relevance_equals_the_direct_rules(family, token, block, monkeypatch):
     monkeypatch.setattr(relevance_module, "row_probabilities", watched)
     if block is not None:
         monkeypatch.setattr(relevance_module, "RELEVANCE_BLOCK_ROWS", block)
-    row = relevance_row(answer, token)
+    length = answer.input_ids.shape[1]
+    square = {}  # what autograd keeps of (T, T) size, by storage: never a layer's attention, only shared masks
+
+    def keep(tensor):
+        if tensor.dim() >= 2 and tensor.shape[-2:] == (length, length):
+            square[tensor.data_ptr()] = tuple(tensor.shape)
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(keep, lambda tensor: tensor):
+        row = relevance_row(answer, token)
+    assert all(shape[:-2].numel() == 1 for shape in map(torch.Size, square.values())), square
+    # the mask transformers built (Gemma 3: a sliding-window one beside it), one for all the layers that use it
+    assert len(square) <= (2 if vlm.model_type == "gemma3" else 1), square
     assert row.dtype == np.float32 and row.shape == expected.shape
     np.testing.assert_allclose(row, expected, atol=1e-5, rtol=1e-5)
     image = image_relevance(answer, token)

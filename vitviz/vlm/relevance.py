@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from torch.utils.checkpoint import checkpoint
 
 from vitviz.vlm.answer import Answer
 from vitviz.vlm.errors import VLMError
@@ -37,10 +38,16 @@ class _Propagation:
         self.saved: dict[int, AttentionCall] = {}  # layer -> its call, detached, until its hook has run
         self.outputs: list[torch.Tensor] = []
         self.order: list[int] = []  # the layers in the order the backward pass reached them
+        self.mask: tuple[torch.Tensor, torch.Tensor] | None = None  # (a boolean mask, its additive form)
 
     def forward(self, call: AttentionCall) -> torch.Tensor:
-        """The layer's output (SDPA's), its inputs kept detached and a hook put on it."""
-        output = call.output()
+        """The layer's output (SDPA's), its inputs kept detached and a hook put on it. Soft-capped logits are
+        computed here block by block, whose probabilities autograd would keep for every layer: that output is
+        checkpointed (formed again in the backward pass, one layer at a time)."""
+        if call.softcap is None:
+            output = call.output(self.additive(call.attention_mask, call.query.dtype), replace_mask=True)
+        else:
+            output = checkpoint(call.output, use_reentrant=False)
         if not output.requires_grad:
             raise VLMError(f"layer {call.layer}'s attention output carries no gradient, so relevance cannot be formed")
         kept = AttentionCall(
@@ -59,6 +66,18 @@ class _Propagation:
         output.register_hook(lambda grad: self.backward(layer, grad))
         self.outputs.append(output)
         return output
+
+    def additive(self, mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+        """A boolean mask as one additive mask shared by the layers: SDPA's backward keeps the mask it was given,
+        and would otherwise keep a (T, T) float copy of a boolean one for every layer."""
+        if mask is None or mask.dtype != torch.bool:
+            return mask
+        if self.mask is None or self.mask[0] is not mask:
+            self.mask = (
+                mask,
+                torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min),
+            )
+        return self.mask[1]
 
     def backward(self, layer: int, grad: torch.Tensor) -> None:
         """v ← v + v Ā_l, with Ā_l's rows re-formed block by block where v is not zero."""
