@@ -240,6 +240,13 @@ def test_bad_questions_images_and_precisions_get_one_line(llava_folder):
     with pytest.raises(VLMError):
         vlm.answer(photo(), QUESTION, max_new_tokens=0)
     with pytest.raises(VLMError) as error:
+        vlm.answer(photo(), "what is <image> here ?")
+    assert "holds the image token '<image>'" in one_line(error)
+    with pytest.raises(VLMError) as error:
+        vlm.answer(photo(), QUESTION, answer="a <image> cat")
+    assert "the answer holds the image token" in one_line(error)
+    assert "Answer(question=" in repr(vlm.answer(photo(), QUESTION, answer="a cat"))[:20]
+    with pytest.raises(VLMError) as error:
         load_vlm(llava_folder, precision="fp8")
     assert "precision" in one_line(error)
     assert load_vlm(llava_folder, precision="bf16").dtype == torch.bfloat16

@@ -11,7 +11,7 @@ before answer token i (whose output predicts it), to the j-th image token in seq
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -41,8 +41,8 @@ class Answer:
     photo_size: tuple[int, int]  # (width, height) of the photo
     generated: bool  # True when the model generated the answer, False when it was given
     # what later methods need to run the model again
-    model: VLM
-    inputs: dict[str, torch.Tensor]  # the processor's outputs for the full sequence (prompt + answer)
+    model: VLM = field(repr=False)
+    inputs: dict[str, torch.Tensor] = field(repr=False)  # the processor's outputs for prompt + answer
     image_positions: np.ndarray  # int64 (N,): where the image tokens stand in the sequence
     sink: int  # position of the attention sink: the first token that is not an image token
     answer_start: int  # position of the first answer token

@@ -8,7 +8,9 @@ the recorded teacher-forced pass (``record``) that ``answer`` (answer.py) and la
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -138,6 +140,8 @@ class VLM:
         ids = self.tokenizer(answer, add_special_tokens=False)["input_ids"]
         if not ids:
             raise VLMError("the answer holds no token")
+        if self.image_token_id in ids:
+            raise VLMError("the answer holds the image token: an answer is text only")
         if len(ids) > MAX_ANSWER_TOKENS:
             raise VLMError(f"the answer has {len(ids):,} tokens, more than the {MAX_ANSWER_TOKENS:,} allowed")
         return list(ids)
@@ -152,6 +156,10 @@ class VLM:
             raise VLMError(
                 f"the question has {len(question):,} characters, more than the {MAX_QUESTION_CHARS:,} allowed"
             )
+        marks = {getattr(self.processor, "image_token", None), getattr(self.tokenizer, "image_token", None)}
+        held = sorted(mark for mark in marks if isinstance(mark, str) and mark in question)
+        if held:
+            raise VLMError(f"the question holds the image token {held[0]!r}: the image is placed by vitviz, not in it")
         if not self.family.chat_template:  # the processor adds its own (PaliGemma: bos, and a line break after)
             return self.processor.image_token + question
         messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}]
@@ -210,7 +218,7 @@ class VLM:
         first end-of-sequence token."""
         if not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
             raise VLMError(f"max_new_tokens must be from 1 to {MAX_NEW_TOKENS}; got {max_new_tokens}")
-        with torch.inference_mode():
+        with torch.inference_mode(), model_errors("generation"):
             output = self.model.generate(**inputs, do_sample=False, num_beams=1, max_new_tokens=max_new_tokens)
         new = output[0, inputs["input_ids"].shape[1] :].tolist()
         stops = set(end_tokens(self.model, self.tokenizer))
@@ -227,7 +235,7 @@ class VLM:
         record = Recording(rows, positions, layers, sink_position(image_positions), keep_rows)
         length = inputs["input_ids"].shape[1]
         keep = length - int(rows.min()) if rows.numel() else 1
-        with torch.inference_mode(), recording(record):
+        with torch.inference_mode(), recording(record), model_errors("the recorded pass"):
             output = self.model(**inputs, use_cache=False, logits_to_keep=keep)
         missing = record.missing_layers()
         if missing:
@@ -237,6 +245,17 @@ class VLM:
             )
         logits = output.logits[0, rows - (length - keep)].float() if rows.numel() else output.logits[0, :0].float()
         return record, logits
+
+
+@contextlib.contextmanager
+def model_errors(what: str) -> Iterator[None]:
+    """A library's error inside the model (out of memory, a shape the family cannot take) as one VLMError line."""
+    try:
+        yield
+    except VLMError:
+        raise
+    except (RuntimeError, ValueError, IndexError, TypeError) as error:
+        raise VLMError(f"the model failed in {what}: {type(error).__name__}: {error}") from None
 
 
 def sink_position(image_positions: np.ndarray) -> int:
