@@ -103,7 +103,16 @@ def test_relevance_with_frozen_weights(family):
             param.requires_grad_(flag)
 
 
-@pytest.mark.parametrize("token", [-1, 3, 1.5, True, None])
+def test_relevance_of_the_whole_answer_is_the_mean_over_its_tokens(family):
+    vlm, _, answer = family
+    if vlm.model_type not in ("llava", "qwen2_vl"):
+        pytest.skip("one decoder of each kind is enough")
+    rows = [relevance_row(answer, token) for token in range(len(answer.token_ids))]
+    np.testing.assert_allclose(relevance_row(answer, None), np.mean(rows, axis=0), atol=1e-6)
+    np.testing.assert_allclose(image_relevance(answer, None), np.mean(rows, axis=0)[answer.image_positions], atol=1e-6)
+
+
+@pytest.mark.parametrize("token", [-1, 3, 1.5, True, "0"])
 def test_bad_tokens_get_one_line(family, token):
     _, _, answer = family
     with pytest.raises(VLMError, match="answer token's index") as error:

@@ -23,6 +23,7 @@ from torch.utils.checkpoint import checkpoint
 
 from vitviz.vlm.answer import Answer
 from vitviz.vlm.errors import VLMError
+from vitviz.vlm.maps import answer_token
 from vitviz.vlm.passes import AttentionCall, intercepted
 from vitviz.vlm.recording import row_probabilities
 
@@ -108,12 +109,18 @@ class _Propagation:
         self.vector = self.vector + change
 
 
-def relevance_row(answer: Answer, token: int) -> np.ndarray:
+def relevance_row(answer: Answer, token: int | None) -> np.ndarray:
     """The row of Chefer et al.'s R for answer token ``token`` (its logit, at the position that predicts it):
-    float32 (T,) over every position of the sequence."""
-    count = len(answer.token_ids)
-    if isinstance(token, bool) or not isinstance(token, (int, np.integer)) or not 0 <= token < count:
-        raise VLMError(f"token must be an answer token's index, 0 to {count - 1}; got {token!r}")
+    float32 (T,) over every position of the sequence. ``token=None``: the mean of every answer token's row (one
+    backward pass each)."""
+    token = answer_token(answer, token)
+    if token is None:
+        rows = [_token_row(answer, index) for index in range(len(answer.token_ids))]
+        return np.mean(rows, axis=0, dtype=np.float64).astype(np.float32)
+    return _token_row(answer, token)
+
+
+def _token_row(answer: Answer, token: int) -> np.ndarray:
     vlm = answer.model
     inputs = answer.inputs
     length = int(inputs["input_ids"].shape[1])
@@ -139,7 +146,7 @@ def relevance_row(answer: Answer, token: int) -> np.ndarray:
     return propagation.vector.float().cpu().numpy()
 
 
-def image_relevance(answer: Answer, token: int) -> np.ndarray:
+def image_relevance(answer: Answer, token: int | None) -> np.ndarray:
     """Chefer et al.'s relevance of answer token ``token``'s logit over the image tokens: float32 (N,), in the
-    order of ``answer.image_token_grid``."""
+    order of ``answer.image_token_grid`` (``token=None``: the mean over the answer's tokens)."""
     return relevance_row(answer, token)[answer.image_positions]
