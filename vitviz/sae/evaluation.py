@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import sys
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -128,10 +129,11 @@ def table(rows: list[dict]) -> str:
     ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     against = "the labels" if all(row["labels"] for row in rows) else "the clean model's top class where unlabelled"
-    lines += [
-        "",
-        f"held-out tokens of the index; NMSE: saev's, SSE over the mean baseline's (= 1 - EV); dead: never fires;"
+    note = (
+        "Held-out tokens of the index. NMSE: saev's, SSE over the mean baseline's (= 1 - EV); dead: never fires;"
         f" dense: fires on more than {DENSE:.0%} of the tokens (saev); CE rec: ViT-Prisma's, cross-entropy against"
-        f" {against}, the block's patch tokens replaced or zeroed.",
-    ]
+        f" {against}, the block's patch tokens replaced or zeroed (above 1 when the reconstruction's is below the"
+        " clean model's)."
+    )
+    lines += ["", *textwrap.wrap(note, 110)]
     return "\n".join(lines)
