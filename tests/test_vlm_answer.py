@@ -319,3 +319,16 @@ def test_sliding_windows_and_soft_capped_logits_equal_eager(family, text, tmp_pa
     np.testing.assert_allclose(answer.image_attention, rows[..., answer.image_positions], atol=1e-5, rtol=0)
     first_layer = answer.image_attention[:, 0].sum(-1)  # layer 0 slides: the last rows see no image token
     assert first_layer[-1].max() == 0 and answer.image_attention[-1, 1].sum() > 0
+
+
+def test_sharded_weights_load_and_a_hostile_index_is_refused_unread(llava_folder, tmp_path):
+    folder = copy_folder(llava_folder, tmp_path / "sharded", drop=["model.safetensors"])
+    AutoModelForImageTextToText.from_pretrained(llava_folder).save_pretrained(folder, max_shard_size="300KB")
+    assert len(list(folder.glob("model-*.safetensors"))) > 1
+    assert load_vlm(folder).answer(photo(), QUESTION, answer="a cat").image_attention.shape[0] == 2
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    index["weight_map"] = {f"w{i}": "model-00001.safetensors" for i in range(100_000)}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(VLMError) as error:
+        load_vlm(folder)
+    assert "100,000 weights" in one_line(error) and "no shard was read" in one_line(error)
