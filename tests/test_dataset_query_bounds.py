@@ -207,6 +207,11 @@ def test_duckdb_settings_in_the_query_process(index):
     assert spill.parent.name.startswith("vitviz-query-")  # made by the caller with tempfile, for this process only
     assert stat.S_IMODE(os.stat(spill.parent).st_mode) == 0o700
     assert row["spill_max"].split()[0] != "0"
+    # DuckDB lets a query read its own spill folder (only its own spill files are there), nothing around it
+    with pytest.raises(QueryError, match="outside the index"):
+        index.query(f"SELECT * FROM glob('{spill.parent}/*')")
+    with pytest.raises(QueryError, match="outside the index"):
+        index.query(f"SELECT * FROM read_text('{spill.parent.parent}/*')")
     with pytest.raises(QueryError, match="only SELECT"):
         index.query("SET memory_limit = '100GB'")
     with pytest.raises(QueryError, match="outside the index"):
