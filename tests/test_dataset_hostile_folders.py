@@ -391,6 +391,18 @@ CASES = {
         r"000000: the manifest's files for this shard are not the index's \(missing: activations-block00; "
         r"not of this index: activations-block000\.",
     ),
+    "a manifest in another encoding": (
+        lambda f: (f / "manifest.json").write_bytes((f / "manifest.json").read_text().encode("utf-16")),
+        r"manifest.json: is not valid JSON \('utf-8' codec can't decode",
+    ),
+    "a manifest that is a named pipe": (
+        lambda f: ((f / "manifest.json").unlink(), os.mkfifo(f / "manifest.json")),
+        r"manifest.json: is not a regular file",
+    ),
+    "an images.parquet that is a named pipe": (
+        lambda f: ((f / "shards/000002/images.parquet").unlink(), os.mkfifo(f / "shards/000002/images.parquet")),
+        r"000002/images.parquet: is not a regular file",
+    ),
     "a symlink to an array outside the folder": (
         lambda f: outside_link(f, "shards/000000/rollout.npy"),
         r"000000/rollout.npy: is a symlink to a place outside the index folder",

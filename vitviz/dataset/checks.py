@@ -15,6 +15,7 @@ Opening an index runs the first three; they read headers and footers, never the 
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import os
 import re
@@ -77,8 +78,8 @@ def _int(where: object, name: str, value: object, low: int, high: int) -> int:
 
 
 def inside(folder: Path, path: Path) -> os.stat_result:
-    """``path``'s stat when it is a regular file or folder inside ``folder`` (a real path): a symlink is followed
-    only when it stays inside. The caller checks every parent below ``folder`` the same way."""
+    """``path``'s stat (of what a symlink names, when it stays inside ``folder``, a real path), or a refusal when
+    it is missing, unreadable or a symlink out. The caller checks every parent below ``folder`` the same way."""
     try:
         info = os.lstat(path)
         if stat.S_ISLNK(info.st_mode):
@@ -104,14 +105,15 @@ def read_manifest_text(folder: Path) -> dict:
     try:
         with open(path, "rb") as f:
             data = f.read(MAX_MANIFEST_BYTES + 1)
-        if len(data) > MAX_MANIFEST_BYTES:
-            raise _refuse(path, f"is more than a manifest's {MAX_MANIFEST_BYTES:,} bytes")
-        import json
-
+    except OSError as error:
+        raise _refuse(path, f"cannot be read ({error.strerror or error})") from None
+    if len(data) > MAX_MANIFEST_BYTES:  # it grew since its size was read
+        raise _refuse(path, f"is more than a manifest's {MAX_MANIFEST_BYTES:,} bytes")
+    try:
         manifest = json.loads(data.decode("utf-8"))
     except RecursionError:
         raise _refuse(path, "nests lists or objects thousands deep: it was made by hand or damaged") from None
-    except (OSError, UnicodeDecodeError, ValueError) as error:  # ValueError: bad JSON, an int of 5,000 digits
+    except ValueError as error:  # bad JSON, bad UTF-8, an integer of 5,000 digits
         problem = str(error).splitlines()[0][:200] if str(error) else type(error).__name__
         raise _refuse(path, f"is not valid JSON ({problem}): it was damaged or edited by hand") from None
     _check_nesting(path, manifest)
