@@ -24,7 +24,7 @@ from vitviz.dataset import IndexFormatError, search
 from vitviz.dataset.checks import MAX_MANIFEST_BYTES, sha256_file
 from vitviz.dataset.command import main
 
-SECONDS = 90  # a case's process must end within this (opening and reading a 13-image index takes about 5 s)
+SECONDS = 90  # a case's process must end within this (it opens and reads the 13-image index in about 1 s)
 PEAK_BYTES = 1536 << 20  # and peak below 1.5 GB resident (torch, DuckDB and FAISS loaded take about 1 GB)
 ADDRESS_SPACE = 12 << 30  # a failed guard fails fast instead of taking the machine's memory
 
