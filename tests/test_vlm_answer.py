@@ -332,3 +332,12 @@ def test_sharded_weights_load_and_a_hostile_index_is_refused_unread(llava_folder
     with pytest.raises(VLMError) as error:
         load_vlm(folder)
     assert "100,000 weights" in one_line(error) and "no shard was read" in one_line(error)
+
+
+def test_an_answer_that_ends_at_once_has_no_tokens_and_empty_arrays(llava_folder, monkeypatch):
+    vlm = load_vlm(llava_folder)
+    monkeypatch.setattr(vlm, "generate", lambda inputs, max_new_tokens: [])  # the first token generated is the end
+    answer = vlm.answer(photo(), QUESTION)
+    assert answer.token_ids == [] and answer.text == "" and answer.logprobs.shape == (0,)
+    assert answer.image_attention.shape == (0, vlm.num_layers, vlm.num_heads, len(answer.image_positions))
+    assert answer.image_share.shape == (0, vlm.num_layers, vlm.num_heads)
