@@ -100,10 +100,11 @@ class Worker:
         """Send one query, wait for its answer while watching the child's memory and time: a DataFrame, or raises."""
         self.connection.send(request)
         started, stop_sent = time.monotonic(), None
-        ceiling = self.baseline_mb + limits.memory_mb
+        ceiling, highest = self.baseline_mb + limits.memory_mb, 0.0
         while not self.connection.poll(POLL_SECONDS):
             now = time.monotonic()
-            if _resident_mb(self.process.pid) > ceiling:
+            highest = max(highest, _resident_mb(self.process.pid))
+            if highest > ceiling:
                 self.close()
                 raise QueryStopped(limits.memory_message(), "memory")
             if running.stop_requested.is_set() and stop_sent is None:
@@ -119,9 +120,12 @@ class Worker:
                 break
         try:
             kind, value = self.connection.recv()
-        except (EOFError, OSError):  # the child died: DuckDB could not allocate, or something killed it
+        except (EOFError, OSError):  # the child died: near the limit, it could not allocate; else something killed it
+            code = self.process.poll()
             self.close()
-            raise QueryStopped(limits.memory_message(), "memory") from None
+            if highest > ceiling * 0.8:
+                raise QueryStopped(limits.memory_message(), "memory") from None
+            raise QueryError(f"the query process ended unexpectedly (exit status {code}); try again") from None
         if kind == "ok":
             return value
         if kind == "time":

@@ -64,7 +64,9 @@ def _answer(request: dict, connections: dict, temporary: str, control: Connectio
             outcome["answer"] = ("memory", None)
         except duckdb.PermissionException as error:
             outcome["answer"] = ("permission", str(error))
-        except (duckdb.Error, MemoryError, OverflowError) as error:
+        except MemoryError:
+            outcome["answer"] = ("memory", None)
+        except Exception as error:  # noqa: BLE001 - DuckDB's or pandas' refusal, sent back as one line
             outcome["answer"] = ("error", f"{type(error).__name__}: {error}".splitlines()[0])
 
     def interrupt(why: str) -> None:
@@ -102,7 +104,11 @@ def _serve(fd: int, temporary: str) -> None:
         except (EOFError, OSError):  # the caller has gone
             return
         if isinstance(request, dict):
-            control.send(_answer(request, connections, temporary, control))
+            answer = _answer(request, connections, temporary, control)
+            try:
+                control.send(answer)
+            except Exception as error:  # noqa: BLE001 - a result that pickle cannot carry
+                control.send(("error", f"the result cannot be sent back ({type(error).__name__}: {error})"))
 
 
 if __name__ == "__main__":
