@@ -10,7 +10,8 @@ from PIL import Image
 from streamlit.testing.v1 import AppTest
 from tiny_vlms import tiny_vlm_folder
 
-from vitviz.vlm import image_relevance, load_vlm
+from vitviz.vlm import image_relevance, load_vlm, token_attention
+from vitviz.vlm.knockout import answer_logprob
 from vitviz.vlm.lens import logit_lens
 from vitviz_dashboard.ask.inputs import (
     GIVEN,
@@ -101,6 +102,17 @@ def test_the_page_answers_and_shows_where_each_token_looks(folder, monkeypatch):
     assert captions(at)[0] == f"Attention of token {last} on the image, layers 0 to 1, the heads' mean"
     assert at.get("image")[0].proto.imgs[0].url != first_map
     np.testing.assert_allclose(share_curve(at), expected.image_share[last].mean(axis=1), atol=1e-6)
+
+
+def test_a_given_answer_its_lens_and_relevance(folder, monkeypatch):
+    at = press_ask(ask_app(folder, monkeypatch, given="a red cat"))
+    assert not at.error
+    assert at.get("button_group")[0].options == ["all tokens", "a", "red", "cat"]
+    assert "the answer given (teacher-forced), 3 tokens" in at.caption[0].value
+    expected = load_vlm(folder).answer(photo(), QUESTION_TEXT, answer="a red cat")
+    last = 2
+    at.session_state[TOKEN] = last
+    checked(at.run())
     # the logit lens at the last layer: the table counts each image token's top word
     lens = logit_lens(expected, 2, 5)
     counts = {word: int((lens.words[:, 0] == word).sum()) for word in set(lens.words[:, 0])}
@@ -115,11 +127,23 @@ def test_the_page_answers_and_shows_where_each_token_looks(folder, monkeypatch):
     np.testing.assert_allclose(kept("token_relevance")[0], image_relevance(expected, last), rtol=1e-5, atol=1e-7)
 
 
-def test_a_given_answer_is_teacher_forced(folder, monkeypatch):
+def test_the_knockout_curves_of_the_map_shown_on_demand(folder, monkeypatch):
     at = press_ask(ask_app(folder, monkeypatch, given="a red cat"))
-    assert not at.error
-    assert at.get("button_group")[0].options == ["all tokens", "a", "red", "cat"]
-    assert "the answer given (teacher-forced), 3 tokens" in at.caption[0].value
+    expected = load_vlm(folder).answer(photo(), QUESTION_TEXT, answer="a red cat")
+    assert captions(at)[0] == "Attention of token 0 on the image, layers 0 to 1, the heads' mean"
+    assert not [f for f in figures(at) if f["layout"]["yaxis"]["title"]["text"] == "the answer's log-probability"]
+    at.button(key="ask|knockout").click()
+    checked(at.run())
+    [figure] = [f for f in figures(at) if f["layout"]["yaxis"]["title"]["text"] == "the answer's log-probability"]
+    # each curve starts at the intact answer's log-probability and ends, 90 % of the image tokens removed in the
+    # map's order, where one direct pass with those tokens knocked out ends (each step is such a pass)
+    scores = token_attention(expected, 0)
+    removed = round(0.9 * len(scores))
+    for trace, ranking in zip(figure["data"], (np.argsort(-scores, kind="stable"), np.argsort(scores, kind="stable"))):
+        curve = values(trace["y"])
+        assert len(curve) == 10 and curve[0] == pytest.approx(float(expected.logprobs.sum()), abs=1e-4)
+        assert curve[-1] == pytest.approx(answer_logprob(expected, ranking[:removed]), abs=1e-5)
+    assert [t["name"].split(" (area ")[0] for t in figure["data"]] == ["most relevant first", "least relevant first"]
 
 
 def test_bad_input_gets_one_line_and_the_page_goes_on(folder, monkeypatch, tmp_path):

@@ -84,6 +84,16 @@ def map_controls(answer: Answer, token: int | None) -> MapChoice:
     )
 
 
+def map_caption(token: int | None, choice: MapChoice) -> str:
+    """What the map shows, in words (its caption; the knock-out curve names its map by it)."""
+    what = "the whole answer" if token is None else f"token {token}"
+    if choice.kind == "relevance":
+        return f"Relevance of {what} (Chefer et al. 2021b, every layer)"
+    first, last = choice.layers
+    head = "the heads' mean" if choice.head is None else f"head {choice.head}"
+    return f"Attention of {what} on the image, layers {first} to {last}, {head}"
+
+
 def map_values(key: AnswerKey, answer: Answer, token: int | None, choice: MapChoice) -> np.ndarray | None:
     """The chosen map's value per image token (N,); None for relevance of the whole answer (relevance is per token)."""
     if choice.kind == "attention":
@@ -111,14 +121,7 @@ def draw_map(
     if np.isnan(raster).all():
         st.info("This tile covers no pixel of the photo.")
         return None
-    what = "the whole answer" if token is None else f"token {token}"
-    if choice.kind == "attention":
-        first, last = choice.layers
-        head = "the heads' mean" if choice.head is None else f"head {choice.head}"
-        caption = f"Attention of {what} on the image, layers {first} to {last}, {head}"
-    else:
-        caption = f"Relevance of {what} (Chefer et al. 2021b, every layer)"
-    st.image(map_over_photo(photo, raster, colormap, alpha), caption=caption, width="stretch")
+    st.image(map_over_photo(photo, raster, colormap, alpha), caption=map_caption(token, choice), width="stretch")
     seen = raster[~np.isnan(raster)]
     st.image(
         colour_bar(colormap),

@@ -12,8 +12,9 @@ from vitviz.render.answers import map_over_photo, map_raster
 from vitviz.vlm import Answer, VLMError
 from vitviz_dashboard.ask.downloads import draw_downloads
 from vitviz_dashboard.ask.inputs import model_inputs, question_inputs, question_problem
+from vitviz_dashboard.ask.knockout import draw_knockout
 from vitviz_dashboard.ask.lens import draw_lens
-from vitviz_dashboard.ask.maps import display_controls, draw_map, map_controls
+from vitviz_dashboard.ask.maps import display_controls, draw_map, map_caption, map_controls
 from vitviz_dashboard.ask.shares import draw_shares
 from vitviz_dashboard.ask.tokens import pick_token
 from vitviz_dashboard.cache.pictures import display_photo
@@ -67,6 +68,7 @@ def ask_page() -> None:
     with right:
         draw_shares(answer, token, choice.head)
     draw_lens(key, answer, photo, token, colormap, alpha)
+    draw_knockout(key, answer, shown, map_caption(token, choice))
     picture = (
         None
         if shown is None

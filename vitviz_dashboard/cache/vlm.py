@@ -3,7 +3,7 @@
 Keys follow results.py's convention with the VLM's own typed keys: ``VLMKey`` (the spec as checked and the precision)
 fixes the model, ``AnswerKey`` (the model's key, the photo's digest, the question, a given answer, the token limit)
 fixes an answer. The model is kept by Streamlit's resource cache (two at most: loading one again takes seconds to
-minutes); answers, relevance, the logit lens and knock-out curves live in budget.STORE, bounded in bytes, and are
+minutes); answers, relevance, the logit lens and the knock-out curves live in budget.STORE, bounded in bytes, and are
 passed unhashed (``_model``, ``_answer``, ``_photo``) since their keys fix them.
 """
 
@@ -16,6 +16,7 @@ import streamlit as st
 from PIL import Image
 
 from vitviz.vlm import VLM, Answer, image_relevance, load_vlm
+from vitviz.vlm.knockout import KnockoutCurve, knockout_curves
 from vitviz.vlm.lens import LensWords, logit_lens
 from vitviz_dashboard.cache.budget import kept
 
@@ -63,3 +64,10 @@ def token_relevance(key: AnswerKey, token: int, *, _answer: Answer) -> np.ndarra
 def lens_words(key: AnswerKey, layer: int, k: int, *, _answer: Answer) -> LensWords:
     """The logit lens's top-``k`` words of every image token at hidden state ``layer``."""
     return logit_lens(_answer, layer, k)
+
+
+@kept(spinner="Knocking image tokens out of the answer's view, step by step...")
+def knockout(key: AnswerKey, scores: np.ndarray, *, _answer: Answer) -> dict[str, KnockoutCurve]:
+    """The answer's log-probability as image tokens are knocked out in the order of ``scores`` (the map shown, one
+    value per image token), most relevant first and least relevant first; keyed by the map's values."""
+    return knockout_curves(_answer, scores)
