@@ -143,3 +143,14 @@ def test_a_frame_follows_resize_crop_and_pad():
 def test_other_model_types_are_refused_with_the_supported_ones():
     with pytest.raises(VLMError, match="not supported; supported types: .*llava.*qwen2_vl"):
         family_for("blip-2")
+
+
+def test_llava_with_the_full_feature_strategy_keeps_the_cls_token_first_outside_the_grid(tmp_path):
+    from tiny_vlms import make_tiny_vlm
+
+    vlm = load_vlm(make_tiny_vlm("llava", tmp_path / "full", vision_feature_select_strategy="full"))
+    answer = vlm.answer(grey(70, 50), QUESTION, answer="a cat")
+    (tile,) = answer.tiles
+    assert len(answer.image_positions) == tile.count + 1
+    assert answer.image_token_grid[0].tolist() == [0, -1, -1]
+    assert answer.image_token_grid[1:].tolist() == tile.token_grid(0).tolist()
