@@ -176,6 +176,8 @@ def run_query(request: dict, limits: QueryLimits, running: RunningQuery, keep: i
             worker.close()
         raise
     finally:
+        if worker.alive() and _resident_mb(worker.process.pid) > worker.baseline_mb + limits.memory_mb / 4:
+            worker.close()  # it kept much of a big query's memory: the next query starts from a fresh one
         if worker.alive():
             with _idle_lock:
                 if len(_idle) < keep:
