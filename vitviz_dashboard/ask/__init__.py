@@ -6,5 +6,6 @@ tokens.py        the answer as clickable tokens (st.pills)
 maps.py          the chosen token's attention or relevance over the photo: layers, head, tile; colormap, opacity
 shares.py        the image-share chart per layer: image, text, first token
 lens.py          the logit lens on the image tokens at a chosen layer
+knockout.py      the knock-out curve of the map shown, on demand (a button)
 downloads.py     answer.json, attention.npz and the map's PNG
 """
