@@ -136,10 +136,13 @@ class DatasetIndex:
 
         if len(sql) > MAX_SQL:
             raise QueryError(f"the query is {len(sql):,} characters long; at most {MAX_SQL:,} are read")
+        parser = self._connection.cursor()  # a cursor per call: sessions share the index, and so its connection
         try:
-            statements = self._connection.extract_statements(sql)
+            statements = parser.extract_statements(sql)
         except duckdb.Error as error:
             raise QueryError(f"the query does not parse: {error}") from None
+        finally:
+            parser.close()
         if len(statements) != 1:
             raise QueryError(f"give exactly one SELECT statement; got {len(statements)}")
         kind = statements[0].type
