@@ -11,10 +11,11 @@ from __future__ import annotations
 from pathlib import Path, PurePosixPath
 
 from vitviz.loading.download import PROGRESS_BAR, REPO_ID, cache_folder, hub_error, hub_reachable, offline_by_setting
+from vitviz.loading.specs import HUB_PREFIX
 from vitviz.model.config import clip_text
 from vitviz.sae.errors import SAEFormatError
 
-PREFIX = "hf:"
+PREFIX = HUB_PREFIX  # "hf:", as for models
 ROOT_FILES = [  # the files an SAE at a repository's root is made of, in every format vitviz reads
     "sae.pt",
     "manifest.jsonl",
