@@ -5,6 +5,7 @@ settings (memory, threads, a private spill folder) as the query process has them
 
 import json
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -193,6 +194,32 @@ def test_the_server_cap_holds_further_queries(index, monkeypatch):
     index.stop()
     thread.join(30)
     assert waiting.query("SELECT 1 AS one")["one"][0] == 1  # the slot is free again
+
+
+def query_processes() -> list[int]:
+    """The process ids of this process's query processes (children running sandbox_child.py)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            command = (entry / "cmdline").read_bytes()
+        except (OSError, ValueError, IndexError):
+            continue
+        if parent == os.getpid() and b"sandbox_child.py" in command:
+            found.append(int(entry.name))
+    return found
+
+
+def test_a_query_process_killed_from_outside_is_not_taken_for_a_limit(index):
+    thread, box = in_thread(lambda: index.query(SLOW))
+    wait_running(index)
+    time.sleep(0.5)
+    for pid in query_processes():
+        os.kill(pid, signal.SIGKILL)
+    thread.join(30)
+    error = box.get("error")
+    assert type(error) is QueryError and "ended unexpectedly" in str(error), box
+    assert index.query("SELECT 3 AS three")["three"][0] == 3  # a fresh query process answers
 
 
 def test_duckdb_settings_in_the_query_process(index):
