@@ -102,6 +102,12 @@ def test_the_page_answers_and_shows_where_each_token_looks(folder, monkeypatch):
     assert captions(at)[0] == f"Attention of token {last} on the image, layers 0 to 1, the heads' mean"
     assert at.get("image")[0].proto.imgs[0].url != first_map
     np.testing.assert_allclose(share_curve(at), expected.image_share[last].mean(axis=1), atol=1e-6)
+    # one layer and one head: the map's caption says so, the chart follows the head
+    at.slider(key="ask|layers").set_value((1, 1))
+    at.selectbox(key="ask|head").set_value(2)
+    checked(at.run())
+    assert captions(at)[0] == f"Attention of token {last} on the image, layers 1 to 1, head 2"
+    np.testing.assert_allclose(share_curve(at), expected.image_share[last][:, 2], atol=1e-6)
 
 
 def test_a_given_answer_its_lens_and_relevance(folder, monkeypatch):
