@@ -54,10 +54,10 @@ def main() -> None:
         ours = vitviz.from_timm(fused)
         pixels = torch.randn(1, 3, args.size, args.size)
         runs = {
-            "timm fused": lambda: fused(pixels),
-            "timm unfused": lambda: unfused(pixels),
-            "vitviz": lambda: ours(pixels),
-            "vitviz with attentions": lambda: ours(pixels, output_attentions=True),
+            "timm fused": lambda fused=fused, pixels=pixels: fused(pixels),
+            "timm unfused": lambda unfused=unfused, pixels=pixels: unfused(pixels),
+            "vitviz": lambda ours=ours, pixels=pixels: ours(pixels),
+            "vitviz with attentions": lambda ours=ours, pixels=pixels: ours(pixels, output_attentions=True),
         }
         times = {key: [] for key in runs}
         with torch.inference_mode():

@@ -25,7 +25,7 @@ from vitviz.render import overlays
 from vitviz.render.features import paint_patches
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import median_seconds, parser, save  # noqa: E402
+from common import median_seconds, parser, save
 
 PHOTOS = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "photos"
 

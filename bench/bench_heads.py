@@ -19,7 +19,7 @@ from vitviz import explain
 from vitviz.model import ViT, ViTConfig, autocast
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import median_seconds, parser, save  # noqa: E402
+from common import median_seconds, parser, save
 
 
 def main() -> None:
@@ -39,7 +39,7 @@ def main() -> None:
                 results[f"forward_{precision}_s"] = median_seconds(lambda: model(pixels), args.repeats * 3)
     for precision in ("fp32", "bf16"):
         results[f"head_importance_{precision}_s"] = median_seconds(
-            lambda: explain.head_importance(model, pixels, precision=precision), args.repeats
+            lambda precision=precision: explain.head_importance(model, pixels, precision=precision), args.repeats
         )
     results["logit_attribution_s"] = median_seconds(
         lambda: explain.direct_logit_attribution(model, pixels), args.repeats

@@ -34,10 +34,10 @@ import vitviz
 import vitviz.loading.download
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-import test_import_huggingface as hf_tests  # noqa: E402
-from hub_cache import cached_snapshot  # noqa: E402
-from test_import_timm import FAMILIES, compare  # noqa: E402
-from tiny_models import perturbed  # noqa: E402  the tests' references, not a copy
+import test_import_huggingface as hf_tests
+from hub_cache import cached_snapshot
+from test_import_timm import FAMILIES, compare
+from tiny_models import perturbed  # the tests' references, not a copy
 
 B_SIZED = [  # (pretrained name, creation arguments for the forward comparison at 224)
     ("vit_base_patch16_224.augreg2_in21k_ft_in1k", {}),

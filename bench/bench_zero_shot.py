@@ -21,9 +21,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from tiny_text import clip_folder, siglip_folder  # noqa: E402
+from tiny_text import clip_folder, siglip_folder
 
-import vitviz  # noqa: E402
+import vitviz
 
 PROMPTS = ["a photo of a dog", "a photo of a cat", "a red car on the road", "the moon"]
 

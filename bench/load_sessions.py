@@ -23,7 +23,7 @@ from pathlib import Path
 import common  # bench/common.py
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from browser_harness import run_sessions, streamlit_server  # noqa: E402
+from browser_harness import run_sessions, streamlit_server
 
 
 def main(argv: list[str] | None = None) -> dict:

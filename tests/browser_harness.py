@@ -155,7 +155,7 @@ def streamlit_server(folder: Path, env: dict[str, str] | None = None, start_time
                 if time.monotonic() > deadline or process.poll() is not None:
                     raise RuntimeError(
                         "streamlit did not start: " + (folder / "server.log").read_text(errors="replace")
-                    )
+                    ) from None
                 time.sleep(0.5)
         yield Server(f"http://127.0.0.1:{port}", process, counts_file)
     finally:
@@ -310,7 +310,7 @@ async def _act_and_wait(page, action, timeout_ms: int, done: str | None = None, 
     await action()
     try:
         await page.wait_for_function(_RUN_FINISHED, arg=done, timeout=timeout_ms)
-    except Exception as error:
+    except Exception as error:  # a session that breaks is a finding, not a crash of the run
         state = await page.evaluate("""() => [window.__vitvizRunSeen,
             document.querySelector("[data-testid='stApp']").getAttribute("data-test-script-state")]""")
         raise TimeoutError(f"no finished run after {what} (run seen, state: {state})") from error
@@ -360,7 +360,7 @@ async def _choose(page, label: str, option: str, attempts: int = 3) -> None:
         try:
             await page.get_by_role("option", name=option, exact=True).click(timeout=10_000)
             return
-        except Exception:  # noqa: BLE001 - the list did not open in time: close it, try again
+        except Exception:  # the list did not open in time: close it, try again
             if attempt == attempts - 1:
                 raise
             await page.keyboard.press("Escape")
@@ -399,7 +399,7 @@ async def _one_session(
                 for target in (previous, name):
                     await _act_and_wait(
                         page,
-                        lambda: _choose(page, "Image", target),
+                        lambda target=target: _choose(page, "Image", target),
                         timeout_ms,
                         f"{target}, {IMAGE_SIZE[0]}x{IMAGE_SIZE[1]}",
                         f"choosing {target}",
@@ -407,7 +407,7 @@ async def _one_session(
                     report.control_changes += 1
             report.problems += [f"session {index}: {text[:300]}" for text in await _problems(page)]
             upload += 1
-    except Exception as error:  # noqa: BLE001 - a session that breaks is a finding, not a crash of the run
+    except Exception as error:
         report.problems.append(f"session {index}: {type(error).__name__}: {str(error)[:300]}")
     finally:
         await context.close()
@@ -491,7 +491,7 @@ def choose(page, label: str, option: str, attempts: int = 3) -> None:
         try:
             page.get_by_role("option", name=option, exact=True).click(timeout=10_000)
             return
-        except Exception:  # noqa: BLE001 - the list did not open in time
+        except Exception:  # the list did not open in time
             if attempt == attempts - 1:
                 raise
             page.keyboard.press("Escape")

@@ -53,7 +53,7 @@ def download(page, button: str, attempts: int = 3):
             with page.expect_download(timeout=30_000) as started:
                 page.get_by_role("button", name=button).click()
             return started.value
-        except Exception:  # noqa: BLE001 - no download began
+        except Exception:  # no download began
             if attempt == attempts - 1:
                 raise
 

@@ -68,7 +68,7 @@ def test_the_parts_sum_to_the_logit_of_converted_timm_models(name, kwargs):
     assert_sums_to_the_logit(model, torch.randn(2, 3, *size))
 
 
-def test_a_clip_prompt_head_is_read_with_its_normalisation_frozen(tmp_path, offline):  # noqa: F811
+def test_a_clip_prompt_head_is_read_with_its_normalisation_frozen(tmp_path, offline):
     _, _, folder = clip_folder(tmp_path / "clip")
     model = vitviz.zero_shot(vitviz.load_model(str(folder)), ["a dog", "a cat", "the moon"], cache_dir=tmp_path)
     assert_sums_to_the_logit(model, torch.randn(2, 3, 32, 32))

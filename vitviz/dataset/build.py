@@ -149,7 +149,7 @@ def sample_projection(model: ViT, source: Source, options: IndexOptions, out: Pa
     ):
         try:
             pixels.append(model.transform(load_image(entry.read())))
-        except Exception:  # noqa: BLE001, S112 - unreadable files are recorded by the pass; the sample skips them
+        except Exception:  # unreadable files are recorded by the pass; the sample skips them
             continue
     if not pixels:
         raise ImageError("no readable image among the first ones, so there is nothing to fit the PCA on")

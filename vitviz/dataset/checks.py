@@ -442,7 +442,7 @@ def _check_rows(path: Path, count: int) -> None:
 
     try:
         rows = pq.read_metadata(path).num_rows
-    except Exception as error:  # noqa: BLE001 - any failure of pyarrow to read a footer means a damaged file
+    except Exception as error:  # any failure of pyarrow to read a footer means a damaged file
         raise _refuse(path, f"is not a readable Parquet file ({str(error)[:120]})") from None
     if rows != count:
         raise _refuse(path, f"holds {rows} rows, the manifest says the shard has {count} images")

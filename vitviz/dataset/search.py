@@ -169,7 +169,7 @@ def load(path: Path, dimension: int, vectors: int):
         faiss.set_deserialization_loop_limit(LOOP_LIMIT)
         try:
             index = faiss.read_index(str(path), faiss.IO_FLAG_MMAP)  # the vectors stay on disk until touched
-        except Exception as error:  # noqa: BLE001 - FAISS raises RuntimeError, MemoryError, bare AssertionError
+        except Exception as error:  # FAISS raises RuntimeError, MemoryError, bare AssertionError
             first = (str(error).strip().splitlines() or [type(error).__name__])[0]
             reason = first.rsplit("Error: ", 1)[-1][:160]  # FAISS's message without its C++ source path
             problem = f"{path} is not a readable FAISS index ({reason}); index the dataset again"

@@ -135,7 +135,7 @@ def _table_source(path: Path, path_column: str, label_column: str, label_require
 
     try:
         table = pd.read_csv(path) if path.suffix.lower() == ".csv" else pd.read_parquet(path)
-    except Exception as error:  # noqa: BLE001 - pandas raises many kinds for a bad file
+    except Exception as error:  # pandas raises many kinds for a bad file
         raise SourceError(f"{path} could not be read as a table: {error}") from None
     if path_column not in table.columns:
         raise SourceError(
@@ -194,7 +194,7 @@ def _saved_dataset_source(folder: Path, split: str | None, label_column: str | N
 
     try:
         dataset = datasets.load_from_disk(str(folder))
-    except Exception as error:  # noqa: BLE001 - whatever datasets raises, said in one message
+    except Exception as error:  # whatever datasets raises, said in one message
         raise SourceError(f"{folder} could not be opened with datasets.load_from_disk: {error}") from None
     if isinstance(dataset, datasets.DatasetDict):
         if split is None and len(dataset) > 1:
@@ -238,7 +238,7 @@ def _hub_source(dataset_id: str, split: str | None, label_column: str | None) ->
     try:
         stream = datasets.load_dataset(dataset_id, split=split, streaming=True)
         features = stream.features
-    except Exception as error:  # noqa: BLE001 - offline, unknown id, no such split...
+    except Exception as error:  # offline, unknown id, no such split...
         raise SourceError(
             f"could not stream the Hugging Face dataset {dataset_id!r} (split {split!r}): {error}; "
             "on a machine without the network, save it with datasets.save_to_disk elsewhere and "
@@ -270,5 +270,5 @@ def read_entry(entry: Entry) -> tuple[bytes | None, str | None]:
     """The entry's bytes, or None and why they could not be read."""
     try:
         return entry.read(), None
-    except Exception as error:  # noqa: BLE001 - a vanished file, a corrupt zip member, a broken row: never fatal
+    except Exception as error:  # a vanished file, a corrupt zip member, a broken row: never fatal
         return None, f"unreadable: {type(error).__name__}: {error}"

@@ -72,7 +72,7 @@ def class_embeddings(
         chunk = _read(chunk_file) if chunk_file is not None and chunk_file.is_file() else None
         if chunk is None or chunk.shape[0] != len(names):
             before = start * plan.per_class  # prompts done before this chunk: progress is reported after every batch
-            step = (lambda done: progress(before + done, total)) if progress else None
+            step = (lambda done, before=before: progress(before + done, total)) if progress else None
             chunk = _embed_classes(tower, names, plan.templates, step)
             if chunk_file is not None:
                 _write(chunk, chunk_file)

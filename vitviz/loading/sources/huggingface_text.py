@@ -69,7 +69,9 @@ def _check_text_config(state_dict: Mapping[str, torch.Tensor], config: dict, sou
         whole = (transformers.CLIPConfig if kind == "clip" else transformers.SiglipConfig).from_dict(dict(config))
         sizes = {name: getattr(whole.text_config, name) for name in _TEXT_SIZES}
     except Exception as error:  # transformers' own checks of the config's values
-        raise ModelLoadError(f"{source}: its text_config does not describe a {kind} text tower ({describe(error)})")
+        raise ModelLoadError(
+            f"{source}: its text_config does not describe a {kind} text tower ({describe(error)})"
+        ) from None
     bad = [
         name
         for name, value in sizes.items()
