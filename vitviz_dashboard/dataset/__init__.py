@@ -1,6 +1,7 @@
 """The Dataset page: an index made by `vitviz index` (docs/dataset-index.md), browsed, queried and compared.
 
     page.py           dataset_page(): the folder in the sidebar, then one tab per view (only the open one runs)
+    page_keys.py      the session-state keys that several of its modules set (the open tab, the folder, ...)
     opening.py        opening a typed index folder (the allowed folders, a message for each bad folder), the photos
                       behind it, the index's model, and opening an image in the Photo page
     indexing.py       indexing a small folder from the page (the command's code, with a progress bar), or the
@@ -16,6 +17,10 @@
     features.py       an SAE's latents over the index (vitviz.sae.browse): sorted by frequency or mean activation;
                       per latent its top images with its codes drawn over them, a histogram, their labels, the
                       classes it raises (direct logit attribution of its decoder column)
+    grid.py           the image grid, the main view of the session's one selection (a confusion cell's, a latent's,
+                      a SQL result's, a lasso's, an image's nearest): thumbnails with a map drawn patch by patch
+                      on one colour scale, pages, "Similar" under each image
+    export.py         a selection taken away: its rows as CSV or Parquet
     search.py         patch search: the k nearest patches across the dataset, as crops with their photos
 
 The computations live in vitviz.dataset (analysis.py, photos.py, index.py); these modules lay out widgets.

@@ -7,17 +7,19 @@ import numpy as np
 from PIL import Image
 
 from vitviz.render.figures import layer_head_figure
-from vitviz.render.overlays import COLORMAPS, colorize, mark_patch, overlay, rescale, upsample
+from vitviz.render.overlays import COLORMAPS, colorize, colour_bar, mark_patch, overlay, rescale, upsample
 
 __all__ = [
     "COLORMAPS",
     "breakable",
     "chart_points",
+    "colour_bar",
     "layer_head_figure",
     "map_picture",
     "map_thumbnail",
     "marked_thumbnail",
     "patch_crop",
+    "patch_thumbnail",
 ]
 
 Box = tuple[float, float, float, float]
@@ -42,6 +44,31 @@ def map_thumbnail(image: Image.Image, patch_map: np.ndarray, box: Box, colormap:
     """A thumbnail of the photo with a patch map drawn over the part the model saw."""
     small, small_box = _fitted(image, box, side)
     return overlay(small, patch_map, colormap, alpha, small_box)
+
+
+def blocky(patch_map: np.ndarray, height: int, width: int) -> np.ndarray:
+    """The patch map enlarged to (height, width) by nearest neighbour: each patch a flat block, nothing smoothed."""
+    rows, cols = patch_map.shape
+    down = np.minimum(np.arange(height) * rows // max(1, height), rows - 1)
+    across = np.minimum(np.arange(width) * cols // max(1, width), cols - 1)
+    return np.asarray(patch_map, np.float32)[down[:, None], across[None, :]]
+
+
+def patch_thumbnail(
+    image: Image.Image,
+    patch_map: np.ndarray,
+    box: Box,
+    colormap: str,
+    alpha: float,
+    value_range: tuple[float, float] | None = None,
+    side: int = 192,
+) -> Image.Image:
+    """A thumbnail with the map drawn patch by patch (each patch one flat colour, as the model computed it) over the
+    part the model saw; ``value_range`` (low, high) colours every thumbnail of a grid on one scale."""
+    small, small_box = _fitted(image, box, side)
+    left, top, right, bottom = (int(round(v)) for v in small_box)
+    # at the box's own size, overlay's resize changes nothing: the blocks stay sharp
+    return overlay(small, blocky(patch_map, bottom - top, right - left), colormap, alpha, small_box, value_range)
 
 
 def marked_thumbnail(image: Image.Image, patch: tuple[int, int], grid: tuple[int, int], box: Box, side: int = 192):

@@ -9,7 +9,7 @@ import streamlit as st
 
 from vitviz.dataset import DatasetIndex
 from vitviz.dataset.analysis import confusion_matrix, mean_map
-from vitviz_dashboard.dataset import drawing
+from vitviz_dashboard.dataset import drawing, grid
 from vitviz_dashboard.dataset.opening import index_key
 from vitviz_dashboard.dataset.table import MAX_THUMBNAILS, map_kinds, quote, thumbnails
 
@@ -157,6 +157,12 @@ def draw(index: DatasetIndex, photo_page: st.Page, colormap: str, alpha: float) 
     named = "; ".join(f"{t} predicted as {p}" for t, p in cells[:4]) + ("; ..." if len(cells) > 4 else "")
     many = f"{len(cells)} cells ({named})" if len(cells) > 1 else named
     st.caption(f"{many}: the most confident {len(cell)} shown.")
+    everyone = index.query(
+        f"SELECT image_id FROM images WHERE ({cells_clause(cells)}) AND error IS NULL ORDER BY probability DESC, "
+        "image_id",
+        limit=index.count,
+    )["image_id"].tolist()
+    grid.select_button(index, everyone, many, "confusion", f"All {len(everyone)} in the grid", "dataset|cell_grid")
     thumbnails(index, cell, photo_page, colormap, alpha, "confusion")
     class_means(index, classes, colormap)
 

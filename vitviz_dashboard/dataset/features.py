@@ -29,7 +29,7 @@ from vitviz.sae.browse import (
     write_latent_tables,
 )
 from vitviz.sae.indexed import readable_images
-from vitviz_dashboard.dataset import drawing
+from vitviz_dashboard.dataset import drawing, grid
 from vitviz_dashboard.dataset.opening import index_key, model_of, photo, photo_bytes
 from vitviz_dashboard.page import KEPT
 from vitviz_dashboard.sae_editing import SAE_HELP, open_typed_sae, stamp
@@ -150,9 +150,11 @@ def top_images(index: DatasetIndex, sae: TopKSAE, block: int, latent: int, top, 
         f"**Its top {len(top)} images.** Labels: "
         + (", ".join(f"{label} x{count}" for label, count in labels.most_common()) or "none")
     )
+    ids = [int(i) for i in top["image_id"] if int(i) >= 0]
+    grid.select_button(index, ids, f"latent {latent}'s top images", "latent", "Top images in the grid", "g|sae_top")
     grid_rows, grid_cols = index.grid
     prefix = index.manifest["activations"]["prefix_tokens"]
-    grid = st.columns(4)
+    columns = st.columns(4)
     for position, entry in enumerate(top.itertuples()):
         image_id, path = int(entry.image_id), str(rows.loc[entry.image_id, "path"])
         codes = image_codes(sae, torch.from_numpy(index.activations(image_id, block)[0]), prefix)[:, latent]
@@ -162,7 +164,7 @@ def top_images(index: DatasetIndex, sae: TopKSAE, block: int, latent: int, top, 
         image, box = shown
         patch_map = codes.reshape(grid_rows, grid_cols).numpy()
         label = rows.loc[entry.image_id, "label"]
-        grid[position % 4].image(
+        columns[position % 4].image(
             drawing.map_thumbnail(image, patch_map, box, colormap, alpha),
             caption=f"{image_id}: {drawing.breakable(path)}{f', {label}' if pd.notna(label) else ''}; "
             f"largest code {entry.value:.3g}",

@@ -5,14 +5,12 @@ from __future__ import annotations
 import streamlit as st
 
 from vitviz.dataset import DatasetIndex
-from vitviz_dashboard.dataset import errors, features, heads, queries_keys, search, table
+from vitviz_dashboard.dataset import errors, features, grid, heads, queries_keys, search, table
 from vitviz_dashboard.dataset.drawing import COLORMAPS
 from vitviz_dashboard.dataset.indexing import OPENED, index_form
 from vitviz_dashboard.dataset.opening import open_typed_index
-from vitviz_dashboard.page import KEPT
+from vitviz_dashboard.dataset.page_keys import ALPHA, COLORMAP, FOLDER, TAB
 
-# the sidebar's values and the open tab outlive a visit to the Photo page: keep_tab_widgets() writes back "kept|" keys
-FOLDER, COLORMAP, ALPHA, TAB = (f"{KEPT}dataset|{name}" for name in ("folder", "colormap", "alpha", "tab"))
 # In the page's narrow grid columns (four thumbnails across an 800 px window), a button's label wraps onto a second
 # line instead of being cut to "Open i...", Streamlit's default for a label wider than its button
 NARROW_COLUMNS_CSS = """<style>
@@ -52,6 +50,7 @@ def dataset_page(photo_page: st.Page) -> None:
     describe(index)
     draws = {
         "Table": lambda: table.draw(index, photo_page, colormap, alpha),
+        grid.GRID_TAB: lambda: grid.draw(index, photo_page, colormap, alpha),
         "Errors": lambda: errors.draw(index, photo_page, colormap, alpha),
         "Heads": lambda: heads.draw(index, photo_page, colormap, alpha),
         "Queries & keys": lambda: queries_keys.draw(index, colormap, alpha),

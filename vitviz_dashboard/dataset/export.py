@@ -1,0 +1,62 @@
+"""A selection taken away: its images' rows (image_id first) as CSV or Parquet, downloaded from the page."""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Sequence
+
+import pandas as pd
+import streamlit as st
+
+from vitviz.dataset import DatasetIndex
+
+CHUNK = 5_000  # ids in one query's IN list
+
+
+def rows_of(index: DatasetIndex, ids: Sequence[int]) -> pd.DataFrame:
+    """The images table's rows of these ids, in their order (ids the index lacks are left out)."""
+    ids = [int(i) for i in ids]
+    parts = [
+        index.query(f"SELECT * FROM images WHERE image_id IN ({', '.join(map(str, ids[s : s + CHUNK]))})", CHUNK)
+        for s in range(0, len(ids), CHUNK)
+    ]
+    if not parts:
+        return index.query("SELECT * FROM images", limit=1).iloc[:0]
+    frame = pd.concat(parts).set_index("image_id")
+    return frame.reindex([i for i in ids if i in frame.index]).reset_index()
+
+
+def parquet_bytes(frame: pd.DataFrame) -> bytes:
+    buffer = io.BytesIO()
+    frame.to_parquet(buffer, index=False)
+    return buffer.getvalue()
+
+
+def file_stem(title: str) -> str:
+    """A file name from the selection's title: letters, digits and dashes."""
+    return re.sub(r"[^A-Za-z0-9]+", "-", title).strip("-")[:60] or "selection"
+
+
+def draw(index: DatasetIndex, selection) -> None:
+    """Download buttons for the selection's rows."""
+    rows = rows_of(index, selection.ids)
+    stem = file_stem(selection.title)
+    st.markdown("**Export the selection**")
+    left, right = st.columns(2)
+    left.download_button(
+        "Rows as CSV",
+        rows.to_csv(index=False).encode(),
+        f"{stem}.csv",
+        "text/csv",
+        key="dataset|export_csv",
+        icon=":material/download:",
+    )
+    right.download_button(
+        "Rows as Parquet",
+        parquet_bytes(rows),
+        f"{stem}.parquet",
+        "application/vnd.apache.parquet",
+        key="dataset|export_parquet",
+        icon=":material/download:",
+    )

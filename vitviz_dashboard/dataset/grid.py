@@ -1,0 +1,161 @@
+"""The image grid: the main view of any selection of images (a confusion cell's, a latent's, a SQL result's, a lasso
+on the embedding map, an image's nearest images). One selection is kept in the session (``Selection``: the ids and
+where they came from); the grid shows it a page at a time, as thumbnails with a stored map drawn patch by patch on one
+colour scale (its legend above), each with a button for its nearest images; and exports it (ids as CSV or Parquet, or
+a sub-index folder that ``vitviz.open_index`` and `vitviz sae` read)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import streamlit as st
+
+from vitviz.dataset import DatasetIndex
+from vitviz_dashboard.dataset import drawing, export
+from vitviz_dashboard.dataset.opening import open_in_photo_page, photo
+from vitviz_dashboard.dataset.page_keys import TAB
+from vitviz_dashboard.dataset.table import MAP_NAMES, caption, map_kinds
+
+SELECTION = "dataset|selection"  # the session's one Selection
+GRID_TAB = "Grid"  # the page's tab that shows it
+PAGE = 24  # thumbnails a page of the grid shows
+COLUMNS = 4
+SIMILAR = 12  # nearest images a "Similar" click selects (the image itself first)
+NO_MAP = "none"
+
+
+@dataclass(frozen=True)
+class Selection:
+    """A selection of images: their ids in the order to show them, a title that says what they are, and the view that
+    made it (``"confusion"``, ``"latent"``, ``"sql"``, ``"embedding"``, ``"similar"``, ...)."""
+
+    ids: tuple[int, ...]
+    title: str
+    source: str
+    folder: str  # the index they belong to: a selection of another index is not shown
+
+
+def select(index: DatasetIndex, ids: Sequence[int], title: str, source: str, show: bool = False) -> Selection:
+    """Make these images the session's selection (duplicates dropped, the first kept); ``show`` opens the Grid tab
+    (from a button's callback only, before the tabs are drawn)."""
+    unique = tuple(int(i) for i in dict.fromkeys(int(i) for i in ids))
+    selection = Selection(unique, title, source, str(index.folder))
+    st.session_state[SELECTION] = selection
+    st.session_state.pop("dataset|grid_page", None)
+    if show:
+        st.session_state[TAB] = GRID_TAB
+    return selection
+
+
+def current(index: DatasetIndex) -> Selection | None:
+    """The session's selection, when it belongs to this index."""
+    selection = st.session_state.get(SELECTION)
+    return selection if selection is not None and selection.folder == str(index.folder) else None
+
+
+def select_button(index: DatasetIndex, ids: Sequence[int], title: str, source: str, label: str, key: str) -> None:
+    """A button that makes ``ids`` the selection and opens the Grid tab."""
+    st.button(
+        label,
+        key=key,
+        icon=":material/grid_view:",
+        on_click=select,
+        args=(index, list(ids), title, source, True),
+        disabled=not len(ids),
+    )
+
+
+def sql_ids() -> list[int] | None:
+    """The image ids of the SQL box's kept result (the Table tab), or None when it has none or no image_id column."""
+    job = st.session_state.get("dataset|sql_job")
+    result = getattr(job, "result", None)
+    if result is None or "image_id" not in result.columns:
+        return None
+    return [int(i) for i in result["image_id"].dropna()]
+
+
+def similar(index: DatasetIndex, image_id: int) -> None:
+    """Select the nearest images of ``image_id`` (by pooled embedding), itself first."""
+    try:
+        near = index.nearest_images(int(image_id), k=min(SIMILAR, index.count))
+    except ValueError as error:  # an index made without an image search
+        st.session_state["dataset|grid_message"] = f"No similar images: {error}"
+        return
+    select(index, near["image_id"].tolist(), f"the {len(near) - 1} images nearest to image {image_id}", "similar")
+
+
+def draw(index: DatasetIndex, photo_page: st.Page, colormap: str, alpha: float) -> None:
+    """The Grid tab: the SQL result as a selection, then the selection's grid and its export."""
+    from_sql = sql_ids()
+    if from_sql:
+        select_button(index, from_sql, "the SQL box's result", "sql", f"Show the SQL result ({len(from_sql)})", "g|sql")
+    if message := st.session_state.pop("dataset|grid_message", None):
+        st.warning(message)
+    selection = current(index)
+    if selection is None:
+        st.info(
+            "No selection yet: choose images with a confusion cell (Errors), a latent (Features), a lasso on the "
+            "Embedding map, or a SQL query whose rows have image_id (Table), and they show here."
+        )
+        return
+    grid(index, selection, photo_page, colormap, alpha)
+    export.draw(index, selection)
+
+
+def grid(index: DatasetIndex, selection: Selection, photo_page: st.Page, colormap: str, alpha: float) -> None:
+    """The selection's thumbnails a page at a time, with a map drawn over each on one colour scale."""
+    total = len(selection.ids)
+    pages = max(1, -(-total // PAGE))
+    head, kind_field, page_field = st.columns([3, 2, 1], vertical_alignment="bottom")
+    head.markdown(f"**{total:,} images: {selection.title}**")
+    kinds = [NO_MAP, *map_kinds(index)]
+    kind = kind_field.selectbox(
+        "Map over each photo",
+        kinds,
+        index=kinds.index("rollout") if "rollout" in kinds else 0,
+        key="dataset|grid_map",
+        format_func=lambda k: MAP_NAMES.get(k, k.replace("readout:", "last block's readout attention, head ")),
+    )
+    page = int(page_field.number_input(f"Page (of {pages})", 1, pages, 1, key="dataset|grid_page"))
+    ids = list(selection.ids[(page - 1) * PAGE : page * PAGE])
+    rows = export.rows_of(index, ids)
+    maps = index.maps(rows["image_id"].tolist(), kind) if kind != NO_MAP and len(rows) else None
+    value_range = legend(maps, kind, colormap) if maps is not None else None
+    st.caption(f"Images {(page - 1) * PAGE + 1:,} to {(page - 1) * PAGE + len(rows):,} of {total:,}.")
+    columns = st.columns(COLUMNS)
+    for position, row in enumerate(rows.itertuples(index=False)):
+        with columns[position % COLUMNS]:
+            shown = photo(index, row.image_id, row.path)
+            if shown is not None:
+                image, box = shown
+                picture = (
+                    image
+                    if maps is None
+                    else drawing.patch_thumbnail(image, maps[position], box, colormap, alpha, value_range)
+                )
+                st.image(picture, caption=drawing.breakable(caption(row)))
+            left, right = st.columns(2)
+            left.button(
+                "Similar",
+                key=f"dataset|similar|{row.image_id}",
+                icon=":material/image_search:",
+                on_click=similar,
+                args=(index, row.image_id),
+                help="Its nearest images by pooled embedding, as the selection",
+            )
+            if right.button("Photo", key=f"dataset|grid_open|{row.image_id}", icon=":material/open_in_new:"):
+                open_in_photo_page(index, row.image_id, row.path, photo_page)
+
+
+def legend(maps: np.ndarray, kind: str, colormap: str) -> tuple[float, float]:
+    """The colour scale of this page's maps (one range for all, so their colours compare), drawn with its ends."""
+    low, high = float(np.min(maps)), float(np.max(maps))
+    if not high > low:
+        high = low + 1e-6
+    left, middle, right = st.columns([1, 4, 1], vertical_alignment="center")
+    left.caption(f"{low:.3g}")
+    middle.image(drawing.colour_bar(colormap, 512, 14), caption=f"{MAP_NAMES.get(kind, kind)}: one scale for the page")
+    right.caption(f"{high:.3g}")
+    return low, high
