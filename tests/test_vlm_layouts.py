@@ -103,6 +103,7 @@ def test_every_image_token_has_one_place_in_its_tile(vlm, size):
         ((120, 72), (74, 6, 92, 24)),
         ((120, 72), (74, 0, 84, 4)),  # a strip along an edge: where a padded canvas and a squashed one differ most
         ((72, 120), (0, 80, 4, 90)),
+        ((300, 300), (200, 40, 230, 70)),  # OneVision: more crops than anyres_max_9, the grid shrunk as a whole
     ],
 )
 def test_a_painted_region_changes_the_tokens_whose_cells_hold_it(unmixed, size, region):
@@ -154,3 +155,11 @@ def test_llava_with_the_full_feature_strategy_keeps_the_cls_token_first_outside_
     assert len(answer.image_positions) == tile.count + 1
     assert answer.image_token_grid[0].tolist() == [0, -1, -1]
     assert answer.image_token_grid[1:].tolist() == tile.token_grid(0).tolist()
+
+
+def test_onevision_shrinks_a_grid_of_more_crops_than_its_maximum_into_one_tile(tmp_path_factory):
+    vlm = load_vlm(tiny_vlm_folder("llava_onevision", tmp_path_factory))
+    small, big = (vlm.answer(grey(*size), QUESTION, answer="a cat") for size in ((70, 50), (300, 300)))
+    assert [tile.name for tile in small.tiles] == ["base", "crop 1,1", "crop 1,2"]
+    assert [tile.name for tile in big.tiles] == ["base", "any-res (downsampled)"]
+    assert big.tiles[1].count < 36 * 16  # fewer tokens than the 6 x 6 crops' 4 x 4 features
