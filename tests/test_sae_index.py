@@ -200,7 +200,7 @@ def test_bad_input_gets_one_line(built, trained, tmp_path, capsys):
     cases = [
         (["train", str(out), "--block", "1", *QUICK], "stores no activations of block 1 .*only blocks \\[0, 2\\]"),
         (["train", str(tmp_path), "--block", "0", *QUICK], "is not a vitviz index"),
-        (["ablate", str(out), str(narrow), "--latent", "0"], "reads 16-wide tokens, but block 0 .* 32-wide"),
+        (["ablate", str(out), str(narrow), "--latent", "0"], "reads 16-wide tokens, but block 0 .* 32.wide"),
         (["ablate", str(out), str(trained[0]), "--latent", "32"], "latent 32 is out of range: .* 0 to 31"),
     ]
     for argv, message in cases:

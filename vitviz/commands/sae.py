@@ -1,7 +1,11 @@
 """`vitviz sae train`: train a TopK SAE on one block's output tokens and write it with its held-out metrics;
 `vitviz sae ablate`: suppress (or scale) one of its latents over an index's images, per-class accuracy as a table;
 `vitviz sae latents`: per-latent statistics and top images over an index, beside the SAE (the Dataset page's);
-`vitviz sae evaluate`: one table of metrics for several SAEs on an index's held-out images.
+`vitviz sae evaluate`: one table of metrics for several SAEs on an index's held-out images;
+`vitviz sae calibrate`: the input scaling an SAE's file lacks (saev's), estimated from an index, stored beside it.
+
+Every command takes any SAE ``vitviz.sae.load_sae`` reads: a local file or folder in any format, or
+``hf:<repo>[/<subfolder>]``; its width and block are checked against the index's model.
 
     vitviz sae train INDEX --block 3 --latents 1536 --k 16 --out runs/sae
     vitviz sae train --images DIR --model default --block 3 --latents 1536 --k 16 --out runs/sae
@@ -9,6 +13,7 @@
     vitviz sae ablate INDEX runs/sae --latent 12 --scale 0
     vitviz sae latents INDEX runs/sae
     vitviz sae evaluate INDEX runs/sae hf:osunlp/SAE_CLIP_24K_ViT-B-16_IN1K
+    vitviz sae calibrate INDEX hf:osunlp/SAE_CLIP_24K_ViT-B-16_IN1K
 
 From an index made with `vitviz index SOURCE --out INDEX --activations 3`, the tokens are read from its activation
 shards in order, memory-mapped (the patch tokens by default; --tokens all adds [CLS] and the registers), and a
@@ -29,11 +34,23 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from pathlib import Path
+
+import numpy as np
 
 from vitviz.sae.errors import SAEError
 from vitviz.sae.run import train
 from vitviz.sae.training import TrainConfig, device_of
+
+SAE_SPEC = (
+    "the SAE: a folder written by `vitviz sae train`, saev's sae.pt, a SAELens, ViT-Prisma or sparsify folder, or "
+    "hf:<repo>[/<subfolder>] (docs/sae.md)"
+)
+SCALING_HELP = (
+    "an input scaling file written by `vitviz sae calibrate` for an SAE whose file lacks its own (default: the "
+    "input_scaling.json beside the SAE, when there is one)"
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -91,7 +108,24 @@ def build_parser() -> argparse.ArgumentParser:
     add_ablate_parser(commands)
     add_latents_parser(commands)
     add_evaluate_parser(commands)
+    add_calibrate_parser(commands)
     return p
+
+
+def add_calibrate_parser(commands) -> None:
+    c = commands.add_parser(
+        "calibrate",
+        help="estimate the input scaling an SAE's file lacks (saev's mean and scalar) from an index's activations",
+        description="saev trains on (x - mean) / s, s the mean norm of the centred tokens over sqrt(width), and its "
+        "sae.pt stores neither. This estimates both from every readable image of INDEX at the SAE's block (its "
+        "patch tokens, or all tokens for an SAE trained on all) and writes them beside the SAE as "
+        "input_scaling.json (or to --out), marked estimated, with the index they came from. load_sae and every "
+        "`vitviz sae` command then apply it, saying it is estimated (vitviz/sae/scaling.py).",
+    )
+    c.add_argument("index", type=Path, help="an index folder made with `vitviz index ... --activations B`")
+    c.add_argument("sae", help=SAE_SPEC)
+    c.add_argument("--block", type=int, help="the block the SAE reads (default: the one its file says)")
+    c.add_argument("--out", type=Path, help="the JSON file to write (default: input_scaling.json beside the SAE)")
 
 
 def add_evaluate_parser(commands) -> None:
@@ -127,9 +161,8 @@ def add_latents_parser(commands) -> None:
         "page's Features tab reads instead of computing them.",
     )
     la.add_argument("index", type=Path, help="an index folder made with `vitviz index ... --activations B`")
-    la.add_argument(
-        "sae", type=Path, help="the SAE: a folder written by `vitviz sae train`, saev's sae.pt, ViT-Prisma's"
-    )
+    la.add_argument("sae", help=SAE_SPEC)
+    la.add_argument("--scaling", type=Path, help=SCALING_HELP)
     la.add_argument("--block", type=int, help="the block the SAE reads (default: the one in its config)")
     la.add_argument("--top", type=int, default=12, help="top images kept per latent (default: %(default)s)")
     la.add_argument("--device", default="auto", help="cpu, cuda, or auto (CUDA when present)")
@@ -147,9 +180,8 @@ def add_ablate_parser(commands) -> None:
         "(vitviz/sae/ablation.py).",
     )
     a.add_argument("index", type=Path, help="an index folder made with `vitviz index` (labels from its source)")
-    a.add_argument(
-        "sae", type=Path, help="the SAE: a folder written by `vitviz sae train`, saev's sae.pt, ViT-Prisma's"
-    )
+    a.add_argument("sae", help=SAE_SPEC)
+    a.add_argument("--scaling", type=Path, help=SCALING_HELP)
     a.add_argument("--latent", type=int, required=True, help="the latent J to edit, from 0")
     edit = a.add_mutually_exclusive_group()
     edit.add_argument(
@@ -187,11 +219,15 @@ def main(argv: list[str] | None = None) -> dict | Path:
     try:
         commands = {
             "ablate": ablate_command,
+            "calibrate": calibrate_command,
             "evaluate": evaluate_command,
             "latents": latents_command,
             "train": train_command,
         }
-        return commands[args.command](args)
+        with warnings.catch_warnings():  # each warning one line on stderr, as the errors are
+            warnings.simplefilter("always", UserWarning)
+            warnings.showwarning = lambda message, *_, **__: print(f"warning: {message}", file=sys.stderr)
+            return commands[args.command](args)
     except (SAEError, OSError, IndexFormatError, SourceError, ModelLoadError, ImageError) as error:
         print(f"vitviz sae {args.command}: error: {error}", file=sys.stderr)  # one line, as argparse's: no traceback
         raise SystemExit(2) from None
@@ -298,26 +334,19 @@ def ablate_command(args: argparse.Namespace) -> Path:
     from tqdm import tqdm
 
     from vitviz.dataset import open_index
-    from vitviz.sae import load_sae
     from vitviz.sae.ablation import ablate
+    from vitviz.sae.browse import check_fit
     from vitviz.sae.indexed import index_labels, index_model, index_pixels, readable_images
 
     if args.batch_size < 1 or (args.limit is not None and args.limit < 1):
         raise SAEError("--batch-size and --limit must be at least 1")
     index = open_index(args.index)
-    sae = load_sae(args.sae)
-    block = args.block if args.block is not None else sae.config.block
-    if block is None:
-        raise SAEError(f"{args.sae} does not say which block it reads: give --block")
+    sae, folder = opened_sae(args.sae, args.scaling)
     if not 0 <= args.latent < sae.config.latents:
         raise SAEError(f"latent {args.latent} is out of range: this SAE has latents 0 to {sae.config.latents - 1}")
-    width = index.manifest["model"]["config"]["hidden_size"]
-    if sae.config.d_in != width:
-        raise SAEError(
-            f"{args.sae} reads {sae.config.d_in}-wide tokens, but block {block} of {args.index}'s model outputs "
-            f"{width}-wide ones: it was trained on another model"
-        )
     model = index_model(index, args.model).to(device_of(args.device))
+    spec = args.model or index.manifest["model"].get("spec")
+    block = check_fit(sae, model.config.num_layers, model.config.hidden_size, spec, args.block)
     ids = readable_images(index)
     labels = index_labels(index, ids)
     labelled = [(i, label) for i, label in zip(ids.tolist(), labels) if label is not None][: args.limit]
@@ -326,8 +355,7 @@ def ablate_command(args: argparse.Namespace) -> Path:
     ids, labels = [i for i, _ in labelled], [label for _, label in labelled]
     pixels = index_pixels(index, model, ids, args.batch_size, args.source)
     batches = ((p, labels[i * args.batch_size : (i + 1) * args.batch_size]) for i, p in enumerate(pixels))
-    about = {"sae": str(args.sae.resolve()), "index": str(index.folder)}
-    folder = args.sae if args.sae.is_dir() else args.sae.parent
+    about = {"sae": args.sae if is_hub(args.sae) else str(Path(args.sae).resolve()), "index": str(index.folder)}
     set_to = args.set_to if args.set_to_max is None else args.set_to_max * largest_activation(folder, args.latent)
     edit = f"x {args.scale:g}" if set_to is None else f"set to {set_to:g}"
     with tqdm(total=len(ids), desc=f"latent {args.latent} {edit}", unit="image", disable=None) as bar:
@@ -348,20 +376,59 @@ def ablate_command(args: argparse.Namespace) -> Path:
 def latents_command(args: argparse.Namespace) -> Path:
     """Compute the latent tables over every readable image of the index and write them beside the SAE."""
     from vitviz.dataset import open_index
-    from vitviz.sae import load_sae
     from vitviz.sae.browse import latent_statistics, write_latent_tables
     from vitviz.sae.indexed import readable_images
 
     if args.top < 1:
         raise SAEError("--top must be at least 1")
     index = open_index(args.index)
-    sae = load_sae(args.sae).to(device_of(args.device))
-    statistics = latent_statistics(sae, index, readable_images(index), args.block, args.top)
-    latents, _ = write_latent_tables(statistics, args.sae if args.sae.is_dir() else args.sae.parent)
+    sae, folder = opened_sae(args.sae, args.scaling)
+    statistics = latent_statistics(sae.to(device_of(args.device)), index, readable_images(index), args.block, args.top)
+    latents, _ = write_latent_tables(statistics, folder)
     dead = int((statistics.frequency == 0).sum())
     print(f"{statistics.images} images, {statistics.tokens} patch tokens; {dead} of {len(statistics.frequency)} dead")
     print(f"-> {latents.parent}")
     return latents.parent
+
+
+def calibrate_command(args: argparse.Namespace) -> Path:
+    """Estimate the SAE's input scaling from the index and write it; returns the file."""
+    from vitviz.dataset import open_index
+    from vitviz.sae import scaling
+    from vitviz.sae.browse import check_block
+    from vitviz.sae.files import load_sae
+    from vitviz.sae.formats.hub import local_path
+
+    index = open_index(args.index)
+    path = local_path(args.sae)
+    with warnings.catch_warnings():  # its scaling is missing (or estimated before): what this command is for
+        warnings.simplefilter("ignore", UserWarning)
+        sae = load_sae(path)
+    if not getattr(sae.config, "scaling_missing", None):
+        raise SAEError(f"{args.sae} has its input normalisation in its own file: there is nothing to calibrate")
+    block = check_block(index, sae, args.block)
+    tokens = sae.tokens if sae.tokens in ("patches", "all") else "patches"
+    estimated = scaling.from_index(index, block, tokens, sae=args.sae)
+    out = scaling.write(estimated, args.out or scaling.beside(path))
+    print(f"mean norm {float(np.linalg.norm(estimated.mean)):.4g}, scale {estimated.scale:.4g}: {estimated.note()}")
+    print(f"-> {out}")
+    return out
+
+
+def is_hub(spec: str) -> bool:
+    from vitviz.sae.formats.hub import PREFIX
+
+    return spec.startswith(PREFIX)
+
+
+def opened_sae(spec: str, scaling: Path | None):
+    """(the SAE a spec names, the local folder its tables and edits are written to: its own, or its snapshot in
+    the Hub's cache), its input scaling applied when one is given or beside it (a line says so)."""
+    from vitviz.sae.files import load_sae
+    from vitviz.sae.formats.hub import local_path
+
+    path = local_path(spec)
+    return load_sae(path, scaling=scaling), path if path.is_dir() else path.parent
 
 
 if __name__ == "__main__":

@@ -28,6 +28,8 @@ The map of this folder, in the order work flows:
                    (vitviz/commands/sae.py) calls it.
 - ``evaluation.py`` ``evaluate_on_index``: several SAEs (any format) on an index's held-out images, one row each
                    (L0, EV, saev's NMSE, dead, dense, CE recovered, top-1): `vitviz sae evaluate`'s table.
+- ``scaling.py``   the input scaling a file lacks (saev's mean and scalar): estimated from an index's tokens
+                   (`vitviz sae calibrate`), kept beside the SAE as input_scaling.json, applied by ``load_sae``.
 - ``errors.py``    ``SAEError`` (a ValueError) and its kinds: bad formats, not enough memory.
 
 Why vitviz has its own SAE rather than a library's: ``overcomplete`` 0.3's TopKSAE encodes with Linear + BatchNorm by

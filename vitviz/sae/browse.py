@@ -54,16 +54,11 @@ class LatentStatistics:
 
 
 def check_block(index: DatasetIndex, sae: TopKSAE, block: int | None = None) -> int:
-    """The block the SAE reads (its file's, resolved for the index's model when counted from the end as saev's
-    layer -2 is; or ``block``), checked against what the index stores: an SAEError naming what is wrong (a block the
-    index has no activations of, a width that does not match). An SAE whose file names another model than the
-    index's gets a warning naming both."""
+    """The block the SAE reads (``check_fit`` against the index's model), checked against what the index stores:
+    an SAEError when the index has no activations of that block."""
     model = index.manifest["model"]  # checked when the index was opened: its config has num_layers
-    if block is None:
-        block = sae.block_for(model["config"]["num_layers"])
-    if block is None:
-        raise SAEError("the SAE's config names no block: say which block's output it reads")
-    warn_other_model(getattr(sae, "model", None), model.get("spec"))
+    width = index.manifest["activations"]["width"]
+    block = check_fit(sae, model["config"]["num_layers"], width, model.get("spec"), block)
     if block not in index.activation_blocks:
         stored = index.activation_blocks
         has = f"only those of blocks {stored}" if stored else "no activations at all"
@@ -71,10 +66,24 @@ def check_block(index: DatasetIndex, sae: TopKSAE, block: int | None = None) -> 
             f"the SAE reads block {block}, but {index.folder} stores {has}: index the dataset again with "
             f"`--activations {block}`"
         )
-    width = index.manifest["activations"]["width"]
+    return block
+
+
+def check_fit(sae: TopKSAE, num_layers: int, width: int, model: str | None, block: int | None = None) -> int:
+    """The block the SAE reads in a model of ``num_layers`` blocks of ``width``-wide tokens named ``model``: its
+    file's (resolved when counted from the end, as saev's layer -2 is) or ``block``. An SAEError (one line) when it
+    names no block, a block the model lacks, or another width; a warning naming both when its file names another
+    model."""
+    if block is None:
+        block = sae.block_for(num_layers)
+    if block is None:
+        raise SAEError("the SAE's config names no block: say which block's output it reads")
+    if not 0 <= block < num_layers:
+        raise SAEError(f"the SAE reads block {block}; this model has blocks 0 to {num_layers - 1}")
+    warn_other_model(getattr(sae, "model", None), model)
     if width != sae.config.d_in:
         raise SAEError(
-            f"the SAE reads {sae.config.d_in}-wide tokens, but block {block} of this index's model is {width} wide: "
+            f"the SAE reads {sae.config.d_in}-wide tokens, but block {block} of this model is {width} wide: "
             "it was trained on another model"
         )
     return block

@@ -12,18 +12,21 @@ cache, read offline once there). The formats, detected in this order (each modul
   ``ExternalSAE`` that computes them as their libraries do.
 
 Every SAE loaded has ``encode(x)``, ``reconstruct(x)``, ``decode(codes)``, ``block``, ``block_for(num_blocks)``,
-``tokens``, ``model`` and ``scaling_missing`` (and a warning when that is set).
+``tokens``, ``model`` and ``scaling_missing`` (and a warning when that is set, unless an estimated scaling from
+`vitviz sae calibrate` is beside it: then that is applied, with a warning saying so).
 """
 
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 from safetensors.torch import save_file
 from torch import nn
 
 from vitviz.model.config import clip_text
+from vitviz.sae import scaling as input_scaling
 from vitviz.sae.errors import SAEError, SAEFormatError
 from vitviz.sae.formats import FORMATS, saelens
 from vitviz.sae.formats.hub import local_path
@@ -67,9 +70,13 @@ def save_sae(
     return folder
 
 
-def load_sae(spec: str | Path, d_in: int | None = None) -> TopKSAE | ExternalSAE:
+def load_sae(spec: str | Path, d_in: int | None = None, scaling: str | Path | None = None) -> TopKSAE | ExternalSAE:
     """An SAE (eval mode, CPU) from a local file or folder or ``hf:<repo>[/<subfolder>]`` in any format of the
-    module docstring. ``d_in``, if given, is the width the caller will feed it: another width is refused."""
+    module docstring. ``d_in``, if given, is the width the caller will feed it: another width is refused.
+
+    A file that lacks the input scaling it was trained with (``scaling_missing``) gets the one in ``scaling`` (a
+    file `vitviz sae calibrate` wrote), else the ``input_scaling.json`` beside it when there is one, with a warning
+    that says it is estimated (vitviz.sae.scaling); else a warning that it is missing."""
     path = local_path(spec)
     chosen = next((f for f in FORMATS if f.detect(path)), None)
     if chosen is None:
@@ -81,13 +88,19 @@ def load_sae(spec: str | Path, d_in: int | None = None) -> TopKSAE | ExternalSAE
         sae = chosen.load(path)
     except (OSError, RuntimeError) as error:  # a file that vanished or a tensor torch could not read
         raise SAEFormatError(f"{clip_text(str(path))}: {type(error).__name__}: {clip_text(str(error), 150)}") from None
-    if isinstance(sae, ExternalSAE):
-        warn_scaling(sae.config, clip_text(str(spec)))
     if d_in is not None and sae.config.d_in != d_in:
         raise SAEError(
             f"{clip_text(str(spec))} reads {sae.config.d_in}-wide activations, not {d_in}: it was trained on another "
             "model or block width"
         )
+    found = Path(scaling) if scaling is not None else input_scaling.beside(path)
+    if scaling is not None and not (isinstance(sae, ExternalSAE) and sae.config.scaling_missing):
+        raise SAEError(f"{clip_text(str(spec))} has its input scaling in its own file: it takes no --scaling file")
+    if isinstance(sae, ExternalSAE) and sae.config.scaling_missing and (scaling is not None or found.is_file()):
+        input_scaling.apply(sae, input_scaling.read(found, sae.config.d_in))
+        warnings.warn(f"{clip_text(str(spec))}: {sae.scaling_note} ({found})", UserWarning, stacklevel=2)
+    elif isinstance(sae, ExternalSAE):
+        warn_scaling(sae.config, clip_text(str(spec)))
     return sae.eval()
 
 

@@ -4,6 +4,8 @@ Each library's forward pass is a choice at each of these steps, in the order dat
 choices from the file; ``ExternalConfig`` names them):
 
     x (..., d)                        one block's output tokens, in the model's units
+    x = (x - input_mean) / scale      only with an input scaling set (``set_input_scaling``): saev's mean and
+                                      scalar, which its sae.pt does not store, estimated by `vitviz sae calibrate`
     z = norm_in(x)                    "none"; "layer_norm": (x - mean(x)) / (std(x) + 1e-5), per token, std with
                                       n - 1 (SAELens, ViT-Prisma); "constant_norm_rescale": x * sqrt(d) / |x|
     z = z - b_dec                     when ``pre_encoder_bias`` (SAELens's apply_b_dec_to_input, ViT-Prisma,
@@ -17,6 +19,7 @@ choices from the file; ``ExternalConfig`` names them):
     gated:  codes = [z W_enc + b_gate > 0] * act(z (W_enc * exp(r_mag)) + b_mag)   (SAELens and ViT-Prisma "gated")
     ẑ = codes W_dec + b_dec
     x̂ = norm_out(ẑ) (+ x W_skipᵀ)     norm_in undone with x's own statistics; sparsify's skip connection
+    x̂ = x̂ * scale + input_mean        the input scaling undone, when set
 
 ``encode(x)`` returns the codes; ``reconstruct(x)`` returns x̂ in x's units for any leading shape. ``decode(codes)``
 needs x's statistics when the normalisation is per token: pass ``x=``, or use ``reconstruct``.
@@ -93,7 +96,20 @@ class ExternalSAE(nn.Module):
         self.b_mag = nn.Parameter(torch.zeros(N)) if config.gated else None
         self.W_skip = nn.Parameter(torch.zeros(d, d)) if config.skip else None
         self.register_buffer("scale", torch.ones(()))  # as TopKSAE's: a latent's direction is W_dec[j] * scale
+        self.register_buffer("input_mean", None)  # (d,) with an input scaling set; else no scaling
+        self.scaling_note: str | None = None  # where the input scaling came from, when set
         self.requires_grad_(False)
+
+    def set_input_scaling(self, mean: torch.Tensor, scale: float, note: str) -> None:
+        """Feed the SAE (x - mean) / scale and return reconstructions times scale plus mean: the input scaling it
+        was trained with (saev's data loader), as ``note`` says it was found (e.g. estimated from an index)."""
+        if tuple(mean.shape) != (self.config.d_in,) or not math.isfinite(scale) or scale <= 0:
+            raise SAEError(f"an input scaling needs a ({self.config.d_in},) mean and a positive scale")
+        if self.config.skip:
+            raise SAEError("an SAE with a skip connection (sparsify) takes no input scaling: its file has it all")
+        self.input_mean = mean.detach().to(self.W_enc)
+        self.scale.fill_(scale)
+        self.scaling_note = note
 
     # --- what the other parts of vitviz read ---------------------------------------------------------------------
     @property
@@ -110,7 +126,7 @@ class ExternalSAE(nn.Module):
 
     @property
     def scaling_missing(self) -> str | None:
-        return self.config.scaling_missing
+        return self.config.scaling_missing if self.input_mean is None else None
 
     def block_for(self, num_blocks: int) -> int | None:
         """The block it reads in a model of ``num_blocks`` blocks (resolving a block counted from the end)."""
@@ -121,6 +137,8 @@ class ExternalSAE(nn.Module):
         """(..., d) in the model's units -> fp32 (..., d) and the statistics that undo it."""
         self._check_width(x)
         x = x.to(self.W_enc.dtype)
+        if self.input_mean is not None:
+            x = (x - self.input_mean) / self.scale
         if self.config.input_norm == "layer_norm":
             mean = x.mean(dim=-1, keepdim=True)
             centred = x - mean
@@ -134,10 +152,10 @@ class ExternalSAE(nn.Module):
     def denormalise(self, z: torch.Tensor, stats: tuple[torch.Tensor, ...]) -> torch.Tensor:
         if self.config.input_norm == "layer_norm":
             std, mean = stats
-            return z * std + mean
-        if self.config.input_norm == "constant_norm_rescale":
-            return z / stats[0]
-        return z
+            z = z * std + mean
+        elif self.config.input_norm == "constant_norm_rescale":
+            z = z / stats[0]
+        return z if self.input_mean is None else z * self.scale + self.input_mean
 
     # --- the encoder ---------------------------------------------------------------------------------------------
     def _linear(self, z: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
@@ -202,7 +220,7 @@ class ExternalSAE(nn.Module):
         """decode(codes + delta, x) - decode(codes, x) in the model's units, for ``delta`` (..., L) on the latents
         ``latents`` (L,) of the tokens ``x`` (..., d): the biases (and a skip connection) cancel; a per-token
         normalisation scales the change by that token's own factor."""
-        change = delta.to(self.W_dec.dtype) @ self.W_dec[latents]
+        change = (delta.to(self.W_dec.dtype) @ self.W_dec[latents]) * self.scale  # scale: 1 without input scaling
         if self.config.input_norm == "none":
             return change
         factor = self.normalise(x)[1][0]  # layer_norm: the token's std; constant_norm_rescale: sqrt(d) / |x|
@@ -234,4 +252,8 @@ def block_for(block: int | None, from_end: int | None, num_blocks: int) -> int |
 def warn_scaling(config: ExternalConfig, source: str) -> None:
     """The warning line for an SAE whose file lacks the input scaling it was trained with."""
     if config.scaling_missing:
-        warnings.warn(f"{source}: {config.scaling_missing}", UserWarning, stacklevel=3)
+        warnings.warn(
+            f"{source}: {config.scaling_missing}; `vitviz sae calibrate INDEX SAE` estimates it from an index",
+            UserWarning,
+            stacklevel=3,
+        )

@@ -221,6 +221,7 @@ def _from_external(sae: ExternalSAE) -> tuple[dict, dict[str, torch.Tensor]]:
     c = sae.config
     unsupported = (
         "a skip connection" if c.skip else None,
+        "an input scaling set beside its file (vitviz sae calibrate)" if sae.input_mean is not None else None,
         f"the {c.activation} activation" if c.activation not in ("relu", "topk", "jumprelu") else None,
         "a gated encoder with another activation than ReLU" if c.gated and c.activation != "relu" else None,
     )
