@@ -114,3 +114,43 @@ def test_a_map_is_drawn_patch_by_patch_on_one_scale():
             assert (block == block[0]).all()
     smooth = np.asarray(overlay(image.resize((192, 192), Image.NEAREST), patch_map, "inferno", 1.0, (0, 0, 192, 192)))
     assert not (smooth[:48, :48].reshape(-1, 3) == smooth[0, 0]).all()  # the bilinear overlay is not blocky
+
+
+def test_the_embedding_map_is_pca_of_the_pooled_embeddings_and_a_lasso_selects_into_the_grid(built):
+    from sklearn.decomposition import PCA
+
+    from vitviz.dataset.analysis import project_embeddings
+
+    index = vitviz.open_index(built / "index")
+    readable = index.query("SELECT image_id FROM images WHERE error IS NULL ORDER BY image_id")["image_id"].to_numpy()
+    projection = project_embeddings(index, readable)
+    direct = PCA(2, random_state=0).fit_transform(index.embeddings(readable).astype(np.float64))
+    np.testing.assert_allclose(projection.points, direct, atol=1e-6)
+    at = open_tab(dataset_app(built / "index"), "Embedding map")
+    assert not at.error and at.get("plotly_chart")
+    chart = at.get("plotly_chart")[0]
+    assert chart.proto.id  # the map is drawn
+    assert "PCA; UMAP is not installed" in " ".join(c.value for c in at.caption)
+    lassoed = [int(i) for i in readable[[0, 2, 5]]]
+    points = [{"x": 0.0, "y": 0.0, "curve_number": 0, "customdata": i} for i in lassoed]
+    at.session_state["dataset|embedding_map"] = {"selection": {"points": points, "box": [], "lasso": [[0]]}}
+    checked(at.run())
+    assert list(at.session_state[SELECTION].ids) == lassoed
+    assert shown_ids(at) == sorted(lassoed)
+    at.selectbox(key="dataset|embedding_colour").set_value("probability")  # a numeric column: one trace, a scale
+    checked(at.run())
+    assert list(at.session_state[SELECTION].ids) == lassoed  # the same lasso again does not reset the grid
+
+
+def test_the_slices_tab_lists_accuracy_by_a_column_beside_all_images(built):
+    index = vitviz.open_index(built / "index")
+    at = open_tab(dataset_app(built / "index"), "Slices")
+    assert not at.error
+    at.selectbox(key="dataset|slice_by").set_value("label")
+    checked(at.run())
+    frame = at.dataframe[0].value
+    assert frame["slice"].tolist() == ["all images", "cat", "dog"]
+    direct = index.query("SELECT label, count(*) AS n, avg(correct::INT) AS acc FROM images GROUP BY label ORDER BY 1")
+    assert frame["images"].tolist()[1:] == direct["n"].tolist()
+    overall = index.query("SELECT avg(correct::INT) AS acc FROM images")["acc"][0]
+    assert any(f"accuracy {overall:.1%}" in m.value for m in at.markdown)

@@ -17,7 +17,8 @@
     sandbox_child.py  a query process itself: DuckDB with its limits set and locked, a timer that interrupts it
     photos.py     the photos behind an index, read back from its source
     analysis.py   statistics over an index: bootstrap intervals and their settling, head clusters, the joint
-                  query/key embedding (AttentionViz), confusion matrices, per-class mean maps
+                  query/key embedding (AttentionViz), confusion matrices, per-class mean maps, the embeddings
+                  by PCA, accuracy by slice, each image's largest code of a feature (an SAE latent)
     command.py    `vitviz index SOURCE --model SPEC --out DIR`
 
 The layout, with every stored item and its units, is in docs/dataset-index.md.

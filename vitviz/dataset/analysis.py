@@ -1,19 +1,22 @@
 """Statistics over an index, for the Dataset page and for anyone with an index: bootstrap confidence intervals of
 per-head means and how they settle as images are added, heads clustered by their dataset-averaged statistics, the
-joint embedding of one head's queries and keys (AttentionViz), confusion matrices and per-class mean maps.
+joint embedding of one head's queries and keys (AttentionViz), confusion matrices and per-class mean maps, the pooled
+embeddings projected to 2-D, accuracy by slice, and each image's largest code of a feature of its block activations.
 
 Pure numpy / scikit-learn: arrays in, arrays out; nothing here draws.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from vitviz.dataset.index import DatasetIndex
 
 SETTLING_SIZES = (128, 1000, 5000)  # Dosovitskiy et al. averaged over 128 images, Raghu et al. over 5,000
@@ -147,16 +150,100 @@ def mean_map(index: DatasetIndex, image_ids: Sequence[int], kind: str = "rollout
     return (total / len(ids)).astype(np.float32)
 
 
+@dataclass(frozen=True)
+class Projection:
+    image_ids: np.ndarray  # (n,) the images projected, in the order of the points
+    points: np.ndarray  # (n, components)
+    explained: np.ndarray  # (components,) share of the variance each component explains
+
+
+def project_embeddings(
+    index: DatasetIndex, image_ids: Sequence[int], components: int = 2, chunk: int = 4096
+) -> Projection:
+    """The images' pooled embeddings projected by PCA onto their first ``components`` principal axes (scikit-learn,
+    a fixed seed), read ``chunk`` images at a time. UMAP is not one of vitviz's dependencies: PCA is linear, so the
+    distances along its axes are the embeddings' own."""
+    from sklearn.decomposition import PCA
+
+    ids = np.asarray(image_ids, dtype=np.int64)
+    if len(ids) < 2:
+        raise ValueError(f"a projection needs at least 2 images; got {len(ids)}")
+    vectors = np.concatenate([index.embeddings(ids[s : s + chunk]) for s in range(0, len(ids), chunk)])
+    pca = PCA(n_components=min(components, *vectors.shape), random_state=0)
+    return Projection(ids, pca.fit_transform(vectors.astype(np.float64)), pca.explained_variance_ratio_)
+
+
+OVERALL = "all images"  # the slice table's first row
+
+
+def slice_accuracy(images: pd.DataFrame, by: str, bins: int = 5) -> pd.DataFrame:
+    """Accuracy and mean top-class probability of each slice of ``images`` (columns ``correct``, ``probability``
+    and ``by``), with its image count, after one row for all of them. A numeric ``by`` with more than ``bins``
+    distinct values is cut into ``bins`` quantile bins (intervals, equal counts as far as ties allow); a missing
+    value is a slice of its own ("missing"). Images without a prediction (``correct`` missing) count in no accuracy.
+    Columns: slice, images, labelled (images with a correct value), accuracy, mean_probability."""
+    import pandas as pd
+
+    if by not in images.columns:
+        raise ValueError(f"no column {by!r} to slice by; the columns are {', '.join(map(str, images.columns))}")
+    values = images[by]
+    if pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values) and values.nunique() > bins:
+        keys = pd.qcut(values, bins, duplicates="drop").astype(str)
+    else:
+        keys = values.astype(str)
+    keys = keys.where(values.notna(), "missing")
+    frame = pd.DataFrame(
+        {
+            "slice": keys,
+            "correct": images["correct"].astype("float64"),
+            "probability": images["probability"].astype("float64"),
+        }
+    )
+
+    def summary(group: pd.DataFrame) -> dict:
+        return {
+            "images": len(group),
+            "labelled": int(group["correct"].notna().sum()),
+            "accuracy": group["correct"].mean(),
+            "mean_probability": group["probability"].mean(),
+        }
+
+    rows = [{"slice": OVERALL, **summary(frame)}]
+    rows += [{"slice": key, **summary(group)} for key, group in frame.groupby("slice", sort=True)]
+    return pd.DataFrame(rows, columns=["slice", "images", "labelled", "accuracy", "mean_probability"])
+
+
+def image_maxima(
+    index: DatasetIndex, block: int, score: Callable[[np.ndarray], np.ndarray], images_per_chunk: int = 64
+) -> np.ndarray:
+    """Each image's largest value of ``score`` over its patch tokens of block ``block``'s stored activations, (count,)
+    in image_id order: ``score`` maps patch tokens (m, P, D) fp32 to values (m, P) (an SAE latent's codes, say).
+    Read shard after shard, ``images_per_chunk`` images at a time."""
+    skip = index.manifest["activations"]["prefix_tokens"]
+    out = np.zeros(index.count, np.float32)
+    for shard, values in index.activation_shards(block):
+        for first in range(0, shard["count"], images_per_chunk):
+            tokens = np.asarray(values[first : first + images_per_chunk, skip:], np.float32)
+            start = shard["start"] + first
+            out[start : start + len(tokens)] = np.asarray(score(tokens)).max(axis=1)
+    return out
+
+
 __all__ = [
     "SETTLING_SIZES",
+    "OVERALL",
     "HeadClusters",
     "Interval",
+    "Projection",
     "QueryKeyEmbedding",
     "align_keys",
     "bootstrap_interval",
     "cluster_heads",
     "confusion_matrix",
+    "image_maxima",
     "joint_query_key_embedding",
     "mean_map",
+    "project_embeddings",
     "settling",
+    "slice_accuracy",
 ]

@@ -21,6 +21,8 @@
                       a SQL result's, a lasso's, an image's nearest): thumbnails with a map drawn patch by patch
                       on one colour scale, pages, "Similar" under each image
     export.py         a selection taken away: its rows as CSV or Parquet
+    embedding.py      the embedding map: pooled embeddings by PCA, coloured by any column; a lasso selects images
+    slices.py         accuracy and mean probability by any column (numeric ones in quantile bins), beside all images
     search.py         patch search: the k nearest patches across the dataset, as crops with their photos
 
 The computations live in vitviz.dataset (analysis.py, photos.py, index.py); these modules lay out widgets.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from vitviz.dataset import DatasetIndex
-from vitviz_dashboard.dataset import errors, features, grid, heads, queries_keys, search, table
+from vitviz_dashboard.dataset import embedding, errors, features, grid, heads, queries_keys, search, slices, table
 from vitviz_dashboard.dataset.drawing import COLORMAPS
 from vitviz_dashboard.dataset.indexing import OPENED, index_form
 from vitviz_dashboard.dataset.opening import open_typed_index
@@ -51,7 +51,9 @@ def dataset_page(photo_page: st.Page) -> None:
     draws = {
         "Table": lambda: table.draw(index, photo_page, colormap, alpha),
         grid.GRID_TAB: lambda: grid.draw(index, photo_page, colormap, alpha),
+        "Embedding map": lambda: embedding.draw(index, photo_page, colormap, alpha),
         "Errors": lambda: errors.draw(index, photo_page, colormap, alpha),
+        "Slices": lambda: slices.draw(index),
         "Heads": lambda: heads.draw(index, photo_page, colormap, alpha),
         "Queries & keys": lambda: queries_keys.draw(index, colormap, alpha),
         "Patch search": lambda: search.draw(index),
