@@ -95,37 +95,13 @@ def squashed_layout(x: LayoutInputs) -> ImageLayout:
     return _whole_image([Frame.photo(*x.photo_size).tile((height // patch, width // patch))], x.slots, "PaliGemma")
 
 
-def pan_and_scan_boxes(x: LayoutInputs) -> list[tuple[float, float, float, float]]:
-    """Gemma 3's pan-and-scan crops of a long photo, in the photo's pixels (its processor's arithmetic)."""
-    processor = x.processor.image_processor
-    width, height = x.photo_size
-    smallest = int(getattr(processor, "pan_and_scan_min_crop_size", 256))
-    most = int(getattr(processor, "pan_and_scan_max_num_crops", 4))
-    if width >= height:
-        across, down = min(most, max(2, min(int(width // smallest), int(math.floor(width / height + 0.5))))), 1
-    else:
-        across, down = 1, min(most, max(2, min(int(height // smallest), int(math.floor(height / width + 0.5)))))
-    crop_w, crop_h = math.ceil(width / across), math.ceil(height / down)
-    return [
-        (j * crop_w, i * crop_h, min((j + 1) * crop_w, width), min((i + 1) * crop_h, height))
-        for i in range(down)
-        for j in range(across)
-    ]
-
-
 def gemma3_layout(x: LayoutInputs) -> ImageLayout:
     """Gemma 3: the photo squashed to the tower's square, its patch grid average-pooled to ``mm_tokens_per_image``
-    tokens (16 x 16); with pan and scan, the photo's crops follow the whole photo, each pooled the same way."""
+    tokens (16 x 16). vitviz asks without pan and scan (the processor's default), so there is one tile."""
     side = math.isqrt(int(x.config.mm_tokens_per_image))
-    tiles = [Frame.photo(*x.photo_size).tile((side, side))]
-    if x.inputs["pixel_values"].shape[0] > 1:
-        boxes = pan_and_scan_boxes(x)
-        if len(boxes) != x.inputs["pixel_values"].shape[0] - 1:
-            raise VLMError(
-                f"Gemma 3's pan and scan made {x.inputs['pixel_values'].shape[0] - 1} crops, not {len(boxes)}"
-            )
-        tiles += [Tile((side, side), box, f"crop {index + 1}") for index, box in enumerate(boxes)]
-    return _whole_image(tiles, x.slots, "Gemma 3")
+    if x.inputs["pixel_values"].shape[0] != 1:
+        raise VLMError("Gemma 3's processor made pan-and-scan crops; vitviz reads the whole photo only")
+    return _whole_image([Frame.photo(*x.photo_size).tile((side, side))], x.slots, "Gemma 3")
 
 
 FAMILIES: dict[str, Family] = {
