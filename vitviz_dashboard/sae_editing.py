@@ -1,5 +1,6 @@
-"""Sparse autoencoders on the pages: a typed SAE folder opened (inside the allowed folders), and latents of an SAE
-edited in the model the whole Photo page shows.
+"""Sparse autoencoders on the pages: a typed SAE opened (``hf:<org>/<name>[/<subfolder>]`` from the Hub, or a file
+or folder in any format ``vitviz.sae.load_sae`` reads, inside the allowed folders), and latents of an SAE edited in
+the model the whole Photo page shows.
 
 The edit lives in session state per image tower, as knock-outs do (knockout.py): the SAE's folder and, per latent,
 the code it is set to on every patch (a multiple of its largest activation over an index, when that is known) or
@@ -18,7 +19,10 @@ from pathlib import Path
 import streamlit as st
 
 import vitviz
+from vitviz.loading.download import REPO_ID
+from vitviz.model.config import clip_text
 from vitviz.sae import SAEError, TopKSAE, load_sae, with_sae
+from vitviz.sae.formats.hub import local_path
 from vitviz_dashboard.page import KEPT, ModelKey
 from vitviz_dashboard.sidebar.model_dirs import ModelRefused, allowed_model_dirs, check_model_path
 
@@ -27,9 +31,32 @@ OUTSIDE = (
     "folders as model paths; by default the checkpoints folder and the working directory)."
 )
 SAE_HELP = (
-    "A folder written by `vitviz sae train ... --out DIR`, saev's sae.pt, or a ViT-Prisma folder (config.json and a "
-    ".pt), inside the folders the server's owner allows (VITVIZ_MODEL_DIRS)."
+    "`hf:<org>/<name>[/<subfolder>]` for an SAE on the Hugging Face Hub (saev, SAELens, ViT-Prisma, sparsify), or a "
+    "folder or file: one written by `vitviz sae train ... --out DIR`, saev's sae.pt, a SAELens, ViT-Prisma or "
+    "sparsify folder, inside the folders the server's owner allows (VITVIZ_MODEL_DIRS)."
 )
+SAE_LABEL = "SAE from the Hub or a folder"
+HUB_PREFIX = "hf:"
+
+
+def check_sae_hub_spec(text: str) -> str:
+    """``text`` when it is ``hf:<org>/<name>[/<subfolder>]`` with plain path parts (no ``..``, ``.``, ``~``,
+    backslashes or empty parts): a place in a Hub repository, never a local path; else ModelRefused."""
+    spec = text.strip()
+    parts = spec[len(HUB_PREFIX) :].split("/")
+    plain = all(p and p not in (".", "..") and not p.startswith("~") and "\\" not in p for p in parts)
+    if not spec.startswith(HUB_PREFIX) or len(parts) < 2 or not plain or not REPO_ID.fullmatch("/".join(parts[:2])):
+        raise ModelRefused(
+            f"`{clip_text(spec, 80)}` is not an SAE on the Hub: write hf:<org>/<name>[/<subfolder>], e.g. "
+            "hf:osunlp/SAE_CLIP_24K_ViT-B-16_IN1K"
+        )
+    return spec
+
+
+@st.cache_resource(max_entries=8, show_spinner="Fetching the SAE from the Hub...")
+def hub_folder(spec: str) -> Path:
+    """Where a Hub SAE's files are in the Hub's cache (fetched once; read offline once there)."""
+    return local_path(spec)
 
 
 def stamp(path: Path) -> int:
@@ -46,14 +73,24 @@ def cached_sae(path: str, changed: int) -> TopKSAE:
 
 
 def open_typed_sae(text: str) -> tuple[TopKSAE, Path] | None:
-    """The SAE at the typed path and its checked real path, or None with a message saying what is wrong."""
+    """The SAE a visitor typed (``hf:`` spec or a path inside the allowed folders) and the local file or folder
+    its files are in (for a Hub SAE, its place in the Hub's cache), or None with a message saying what is wrong."""
     if not text.strip():
-        st.info("Enter the folder of a sparse autoencoder: `vitviz sae train INDEX --block B --out DIR` makes one.")
+        st.info(
+            "Enter a sparse autoencoder: `hf:<org>/<name>[/<subfolder>]` from the Hub, or the folder "
+            "`vitviz sae train INDEX --block B --out DIR` makes."
+        )
         return None
     try:
-        path = check_model_path(text, allowed_model_dirs())
-    except ModelRefused:
-        st.error(OUTSIDE)
+        if text.strip().startswith(HUB_PREFIX):
+            path = hub_folder(check_sae_hub_spec(text))
+        else:
+            path = check_model_path(text, allowed_model_dirs())
+    except ModelRefused as error:
+        st.error(str(error) if text.strip().startswith(HUB_PREFIX) else OUTSIDE)
+        return None
+    except SAEError as error:  # not in the cache and the Hub unreachable, no such subfolder
+        st.error(f"Could not open the SAE: {error}")
         return None
     if not path.exists():
         st.error(f"There is no SAE at `{text.strip()}`: enter the folder `vitviz sae train --out` wrote.")

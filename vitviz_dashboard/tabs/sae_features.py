@@ -4,6 +4,7 @@ becomes the whole page's model (sae_editing.py), with the top classes before and
 from __future__ import annotations
 
 import base64
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -12,12 +13,12 @@ import streamlit as st
 import torch
 
 import vitviz
-from vitviz.sae import TopKSAE
-from vitviz.sae.browse import image_codes, patch_latents, read_latent_tables, top_latents
+from vitviz.sae import SAEError, TopKSAE
+from vitviz.sae.browse import check_fit, image_codes, patch_latents, read_latent_tables, top_latents
 from vitviz_dashboard.cache.pictures import overlay_picture
 from vitviz_dashboard.knockout import what_changes
 from vitviz_dashboard.page import Page
-from vitviz_dashboard.sae_editing import SAE_HELP, apply, edit_key, open_typed_sae, stamp
+from vitviz_dashboard.sae_editing import SAE_HELP, SAE_LABEL, apply, edit_key, open_typed_sae, stamp
 from vitviz_dashboard.widgets.click_picture import click_picture, clicked_patch
 from vitviz_dashboard.widgets.controls import rerun_tab
 
@@ -27,12 +28,20 @@ CLICKED = "sae_clicked"  # the patch a click picked, put into the row and column
 
 @st.cache_data(max_entries=16, show_spinner="Encoding the photo's tokens with the SAE...")
 def photo_codes(
-    model_key: str, image_key: str, sae_path: str, sae_stamp: int, *, _model: vitviz.ViT, _sae: TopKSAE, _pixels
+    model_key: str,
+    image_key: str,
+    sae_path: str,
+    sae_stamp: int,
+    block: int,
+    *,
+    _model: vitviz.ViT,
+    _sae: TopKSAE,
+    _pixels,
 ) -> np.ndarray:
     """The codes (P, N) of the photo's patch tokens at the SAE's block, from the unedited model."""
     with torch.no_grad():
         device = next(_model.parameters()).device
-        hidden = _model(_pixels.to(device), output_hidden_states=True).hidden_states[_sae.config.block][0]  # (T, D)
+        hidden = _model(_pixels.to(device), output_hidden_states=True).hidden_states[block][0]  # (T, D)
     return image_codes(_sae, hidden, _model.config.num_prefix_tokens).numpy()
 
 
@@ -48,27 +57,31 @@ def draw(page: Page) -> None:
         "docs/sae.md). Here: the latents that fire most on this photo, each drawn over it, and an edit of chosen "
         "latents that the whole page then shows."
     )
-    opened = open_typed_sae(st.text_input("SAE folder", key=page.widget_key("sae_folder", ""), help=SAE_HELP))
+    opened = open_typed_sae(st.text_input(SAE_LABEL, key=page.widget_key("sae_folder", ""), help=SAE_HELP))
     if opened is None:
         return
     sae, path = opened
     model = page.intact_model if page.intact_model is not None else page.model  # the codes of the unedited model
-    block, layers = sae.config.block, model.config.num_layers
-    if block is None or not 0 <= block < layers:
-        st.error(f"The SAE reads block {block}; this model has blocks 0 to {layers - 1}: it was trained on another.")
-        return
-    if sae.config.d_in != model.config.hidden_size:
-        st.error(
-            f"The SAE reads {sae.config.d_in}-wide tokens; this model's blocks output {model.config.hidden_size}-wide "
-            "ones: it was trained on another model."
-        )
-        return
+    with warnings.catch_warnings(record=True) as caught:  # another model named in the SAE's file
+        warnings.simplefilter("always", UserWarning)
+        try:
+            block = check_fit(sae, model.config.num_layers, model.config.hidden_size, page.model_key.spec)
+        except SAEError as error:
+            st.error(f"This SAE does not fit this model: {error}")
+            return
+    for warning in caught:
+        st.warning(str(warning.message))
+    if getattr(sae, "scaling_missing", None):
+        st.warning(f"{sae.scaling_missing}; `vitviz sae calibrate INDEX SAE` estimates it from an index.")
+    elif getattr(sae, "scaling_note", None):
+        st.caption(f"The SAE's {sae.scaling_note}.")
     codes = torch.from_numpy(
         photo_codes(
             repr(page.model_key.intact()),
             page.photo.key,
             str(path),
             stamp(path),
+            block,
             _model=model,
             _sae=sae,
             _pixels=page.analysis.pixel_values,
@@ -91,7 +104,7 @@ def draw(page: Page) -> None:
                 width="stretch",
             )
         one_patch(page, codes)
-    edit(page, sae, path, [latent for latent, _, _ in ranked])
+    edit(page, sae, path, block, [latent for latent, _, _ in ranked])
 
 
 def one_patch(page: Page, codes: torch.Tensor) -> None:
@@ -124,7 +137,7 @@ def one_patch(page: Page, codes: torch.Tensor) -> None:
         rerun_tab()
 
 
-def edit(page: Page, sae: TopKSAE, path: Path, firing: list[int]) -> None:
+def edit(page: Page, sae: TopKSAE, path: Path, block: int, firing: list[int]) -> None:
     """A slider per chosen latent, and a button that makes the edited model the page's."""
     st.subheader("Edit latents")
     largest = largest_activations(path)
@@ -167,7 +180,7 @@ def edit(page: Page, sae: TopKSAE, path: Path, firing: list[int]) -> None:
     st.button(
         "Apply to the page's model",
         on_click=apply,
-        args=(page.model_key.spec, path, sae.config.block, set_to, scale),
+        args=(page.model_key.spec, path, block, set_to, scale),
         disabled=not chosen,
         key="sae_apply",
         help="Every tab then shows the edited model; the banner above the tabs restores it.",
