@@ -145,7 +145,7 @@ def in_thread(function):
     def run():
         try:
             box["result"] = function()
-        except Exception as error:  # noqa: BLE001 - handed to the test
+        except Exception as error:  # any error is handed to the test
             box["error"] = error
 
     thread = threading.Thread(target=run)

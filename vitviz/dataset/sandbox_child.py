@@ -66,7 +66,7 @@ def _answer(request: dict, connections: dict, temporary: str, control: Connectio
             outcome["answer"] = ("permission", str(error))
         except MemoryError:
             outcome["answer"] = ("memory", None)
-        except Exception as error:  # noqa: BLE001 - DuckDB's or pandas' refusal, sent back as one line
+        except Exception as error:  # DuckDB's or pandas' refusal, sent back as one line
             outcome["answer"] = ("error", f"{type(error).__name__}: {error}".splitlines()[0])
 
     def interrupt(why: str) -> None:
@@ -107,7 +107,7 @@ def _serve(fd: int, temporary: str) -> None:
             answer = _answer(request, connections, temporary, control)
             try:
                 control.send(answer)
-            except Exception as error:  # noqa: BLE001 - a result that pickle cannot carry
+            except Exception as error:  # a result that pickle cannot carry
                 control.send(("error", f"the result cannot be sent back ({type(error).__name__}: {error})"))
 
 
