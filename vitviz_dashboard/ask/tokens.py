@@ -12,11 +12,21 @@ ALL = -1  # the pill for the whole answer: the mean over its tokens
 TOKEN = "ask|token"  # the picker's session-state key
 
 
-def token_label(answer: Answer, index: int) -> str:
-    """What a pill shows: the token as the tokenizer writes it back (a leading space as "·"), its markdown escaped;
-    the raw token string where decoding gives nothing visible (a special token)."""
-    if index == ALL:
-        return "all tokens"
+def token_labels(answer: Answer) -> dict[int, str]:
+    """What each pill shows, by token index (ALL: "all tokens"): the token as the tokenizer writes it back. A token
+    repeated in the answer gets one zero-width space per earlier occurrence: Streamlit tells pills apart by their
+    labels, so two pills labelled alike would both select the last of them."""
+    labels, seen = {ALL: "all tokens"}, {}
+    for index in range(len(answer.token_ids)):
+        text = visible_text(answer, index)
+        labels[index] = text + "\u200b" * seen.get(text, 0)
+        seen[text] = seen.get(text, 0) + 1
+    return labels
+
+
+def visible_text(answer: Answer, index: int) -> str:
+    """The token as the tokenizer writes it back (a space alone as "·"), its markdown escaped; the raw token string
+    where decoding gives nothing visible (a special token)."""
     text = answer.model.tokenizer.decode([answer.token_ids[index]])
     text = text if text.strip() else answer.tokens[index]
     text = text.replace(" ", "·") if not text.strip() else text.strip()
@@ -29,10 +39,11 @@ def pick_token(answer: Answer) -> int | None:
     options = [ALL, *range(len(answer.token_ids))]
     if st.session_state.get(TOKEN) not in options:  # a new answer with fewer tokens, or nothing chosen yet
         st.session_state[TOKEN] = 0
+    labels = token_labels(answer)
     chosen = st.pills(
         "Answer",
         options,
-        format_func=lambda index: token_label(answer, index),
+        format_func=labels.__getitem__,
         key=TOKEN,
         help="Click a token to see where it looks; 'all tokens' shows the mean over the answer.",
     )
