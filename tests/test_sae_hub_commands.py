@@ -5,6 +5,7 @@ width, block and model checks, and the input scaling saev's files lack, estimate
 import json
 import math
 import re
+import shutil
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -146,6 +147,34 @@ def test_a_planted_scaling_is_recovered():
     assert count == 5000
     np.testing.assert_allclose(mean, mu, atol=1e-4)
     assert scale == pytest.approx(s, rel=1e-5)
+
+
+def test_calibrate_recovers_a_scaling_planted_in_an_index(index, tmp_path):
+    """An index whose stored block-2 patch tokens are rewritten as mean + s * z (z centred, mean norm sqrt(d));
+    its prefix tokens and the unreadable image's rows set far off: they must not count."""
+    planted = tmp_path / "planted"
+    shutil.copytree(index, planted)
+    opened = vitviz.open_index(planted)
+    readable = np.zeros(opened.count, dtype=bool)
+    readable[readable_images(opened)] = True
+    skip, tokens = opened.manifest["activations"]["prefix_tokens"], opened.manifest["activations"]["tokens"]
+    g = np.random.default_rng(1)
+    mu, s = g.normal(size=D) * 2, 3.25
+    z = g.normal(size=(int(readable.sum()) * (tokens - skip), D))
+    z -= z.mean(axis=0)
+    z *= math.sqrt(D) / np.linalg.norm(z, axis=1).mean()
+    values = iter((mu + s * z).reshape(-1, tokens - skip, D))
+    for shard, _ in opened.activation_shards(2):
+        stored = np.load(planted / "shards" / shard["name"] / shard["activations"]["2"], mmap_mode="r+")
+        for row in range(shard["count"]):
+            stored[row] = 500.0  # prefix tokens, and every token of an unreadable image
+            if readable[shard["start"] + row]:
+                stored[row, skip:] = next(values)
+        stored.flush()
+    spec = write_saev(tmp_path / "d" / "layer_2" / "r" / "sae.pt", SCHEMA5, weights(1, D, N))
+    stored = json.loads(sae_main(["calibrate", str(planted), str(spec)]).read_text())
+    np.testing.assert_allclose(stored["mean"], mu, atol=2e-3)
+    assert stored["scale"] == pytest.approx(s, rel=1e-3)
 
 
 def test_calibrate_writes_an_estimated_scaling_that_load_sae_and_the_commands_apply(index, tmp_path, capsys):
