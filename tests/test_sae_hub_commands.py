@@ -200,6 +200,13 @@ def test_calibrate_writes_an_estimated_scaling_that_load_sae_and_the_commands_ap
     mean, factor = torch.tensor(stored["mean"], dtype=torch.float32), stored["scale"]
     torch.testing.assert_close(scaled.encode(x), plain.encode((x - mean) / factor))
     torch.testing.assert_close(scaled.reconstruct(x), plain.reconstruct((x - mean) / factor) * factor + mean)
+    codes, latents = scaled.encode(x), torch.tensor([3, 7])
+    delta = torch.randn(2, 5, 2)
+    edited = codes.clone()
+    edited[..., latents] += delta
+    torch.testing.assert_close(  # what with_sae adds: the edit's change in the model's units
+        scaled.decoded_change(delta, latents, x), scaled.decode(edited) - scaled.decode(codes), atol=1e-4, rtol=1e-4
+    )
 
     sae_main(["latents", str(index), str(spec)])  # the commands apply it and say so
     assert re.search(r"warning: .*input scaling estimated from", capsys.readouterr().err)
