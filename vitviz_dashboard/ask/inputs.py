@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import streamlit as st
 
 from vitviz.loading.download import REPO_ID
+from vitviz.loading.specs import HUB
 from vitviz_dashboard.cache.vlm import VLMKey
 from vitviz_dashboard.page import KEPT
 from vitviz_dashboard.sidebar.model_dirs import ModelRefused, allowed_model_dirs, check_model_path
@@ -48,9 +49,9 @@ def model_spec(text: str) -> str:
         return ""
     if looks_like_path(text):
         return str(check_model_path(text, allowed_model_dirs()))
-    repository = text.removeprefix("hf:").strip()
+    repository = HUB.name(text) if HUB.owns(text) else text
     if REPO_ID.fullmatch(repository):
-        return f"hf:{repository}"
+        return HUB.spec(repository)
     raise ModelRefused(
         f"`{text[:100]}` is neither a Hugging Face repository id (org/name) nor a folder's path (give it in full: "
         "/..., ~/... or ./...)"
