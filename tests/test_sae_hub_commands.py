@@ -21,7 +21,7 @@ import vitviz
 import vitviz.loading.download
 from vitviz.commands.sae import main as sae_main
 from vitviz.dataset.command import main as index_main
-from vitviz.sae import load_sae, scaling
+from vitviz.sae import load_sae, save_sae, scaling
 from vitviz.sae.browse import LATENTS_FILE
 from vitviz.sae.indexed import readable_images
 
@@ -208,6 +208,8 @@ def test_calibrate_writes_an_estimated_scaling_that_load_sae_and_the_commands_ap
         scaled.decoded_change(delta, latents, x), scaled.decode(edited) - scaled.decode(codes), atol=1e-4, rtol=1e-4
     )
 
+    with pytest.raises(vitviz.sae.SAEError, match="an input scaling set beside its file"):
+        save_sae(scaled, tmp_path / "export", format="saelens")  # SAELens's layout has no place for it
     sae_main(["latents", str(index), str(spec)])  # the commands apply it and say so
     assert re.search(r"warning: .*input scaling estimated from", capsys.readouterr().err)
     table = pq.read_table(spec.parent / LATENTS_FILE).to_pandas()
