@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import plotly.graph_objects as go
 import pytest
 import streamlit as st
@@ -68,6 +69,8 @@ def test_nbytes_counts_storage_once_and_sees_inside_containers():
     assert nbytes(ImageFile.of(b"x" * 100)) == 100 + 64  # a dataclass: its fields (the bytes and the hex digest)
     figure = go.Figure([go.Heatmap(z=np.zeros((100, 100), dtype=np.float32))])
     assert 40_000 <= nbytes(figure) <= 40_000 + 8192  # the data, plus a small allowance for the layout
+    frame = pd.DataFrame({"x": np.zeros(1000), "name": ["a" * 50] * 1000})  # 8,000 bytes of floats, 1,000 strings
+    assert 8_000 + 50_000 <= nbytes(frame) <= 8_000 + 100_000  # the strings counted deep
 
 
 def test_the_store_evicts_the_least_recently_used_by_bytes():

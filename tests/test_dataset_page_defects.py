@@ -178,11 +178,11 @@ def test_the_before_after_table_lists_the_union_of_both_top_fives():
 
 def test_heads_intervals_show_in_the_hover_axes_name_every_layer_and_head_and_extremes_go_both_ways(built):
     from vitviz.dataset.analysis import bootstrap_interval
-    from vitviz_dashboard.dataset.heads import per_image
+    from vitviz_dashboard.cache.dataset import per_image
 
     at = open_tab(dataset_app(built / "index"), "Heads")
     index = vitviz.open_index(built / "index")
-    interval = bootstrap_interval(per_image.__wrapped__("", "distance_px", index), seed=0)
+    interval = bootstrap_interval(per_image.__wrapped__("", "distance_px", _index=index), seed=0)
     distance = chart(at, "95 % interval")
     for head, trace in enumerate(distance["data"]):
         assert "95 % interval %{customdata[1]:.3f} to %{customdata[2]:.3f} px" in trace["hovertemplate"]

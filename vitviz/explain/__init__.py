@@ -16,7 +16,7 @@
                      attention), read by streaming, the dataset index's heads table and the Dataset page
     head_importance.py  head importance: each head removed in turn, the target's logit and probability again
     logit_attribution.py  the target's logit split into embeddings, heads, MLPs and biases
-    facets.py        patch features from any block: tokens, keys, queries or values
+    facets.py        patch features from any block: tokens, keys, queries or values; one head's queries and keys
     features.py      what patch features show: joint PCA colours, cosine matches, k-means parts
     faithfulness.py  perturbation curves
     common.py        argument checks, the grid, the readout
@@ -52,7 +52,7 @@ from vitviz.explain.attention import (
     readout_attention_all,
 )
 from vitviz.explain.common import HEAD_FUSIONS, HeadFusion, Readout
-from vitviz.explain.facets import FACETS, Facet, patch_features
+from vitviz.explain.facets import FACETS, Facet, head_queries_and_keys, patch_features
 from vitviz.explain.faithfulness import (
     Baseline,
     area_under_curve,
@@ -151,6 +151,7 @@ __all__ = [
     "patch_distances",
     "patch_embedding_components",
     "patch_features",
+    "head_queries_and_keys",
     "patch_similarity",
     "pca_rgb",
     "perturbation_curve",

@@ -27,6 +27,7 @@ from collections.abc import Callable, Hashable
 from typing import TypeVar
 
 import numpy as np
+import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 import torch
@@ -106,6 +107,8 @@ def nbytes(value: object) -> int:
             return v.width * v.height * len(v.getbands())
         if isinstance(v, (bytes, bytearray, str)):
             return len(v)
+        if isinstance(v, pd.DataFrame):  # the Dataset page's query results and point tables
+            return int(v.memory_usage(deep=True).sum())
         if isinstance(v, go.Figure):
             return sum(size(trace.to_plotly_json()) for trace in v.data) + 4096  # the layout: small
         if isinstance(v, dict):

@@ -10,27 +10,25 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from vitviz.dataset import DatasetIndex
-from vitviz.dataset.analysis import SETTLING_SIZES, Interval, bootstrap_interval, cluster_heads, settling
+from vitviz.dataset.analysis import Interval, bootstrap_interval, cluster_heads, settling
+from vitviz.explain.head_statistics import HEAD_STATISTICS, head_statistic
+from vitviz_dashboard.cache.dataset import head_means, per_image
 from vitviz_dashboard.dataset import drawing
 from vitviz_dashboard.dataset.opening import index_key
 from vitviz_dashboard.dataset.table import thumbnails
 
-STATISTICS = {"entropy": "entropy (nats)", "distance_px": "mean attention distance (px)"}
 CLUSTER_COLOURS = ["#264653", "#2a9d8f", "#e9c46a", "#f4a261", "#e76f51", "#8ab17d", "#6d597a", "#b56576"]
 EXTREME_IMAGES = 8
 
 
 def share_columns(index: DatasetIndex) -> list[str]:
     """The heads table's prefix-token columns: to_cls, to_dist, to_reg0..., then to_patches."""
-    return [f"to_{name}" for name in index.layout["prefix_tokens"]] + ["to_patches"]
+    return head_statistic("prefix_shares").columns(index.layout["prefix_tokens"])
 
 
-@st.cache_data(max_entries=8, show_spinner="Averaging over the dataset...")
-def head_means(key: str, _index: DatasetIndex) -> pd.DataFrame:
-    """Every statistic averaged over all images, one row per (layer, head)."""
-    columns = ["entropy", "distance_px", *share_columns(_index)]
-    averages = ", ".join(f"avg({c}) AS {c}" for c in columns)
-    return _index.query(f"SELECT layer, head, {averages} FROM heads GROUP BY layer, head ORDER BY layer, head")
+def statistic_columns(index: DatasetIndex) -> tuple[str, ...]:
+    """Every statistic column of the heads table (explain.HEAD_STATISTICS), in its order."""
+    return tuple(c for statistic in HEAD_STATISTICS for c in statistic.columns(index.layout["prefix_tokens"]))
 
 
 def as_grid(index: DatasetIndex, frame: pd.DataFrame, column: str) -> np.ndarray:
@@ -38,25 +36,6 @@ def as_grid(index: DatasetIndex, frame: pd.DataFrame, column: str) -> np.ndarray
     grid = np.full((layers, heads), np.nan)
     grid[frame["layer"].to_numpy(), frame["head"].to_numpy()] = frame[column].to_numpy()
     return grid
-
-
-@st.cache_data(max_entries=8, show_spinner="Reading a sample of images...")
-def per_image(key: str, column: str, _index: DatasetIndex) -> np.ndarray:
-    """``column`` per image of a seeded sample of up to 5,000 readable images: (images, layers, heads)."""
-    ids = _index.query("SELECT image_id FROM images WHERE error IS NULL ORDER BY image_id", limit=10_000_000)
-    ids = ids["image_id"].to_numpy()
-    most = max(SETTLING_SIZES)
-    if len(ids) > most:
-        ids = np.sort(np.random.default_rng(0).choice(ids, most, replace=False))
-    layers, heads = _index.layout["layers"], _index.layout["heads"]
-    rows = len(ids) * layers * heads
-    listed = ", ".join(str(int(i)) for i in ids)
-    values = _index.query(  # a semi join on a list: ten times faster in DuckDB than IN (5,000 literals)
-        f"SELECT h.{column} FROM heads h SEMI JOIN (SELECT unnest([{listed}]) AS image_id) USING (image_id) "
-        "ORDER BY h.image_id, h.layer, h.head",
-        limit=max(1, rows),
-    )[column].to_numpy(np.float64)
-    return values.reshape(len(ids), layers, heads)
 
 
 def interval_figure(interval: Interval, unit: str) -> go.Figure:
@@ -160,11 +139,11 @@ def clusters_figure(labels: np.ndarray, order: np.ndarray) -> go.Figure:
 
 def draw(index: DatasetIndex, photo_page: st.Page, colormap: str, alpha: float) -> None:
     key = index_key(index)
-    means = head_means(key, index)
+    means = head_means(key, statistic_columns(index), _index=index)
     if means.empty:
         st.info("No image of this index could be read: there are no head statistics.")
         return
-    distances = per_image(key, "distance_px", index)
+    distances = per_image(key, "distance_px", _index=index)
     interval = bootstrap_interval(distances, seed=0)
     # the titles are markdown above the charts, not Plotly's: a narrow page wraps them instead of cutting them
     st.markdown(f"**Mean attention distance over {interval.images:,} images, with 95 % bootstrap intervals**")

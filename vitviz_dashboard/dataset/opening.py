@@ -10,18 +10,17 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
 import streamlit as st
 from PIL import Image
 
 import vitviz
-from vitviz.dataset import DatasetIndex, IndexFormatError, SourceError, open_index
-from vitviz.dataset.photos import photo_reader
+from vitviz.dataset import DatasetIndex, IndexFormatError, SourceError
 from vitviz.dataset.storage import weight_fingerprint
-from vitviz.preprocessing import ImageError, Preprocessing, load_image
+from vitviz.preprocessing import ImageError, Preprocessing
 from vitviz.text import PROMPT_SETS, template_set
+from vitviz_dashboard.cache.dataset import cached_index, photo_reader_of, thumbnail_photo
 from vitviz_dashboard.images import add_image
 from vitviz_dashboard.sidebar.model_dirs import ModelRefused, allowed_model_dirs, check_hub_spec, check_model_path
 from vitviz_dashboard.sidebar.model_picker import MODEL_CHOICES, PATH_OR_UPLOAD, hub_spec, looks_like_path
@@ -32,7 +31,6 @@ OUTSIDE = (
     "(VITVIZ_MODEL_DIRS, the same folders as model paths; by default the checkpoints folder and the working directory)."
 )
 PATHS_OFF = "The server's owner has turned off opening paths on this page (VITVIZ_MODEL_DIRS is empty)."
-PHOTO_SIDE = 512  # photos are kept at most this large: the page draws thumbnails and crops
 # the session's own folder (its uploaded photos and their index, indexing.py), under the temporary folder: the page
 # opens and reads it like an allowed folder, for this session only (its name is random, kept in the session's state)
 SESSION_ROOT = Path(tempfile.gettempdir()) / "vitviz-session-indexes"
@@ -86,12 +84,6 @@ def manifest_stamp(folder: Path) -> int:
         return 0
 
 
-@st.cache_resource(max_entries=4, show_spinner="Opening the index...")
-def cached_index(folder: str, stamp: int) -> DatasetIndex:
-    """One open index per folder and manifest (arrays memory-mapped, shared by every session)."""
-    return open_index(folder)
-
-
 def index_key(index: DatasetIndex) -> str:
     """What names this index in cache keys: its folder and its manifest's stamp."""
     return f"{index.folder}|{manifest_stamp(index.folder)}"
@@ -105,16 +97,11 @@ def _allowed(path: Path) -> bool:
         return False
 
 
-@st.cache_resource(max_entries=4, show_spinner=False)
-def _reader(key: str, _index: DatasetIndex) -> Callable[[int, str], bytes]:
-    return photo_reader(_index.manifest, _allowed)
-
-
 def read_photo(index: DatasetIndex, image_id: int, path: str) -> tuple[bytes | None, str]:
     """The image file's bytes from the index's source, or None and why (a source moved, outside the allowed folders,
     a file deleted since indexing)."""
     try:
-        return _reader(index_key(index), index)(int(image_id), str(path)), ""
+        return photo_reader_of(index_key(index), index, _allowed)(int(image_id), str(path)), ""
     except (SourceError, OSError) as error:
         return None, str(error)
 
@@ -127,20 +114,13 @@ def photo_bytes(index: DatasetIndex, image_id: int, path: str) -> bytes | None:
     return data
 
 
-@st.cache_data(max_entries=512, show_spinner=False)
-def _photo(key: str, image_id: int, path: str, _data: bytes) -> Image.Image:
-    image = load_image(_data)
-    image.thumbnail((PHOTO_SIDE, PHOTO_SIDE))
-    return image
-
-
 def photo(index: DatasetIndex, image_id: int, path: str) -> tuple[Image.Image, tuple] | None:
     """The photo (long side at most PHOTO_SIDE) and the box the model's input came from, in its pixels; or None."""
     data = photo_bytes(index, image_id, path)
     if data is None:
         return None
     try:
-        image = _photo(index_key(index), int(image_id), str(path), data)
+        image = thumbnail_photo(index_key(index), int(image_id), str(path), _data=data)
     except ImageError as error:
         st.warning(f"Cannot show image {image_id} ({path}): {error}")
         return None

@@ -2,22 +2,18 @@
 sample of the index's images, the keys shifted by mean(q) - mean(k) (every softmax unchanged), in one PCA space.
 Coloured by query/key, row, column or image; a click on a point shows its patch in its photo.
 
-The index stores no queries or keys, so the index's model runs again on the sample's photos.
+The index stores no queries or keys, so the index's model runs again on the sample's photos, in the library
+(explain.head_queries_and_keys), through the page's cache (cache/dataset.py).
 """
 
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import plotly.express as px
 import streamlit as st
-import torch
 
-import vitviz
 from vitviz.dataset import DatasetIndex
-from vitviz.dataset.analysis import joint_query_key_embedding
-from vitviz.model import autocast
-from vitviz.preprocessing import load_image
+from vitviz_dashboard.cache.dataset import query_key_points
 from vitviz_dashboard.dataset import drawing
 from vitviz_dashboard.dataset.opening import index_key, model_of, photo, read_photo
 
@@ -31,37 +27,6 @@ def sample_ids(index: DatasetIndex, count: int) -> list[tuple[int, str]]:
     readable = index.query("SELECT image_id, path FROM images WHERE error IS NULL ORDER BY image_id", limit=10_000_000)
     chosen = np.sort(np.random.default_rng(0).permutation(len(readable))[:count])
     return [(int(readable["image_id"].iloc[i]), str(readable["path"].iloc[i])) for i in chosen]
-
-
-@st.cache_data(max_entries=8, show_spinner="Running the model on the sample...")
-def query_key_points(
-    key: str,
-    layer: int,
-    head: int,
-    sample: tuple[tuple[int, str], ...],
-    _model: vitviz.ViT,
-    _photos: tuple,
-    precision: str,
-) -> pd.DataFrame:
-    """One row per patch query and per patch key of the sample: its PCA coordinates, kind, row, column and image."""
-    pixels = torch.stack([_model.transform(load_image(data)) for data in _photos])
-    with torch.inference_mode(), autocast(precision, "cpu"):
-        qkv = _model(pixels, output_qkv=True).qkv[layer]  # each (B, heads, T, head_dim)
-    p = _model.config.num_prefix_tokens
-    queries, keys = qkv.q[:, head, p:].float(), qkv.k[:, head, p:].float()  # (B, N, head_dim): the patches
-    batch, patches, _ = queries.shape
-    joint = joint_query_key_embedding(
-        queries.reshape(-1, queries.shape[-1]).numpy(), keys.reshape(-1, keys.shape[-1]).numpy()
-    )
-    cols = pixels.shape[-1] // _model.config.patch_size
-    position = np.tile(np.arange(patches), batch)
-    image_ids = np.repeat([image_id for image_id, _ in sample], patches)
-    paths = np.repeat([path for _, path in sample], patches)
-    half = pd.DataFrame({"row": position // cols, "column": position % cols, "image": image_ids, "path": paths})
-    frame = pd.concat([half.assign(kind="query"), half.assign(kind="key")], ignore_index=True)
-    frame["pc1"], frame["pc2"] = joint.points[:, 0], joint.points[:, 1] if joint.points.shape[1] > 1 else 0.0
-    frame.attrs["explained"] = joint.explained.tolist()
-    return frame
 
 
 KIND_COLOURS = {"query": "#1b9e77", "key": "#d95f02"}  # AttentionViz's convention: two hues, not two shades
@@ -93,7 +58,9 @@ def draw(index: DatasetIndex, colormap: str, alpha: float) -> None:
         return
     photos = [data for data, _ in read]
     precision = str(index.manifest["options"].get("precision", "fp32"))
-    frame = query_key_points(index_key(index), int(layer), int(head), tuple(sample), model, tuple(photos), precision)
+    frame = query_key_points(
+        index_key(index), int(layer), int(head), tuple(sample), precision, _model=model, _photos=tuple(photos)
+    )
     column = {"query or key": "kind", "row": "row", "column": "column", "image": "image"}[colour]
     shown = frame.assign(image=frame["image"].astype(str)) if column == "image" else frame
     figure = px.scatter(
