@@ -20,9 +20,10 @@ import streamlit as st
 
 import vitviz
 from vitviz.loading.download import REPO_ID
+from vitviz.loading.specs import HUB_PREFIX
 from vitviz.model.config import clip_text
-from vitviz.sae import SAEError, TopKSAE, load_sae, with_sae
-from vitviz.sae.formats.hub import local_path
+from vitviz.sae import SAEError, TopKSAE, with_sae
+from vitviz_dashboard.cache.sae import cached_sae, hub_folder
 from vitviz_dashboard.page import KEPT, ModelKey
 from vitviz_dashboard.sidebar.model_dirs import ModelRefused, allowed_model_dirs, check_model_path
 
@@ -36,7 +37,6 @@ SAE_HELP = (
     "sparsify folder, inside the folders the server's owner allows (VITVIZ_MODEL_DIRS)."
 )
 SAE_LABEL = "SAE from the Hub or a folder"
-HUB_PREFIX = "hf:"
 
 
 def check_sae_hub_spec(text: str) -> str:
@@ -53,23 +53,12 @@ def check_sae_hub_spec(text: str) -> str:
     return spec
 
 
-@st.cache_resource(max_entries=8, show_spinner="Fetching the SAE from the Hub...")
-def hub_folder(spec: str) -> Path:
-    """Where a Hub SAE's files are in the Hub's cache (fetched once; read offline once there)."""
-    return local_path(spec)
-
-
 def stamp(path: Path) -> int:
     """When the SAE's files last changed: one trained again opens afresh."""
     try:
         return max(os.stat(p).st_mtime_ns for p in ([path] + (list(path.iterdir()) if path.is_dir() else [])))
     except OSError:
         return 0
-
-
-@st.cache_resource(max_entries=4, show_spinner="Loading the SAE...")
-def cached_sae(path: str, changed: int) -> TopKSAE:
-    return load_sae(path)
 
 
 def open_typed_sae(text: str) -> tuple[TopKSAE, Path] | None:

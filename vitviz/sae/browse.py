@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 import torch
 
 from vitviz.dataset import DatasetIndex
+from vitviz.explain.facets import patch_features
 from vitviz.explain.logit_attribution import linear_readout
 from vitviz.model import ViT
 from vitviz.sae.errors import SAEError
@@ -259,6 +260,14 @@ def latent_logit_effects(model: ViT, sae: TopKSAE, latent: int, last: torch.Tens
 def image_codes(sae: TopKSAE, hidden: torch.Tensor, prefix_tokens: int) -> torch.Tensor:
     """The codes (P, N) of one photo's patch tokens: ``hidden`` (T, D) is the SAE's block output, prefix first."""
     return sae.encode(hidden[prefix_tokens:].float().to(sae.W_enc.device)).cpu()
+
+
+def photo_codes(model: ViT, sae: TopKSAE, pixel_values: torch.Tensor, block: int) -> torch.Tensor:
+    """The codes (P, N) of one photo's patch tokens at the output of ``block`` (pixel values (1, C, H, W)): the
+    blocks up to it run, no further (explain.patch_features), in fp32."""
+    tokens = patch_features(model, pixel_values[:1], block, "token")[0]  # (P, D)
+    with torch.no_grad():
+        return sae.encode(tokens.to(sae.W_enc.device)).cpu()
 
 
 def top_latents(codes: torch.Tensor, count: int = 12) -> list[tuple[int, float, int]]:

@@ -5,5 +5,6 @@ pictures.py      pictures of the photo, keyed by its digest: decoded and shown p
 results.py       the model and what it computes, keyed by ModelKey: the analysis, maps, features, rankings
 dataset.py       the Dataset page's open index and photo reader (shared resources), and what is computed from the
                  index, keyed by its folder and manifest stamp: head means, per-image samples, queries and keys, photos
+sae.py           sparse autoencoders: Hub files fetched, SAEs loaded (shared resources), a photo's codes
 vlm.py           the Ask page's vision-language model and its answers, relevance and lens, keyed by VLMKey, AnswerKey
 """

@@ -12,10 +12,10 @@ import pandas as pd
 import streamlit as st
 import torch
 
-import vitviz
 from vitviz.sae import SAEError, TopKSAE
-from vitviz.sae.browse import check_fit, image_codes, patch_latents, read_latent_tables, top_latents
+from vitviz.sae.browse import check_fit, patch_latents, read_latent_tables, top_latents
 from vitviz_dashboard.cache.pictures import overlay_picture
+from vitviz_dashboard.cache.sae import photo_codes
 from vitviz_dashboard.knockout import what_changes
 from vitviz_dashboard.page import Page
 from vitviz_dashboard.sae_editing import SAE_HELP, SAE_LABEL, apply, edit_key, open_typed_sae, stamp
@@ -24,25 +24,6 @@ from vitviz_dashboard.widgets.controls import rerun_tab
 
 SHOWN = 8  # latents drawn over the photo
 CLICKED = "sae_clicked"  # the patch a click picked, put into the row and column fields in the next run
-
-
-@st.cache_data(max_entries=16, show_spinner="Encoding the photo's tokens with the SAE...")
-def photo_codes(
-    model_key: str,
-    image_key: str,
-    sae_path: str,
-    sae_stamp: int,
-    block: int,
-    *,
-    _model: vitviz.ViT,
-    _sae: TopKSAE,
-    _pixels,
-) -> np.ndarray:
-    """The codes (P, N) of the photo's patch tokens at the SAE's block, from the unedited model."""
-    with torch.no_grad():
-        device = next(_model.parameters()).device
-        hidden = _model(_pixels.to(device), output_hidden_states=True).hidden_states[block][0]  # (T, D)
-    return image_codes(_sae, hidden, _model.config.num_prefix_tokens).numpy()
 
 
 def largest_activations(path: Path) -> np.ndarray | None:
