@@ -164,3 +164,11 @@ def cached_figure(builder: str, *args, **kwargs) -> go.Figure:
 @kept()
 def _figure(builder: str, *args, **kwargs) -> go.Figure:
     return getattr(figures, builder)(*args, **kwargs)
+
+
+@kept()
+def colour_bar_png(colormap: str) -> bytes:
+    """A 384 x 14 strip of ``colormap``, as PNG: the colour legend under every map."""
+    buffer = io.BytesIO()
+    overlays.colour_bar(colormap, width=384, height=14).save(buffer, format="PNG")
+    return buffer.getvalue()

@@ -3,12 +3,10 @@ a re-run of the current tab alone."""
 
 from __future__ import annotations
 
-import io
-
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
-from vitviz.render import overlays
+from vitviz_dashboard.cache.pictures import colour_bar_png
 from vitviz_dashboard.names import class_name, classes_by_probability, is_zero_shot
 from vitviz_dashboard.page import Page, Settings
 
@@ -52,10 +50,3 @@ def colour_legend(settings: Settings, low: float, high: float, what: str) -> Non
         width="content",
         caption=f"Colours: {what}, from {low:.3g} (left of the strip) to {high:.3g} (right).",
     )
-
-
-@st.cache_data(max_entries=16, show_spinner=False)
-def colour_bar_png(colormap: str) -> bytes:
-    buffer = io.BytesIO()
-    overlays.colour_bar(colormap, width=384, height=14).save(buffer, format="PNG")
-    return buffer.getvalue()
