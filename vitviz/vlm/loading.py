@@ -23,6 +23,7 @@ from vitviz.loading.memory import available_memory, gigabytes
 from vitviz.loading.sources.common import read_json
 from vitviz.loading.sources.huggingface_folder import weight_limit
 from vitviz.loading.sources.weights_files import SHARD_INDEX, read_safetensors, shard_files
+from vitviz.loading.specs import HUB
 from vitviz.vlm.errors import VLMError
 from vitviz.vlm.layouts import family_for
 from vitviz.vlm.model import VLM
@@ -40,8 +41,8 @@ def load_vlm(spec: str | Path, precision: str | None = None) -> VLM:
     spec = str(spec).strip()
     if precision is not None and precision not in PRECISIONS:
         raise VLMError(f"precision must be one of {', '.join(PRECISIONS)} (or None: as stored); got {precision!r}")
-    if spec.startswith("hf:"):
-        folder = hub_folder(spec.removeprefix("hf:").strip())
+    if HUB.owns(spec):
+        folder = hub_folder(HUB.name(spec))
     else:
         folder = Path(spec).expanduser()
         if not folder.is_dir():
@@ -201,4 +202,4 @@ def hub_folder(repo_id: str) -> Path:
         with cache_only(offline):
             return Path(snapshot_download(repo_id, allow_patterns=list(HUB_FILES), local_files_only=offline))
     except Exception as error:
-        raise VLMError(str(hub_error(f"hf:{repo_id}", error))) from None
+        raise VLMError(str(hub_error(HUB.spec(repo_id), error))) from None
