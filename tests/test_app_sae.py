@@ -20,7 +20,7 @@ from tiny_models import tiny_checkpoint
 import vitviz
 import vitviz.loading.specs
 from vitviz.commands.sae import main as sae_main
-from vitviz.dataset.command import main as index_main
+from vitviz.commands.index import main as index_main
 from vitviz.sae import SAEConfig, TopKSAE, load_sae, save_sae, with_sae
 from vitviz.sae.browse import (
     LATENTS_FILE,

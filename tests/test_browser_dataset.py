@@ -15,7 +15,7 @@ from browser_harness import (
 from dataset_harness import make_images
 from tiny_models import tiny_checkpoint
 
-from vitviz.dataset.command import main as index_command
+from vitviz.commands.index import main as index_command
 
 require_browser()
 from playwright.sync_api import sync_playwright  # noqa: E402

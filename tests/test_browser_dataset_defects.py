@@ -10,7 +10,7 @@ from PIL import Image
 from tiny_models import tiny_checkpoint
 
 import vitviz
-from vitviz.dataset.command import main as index_command
+from vitviz.commands.index import main as index_command
 
 require_browser()
 from playwright.sync_api import sync_playwright  # noqa: E402

@@ -13,7 +13,7 @@ from tiny_models import tiny_checkpoint
 
 import vitviz
 from vitviz.dataset.analysis import project_embeddings
-from vitviz.dataset.command import main as index_command
+from vitviz.commands.index import main as index_command
 
 require_browser()
 from playwright.sync_api import sync_playwright  # noqa: E402

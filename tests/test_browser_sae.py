@@ -21,7 +21,7 @@ from PIL import Image
 from tiny_models import tiny_checkpoint
 
 from vitviz.commands.sae import main as sae_main
-from vitviz.dataset.command import main as index_main
+from vitviz.commands.index import main as index_main
 
 require_browser()
 from playwright.sync_api import sync_playwright  # noqa: E402

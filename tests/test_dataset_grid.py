@@ -14,7 +14,7 @@ from PIL import Image
 from tiny_models import tiny_checkpoint
 
 import vitviz
-from vitviz.dataset.command import main as index_command
+from vitviz.commands.index import main as index_command
 from vitviz.render.overlays import overlay
 from vitviz_dashboard.cache import budget
 from vitviz_dashboard.dataset import drawing, export

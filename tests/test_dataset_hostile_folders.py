@@ -22,7 +22,7 @@ from tiny_models import tiny_checkpoint
 
 from vitviz.dataset import IndexFormatError, search
 from vitviz.dataset.checks import MAX_MANIFEST_BYTES, sha256_file
-from vitviz.dataset.command import main
+from vitviz.commands.index import main
 
 SECONDS = 90  # a case's process must end within this (it opens and reads the 13-image index in about 1 s)
 PEAK_BYTES = 1536 << 20  # and peak below 1.5 GB resident (torch, DuckDB and FAISS loaded take about 1 GB)

@@ -21,7 +21,7 @@ from tiny_text import clip_folder
 
 import vitviz
 from vitviz.dataset.analysis import cluster_heads
-from vitviz.dataset.command import main as index_command
+from vitviz.commands.index import main as index_command
 from vitviz.preprocessing import ImageFile
 from vitviz_dashboard import images
 from vitviz_dashboard.cache import budget

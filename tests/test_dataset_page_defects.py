@@ -13,7 +13,7 @@ from page_reading import fix_precision
 from tiny_models import tiny_checkpoint
 
 import vitviz
-from vitviz.dataset.command import main as index_command
+from vitviz.commands.index import main as index_command
 from vitviz.dataset.search import normalised
 from vitviz_dashboard.cache import budget
 

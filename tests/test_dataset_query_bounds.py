@@ -20,7 +20,7 @@ from tiny_models import tiny_checkpoint
 
 import vitviz
 from vitviz.dataset import QueryBusy, QueryError, QuerySession, QueryStopped, bounds
-from vitviz.dataset.command import main
+from vitviz.commands.index import main
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL_MB = 256  # the tests' memory limit

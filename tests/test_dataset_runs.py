@@ -15,7 +15,7 @@ from tiny_models import tiny_checkpoint
 
 import vitviz
 from vitviz.dataset import IndexBusyError, IndexFormatError
-from vitviz.dataset.command import main
+from vitviz.commands.index import main
 from vitviz.dataset.storage import folder_lock
 
 

@@ -11,7 +11,7 @@ from tiny_models import tiny_checkpoint
 
 import vitviz
 from vitviz.dataset import DatasetIndex
-from vitviz.dataset.command import main as index_command
+from vitviz.commands.index import main as index_command
 from vitviz_dashboard.dataset.table import image_columns
 
 MARKER = "SELECT 42 AS answer, 'sql box' AS marker"

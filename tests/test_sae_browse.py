@@ -14,7 +14,7 @@ from tiny_models import tiny_checkpoint
 
 import vitviz
 from vitviz.commands.sae import main as sae_main
-from vitviz.dataset.command import main as index_main
+from vitviz.commands.index import main as index_main
 from vitviz.loading.specs import load_model
 from vitviz.sae import SAEConfig, SAEError, TopKSAE, load_sae
 from vitviz.sae.browse import (

@@ -7,8 +7,7 @@
     benchmark.py     vitviz benchmark: faithfulness of the explanation methods over a folder (also under torchrun)
     train.py         vitviz train: the flags and recipes of a training run (the run itself is vitviz.training)
     evaluate.py      vitviz evaluate: accuracy, per-class accuracy and the confusion matrix on a labelled folder
+    index.py         vitviz index: index a dataset once (the pass itself is vitviz.dataset), and --verify
     sae.py           vitviz sae: train (vitviz.sae.train), evaluate, latents and ablate for sparse autoencoders
     common.py        what the commands share: the image files their arguments name
-
-`vitviz index` lives beside its package: vitviz/dataset/command.py.
 """

@@ -11,7 +11,7 @@
     vitviz sae evaluate INDEX SAE...   one table of SAE metrics on an index's held-out images
 
 `vitviz <command> --help` shows each command's options. `python -m vitviz` is the same command. Each command is a
-module with a ``main(argv)``: vitviz/commands/<command>.py (``index`` still in vitviz/dataset/command.py).
+module with a ``main(argv)``: vitviz/commands/<command>.py.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ COMMANDS = {
     "train": ("vitviz.commands.train", "train a ViT on CIFAR-10, MNIST or an image folder"),
     "evaluate": ("vitviz.commands.evaluate", "top-1, per-class accuracy and confusion matrix on a labelled folder"),
     "benchmark": ("vitviz.commands.benchmark", "faithfulness of the explanation methods over a labelled image folder"),
-    "index": ("vitviz.dataset.command", "index a dataset once (Parquet, arrays, FAISS), then query it: open_index"),
+    "index": ("vitviz.commands.index", "index a dataset once (Parquet, arrays, FAISS), then query it: open_index"),
     "sae": ("vitviz.commands.sae", "sparse autoencoders on a block's activations: train, evaluate, latents, ablate"),
 }
 

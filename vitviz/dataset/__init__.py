@@ -19,7 +19,6 @@
     analysis.py   statistics over an index: bootstrap intervals and their settling, head clusters, the joint
                   query/key embedding (AttentionViz), confusion matrices, per-class mean maps, the embeddings
                   by PCA, accuracy by slice, each image's largest code of a feature (an SAE latent)
-    command.py    `vitviz index SOURCE --model SPEC --out DIR`
 
 The layout, with every stored item and its units, is in docs/dataset-index.md.
 """
