@@ -23,6 +23,8 @@
     export.py         a selection taken away: its rows as CSV or Parquet
     embedding.py      the embedding map: pooled embeddings by PCA, coloured by any column; a lasso selects images
     slices.py         accuracy and mean probability by any column (numeric ones in quantile bins), beside all images
+    latents.py        beside features.py: the overview of all latents (frequency against mean activation, a click
+                      opens one), the images where a latent fires (a selection for the grid, and a slice of accuracy)
     search.py         patch search: the k nearest patches across the dataset, as crops with their photos
 
 The computations live in vitviz.dataset (analysis.py, photos.py, index.py); these modules lay out widgets.

@@ -30,6 +30,7 @@ from vitviz.sae.browse import (
 )
 from vitviz.sae.indexed import readable_images
 from vitviz_dashboard.dataset import drawing, grid
+from vitviz_dashboard.dataset.latents import overview, where_it_fires
 from vitviz_dashboard.dataset.opening import index_key, model_of, photo, photo_bytes
 from vitviz_dashboard.page import KEPT
 from vitviz_dashboard.sae_editing import SAE_HELP, open_typed_sae, stamp
@@ -78,15 +79,20 @@ def draw(index: DatasetIndex, colormap: str, alpha: float) -> None:
         "Codes are in the SAE's normalised units. Computed once, kept beside the SAE as latents.parquet and "
         "top_images.parquet."
     )
-    order = st.radio("Sort by", list(ORDERS), format_func=ORDERS.get, horizontal=True, key="dataset|sae_order")
-    listed = found(index, firing, tops, order).head(LISTED)
-    if listed.empty:
+    if firing.empty:
         st.info("No latent of this SAE fires on this index's images.")
         return
+    clicked = overview(firing)
+    order = st.radio("Sort by", list(ORDERS), format_func=ORDERS.get, horizontal=True, key="dataset|sae_order")
+    listed = found(index, firing, tops, order).head(LISTED)
+    choices = listed["latent"].tolist()
+    if clicked is not None:  # a latent clicked on the overview is offered even when the table leaves it out
+        choices += [] if clicked in choices else [clicked]
+        st.session_state["dataset|sae_latent"] = clicked
     st.dataframe(listed.drop(columns=["histogram"]), hide_index=True, height=240)
     latent = st.selectbox(
         "Latent",
-        listed["latent"].tolist(),
+        choices,
         key="dataset|sae_latent",
         format_func=lambda j: f"latent {j}",
     )
@@ -98,6 +104,7 @@ def draw(index: DatasetIndex, colormap: str, alpha: float) -> None:
     with right:
         raised(index, sae, f"{path}|{stamp(path)}", latent, float(row["max_activation"]), top)
     top_images(index, sae, block, latent, top, colormap, alpha)
+    where_it_fires(index, sae, f"{path}|{stamp(path)}", block, latent)
     ablations(index, folder, latent, float(row["max_activation"]))
 
 

@@ -136,16 +136,18 @@ def grid(index: DatasetIndex, selection: Selection, photo_page: st.Page, colorma
                     else drawing.patch_thumbnail(image, maps[position], box, colormap, alpha, value_range)
                 )
                 st.image(picture, caption=drawing.breakable(caption(row)))
-            left, right = st.columns(2)
-            left.button(
+            st.button(  # stacked, each as wide as the thumbnail: side by side they are cut at 800 px
                 "Similar",
                 key=f"dataset|similar|{row.image_id}",
                 icon=":material/image_search:",
                 on_click=similar,
                 args=(index, row.image_id),
                 help="Its nearest images by pooled embedding, as the selection",
+                width="stretch",
             )
-            if right.button("Photo", key=f"dataset|grid_open|{row.image_id}", icon=":material/open_in_new:"):
+            if st.button(
+                "Open in Photo", key=f"dataset|grid_open|{row.image_id}", icon=":material/open_in_new:", width="stretch"
+            ):
                 open_in_photo_page(index, row.image_id, row.path, photo_page)
 
 
