@@ -3,6 +3,7 @@ images: a confusion cell's images, a SQL result's and an image's nearest images 
 tab shows them a page at a time with a map drawn patch by patch; the selection's rows download as CSV and Parquet."""
 
 import io
+import os
 
 import numpy as np
 import pandas as pd
@@ -93,6 +94,17 @@ def test_a_sql_result_with_image_ids_is_shown_a_page_at_a_time_and_exported(buil
     parquet = pd.read_parquet(io.BytesIO(export.parquet_bytes(export.rows_of(index, wanted))))
     expected = index.query("SELECT * FROM images WHERE image_id >= 3 ORDER BY image_id DESC")
     pd.testing.assert_frame_equal(as_lists(parquet), as_lists(expected), check_dtype=False)
+    # the selection as a sub-index in a new folder inside the allowed ones: it opens, its images are the chosen ones
+    at.text_input(key="dataset|subindex_folder").set_value(str(built / "sub"))
+    checked(at.button(key="FormSubmitter:dataset|subindex_form-Write a sub-index").click().run())
+    assert not at.error, [e.value for e in at.error]
+    sub = vitviz.open_index(built / "sub")
+    assert sub.query("SELECT parent_image_id FROM images ORDER BY image_id")["parent_image_id"].tolist() == wanted[::-1]
+    checked(at.button(key="FormSubmitter:dataset|subindex_form-Write a sub-index").click().run())
+    assert "exists and is not an empty folder" in at.error[0].value  # a second time: refused, nothing overwritten
+    at.text_input(key="dataset|subindex_folder").set_value("/tmp/outside-the-allowed-folders")
+    checked(at.button(key="FormSubmitter:dataset|subindex_form-Write a sub-index").click().run())
+    assert at.error and not os.path.exists("/tmp/outside-the-allowed-folders")
 
 
 def as_lists(frame: pd.DataFrame) -> pd.DataFrame:

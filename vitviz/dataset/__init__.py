@@ -15,6 +15,7 @@
                   session, a cap on queries at once, QueryStopped naming the limit
     sandbox.py    the query processes that run the SQL, watched for memory and time and ended past the limits
     sandbox_child.py  a query process itself: DuckDB with its limits set and locked, a timer that interrupts it
+    subset.py     a sub-index: chosen images' rows and arrays written as an index of their own (parent ids kept)
     photos.py     the photos behind an index, read back from its source
     analysis.py   statistics over an index: bootstrap intervals and their settling, head clusters, the joint
                   query/key embedding (AttentionViz), confusion matrices, per-class mean maps, the embeddings

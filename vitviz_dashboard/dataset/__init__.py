@@ -20,7 +20,7 @@
     grid.py           the image grid, the main view of the session's one selection (a confusion cell's, a latent's,
                       a SQL result's, a lasso's, an image's nearest): thumbnails with a map drawn patch by patch
                       on one colour scale, pages, "Similar" under each image
-    export.py         a selection taken away: its rows as CSV or Parquet
+    export.py         a selection taken away: its rows as CSV or Parquet, or a sub-index in a new allowed folder
     embedding.py      the embedding map: pooled embeddings by PCA, coloured by any column; a lasso selects images
     slices.py         accuracy and mean probability by any column (numeric ones in quantile bins), beside all images
     latents.py        beside features.py: the overview of all latents (frequency against mean activation, a click

@@ -1,4 +1,6 @@
-"""A selection taken away: its images' rows (image_id first) as CSV or Parquet, downloaded from the page."""
+"""A selection taken away: its images' rows (image_id first) as CSV or Parquet, downloaded from the page; or a
+sub-index (vitviz.dataset.subset) written into a new folder inside the allowed folders, for `vitviz sae` or the
+benchmark."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ import pandas as pd
 import streamlit as st
 
 from vitviz.dataset import DatasetIndex
+from vitviz.dataset.subset import SubsetError, write_subindex
+from vitviz_dashboard.sidebar.model_dirs import ModelRefused, allowed_model_dirs, check_model_path
 
 CHUNK = 5_000  # ids in one query's IN list
 
@@ -59,4 +63,33 @@ def draw(index: DatasetIndex, selection) -> None:
         "application/vnd.apache.parquet",
         key="dataset|export_parquet",
         icon=":material/download:",
+    )
+    subindex_form(index, selection)
+
+
+def subindex_form(index: DatasetIndex, selection) -> None:
+    """A folder typed in, and the selection written there as an index of its own."""
+    with st.form("dataset|subindex_form", border=False):
+        typed = st.text_input(
+            "Sub-index folder (new, inside the allowed folders)",
+            key="dataset|subindex_folder",
+            placeholder="cifar-index-wrong-cats/",
+        )
+        submitted = st.form_submit_button("Write a sub-index", icon=":material/create_new_folder:")
+    if not submitted:
+        return
+    try:
+        out = check_model_path(typed, allowed_model_dirs())
+        with st.spinner(f"Writing {len(selection.ids):,} images' rows and arrays..."):
+            written = write_subindex(index, selection.ids, out)
+    except ModelRefused as refusal:
+        st.error(str(refusal))
+        return
+    except (SubsetError, OSError) as error:
+        st.error(f"No sub-index written: {error}")
+        return
+    st.success(
+        f"Wrote {len(selection.ids):,} images to `{written}`: open it here, or train an SAE on it with "
+        f"`vitviz sae train {written} --block B --out DIR`.",
+        icon=":material/check_circle:",
     )
