@@ -86,6 +86,16 @@ def test_a_sql_result_with_image_ids_is_shown_a_page_at_a_time_and_exported(buil
     checked(at.button(key="g|sql").click().run())
     wanted = list(range(index.count - 1, 2, -1))  # 24 down to 3: 22 ids
     assert list(at.session_state[SELECTION].ids) == wanted
+    # the Table tab's filters (kept in the session from the Table tab) as a selection
+    at = open_tab(at, "Table")
+    at.multiselect(key="dataset|classes").set_value(["cat"])
+    at.radio(key="dataset|correctness").set_value("wrong")
+    at = open_tab(checked(at.run()), GRID_TAB)
+    checked(at.button(key="g|table").click().run())
+    wrong_cats = index.query("SELECT image_id FROM images WHERE label = 'cat' AND NOT correct ORDER BY image_id")
+    assert list(at.session_state[SELECTION].ids) == wrong_cats["image_id"].tolist()
+    assert at.session_state[SELECTION].title == "the Table tab's filters (cat, wrong)"
+    checked(at.button(key="g|sql").click().run())
     # the broken image has no photo: the shown ones are the readable ones, in the selection's order
     readable = set(index.query("SELECT image_id FROM images WHERE error IS NULL")["image_id"])
     assert shown_ids(at) == sorted(i for i in wanted if i in readable)

@@ -16,7 +16,7 @@ from vitviz.dataset import DatasetIndex
 from vitviz_dashboard.dataset import drawing, export
 from vitviz_dashboard.dataset.opening import open_in_photo_page, photo
 from vitviz_dashboard.dataset.page_keys import TAB
-from vitviz_dashboard.dataset.table import MAP_NAMES, caption, map_kinds
+from vitviz_dashboard.dataset.table import MAP_NAMES, caption, filter_clause, image_columns, map_kinds
 
 SELECTION = "dataset|selection"  # the session's one Selection
 GRID_TAB = "Grid"  # the page's tab that shows it
@@ -86,11 +86,36 @@ def similar(index: DatasetIndex, image_id: int) -> None:
     select(index, near["image_id"].tolist(), f"the {len(near) - 1} images nearest to image {image_id}", "similar")
 
 
+def table_ids(index: DatasetIndex) -> tuple[list[int], str] | None:
+    """The image ids the Table tab's filters match (its own session-state keys), in image_id order, and the filters
+    in words; None before the Table tab has drawn its filters."""
+    state = st.session_state
+    if "dataset|correctness" not in state:
+        return None
+    predicted = "prediction" in image_columns(index)
+    chosen, correctness = list(state.get("dataset|classes") or []), state["dataset|correctness"]
+    confidence = tuple(state.get("dataset|confidence", (0.0, 1.0)))
+    where = filter_clause(chosen, correctness, confidence, predicted)
+    ids = index.query(f"SELECT image_id FROM images WHERE {where} ORDER BY image_id", limit=index.count)
+    words = f"{', '.join(chosen) or 'every class'}, {correctness}"
+    if predicted and confidence != (0.0, 1.0):
+        words += f", confidence {confidence[0]:.2f} to {confidence[1]:.2f}"
+    return ids["image_id"].tolist(), f"the Table tab's filters ({words})"
+
+
 def draw(index: DatasetIndex, photo_page: st.Page, colormap: str, alpha: float) -> None:
-    """The Grid tab: the SQL result as a selection, then the selection's grid and its export."""
-    from_sql = sql_ids()
-    if from_sql:
-        select_button(index, from_sql, "the SQL box's result", "sql", f"Show the SQL result ({len(from_sql)})", "g|sql")
+    """The Grid tab: the Table tab's filters or the SQL result as a selection, then the selection's grid and its
+    export."""
+    left, right = st.columns(2)
+    with left:
+        if (filtered := table_ids(index)) is not None:
+            ids, words = filtered
+            select_button(index, ids, words, "table", f"Show the table's filtered images ({len(ids):,})", "g|table")
+    with right:
+        if from_sql := sql_ids():
+            select_button(
+                index, from_sql, "the SQL box's result", "sql", f"Show the SQL result ({len(from_sql)})", "g|sql"
+            )
     if message := st.session_state.pop("dataset|grid_message", None):
         st.warning(message)
     selection = current(index)
