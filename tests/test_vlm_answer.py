@@ -8,27 +8,18 @@ import shutil
 import numpy as np
 import pytest
 import torch
-from PIL import Image
-from tiny_vlms import FAMILIES, tiny_vlm_folder
+from tiny_vlms import tiny_vlm_folder
 from transformers import AutoModelForImageTextToText
+from vlm_harness import QUESTION, TESTED, eager_model, photo
 
-from vitviz.vlm import FAMILIES as SUPPORTED
 from vitviz.vlm import VLM, VLMError, load_vlm
 from vitviz.vlm.recording import ROWS_ATTENTION, _softcapped_output, row_probabilities
-
-MODEL_TYPES = {"paligemma2": "paligemma"}  # tiny families named apart from their model_type
-TESTED = [family for family in FAMILIES if MODEL_TYPES.get(family, family) in SUPPORTED]
-QUESTION = "what is in the picture ?"
-
-
-def photo(width: int = 70, height: int = 50, seed: int = 0) -> Image.Image:
-    return Image.fromarray(np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8))
 
 
 @pytest.fixture(scope="module", params=TESTED)
 def family(request, tmp_path_factory):
     folder = tiny_vlm_folder(request.param, tmp_path_factory)
-    eager = AutoModelForImageTextToText.from_pretrained(folder, attn_implementation="eager").eval()
+    eager = eager_model(folder)
     return request.param, folder, load_vlm(folder), eager
 
 
@@ -311,7 +302,7 @@ def test_sliding_windows_and_soft_capped_logits_equal_eager(family, text, tmp_pa
     from tiny_vlms import make_tiny_vlm
 
     folder = make_tiny_vlm(family, tmp_path / family, text_config=text)
-    eager = AutoModelForImageTextToText.from_pretrained(folder, attn_implementation="eager").eval()
+    eager = eager_model(folder)
     vlm = load_vlm(folder)
     answer = vlm.answer(photo(), QUESTION, answer="a red cat on the grass")
     rows, _ = eager_rows(eager, answer)

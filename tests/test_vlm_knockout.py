@@ -7,31 +7,22 @@ import sys
 import numpy as np
 import pytest
 import torch
-from PIL import Image
-from tiny_vlms import FAMILIES, tiny_vlm_folder
-from transformers import AutoModelForImageTextToText
+from tiny_vlms import tiny_vlm_folder
+from vlm_harness import TESTED, eager_model, red_cat
 
-from vitviz.vlm import FAMILIES as SUPPORTED
 from vitviz.vlm import VLMError, load_vlm
 from vitviz.vlm.knockout import answer_logprob, knockout_curve, knockout_curves
 from vitviz.vlm.maps import token_attention
 from vitviz.vlm.model import language_layers
 from vitviz.vlm.recording import ROWS_ATTENTION
 
-MODEL_TYPES = {"paligemma2": "paligemma"}
-TESTED = [family for family in FAMILIES if MODEL_TYPES.get(family, family) in SUPPORTED]
-
-
-def photo(width: int = 70, height: int = 50, seed: int = 0) -> Image.Image:
-    return Image.fromarray(np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8))
-
 
 @pytest.fixture(scope="module", params=TESTED)
 def family(request, tmp_path_factory):
     folder = tiny_vlm_folder(request.param, tmp_path_factory)
-    eager = AutoModelForImageTextToText.from_pretrained(folder, attn_implementation="eager").eval()
+    eager = eager_model(folder)
     vlm = load_vlm(folder)
-    return eager, vlm.answer(photo(), "what is in the picture ?", answer="a red cat")
+    return eager, red_cat(vlm)
 
 
 def eager_logprob(eager, answer, monkeypatch, start: int, removed: np.ndarray) -> float:

@@ -9,15 +9,13 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image, ImageDraw
-from tiny_vlms import FAMILIES, tiny_vlm_folder
+from tiny_vlms import tiny_vlm_folder
+from vlm_harness import TESTED
 
-from vitviz.vlm import FAMILIES as SUPPORTED
 from vitviz.vlm import VLMError, load_vlm
 from vitviz.vlm.layouts import family_for
 from vitviz.vlm.tiles import Frame, Tile
 
-MODEL_TYPES = {"paligemma2": "paligemma"}
-TESTED = [family for family in FAMILIES if MODEL_TYPES.get(family, family) in SUPPORTED]
 QUESTION = "what is this ?"
 
 

@@ -4,26 +4,18 @@ final norm and the unembedding on each image token's hidden state, and at the la
 import numpy as np
 import pytest
 import torch
-from PIL import Image
-from tiny_vlms import FAMILIES, tiny_vlm_folder
+from tiny_vlms import tiny_vlm_folder
+from vlm_harness import TESTED, red_cat
 
-from vitviz.vlm import FAMILIES as SUPPORTED
 from vitviz.vlm import VLMError, load_vlm
 from vitviz.vlm import lens as lens_module
 from vitviz.vlm.lens import logit_lens
-
-MODEL_TYPES = {"paligemma2": "paligemma"}
-TESTED = [family for family in FAMILIES if MODEL_TYPES.get(family, family) in SUPPORTED]
-
-
-def photo(width: int = 70, height: int = 50, seed: int = 0) -> Image.Image:
-    return Image.fromarray(np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8))
 
 
 @pytest.fixture(scope="module", params=TESTED)
 def answer(request, tmp_path_factory):
     vlm = load_vlm(tiny_vlm_folder(request.param, tmp_path_factory))
-    return vlm.answer(photo(), "what is in the picture ?", answer="a red cat")
+    return red_cat(vlm)
 
 
 def direct_probabilities(answer, layer: int) -> torch.Tensor:

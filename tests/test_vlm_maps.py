@@ -3,8 +3,8 @@ share per answer token and layer, each against a direct numpy computation on the
 
 import numpy as np
 import pytest
-from PIL import Image
 from tiny_vlms import tiny_vlm_folder
+from vlm_harness import red_cat
 
 from vitviz.vlm import Tile, VLMError, load_vlm
 from vitviz.vlm.maps import answer_photo_map, image_shares, photo_map, tile_maps, token_attention, token_map
@@ -13,14 +13,10 @@ from vitviz.vlm.maps import answer_photo_map, image_shares, photo_map, tile_maps
 MAP_FAMILIES = ["llava", "qwen2_vl", "llava_next"]
 
 
-def photo(width: int = 70, height: int = 50, seed: int = 0) -> Image.Image:
-    return Image.fromarray(np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8))
-
-
 @pytest.fixture(scope="module", params=MAP_FAMILIES)
 def answer(request, tmp_path_factory):
     vlm = load_vlm(tiny_vlm_folder(request.param, tmp_path_factory))
-    return vlm.answer(photo(), "what is in the picture ?", answer="a red cat")
+    return red_cat(vlm)
 
 
 def direct_map(answer, token, first, last, head) -> list[np.ndarray]:

@@ -5,31 +5,22 @@ retain_grad, on the tiny folders of every supported family."""
 import numpy as np
 import pytest
 import torch
-from PIL import Image
-from tiny_vlms import FAMILIES, tiny_vlm_folder
-from transformers import AutoModelForImageTextToText
+from tiny_vlms import tiny_vlm_folder
+from vlm_harness import TESTED, eager_model, red_cat
 
-from vitviz.vlm import FAMILIES as SUPPORTED
 from vitviz.vlm import VLMError, load_vlm
 from vitviz.vlm import relevance as relevance_module
 from vitviz.vlm.passes import PASS_ATTENTION
 from vitviz.vlm.recording import ROWS_ATTENTION
 from vitviz.vlm.relevance import image_relevance, relevance_row
 
-MODEL_TYPES = {"paligemma2": "paligemma"}
-TESTED = [family for family in FAMILIES if MODEL_TYPES.get(family, family) in SUPPORTED]
-
-
-def photo(width: int = 70, height: int = 50, seed: int = 0) -> Image.Image:
-    return Image.fromarray(np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8))
-
 
 @pytest.fixture(scope="module", params=TESTED)
 def family(request, tmp_path_factory):
     folder = tiny_vlm_folder(request.param, tmp_path_factory)
-    eager = AutoModelForImageTextToText.from_pretrained(folder, attn_implementation="eager").eval()
+    eager = eager_model(folder)
     vlm = load_vlm(folder)
-    return vlm, eager, vlm.answer(photo(), "what is in the picture ?", answer="a red cat")
+    return vlm, eager, red_cat(vlm)
 
 
 def direct_relevance(eager, answer, token: int) -> np.ndarray:
