@@ -168,6 +168,8 @@ def test_the_slices_tab_lists_accuracy_by_a_column_beside_all_images(built):
     index = vitviz.open_index(built / "index")
     at = open_tab(dataset_app(built / "index"), "Slices")
     assert not at.error
+    options = at.selectbox(key="dataset|slice_by").options
+    assert options[:2] == ["label", "prediction"] and "path" not in options  # a path is one slice per image
     at.selectbox(key="dataset|slice_by").set_value("label")
     checked(at.run())
     frame = at.dataframe[0].value

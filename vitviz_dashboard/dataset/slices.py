@@ -17,10 +17,14 @@ MAX_SLICES = 60  # slices drawn in the chart (the table lists them all)
 
 
 def slice_columns(images: pd.DataFrame) -> list[str]:
-    """The columns a table can be sliced by: scalar ones other than the per-image bookkeeping."""
+    """The columns a table can be sliced by: label and prediction first, then other scalar columns, leaving out the
+    per-image bookkeeping and text columns of one value per image (a path slices nothing)."""
     skip = {"image_id", "correct", "error"}
     lists = {c for c in images.columns if images[c].map(lambda v: isinstance(v, list | np.ndarray)).any()}
-    return [c for c in images.columns if c not in skip | lists]
+    numeric = {c for c in images.columns if pd.api.types.is_numeric_dtype(images[c])}
+    unique = {c for c in images.columns if c not in numeric | lists and images[c].nunique() == len(images) > 1}
+    usable = [c for c in images.columns if c not in skip | lists | unique]
+    return [c for c in ("label", "prediction") if c in usable] + [c for c in usable if c not in ("label", "prediction")]
 
 
 def chart(table: pd.DataFrame, by: str) -> go.Figure:
