@@ -7,10 +7,15 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import streamlit as st
 from app_harness import APP
+from page_reading import fix_precision
 from PIL import Image
 from streamlit.testing.v1 import AppTest
+from tiny_models import tiny_checkpoint
 
+from vitviz.commands.index import main as index_main
+from vitviz_dashboard.cache import budget
 from vitviz_dashboard.dataset.page import FOLDER, TAB
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,6 +56,16 @@ QUICK = ["--latents", "32", "--k", "4", "--epochs", "2", "--batch", "64", "--aux
 INDEX = ["--shard-size", "8", "--batch-size", "5", "--activations", "2", "0"]
 
 
+def tiny_index(root: Path, stored=INDEX, num_layers: int = 3) -> tuple[Path, Path]:
+    """A tiny checkpoint of ``num_layers`` blocks at root/model.pt and its index of ``make_images(root / "images")``
+    at root/index, built by ``vitviz index`` with the options ``stored`` (shard size, which blocks' activations it
+    keeps); returns both paths."""
+    model = tiny_checkpoint(root / "model.pt", num_layers=num_layers)
+    out = root / "index"
+    assert index_main([str(make_images(root / "images")), "--model", str(model), "--out", str(out), *stored]) == 0
+    return model, out
+
+
 def dataset_app(folder) -> AppTest:
     """The app on its Dataset page with ``folder`` typed in. AppTest switches only to file pages, so the page is
     chosen by the script hash st.navigation registered for its url path."""
@@ -70,3 +85,14 @@ def checked(at: AppTest) -> AppTest:
 def open_tab(at: AppTest, name: str) -> AppTest:
     at.session_state[TAB] = name
     return checked(at.run())
+
+
+def fresh_page(monkeypatch, models: Path) -> None:
+    """The start of each Dataset page AppTest: empty caches, no sample images, ``models`` as the folder of models
+    the page lists, and precision fixed to fp32."""
+    st.cache_resource.clear()
+    st.cache_data.clear()
+    budget.STORE.clear()
+    monkeypatch.setenv("VITVIZ_SAMPLES", "")
+    monkeypatch.setenv("VITVIZ_MODEL_DIRS", str(models))
+    fix_precision(monkeypatch)

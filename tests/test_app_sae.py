@@ -11,16 +11,14 @@ import pandas as pd
 import pytest
 import torch
 from app_harness import APP, PHOTOS, assert_changes, open_tab, prediction
-from dataset_harness import INDEX, QUICK, checked, dataset_app, make_images
+from dataset_harness import QUICK, checked, dataset_app, tiny_index
 from dataset_harness import open_tab as open_dataset_tab
 from PIL import Image
 from streamlit.testing.v1 import AppTest
-from tiny_models import tiny_checkpoint
 
 import vitviz
 import vitviz.loading.specs
 from vitviz.commands.sae import main as sae_main
-from vitviz.commands.index import main as index_main
 from vitviz.sae import SAEConfig, TopKSAE, load_sae, save_sae, with_sae
 from vitviz.sae.browse import (
     LATENTS_FILE,
@@ -41,9 +39,7 @@ pytestmark = pytest.mark.usefixtures("fresh_caches")
 def built(tmp_path_factory):
     """A tiny 3-block model, its index storing blocks 0 and 2, an SAE trained on block 0 and a few bad SAEs."""
     root = tmp_path_factory.mktemp("app-sae")
-    model = tiny_checkpoint(root / "model.pt", num_layers=3)
-    out = root / "index"
-    assert index_main([str(make_images(root / "images")), "--model", str(model), "--out", str(out), *INDEX]) == 0
+    model, out = tiny_index(root)
     assert sae_main(["train", str(out), "--block", "0", *QUICK, "--seed", "1", "--out", str(root / "sae")])
     save_sae(TopKSAE(SAEConfig(d_in=32, latents=8, k=2, block=1)), root / "block1")
     save_sae(TopKSAE(SAEConfig(d_in=16, latents=8, k=2, block=0)), root / "narrow")

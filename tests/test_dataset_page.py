@@ -11,20 +11,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import streamlit as st
 from app_harness import APP
-from dataset_harness import checked, dataset_app, make_images, open_tab
-from page_reading import fix_precision
+from dataset_harness import checked, dataset_app, fresh_page, open_tab, tiny_index
 from streamlit.testing.v1 import AppTest
-from tiny_models import tiny_checkpoint
 from tiny_text import clip_folder
 
 import vitviz
 from vitviz.dataset.analysis import cluster_heads
-from vitviz.commands.index import main as index_command
 from vitviz.preprocessing import ImageFile
 from vitviz_dashboard import images
-from vitviz_dashboard.cache import budget
 from vitviz_dashboard.dataset import indexing
 from vitviz_dashboard.dataset.opening import photo_prompts
 from vitviz_dashboard.dataset.page import FOLDER
@@ -36,21 +31,13 @@ from vitviz_dashboard.sidebar.prompts import ENSEMBLE_KEY, MY_PROMPTS, PROMPTS_K
 def built(tmp_path_factory):
     """A folder holding a tiny model, 24 generated images (and a broken one) and their index."""
     root = tmp_path_factory.mktemp("dataset_page")
-    model = tiny_checkpoint(root / "model.pt")
-    images = make_images(root / "images")
-    out = root / "index"
-    assert index_command([str(images), "--model", str(model), "--out", str(out), "--shard-size", "8"]) == 0
+    tiny_index(root, stored=["--shard-size", "8"], num_layers=2)
     return root
 
 
 @pytest.fixture(autouse=True)
 def page_settings(monkeypatch, built):
-    st.cache_resource.clear()
-    st.cache_data.clear()
-    budget.STORE.clear()
-    monkeypatch.setenv("VITVIZ_SAMPLES", "")
-    monkeypatch.setenv("VITVIZ_MODEL_DIRS", str(built))
-    fix_precision(monkeypatch)
+    fresh_page(monkeypatch, built)
 
 
 def captions(at: AppTest) -> list[str]:

@@ -7,35 +7,24 @@ import json
 
 import numpy as np
 import pytest
-import streamlit as st
-from dataset_harness import checked, dataset_app, make_images, open_tab
-from page_reading import fix_precision
-from tiny_models import tiny_checkpoint
+from dataset_harness import checked, dataset_app, fresh_page, open_tab, tiny_index
 
 import vitviz
 from vitviz.commands.index import main as index_command
 from vitviz.dataset.search import normalised
-from vitviz_dashboard.cache import budget
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     """A folder holding a tiny model, 24 generated images (and a broken one) and their index."""
     root = tmp_path_factory.mktemp("dataset_defects")
-    model = tiny_checkpoint(root / "model.pt")
-    images = make_images(root / "images")
-    assert index_command([str(images), "--model", str(model), "--out", str(root / "index"), "--shard-size", "8"]) == 0
+    tiny_index(root, stored=["--shard-size", "8"], num_layers=2)
     return root
 
 
 @pytest.fixture(autouse=True)
 def page_settings(monkeypatch, built):
-    st.cache_resource.clear()
-    st.cache_data.clear()
-    budget.STORE.clear()
-    monkeypatch.setenv("VITVIZ_SAMPLES", "")
-    monkeypatch.setenv("VITVIZ_MODEL_DIRS", str(built))
-    fix_precision(monkeypatch)
+    fresh_page(monkeypatch, built)
 
 
 def chart(at, containing: str) -> dict:

@@ -9,12 +9,11 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from dataset_harness import INDEX, QUICK, make_images
+from dataset_harness import QUICK, tiny_index
 from tiny_models import tiny_checkpoint
 
 import vitviz
 from vitviz.commands.sae import main as sae_main
-from vitviz.commands.index import main as index_main
 from vitviz.loading.specs import load_model
 from vitviz.sae import SAEConfig, SAEError, TopKSAE, load_sae
 from vitviz.sae.browse import (
@@ -37,9 +36,7 @@ from vitviz.sae.indexed import readable_images
 def tiny(tmp_path_factory):
     """A 3-block model, its index storing blocks 0 and 2, and an SAE trained a few steps on block 0."""
     root = tmp_path_factory.mktemp("sae-browse")
-    model = tiny_checkpoint(root / "model.pt", num_layers=3)
-    out = root / "index"
-    assert index_main([str(make_images(root / "images")), "--model", str(model), "--out", str(out), *INDEX]) == 0
+    model, out = tiny_index(root)
     assert sae_main(["train", str(out), "--block", "0", *QUICK, "--seed", "1", "--out", str(root / "sae")])
     return model, vitviz.open_index(out), root / "sae"
 

@@ -9,13 +9,12 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from dataset_harness import QUICK, make_images
+from dataset_harness import QUICK, tiny_index
 from sae_format_files import saelens_case, saelens_cfg
-from tiny_models import tiny_checkpoint
+from tiny_models import one_torch_thread
 
 import vitviz
 from vitviz.commands.sae import main as sae_main
-from vitviz.commands.index import main as index_main
 from vitviz.loading.specs import load_model
 from vitviz.preprocessing import load_image
 from vitviz.sae import SAEConfig, TopKSAE, evaluate, save_sae
@@ -25,10 +24,8 @@ from vitviz.sae.indexed import held_out, readable_images
 @pytest.fixture(scope="module", autouse=True)
 def one_thread():
     """Tiny models: one thread is fastest, and far faster than two on a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    with one_torch_thread():
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -36,11 +33,8 @@ def built(tmp_path_factory):
     """A 3-block tiny model's index storing blocks 0 and 1; a vitviz SAE trained on block 0 (holdout 0.3, seed 0),
     and a SAELens folder (layer_norm inputs) reading blocks.1.hook_resid_post, every token."""
     root = tmp_path_factory.mktemp("sae-evaluate")
-    model = tiny_checkpoint(root / "model.pt", num_layers=3)
-    images = make_images(root / "images")
-    index = root / "index"
-    stored = ["--shard-size", "8", "--batch-size", "5", "--activations", "1", "0"]
-    assert index_main([str(images), "--model", str(model), "--out", str(index), *stored]) == 0
+    model, index = tiny_index(root, stored=["--shard-size", "8", "--batch-size", "5", "--activations", "1", "0"])
+    images = root / "images"
     assert sae_main(["train", str(index), "--block", "0", *QUICK, "--out", str(root / "ours")])
     metadata = {"sae_lens_version": "6.5.1", "hook_name": "blocks.1.hook_resid_post", "model_name": "tiny"}
     cfg = saelens_cfg("standard", norm="layer_norm", d_in=32, d_sae=48, metadata=metadata)

@@ -8,11 +8,9 @@ import json
 
 import pytest
 import torch
-from hub_cache import cached_snapshot
-from huggingface_hub import constants
+from hub_cache import cached_snapshot, offline_cache
 from sae_format_files import CASES, D, N, prisma_cfg, saelens_case, saelens_cfg, saev_case, sparsify_case
 
-import vitviz.loading.download
 from vitviz.sae import SAEError, load_sae
 from vitviz.sae.formats import ExternalSAE
 
@@ -125,11 +123,7 @@ def test_decode_needs_the_tokens_only_where_the_normalisation_is_per_token(tmp_p
 
 @pytest.fixture
 def offline_hub(tmp_path, monkeypatch):
-    cache = tmp_path / "hub"
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    monkeypatch.setattr(vitviz.loading.download, "hub_reachable", lambda timeout=None: False)
-    return cache
+    return offline_cache(tmp_path / "hub", monkeypatch)
 
 
 def test_hf_specs_read_from_the_cache_offline(offline_hub):

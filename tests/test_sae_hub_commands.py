@@ -11,16 +11,14 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
-from dataset_harness import INDEX, make_images
-from hub_cache import cached_snapshot
-from huggingface_hub import constants
+from dataset_harness import tiny_index
+from hub_cache import cached_snapshot, offline_cache
 from sae_format_files import prisma_case, prisma_cfg, saelens_case, saelens_cfg, weights, write_saev
-from tiny_models import tiny_checkpoint
+from tiny_models import one_torch_thread
 
 import vitviz
 import vitviz.loading.download
 from vitviz.commands.sae import main as sae_main
-from vitviz.commands.index import main as index_main
 from vitviz.sae import load_sae, save_sae, scaling
 from vitviz.sae.browse import LATENTS_FILE
 from vitviz.sae.indexed import readable_images
@@ -31,19 +29,15 @@ SCHEMA5 = {"schema": 5, "cfg": {"d_model": D, "d_sae": N, "activation": {"cls": 
 
 @pytest.fixture(scope="module", autouse=True)
 def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    with one_torch_thread():
+        yield
 
 
 @pytest.fixture(scope="module")
 def index(tmp_path_factory):
     """A 3-block tiny model's index storing blocks 2 and 0 (width 32), its images labelled by folder."""
     root = tmp_path_factory.mktemp("sae-hub-commands")
-    model = tiny_checkpoint(root / "model.pt", num_layers=3)
-    out = root / "index"
-    assert index_main([str(make_images(root / "images")), "--model", str(model), "--out", str(out), *INDEX]) == 0
+    model, out = tiny_index(root)
     return out
 
 
@@ -112,11 +106,7 @@ def test_width_block_and_format_refusals_are_one_line(index, tmp_path, capsys):
 
 @pytest.fixture
 def offline_hub(tmp_path, monkeypatch):
-    cache = tmp_path / "hub"
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    monkeypatch.setattr(vitviz.loading.download, "hub_reachable", lambda timeout=None: False)
-    return cache
+    return offline_cache(tmp_path / "hub", monkeypatch)
 
 
 def test_hub_specs_for_latents_and_ablate(index, offline_hub, capsys):

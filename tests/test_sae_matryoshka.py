@@ -8,6 +8,7 @@ import re
 import numpy as np
 import pytest
 import torch
+from tiny_models import one_torch_thread
 
 from vitviz.commands.sae import main
 from vitviz.sae import SAEConfig, SAEError, TopKSAE, TrainConfig, train_sae
@@ -18,10 +19,8 @@ from vitviz.sae.training import losses, prefix_reconstructions
 @pytest.fixture(autouse=True)
 def one_thread():
     """Tiny matrices: one thread is fastest, and far faster than two on a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    with one_torch_thread():
+        yield
 
 
 def tiny_sae(activation="topk", seed=0, d=6, latents=12, k=3):

@@ -7,6 +7,8 @@ open_clip config, and ``tiny_hf_vit_config`` a tiny Hugging Face ViT config, for
 (the vision-language models' tiny folders are in tiny_vlms.py).
 """
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -104,3 +106,14 @@ def tiny_hf_vit_config(**overrides):
     if "num_labels" in overrides and "id2label" not in overrides:
         config.id2label = {i: f"label {i}" for i in range(config.num_labels)}
     return config
+
+
+@contextmanager
+def one_torch_thread() -> Iterator[None]:
+    """Torch on one thread inside the block (tiny models run fastest so, and far faster than on two busy cores)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
