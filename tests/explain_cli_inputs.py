@@ -15,3 +15,10 @@ def photo_folder(folder: Path) -> Path:
     Image.new("RGB", (20, 20), (1, 2, 3)).save(folder / "nested" / "wide.bmp")  # same stem as wide.png
     (folder / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n not really")
     return folder
+
+
+def explain(source, model, out, *options: str) -> int:
+    """``vitviz explain SOURCE --model MODEL --out OUT OPTIONS...`` run in this process; returns its exit status."""
+    from vitviz.commands.explain import main
+
+    return main([str(source), "--model", str(model), "--out", str(out), *options])

@@ -156,6 +156,11 @@ def folder(tmp_path_factory):
     return root / "data", tiny_checkpoint(root / "model.pt")
 
 
+def run_benchmark(source, model, *options) -> int:
+    """``vitviz benchmark SOURCE --model MODEL OPTIONS...`` in this process; returns its exit status."""
+    return benchmark.main([str(source), "--model", str(model), *options])
+
+
 def read_csv(path: Path) -> list[dict]:
     with open(path) as f:
         return list(csv.DictReader(f))
@@ -164,19 +169,8 @@ def read_csv(path: Path) -> list[dict]:
 def test_benchmark_writes_every_output_and_its_areas_are_the_mean_curves(folder, tmp_path, capsys):
     data, checkpoint = folder
     assert (
-        benchmark.main(
-            [
-                str(data),
-                "--model",
-                str(checkpoint),
-                "--methods",
-                "rollout",
-                "relevance",
-                "--steps",
-                "4",
-                "--out",
-                str(tmp_path / "out"),
-            ]
+        run_benchmark(
+            data, checkpoint, "--methods", "rollout", "relevance", "--steps", "4", "--out", str(tmp_path / "out")
         )
         == 0
     )
@@ -367,39 +361,22 @@ def test_bad_input_gets_a_clear_error(folder, tmp_path, capsys):
             benchmark.main([*bad, "--model", str(checkpoint), "--out", str(tmp_path / "o")])
         assert exit_info.value.code == 2 and message in capsys.readouterr().err
     with pytest.raises(SystemExit, match="no classification head"):
-        benchmark.main(
-            [str(data), "--model", str(tiny_checkpoint(tmp_path / "b.pt", names=())), "--out", str(tmp_path / "o")]
-        )
+        run_benchmark(data, tiny_checkpoint(tmp_path / "b.pt", names=()), "--out", str(tmp_path / "o"))
     unlabelled = tmp_path / "flat"
     unlabelled.mkdir()
     Image.new("RGB", (32, 32), (9, 9, 9)).save(unlabelled / "a.png")
     (unlabelled / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n not really")
     with pytest.raises(SystemExit, match="--target label needs class sub-folders"):
-        benchmark.main([str(unlabelled), "--model", str(checkpoint), "--target", "label", "--out", str(tmp_path / "o")])
-    assert (
-        benchmark.main([str(unlabelled), "--model", str(checkpoint), "--methods", "cls", "--out", str(tmp_path / "u")])
-        == 1
-    )
+        run_benchmark(unlabelled, checkpoint, "--target", "label", "--out", str(tmp_path / "o"))
+    assert run_benchmark(unlabelled, checkpoint, "--methods", "cls", "--out", str(tmp_path / "u")) == 1
     assert "skipped" in capsys.readouterr().err
     assert "prediction on the intact image" in (tmp_path / "u" / "results.md").read_text()
 
 
 def test_sanity_check_flags_the_map_that_ignores_the_model(folder, tmp_path):
     data, checkpoint = folder
-    benchmark.main(
-        [
-            str(data),
-            "--model",
-            str(checkpoint),
-            "--methods",
-            "relevance",
-            "--steps",
-            "2",
-            "--sanity",
-            "2",
-            "--out",
-            str(tmp_path / "out"),
-        ]
+    run_benchmark(
+        data, checkpoint, "--methods", "relevance", "--steps", "2", "--sanity", "2", "--out", str(tmp_path / "out")
     )
     rows = {row["method"]: row for row in read_csv(tmp_path / "out" / "sanity.csv")}
     assert list(rows) == ["relevance", "random"] and list(rows["random"]) == ["method", "depth_0", "depth_1", "depth_2"]
@@ -420,22 +397,19 @@ def test_precision_auto_is_decided_once_and_stated(folder, tmp_path, monkeypatch
 
     monkeypatch.setattr(benchmark, "resolve_precision", stub)
     assert (
-        benchmark.main(
-            [
-                str(data),
-                "--model",
-                str(checkpoint),
-                "--methods",
-                "rollout",
-                "--limit",
-                "2",
-                "--steps",
-                "2",
-                "--precision",
-                "auto",
-                "--out",
-                str(tmp_path / "out"),
-            ]
+        run_benchmark(
+            data,
+            checkpoint,
+            "--methods",
+            "rollout",
+            "--limit",
+            "2",
+            "--steps",
+            "2",
+            "--precision",
+            "auto",
+            "--out",
+            str(tmp_path / "out"),
         )
         == 0
     )

@@ -14,9 +14,14 @@ from dataset_harness import make_images, run_index
 from tiny_models import tiny_checkpoint
 
 import vitviz
-from vitviz.dataset import IndexBusyError, IndexFormatError
 from vitviz.commands.index import main
+from vitviz.dataset import IndexBusyError, IndexFormatError
 from vitviz.dataset.storage import folder_lock
+
+
+def index_run(source, model, *options) -> int:
+    """``vitviz index SOURCE --model MODEL OPTIONS...`` in this process; returns its exit status."""
+    return main([str(source), "--model", str(model), *options])
 
 
 @pytest.fixture(scope="module")
@@ -67,47 +72,19 @@ def test_resume_after_sigkill_equals_a_clean_run(setup, tmp_path):
     blocker.unlink()
     blocker.write_bytes((images / files[13]).read_bytes())
     assert (
-        main(
-            [
-                str(listed / "list.csv"),
-                "--model",
-                str(model),
-                "--out",
-                str(out),
-                "--shard-size",
-                "4",
-                "--batch-size",
-                "3",
-                "--resume",
-            ]
-        )
+        index_run(listed / "list.csv", model, "--out", str(out), "--shard-size", "4", "--batch-size", "3", "--resume")
         == 0
     )
     clean = tmp_path / "clean"
-    assert (
-        main(
-            [
-                str(listed / "list.csv"),
-                "--model",
-                str(model),
-                "--out",
-                str(clean),
-                "--shard-size",
-                "4",
-                "--batch-size",
-                "3",
-            ]
-        )
-        == 0
-    )
+    assert index_run(listed / "list.csv", model, "--out", str(clean), "--shard-size", "4", "--batch-size", "3") == 0
     assert_same_index(out, clean)
     with pytest.raises(SystemExit, match="already holds an index"):
-        main([str(listed / "list.csv"), "--model", str(model), "--out", str(clean)])
+        index_run(listed / "list.csv", model, "--out", str(clean))
     with pytest.raises(SystemExit, match=r"options .*'shard_size': 4.*this run has .*'shard_size': 8"):
-        main([str(listed / "list.csv"), "--model", str(model), "--out", str(clean), "--shard-size", "8", "--resume"])
+        index_run(listed / "list.csv", model, "--out", str(clean), "--shard-size", "8", "--resume")
     other = tiny_checkpoint(tmp_path / "other.pt", num_register_tokens=1)  # other weights
     with pytest.raises(SystemExit, match="made with model .*'fingerprint'.*this run has .*'fingerprint'"):
-        main([str(listed / "list.csv"), "--model", str(other), "--out", str(clean), "--shard-size", "4", "--resume"])
+        index_run(listed / "list.csv", other, "--out", str(clean), "--shard-size", "4", "--resume")
 
 
 def test_torchrun_two_processes_equal_one(setup, tmp_path):
@@ -115,14 +92,14 @@ def test_torchrun_two_processes_equal_one(setup, tmp_path):
     process = run_index(images, "--model", model, "--out", tmp_path / "two", "--shard-size", "3", torchrun=2)
     output, _ = process.communicate(timeout=300)
     assert process.returncode == 0, output
-    assert main([str(images), "--model", str(model), "--out", str(tmp_path / "one"), "--shard-size", "3"]) == 0
+    assert index_run(images, model, "--out", str(tmp_path / "one"), "--shard-size", "3") == 0
     assert_same_index(tmp_path / "two", tmp_path / "one")
 
 
 def test_a_second_run_on_the_same_folder_is_refused(setup, tmp_path):
     model, images, _ = setup
     with folder_lock(tmp_path / "busy"), pytest.raises(SystemExit, match=rf"another run \(pid {os.getpid()}\)"):
-        main([str(images), "--model", str(model), "--out", str(tmp_path / "busy")])
+        index_run(images, model, "--out", str(tmp_path / "busy"))
     with pytest.raises(IndexBusyError), folder_lock(tmp_path / "b"), folder_lock(tmp_path / "b"):
         pass
 
@@ -134,27 +111,24 @@ def test_sources_zip_table_and_datasets(setup, tmp_path, monkeypatch):
     with zipfile.ZipFile(archive, "w") as z:
         for path in files:
             z.write(path, "test/" + path.relative_to(images).as_posix())  # one wrapping folder, then classes
-    assert main([str(archive), "--model", str(model), "--out", str(tmp_path / "zip")]) == 0
+    assert index_run(archive, model, "--out", str(tmp_path / "zip")) == 0
     assert_same_index(tmp_path / "zip", _folder_index(model, images, tmp_path / "folder"))
     table = pd.DataFrame(
         {"file": [p.relative_to(images).as_posix() for p in files], "species": [p.parent.name for p in files]}
     )
     table.to_parquet(tmp_path / "list.parquet")
     assert (
-        main(
-            [
-                str(tmp_path / "list.parquet"),
-                "--model",
-                str(model),
-                "--out",
-                str(tmp_path / "pq"),
-                "--path-column",
-                "file",
-                "--label-column",
-                "species",
-                "--limit",
-                "5",
-            ]
+        index_run(
+            tmp_path / "list.parquet",
+            model,
+            "--out",
+            str(tmp_path / "pq"),
+            "--path-column",
+            "file",
+            "--label-column",
+            "species",
+            "--limit",
+            "5",
         )
         == 0
     )
@@ -169,7 +143,7 @@ def test_sources_zip_table_and_datasets(setup, tmp_path, monkeypatch):
         features=datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=["cat", "dog"])}),
     )
     saved.save_to_disk(str(tmp_path / "saved"))
-    assert main([str(tmp_path / "saved"), "--model", str(model), "--out", str(tmp_path / "hf")]) == 0
+    assert index_run(tmp_path / "saved", model, "--out", str(tmp_path / "hf")) == 0
     index = vitviz.open_index(tmp_path / "hf")
     assert index.query("SELECT label FROM images ORDER BY image_id")["label"].tolist() == [
         p.parent.name for p in readable
@@ -180,11 +154,11 @@ def test_sources_zip_table_and_datasets(setup, tmp_path, monkeypatch):
 
     monkeypatch.setattr(datasets, "load_dataset", offline)  # the network simulated away
     with pytest.raises(SystemExit, match="could not stream the Hugging Face dataset 'someone/photos'.*save_to_disk"):
-        main(["hf:someone/photos", "--model", str(model), "--out", str(tmp_path / "hub")])
+        index_run("hf:someone/photos", model, "--out", str(tmp_path / "hub"))
 
 
 def _folder_index(model, images, out):
-    assert main([str(images), "--model", str(model), "--out", str(out)]) == 0
+    assert index_run(images, model, "--out", str(out)) == 0
     return out
 
 
@@ -192,16 +166,16 @@ def test_bad_input_gets_its_message(setup, tmp_path):
     model, images, _ = setup
     (tmp_path / "empty").mkdir()
     with pytest.raises(SystemExit, match="is empty"):
-        main([str(tmp_path / "empty"), "--model", str(model), "--out", str(tmp_path / "x")])
+        index_run(tmp_path / "empty", model, "--out", str(tmp_path / "x"))
     (tmp_path / "text").mkdir()
     (tmp_path / "text" / "notes.txt").write_text("hello")
     with pytest.raises(SystemExit, match="none is an image"):
-        main([str(tmp_path / "text"), "--model", str(model), "--out", str(tmp_path / "x")])
+        index_run(tmp_path / "text", model, "--out", str(tmp_path / "x"))
     with pytest.raises(SystemExit, match="does not exist"):
-        main([str(tmp_path / "nowhere"), "--model", str(model), "--out", str(tmp_path / "x")])
+        index_run(tmp_path / "nowhere", model, "--out", str(tmp_path / "x"))
     pd.DataFrame({"file": ["a.png"]}).to_csv(tmp_path / "t.csv", index=False)
     with pytest.raises(SystemExit, match="no 'path' column.*--path-column"):
-        main([str(tmp_path / "t.csv"), "--model", str(model), "--out", str(tmp_path / "x")])
+        index_run(tmp_path / "t.csv", model, "--out", str(tmp_path / "x"))
     shorter = tiny_checkpoint(tmp_path / "short.pt")
     import torch
 
@@ -209,7 +183,7 @@ def test_bad_input_gets_its_message(setup, tmp_path):
     checkpoint["preprocessing"] = checkpoint["preprocessing"] | {"resize": 32, "crop": None}
     torch.save(checkpoint, shorter)
     with pytest.raises(SystemExit, match="shorter side only"):
-        main([str(images), "--model", str(shorter), "--out", str(tmp_path / "x")])
+        index_run(images, shorter, "--out", str(tmp_path / "x"))
 
     out = _folder_index(model, images, tmp_path / "good")
     manifest = json.loads((out / "manifest.json").read_text())
@@ -234,19 +208,8 @@ def test_prompts_make_a_zero_shot_index(setup, tmp_path):
     _, _, folder = clip_folder(tmp_path / "clip")
     out = tmp_path / "zero-shot"
     assert (
-        main(
-            [
-                str(images),
-                "--model",
-                str(folder),
-                "--out",
-                str(out),
-                "--prompts",
-                "a photo of a dog",
-                "a photo of a cat",
-                "--limit",
-                "6",
-            ]
+        index_run(
+            images, folder, "--out", str(out), "--prompts", "a photo of a dog", "a photo of a cat", "--limit", "6"
         )
         == 0
     )

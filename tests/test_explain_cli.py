@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from explain_cli_inputs import NAMES, photo_folder
+from explain_cli_inputs import NAMES, explain, photo_folder
 from PIL import Image
 from tiny_models import tiny_checkpoint
 
@@ -29,20 +29,7 @@ def images(tmp_path):
 
 def test_cli_writes_overlays_maps_and_predictions(checkpoint, images, tmp_path, capsys):
     out = tmp_path / "out"
-    status = main(
-        [
-            str(images),
-            "--model",
-            str(checkpoint),
-            "--out",
-            str(out),
-            "--methods",
-            "rollout",
-            "cls",
-            "relevance",
-            "grad-rollout",
-        ]
-    )
+    status = explain(images, checkpoint, out, "--methods", "rollout", "cls", "relevance", "grad-rollout")
     assert status == 1  # broken.png was skipped and reported
     assert "skipped" in capsys.readouterr().err
     # inputs in sorted path order: nested/wide.bmp is "wide", then wide.png becomes "wide-2", not overwriting it
@@ -62,29 +49,14 @@ def test_cli_writes_overlays_maps_and_predictions(checkpoint, images, tmp_path, 
 
 def test_cli_target_and_bad_arguments(checkpoint, images, tmp_path):
     out = tmp_path / "out"
-    assert (
-        main(
-            [
-                str(images / "wide.png"),
-                "--model",
-                str(checkpoint),
-                "--out",
-                str(out),
-                "--target",
-                "4",
-                "--methods",
-                "relevance",
-            ]
-        )
-        == 0
-    )
+    assert explain(images / "wide.png", checkpoint, out, "--target", "4", "--methods", "relevance") == 0
     assert int(np.load(out / "wide.npz")["target"]) == 4
     with pytest.raises(SystemExit, match="does not exist"):
-        main([str(tmp_path / "nothing"), "--model", str(checkpoint), "--out", str(out)])
+        explain(tmp_path / "nothing", checkpoint, out)
     with pytest.raises(SystemExit, match="not found"):
-        main([str(images), "--model", str(tmp_path / "missing.pt"), "--out", str(out)])
+        explain(images, tmp_path / "missing.pt", out)
     with pytest.raises(SystemExit) as exit_info:
-        main([str(images), "--model", str(checkpoint), "--out", str(out), "--target", "99"])
+        explain(images, checkpoint, out, "--target", "99")
     assert exit_info.value.code == 2
 
 
@@ -116,29 +88,15 @@ def test_cli_on_a_mean_pooled_model_without_cls(images, tmp_path):
     tiny_checkpoint(tmp_path / "mean.pt", names=NAMES, class_token=False, pooling="mean")
     out = tmp_path / "out"
     assert (
-        main(
-            [
-                str(images / "wide.png"),
-                "--model",
-                str(tmp_path / "mean.pt"),
-                "--out",
-                str(out),
-                "--methods",
-                "rollout",
-                "relevance",
-                "grad-rollout",
-            ]
-        )
+        explain(images / "wide.png", tmp_path / "mean.pt", out, "--methods", "rollout", "relevance", "grad-rollout")
         == 0
     )
     assert np.load(out / "wide.npz")["relevance"].shape == (4, 4)
     with pytest.raises(SystemExit) as exit_info:
-        main([str(images / "wide.png"), "--model", str(tmp_path / "mean.pt"), "--out", str(out), "--methods", "cls"])
+        explain(images / "wide.png", tmp_path / "mean.pt", out, "--methods", "cls")
     assert exit_info.value.code == 2
     with pytest.raises(SystemExit) as exit_info:
-        main(
-            [str(images / "wide.png"), "--model", str(tmp_path / "mean.pt"), "--out", str(out), "--discard-ratio", "1"]
-        )
+        explain(images / "wide.png", tmp_path / "mean.pt", out, "--discard-ratio", "1")
     assert exit_info.value.code == 2
 
 
@@ -176,21 +134,17 @@ def test_cli_start_layer_reaches_legrad_and_tam_and_names_the_valid_range(checkp
     for start in (0, 1):
         out = tmp_path / f"start{start}"
         assert (
-            main(
-                [
-                    str(images / "wide.png"),
-                    "--model",
-                    str(checkpoint),
-                    "--out",
-                    str(out),
-                    "--target",
-                    "1",
-                    "--methods",
-                    "legrad",
-                    "tam",
-                    "--start-layer",
-                    str(start),
-                ]
+            explain(
+                images / "wide.png",
+                checkpoint,
+                out,
+                "--target",
+                "1",
+                "--methods",
+                "legrad",
+                "tam",
+                "--start-layer",
+                str(start),
             )
             == 0
         )
@@ -198,7 +152,7 @@ def test_cli_start_layer_reaches_legrad_and_tam_and_names_the_valid_range(checkp
     for method in ("legrad", "tam"):
         assert not np.allclose(runs[0][method], runs[1][method]), method
     with pytest.raises(SystemExit) as exit_info:
-        main([str(images / "wide.png"), "--model", str(checkpoint), "--out", str(tmp_path / "x"), "--start-layer", "2"])
+        explain(images / "wide.png", checkpoint, tmp_path / "x", "--start-layer", "2")
     assert exit_info.value.code == 2
     assert "--start-layer must be in [0, 1]: the model has 2 blocks, counted from 0; got 2" in capsys.readouterr().err
 
@@ -223,23 +177,7 @@ def test_cli_new_methods_on_a_mean_pooled_model_with_registers(images, tmp_path)
         model.head.weight.normal_()
     save_checkpoint(tmp_path / "mean.pt", model, NAMES, Preprocessing(resize=(32, 48)))
     out = tmp_path / "out"
-    assert (
-        main(
-            [
-                str(images / "wide.png"),
-                "--model",
-                str(tmp_path / "mean.pt"),
-                "--out",
-                str(out),
-                "--methods",
-                "legrad",
-                "tam",
-                "gradcam",
-                "lens",
-            ]
-        )
-        == 0
-    )
+    assert explain(images / "wide.png", tmp_path / "mean.pt", out, "--methods", "legrad", "tam", "gradcam", "lens") == 0
     maps = np.load(out / "wide.npz")
     assert all(maps[method].shape == (4, 6) for method in ("legrad", "tam", "gradcam", "lens"))
 

@@ -4,7 +4,7 @@ import csv
 
 import numpy as np
 import pytest
-from explain_cli_inputs import photo_folder
+from explain_cli_inputs import explain, photo_folder
 from PIL import Image
 from tiny_models import tiny_checkpoint
 
@@ -56,7 +56,7 @@ def reference_pca(model_path, paths, block=-1, facet="token", **options):
 
 def test_cli_features_pca_on_a_backbone_matches_pca_rgb(backbone, feature_photos, tmp_path, capsys):
     out = tmp_path / "out"
-    assert main([str(feature_photos), "--model", str(backbone), "--features", "pca", "--out", str(out)]) == 0
+    assert explain(feature_photos, backbone, out, "--features", "pca") == 0
     assert "PCA over 3 images (block -1, token)" in capsys.readouterr().out
     # a backbone gives the PCA outputs only: no predictions, no method overlays
     assert {p.name for p in out.iterdir()} == {"pca.png", "pca.npz", "a_pca.png", "b_pca.png", "c_pca.png"}
@@ -88,26 +88,8 @@ def test_cli_features_pca_on_a_backbone_matches_pca_rgb(backbone, feature_photos
 def test_cli_features_pca_with_a_classifier_writes_both_and_takes_block_and_facet(feature_photos, tmp_path):
     checkpoint = tiny_checkpoint(tmp_path / "classifier.pt")
     out = tmp_path / "out"
-    assert (
-        main(
-            [
-                str(feature_photos),
-                "--model",
-                str(checkpoint),
-                "--methods",
-                "rollout",
-                "--features",
-                "pca",
-                "--facet",
-                "key",
-                "--feature-block",
-                "0",
-                "--out",
-                str(out),
-            ]
-        )
-        == 0
-    )
+    pca_key = ["--methods", "rollout", "--features", "pca", "--facet", "key"]
+    assert explain(feature_photos, checkpoint, out, *pca_key, "--feature-block", "0") == 0
     rows = list(csv.reader((out / "predictions.csv").read_text().splitlines()))
     assert [row[0] for row in rows[1:]] == [str(p) for p in sorted(feature_photos.iterdir())]
     for stem, size in (("a", (40, 40)), ("b", (64, 48)), ("c", (48, 64))):
@@ -125,26 +107,7 @@ def test_cli_features_pca_with_a_classifier_writes_both_and_takes_block_and_face
     assert not np.allclose(default[0], colours[0], atol=1e-3)
     # a block counted from the end: -2 of 2 blocks is block 0
     other = tmp_path / "other"
-    assert (
-        main(
-            [
-                str(feature_photos),
-                "--model",
-                str(checkpoint),
-                "--methods",
-                "rollout",
-                "--features",
-                "pca",
-                "--facet",
-                "key",
-                "--feature-block",
-                "-2",
-                "--out",
-                str(other),
-            ]
-        )
-        == 0
-    )
+    assert explain(feature_photos, checkpoint, other, *pca_key, "--feature-block", "-2") == 0
     np.testing.assert_allclose(np.load(other / "pca.npz")["a_colours"], colours[0], atol=1e-5)
 
 
@@ -184,21 +147,7 @@ def test_cli_features_pca_foreground_and_flip_first(backbone, feature_photos, tm
     # the first component negated: the other side is the foreground
     assert not np.array_equal(foreground[True], foreground[False])
     # with --flip-first alone the first channel is mirrored: 1 - the unflipped one
-    assert (
-        main(
-            [
-                str(feature_photos),
-                "--model",
-                str(backbone),
-                "--features",
-                "pca",
-                "--out",
-                str(tmp_path / "p"),
-                "--flip-first",
-            ]
-        )
-        == 0
-    )
+    assert explain(feature_photos, backbone, tmp_path / "p", "--features", "pca", "--flip-first") == 0
     _, plain = reference_pca(backbone, paths)
     flipped = np.load(tmp_path / "p" / "pca.npz")["a_colours"]
     np.testing.assert_allclose(flipped[..., 0], 1 - plain[0][..., 0], atol=1e-5)
@@ -208,27 +157,13 @@ def test_cli_features_pca_foreground_and_flip_first(backbone, feature_photos, tm
 def test_cli_features_pca_refuses_bad_foreground_thresholds(backbone, feature_photos, tmp_path, capsys):
     out = tmp_path / "out"
     with pytest.raises(SystemExit) as exit_info:
-        main(
-            [
-                str(feature_photos),
-                "--model",
-                str(backbone),
-                "--features",
-                "pca",
-                "--foreground",
-                "1.5",
-                "--out",
-                str(out),
-            ]
-        )
+        explain(feature_photos, backbone, out, "--features", "pca", "--foreground", "1.5")
     assert exit_info.value.code == 2
     assert "--foreground must be in [0, 1]" in capsys.readouterr().err
     assert not out.exists()  # refused before anything ran
     # 1 is a valid threshold, but no min-maxed score lies above it: a message, not a traceback
     with pytest.raises(SystemExit, match="error: no PCA colours: no patch scores above the foreground threshold 1.0"):
-        main(
-            [str(feature_photos), "--model", str(backbone), "--features", "pca", "--foreground", "1", "--out", str(out)]
-        )
+        explain(feature_photos, backbone, out, "--features", "pca", "--foreground", "1")
     assert not (out / "pca.npz").exists() and not (out / "pca.png").exists()
 
 
@@ -236,7 +171,7 @@ def test_cli_features_pca_limits(backbone, feature_photos, tmp_path, capsys, mon
     out = tmp_path / "out"
     monkeypatch.setattr(explain_command, "MAX_FEATURE_IMAGES", 2)
     with pytest.raises(SystemExit) as exit_info:
-        main([str(feature_photos), "--model", str(backbone), "--features", "pca", "--out", str(out)])
+        explain(feature_photos, backbone, out, "--features", "pca")
     assert exit_info.value.code == 2
     assert "--features pca fits one PCA over every image, at most 2; got 3" in capsys.readouterr().err
     # at the limit it runs
@@ -267,7 +202,7 @@ def test_cli_features_pca_skips_unreadable_images_and_numbers_shared_stems(backb
     """The old fixture: broken.png is skipped (status 1) and left out of the PCA; nested/wide.bmp and wide.png
     become "wide" and "wide-2"."""
     out = tmp_path / "out"
-    assert main([str(images), "--model", str(backbone), "--features", "pca", "--out", str(out)]) == 1
+    assert explain(images, backbone, out, "--features", "pca") == 1
     readable = [images / "nested" / "tall.jpg", images / "nested" / "wide.bmp", images / "wide.png"]
     _, colours = reference_pca(backbone, readable)
     saved = np.load(out / "pca.npz")
@@ -283,7 +218,7 @@ def test_cli_on_a_backbone_without_features_says_what_it_can_do(backbone, featur
         match=r"has no classification head; vitviz.explain needs a classifier, "
         r"or --features pca",
     ):
-        main([str(feature_photos), "--model", str(backbone), "--out", str(tmp_path / "out")])
+        explain(feature_photos, backbone, tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 
