@@ -15,6 +15,11 @@ from vitviz.commands.train import main as train_main
 from vitviz.training.metrics import classification_metrics, confusion_matrix
 
 
+def short(epochs: int, steps: int) -> list[str]:
+    """The options of a short run: ``epochs`` epochs of at most ``steps`` steps each."""
+    return ["--epochs", str(epochs), "--max-steps-per-epoch", str(steps)]
+
+
 @pytest.fixture()
 def folders(tmp_path):
     return make_folder(tmp_path / "train"), make_folder(tmp_path / "val", per_class=4)
@@ -44,22 +49,12 @@ def test_trained_checkpoint_loads_and_predicts(folders, tmp_path):
 
 
 def test_resume_continues_from_the_saved_epoch_and_step(folders, tmp_path, capsys):
-    first = train(folders, tmp_path / "run", "--epochs", "3", "--max-steps-per-epoch", "2")
+    first = train(folders, tmp_path / "run", *short(3, 2))
     assert first["history"][-1]["step"] == 6
     # pretend the run stopped after epoch 2: rewrite last.pt from an interrupted run
-    interrupted = train(folders, tmp_path / "cut", "--epochs", "3", "--max-steps-per-epoch", "2", "--lr", "1e-3")
-    resumed = train(
-        folders,
-        tmp_path / "cut",
-        "--epochs",
-        "5",
-        "--max-steps-per-epoch",
-        "2",
-        "--lr",
-        "1e-3",
-        "--resume",
-        str(tmp_path / "cut" / "last.pt"),
-    )
+    interrupted = train(folders, tmp_path / "cut", *short(3, 2), "--lr", "1e-3")
+    last = str(tmp_path / "cut" / "last.pt")
+    resumed = train(folders, tmp_path / "cut", *short(5, 2), "--lr", "1e-3", "--resume", last)
     assert "resumed from" in capsys.readouterr().out
     assert [r["epoch"] for r in resumed["history"]] == [4, 5]
     assert [r["step"] for r in resumed["history"]] == [8, 10]
@@ -68,7 +63,7 @@ def test_resume_continues_from_the_saved_epoch_and_step(folders, tmp_path, capsy
 
 
 def test_resume_refuses_a_different_model(folders, tmp_path):
-    train(folders, tmp_path / "run", "--epochs", "1", "--max-steps-per-epoch", "1")
+    train(folders, tmp_path / "run", *short(1, 1))
     with pytest.raises(SystemExit, match="trained with config"):
         train(
             folders,
@@ -257,14 +252,11 @@ def test_metrics_known_answer():
 
 
 def test_elapsed_time_accumulates_across_resumes(folders, tmp_path):
-    first = train(folders, tmp_path / "run", "--epochs", "1", "--max-steps-per-epoch", "1")
+    first = train(folders, tmp_path / "run", *short(1, 1))
     resumed = train(
         folders,
         tmp_path / "run",
-        "--epochs",
-        "2",
-        "--max-steps-per-epoch",
-        "1",
+        *short(2, 1),
         "--resume",
         str(tmp_path / "run" / "last.pt"),
     )
@@ -278,7 +270,7 @@ def test_elapsed_time_accumulates_across_resumes(folders, tmp_path):
 )
 def test_an_interrupted_run_resumed_ends_exactly_where_an_uninterrupted_one_does(folders, tmp_path, monkeypatch, data):
     # augmentation and shuffling draw random numbers every epoch: resuming must restore them
-    flags = ("--epochs", "3", "--max-steps-per-epoch", "2", "--augment", "basic", *data)
+    flags = (*short(3, 2), "--augment", "basic", *data)
     train(folders, tmp_path / "straight", *flags)
 
     import vitviz.training.train as train_module
@@ -307,18 +299,8 @@ def test_an_interrupted_run_resumed_ends_exactly_where_an_uninterrupted_one_does
 def test_init_from_starts_from_the_saved_weights_with_a_fresh_schedule(folders, tmp_path, capsys):
     first = train(folders, tmp_path / "first", "--epochs", "4")
     # a learning rate too small to move the weights: the first epoch scores what the source scored
-    second = train(
-        folders,
-        tmp_path / "second",
-        "--epochs",
-        "1",
-        "--max-steps-per-epoch",
-        "1",
-        "--lr",
-        "1e-12",
-        "--init-from",
-        str(tmp_path / "first" / "last.pt"),
-    )
+    source = str(tmp_path / "first" / "last.pt")
+    second = train(folders, tmp_path / "second", *short(1, 1), "--lr", "1e-12", "--init-from", source)
     assert "initialised from" in capsys.readouterr().out
     assert second["history"][0]["val_loss"] == pytest.approx(first["history"][-1]["val_loss"], rel=1e-4)
     assert second["history"][0]["step"] == 1  # the schedule starts again
@@ -348,7 +330,7 @@ def test_init_from_starts_from_the_saved_weights_with_a_fresh_schedule(folders, 
 
 
 def test_init_from_accepts_a_checkpoint_saved_before_newer_config_fields(folders, tmp_path, capsys):
-    train(folders, tmp_path / "first", "--epochs", "1", "--max-steps-per-epoch", "1")
+    train(folders, tmp_path / "first", *short(1, 1))
     old = torch.load(tmp_path / "first" / "last.pt", weights_only=True)
     for field in ("layer_scale", "activation", "fc_norm", "norm_pre"):  # fields added after the shipped default
         old["config"].pop(field)
@@ -356,10 +338,7 @@ def test_init_from_accepts_a_checkpoint_saved_before_newer_config_fields(folders
     train(
         folders,
         tmp_path / "second",
-        "--epochs",
-        "1",
-        "--max-steps-per-epoch",
-        "1",
+        *short(1, 1),
         "--init-from",
         str(tmp_path / "old.pt"),
     )
@@ -379,5 +358,5 @@ def test_attention_flag_picks_the_kernel(folders, tmp_path, monkeypatch):
         train_module, "build_optimizer", lambda model, *a: seen.append(model.attn_implementation) or build(model, *a)
     )
     for choice in ("auto", "sdpa", "eager"):  # auto on the CPU: eager
-        train(folders, tmp_path / choice, "--epochs", "1", "--max-steps-per-epoch", "1", "--attention", choice)
+        train(folders, tmp_path / choice, *short(1, 1), "--attention", choice)
     assert seen == ["eager", "sdpa", "eager"]

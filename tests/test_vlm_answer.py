@@ -168,56 +168,56 @@ def one_line(error) -> str:
     return message
 
 
+def refusal(folder, **options) -> str:
+    """The one-line VLMError with which ``load_vlm(folder, **options)`` refuses the folder."""
+    with pytest.raises(VLMError) as error:
+        load_vlm(folder, **options)
+    return one_line(error)
+
+
 def test_a_folder_without_a_processor_is_refused(llava_folder, tmp_path):
     folder = copy_folder(llava_folder, tmp_path / "m", drop=["processor_config.json", "preprocessor_config.json"])
-    with pytest.raises(VLMError) as error:
-        load_vlm(folder)
-    assert "no processor" in one_line(error)
+    message = refusal(folder)
+    assert "no processor" in message
 
 
 def test_an_image_token_missing_from_the_tokenizer_is_refused(llava_folder, tmp_path):
     folder = copy_folder(llava_folder, tmp_path / "m")
     tokenizer = (folder / "tokenizer.json").read_text()
     (folder / "tokenizer.json").write_text(tokenizer.replace('"<image>"', '"<picture>"'))
-    with pytest.raises(VLMError) as error:
-        load_vlm(folder)
-    assert "'<image>'" in one_line(error) and "config expects token" in one_line(error)
+    message = refusal(folder)
+    assert "'<image>'" in message and "config expects token" in message
     settings = json.loads((folder / "tokenizer_config.json").read_text())
     settings.pop("image_token")  # now no token of the tokenizer at all: "<image>" splits into pieces
     (folder / "tokenizer_config.json").write_text(json.dumps(settings))
-    with pytest.raises(VLMError) as error:
-        load_vlm(folder)
-    assert "not a token of its tokenizer" in one_line(error)
+    message = refusal(folder)
+    assert "not a token of its tokenizer" in message
 
 
 def test_a_config_that_does_not_match_the_weights_is_refused(llava_folder, tmp_path):
     values = json.loads((llava_folder / "config.json").read_text())
     text = values["text_config"] | {"intermediate_size": 96}
     folder = copy_folder(llava_folder, tmp_path / "m", config={"text_config": text})
-    with pytest.raises(VLMError) as error:
-        load_vlm(folder)
-    assert "do not match" in one_line(error) or "do not fit" in one_line(error)
+    message = refusal(folder)
+    assert "do not match" in message or "do not fit" in message
 
 
 def test_pickled_weights_and_unknown_families_are_refused(llava_folder, tmp_path):
     folder = copy_folder(llava_folder, tmp_path / "m", drop=["model.safetensors"])
     (folder / "pytorch_model.bin").write_bytes(b"not read")
-    with pytest.raises(VLMError) as error:
-        load_vlm(folder)
-    assert "safetensors" in one_line(error)
+    message = refusal(folder)
+    assert "safetensors" in message
     other = copy_folder(llava_folder, tmp_path / "o", config={"model_type": "blip-2"})
-    with pytest.raises(VLMError) as error:
-        load_vlm(other)
-    assert "'blip-2'" in one_line(error) and "llava, " in one_line(error) and "qwen2_vl" in one_line(error)
+    message = refusal(other)
+    assert "'blip-2'" in message and "llava, " in message and "qwen2_vl" in message
 
 
 def test_a_huge_config_is_refused_before_anything_is_built(llava_folder, tmp_path):
     values = json.loads((llava_folder / "config.json").read_text())
     text = values["text_config"] | {"vocab_size": 4_000_000_000}
     folder = copy_folder(llava_folder, tmp_path / "m", config={"text_config": text})
-    with pytest.raises(VLMError) as error:
-        load_vlm(folder)
-    assert "memory free" in one_line(error)
+    message = refusal(folder)
+    assert "memory free" in message
 
 
 def test_bad_questions_images_and_precisions_get_one_line(llava_folder):
@@ -237,9 +237,8 @@ def test_bad_questions_images_and_precisions_get_one_line(llava_folder):
         vlm.answer(photo(), QUESTION, answer="a <image> cat")
     assert "the answer holds the image token" in one_line(error)
     assert "Answer(question=" in repr(vlm.answer(photo(), QUESTION, answer="a cat"))[:20]
-    with pytest.raises(VLMError) as error:
-        load_vlm(llava_folder, precision="fp8")
-    assert "precision" in one_line(error)
+    message = refusal(llava_folder, precision="fp8")
+    assert "precision" in message
     assert load_vlm(llava_folder, precision="bf16").dtype == torch.bfloat16
 
 
@@ -266,9 +265,8 @@ def test_unreachable_attention_modules_are_named(llava_folder):
 
 
 def test_a_hub_model_loads_offline_from_the_cache_and_fails_fast_without_it(llava_folder, offline):
-    with pytest.raises(VLMError) as error:
-        load_vlm("hf:someone/tiny-vlm")
-    assert str(offline) in one_line(error)
+    message = refusal("hf:someone/tiny-vlm")
+    assert str(offline) in message
     commit = "0" * 40
     repo = offline / "models--someone--tiny-vlm"
     shutil.copytree(llava_folder, repo / "snapshots" / commit)
@@ -320,9 +318,8 @@ def test_sharded_weights_load_and_a_hostile_index_is_refused_unread(llava_folder
     index = json.loads((folder / "model.safetensors.index.json").read_text())
     index["weight_map"] = {f"w{i}": "model-00001.safetensors" for i in range(100_000)}
     (folder / "model.safetensors.index.json").write_text(json.dumps(index))
-    with pytest.raises(VLMError) as error:
-        load_vlm(folder)
-    assert "100,000 weights" in one_line(error) and "no shard was read" in one_line(error)
+    message = refusal(folder)
+    assert "100,000 weights" in message and "no shard was read" in message
 
 
 def test_an_answer_that_ends_at_once_has_no_tokens_and_empty_arrays(llava_folder, monkeypatch):
