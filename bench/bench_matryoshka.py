@@ -17,23 +17,21 @@ from __future__ import annotations
 import multiprocessing
 import sys
 import time
-from pathlib import Path
 
 import common  # bench/common.py
 import torch
-from bench_sae import pick
+from bench_sae import add_cifar_options, cifar_files, cifar_tokens
 
 from vitviz.loading import load_model
 from vitviz.sae import SAEConfig, TrainConfig, evaluate, top1_agreement, train_sae
 from vitviz.sae.metrics import prefix_nmse
-from vitviz.sae.run import block_tokens, pixels
+from vitviz.sae.run import pixels
 
 
 def contender(name: str, prefixes: tuple[int, ...] | None, train: list, held: list, config: SAEConfig, args) -> dict:
     torch.set_num_threads(args.threads or 1)
     model = load_model("default")
-    test_files = pick(sorted((args.cifar / "test").rglob("*.jpg")), args.test_images, 1)
-    batches = list(pixels(model, test_files))
+    batches = list(pixels(model, cifar_files(args, "test")))
     train_config = TrainConfig(epochs=args.epochs, batch=args.batch, device="cpu", matryoshka=prefixes)
     start = time.perf_counter()
     sae, history = train_sae(train, config, train_config, progress=False)
@@ -48,11 +46,7 @@ def contender(name: str, prefixes: tuple[int, ...] | None, train: list, held: li
 
 def main(argv: list[str] | None = None) -> dict:
     parser = common.parser(__doc__)
-    parser.add_argument("--cifar", type=Path, default=Path("/tmp/cifar10"), help="CIFAR-10 unzipped: train/, test/")
-    parser.add_argument("--train-images", type=int, default=3000, help="training images (x 64 patch tokens)")
-    parser.add_argument("--test-images", type=int, default=2000, help="held-out test images")
-    parser.add_argument("--block", type=int, default=3, help="the block whose output is read")
-    parser.add_argument("--expansion", type=int, default=8, help="latents per input dimension")
+    add_cifar_options(parser)
     parser.add_argument("--k", type=int, default=16, help="latents kept per token (both contenders)")
     parser.add_argument("--epochs", type=int, default=8, help="epochs per contender")
     parser.add_argument("--batch", type=int, default=2048, help="tokens per step")
@@ -63,11 +57,8 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     model = load_model("default")
-    train_files = pick(sorted((args.cifar / "train").rglob("*.jpg")), args.train_images, 0)
-    test_files = pick(sorted((args.cifar / "test").rglob("*.jpg")), args.test_images, 1)
-    began = time.perf_counter()
-    train, held = block_tokens(model, train_files, args.block), block_tokens(model, test_files, args.block)
-    extraction = time.perf_counter() - began
+    data = cifar_tokens(model, args)
+    train, held = data.train, data.held
     d = model.config.hidden_size
     config = SAEConfig(d_in=d, latents=args.expansion * d, k=args.k, block=args.block)
     prefixes = tuple(args.prefixes)
@@ -85,16 +76,7 @@ def main(argv: list[str] | None = None) -> dict:
         )
     results = {
         "model": "default",
-        "block": args.block,
-        "train_images": len(train_files),
-        "test_images": len(test_files),
-        "train_tokens": sum(len(t) for t in train),
-        "held_out_tokens": sum(len(t) for t in held),
-        "latents": config.latents,
-        "k": config.k,
-        "epochs": args.epochs,
-        "batch": args.batch,
-        "extraction_seconds": extraction,
+        **data.about(config, args),
         "runs": runs,
         "side_by_side": f"2 processes, {args.threads} thread(s) each",
         "torch": torch.__version__,

@@ -20,6 +20,7 @@ import multiprocessing
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import common  # bench/common.py
@@ -44,13 +45,60 @@ def pick(files: list[Path], count: int, seed: int) -> list[Path]:
     return sorted(files[i] for i in order.tolist())
 
 
-def quality(args) -> dict:
-    model = load_model("default")
-    train_files = pick(sorted((args.cifar / "train").rglob("*.jpg")), args.train_images, 0)
-    test_files = pick(sorted((args.cifar / "test").rglob("*.jpg")), args.test_images, 1)
+def add_cifar_options(parser) -> None:
+    """The data options of the SAE benchmarks (this one and bench_matryoshka.py): the photos and the block read."""
+    parser.add_argument("--cifar", type=Path, default=Path("/tmp/cifar10"), help="CIFAR-10 unzipped: train/, test/")
+    parser.add_argument("--train-images", type=int, default=3000, help="training images (x 64 patch tokens)")
+    parser.add_argument("--test-images", type=int, default=2000, help="held-out test images")
+    parser.add_argument("--block", type=int, default=3, help="the block whose output is read")
+    parser.add_argument("--expansion", type=int, default=8, help="latents per input dimension")
+
+
+def cifar_files(args, part: str) -> list[Path]:
+    """``args.train_images`` photos of CIFAR-10's train/ or ``args.test_images`` of its test/ (``part``), drawn by a
+    fixed seed: the same photos in every run and every contender."""
+    count, seed = (args.train_images, 0) if part == "train" else (args.test_images, 1)
+    return pick(sorted((args.cifar / part).rglob("*.jpg")), count, seed)
+
+
+@dataclass
+class CifarTokens:
+    """The training and test photos, their block ``args.block`` tokens, and the seconds the extraction took."""
+
+    train_files: list[Path]
+    test_files: list[Path]
+    train: list[torch.Tensor]
+    held: list[torch.Tensor]
+    seconds: float
+
+    def about(self, config: SAEConfig, args) -> dict:
+        """What a result records of the data and the run's shape."""
+        return {
+            "block": args.block,
+            "train_images": len(self.train_files),
+            "test_images": len(self.test_files),
+            "train_tokens": sum(len(t) for t in self.train),
+            "held_out_tokens": sum(len(t) for t in self.held),
+            "latents": config.latents,
+            "k": config.k,
+            "epochs": args.epochs,
+            "batch": args.batch,
+            "extraction_seconds": self.seconds,
+        }
+
+
+def cifar_tokens(model, args) -> CifarTokens:
+    """The CIFAR photos (``cifar_files``) and their block ``args.block`` tokens, timed."""
+    train_files, test_files = cifar_files(args, "train"), cifar_files(args, "test")
     began = time.perf_counter()
     train, held = block_tokens(model, train_files, args.block), block_tokens(model, test_files, args.block)
-    extraction = time.perf_counter() - began
+    return CifarTokens(train_files, test_files, train, held, time.perf_counter() - began)
+
+
+def quality(args) -> dict:
+    model = load_model("default")
+    data = cifar_tokens(model, args)
+    train_files, train, held, extraction = data.train_files, data.train, data.held, data.seconds
     tokens = sum(len(t) for t in train)
     grid = model.config.grid_size
     print(
@@ -74,16 +122,7 @@ def quality(args) -> dict:
         )
     return {
         "model": "default",
-        "block": args.block,
-        "train_images": len(train_files),
-        "test_images": len(test_files),
-        "train_tokens": tokens,
-        "held_out_tokens": sum(len(t) for t in held),
-        "latents": config.latents,
-        "k": config.k,
-        "epochs": args.epochs,
-        "batch": args.batch,
-        "extraction_seconds": extraction,
+        **data.about(config, args),
         "runs": runs,
         "side_by_side": "4 processes, 1 thread each",
         "threads": torch.get_num_threads(),
@@ -94,8 +133,7 @@ def quality(args) -> dict:
 def contender(name: str, options: dict, train: list, held: list, config: SAEConfig, args) -> dict:
     torch.set_num_threads(1)
     model = load_model("default")
-    test_files = pick(sorted((args.cifar / "test").rglob("*.jpg")), args.test_images, 1)
-    batches = list(pixels(model, test_files))
+    batches = list(pixels(model, cifar_files(args, "test")))
     train_config = TrainConfig(epochs=args.epochs, batch=args.batch, lr=args.lr, device="cpu", **options)
     start = time.perf_counter()
     sae, history = train_sae(train, config, train_config, progress=False)
@@ -230,11 +268,7 @@ def scale(args) -> dict:
 def main(argv: list[str] | None = None) -> dict:
     parser = common.parser(__doc__)
     parser.add_argument("part", choices=["quality", "speed", "scale"], help="which measurement")
-    parser.add_argument("--cifar", type=Path, default=Path("/tmp/cifar10"), help="CIFAR-10 unzipped: train/, test/")
-    parser.add_argument("--train-images", type=int, default=3000, help="training images (x 64 patch tokens)")
-    parser.add_argument("--test-images", type=int, default=2000, help="held-out test images")
-    parser.add_argument("--block", type=int, default=3, help="the block whose output is read")
-    parser.add_argument("--expansion", type=int, default=8, help="latents per input dimension")
+    add_cifar_options(parser)
     parser.add_argument("--k", type=int, default=16, help="latents kept per token")
     parser.add_argument("--epochs", type=int, default=8, help="epochs per contender (quality)")
     parser.add_argument("--batch", type=int, default=1024, help="tokens per step")
