@@ -120,12 +120,13 @@ def image_share_figure(answer: Answer, token: int | None = None, head: int | Non
             go.Scatter(x=layers, y=pick(part).tolist(), name=name, mode="lines+markers", line_color=colour)
         )
     figure.update_layout(
-        xaxis_title="language-model layer",
+        # whole layers only, about ten ticks at most: a 2-layer model showed 0, 0.5, 1
+        xaxis=dict(title="layer", tickmode="linear", tick0=0, dtick=max(1, round(len(layers) / 10))),
         yaxis_title="share of the attention",
         yaxis_range=[0, 1],
-        height=320,
-        margin=dict(l=10, r=10, t=30, b=10),
-        legend=dict(orientation="h", y=1.12),
+        height=340,
+        margin=dict(l=10, r=10, t=10, b=10),
+        legend=dict(orientation="h", yanchor="top", y=-0.25, x=0),  # below the plot, never over its top
     )
     return figure
 
@@ -139,8 +140,8 @@ def curve_figure(curves: dict[str, tuple[np.ndarray, np.ndarray]], y_title: str)
     figure.update_layout(
         xaxis_title="fraction of the image tokens removed",
         yaxis_title=y_title,
-        height=320,
-        margin=dict(l=10, r=10, t=30, b=10),
-        legend=dict(orientation="h", y=1.12),
+        height=340,
+        margin=dict(l=10, r=10, t=10, b=10),
+        legend=dict(orientation="h", yanchor="top", y=-0.25, x=0),
     )
     return figure

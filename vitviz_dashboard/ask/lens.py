@@ -41,10 +41,16 @@ def draw_lens(
         hits = np.array([[w.strip() == word for w in row] for row in lens.words])
         values = np.where(hits, lens.probabilities, 0.0).sum(axis=1)
         caption = f"Probability of '{word}' among each image token's top {TOP_K} words at layer {layer}"
+        if not hits.any():
+            st.info(
+                f"'{word}' is among the top {TOP_K} words of no image token at layer {layer}: the map is empty. "
+                "Try another layer, or no token (the answer's mean) for each image token's own top word."
+            )
     else:
         values = lens.probabilities[:, 0]
         caption = f"Each image token's top word's probability at layer {layer}"
-    st.image(map_over_photo(photo, map_raster(answer, values), colormap, alpha), caption=caption, width="stretch")
+    # at the photo's own size: stretched across a wide page, a small photo was blurred
+    st.image(map_over_photo(photo, map_raster(answer, values), colormap, alpha), caption=caption, width="content")
     counts = collections.Counter(w.strip() or repr(w) for w in lens.words[:, 0])
     rows = [{"top word": w, "image tokens": n} for w, n in counts.most_common(MOST_COMMON)]
     st.dataframe(rows, hide_index=True, key="ask|lens_table")

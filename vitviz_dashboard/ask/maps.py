@@ -41,7 +41,9 @@ def fitted(key: str, default, options) -> None:
 def map_controls(answer: Answer, token: int | None) -> MapChoice:
     """The map's controls, in one row: kind, layers, head, tile."""
     _, layers, heads, _ = answer.image_attention.shape
-    kind_box, layer_box, head_box, tile_box = st.columns([1.2, 2, 1, 1.2])
+    # two rows of two: four in one row cut the head's name at 800 px
+    kind_box, layer_box = st.columns([1, 1.4])
+    head_box, tile_box = st.columns(2)
     kind = kind_box.radio(
         "Map",
         KINDS,
