@@ -15,8 +15,8 @@ from safetensors.torch import load_file
 from tiny_models import tiny_checkpoint
 
 import vitviz
-from vitviz.commands.sae import main as sae_main
 from vitviz.commands.index import main as index_main
+from vitviz.commands.sae import main as sae_main
 from vitviz.dataset.storage import sha256_file
 from vitviz.loading.specs import load_model
 from vitviz.preprocessing import load_image
@@ -198,7 +198,10 @@ def test_bad_input_gets_one_line(built, trained, tmp_path, capsys):
     _, _, out = built
     narrow = save_sae(TopKSAE(SAEConfig(d_in=16, latents=8, k=2, block=0)), tmp_path / "narrow")
     cases = [
-        (["train", str(out), "--block", "1", *QUICK], "stores no activations of block 1 .*only blocks \\[0, 2\\]"),
+        (
+            ["train", str(out), "--block", "1", *QUICK],
+            "stores no activations of block 1 .*only those of blocks \\[0, 2\\]",
+        ),
         (["train", str(tmp_path), "--block", "0", *QUICK], "is not a vitviz index"),
         (["ablate", str(out), str(narrow), "--latent", "0"], "reads 16-wide tokens, but block 0 .* 32.wide"),
         (["ablate", str(out), str(trained[0]), "--latent", "32"], "latent 32 is out of range: .* 0 to 31"),

@@ -36,6 +36,19 @@ PAGE = 10_000  # rows a query returns unless asked for another page size
 MAX_SQL = 100_000  # characters of SQL read
 
 
+def check_activations(index: DatasetIndex, block: int, error: type[Exception] = ValueError, reader: str = "") -> None:
+    """Raises ``error`` (after ``reader``'s words, which say who needs the block) when ``index`` stores no
+    activations of block ``block``, with the blocks it does store and the command that would store it."""
+    if block not in index.activation_blocks:
+        stored = index.activation_blocks
+        has = f"it stores only those of blocks {stored}" if stored else "it stores none"
+        spec = index.manifest.get("model", {}).get("spec") or "MODEL"
+        raise error(
+            f"{reader}{index.folder} stores no activations of block {block} ({has}): index the dataset again with "
+            f"`vitviz index SOURCE --model {spec} --out DIR --activations {block}`"
+        )
+
+
 class DatasetIndex:
     """An index folder made by `vitviz index`. Open with ``vitviz.open_index(DIR)``; ``query_seconds`` and
     ``query_memory`` (MB) bound each query (by default the server's settings, else 20 s and 1024 MB)."""
@@ -217,25 +230,16 @@ class DatasetIndex:
         """The blocks whose output tokens are stored (``vitviz index ... --activations B``), 0-based."""
         return list(self.manifest.get("activations", {}).get("blocks", []))
 
-    def _check_activations(self, block: int) -> None:
-        if block not in self.activation_blocks:
-            stored = self.activation_blocks
-            has = f"those of blocks {stored} only" if stored else "none"
-            raise ValueError(
-                f"{self.folder} stores no activations of block {block} ({has}): index the dataset again with "
-                f"`vitviz index SOURCE --model ... --out DIR --activations {block}`"
-            )
-
     def activations(self, image_ids: Sequence[int] | int, block: int) -> np.ndarray:
         """Block ``block``'s output tokens (n, T, D) for these images, fp32 from the fp16 store: prefix tokens first
         (``manifest["activations"]["prefix_tokens"]`` of them), then the patches in row-major order."""
-        self._check_activations(block)
+        check_activations(self, block)
         return self._rows(image_ids, activation_name(block))
 
     def activation_shards(self, block: int) -> list[tuple[dict, np.ndarray]]:
         """(shard record, its memory-mapped fp16 activations (count, T, D)) per shard, in image order: nothing is
         read until rows are sliced, so a pass over them reads the files sequentially."""
-        self._check_activations(block)
+        check_activations(self, block)
         return [(shard, self._array(shard, activation_name(block))) for shard in self.shards]
 
     # --- search ---------------------------------------------------------------------------------------------------

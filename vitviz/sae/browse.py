@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 import torch
 
 from vitviz.dataset import DatasetIndex
+from vitviz.dataset.index import check_activations
 from vitviz.explain.facets import patch_features
 from vitviz.explain.logit_attribution import linear_readout
 from vitviz.model import ViT
@@ -60,13 +61,7 @@ def check_block(index: DatasetIndex, sae: TopKSAE, block: int | None = None) -> 
     model = index.manifest["model"]  # checked when the index was opened: its config has num_layers
     width = index.manifest["activations"]["width"]
     block = check_fit(sae, model["config"]["num_layers"], width, model.get("spec"), block)
-    if block not in index.activation_blocks:
-        stored = index.activation_blocks
-        has = f"only those of blocks {stored}" if stored else "no activations at all"
-        raise SAEError(
-            f"the SAE reads block {block}, but {index.folder} stores {has}: index the dataset again with "
-            f"`--activations {block}`"
-        )
+    check_activations(index, block, SAEError, reader=f"the SAE reads block {block}, but ")
     return block
 
 

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from vitviz.dataset import DatasetIndex, open_index
+from vitviz.dataset.index import check_activations
 from vitviz.dataset.sources import HUB_PREFIX, Source, open_source
 from vitviz.model import ViT
 from vitviz.sae.errors import SAEError
@@ -86,13 +87,7 @@ def index_data(
 ) -> IndexData:
     """Open the index, check it stores block ``block``, and split its readable images into training and held-out."""
     index = open_index(folder)
-    if block not in index.activation_blocks:
-        stored = index.activation_blocks
-        has = f"only blocks {stored}" if stored else "no activations at all"
-        raise SAEError(
-            f"{folder} stores no activations of block {block} (it has {has}): index it again with "
-            f"`vitviz index SOURCE --model {index.manifest['model'].get('spec')} --out DIR --activations {block}`"
-        )
+    check_activations(index, block, SAEError)
     images = readable_images(index)[:max_images]
     held = held_out(images, holdout, seed)
     if held.all() or (holdout > 0 and not held.any()):
