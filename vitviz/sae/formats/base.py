@@ -62,6 +62,14 @@ def read_json(path: Path) -> Any:
         raise SAEFormatError(f"{path} is not a readable JSON file ({type(error).__name__})") from None
 
 
+def read_config(path: Path) -> dict:
+    """An SAE's JSON config file (``read_json``), which must hold an object; SAEFormatError otherwise."""
+    cfg = read_json(path)
+    if not isinstance(cfg, dict):
+        raise SAEFormatError(f"{path} is not a JSON object")
+    return cfg
+
+
 def json_object(path: Path) -> dict | None:
     """A small JSON file's object, or None when it is missing, too big, not JSON or not an object (for detect)."""
     try:

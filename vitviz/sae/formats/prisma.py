@@ -30,7 +30,7 @@ from vitviz.sae.formats.base import (
     integer,
     json_object,
     load_torch,
-    read_json,
+    read_config,
     state_dict_of,
 )
 from vitviz.sae.formats.module import ExternalConfig, ExternalSAE
@@ -61,10 +61,8 @@ def _weights(path: Path) -> Path:
 
 def load(path: Path) -> ExternalSAE:
     folder = folder_of(path)
-    cfg = read_json(folder / CONFIG)
     source = folder / CONFIG
-    if not isinstance(cfg, dict):
-        raise SAEFormatError(f"{source} is not a JSON object")
+    cfg = read_config(source)
     if cfg.get("is_transcoder"):
         raise SAEFormatError(f"{source} is a transcoder (is_transcoder), not an SAE of one block's output")
     architecture = cfg.get("architecture", "standard")

@@ -38,7 +38,7 @@ from vitviz.sae.formats.base import (
     folder_of,
     integer,
     load_safetensors,
-    read_json,
+    read_config,
 )
 from vitviz.sae.formats.module import ExternalConfig, ExternalSAE
 from vitviz.sae.model import TopKSAE
@@ -61,9 +61,7 @@ def detect(path: Path) -> bool:
 
 def load(path: Path) -> ExternalSAE:
     folder = folder_of(path)
-    cfg = read_json(folder / CONFIG)
-    if not isinstance(cfg, dict):
-        raise SAEFormatError(f"{folder / CONFIG} is not a JSON object")
+    cfg = read_config(folder / CONFIG)
     cfg = cfg if _major_version(cfg) >= 6 else _from_pre_6(cfg)
     config = _config(cfg, folder / CONFIG)
     check_size(config.d_in, config.latents, str(folder / CONFIG))

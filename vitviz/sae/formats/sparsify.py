@@ -29,7 +29,7 @@ from vitviz.sae.formats.base import (
     integer,
     json_object,
     load_safetensors,
-    read_json,
+    read_config,
 )
 from vitviz.sae.formats.module import ExternalConfig, ExternalSAE
 
@@ -45,9 +45,7 @@ def detect(path: Path) -> bool:
 def load(path: Path) -> ExternalSAE:
     folder = folder_of(path)
     source = folder / CONFIG
-    cfg = read_json(source)
-    if not isinstance(cfg, dict):
-        raise SAEFormatError(f"{source} is not a JSON object")
+    cfg = read_config(source)
     if cfg.get("transcode"):
         raise SAEFormatError(f"{source} is a transcoder (transcode: true): it predicts another module's output")
     if cfg.get("signed"):
