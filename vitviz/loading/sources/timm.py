@@ -23,7 +23,7 @@ from vitviz.loading.download import hub_file
 from vitviz.loading.errors import ModelLoadError, describe
 from vitviz.loading.sources.common import add_zero_biases, rename
 from vitviz.loading.sources.timm_eva import RULES as EVA_RULES
-from vitviz.loading.sources.timm_eva import eva_config, join_qkv_biases, split_packed_swiglu
+from vitviz.loading.sources.timm_eva import eva_config, join_qkv_biases, split_packed_swiglu, timm_geometry
 from vitviz.loading.sources.weights_files import check_weights_file
 from vitviz.model import ViT, ViTConfig
 from vitviz.model.config import echo
@@ -168,19 +168,9 @@ def _describe(model: nn.Module) -> dict:
             refuse("an attention-pooling head whose heads or MLP differ from the blocks'")
         if type(pool.mlp.act) is not type(mlp.act):
             refuse("an attention-pooling head whose activation differs from the blocks'")
-    head = model.head
-    if not isinstance(head, (nn.Linear, nn.Identity)):
-        refuse(f"a {type(head).__name__} head")
-    height, width = embed.img_size
     return dict(
-        image_size=(height, width),
-        patch_size=proj.kernel_size[0],
-        num_channels=proj.in_channels,
-        hidden_size=model.embed_dim,
-        num_layers=len(blocks),
-        num_heads=attn.num_heads,
+        **timm_geometry(model, embed, blocks, attn, refuse),
         mlp_size=mlp.fc2.in_features,
-        num_classes=head.out_features if isinstance(head, nn.Linear) else 0,
         pooling=pooling,
         class_token=model.cls_token is not None,
         distillation_token=distilled,

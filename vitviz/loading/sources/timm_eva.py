@@ -39,6 +39,24 @@ RULES = [
 ]
 
 
+def timm_geometry(model: nn.Module, embed: nn.Module, blocks, attn: nn.Module, refuse) -> dict:
+    """The ViTConfig fields that timm's VisionTransformer and Eva hold alike: the input size, patch size and channels,
+    width, depth, heads, and the classes of the head (a Linear, or an Identity for none; ``refuse`` rejects others)."""
+    head = model.head
+    if not isinstance(head, (nn.Linear, nn.Identity)):
+        refuse(f"a {type(head).__name__} head")
+    height, width = embed.img_size
+    return dict(
+        image_size=(height, width),
+        patch_size=embed.proj.kernel_size[0],
+        num_channels=embed.proj.in_channels,
+        hidden_size=model.embed_dim,
+        num_layers=len(blocks),
+        num_heads=attn.num_heads,
+        num_classes=head.out_features if isinstance(head, nn.Linear) else 0,
+    )
+
+
 def eva_config(model: nn.Module) -> ViTConfig:
     """The ViTConfig that reproduces a timm Eva model, or a ModelLoadError naming what it cannot reproduce yet."""
     from timm.layers import AttentionPoolLatent, GluMlp, LayerNorm, Mlp, PatchEmbed, SwiGLU
@@ -107,20 +125,10 @@ def eva_config(model: nn.Module) -> ViTConfig:
     pooling = "map" if pool is not None else {"token": "cls", "avg": "mean"}.get(model.global_pool)
     if pooling is None:
         refuse(f"global_pool={model.global_pool!r} (vitviz pools by 'token', 'avg' or an attention-pooling head)")
-    head = model.head
-    if not isinstance(head, (nn.Linear, nn.Identity)):
-        refuse(f"a {type(head).__name__} head")
     registers = model.reg_token.shape[1] if model.reg_token is not None else 0
-    height, width = embed.img_size
     return ViTConfig(
-        image_size=(height, width),
-        patch_size=proj.kernel_size[0],
-        num_channels=proj.in_channels,
-        hidden_size=model.embed_dim,
-        num_layers=len(blocks),
-        num_heads=attn.num_heads,
+        **timm_geometry(model, embed, blocks, attn, refuse),
         mlp_size=hidden,
-        num_classes=head.out_features if isinstance(head, nn.Linear) else 0,
         pooling=pooling,
         class_token=model.cls_token is not None,
         num_register_tokens=registers,
