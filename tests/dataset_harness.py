@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import streamlit as st
 from app_harness import APP
 from page_reading import fix_precision
@@ -96,3 +97,22 @@ def fresh_page(monkeypatch, models: Path) -> None:
     monkeypatch.setenv("VITVIZ_SAMPLES", "")
     monkeypatch.setenv("VITVIZ_MODEL_DIRS", str(models))
     fix_precision(monkeypatch)
+
+
+def page_fixtures(name: str):
+    """The two fixtures of a Dataset page test module, to assign there: ``built``, once per module, a folder (a
+    temporary ``name``) holding a 2-block tiny model, 24 generated images (and a broken one) and their index in
+    shards of 8; and ``page_settings``, ``fresh_page`` on that folder before each test.
+    Use: ``built, page_settings = page_fixtures("dataset_page")``."""
+
+    @pytest.fixture(scope="module")
+    def built(tmp_path_factory):
+        root = tmp_path_factory.mktemp(name)
+        tiny_index(root, stored=["--shard-size", "8"], num_layers=2)
+        return root
+
+    @pytest.fixture(autouse=True)
+    def page_settings(monkeypatch, built):
+        fresh_page(monkeypatch, built)
+
+    return built, page_settings

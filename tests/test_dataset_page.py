@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from app_harness import APP
-from dataset_harness import checked, dataset_app, fresh_page, open_tab, tiny_index
+from dataset_harness import checked, dataset_app, open_tab, page_fixtures
 from streamlit.testing.v1 import AppTest
 from tiny_text import clip_folder
 
@@ -26,18 +26,8 @@ from vitviz_dashboard.dataset.page import FOLDER
 from vitviz_dashboard.sidebar.model_picker import HUB_SPEC, PATH_OR_UPLOAD
 from vitviz_dashboard.sidebar.prompts import ENSEMBLE_KEY, MY_PROMPTS, PROMPTS_KEY, SOURCE_KEY
 
-
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    """A folder holding a tiny model, 24 generated images (and a broken one) and their index."""
-    root = tmp_path_factory.mktemp("dataset_page")
-    tiny_index(root, stored=["--shard-size", "8"], num_layers=2)
-    return root
-
-
-@pytest.fixture(autouse=True)
-def page_settings(monkeypatch, built):
-    fresh_page(monkeypatch, built)
+# a folder holding a tiny model, 24 generated images (and a broken one) and their index; fresh caches per test
+built, page_settings = page_fixtures("dataset_page")
 
 
 def captions(at: AppTest) -> list[str]:

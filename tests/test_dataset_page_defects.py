@@ -7,24 +7,14 @@ import json
 
 import numpy as np
 import pytest
-from dataset_harness import checked, dataset_app, fresh_page, open_tab, tiny_index
+from dataset_harness import checked, dataset_app, open_tab, page_fixtures
 
 import vitviz
 from vitviz.commands.index import main as index_command
 from vitviz.dataset.search import normalised
 
-
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    """A folder holding a tiny model, 24 generated images (and a broken one) and their index."""
-    root = tmp_path_factory.mktemp("dataset_defects")
-    tiny_index(root, stored=["--shard-size", "8"], num_layers=2)
-    return root
-
-
-@pytest.fixture(autouse=True)
-def page_settings(monkeypatch, built):
-    fresh_page(monkeypatch, built)
+# a folder holding a tiny model, 24 generated images (and a broken one) and their index; fresh caches per test
+built, page_settings = page_fixtures("dataset_defects")
 
 
 def chart(at, containing: str) -> dict:

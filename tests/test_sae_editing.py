@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from tests.tiny_models import build_tiny_vit
+from tests.tiny_models import build_tiny_vit, by_hand
 from vitviz.model.layers import Block
 from vitviz.sae import SAEConfig, SAEError, TopKSAE, top1_agreement, with_sae
 from vitviz.sae.editing import EditedBlock
@@ -39,17 +39,6 @@ def model():
 def images():
     torch.manual_seed(2)
     return torch.randn(4, 3, 32, 32)
-
-
-def by_hand(model, images, block, edit):
-    """The model's forward with block ``block``'s output patches passed through ``edit``, block by block."""
-    x, grid = model.embed(images)
-    arguments = model.block_arguments(grid, x.shape[0])
-    for index, layer in enumerate(model.blocks):
-        x = layer(x, arguments[index]).hidden
-        if index == block:
-            x = torch.cat([x[:, :1], edit(x[:, 1:])], dim=1)
-    return model.forward_head(x, grid).logits
 
 
 @pytest.mark.parametrize("attention", ["sdpa", "eager"])

@@ -12,21 +12,11 @@ import pytest
 import torch
 from sae_format_files import CASES, prisma_case, prisma_cfg, saelens_case, saelens_cfg, sparsify_case
 
-from tests.tiny_models import build_tiny_vit
+from tests.tiny_models import build_tiny_vit, by_hand
 from vitviz.sae import SAEError, load_sae, replace_with, with_sae
 from vitviz.sae.browse import check_block, warn_other_model
 
 D = 32  # the tiny ViT's width
-
-
-def by_hand(model, images, block, edit):
-    x, grid = model.embed(images)
-    arguments = model.block_arguments(grid, x.shape[0])
-    for index, layer in enumerate(model.blocks):
-        x = layer(x, arguments[index]).hidden
-        if index == block:
-            x = torch.cat([x[:, :1], edit(x[:, 1:])], dim=1)
-    return model.forward_head(x, grid).logits
 
 
 @pytest.mark.parametrize(

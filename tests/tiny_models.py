@@ -117,3 +117,15 @@ def one_torch_thread() -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(threads)
+
+
+def by_hand(model: ViT, images: torch.Tensor, block: int, edit) -> torch.Tensor:
+    """The logits of ``model``'s forward written out block by block, with block ``block``'s output patch tokens (the
+    tokens after the first) passed through ``edit``: the reference for the SAE editing tests."""
+    x, grid = model.embed(images)
+    arguments = model.block_arguments(grid, x.shape[0])
+    for index, layer in enumerate(model.blocks):
+        x = layer(x, arguments[index]).hidden
+        if index == block:
+            x = torch.cat([x[:, :1], edit(x[:, 1:])], dim=1)
+    return model.forward_head(x, grid).logits
