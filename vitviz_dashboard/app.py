@@ -62,7 +62,7 @@ def main() -> None:
     keep_tab_widgets()  # each page's kept values survive runs of the other page
     photo = st.Page(photo_page, title="Photo", default=True)
     dataset = st.Page(lambda: dataset_page(photo), title="Dataset", url_path="dataset")
-    ask = st.Page(ask_page, title="Ask", url_path="ask")
+    ask = st.Page(lambda: ask_page(photo), title="Ask", url_path="ask")
     st.navigation([photo, dataset, ask]).run()
 
 

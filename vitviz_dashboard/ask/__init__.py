@@ -8,4 +8,5 @@ shares.py        the image-share chart per layer: image, text, first token
 lens.py          the logit lens on the image tokens at a chosen layer
 knockout.py      the knock-out curve of the map shown, on demand (a button)
 downloads.py     answer.json, attention.npz and the map's PNG
+tower.py         "Open the vision tower in Photo" (the picker's hand-over), or why the tower cannot be read
 """

@@ -1,7 +1,8 @@
 """The Ask page: a vision-language model asked about one of the session's photos, and where each token of its answer
 looks. The inputs (inputs.py), the answer as clickable tokens (tokens.py), the chosen token's map (maps.py), the
 image-share chart (shares.py), the logit lens (lens.py), the knock-out curve on demand (knockout.py) and the
-downloads (downloads.py) are drawn from one cached answer (cache/vlm.py)."""
+downloads (downloads.py) are drawn from one cached answer (cache/vlm.py); tower.py opens the model's vision tower in
+the Photo page."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from vitviz_dashboard.ask.lens import draw_lens
 from vitviz_dashboard.ask.maps import display_controls, draw_map, map_caption, map_controls
 from vitviz_dashboard.ask.shares import draw_shares
 from vitviz_dashboard.ask.tokens import pick_token
+from vitviz_dashboard.ask.tower import offer_tower
 from vitviz_dashboard.cache.pictures import display_photo
 from vitviz_dashboard.cache.vlm import AnswerKey, ask, get_vlm
 from vitviz_dashboard.images import choose_image
@@ -25,7 +27,8 @@ from vitviz_dashboard.page import keep_tab_widgets
 ASKED = "ask|asked"  # the AnswerKey of the question last asked in this session
 
 
-def ask_page() -> None:
+def ask_page(photo_page: st.Page) -> None:
+    """The page; ``photo_page`` is where "Open the vision tower in Photo" goes."""
     st.title("vitviz: where does a vision-language model's answer look?")
     keep_tab_widgets()  # the other pages' kept values survive a visit here
     model_key = model_inputs()
@@ -56,6 +59,7 @@ def ask_page() -> None:
     answer = answered(key, photo)
     if answer is None:
         return
+    offer_tower(key.model, name, photo_page)
     describe(answer)
     if not answer.token_ids:
         st.warning("The model ended its answer at once (its first token was an end-of-sequence token).")

@@ -3,19 +3,22 @@
 Keys follow results.py's convention with the VLM's own typed keys: ``VLMKey`` (the spec as checked and the precision)
 fixes the model, ``AnswerKey`` (the model's key, the photo's digest, the question, a given answer, the token limit)
 fixes an answer. The model is kept by Streamlit's resource cache (two at most: loading one again takes seconds to
-minutes); answers, relevance, the logit lens and the knock-out curves live in budget.STORE, bounded in bytes, and are
-passed unhashed (``_model``, ``_answer``, ``_photo``) since their keys fix them.
+minutes); answers, relevance, the logit lens, the knock-out curves and the vision tower's checkpoint live in
+budget.STORE, bounded in bytes, and are passed unhashed (``_model``, ``_answer``, ``_photo``) since their keys fix them.
 """
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import streamlit as st
 from PIL import Image
 
-from vitviz.vlm import VLM, Answer, image_relevance, load_vlm
+from vitviz.loading.checkpoint import save_checkpoint
+from vitviz.vlm import VLM, Answer, VLMError, image_relevance, load_vlm
 from vitviz.vlm.knockout import KnockoutCurve, knockout_curves
 from vitviz.vlm.lens import LensWords, logit_lens
 from vitviz_dashboard.cache.budget import kept
@@ -71,3 +74,25 @@ def knockout(key: AnswerKey, scores: np.ndarray, *, _answer: Answer) -> dict[str
     """The answer's log-probability as image tokens are knocked out in the order of ``scores`` (the map shown, one
     value per image token), most relevant first and least relevant first; keyed by the map's values."""
     return knockout_curves(_answer, scores)
+
+
+@dataclass(frozen=True)
+class Tower:
+    """A VLM's vision tower as a vitviz checkpoint's bytes (``data``), or ``reason``: why vitviz cannot read it."""
+
+    data: bytes = b""
+    reason: str = ""
+
+
+@kept(spinner="Converting the vision tower to a vitviz ViT...")
+def tower_checkpoint(key: VLMKey, *, _model: VLM) -> Tower:
+    """The model's vision tower (VLM.vision_tower: float32, a backbone, the processor's preprocessing of the base
+    image) saved as a vitviz checkpoint, once per model; or the VLMError's reason where the tower is not readable."""
+    try:
+        tower = _model.vision_tower()
+    except VLMError as error:
+        return Tower(reason=str(error))
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "tower.pt"
+        save_checkpoint(path, tower, [], tower.transform)
+        return Tower(data=path.read_bytes())

@@ -61,6 +61,18 @@ PRECISION_HELP = (
 )
 
 
+@dataclasses.dataclass(frozen=True)
+class HandedCheckpoint:
+    """A checkpoint another page wrote into the uploads folder (store_checkpoint) for the picker to use under
+    "path or upload...", with a caption that says what it is; kept in the session state under HANDED."""
+
+    path: str
+    caption: str
+
+
+HANDED = "model_picker|handed"  # the session state's HandedCheckpoint, until another model is chosen
+
+
 def sidebar() -> Settings:
     st.sidebar.header("Model")
     choice = st.sidebar.selectbox(
@@ -105,10 +117,16 @@ def sidebar() -> Settings:
             f"...or upload a vitviz checkpoint (.pt, up to {MAX_CHECKPOINT_MB} MB)", type=["pt", "pth"]
         )
         spec = ""
+        handed = st.session_state.get(HANDED)
         if uploaded is not None:  # uploads are not typed paths: no folder limits them
             spec = save_uploaded_checkpoint(uploaded)
         elif text.strip():
             spec = unless_refused(lambda: str(check_model_path(text, roots)))  # the real path: what was checked
+        elif handed is not None and Path(handed.path).is_file():  # written by the page itself, as uploads are
+            spec = handed.path
+            st.sidebar.caption(handed.caption)
+    if choice != PATH_OR_UPLOAD or (spec and spec != getattr(st.session_state.get(HANDED), "path", None)):
+        st.session_state.pop(HANDED, None)  # another model chosen: the hand-over is over
     st.sidebar.header("Display")
     # "auto" stays in the settings until the model is loaded: resolve() then puts the measured precision there
     # keyed, so that page.keep_tab_widgets keeps them through a visit to the Dataset page
@@ -175,13 +193,19 @@ def save_uploaded_checkpoint(uploaded) -> str:
     if len(data) > MAX_CHECKPOINT_MB * 2**20:
         st.sidebar.error(f"{uploaded.name} is {len(data) / 2**20:.0f} MB; the limit is {MAX_CHECKPOINT_MB} MB")
         return ""
+    return store_checkpoint(data)
+
+
+def store_checkpoint(data: bytes) -> str:
+    """Keep a checkpoint's bytes that the page itself was given or wrote (an upload, a VLM's vision tower) in
+    ``<tmp>/vitviz-uploads/`` under their content hash, and return its path. The disk stays bounded: only the
+    MAX_STORED_CHECKPOINTS most recently used stay (as many as models are cached)."""
     folder = Path(tempfile.gettempdir()) / "vitviz-uploads"
     folder.mkdir(exist_ok=True)
     path = folder / f"{hashlib.sha256(data).hexdigest()[:16]}.pt"
     if not path.exists():
         path.write_bytes(data)
     path.touch()  # newest last
-    # keep the disk bounded: only the most recently used uploads stay (as many as models are cached)
     for old in sorted(folder.glob("*.pt"), key=lambda f: f.stat().st_mtime)[:-MAX_STORED_CHECKPOINTS]:
         old.unlink(missing_ok=True)
     return str(path)
