@@ -15,7 +15,7 @@ TOWER_BUTTON = "ask|tower"
 def offer_tower(key: VLMKey, photo_name: str, photo_page: st.Page) -> None:
     """Under the sidebar's model: the button that opens the loaded model's vision tower in the Photo page, or why
     it cannot be opened. Call it once the model has loaded (get_vlm's cache then holds it)."""
-    tower = tower_checkpoint(key, _model=get_vlm(key))
+    tower = tower_checkpoint(key, get_vlm(key))
     if tower.reason:
         st.sidebar.caption(f"The vision tower cannot be opened in Photo: {tower.reason.rstrip('.')}.")
         return

@@ -3,8 +3,9 @@
 Keys follow results.py's convention with the VLM's own typed keys: ``VLMKey`` (the spec as checked and the precision)
 fixes the model, ``AnswerKey`` (the model's key, the photo's digest, the question, a given answer, the token limit)
 fixes an answer. The model is kept by Streamlit's resource cache (two at most: loading one again takes seconds to
-minutes); answers, relevance, the logit lens, the knock-out curves and the vision tower's checkpoint live in
-budget.STORE, bounded in bytes, and are passed unhashed (``_model``, ``_answer``, ``_photo``) since their keys fix them.
+minutes), and so is its vision tower's checkpoint; answers, relevance, the logit lens and the knock-out curves
+live in budget.STORE, bounded in bytes, and are passed unhashed (``_model``, ``_answer``, ``_photo``) since their
+keys fix them.
 """
 
 from __future__ import annotations
@@ -84,10 +85,12 @@ class Tower:
     reason: str = ""
 
 
-@kept(spinner="Converting the vision tower to a vitviz ViT...")
-def tower_checkpoint(key: VLMKey, *, _model: VLM) -> Tower:
+@st.cache_resource(max_entries=2, show_spinner="Converting the vision tower to a vitviz ViT...")
+def tower_checkpoint(key: VLMKey, _model: VLM) -> Tower:
     """The model's vision tower (VLM.vision_tower: float32, a backbone, the processor's preprocessing of the base
-    image) saved as a vitviz checkpoint, once per model; or the VLMError's reason where the tower is not readable."""
+    image) saved as a vitviz checkpoint, once per model; or the VLMError's reason where the tower is not readable.
+    Kept beside the model in the resource cache (as many as models): a large tower's bytes (CLIP-L's 1.2 GB) pass
+    the byte store's share for one entry, and would be converted again in every run."""
     try:
         tower = _model.vision_tower()
     except VLMError as error:
