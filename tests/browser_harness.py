@@ -167,6 +167,24 @@ def streamlit_server(folder: Path, env: dict[str, str] | None = None, start_time
         log.close()
 
 
+@contextlib.contextmanager
+def index_server(folder: Path, model: Path | None = None, images: Path | None = None, **env: str):
+    """``vitviz index`` of ``images`` by ``model`` into folder/index, then a ``streamlit_server`` that lists the
+    models in ``folder``, shows no sample images and computes in fp32 (``env`` adds or overrides variables).
+    By default the model is a tiny checkpoint at folder/model.pt and the images dataset_harness.make_images's."""
+    from dataset_harness import make_images
+    from tiny_models import tiny_checkpoint
+
+    from vitviz.commands.index import main as index_command
+
+    model = model or tiny_checkpoint(folder / "model.pt")
+    images = images or make_images(folder / "images")
+    assert index_command([str(images), "--model", str(model), "--out", str(folder / "index")]) == 0
+    base = {"VITVIZ_SAMPLES": "", "VITVIZ_TEST_PRECISION": "fp32", "VITVIZ_MODEL_DIRS": str(folder)}
+    with streamlit_server(folder, base | env) as running:
+        yield running
+
+
 def serve(counts_file: str, streamlit_args: list[str]) -> None:
     """The server process: count model loads and forward passes, then run streamlit in-process."""
     sys.path.insert(0, str(ROOT))  # run as a script from tests/: make vitviz importable
@@ -453,6 +471,23 @@ def wait_until_drawn(page, text: str) -> None:
     # the script has finished (Streamlit shows its status widget while running), then images load
     page.wait_for_function("!document.querySelector('[data-testid=stStatusWidget]')", timeout=120_000)
     page.wait_for_function("[...document.images].every(image => image.complete)", timeout=60_000)
+
+
+def open_index(browser, url: str, index: Path, width: int = 1280, height: int = 900):
+    """A new page of the Dataset page at ``url`` with the index folder ``index`` typed in and its table drawn."""
+    page = new_page(browser, width, height)
+    page.goto(f"{url}/dataset")
+    field = page.get_by_role("textbox", name="Index folder")
+    field.fill(str(index))
+    field.press("Enter")
+    wait_until_drawn(page, "25 images match")
+    return page
+
+
+def no_exception(page) -> None:
+    """Fails, with the first one's text, where the page draws an exception."""
+    errors = page.locator("[data-testid=stException]")
+    assert errors.count() == 0, errors.first.inner_text()
 
 
 def click_picture_shown(page, alt: str, exact: bool = False):

@@ -7,15 +7,12 @@ from browser_harness import (
     CHROMIUM,
     CHROMIUM_ARGS,
     click_picture_shown,
-    new_page,
+    index_server,
+    no_exception,
+    open_index,
     require_browser,
-    streamlit_server,
     wait_until_drawn,
 )
-from dataset_harness import make_images
-from tiny_models import tiny_checkpoint
-
-from vitviz.commands.index import main as index_command
 
 require_browser()
 from playwright.sync_api import sync_playwright  # noqa: E402
@@ -24,30 +21,15 @@ from playwright.sync_api import sync_playwright  # noqa: E402
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     folder = tmp_path_factory.mktemp("browser_dataset")
-    model = tiny_checkpoint(folder / "model.pt")
-    images = make_images(folder / "images")
-    assert index_command([str(images), "--model", str(model), "--out", str(folder / "index")]) == 0
-    env = {"VITVIZ_SAMPLES": "", "VITVIZ_TEST_PRECISION": "fp32", "VITVIZ_MODEL_DIRS": str(folder)}
-    with streamlit_server(folder, env) as running:
+    with index_server(folder) as running:
         yield running, folder
-
-
-def no_exception(page) -> None:
-    assert page.locator("[data-testid=stException]").count() == 0, page.locator(
-        "[data-testid=stException]"
-    ).first.inner_text()
 
 
 def test_open_select_open_in_photo_heads_and_search(server):
     running, folder = server
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = new_page(browser, 1400, 1000)
-        page.goto(f"{running.url}/dataset")
-        field = page.get_by_role("textbox", name="Index folder")
-        field.fill(str(folder / "index"))
-        field.press("Enter")
-        wait_until_drawn(page, "25 images match")
+        page = open_index(browser, running.url, folder / "index", 1400, 1000)
         no_exception(page)
         # the first row's selection box: the grid is a canvas, so click where the row marker column draws it
         grid = page.locator("[data-testid=stDataFrame]").first

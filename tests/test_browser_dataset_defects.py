@@ -5,12 +5,11 @@ images, and a box drawn with the chart's box tool selects several cells."""
 import os
 
 import pytest
-from browser_harness import CHROMIUM, CHROMIUM_ARGS, new_page, require_browser, streamlit_server, wait_until_drawn
+from browser_harness import CHROMIUM, CHROMIUM_ARGS, index_server, new_page, require_browser, wait_until_drawn
 from PIL import Image
 from tiny_models import tiny_checkpoint
 
 import vitviz
-from vitviz.commands.index import main as index_command
 
 require_browser()
 from playwright.sync_api import sync_playwright  # noqa: E402
@@ -34,10 +33,7 @@ def ten_class_images(folder, per_class=3):
 def server(tmp_path_factory):
     folder = tmp_path_factory.mktemp("browser_dataset_defects")
     model = tiny_checkpoint(folder / "model.pt", names=CLASSES)
-    images = ten_class_images(folder / "images")
-    assert index_command([str(images), "--model", str(model), "--out", str(folder / "index")]) == 0
-    env = {"VITVIZ_SAMPLES": "", "VITVIZ_TEST_PRECISION": "fp32", "VITVIZ_MODEL_DIRS": str(folder)}
-    with streamlit_server(folder, env) as running:
+    with index_server(folder, model, ten_class_images(folder / "images")) as running:
         yield running, folder
 
 

@@ -11,6 +11,7 @@ from browser_harness import (
     click_picture_shown,
     eventually,
     new_page,
+    no_exception,
     require_browser,
     streamlit_server,
     wait_until_drawn,
@@ -20,8 +21,8 @@ from dataset_harness import INDEX, QUICK, make_images
 from PIL import Image
 from tiny_models import tiny_checkpoint
 
-from vitviz.commands.sae import main as sae_main
 from vitviz.commands.index import main as index_main
+from vitviz.commands.sae import main as sae_main
 
 require_browser()
 from playwright.sync_api import sync_playwright  # noqa: E402
@@ -46,11 +47,6 @@ def server(tmp_path_factory):
     }
     with streamlit_server(folder, env) as running:
         yield running, folder
-
-
-def no_exception(page) -> None:
-    errors = page.locator("[data-testid=stException]")
-    assert errors.count() == 0, errors.first.inner_text()
 
 
 def type_into(page, label: str, text: str) -> None:
