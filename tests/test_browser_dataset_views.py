@@ -12,8 +12,8 @@ from test_browser_dataset_defects import CLASSES, ten_class_images
 from tiny_models import tiny_checkpoint
 
 import vitviz
-from vitviz.dataset.analysis import project_embeddings
 from vitviz.commands.index import main as index_command
+from vitviz.dataset.analysis import project_embeddings
 
 require_browser()
 from playwright.sync_api import sync_playwright  # noqa: E402
@@ -37,6 +37,12 @@ MAP_GEOMETRY = """() => {
     const left = box.left + xa._offset, top = box.top + ya._offset;
     return {left, top, width: xa._length, height: ya._length, range: xa.range};
 }"""
+
+
+# the displayed widths of the grid's thumbnails (its images with a caption that starts with an image id)
+THUMBNAIL_WIDTHS = """() => [...document.querySelectorAll('[data-testid=stImage]')]
+    .filter(e => /^[0-9]/.test((e.querySelector('[data-testid=stImageCaption]') || {}).innerText || ''))
+    .map(e => e.querySelector('img').getBoundingClientRect().width)"""
 
 
 def shot(page, name: str) -> None:
@@ -112,4 +118,7 @@ def test_a_lasso_on_the_embedding_map_selects_images_into_the_grid_and_similar_s
                 page.get_by_role("tab", name=tab, exact=True).click()
                 page.wait_for_timeout(2500)
                 shot(page, f"{tab.replace(' ', '-').lower()}-{width}")
+                if tab == "Grid":  # every thumbnail at one width, whatever its caption (a long one stretched its photo)
+                    widths = page.evaluate(THUMBNAIL_WIDTHS)
+                    assert len(widths) == len(near) and max(widths) - min(widths) <= 1, (width, widths)
         browser.close()

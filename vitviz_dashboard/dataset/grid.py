@@ -24,6 +24,7 @@ PAGE = 24  # thumbnails a page of the grid shows
 COLUMNS = 4
 SIMILAR = 12  # nearest images a "Similar" click selects (the image itself first)
 NO_MAP = "none"
+THUMBNAIL = 192  # a thumbnail's side in pixels (drawing.patch_thumbnail's default)
 
 
 @dataclass(frozen=True)
@@ -158,9 +159,10 @@ def grid(index: DatasetIndex, selection: Selection, photo_page: st.Page, colorma
                 picture = (
                     image
                     if maps is None
-                    else drawing.patch_thumbnail(image, maps[position], box, colormap, alpha, value_range)
+                    else drawing.patch_thumbnail(image, maps[position], box, colormap, alpha, value_range, THUMBNAIL)
                 )
-                st.image(picture, caption=drawing.breakable(caption(row)))
+                # a fixed width (the thumbnail's own, at most the column's): a long caption does not stretch its photo
+                st.image(picture, caption=drawing.breakable(caption(row)), width=THUMBNAIL)
             st.button(  # stacked, each as wide as the thumbnail: side by side they are cut at 800 px
                 "Similar",
                 key=f"dataset|similar|{row.image_id}",
