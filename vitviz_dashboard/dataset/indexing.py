@@ -51,16 +51,41 @@ def index_form() -> None:
         source_text = st.text_input("Folder of images (class sub-folders give labels), or a .zip", key="dataset|source")
         out_text = st.text_input("New index folder", key="dataset|out")
         spec = st.text_input("Model", "default", key="dataset|model", help="a spec, or a checkpoint's path")
+        blocks, paths, labels = st.columns(3)
+        activations = blocks.text_input(
+            "Store activations of blocks",
+            key="dataset|activations",
+            placeholder="3 11",
+            help="0-based blocks whose every output token is stored (fp16), for `vitviz sae train` and the Features "
+            "tab (the command's --activations)",
+        )
+        path_column = paths.text_input("CSV/Parquet: path column", "path", key="dataset|path_column")
+        label_column = labels.text_input("CSV/Parquet: label column", key="dataset|label_column", placeholder="none")
         if st.button("Index", key="dataset|index", disabled=not (source_text.strip() and out_text.strip())):
-            out = run(source_text, out_text, spec)
+            out = run(source_text, out_text, spec, activations, path_column, label_column)
             if out is not None:
                 st.session_state[OPENED] = str(out)
                 st.rerun()
     session_photos_form()
 
 
-def run(source_text: str, out_text: str, spec: str) -> Path | None:
+def activation_blocks(text: str) -> tuple[int, ...]:
+    """The typed blocks ("3 11", "3, 11"), sorted and distinct; ValueError for anything but whole numbers >= 0."""
+    words = text.replace(",", " ").split()
+    if not all(word.isdigit() for word in words):
+        raise ValueError(f"blocks are whole numbers from 0, separated by spaces; got {text.strip()!r}")
+    return tuple(sorted({int(word) for word in words}))
+
+
+def run(
+    source_text: str, out_text: str, spec: str, activations: str = "", path_column: str = "path", label_column: str = ""
+) -> Path | None:
     """Index the source into a new folder; the folder, or None with the reason shown."""
+    try:
+        blocks = activation_blocks(activations)
+    except ValueError as error:
+        st.error(f"Store activations of blocks: {error}")
+        return None
     roots = allowed_model_dirs()
     try:
         source_path = check_model_path(source_text, roots)
@@ -72,17 +97,27 @@ def run(source_text: str, out_text: str, spec: str) -> Path | None:
     if out.exists() and any(out.iterdir()):
         st.error(f"`{out_text.strip()}` is not empty: give a new folder for the index.")
         return None
-    return index_folder(source_path, out, model_spec)
+    columns = (path_column.strip() or "path", label_column.strip() or None)
+    return index_folder(source_path, out, model_spec, activations=blocks, columns=columns)
 
 
-def index_folder(source_path: Path, out: Path, model_spec: str, with_prompts: bool = False) -> Path | None:
+def index_folder(
+    source_path: Path,
+    out: Path,
+    model_spec: str,
+    with_prompts: bool = False,
+    activations: tuple[int, ...] = (),
+    columns: tuple[str, str | None] = ("path", None),
+) -> Path | None:
     """Index the (checked) source into the (checked, new) folder with the (checked) model, with a progress bar; the
     folder, or None with the reason shown. ``with_prompts``: a model with a text tower is indexed as the zero-shot
-    model of the Photo page's prompts (its manifest records them, as the command's --prompts / --prompt-set)."""
+    model of the Photo page's prompts (its manifest records them, as the command's --prompts / --prompt-set);
+    ``activations``: the blocks whose output tokens are stored; ``columns``: a CSV/Parquet source's path and label
+    columns."""
     from vitviz_dashboard.cache.results import get_model
 
     try:
-        source = open_source(source_path)
+        source = open_source(source_path, *columns)
         if source.count is not None and source.count > MAX_IMAGES:
             st.error(
                 f"{source_path} holds {source.count:,} images; the page indexes up to {MAX_IMAGES:,}. "
@@ -95,13 +130,26 @@ def index_folder(source_path: Path, out: Path, model_spec: str, with_prompts: bo
             prompts, templates, extra = photo_page_prompts()
             model = zero_shot_model(model, model_spec, tuple(prompts), None if templates is None else tuple(templates))
         check_model(model)
+        layers = model.config.num_layers
+        if any(block >= layers for block in activations):
+            st.error(f"Store activations of blocks: the model has blocks 0 to {layers - 1}; got {list(activations)}")
+            return None
         bar, done = st.progress(0.0, text="Indexing..."), [0]
 
         def advance(count: int) -> None:
             done[0] += count
             bar.progress(min(1.0, done[0] / max(1, source.count or 1)), text=f"Indexed {done[0]:,} images")
 
-        build_index(model, source, out, IndexOptions(), model_spec, BATCH, progress=advance, model_extra=extra)
+        build_index(
+            model,
+            source,
+            out,
+            IndexOptions(activations=activations),
+            model_spec,
+            BATCH,
+            progress=advance,
+            model_extra=extra,
+        )
     except (SourceError, IndexFormatError, IndexBusyError, ImageError, PromptError) as error:
         st.error(f"Could not index: {error}")
         return None
