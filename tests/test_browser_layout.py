@@ -41,7 +41,7 @@ TABS = {
     "Model anatomy": "Position-embedding similarity",
     "Tokens": "Attention to the prefix tokens",
     "Faithfulness": "Replace patches by",
-    "SAE features": "SAE folder",
+    "SAE features": "SAE from the Hub or a folder",
 }
 
 # the height of everything in the page's scrolling main area, to screenshot it whole (Streamlit scrolls an

@@ -66,7 +66,7 @@ def test_features_tab_and_the_photo_tabs_slider(server):
         type_into(page, "Index folder", str(folder / "index"))
         wait_until_drawn(page, "25 images match")
         page.get_by_role("tab", name="Features (SAE)", exact=True).click()
-        type_into(page, "SAE folder", str(folder / "sae"))
+        type_into(page, "SAE from the Hub or a folder", str(folder / "sae"))
         wait_until_drawn(page, "Classes it raises most")
         page.get_by_text("largest code").first.wait_for(timeout=90_000)
         no_exception(page)
@@ -76,7 +76,7 @@ def test_features_tab_and_the_photo_tabs_slider(server):
         page.locator("input[type=file]").first.set_input_files(str(photo))
         page.get_by_text("Attention rollout").first.wait_for(timeout=120_000)
         page.get_by_role("tab", name="SAE features", exact=True).click()
-        type_into(page, "SAE folder", str(folder / "sae"))
+        type_into(page, "SAE from the Hub or a folder", str(folder / "sae"))
         wait_until_drawn(page, "latents that fire most on this photo")
         no_exception(page)
         # a click on the photo picks the patch whose latents are listed. The model saw the centre 48 x 48 of the

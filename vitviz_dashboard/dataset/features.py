@@ -33,7 +33,7 @@ from vitviz_dashboard.dataset import drawing, grid
 from vitviz_dashboard.dataset.latents import overview, where_it_fires
 from vitviz_dashboard.dataset.opening import index_key, model_of, photo, photo_bytes
 from vitviz_dashboard.page import KEPT
-from vitviz_dashboard.sae_editing import SAE_HELP, open_typed_sae, stamp
+from vitviz_dashboard.sae_editing import SAE_HELP, SAE_LABEL, open_typed_sae, stamp
 
 SAE_FOLDER = f"{KEPT}dataset|sae"
 ORDERS = {"frequency": "how often it fires", "mean_activation": "mean activation when firing"}
@@ -44,18 +44,21 @@ TOP_CLASSES = 5
 
 
 @st.cache_data(max_entries=4, show_spinner="Reading every image's activations through the SAE (once)...")
-def latent_tables(key: str, sae_path: str, sae_stamp: int, *, _index: DatasetIndex, _sae: TopKSAE, _folder: Path):
+def latent_tables(
+    key: str, sae_path: str, sae_stamp: int, block: int, *, _index: DatasetIndex, _sae: TopKSAE, _folder: Path
+):
     """(latents, top images, about): read from beside the SAE, or computed over every readable image and written
-    there."""
-    tables = read_latent_tables(_folder, _index, _sae.config.block)
+    there. ``block`` is the SAE's block resolved for the index's model (saev counts from the end)."""
+    tables = read_latent_tables(_folder, _index, block)
     if tables is not None:
         return tables
-    write_latent_tables(latent_statistics(_sae, _index, readable_images(_index)), _folder)  # OSError: the caller's
-    return read_latent_tables(_folder, _index, _sae.config.block)
+    statistics = latent_statistics(_sae, _index, readable_images(_index), block)
+    write_latent_tables(statistics, _folder)  # OSError: the caller's
+    return read_latent_tables(_folder, _index, block)
 
 
 def draw(index: DatasetIndex, colormap: str, alpha: float) -> None:
-    opened = open_typed_sae(st.text_input("SAE folder", key=SAE_FOLDER, help=SAE_HELP))
+    opened = open_typed_sae(st.text_input(SAE_LABEL, key=SAE_FOLDER, help=SAE_HELP))
     if opened is None:
         return
     sae, path = opened
@@ -67,7 +70,7 @@ def draw(index: DatasetIndex, colormap: str, alpha: float) -> None:
     folder = path if path.is_dir() else path.parent
     try:
         latents, tops, about = latent_tables(
-            index_key(index), str(path), stamp(path), _index=index, _sae=sae, _folder=folder
+            index_key(index), str(path), stamp(path), block, _index=index, _sae=sae, _folder=folder
         )
     except OSError as error:
         st.error(f"Could not write the latent tables beside the SAE ({error}): copy the SAE to a writable folder.")
@@ -102,7 +105,7 @@ def draw(index: DatasetIndex, colormap: str, alpha: float) -> None:
     with left:
         st.plotly_chart(histogram_figure(row["histogram"], about["histogram_edges"], latent), key="dataset|sae_hist")
     with right:
-        raised(index, sae, f"{path}|{stamp(path)}", latent, float(row["max_activation"]), top)
+        raised(index, sae, block, f"{path}|{stamp(path)}", latent, float(row["max_activation"]), top)
     top_images(index, sae, block, latent, top, colormap, alpha)
     where_it_fires(index, sae, f"{path}|{stamp(path)}", block, latent)
     ablations(index, folder, latent, float(row["max_activation"]))
@@ -178,14 +181,14 @@ def top_images(index: DatasetIndex, sae: TopKSAE, block: int, latent: int, top, 
         )
 
 
-def raised(index: DatasetIndex, sae: TopKSAE, sae_key: str, latent: int, largest: float, top) -> None:
+def raised(index: DatasetIndex, sae: TopKSAE, block: int, sae_key: str, latent: int, largest: float, top) -> None:
     """The classes whose logits the latent's decoder column raises most (at its largest code, the final norm frozen
     on its top images), and the heads of the later blocks that attend most to the patches where it fires."""
     model = model_of(index)
     if model is None:
         return
     passes = through_the_model(
-        f"{index_key(index)}|{sae_key}", latent, largest, _index=index, _sae=sae, _model=model, _top=top
+        f"{index_key(index)}|{sae_key}", block, latent, largest, _index=index, _sae=sae, _model=model, _top=top
     )
     if passes is None:
         st.caption("None of its top images could be read again: the model cannot be run on them.")
@@ -201,14 +204,14 @@ def raised(index: DatasetIndex, sae: TopKSAE, sae_key: str, latent: int, largest
         )
         st.markdown("**Classes it raises most**")
         st.dataframe(table, hide_index=True)
-        last = sae.config.block == model.config.num_layers - 1
+        last = block == model.config.num_layers - 1
         st.caption(
             f"Direct logit attribution of its decoder column at its largest code ({largest:.3g}), added to the last "
             "block's output with the final norm frozen, averaged over its top images"
             + ("." if last else " (the direct path only: what the later blocks make of it is left out).")
         )
     if len(heads):
-        first = sae.config.block + 1
+        first = block + 1
         layer, head = np.unravel_index(np.argsort(-heads, axis=None, kind="stable")[:TOP_CLASSES], heads.shape)
         st.markdown("**Heads of the later blocks that attend most to where it fires**")
         st.dataframe(
@@ -218,12 +221,12 @@ def raised(index: DatasetIndex, sae: TopKSAE, sae_key: str, latent: int, largest
 
 
 @st.cache_data(max_entries=64, show_spinner="Running the model on the latent's top images...")
-def through_the_model(key: str, latent: int, largest: float, *, _index, _sae, _model, _top):
+def through_the_model(key: str, block: int, latent: int, largest: float, *, _index, _sae, _model, _top):
     """(each class's logit change, or None for a backbone; (later blocks, heads) attention shares on the patches
     where the latent fires) over its top images, or None when none of them can be read again."""
     pixels, codes = [], []
     rows = image_rows(_index, _top["image_id"].tolist())
-    block, prefix = _sae.config.block, _index.manifest["activations"]["prefix_tokens"]
+    prefix = _index.manifest["activations"]["prefix_tokens"]
     for image_id in _top["image_id"].tolist():
         data = photo_bytes(_index, int(image_id), str(rows.loc[image_id, "path"]))
         try:
