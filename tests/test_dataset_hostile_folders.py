@@ -20,9 +20,10 @@ import pytest
 from dataset_harness import ROOT, make_images
 from tiny_models import tiny_checkpoint
 
+import vitviz
+from vitviz.commands.index import main
 from vitviz.dataset import IndexFormatError, search
 from vitviz.dataset.checks import MAX_MANIFEST_BYTES, sha256_file
-from vitviz.commands.index import main
 
 SECONDS = 90  # a case's process must end within this (it opens and reads the 13-image index in about 1 s)
 PEAK_BYTES = 1536 << 20  # and peak below 1.5 GB resident (torch, DuckDB and FAISS loaded take about 1 GB)
@@ -514,7 +515,7 @@ def test_the_page_opens_only_what_resolves_inside_its_folders(built, tmp_path, m
     monkeypatch.setattr(opening.st, "error", shown.append)
     opened = []
     monkeypatch.setattr(
-        opening, "cached_index", lambda folder, stamp: opened.append(folder) or opening.open_index(folder)
+        opening, "cached_index", lambda folder, stamp: opened.append(folder) or vitviz.open_index(folder)
     )
     assert opening.open_typed_index(str(allowed / "link")) is None
     assert (shown, opened) == ([opening.OUTSIDE], [])

@@ -9,8 +9,8 @@ from tiny_models import tiny_checkpoint
 
 import vitviz
 from vitviz import explain
-from vitviz.dataset import QueryError
 from vitviz.commands.index import main
+from vitviz.dataset import QueryError
 from vitviz.dataset.indexing import IndexOptions, analyse_batch
 from vitviz.dataset.search import build_vector_index, exact_neighbours, normalised, recall_at
 from vitviz.loading.specs import load_model

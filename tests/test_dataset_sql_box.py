@@ -10,8 +10,8 @@ from streamlit.testing.v1 import AppTest
 from tiny_models import tiny_checkpoint
 
 import vitviz
-from vitviz.dataset import DatasetIndex
 from vitviz.commands.index import main as index_command
+from vitviz.dataset import DatasetIndex
 from vitviz_dashboard.dataset.table import image_columns
 
 MARKER = "SELECT 42 AS answer, 'sql box' AS marker"

@@ -10,4 +10,6 @@
     index.py         vitviz index: index a dataset once (the pass itself is vitviz.dataset), and --verify
     sae.py           vitviz sae: train (vitviz.sae.train), evaluate, latents and ablate for sparse autoencoders
     common.py        what the commands share: the image files their arguments name
+
+Every subcommand lives here; the library never imports this package (tests/test_layout.py checks).
 """
