@@ -8,16 +8,13 @@ import os
 import numpy as np
 import pandas as pd
 import pytest
-import streamlit as st
-from dataset_harness import checked, dataset_app, make_images, open_tab
-from page_reading import fix_precision
+from dataset_harness import checked, dataset_app, fresh_page, make_images, open_tab
 from PIL import Image
 from tiny_models import tiny_checkpoint
 
 import vitviz
 from vitviz.commands.index import main as index_command
 from vitviz.render.overlays import overlay
-from vitviz_dashboard.cache import budget
 from vitviz_dashboard.dataset import drawing, export
 from vitviz_dashboard.dataset.grid import GRID_TAB, SELECTION
 from vitviz_dashboard.dataset.page_keys import TAB
@@ -34,12 +31,7 @@ def built(tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def page_settings(monkeypatch, built):
-    st.cache_resource.clear()
-    st.cache_data.clear()
-    budget.STORE.clear()
-    monkeypatch.setenv("VITVIZ_SAMPLES", "")
-    monkeypatch.setenv("VITVIZ_MODEL_DIRS", str(built))
-    fix_precision(monkeypatch)
+    fresh_page(monkeypatch, built)
 
 
 def shown_ids(at) -> list[int]:

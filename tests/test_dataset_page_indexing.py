@@ -2,13 +2,10 @@
 Features tab and `vitviz sae`, and a CSV's path and label columns; bad blocks get one line."""
 
 import pytest
-import streamlit as st
-from dataset_harness import checked, dataset_app, make_images
-from page_reading import fix_precision
+from dataset_harness import checked, dataset_app, fresh_page, make_images
 from tiny_models import tiny_checkpoint
 
 import vitviz
-from vitviz_dashboard.cache import budget
 from vitviz_dashboard.dataset.page import FOLDER
 
 
@@ -24,12 +21,7 @@ def built(tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def page_settings(monkeypatch, built):
-    st.cache_resource.clear()
-    st.cache_data.clear()
-    budget.STORE.clear()
-    monkeypatch.setenv("VITVIZ_SAMPLES", "")
-    monkeypatch.setenv("VITVIZ_MODEL_DIRS", str(built))
-    fix_precision(monkeypatch)
+    fresh_page(monkeypatch, built)
 
 
 def index_from_page(built, source, out, **fields):
