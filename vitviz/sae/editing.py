@@ -14,6 +14,7 @@ edited model. The same mechanism replaces h by the SAE's reconstruction (``repla
 from __future__ import annotations
 
 import copy
+import warnings
 from collections.abc import Callable, Mapping
 
 import torch
@@ -73,6 +74,23 @@ def _check_sae(model: ViT, sae: TopKSAE, latents: Mapping[int, float]) -> None:
         raise SAEError(f"latent {bad[0]} is out of range: this SAE has latents 0 to {sae.config.latents - 1}")
 
 
+def _warn_other_block(model: ViT, sae: TopKSAE, block: int) -> None:
+    """A warning when ``block`` is not the block the SAE's file says it read, or names one this model lacks (its
+    codes elsewhere mean little; the block given is edited all the same)."""
+    layers = model.config.num_layers
+    try:
+        own = sae.block_for(layers)
+    except SAEError as error:
+        warnings.warn(f"{error}; editing block {block % layers}'s output instead", UserWarning, stacklevel=3)
+        return
+    if own is not None and own != block % layers:
+        warnings.warn(
+            f"the SAE was trained on block {own}'s output; editing block {block % layers}'s instead",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
 def _moved(sae: TopKSAE, device: torch.device) -> TopKSAE:
     """The SAE on the model's device: itself when it is there already, else a copy (the caller's stays put)."""
     if sae.W_enc.device == device:
@@ -93,6 +111,7 @@ def with_sae(
     ``vitviz.sae.metrics.largest_activations``). Codes are in the SAE's normalised units. ``model`` is unchanged."""
     scale, set_to = dict(scale or {}), dict(set_to or {})
     _check_sae(model, sae, scale | set_to)
+    _warn_other_block(model, sae, block)
     sae = _moved(sae, next(model.parameters()).device)
     chosen = sorted(scale | set_to)
     index = torch.tensor(chosen, dtype=torch.long, device=sae.W_dec.device)
