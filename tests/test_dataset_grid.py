@@ -80,8 +80,8 @@ def test_a_sql_result_with_image_ids_is_shown_a_page_at_a_time_and_exported(buil
     assert list(at.session_state[SELECTION].ids) == wanted
     # the Table tab's filters (kept in the session from the Table tab) as a selection
     at = open_tab(at, "Table")
-    at.multiselect(key="dataset|classes").set_value(["cat"])
-    at.radio(key="dataset|correctness").set_value("wrong")
+    at.multiselect(key="kept|dataset|classes").set_value(["cat"])
+    at.radio(key="kept|dataset|correctness").set_value("wrong")
     at = open_tab(checked(at.run()), GRID_TAB)
     checked(at.button(key="g|table").click().run())
     wrong_cats = index.query("SELECT image_id FROM images WHERE label = 'cat' AND NOT correct ORDER BY image_id")

@@ -44,8 +44,8 @@ def test_open_filter_and_select_an_image_that_opens_in_the_photo_page(built):
     assert captions(at)[0].startswith("**25 images** (1 unreadable)")
     assert "25 images match; rows 1 to 25" in captions(at)
     index = vitviz.open_index(built / "index")
-    at.multiselect(key="dataset|classes").set_value(["cat"])
-    at.radio(key="dataset|correctness").set_value("wrong")
+    at.multiselect(key="kept|dataset|classes").set_value(["cat"])
+    at.radio(key="kept|dataset|correctness").set_value("wrong")
     checked(at.run())
     wrong_cats = index.query("SELECT image_id FROM images WHERE label = 'cat' AND NOT correct ORDER BY image_id")
     assert f"{len(wrong_cats)} images match; rows 1 to {len(wrong_cats)}" in captions(at)
@@ -429,3 +429,18 @@ def test_thumbnails_shrink_big_photos_and_enlarge_tiny_ones_by_whole_pixels():
     assert shown.getpixel((5, 5)) == (255, 255, 255) and shown.getpixel((6, 6)) == (10, 20, 30)
     assert drawing.marked_thumbnail(Image.new("RGB", (1000, 500)), (0, 0), (4, 4), (250, 0, 750, 500)).size == (192, 96)
     assert drawing.marked_thumbnail(Image.new("RGB", (150, 100)), (0, 0), (4, 4), (25, 0, 125, 100)).size == (150, 100)
+
+
+def test_the_tables_filters_survive_a_visit_to_the_photo_page(built):
+    at = dataset_app(built / "index")
+    at.multiselect(key="kept|dataset|classes").set_value(["cat"])
+    at.radio(key="kept|dataset|correctness").set_value("wrong")
+    checked(at.run())
+    dataset_hash = at._page_hash
+    at._page_hash = next(h for h, info in at._registered_pages.items() if info.get("url_pathname") != "dataset")
+    checked(at.run())
+    checked(at.run())  # a second run of the Photo page: Streamlit has dropped the undrawn widgets by now
+    at._page_hash = dataset_hash
+    checked(at.run())
+    assert at.multiselect(key="kept|dataset|classes").value == ["cat"]
+    assert at.radio(key="kept|dataset|correctness").value == "wrong"

@@ -71,7 +71,7 @@ def test_the_query_runs_once_when_submitted_and_its_result_is_kept(folder, count
     until_ended(submit(at, MARKER))
     assert counted.count(MARKER) == 1
     assert any(list(frame.value.columns) == ["answer", "marker"] for frame in at.dataframe)
-    at.radio(key="dataset|correctness").set_value("correct")  # another rerun of the tab
+    at.radio(key="kept|dataset|correctness").set_value("correct")  # another rerun of the tab
     checked(at.run())
     at.text_area(key="dataset|sql").set_value("SELECT 1 AS typed_not_submitted")
     checked(at.run())

@@ -15,7 +15,7 @@ import streamlit as st
 from vitviz.dataset import DatasetIndex
 from vitviz_dashboard.dataset import drawing, export
 from vitviz_dashboard.dataset.opening import open_in_photo_page, photo
-from vitviz_dashboard.dataset.page_keys import TAB
+from vitviz_dashboard.dataset.page_keys import CLASSES, CONFIDENCE, CORRECTNESS, TAB
 from vitviz_dashboard.dataset.table import MAP_NAMES, caption, filter_clause, image_columns, map_kinds
 
 SELECTION = "dataset|selection"  # the session's one Selection
@@ -91,11 +91,11 @@ def table_ids(index: DatasetIndex) -> tuple[list[int], str] | None:
     """The image ids the Table tab's filters match (its own session-state keys), in image_id order, and the filters
     in words; None before the Table tab has drawn its filters."""
     state = st.session_state
-    if "dataset|correctness" not in state:
+    if CORRECTNESS not in state:
         return None
     predicted = "prediction" in image_columns(index)
-    chosen, correctness = list(state.get("dataset|classes") or []), state["dataset|correctness"]
-    confidence = tuple(state.get("dataset|confidence", (0.0, 1.0)))
+    chosen, correctness = list(state.get(CLASSES) or []), state[CORRECTNESS]
+    confidence = tuple(state.get(CONFIDENCE, (0.0, 1.0)))
     where = filter_clause(chosen, correctness, confidence, predicted)
     ids = index.query(f"SELECT image_id FROM images WHERE {where} ORDER BY image_id", limit=index.count)
     words = f"{', '.join(chosen) or 'every class'}, {correctness}"

@@ -12,6 +12,8 @@ import streamlit as st
 from vitviz.dataset import DatasetIndex
 from vitviz_dashboard.dataset import drawing
 from vitviz_dashboard.dataset.opening import open_in_photo_page, photo
+from vitviz_dashboard.dataset.page_keys import CLASSES, CONFIDENCE, DESCENDING, SORT
+from vitviz_dashboard.dataset.page_keys import CORRECTNESS as CORRECTNESS_KEY
 from vitviz_dashboard.dataset.sql_box import sql_box
 
 PAGE_ROWS = 100  # rows the table shows at once
@@ -54,14 +56,12 @@ def draw(index: DatasetIndex, photo_page: st.Page, colormap: str, alpha: float) 
     columns = image_columns(index)
     predicted = "prediction" in columns  # a backbone's index has no prediction columns
     left, middle, right = st.columns(3)
-    chosen = left.multiselect("Class", classes(index), key="dataset|classes", placeholder="every class")
-    correctness = middle.radio("Correctness", CORRECTNESS, horizontal=True, key="dataset|correctness")
-    confidence = right.slider(
-        "Confidence (top class's probability)", 0.0, 1.0, (0.0, 1.0), 0.01, key="dataset|confidence"
-    )
+    chosen = left.multiselect("Class", classes(index), key=CLASSES, placeholder="every class")
+    correctness = middle.radio("Correctness", CORRECTNESS, horizontal=True, key=CORRECTNESS_KEY)
+    confidence = right.slider("Confidence (top class's probability)", 0.0, 1.0, (0.0, 1.0), 0.01, key=CONFIDENCE)
     sort, descending, page_field = st.columns([2, 1, 1], vertical_alignment="bottom")
-    order = sort.selectbox("Sort by", columns, key="dataset|sort")
-    down = descending.checkbox("descending", key="dataset|descending")
+    order = sort.selectbox("Sort by", columns, key=SORT)
+    down = descending.checkbox("descending", key=DESCENDING)
     where = filter_clause(chosen, correctness, confidence, predicted)
     total = int(index.query(f"SELECT count(*) AS n FROM images WHERE {where}")["n"][0])
     pages = max(1, -(-total // PAGE_ROWS))
