@@ -175,3 +175,16 @@ def test_photo_tab_suppresses_a_latent_and_restores_the_model(built, tmp_path, m
     write_latent_tables(latent_statistics(sae, index, readable_images(index)), folder)
     (slider,) = latent_sliders(checked(at.run()))
     assert "multiple of its largest activation" in slider.label and (slider.min, slider.max) == (-2.0, 2.0)
+
+
+def test_the_photo_tab_starts_from_the_sae_typed_on_the_dataset_page(built, tmp_path, monkeypatch):
+    folder = copied_sae(built, tmp_path, monkeypatch)
+    monkeypatch.setattr(vitviz.loading.specs, "DEFAULT_CHECKPOINT", built / "model.pt")
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.session_state[SAE_FOLDER] = str(folder)  # typed on the Dataset page earlier in the session
+    at.run()
+    at.file_uploader[0].set_value([(name, data, "image/png") for name, data in PHOTOS.items()]).run()
+    at = open_tab(at, "SAE features")
+    assert at.text_input[-1].value == str(folder)  # not typed twice
+    assert not errors(at), errors(at)
+    assert any(m.value.startswith("**The ") and "latents that fire most" in m.value for m in at.markdown)

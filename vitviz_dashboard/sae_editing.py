@@ -37,6 +37,7 @@ SAE_HELP = (
     "sparsify folder, inside the folders the server's owner allows (VITVIZ_MODEL_DIRS)."
 )
 SAE_LABEL = "SAE from the Hub or a folder"
+DATASET_SAE = f"{KEPT}dataset|sae"  # the Dataset page's SAE field: the Photo page's starts from it
 
 
 def check_sae_hub_spec(text: str) -> str:

@@ -32,10 +32,9 @@ from vitviz.sae.indexed import readable_images
 from vitviz_dashboard.dataset import drawing, grid
 from vitviz_dashboard.dataset.latents import overview, where_it_fires
 from vitviz_dashboard.dataset.opening import index_key, model_of, photo, photo_bytes
-from vitviz_dashboard.page import KEPT
-from vitviz_dashboard.sae_editing import SAE_HELP, SAE_LABEL, open_typed_sae, stamp
+from vitviz_dashboard.sae_editing import DATASET_SAE, SAE_HELP, SAE_LABEL, open_typed_sae, stamp
 
-SAE_FOLDER = f"{KEPT}dataset|sae"
+SAE_FOLDER = DATASET_SAE  # the Photo page's SAE tab starts from what is typed here
 ORDERS = {"frequency": "how often it fires", "mean_activation": "mean activation when firing"}
 ALL = "__all__"  # no search
 WRONG = "__wrong__"  # the search for latents whose top images the model gets wrong

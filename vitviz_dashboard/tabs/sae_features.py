@@ -18,7 +18,7 @@ from vitviz_dashboard.cache.pictures import overlay_picture
 from vitviz_dashboard.cache.sae import photo_codes
 from vitviz_dashboard.knockout import what_changes
 from vitviz_dashboard.page import Page
-from vitviz_dashboard.sae_editing import SAE_HELP, SAE_LABEL, apply, edit_key, open_typed_sae, stamp
+from vitviz_dashboard.sae_editing import DATASET_SAE, SAE_HELP, SAE_LABEL, apply, edit_key, open_typed_sae, stamp
 from vitviz_dashboard.widgets.click_picture import click_picture, clicked_patch
 from vitviz_dashboard.widgets.controls import rerun_tab
 
@@ -38,7 +38,9 @@ def draw(page: Page) -> None:
         "docs/sae.md). Here: the latents that fire most on this photo, each drawn over it, and an edit of chosen "
         "latents that the whole page then shows."
     )
-    opened = open_typed_sae(st.text_input(SAE_LABEL, key=page.widget_key("sae_folder", ""), help=SAE_HELP))
+    # the SAE typed on the Dataset page, until one is typed here: it need not be typed twice
+    field = page.widget_key("sae_folder", st.session_state.get(DATASET_SAE, ""))
+    opened = open_typed_sae(st.text_input(SAE_LABEL, key=field, help=SAE_HELP))
     if opened is None:
         return
     sae, path = opened
