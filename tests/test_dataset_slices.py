@@ -66,3 +66,16 @@ def test_a_numeric_column_is_cut_into_quantile_bins_and_a_missing_value_is_its_o
 def test_an_unknown_column_is_refused_with_one_line():
     with pytest.raises(ValueError, match="no column 'nope' to slice by"):
         slice_accuracy(images(), "nope")
+
+
+def test_the_chart_keeps_counts_at_the_bars_feet_clear_of_the_overall_line():
+    from vitviz_dashboard.dataset.slices import chart
+
+    table = slice_accuracy(images(), "label")
+    figure = chart(table, "label")
+    [bars] = figure.data
+    assert bars.textposition == "inside" and bars.insidetextanchor == "start"
+    assert list(bars.text) == [f"n={n}" for n in table["images"].iloc[1:]]
+    [line] = figure.layout.shapes
+    assert line.y0 == pytest.approx(table["accuracy"].iloc[0])
+    assert figure.layout.annotations[0].text.startswith("all images")

@@ -36,13 +36,21 @@ def chart(table: pd.DataFrame, by: str) -> go.Figure:
             x=parts["slice"],
             y=parts["accuracy"],
             text=[f"n={n}" for n in parts["images"]],
-            textposition="outside",
+            # each count at its bar's foot: above the bars, counts ran into the overall line and its label
+            textposition="inside",
+            insidetextanchor="start",
+            textfont_color="white",
             customdata=parts[["mean_probability"]],
             hovertemplate="%{x}: accuracy %{y:.1%}, mean probability %{customdata[0]:.1%}, %{text}<extra></extra>",
             marker_color="#2a9d8f",
         )
     )
-    figure.add_hline(y=overall["accuracy"], line_dash="dash", annotation_text=f"all images {overall['accuracy']:.1%}")
+    figure.add_hline(
+        y=overall["accuracy"],
+        line_dash="dash",
+        annotation_text=f"all images {overall['accuracy']:.1%}",
+        annotation_position="top left",
+    )
     figure.update_layout(
         xaxis_title=by,
         yaxis=dict(title="accuracy", tickformat=".0%", range=[0, 1.1]),
