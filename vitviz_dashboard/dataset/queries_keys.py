@@ -34,7 +34,9 @@ KIND_COLOURS = {"query": "#1b9e77", "key": "#d95f02"}  # AttentionViz's conventi
 
 def draw(index: DatasetIndex, colormap: str, alpha: float) -> None:
     layers, heads = index.layout["layers"], index.layout["heads"]
-    layer_field, head_field, count_field, colour_field = st.columns(4)
+    # two rows of two: in one row of four, "Colour by" was cut to "query or l" at 800 px
+    layer_field, head_field = st.columns(2)
+    count_field, colour_field = st.columns(2)
     layer = layer_field.number_input("Layer", 0, layers - 1, layers - 1, key="dataset|qk_layer")
     head = head_field.number_input("Head", 0, heads - 1, 0, key="dataset|qk_head")
     count = count_field.number_input("Images", 1, 64, 8, key="dataset|qk_images", help="the sample the model runs on")
