@@ -20,7 +20,7 @@ from vitviz_dashboard.dataset.page import dataset_page
 from vitviz_dashboard.images import choose_image
 from vitviz_dashboard.knockout import knocked_out_model
 from vitviz_dashboard.names import prediction_line
-from vitviz_dashboard.page import ModelKey, Page, keep_tab_widgets
+from vitviz_dashboard.page import PAGES, ModelKey, Page, keep_tab_widgets
 from vitviz_dashboard.sae_editing import sae_edited_model
 from vitviz_dashboard.sidebar.model_picker import MISSING_SPEC, describe_model, resolve, sidebar
 from vitviz_dashboard.sidebar.prompts import prompt_model
@@ -63,6 +63,7 @@ def main() -> None:
     photo = st.Page(photo_page, title="Photo", default=True)
     dataset = st.Page(lambda: dataset_page(photo), title="Dataset", url_path="dataset")
     ask = st.Page(lambda: ask_page(photo), title="Ask", url_path="ask")
+    PAGES.update(photo=photo, dataset=dataset, ask=ask)
     st.navigation([photo, dataset, ask]).run()
 
 

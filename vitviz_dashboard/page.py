@@ -16,6 +16,9 @@ from vitviz.preprocessing import ImageFile
 from vitviz_dashboard.analysis import ImageAnalysis
 
 KEPT = "kept|"  # prefix of the keys of tab widgets, whose values outlive runs that do not draw them
+# the app's pages (st.Page) by name, set by app.main in every run: st.switch_page reaches a page of callables only
+# through its object, so a tab that sends the visitor to another page finds it here
+PAGES: dict[str, object] = {}
 # the Photo page's sidebar and open tab, kept the same way: a visit to the Dataset page draws none of them
 PHOTO_WIDGETS = ("model_box", "model_path", "model_hub_spec", "precision", "colormap", "alpha", "tab")
 

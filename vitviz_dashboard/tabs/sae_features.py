@@ -12,13 +12,19 @@ import pandas as pd
 import streamlit as st
 import torch
 
+from vitviz.dataset import IndexFormatError
 from vitviz.sae import SAEError, TopKSAE
 from vitviz.sae.browse import check_fit, patch_latents, read_latent_tables, top_latents
+from vitviz_dashboard.cache.dataset import cached_index
 from vitviz_dashboard.cache.pictures import overlay_picture
 from vitviz_dashboard.cache.sae import photo_codes
+from vitviz_dashboard.dataset.grid import select
+from vitviz_dashboard.dataset.opening import manifest_stamp, page_roots
+from vitviz_dashboard.dataset.page_keys import FOLDER
 from vitviz_dashboard.knockout import what_changes
-from vitviz_dashboard.page import Page
+from vitviz_dashboard.page import PAGES, Page
 from vitviz_dashboard.sae_editing import DATASET_SAE, SAE_HELP, SAE_LABEL, apply, edit_key, open_typed_sae, stamp
+from vitviz_dashboard.sidebar.model_dirs import ModelRefused, check_model_path
 from vitviz_dashboard.widgets.click_picture import click_picture, clicked_patch
 from vitviz_dashboard.widgets.controls import rerun_tab
 
@@ -87,7 +93,40 @@ def draw(page: Page) -> None:
                 width="stretch",
             )
         one_patch(page, codes)
+        dataset_link(path, block, ranked)
     edit(page, sae, path, block, [latent for latent, _, _ in ranked])
+
+
+def dataset_link(path: Path, block: int, ranked: list[tuple[int, float, int]]) -> None:
+    """Where the Dataset page has an index open and this SAE's latent tables were computed over it (its Features
+    tab): a latent's top images there, in the Dataset page's grid."""
+    folder, dataset = st.session_state.get(FOLDER), PAGES.get("dataset")
+    if not folder or dataset is None:
+        return
+    try:  # the folder passed the Dataset page's checks when it was typed; it is checked again, quietly
+        checked = check_model_path(str(folder), page_roots())
+        index = cached_index(str(checked), manifest_stamp(checked))
+    except (ModelRefused, IndexFormatError, ValueError, OSError):
+        return
+    tables = read_latent_tables(path if path.is_dir() else path.parent, index, block)
+    if tables is None:
+        st.caption(
+            "Open this SAE in the Dataset page's Features tab once (over the index open there) to see a latent's "
+            "top images in the dataset from here."
+        )
+        return
+    tops = tables[1]
+    st.markdown(f"**A latent's top images in the dataset** (`{index.folder.name}`)")
+    left, right = st.columns([1, 2], vertical_alignment="bottom")
+    latent = left.selectbox(
+        "Latent", [j for j, _, _ in ranked], key="sae_dataset_latent", format_func="latent {}".format
+    )
+    ids = tops[tops["latent"] == latent].sort_values("rank")["image_id"].tolist()
+    if right.button(
+        "Show them in the Dataset page", key="sae_to_dataset", disabled=not ids, icon=":material/grid_view:"
+    ):
+        select(index, ids, f"latent {latent}'s top images", "the Photo page's SAE tab", show=True)
+        st.switch_page(dataset)
 
 
 def one_patch(page: Page, codes: torch.Tensor) -> None:
