@@ -162,7 +162,7 @@ def grid(index: DatasetIndex, selection: Selection, photo_page: st.Page, colorma
                     else drawing.patch_thumbnail(image, maps[position], box, colormap, alpha, value_range, THUMBNAIL)
                 )
                 # a fixed width (the thumbnail's own, at most the column's): a long caption does not stretch its photo
-                st.image(picture, caption=drawing.breakable(caption(row)), width=THUMBNAIL)
+                st.image(picture, caption=caption(row), width=THUMBNAIL)  # its path breakable already
             st.button(  # stacked, each as wide as the thumbnail: side by side they are cut at 800 px
                 "Similar",
                 key=f"dataset|similar|{row.image_id}",

@@ -128,7 +128,7 @@ def thumbnails(
 def caption(row) -> str:
     label = getattr(row, "label", None)
     prediction = getattr(row, "prediction", None)
-    text = f"{row.image_id}: {row.path}"
+    text = f"{row.image_id}: {drawing.breakable(row.path)}"  # breaks between folders at 800 px, not in a name
     if label is not None and not pd.isna(label):
         text += f", {label}"
     if prediction is not None and not pd.isna(prediction):
