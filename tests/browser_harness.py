@@ -191,7 +191,7 @@ def serve(counts_file: str, streamlit_args: list[str]) -> None:
     from streamlit.web import cli
 
     import vitviz
-    import vitviz_dashboard.analysis
+    import vitviz.analysis
 
     lock = threading.Lock()
 
@@ -205,7 +205,7 @@ def serve(counts_file: str, streamlit_args: list[str]) -> None:
 
     # app.py imports these from the already-imported modules, so it gets the counting versions
     vitviz.load_model = counted("model_loads", vitviz.load_model)
-    vitviz_dashboard.analysis.analyse_image = counted("forward_passes", vitviz_dashboard.analysis.analyse_image)
+    vitviz.analysis.analyse_image = counted("forward_passes", vitviz.analysis.analyse_image)
     fixed = os.environ.get("VITVIZ_TEST_PRECISION")
     if fixed:  # precision "auto" settled without timing: a busy machine cannot switch the page to bf16
         import math

@@ -1,4 +1,4 @@
-"""vitviz_dashboard.analysis: an analysis that keeps only its streamed views gives the page what one that keeps every
+"""vitviz.analysis: an analysis that keeps only its streamed views gives the page what one that keeps every
 block's attention gives, in fp32 and under bf16, for every kind of readout."""
 
 import numpy as np
@@ -8,7 +8,7 @@ from PIL import Image
 from tiny_models import build_tiny_vit
 
 from vitviz import Preprocessing, ViT, explain
-from vitviz_dashboard.analysis import analyse_image, attention_bytes, head_statistics, patch_attention, rollout
+from vitviz.analysis import analyse_image, attention_bytes, head_statistics, patch_attention, rollout
 
 CONFIGS = {
     "cls": dict(),

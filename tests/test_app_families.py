@@ -101,7 +101,7 @@ def test_a_model_with_registers_renders_every_tab_and_names_its_registers(tmp_pa
 
 
 def test_the_prefix_token_view_draws_the_models_own_shares_and_follows_the_layer_slider(tmp_path, monkeypatch):
-    from vitviz_dashboard.analysis import analyse_image
+    from vitviz.analysis import analyse_image
 
     path = tiny_checkpoint(tmp_path / "registers.pt", **REGISTERS)
     at = open_tab(model_app(path, monkeypatch), "Tokens")
@@ -146,7 +146,7 @@ def test_every_readout_gets_every_tab_titled_by_what_it_reads(tmp_path, monkeypa
 
 
 def test_the_token_norms_follow_the_layer_slider_and_flag_the_outlier(tmp_path, monkeypatch):
-    from vitviz_dashboard.analysis import analyse_image
+    from vitviz.analysis import analyse_image
 
     path = tiny_checkpoint(tmp_path / "registers.pt", **REGISTERS)
     monkeypatch.setattr(vitviz.loading.specs, "DEFAULT_CHECKPOINT", path)

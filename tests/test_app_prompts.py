@@ -13,7 +13,7 @@ from tiny_models import tiny_checkpoint
 from tiny_text import clip_folder, siglip_folder
 
 import vitviz
-import vitviz_dashboard.analysis
+import vitviz.analysis
 from vitviz.preprocessing import load_image
 from vitviz_dashboard.sidebar.prompts import PROMPTS_KEY, SOURCE_KEY
 
@@ -164,9 +164,9 @@ def test_when_probabilities_tie_the_picker_starts_on_the_top_class_and_maps_are_
     torch.save(checkpoint, path)
     monkeypatch.setattr(vitviz.loading.specs, "DEFAULT_CHECKPOINT", path)
     calls = []
-    original = vitviz_dashboard.analysis.class_maps
+    original = vitviz.analysis.class_maps
     monkeypatch.setattr(
-        vitviz_dashboard.analysis, "class_maps", lambda *a, **k: calls.append((a[2], k["methods"])) or original(*a, **k)
+        vitviz.analysis, "class_maps", lambda *a, **k: calls.append((a[2], k["methods"])) or original(*a, **k)
     )
     at = AppTest.from_file(APP, default_timeout=120)
     at.run()

@@ -24,8 +24,8 @@ from app_harness import (
 from page_reading import shown_in
 from PIL import Image
 
+import vitviz.analysis
 import vitviz.loading.specs
-import vitviz_dashboard.analysis
 from vitviz import explain
 from vitviz_dashboard.tabs import class_specific
 
@@ -58,7 +58,7 @@ def test_upload_renders_predictions_and_the_rollout_overlay(default_model):
 def test_every_tab_draws_its_maps(default_model):
     at = uploaded_app()
     drawn = {}
-    probabilities = vitviz_dashboard.analysis.analyse_image(
+    probabilities = vitviz.analysis.analyse_image(
         vitviz.load_model(str(vitviz.loading.specs.DEFAULT_CHECKPOINT)),
         Image.open(io.BytesIO(png_bytes())).convert("RGB"),
     ).probabilities
@@ -144,10 +144,8 @@ def test_each_method_and_statistic_is_explained_where_it_is_shown(default_model)
 
 def test_class_maps_are_computed_when_their_tab_is_opened_once_per_method(default_model, monkeypatch):
     calls = []
-    original = vitviz_dashboard.analysis.class_maps
-    monkeypatch.setattr(
-        vitviz_dashboard.analysis, "class_maps", lambda *a, **k: calls.append(k["methods"]) or original(*a, **k)
-    )
+    original = vitviz.analysis.class_maps
+    monkeypatch.setattr(vitviz.analysis, "class_maps", lambda *a, **k: calls.append(k["methods"]) or original(*a, **k))
     at = uploaded_app()
     assert calls == []  # a backward pass, only for the tab that shows it
     open_tab(at, "Class-specific")
@@ -215,7 +213,7 @@ def test_the_logit_lens_follows_the_block_slider(default_model):
 def test_every_head_is_drawn_over_the_photo_on_one_colour_scale_unless_asked(default_model):
     at = open_tab(uploaded_app(), "Heads & layers")
     model = vitviz.load_model(str(vitviz.loading.specs.DEFAULT_CHECKPOINT))
-    analysis = vitviz_dashboard.analysis.analyse_image(model, Image.open(io.BytesIO(png_bytes())).convert("RGB"))
+    analysis = vitviz.analysis.analyse_image(model, Image.open(io.BytesIO(png_bytes())).convert("RGB"))
     top = float(analysis.readout_attention[-1].max())
     notes = [c.value for c in at.caption]
     assert shown_in(f"Colour scale: 0 to {top:.3g}, shared by every head (the strip below).", notes)

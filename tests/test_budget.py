@@ -18,9 +18,9 @@ from tiny_models import tiny_checkpoint
 
 import vitviz
 import vitviz.loading.specs
+from vitviz import analysis as analysis_module
 from vitviz import explain
 from vitviz.preprocessing import ImageFile
-from vitviz_dashboard import analysis as analysis_module
 from vitviz_dashboard.cache import budget
 from vitviz_dashboard.cache.budget import MemoryStore, kept, nbytes, parse_bytes
 

@@ -9,13 +9,13 @@ from tiny_models import tiny_checkpoint
 
 import vitviz
 from vitviz import explain
+from vitviz.analysis import analyse_image
 from vitviz.commands.index import main
 from vitviz.dataset import QueryError
 from vitviz.dataset.indexing import IndexOptions, analyse_batch
 from vitviz.dataset.search import build_vector_index, exact_neighbours, normalised, recall_at
 from vitviz.loading.specs import load_model
 from vitviz.preprocessing import load_image
-from vitviz_dashboard.analysis import analyse_image
 
 FP16 = {"rtol": 2e-3, "atol": 2e-3}
 

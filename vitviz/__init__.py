@@ -4,6 +4,7 @@
     loading/          load_model(spec): checkpoints, downloads, and one module per source library
     preprocessing.py  bytes in, safe RGB image out (load_image); image in, model tensor out (Preprocessing)
     explain/          explanation maps and statistics: pure functions of attentions, gradients and the model
+    analysis.py       images through a model once, with every map and statistic the page and the index show
     text/             text towers, prompts and zero-shot heads (CLIP, SigLIP)
     render/           arrays in, pictures and plotly figures out (no streamlit)
     training/         training a ViT: data, loop, augmentation on the device, metrics
@@ -12,8 +13,9 @@
     vlm/              vision-language models (transformers): where an answer's tokens look in the photo
     commands/         the `vitviz` command: one module per subcommand (`python -m vitviz` runs it too)
 
-Imports flow one way: commands -> everything below; dataset, sae -> explain, loading, model; vlm -> loading, model;
-explain, text, render, loading -> model; nothing here imports streamlit or the dashboard (tests/test_layout.py checks).
+Imports flow one way: commands -> everything below; dataset -> analysis -> explain; dataset, sae -> explain, loading,
+model; vlm -> loading, model; explain, text, render, loading -> model; nothing here imports streamlit or the
+dashboard (tests/test_layout.py checks).
 """
 
 from vitviz.dataset import open_index

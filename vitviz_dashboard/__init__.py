@@ -5,7 +5,7 @@ and Ask.
     page.py          the page's state: Settings, ModelKey, Photo, Page, and the keys that keep tab widgets' values
     names.py         what the page calls classes, prefix tokens and readouts (Readout), and the prediction line
     downloads.py     download buttons: a tab's overlay (PNG) and maps (.npz), one chart's numbers (CSV, .npz)
-    analysis.py      one image through one model (ImageAnalysis): the forward pass every tab draws from
+    state.py         the session state in one place: typed keys (Key) and the accessors between pages
     images.py        uploads, camera shots, the session's images and sample images
     knockout.py      heads and prefix tokens knocked out of the page's model, the banner, what changes
     sae_editing.py   a typed SAE folder opened (the allowed folders), and SAE latents edited in the page's model

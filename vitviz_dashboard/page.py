@@ -12,8 +12,8 @@ import streamlit as st
 from PIL import Image
 
 import vitviz
+from vitviz.analysis import ImageAnalysis
 from vitviz.preprocessing import ImageFile
-from vitviz_dashboard.analysis import ImageAnalysis
 
 KEPT = "kept|"  # prefix of the keys of tab widgets, whose values outlive runs that do not draw them
 # the app's pages (st.Page) by name, set by app.main in every run: st.switch_page reaches a page of callables only

@@ -9,7 +9,7 @@ least-recently-used store, and the oldest entries are evicted as soon as the byt
 Sizes are measured, not guessed from the kind of entry (``nbytes``: tensors, arrays, images, bytes and
 figures, through containers and dataclasses). One entry may take at most a quarter of the budget (a bigger
 one is returned but not kept), and an analysis whose attention tensors would take more than
-``analysis_share()`` keeps only its small views (vitviz_dashboard.analysis). The models themselves are not counted:
+``analysis_share()`` keeps only its small views (vitviz.analysis). The models themselves are not counted:
 three are kept (cache.results.get_model), since evicting one would mean loading it again for the next click.
 """
 

@@ -23,11 +23,11 @@ import torch
 from PIL import Image
 
 import vitviz
+from vitviz import analysis as analysis_module
 from vitviz import explain
+from vitviz.analysis import ImageAnalysis
 from vitviz.loading import download
 from vitviz.preprocessing import ImageFile
-from vitviz_dashboard import analysis as analysis_module
-from vitviz_dashboard.analysis import ImageAnalysis
 from vitviz_dashboard.cache.budget import analysis_share, kept
 from vitviz_dashboard.cache.pictures import decode, display_photo, enlarged
 from vitviz_dashboard.names import readout_title

@@ -8,8 +8,8 @@ import numpy as np
 import streamlit as st
 import torch
 
+from vitviz.analysis import head_statistics
 from vitviz.render import overlays
-from vitviz_dashboard.analysis import head_statistics
 from vitviz_dashboard.cache.pictures import cached_figure
 from vitviz_dashboard.cache.results import model_anatomy
 from vitviz_dashboard.downloads import chart_download

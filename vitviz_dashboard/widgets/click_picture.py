@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import streamlit as st
 
+from vitviz.analysis import ImageAnalysis
 from vitviz.render import overlays
-from vitviz_dashboard.analysis import ImageAnalysis
 
 _JS = """
 export default function (component) {
