@@ -37,6 +37,16 @@ def test_columns_units_and_lookup():
         head_statistic("nope")
 
 
+def test_named_records_are_the_list_and_say_how_their_extremes_read():
+    from vitviz.explain.head_statistics import DISTANCE_PATCHES, DISTANCE_PX, ENTROPY, PREFIX_SHARES
+
+    assert (ENTROPY, DISTANCE_PX, DISTANCE_PATCHES, PREFIX_SHARES) == HEAD_STATISTICS
+    assert ENTROPY.title() == "Attention entropy" and ENTROPY.chart_label() == "attention entropy (nats)"
+    assert DISTANCE_PX.lowest == "attends nearest" and DISTANCE_PX.highest == "attends farthest away"
+    assert PREFIX_SHARES.highest.format(column="to_cls") == "attends most to_cls"
+    assert [s.name for s in HEAD_STATISTICS if not s.shown] == ["distance_patches"]  # distance_px in patch steps
+
+
 def test_a_new_record_reaches_the_streamed_results(monkeypatch):
     """Adding a statistic is one record: the streaming explainer returns it without another change."""
     import vitviz.explain.head_statistics as records

@@ -1,11 +1,12 @@
 """Per-head statistics as records: each one declared once, with its name, unit, description and the function that
 computes it from one block's attention.
 
-    HEAD_STATISTICS   entropy, distance_px, distance_patches, prefix_shares
+    HEAD_STATISTICS   ENTROPY, DISTANCE_PX, DISTANCE_PATCHES, PREFIX_SHARES: every record, in the order computed
 
 ``StreamingExplainer`` folds every record in block by block and returns each under its ``name``; the dataset
 index stores each record's ``columns`` in its ``heads`` table (heads.parquet), and the Dataset page's Heads tab
-lists them with their units. Adding a statistic is one record here and its test.
+lists them with their units. Adding a statistic is one record here and its test. Code elsewhere names a record by its
+constant (``DISTANCE_PX.name``), never by a string, so each name is spelled here only.
 """
 
 from __future__ import annotations
@@ -44,6 +45,11 @@ class HeadStatistic:
     description: str
     compute: Callable[[torch.Tensor, BlockGeometry, Mapping[str, torch.Tensor]], torch.Tensor]
     per_prefix: bool = False  # K = P + 1 columns: to_<prefix token>..., then to_patches
+    # how a head with the smallest and the largest value reads ("attends nearest"); for a per_prefix statistic,
+    # ``highest`` holds "{column}" for the column's name. "" where no one ranks heads by it
+    lowest: str = ""
+    highest: str = ""
+    shown: bool = True  # False for a statistic that repeats another in another unit (not drawn twice)
 
     def columns(self, prefix_names: Sequence[str]) -> list[str]:
         """The stored columns: the name, or one ``to_<token>`` per prefix token and ``to_patches``."""
@@ -52,8 +58,12 @@ class HeadStatistic:
         return [self.name]
 
     def chart_label(self) -> str:
-        """``"entropy (nats)"``: the label with its unit."""
+        """``"attention entropy (nats)"``: the label with its unit."""
         return f"{self.label} ({self.unit})"
+
+    def title(self) -> str:
+        """``"Attention entropy"``: the label as a heading."""
+        return self.label[:1].upper() + self.label[1:]
 
 
 def _entropy(attention: torch.Tensor, geometry: BlockGeometry, done: Mapping[str, torch.Tensor]) -> torch.Tensor:
@@ -75,40 +85,46 @@ def _prefix_shares(attention: torch.Tensor, geometry: BlockGeometry, done: Mappi
     return attention_to_prefix_tokens([attention], geometry.num_prefix_tokens)[:, 0]
 
 
-HEAD_STATISTICS: tuple[HeadStatistic, ...] = (
-    HeadStatistic(
-        "entropy",
-        "nats",
-        "entropy",
-        "the mean entropy of the head's attention rows: 0 when every query attends to one token, log(T) when "
-        "attention is uniform",
-        _entropy,
-    ),
-    HeadStatistic(
-        "distance_px",
-        "px",
-        "mean attention distance",
-        "the ViT paper's attention distance: for each patch query, the attention-weighted distance to the patches "
-        "(its row renormalised over them), averaged over the patch queries",
-        _distance_px,
-    ),
-    HeadStatistic(
-        "distance_patches",
-        "patches",
-        "mean attention distance",
-        "the mean attention distance in patch steps (distance_px over the patch size)",
-        _distance_patches,
-    ),
-    HeadStatistic(
-        "prefix_shares",
-        "share",
-        "attention to",
-        "how much attention the patch queries give each prefix token ([CLS], distillation, registers) and the "
-        "patches, the mean over patch queries; the shares of a head sum to 1",
-        _prefix_shares,
-        per_prefix=True,
-    ),
+ENTROPY = HeadStatistic(
+    "entropy",
+    "nats",
+    "attention entropy",
+    "the mean entropy of the head's attention rows, in nats: 0 when every query attends to one token, log(T) when "
+    "attention is spread evenly over all T tokens",
+    _entropy,
+    lowest="has the lowest entropy (attends to few patches)",
+    highest="has the highest entropy (attends most evenly)",
 )
+DISTANCE_PX = HeadStatistic(
+    "distance_px",
+    "px",
+    "mean attention distance",
+    "the ViT paper's attention distance (Dosovitskiy et al. 2020, Fig. 7): for each patch query, the "
+    "attention-weighted distance in pixels to the patches (its row renormalised over them), averaged over the patch "
+    "queries. Low: a local head, like a convolution; high: a head that looks across the image",
+    _distance_px,
+    lowest="attends nearest",
+    highest="attends farthest away",
+)
+DISTANCE_PATCHES = HeadStatistic(
+    "distance_patches",
+    "patches",
+    "mean attention distance",
+    "the mean attention distance in patch steps (distance_px over the patch size)",
+    _distance_patches,
+    shown=False,
+)
+PREFIX_SHARES = HeadStatistic(
+    "prefix_shares",
+    "share",
+    "attention to",
+    "how much attention the patch queries give each prefix token ([CLS], distillation, registers) and the "
+    "patches, the mean over patch queries; the shares of a head sum to 1",
+    _prefix_shares,
+    per_prefix=True,
+    highest="attends most {column}",
+)
+HEAD_STATISTICS: tuple[HeadStatistic, ...] = (ENTROPY, DISTANCE_PX, DISTANCE_PATCHES, PREFIX_SHARES)
 
 
 def head_statistic(name: str) -> HeadStatistic:
