@@ -21,6 +21,7 @@ from safetensors.torch import load_file, save_file
 from tiny_text import clip_folder, siglip_folder
 
 import vitviz.text.towers
+from vitviz.messages import clip_text, echo
 
 # --- configs: sizes and types checked before anything is built ----------------------------------------------------
 
@@ -110,6 +111,17 @@ def test_unknown_config_fields_by_the_thousand_are_cut(tmp_path):
         r"unknown ViTConfig fields "
         r"\['field0', .*\(2[\d,]+ characters\)",
     )
+
+
+def test_a_message_echoes_a_hostile_value_on_one_line_cut_with_its_length_said():
+    """What every refusal above echoes: ``echo`` repr's (so a string keeps its quotes and a newline shows as \\n),
+    ``clip_text`` folds whitespace to one line; both cut at ``limit`` and say the full length."""
+    assert echo("a\nb") == "'a\\nb'" and echo(2.5) == "2.5"
+    assert clip_text("a\n\n  b\tc") == "a b c"
+    long = "x" * 5_000
+    assert clip_text(long, 10) == "xxxxxxxxxx... (5,000 characters)"
+    assert echo(long, 10) == "'xxxxxxxxx... (5,002 characters)"
+    assert clip_text("x" * 200) == "x" * 200  # exactly at the limit: kept whole
 
 
 # --- preprocessing, validated when it is read ----------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """vitviz: see what a Vision Transformer looks at.
 
+    messages.py       one-line message helpers (clip_text, echo): the bottom layer, it imports nothing of vitviz
     model/            ViTConfig and the ViT that returns its attentions; interventions, precision
     loading/          load_model(spec): checkpoints, downloads, and one module per source library
     preprocessing.py  bytes in, safe RGB image out (load_image); image in, model tensor out (Preprocessing)

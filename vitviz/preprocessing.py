@@ -27,7 +27,7 @@ from PIL import Image, ImageOps
 from torchvision.transforms import InterpolationMode
 from torchvision.transforms import functional as TF
 
-from vitviz.model.config import echo
+from vitviz.messages import echo
 
 MAX_PIXELS = 89_478_485  # PIL's own decompression-bomb threshold (about 89 Mpx)
 WORKING_PIXELS = 16_000_000  # larger JPEGs are decoded at a reduced scale (draft mode)

@@ -21,7 +21,7 @@ import streamlit as st
 import vitviz
 from vitviz.loading.download import REPO_ID
 from vitviz.loading.specs import HUB_PREFIX
-from vitviz.model.config import clip_text
+from vitviz.messages import clip_text
 from vitviz.sae import SAEError, TopKSAE, with_sae
 from vitviz_dashboard.cache.sae import cached_sae, hub_folder
 from vitviz_dashboard.page import KEPT, ModelKey

@@ -29,8 +29,8 @@ import torch
 
 from vitviz.loading.build import build_model
 from vitviz.loading.errors import ModelLoadError, describe
+from vitviz.messages import clip_text, echo
 from vitviz.model import ViT, ViTConfig
-from vitviz.model.config import clip_text, echo
 from vitviz.preprocessing import Preprocessing
 
 FORMAT = "vitviz-checkpoint"

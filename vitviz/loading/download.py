@@ -23,7 +23,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from vitviz.loading.errors import ModelLoadError, describe
-from vitviz.model.config import clip_text
+from vitviz.messages import clip_text
 
 HUB_TIMEOUT_S = 3.0  # to open a connection to the Hub
 DOWNLOAD_TIMEOUT_S = 10.0  # per network operation of a plain download: connecting, or waiting for the next bytes

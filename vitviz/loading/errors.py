@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 
-from vitviz.model.config import clip_text
+from vitviz.messages import clip_text
 
 MAX_MESSAGE = 1000  # characters of an error message; the parts that echo a file or a spec are cut to 200 before
 

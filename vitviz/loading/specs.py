@@ -32,8 +32,8 @@ from vitviz.loading.errors import ModelLoadError, describe
 from vitviz.loading.sources import huggingface_folder, open_clip, timm_text, torchvision
 from vitviz.loading.sources.huggingface_folder import load_huggingface_folder, load_huggingface_hub
 from vitviz.loading.sources.source import ModelSource
+from vitviz.messages import echo
 from vitviz.model import ViT
-from vitviz.model.config import echo
 
 
 def _shipped_default() -> Path:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, fields
 from numbers import Integral, Real
 from typing import Any, Literal
 
+from vitviz.messages import echo
 from vitviz.model.rotary import ROTARIES, Rotary
 
 Pooling = Literal["cls", "mean", "cls+mean", "map"]
@@ -217,15 +218,3 @@ def _is_integer(value: Any) -> bool:
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def clip_text(text: str, limit: int = 200) -> str:
-    """``text`` on one line, cut to ``limit`` characters with its full length said: what an error message echoes of a
-    name, a spec, a file's value or a library's own message, so a hostile one of a megabyte stays readable."""
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
-
-
-def echo(value: Any, limit: int = 200) -> str:
-    """``repr(value)`` for a message, cut as ``clip_text`` does."""
-    return clip_text(repr(value), limit)

@@ -25,7 +25,7 @@ from pathlib import Path
 from safetensors.torch import save_file
 from torch import nn
 
-from vitviz.model.config import clip_text
+from vitviz.messages import clip_text
 from vitviz.sae import scaling as input_scaling
 from vitviz.sae.errors import SAEError, SAEFormatError
 from vitviz.sae.formats import FORMATS, saelens

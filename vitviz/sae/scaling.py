@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from vitviz.model.config import clip_text
+from vitviz.messages import clip_text
 from vitviz.sae.errors import SAEError, SAEFormatError
 
 SCALING_FILE = "input_scaling.json"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from vitviz.model.config import clip_text
+from vitviz.messages import clip_text
 
 MAX_MESSAGE = 1000  # characters; whatever the message quotes (a path, a library's error) is cut before
 

@@ -14,8 +14,8 @@ import torch
 
 from vitviz.loading.build import ExpectedWeights, check_model_size
 from vitviz.loading.errors import ModelLoadError
+from vitviz.messages import echo
 from vitviz.model import ViTConfig
-from vitviz.model.config import echo
 
 _QKV_PARTS = {"query": 0, "key": 1, "value": 2, "q": 0, "k": 1, "v": 2}
 

@@ -35,8 +35,8 @@ import torch
 from vitviz.loading.build import build_model, check_model_size
 from vitviz.loading.errors import ModelLoadError, describe
 from vitviz.loading.sources.common import add_zero_biases, fuse_qkv, rename
+from vitviz.messages import echo
 from vitviz.model import ViT, ViTConfig
-from vitviz.model.config import echo
 
 # Encoder blocks, as files on the Hub (and transformers 4) name them -- encoder.layer.i (ViT, DeiT,
 # DINOv2), encoder.layers.i (CLIP, SigLIP) -- and as transformers 5 models in memory do (layers.i).

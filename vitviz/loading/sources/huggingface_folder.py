@@ -18,8 +18,8 @@ from vitviz.loading.sources.huggingface import from_huggingface
 from vitviz.loading.sources.huggingface_text import TEXT_TOWER_TYPES, TOKENIZER_FILES, text_tower
 from vitviz.loading.sources.source import ModelSource
 from vitviz.loading.sources.weights_files import SHARD_INDEX, read_safetensors, shard_files
+from vitviz.messages import echo
 from vitviz.model import ViT
-from vitviz.model.config import echo
 from vitviz.preprocessing import Preprocessing
 
 

@@ -18,7 +18,7 @@ import torch
 from vitviz.loading.build import check_finite
 from vitviz.loading.errors import ModelLoadError, describe
 from vitviz.loading.sources.common import check_logit_scale
-from vitviz.model.config import echo
+from vitviz.messages import echo
 
 TEXT_TOWER_TYPES = ("clip", "siglip")  # image-text models whose folders also give a text tower (vitviz.text)
 # what AutoTokenizer reads, across CLIP's byte-level BPE, SigLIP's SentencePiece and SigLIP 2's Gemma tokenizer

@@ -26,8 +26,8 @@ from vitviz.loading.sources.common import add_zero_biases, check_logit_scale, re
 from vitviz.loading.sources.source import ModelSource
 from vitviz.loading.sources.timm import from_timm
 from vitviz.loading.sources.weights_files import check_weights_file
+from vitviz.messages import clip_text, echo
 from vitviz.model import ViT, ViTConfig
-from vitviz.model.config import clip_text, echo
 from vitviz.preprocessing import Preprocessing
 
 _RULES = [

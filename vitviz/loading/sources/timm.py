@@ -25,8 +25,8 @@ from vitviz.loading.sources.common import add_zero_biases, rename
 from vitviz.loading.sources.timm_eva import RULES as EVA_RULES
 from vitviz.loading.sources.timm_eva import eva_config, join_qkv_biases, split_packed_swiglu, timm_geometry
 from vitviz.loading.sources.weights_files import check_weights_file
+from vitviz.messages import echo
 from vitviz.model import ViT, ViTConfig
-from vitviz.model.config import echo
 from vitviz.preprocessing import Preprocessing
 
 # timm classes that are not plain ViTs, and the feature that keeps each out

@@ -15,8 +15,8 @@ from vitviz.loading.download import DOWNLOAD_TIMEOUT_S, download
 from vitviz.loading.errors import ModelLoadError, describe
 from vitviz.loading.sources.common import rename
 from vitviz.loading.sources.source import ModelSource
+from vitviz.messages import echo
 from vitviz.model import ViT, ViTConfig
-from vitviz.model.config import echo
 from vitviz.preprocessing import Preprocessing
 
 TORCHVISION_ARCHS = ("vit_b_16", "vit_b_32", "vit_l_16", "vit_l_32", "vit_h_14")

@@ -20,7 +20,7 @@ from torch import nn
 from vitviz.loading.build import check_finite, check_parameters
 from vitviz.loading.checkpoint import load_torch_file
 from vitviz.loading.errors import ModelLoadError
-from vitviz.model.config import clip_text
+from vitviz.messages import clip_text
 from vitviz.sae.errors import SAEFormatError
 
 MAX_JSON_BYTES = 1 << 20  # a config or header line: a few kB in practice

@@ -12,7 +12,7 @@ from pathlib import Path, PurePosixPath
 
 from vitviz.loading.download import PROGRESS_BAR, REPO_ID, cache_folder, hub_error, hub_reachable, offline_by_setting
 from vitviz.loading.specs import HUB_PREFIX
-from vitviz.model.config import clip_text
+from vitviz.messages import clip_text
 from vitviz.sae.errors import SAEFormatError
 
 PREFIX = HUB_PREFIX  # "hf:", as for models

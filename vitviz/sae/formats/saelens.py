@@ -28,7 +28,7 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
-from vitviz.model.config import clip_text
+from vitviz.messages import clip_text
 from vitviz.sae.errors import SAEError, SAEFormatError
 from vitviz.sae.formats.base import (
     SAEFileFormat,

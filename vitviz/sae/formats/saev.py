@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from vitviz.model.config import clip_text
+from vitviz.messages import clip_text
 from vitviz.sae.errors import SAEFormatError
 from vitviz.sae.formats.base import SAEFileFormat, check_size, fill, first_line, integer, load_torch_tail
 from vitviz.sae.formats.module import ExternalConfig, ExternalSAE

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from vitviz.model.config import clip_text
+from vitviz.messages import clip_text
 from vitviz.sae.errors import SAEFormatError
 from vitviz.sae.formats.base import (
     SAEFileFormat,
