@@ -4,6 +4,8 @@ it makes its images the selection, shown in the grid below."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
@@ -13,6 +15,9 @@ from vitviz.dataset import DatasetIndex
 from vitviz.dataset.analysis import Projection, project_embeddings
 from vitviz_dashboard.dataset import drawing, grid
 from vitviz_dashboard.dataset.opening import index_key
+
+if TYPE_CHECKING:
+    from vitviz_dashboard.dataset.page import DatasetPage
 
 MAX_POINTS = 20_000  # images drawn (a random sample of a larger index, the same one each time)
 MAX_CATEGORIES = 24  # a column of more distinct values is drawn with a colour scale (numbers) or by its first ones
@@ -99,7 +104,8 @@ def selected_ids(points: list[dict]) -> list[int]:
     return ids
 
 
-def draw(index: DatasetIndex, photo_page: st.Page, colormap: str, alpha: float) -> None:
+def draw(page: DatasetPage) -> None:
+    index = page.index
     projection_and_images = _projection(index_key(index), index) if index.count >= 2 else None
     if projection_and_images is None or len(projection_and_images[1]) < 2:
         st.info("The map needs at least two readable images.")
@@ -126,4 +132,4 @@ def draw(index: DatasetIndex, photo_page: st.Page, colormap: str, alpha: float) 
     if shown is None:
         st.caption("No images chosen yet.")
         return
-    grid.grid(index, shown, photo_page, colormap, alpha)
+    grid.grid(index, shown, page.photo_page, page.colormap, page.alpha)

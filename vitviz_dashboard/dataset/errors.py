@@ -3,6 +3,8 @@ stored map averaged over a class's images)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import plotly.graph_objects as go
 import streamlit as st
@@ -12,6 +14,9 @@ from vitviz.dataset.analysis import confusion_matrix, mean_map
 from vitviz_dashboard.dataset import drawing, grid
 from vitviz_dashboard.dataset.opening import index_key
 from vitviz_dashboard.dataset.table import MAX_THUMBNAILS, map_kinds, quote, thumbnails
+
+if TYPE_CHECKING:
+    from vitviz_dashboard.dataset.page import DatasetPage
 
 MAX_CLASSES = 40  # classes the matrix and the mean maps show (the most frequent labels)
 TRUE, PREDICTED = "dataset|true", "dataset|predicted"  # the cell pickers below the chart
@@ -115,7 +120,8 @@ def cells_clause(cells: list[tuple[str, str]]) -> str:
     return " OR ".join(f"(label = {quote(t)} AND prediction = {quote(p)})" for t, p in cells)
 
 
-def draw(index: DatasetIndex, photo_page: st.Page, colormap: str, alpha: float) -> None:
+def draw(page: DatasetPage) -> None:
+    index = page.index
     columns = index.query("SELECT * FROM images", limit=1).columns
     if "prediction" not in columns:
         st.info("This index's model is a backbone (no classes): there is nothing to be wrong about.")
@@ -163,8 +169,8 @@ def draw(index: DatasetIndex, photo_page: st.Page, colormap: str, alpha: float) 
         limit=index.count,
     )["image_id"].tolist()
     grid.select_button(index, everyone, many, "confusion", f"All {len(everyone)} in the grid", "dataset|cell_grid")
-    thumbnails(index, cell, photo_page, colormap, alpha, "confusion")
-    class_means(index, classes, colormap)
+    thumbnails(index, cell, page.photo_page, page.colormap, page.alpha, "confusion")
+    class_means(index, classes, page.colormap)
 
 
 @st.cache_data(max_entries=64, show_spinner="Averaging the maps...")

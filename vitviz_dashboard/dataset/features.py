@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -34,6 +35,9 @@ from vitviz_dashboard.dataset.latents import overview, where_it_fires
 from vitviz_dashboard.dataset.opening import index_key, model_of, photo, photo_bytes
 from vitviz_dashboard.sae_editing import DATASET_SAE, SAE_HELP, SAE_LABEL, open_typed_sae, stamp
 
+if TYPE_CHECKING:
+    from vitviz_dashboard.dataset.page import DatasetPage
+
 SAE_FOLDER = DATASET_SAE  # the Photo page's SAE tab starts from what is typed here
 ORDERS = {"frequency": "how often it fires", "mean_activation": "mean activation when firing"}
 ALL = "__all__"  # no search
@@ -56,7 +60,8 @@ def latent_tables(
     return read_latent_tables(_folder, _index, block)
 
 
-def draw(index: DatasetIndex, colormap: str, alpha: float) -> None:
+def draw(page: DatasetPage) -> None:
+    index = page.index
     opened = open_typed_sae(st.text_input(SAE_LABEL, key=SAE_FOLDER, help=SAE_HELP))
     if opened is None:
         return
@@ -105,7 +110,7 @@ def draw(index: DatasetIndex, colormap: str, alpha: float) -> None:
         st.plotly_chart(histogram_figure(row["histogram"], about["histogram_edges"], latent), key="dataset|sae_hist")
     with right:
         raised(index, sae, block, f"{path}|{stamp(path)}", latent, float(row["max_activation"]), top)
-    top_images(index, sae, block, latent, top, colormap, alpha)
+    top_images(index, sae, block, latent, top, page.colormap, page.alpha)
     where_it_fires(index, sae, f"{path}|{stamp(path)}", block, latent)
     ablations(index, folder, latent, float(row["max_activation"]))
 

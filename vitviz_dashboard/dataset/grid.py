@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import streamlit as st
@@ -17,6 +18,9 @@ from vitviz_dashboard.dataset import drawing, export
 from vitviz_dashboard.dataset.opening import open_in_photo_page, photo
 from vitviz_dashboard.dataset.page_keys import CLASSES, CONFIDENCE, CORRECTNESS, TAB
 from vitviz_dashboard.dataset.table import MAP_NAMES, caption, filter_clause, image_columns, map_kinds
+
+if TYPE_CHECKING:
+    from vitviz_dashboard.dataset.page import DatasetPage
 
 SELECTION = "dataset|selection"  # the session's one Selection
 GRID_TAB = "Grid"  # the page's tab that shows it
@@ -104,9 +108,10 @@ def table_ids(index: DatasetIndex) -> tuple[list[int], str] | None:
     return ids["image_id"].tolist(), f"the Table tab's filters ({words})"
 
 
-def draw(index: DatasetIndex, photo_page: st.Page, colormap: str, alpha: float) -> None:
+def draw(page: DatasetPage) -> None:
     """The Grid tab: the Table tab's filters or the SQL result as a selection, then the selection's grid and its
     export."""
+    index = page.index
     left, right = st.columns(2)
     with left:
         if (filtered := table_ids(index)) is not None:
@@ -126,7 +131,7 @@ def draw(index: DatasetIndex, photo_page: st.Page, colormap: str, alpha: float) 
             "Embedding map, or a SQL query whose rows have image_id (Table), and they show here."
         )
         return
-    grid(index, selection, photo_page, colormap, alpha)
+    grid(index, selection, page.photo_page, page.colormap, page.alpha)
     export.draw(index, selection)
 
 

@@ -4,6 +4,8 @@ statistics; and for one head, the images where it attends most to a prefix token
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
@@ -16,6 +18,9 @@ from vitviz_dashboard.cache.dataset import head_means, per_image
 from vitviz_dashboard.dataset import drawing
 from vitviz_dashboard.dataset.opening import index_key
 from vitviz_dashboard.dataset.table import thumbnails
+
+if TYPE_CHECKING:
+    from vitviz_dashboard.dataset.page import DatasetPage
 
 CLUSTER_COLOURS = ["#264653", "#2a9d8f", "#e9c46a", "#f4a261", "#e76f51", "#8ab17d", "#6d597a", "#b56576"]
 EXTREME_IMAGES = 8
@@ -137,7 +142,8 @@ def clusters_figure(labels: np.ndarray, order: np.ndarray) -> go.Figure:
     return figure
 
 
-def draw(index: DatasetIndex, photo_page: st.Page, colormap: str, alpha: float) -> None:
+def draw(page: DatasetPage) -> None:
+    index = page.index
     key = index_key(index)
     means = head_means(key, statistic_columns(index), _index=index)
     if means.empty:
@@ -169,7 +175,7 @@ def draw(index: DatasetIndex, photo_page: st.Page, colormap: str, alpha: float) 
         key="dataset|share",
     )
     draw_clusters(index, means)
-    extremes(index, photo_page, colormap, alpha)
+    extremes(index, page.photo_page, page.colormap, page.alpha)
 
 
 def draw_clusters(index: DatasetIndex, means: pd.DataFrame) -> None:

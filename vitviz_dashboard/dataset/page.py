@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import streamlit as st
 
 from vitviz.dataset import DatasetIndex
@@ -27,6 +30,31 @@ FOLDER_HELP = (
 )
 
 
+@dataclass(frozen=True)
+class DatasetPage:
+    """What every Dataset tab draws from, as the Photo page's tabs get its ``Page``: the open index, the Photo page
+    (where a chosen image opens) and the sidebar's display settings."""
+
+    index: DatasetIndex
+    photo_page: st.Page
+    colormap: str  # drawing.COLORMAPS
+    alpha: float  # the opacity of a map drawn over a photo
+
+
+# the tabs in their order: name -> draw(page); only the open one runs
+TABS: dict[str, Callable[[DatasetPage], None]] = {
+    "Table": table.draw,
+    grid.GRID_TAB: grid.draw,
+    "Embedding map": embedding.draw,
+    "Errors": errors.draw,
+    "Slices": slices.draw,
+    "Heads": heads.draw,
+    "Queries & keys": queries_keys.draw,
+    "Patch search": search.draw,
+    "Features (SAE)": features.draw,
+}
+
+
 def dataset_page(photo_page: st.Page) -> None:
     """The page; ``photo_page`` is the Photo page, where a chosen image opens."""
     st.title("vitviz: a whole dataset")
@@ -48,21 +76,11 @@ def dataset_page(photo_page: st.Page) -> None:
         return
     st.query_params[URL_INDEX] = folder.strip()  # in the address: a reload opens it again (through the same checks)
     describe(index)
-    draws = {
-        "Table": lambda: table.draw(index, photo_page, colormap, alpha),
-        grid.GRID_TAB: lambda: grid.draw(index, photo_page, colormap, alpha),
-        "Embedding map": lambda: embedding.draw(index, photo_page, colormap, alpha),
-        "Errors": lambda: errors.draw(index, photo_page, colormap, alpha),
-        "Slices": lambda: slices.draw(index),
-        "Heads": lambda: heads.draw(index, photo_page, colormap, alpha),
-        "Queries & keys": lambda: queries_keys.draw(index, colormap, alpha),
-        "Patch search": lambda: search.draw(index),
-        "Features (SAE)": lambda: features.draw(index, colormap, alpha),
-    }
-    for tab, draw in zip(st.tabs(list(draws), key=TAB, on_change="rerun"), draws.values()):
+    page = DatasetPage(index, photo_page, colormap, alpha)
+    for tab, draw in zip(st.tabs(list(TABS), key=TAB, on_change="rerun"), TABS.values()):
         if tab.open:
             with tab:
-                draw()
+                draw(page)
 
 
 def describe(index: DatasetIndex) -> None:

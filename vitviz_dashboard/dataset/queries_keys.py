@@ -8,6 +8,8 @@ The index stores no queries or keys, so the index's model runs again on the samp
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import plotly.express as px
 import streamlit as st
@@ -16,6 +18,9 @@ from vitviz.dataset import DatasetIndex
 from vitviz_dashboard.cache.dataset import query_key_points
 from vitviz_dashboard.dataset import drawing
 from vitviz_dashboard.dataset.opening import index_key, model_of, photo, read_photo
+
+if TYPE_CHECKING:
+    from vitviz_dashboard.dataset.page import DatasetPage
 
 COLOUR_BY = ["query or key", "row", "column", "image"]
 POINT = "dataset|qk_point"  # the point whose patch is shown: typed, or set by a click on the chart
@@ -32,7 +37,8 @@ def sample_ids(index: DatasetIndex, count: int) -> list[tuple[int, str]]:
 KIND_COLOURS = {"query": "#1b9e77", "key": "#d95f02"}  # AttentionViz's convention: two hues, not two shades
 
 
-def draw(index: DatasetIndex, colormap: str, alpha: float) -> None:
+def draw(page: DatasetPage) -> None:
+    index = page.index
     layers, heads = index.layout["layers"], index.layout["heads"]
     # two rows of two: in one row of four, "Colour by" was cut to "query or l" at 800 px
     layer_field, head_field = st.columns(2)

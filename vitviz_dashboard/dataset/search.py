@@ -4,19 +4,24 @@ photo with the patch outlined."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import streamlit as st
 
-from vitviz.dataset import DatasetIndex
 from vitviz.render import overlays
 from vitviz_dashboard.cache.pictures import jpeg_data_uri
 from vitviz_dashboard.dataset import drawing
 from vitviz_dashboard.dataset.opening import photo
 from vitviz_dashboard.widgets.click_picture import click_picture
 
+if TYPE_CHECKING:
+    from vitviz_dashboard.dataset.page import DatasetPage
+
 CLICKED = "dataset|search_clicked"  # a click's patch, put into the row and column fields before they are drawn
 
 
-def draw(index: DatasetIndex) -> None:
+def draw(page: DatasetPage) -> None:
+    index = page.index
     if "patches" not in index.manifest.get("search", {}):
         st.info("This index has no patch search: it was made with --no-features.")
         return

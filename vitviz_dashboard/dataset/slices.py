@@ -4,13 +4,17 @@ prediction, a numeric column cut into quantile bins), beside the figure over all
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from vitviz.dataset import DatasetIndex
 from vitviz.dataset.analysis import OVERALL, slice_accuracy
+
+if TYPE_CHECKING:
+    from vitviz_dashboard.dataset.page import DatasetPage
 
 MAX_ROWS = 2_000_000  # rows of the images table a slice table reads
 MAX_SLICES = 60  # slices drawn in the chart (the table lists them all)
@@ -60,7 +64,8 @@ def chart(table: pd.DataFrame, by: str) -> go.Figure:
     return figure
 
 
-def draw(index: DatasetIndex) -> None:
+def draw(page: DatasetPage) -> None:
+    index = page.index
     images = index.query("SELECT * FROM images", limit=min(index.count, MAX_ROWS))
     if "correct" not in images.columns or images["correct"].notna().sum() == 0:
         st.info("No image has both a label and a prediction: there is no accuracy to slice.")

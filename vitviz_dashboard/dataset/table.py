@@ -5,6 +5,7 @@ button that opens it in the Photo page; and the read-only SQL box (sql_box.py)."
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import pandas as pd
 import streamlit as st
@@ -15,6 +16,9 @@ from vitviz_dashboard.dataset.opening import open_in_photo_page, photo
 from vitviz_dashboard.dataset.page_keys import CLASSES, CONFIDENCE, DESCENDING, SORT
 from vitviz_dashboard.dataset.page_keys import CORRECTNESS as CORRECTNESS_KEY
 from vitviz_dashboard.dataset.sql_box import sql_box
+
+if TYPE_CHECKING:
+    from vitviz_dashboard.dataset.page import DatasetPage
 
 PAGE_ROWS = 100  # rows the table shows at once
 MAX_THUMBNAILS = 24  # selected images drawn at once
@@ -52,7 +56,8 @@ def filter_clause(chosen: Sequence[str], correctness: str, confidence: tuple[flo
     return " AND ".join(conditions) or "TRUE"
 
 
-def draw(index: DatasetIndex, photo_page: st.Page, colormap: str, alpha: float) -> None:
+def draw(page: DatasetPage) -> None:
+    index = page.index
     columns = image_columns(index)
     predicted = "prediction" in columns  # a backbone's index has no prediction columns
     left, middle, right = st.columns(3)
@@ -65,25 +70,25 @@ def draw(index: DatasetIndex, photo_page: st.Page, colormap: str, alpha: float) 
     where = filter_clause(chosen, correctness, confidence, predicted)
     total = int(index.query(f"SELECT count(*) AS n FROM images WHERE {where}")["n"][0])
     pages = max(1, -(-total // PAGE_ROWS))
-    page = page_field.number_input(f"Page (of {pages})", 1, pages, 1, key="dataset|page")
+    number = page_field.number_input(f"Page (of {pages})", 1, pages, 1, key="dataset|page")
     listed = index.query(
         f"SELECT {', '.join(columns)} FROM images WHERE {where} "
         f"ORDER BY {order} {'DESC' if down else 'ASC'} NULLS LAST, image_id",
         limit=PAGE_ROWS,
-        offset=(int(page) - 1) * PAGE_ROWS,
+        offset=(int(number) - 1) * PAGE_ROWS,
     )
     st.caption(
-        f"{total:,} images match; rows {(page - 1) * PAGE_ROWS + 1:,} to {(page - 1) * PAGE_ROWS + len(listed):,}"
+        f"{total:,} images match; rows {(number - 1) * PAGE_ROWS + 1:,} to {(number - 1) * PAGE_ROWS + len(listed):,}"
     )
     event = st.dataframe(
         listed,
         hide_index=True,
         on_select="rerun",
         selection_mode="multi-row",
-        key=f"dataset|table|{where}|{order}|{down}|{page}",  # a new page or filter starts a new selection
+        key=f"dataset|table|{where}|{order}|{down}|{number}",  # a new page or filter starts a new selection
     )
     selected = listed.iloc[list(event.selection.rows)] if event.selection.rows else listed.iloc[:0]
-    thumbnails(index, selected, photo_page, colormap, alpha, "table")
+    thumbnails(index, selected, page.photo_page, page.colormap, page.alpha, "table")
     sql_box(index)
 
 
