@@ -8,7 +8,8 @@ from PIL import Image
 from tiny_models import build_tiny_vit
 
 from vitviz import Preprocessing, ViT, explain
-from vitviz.analysis import analyse_image, attention_bytes, head_statistics, patch_attention, rollout
+from vitviz.analysis import analyse_image, attention_bytes, patch_attention, rollout
+from vitviz.explain.head_statistics import HEAD_STATISTICS
 
 CONFIGS = {
     "cls": dict(),
@@ -45,20 +46,17 @@ def test_streamed_views_equal_the_keep_everything_views(name, precision):
     )
     torch.testing.assert_close(whole.rollout, explain.attention_rollout(whole.attentions, **args)[0])
     torch.testing.assert_close(
-        whole.prefix_shares, explain.attention_to_prefix_tokens(whole.attentions, whole.num_prefix_tokens)[0]
+        whole.statistics["prefix_shares"],
+        explain.attention_to_prefix_tokens(whole.attentions, whole.num_prefix_tokens)[0],
     )
-    torch.testing.assert_close(whole.entropy, explain.attention_entropy(whole.attentions)[0])
+    torch.testing.assert_close(whole.statistics["entropy"], explain.attention_entropy(whole.attentions)[0])
+    assert set(whole.statistics) == {s.name for s in HEAD_STATISTICS}
     # and the streamed analysis holds the same, in fp32
-    for field in (
-        "readout_attention",
-        "rollout",
-        "prefix_shares",
-        "entropy",
-        "distance_px",
-        "readout",
-        "token_norms",
-    ):
-        kept, streamed_value = getattr(whole, field), getattr(streamed, field)
+    views = {name: lambda a, name=name: getattr(a, name) for name in ("readout_attention", "rollout", "readout")}
+    views |= {"token_norms": lambda a: a.token_norms}
+    views |= {s.name: lambda a, name=s.name: a.statistics[name] for s in HEAD_STATISTICS}
+    for field, view in views.items():
+        kept, streamed_value = view(whole), view(streamed)
         assert streamed_value.dtype == torch.float32, field
         torch.testing.assert_close(streamed_value, kept, rtol=1e-5, atol=1e-6, msg=field)
     np.testing.assert_allclose(streamed.probabilities, whole.probabilities, rtol=1e-5)
@@ -71,7 +69,6 @@ def test_streamed_views_equal_the_keep_everything_views(name, precision):
         torch.testing.assert_close(
             patch_attention(model, streamed, layer, query), patch_attention(model, whole, layer, query)
         )
-    assert set(head_statistics(streamed)) == {"distance_px", "entropy"}
 
 
 def test_a_patch_pass_stops_after_its_block_and_reports_progress():

@@ -81,8 +81,8 @@ def test_every_tab_draws_its_maps(default_model):
             assert len(pictures) == 1 and len(pictures[0].proto.imgs) == 16  # filter components
             # each chart's numbers under it: the layer x head tables as CSV, the others as .npz
             assert sorted(download_labels(at)) == [
-                "Entropies (.csv)",
-                "Mean distances (.csv)",
+                "Attention entropy (.csv)",
+                "Mean attention distance (.csv)",
                 "Patch-embedding components (.npz)",
                 "Position-embedding similarity (.npz)",
             ]

@@ -52,11 +52,13 @@ def test_stored_values_equal_the_per_image_api(built):
                 index.maps(row.image_id, f"readout:{head}")[0], single.readout_attention[-1, head], **FP16
             )
         heads = index.query(f"SELECT * FROM heads WHERE image_id = {row.image_id} ORDER BY layer, head")
-        np.testing.assert_allclose(heads["entropy"], single.entropy.flatten(), rtol=1e-5)
-        np.testing.assert_allclose(heads["distance_px"], single.distance_px.flatten(), rtol=1e-5)
-        np.testing.assert_allclose(heads["distance_patches"], single.distance_px.flatten() / 8, rtol=1e-5)
-        np.testing.assert_allclose(heads["to_cls"], single.prefix_shares[..., 0].flatten(), rtol=1e-5, atol=1e-7)
-        np.testing.assert_allclose(heads["to_patches"], single.prefix_shares[..., 1].flatten(), rtol=1e-5)
+        np.testing.assert_allclose(heads["entropy"], single.statistics["entropy"].flatten(), rtol=1e-5)
+        np.testing.assert_allclose(heads["distance_px"], single.statistics["distance_px"].flatten(), rtol=1e-5)
+        np.testing.assert_allclose(heads["distance_patches"], single.statistics["distance_px"].flatten() / 8, rtol=1e-5)
+        np.testing.assert_allclose(
+            heads["to_cls"], single.statistics["prefix_shares"][..., 0].flatten(), rtol=1e-5, atol=1e-7
+        )
+        np.testing.assert_allclose(heads["to_patches"], single.statistics["prefix_shares"][..., 1].flatten(), rtol=1e-5)
         features = explain.patch_features(model, single.pixel_values, -1)[0].reshape(4, 4, -1)
         np.testing.assert_allclose(index.features(row.image_id)[0], features, rtol=2e-3, atol=5e-3)
         np.testing.assert_allclose(

@@ -1,21 +1,27 @@
-"""One image through one model, with everything the dashboard draws from it.
+"""Images through a model once, with every map and statistic vitviz shows of them: the one analysis behind the
+Photo page and ``vitviz index``.
 
-``analyse_image`` runs the forward pass once. Every block's attention is folded into the small views the
-page shows as it streams past (explain.StreamingExplainer): what the tokens the head reads attend to per
-layer and head, the rollout, the head statistics and the prefix-token shares. The (layers, heads, T, T)
-attention tensors themselves are kept only when asked (``keep_attentions``); the page keeps them when they
-fit its memory budget, so a clicked patch or another rollout setting is then a cheap function of them, and
-otherwise runs a streaming pass for it (``rollout``, ``patch_attention``): ViT-L/16 at 512 holds 403 MB of
-attention per image, DINOv2 at 518 1.08 GB.
+``analyse`` runs one batched forward pass. Every block's attention is folded into the small views as it streams past
+(explain.StreamingExplainer): what the tokens the head reads attend to per layer and head, the rollout, every head
+statistic of explain.HEAD_STATISTICS, and the token norms. The (layers, heads, T, T) attention tensors themselves are
+kept only when asked (``keep_attentions``): ViT-L/16 at 512 holds 403 MB of attention per image, DINOv2 at 518 1.08 GB.
 
-Class-specific maps need gradients, and the logit lens every block's tokens, so ``class_maps`` and
-``logit_lens`` run their own passes.
+    analyse          a batch (B, 3, H, W) -> Analysis; vitviz index stores it (dataset/indexing.py: analyse_batch)
+    analyse_image    one photo, preprocessed by the model's own recipe -> ImageAnalysis; the Photo page draws it
+    rollout, patch_attention   other settings of one image's views: from its kept attentions, else a streaming pass
+    class_maps, logit_lens     one image's class-specific maps: their own passes, with gradients or every block
+
+The head's weights over the tokens (its readout) are known before the pass for every pooling but attention pooling
+("map"), whose weights depend on the image: there the readout rows are read again once the pass has given them, from
+the kept attentions, from the last block (``readout_blocks="last"``, all the index stores), or by a second streaming
+pass.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 import torch
@@ -23,13 +29,56 @@ from PIL import Image
 
 from vitviz import explain
 from vitviz.explain.common import HeadFusion
+from vitviz.explain.head_statistics import HEAD_STATISTICS
 from vitviz.model import Precision, ViT, autocast
 
 Progress = Callable[[int], None]  # called with each block's index once it has run
+ReadoutBlocks = Literal["all", "last"]  # the blocks whose readout rows an analysis holds
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """A batch of B images through one model; every tensor on the model's device, maps and statistics in fp32."""
+
+    pixel_values: torch.Tensor  # (B, 3, H, W), the model's input, for the passes that come later
+    precision: str  # the precision of the forward pass, and of every later pass for these images
+    grid_size: tuple[int, int]  # (rows, cols) of this input
+    num_prefix_tokens: int
+    probabilities: torch.Tensor | None  # (B, classes); None for a backbone
+    readout: torch.Tensor  # (B, T) the weight the head gives each token: every map is read out through it
+    pooled: torch.Tensor  # (B, D) what the head reads: the image's embedding
+    token_norms: torch.Tensor  # (B, layers, T) the norm of every token after every block
+    readout_attention: torch.Tensor  # (B, L, heads, rows, cols), L = layers, or 1 (the last) for readout_blocks="last"
+    rollout: torch.Tensor  # (B, rows, cols) the rollout with the default settings (mean fusion, from block 0)
+    statistics: dict[str, torch.Tensor]  # every HEAD_STATISTICS record by name: (B, layers, heads[, K])
+    pool_attention: torch.Tensor | None = None  # (B, heads, N) the attention-pooling head's weights, if any
+    attentions: tuple[torch.Tensor, ...] | None = None  # per block (B, heads, T, T) float32, when kept
+    tokens: dict[int, torch.Tensor] = field(default_factory=dict)  # block -> its output (B, T, D), for keep_blocks
+
+    def image(self, i: int, box: tuple[float, float, float, float]) -> ImageAnalysis:
+        """Image ``i`` alone, with ``box``, where in the photo its input came from."""
+        one = slice(i, i + 1)  # the fields that keep a batch dimension of 1
+        return ImageAnalysis(
+            probabilities=self.probabilities[i].cpu().numpy() if self.probabilities is not None else np.zeros(0),
+            grid_size=self.grid_size,
+            num_prefix_tokens=self.num_prefix_tokens,
+            box=box,
+            pixel_values=self.pixel_values[one],
+            precision=self.precision,
+            readout=self.readout[one],
+            token_norms=self.token_norms[i],
+            readout_attention=self.readout_attention[i],
+            rollout=self.rollout[i],
+            statistics={name: value[i] for name, value in self.statistics.items()},
+            pool_attention=self.pool_attention[one] if self.pool_attention is not None else None,
+            attentions=tuple(a[one] for a in self.attentions) if self.attentions is not None else None,
+        )
 
 
 @dataclass(frozen=True)
 class ImageAnalysis:
+    """One photo's analysis: what the Photo page draws every tab from."""
+
     probabilities: np.ndarray  # (num_classes,); empty for a backbone
     grid_size: tuple[int, int]  # (rows, cols) of this input
     num_prefix_tokens: int
@@ -40,9 +89,7 @@ class ImageAnalysis:
     token_norms: torch.Tensor  # (layers, T) the norm of every token after every block
     readout_attention: torch.Tensor  # (layers, heads, rows, cols) what the tokens the head reads attend to
     rollout: torch.Tensor  # (rows, cols) the rollout with the default settings (mean fusion, from block 0)
-    distance_px: torch.Tensor  # (layers, heads) mean attention distance, in pixels
-    entropy: torch.Tensor  # (layers, heads) attention entropy, in nats
-    prefix_shares: torch.Tensor  # (layers, heads, P + 1) the patches' attention to each prefix token, then to patches
+    statistics: dict[str, torch.Tensor]  # every HEAD_STATISTICS record by name: (layers, heads[, K])
     pool_attention: torch.Tensor | None = None  # (1, heads, N) the attention-pooling head's weights, if any
     attentions: tuple[torch.Tensor, ...] | None = None  # per block (1, heads, T, T) float32, when kept whole
 
@@ -63,6 +110,72 @@ def attention_bytes(model: ViT, height: int, width: int) -> int:
     return c.num_layers * c.num_heads * tokens * tokens * 4
 
 
+def analyse(
+    model: ViT,
+    pixels: torch.Tensor,
+    precision: Precision = "fp32",
+    *,
+    keep_attentions: bool = False,
+    keep_blocks: Sequence[int] = (),
+    readout_blocks: ReadoutBlocks = "all",
+    progress: Progress | None = None,
+) -> Analysis:
+    """One forward pass of ``pixels`` (B, 3, H, W), moved to the model's device, under ``precision``; each block's
+    attention folded into the views as it streams past. ``keep_attentions`` keeps every block's (B, heads, T, T);
+    ``keep_blocks`` keeps those blocks' output tokens; ``readout_blocks="last"`` reads the head's rows of the last
+    block only (all the index stores; an attention-pooled model then needs no second pass). ``progress(block)``
+    follows the pass."""
+    c = model.config
+    pixels = pixels.to(next(model.parameters()).device)
+    grid = (pixels.shape[-2] // c.patch_size, pixels.shape[-1] // c.patch_size)
+    p = c.num_prefix_tokens
+    cheap: explain.Readout = "cls" if p > 0 else "mean"  # a slice or one mean per block: rows read again later
+    known = _readout_before_the_pass(model, grid) if readout_blocks == "all" else None  # None for "map" pooling
+    streamer = _streamer(model, grid, known if known is not None else cheap, progress=progress)
+    last: list[torch.Tensor] = []  # the last block's weights, when its rows must be read again
+
+    def sink(block: int, weights: torch.Tensor) -> None:
+        streamer(block, weights)
+        if known is None and not keep_attentions and block == c.num_layers - 1:
+            last.append(weights.detach().float())  # (B, heads, T, T), one block only
+
+    with torch.inference_mode(), autocast(precision, pixels.device.type):
+        output = model(pixels, output_attentions=keep_attentions, output_hidden_states=True, attention_sink=sink)
+    readout = output.readout.float()  # (B, T)
+    attentions = tuple(a.float() for a in output.attentions) if keep_attentions else None
+    streamer.readout = readout  # the rollout is read out at the end, so it uses the head's actual weights
+    views = streamer.results()
+    readout_attention = views["readout_attention"]  # (B, layers, heads, rows, cols), right when known
+    if known is None:  # the head's weights are known now: read the rows again with them
+        if attentions is not None:
+            blocks = attentions if readout_blocks == "all" else attentions[-1:]
+            readout_attention = explain.readout_attention_all(blocks, p, grid, readout=readout)
+        elif readout_blocks == "last":
+            readout_attention = explain.readout_attention_all(last, p, grid, readout=readout)
+        else:
+            again = _streamer(model, grid, readout, progress=progress)
+            readout_attention = _stream(model, pixels, precision, again)["readout_attention"]
+    elif readout_blocks == "last":
+        readout_attention = readout_attention[:, -1:]
+    last.clear()
+    return Analysis(
+        pixel_values=pixels,
+        precision=precision,
+        grid_size=grid,
+        num_prefix_tokens=output.num_prefix_tokens,
+        probabilities=model.probabilities(output.logits.float()) if output.logits is not None else None,
+        readout=readout,
+        pooled=output.pooled.float(),
+        token_norms=explain.token_norms(output.hidden_states),
+        readout_attention=readout_attention,
+        rollout=views["rollout"],
+        statistics={statistic.name: views[statistic.name] for statistic in HEAD_STATISTICS},
+        pool_attention=output.pool_attention.float() if output.pool_attention is not None else None,
+        attentions=attentions,
+        tokens={block: output.hidden_states[block] for block in keep_blocks},
+    )
+
+
 def analyse_image(
     model: ViT,
     image: Image.Image,
@@ -70,48 +183,12 @@ def analyse_image(
     max_attention_bytes: int | None = None,
     progress: Progress | None = None,
 ) -> ImageAnalysis:
-    """Preprocess with the model's own recipe and run it once, folding each block's attention into the
-    views. The attention tensors are kept too, unless they would take more than ``max_attention_bytes``
-    (``attention_bytes``). ``progress(block)`` follows the pass."""
+    """Preprocess with the model's own recipe and ``analyse`` it. The attention tensors are kept too, unless they
+    would take more than ``max_attention_bytes`` (``attention_bytes``)."""
     pixels = model.transform(image)[None]
-    grid = (pixels.shape[-2] // model.config.patch_size, pixels.shape[-1] // model.config.patch_size)
-    keep_attentions = max_attention_bytes is None or attention_bytes(model, *pixels.shape[-2:]) <= max_attention_bytes
-    known = _readout_before_the_pass(model, grid)  # None for an attention-pooling head, which reads the image
-    streamer = _streamer(model, grid, known if known is not None else "mean", progress=progress)
-    with torch.inference_mode(), autocast(precision, pixels.device.type):
-        output = model(pixels, output_attentions=keep_attentions, output_hidden_states=True, attention_sink=streamer)
-    readout = output.readout.float()
-    attentions = tuple(a.float() for a in output.attentions) if keep_attentions else None
-    streamer.readout = readout  # the rollout is read out at the end, so it uses the head's actual weights
-    views = streamer.results()
-    readout_attention = views["readout_attention"]
-    if known is None:  # the pooling head's weights are known now: read the rows again with them
-        if attentions is not None:
-            readout_attention = explain.readout_attention_all(
-                attentions, num_prefix_tokens=output.num_prefix_tokens, grid_size=grid, readout=readout
-            )
-        else:
-            streamer = _streamer(model, grid, readout, progress=progress)
-            readout_attention = _stream(model, pixels, precision, streamer)["readout_attention"]
-    probabilities = model.probabilities(output.logits[0].float()).numpy() if output.logits is not None else np.zeros(0)
-    pool_attention = output.pool_attention.float() if output.pool_attention is not None else None
-    return ImageAnalysis(
-        probabilities=probabilities,
-        grid_size=grid,
-        num_prefix_tokens=output.num_prefix_tokens,
-        box=model.transform.crop_box(*image.size),
-        pixel_values=pixels,
-        precision=precision,
-        readout=readout,
-        token_norms=explain.token_norms(output.hidden_states)[0],
-        readout_attention=readout_attention[0],
-        rollout=views["rollout"][0],
-        distance_px=views["distance_px"][0],
-        entropy=views["entropy"][0],
-        prefix_shares=views["prefix_shares"][0],
-        pool_attention=pool_attention,
-        attentions=attentions,
-    )
+    keep = max_attention_bytes is None or attention_bytes(model, *pixels.shape[-2:]) <= max_attention_bytes
+    result = analyse(model, pixels, precision, keep_attentions=keep, progress=progress)
+    return result.image(0, model.transform.crop_box(*image.size))
 
 
 def rollout(
@@ -192,12 +269,6 @@ def logit_lens(
         "votes": lens.votes[:, 0].numpy(),
         "readout": lens.readout_probability[:, 0].numpy(),
     }
-
-
-def head_statistics(analysis: ImageAnalysis) -> dict[str, np.ndarray]:
-    """Mean attention distance (pixels) and entropy (nats), each (layers, heads), by their names in
-    explain.HEAD_STATISTICS (the index's heads table uses the same)."""
-    return {"distance_px": analysis.distance_px.numpy(), "entropy": analysis.entropy.numpy()}
 
 
 def _readout_before_the_pass(model: ViT, grid: tuple[int, int]) -> torch.Tensor | None:

@@ -1,9 +1,9 @@
 """The pass: images through the model in batches, once, and what is kept of each.
 
-``analyse_batch`` runs one batched forward pass with a ``StreamingExplainer`` as the attention sink, so the head
-statistics, prefix shares and rollout are folded in block by block and no (B, heads, T, T) tensor outlives its
-block (the last block's is kept until its readout rows are read with the head's actual weights). ``index_shard``
-reads a shard's files, batches the readable ones and lays the results out as the shard's tables and arrays.
+``analyse_batch`` runs the one analysis of vitviz (``vitviz.analysis.analyse``, the Photo page's too) on a batch and
+picks what the index stores: the head statistics, prefix shares and rollout are folded in block by block, so no
+(B, heads, T, T) tensor outlives its block. ``index_shard`` reads a shard's files, batches the readable ones and lays
+the results out as the shard's tables and arrays.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import pyarrow as pa
 import torch
 
 from vitviz import explain
+from vitviz.analysis import analyse
 from vitviz.dataset.sources import Entry, read_entry
 from vitviz.dataset.storage import ACTIVATIONS, IndexFormatError, activation_name
 from vitviz.explain.facets import Facet
@@ -90,56 +91,37 @@ def prefix_names(model: ViT) -> list[str]:
 def analyse_batch(
     model: ViT, pixels: torch.Tensor, options: IndexOptions, projection: Projection | None = None
 ) -> dict[str, torch.Tensor]:
-    """One forward pass over pixels (B, 3, H, W); every result on the CPU in fp32 (the caller stores fp16):
-    probabilities (B, C); every statistic of explain.HEAD_STATISTICS by name, (B, layers, heads) or (B, layers,
-    heads, K); rollout
-    (B, rows, cols); readout (B, heads, rows, cols), the last block's; high_norm (B, rows * cols) bool; embedding
-    (B, D); features (B, rows, cols, D'); relevance (B, rows, cols) and faithfulness (B, 2) when asked; per block of
-    ``options.activations``, its output tokens (B, T, D) in fp16."""
-    c, device = model.config, next(model.parameters()).device
-    pixels = pixels.to(device)
-    grid = (pixels.shape[-2] // c.patch_size, pixels.shape[-1] // c.patch_size)
-    p = c.num_prefix_tokens
-    # the head's weights are known after the pass; the rollout is read out then, the readout rows from the kept block.
-    # The streamer's own readout rows are not stored: "cls" makes them a slice, where "mean" costs a pass per block
-    streamer = explain.StreamingExplainer(grid, c.patch_size, p, readout="cls" if p > 0 else "mean")
-    last: list[torch.Tensor] = []
-
-    def sink(layer: int, attention: torch.Tensor) -> None:
-        streamer(layer, attention)
-        if layer == c.num_layers - 1:
-            last.append(attention.detach().float())  # (B, heads, T, T), one block only
-
-    with torch.inference_mode(), autocast(options.precision, device.type):
-        output = model(pixels, attention_sink=sink, output_hidden_states=True)
-    readout = output.readout.float()  # (B, T)
-    streamer.readout = readout
-    views = streamer.results()
-    results = {statistic.name: views[statistic.name] for statistic in HEAD_STATISTICS} | {
-        "rollout": views["rollout"],
-        "readout": explain.readout_attention_all(last, p, grid, readout=readout)[:, 0],
-        "high_norm": explain.high_norm_patches(
-            explain.token_norms(output.hidden_states[-1:])[:, 0], p, options.outlier_factor
-        ),
-        "embedding": output.pooled.float(),
+    """What the index stores of one batch (B, 3, H, W), from one ``vitviz.analysis.analyse`` pass; every result on
+    the CPU in fp32 (the caller stores fp16): probabilities (B, C); every statistic of explain.HEAD_STATISTICS by name,
+    (B, layers, heads) or (B, layers, heads, K); rollout (B, rows, cols); readout (B, heads, rows, cols), the last
+    block's; high_norm (B, rows * cols) bool; embedding (B, D); features (B, rows, cols, D'); relevance (B, rows, cols)
+    and faithfulness (B, 2) when asked; per block of ``options.activations``, its output tokens (B, T, D) in fp16."""
+    c = model.config
+    block = options.features_block % c.num_layers
+    from_the_pass = options.features and options.facet == "token"  # the block's output tokens: no other pass
+    blocks = sorted({*options.activations, *([block] if from_the_pass else [])})
+    analysis = analyse(model, pixels, options.precision, keep_blocks=blocks, readout_blocks="last")
+    p, grid = analysis.num_prefix_tokens, analysis.grid_size
+    results = dict(analysis.statistics) | {
+        "rollout": analysis.rollout,
+        "readout": analysis.readout_attention[:, -1],
+        "high_norm": explain.high_norm_patches(analysis.token_norms[:, -1], p, options.outlier_factor),
+        "embedding": analysis.pooled,
     }
-    if output.logits is not None:
-        results["probabilities"] = model.probabilities(output.logits.float())
+    if analysis.probabilities is not None:
+        results["probabilities"] = analysis.probabilities
     if options.features:
-        block = options.features_block % c.num_layers
-        if options.facet == "token":  # the block's output tokens: what explain.patch_features returns, for free
-            features = output.hidden_states[block][:, p:].float()  # (B, N, D)
+        if from_the_pass:  # what explain.patch_features returns for the token facet, for free
+            features = analysis.tokens[block][:, p:].float()  # (B, N, D)
         else:
-            features = explain.patch_features(model, pixels, block, options.facet, options.precision)
+            features = explain.patch_features(model, analysis.pixel_values, block, options.facet, options.precision)
         if projection is not None:
             features = projection(features)
         results["features"] = features.reshape(features.shape[0], *grid, -1)  # (B, rows, cols, D')
-    for block in options.activations:  # the residual stream after the block: prefix tokens first, then patches
-        results[activation_name(block)] = output.hidden_states[block].to(torch.float16)  # (B, T, D), fp16 on device
-    del output
-    last.clear()
+    for kept in options.activations:  # the residual stream after the block: prefix tokens first, then patches
+        results[activation_name(kept)] = analysis.tokens[kept].to(torch.float16)  # (B, T, D), fp16 on device
     if options.relevance or options.faithfulness:
-        results |= _per_image_extras(model, pixels, results, options)
+        results |= _per_image_extras(model, analysis.pixel_values, results, options)
     return {name: value.detach().cpu() for name, value in results.items()}
 
 

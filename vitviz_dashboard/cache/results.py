@@ -267,9 +267,3 @@ def readout_maps(analysis: ImageAnalysis) -> np.ndarray:
     The [CLS] rows for a [CLS] model, the mean patch row for mean pooling, the rows weighted by the
     pooling head's weights for attention pooling (explain.readout_attention_all); part of every analysis."""
     return analysis.readout_attention.numpy()
-
-
-def token_views(analysis: ImageAnalysis) -> dict[str, np.ndarray]:
-    """The Tokens tab's numbers: attention to each prefix token and among patches (layers, heads, P + 1),
-    every token's norm after every block (layers, T)."""
-    return {"prefix_shares": analysis.prefix_shares.numpy(), "token_norms": analysis.token_norms.numpy()}

@@ -1,6 +1,6 @@
-"""Model anatomy: mean attention distance and entropy per layer and head, position-embedding similarity (and a rotary
-model's rotation similarity),
-principal components of the patch-embedding filters (the ViT paper's Fig. 7)."""
+"""Model anatomy: the head statistics of this photo per layer and head (mean attention distance, entropy: the records
+of explain.HEAD_STATISTICS), position-embedding similarity (and a rotary model's rotation similarity), principal
+components of the patch-embedding filters (the ViT paper's Fig. 7)."""
 
 from __future__ import annotations
 
@@ -8,34 +8,24 @@ import numpy as np
 import streamlit as st
 import torch
 
-from vitviz.analysis import head_statistics
+from vitviz.explain.head_statistics import DISTANCE_PX, HEAD_STATISTICS, HeadStatistic
 from vitviz.render import overlays
 from vitviz_dashboard.cache.pictures import cached_figure
 from vitviz_dashboard.cache.results import model_anatomy
 from vitviz_dashboard.downloads import chart_download
 from vitviz_dashboard.page import Page
 
+# the ViT paper's figure for the mean attention distance (every head a dot against depth); a layer x head map for
+# every other statistic
+FIGURES = {DISTANCE_PX.name: "attention_distance_figure"}
+
 
 def draw(page: Page) -> None:
     model = page.model
-    stats = head_statistics(page.analysis)
     anatomy = model_anatomy(page.model_key, _model=model)
-    left, right = st.columns(2)
-    left.subheader("Mean attention distance")
-    left.caption(
-        "For each head, the distance in pixels between a patch and the patches it attends to, weighted by "
-        "the attention and averaged over the patches (Dosovitskiy et al. 2020, Fig. 7). Low: a local head, "
-        "like a convolution; high: a head that looks across the image."
-    )
-    left.plotly_chart(cached_figure("attention_distance_figure", stats["distance_px"]), theme=None)
-    chart_download(left, page, "mean distances", stats["distance_px"], "layer", "head")
-    right.subheader("Attention entropy")
-    right.caption(
-        "The entropy of each head's attention rows, averaged over the rows, in nats: 0 when every token "
-        "attends to a single one, log T when attention is spread evenly over all T tokens."
-    )
-    right.plotly_chart(cached_figure("layer_head_figure", stats["entropy"], "", "nats"), theme=None)
-    chart_download(right, page, "entropies", stats["entropy"], "layer", "head")
+    shown = [s for s in HEAD_STATISTICS if s.shown and not s.per_prefix]  # the prefix shares: the Tokens tab's
+    for statistic, column in zip(shown, st.columns(len(shown)), strict=True):
+        head_statistic_chart(page, statistic, column)
     if anatomy["similarity"] is not None:
         similarity_grid(
             page,
@@ -85,6 +75,17 @@ def draw(page: Page) -> None:
         "patch-embedding components",
         {"components": components.numpy(), "explained_variance": explained.numpy()},
     )
+
+
+def head_statistic_chart(page: Page, statistic: HeadStatistic, column) -> None:
+    """One statistic of every layer and head of this photo, its description and its numbers (CSV)."""
+    values = page.analysis.statistics[statistic.name].numpy()  # (layers, heads)
+    column.subheader(statistic.title())
+    column.caption(f"For each head, {statistic.description}.")
+    name = FIGURES.get(statistic.name)
+    figure = cached_figure(name, values) if name else cached_figure("layer_head_figure", values, "", statistic.unit)
+    column.plotly_chart(figure, theme=None)
+    chart_download(column, page, statistic.label, values, "layer", "head")
 
 
 def similarity_grid(page: Page, similarity, title: str, caption: str, what: str) -> None:

@@ -9,8 +9,9 @@ import streamlit as st
 import torch
 
 from vitviz import explain
+from vitviz.explain.head_statistics import PREFIX_SHARES
 from vitviz_dashboard.cache.pictures import cached_figure, outlined_picture, overlay_picture
-from vitviz_dashboard.cache.results import photo_and_analysis, token_views
+from vitviz_dashboard.cache.results import photo_and_analysis
 from vitviz_dashboard.downloads import downloads
 from vitviz_dashboard.knockout import removed, tokens_key, what_changes
 from vitviz_dashboard.names import describe_pooling, prefix_token_names, readout_title
@@ -23,11 +24,11 @@ HEADS = ["mean", "max", "min"]
 
 @st.fragment
 def draw(page: Page) -> None:
-    views = token_views(page.analysis)
-    maps = {"token_norms": views["token_norms"]}
-    prefix_tokens(page, views["prefix_shares"], maps)
+    norms = page.analysis.token_norms.numpy()  # (layers, T)
+    maps = {"token_norms": norms}
+    prefix_tokens(page, page.analysis.statistics[PREFIX_SHARES.name].numpy(), maps)  # (layers, heads, P + 1)
     st.divider()
-    overlay = token_norms(page, views["token_norms"], maps)
+    overlay = token_norms(page, norms, maps)
     st.divider()
     pooling_head(page, maps)
     st.divider()
