@@ -115,3 +115,33 @@ def test_a_kept_patch_row_does_not_hold_its_whole_attention_block():
     whole = analyse_image(model, photo())
     rows = patch_attention(model, whole, 1, (1, 2))
     assert rows.untyped_storage().nbytes() == 4 * 15 * 4  # heads x patches x 4 bytes, not the (1, 4, 16, 16) block
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_a_batch_holds_what_each_image_analysed_alone_holds(name):
+    """The index's batched pass and the Photo page's one-image pass are the same analysis: image i of a batch
+    equals image i alone, for the last block's readout rows too when only those are asked for."""
+    from vitviz.analysis import analyse
+
+    model = model_for(CONFIGS[name])
+    pixels = torch.randn(3, 3, 24, 40, generator=torch.Generator().manual_seed(1))
+    batch = analyse(model, pixels, keep_blocks=(0, 2))
+    last = analyse(model, pixels, readout_blocks="last")
+    assert batch.readout_attention.shape == (3, 3, 4, 3, 5) and last.readout_attention.shape == (3, 1, 4, 3, 5)
+    torch.testing.assert_close(last.readout_attention, batch.readout_attention[:, -1:], rtol=1e-5, atol=1e-6)
+    for i in range(3):
+        alone = analyse(model, pixels[i : i + 1], keep_attentions=True)
+        one = batch.image(i, (0.0, 0.0, 40.0, 24.0))
+        torch.testing.assert_close(one.readout_attention, alone.readout_attention[0], rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(one.rollout, alone.rollout[0], rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(one.token_norms, alone.token_norms[0], rtol=1e-5, atol=1e-5)
+        for statistic in HEAD_STATISTICS:
+            torch.testing.assert_close(
+                one.statistics[statistic.name], alone.statistics[statistic.name][0], rtol=1e-5, atol=1e-6
+            )
+        np.testing.assert_allclose(one.probabilities, alone.probabilities[0].numpy(), rtol=1e-5, atol=1e-7)
+        torch.testing.assert_close(batch.pooled[i], alone.pooled[0], rtol=1e-5, atol=1e-6)
+    # the kept blocks' outputs are the model's hidden states after them
+    hidden = model(pixels, output_hidden_states=True).hidden_states
+    assert sorted(batch.tokens) == [0, 2]
+    torch.testing.assert_close(batch.tokens[2], hidden[2].detach(), rtol=1e-4, atol=1e-4)

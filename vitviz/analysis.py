@@ -131,6 +131,8 @@ def analyse(
     p = c.num_prefix_tokens
     cheap: explain.Readout = "cls" if p > 0 else "mean"  # a slice or one mean per block: rows read again later
     known = _readout_before_the_pass(model, grid) if readout_blocks == "all" else None  # None for "map" pooling
+    if known is not None:
+        known = known.to(pixels.device).expand(pixels.shape[0], -1)  # the same weights for every image
     streamer = _streamer(model, grid, known if known is not None else cheap, progress=progress)
     last: list[torch.Tensor] = []  # the last block's weights, when its rows must be read again
 
