@@ -12,7 +12,8 @@ from tiny_vlms import tiny_vlm_folder
 import vitviz
 from vitviz.vlm import VLMError, load_vlm
 from vitviz_dashboard.ask.tower import TOWER_BUTTON
-from vitviz_dashboard.sidebar.model_picker import HANDED, MAX_STORED_CHECKPOINTS, PATH_OR_UPLOAD, store_checkpoint
+from vitviz_dashboard.sidebar.model_picker import MAX_STORED_CHECKPOINTS, store_checkpoint
+from vitviz_dashboard.state import HANDED, MODEL_BOX, PATH_OR_UPLOAD
 
 pytestmark = pytest.mark.usefixtures("fresh_caches", "default_model")
 BUTTON = "Open the vision tower in Photo"
@@ -33,9 +34,9 @@ def test_the_tower_opens_in_photo_with_the_photo_chosen(tmp_path_factory, monkey
     at.sidebar.button(key=TOWER_BUTTON).click()
     checked(at.run())
     assert at.title[0].value == "vitviz: what does the Vision Transformer look at?"  # the Photo page
-    assert at.selectbox(key="model_box").value == PATH_OR_UPLOAD
+    assert at.selectbox(key=str(MODEL_BOX)).value == PATH_OR_UPLOAD
     [path] = list(uploads.glob("*.pt"))
-    assert at.session_state[HANDED].path == str(path)
+    assert at.session_state[str(HANDED)].path == str(path)
     assert f"The vision tower of `{folder}`" in " ".join(c.value for c in at.sidebar.caption)
     assert any(c.value.startswith(f"**{path}**: 2 layers x 2 heads") for c in at.sidebar.caption)  # the model shown
     [picker] = [s for s in at.selectbox if s.label == "Image"]
@@ -46,11 +47,11 @@ def test_the_tower_opens_in_photo_with_the_photo_chosen(tmp_path_factory, monkey
     assert at.title[0].value == "vitviz: what does the Vision Transformer look at?"  # still the Photo page
     assert seen["Overview"]["captions"] == ["photo.png, 300x200 (full resolution in the PNG download)"]
     assert seen["Heads & layers"]["captions"][:2] == ["head 0", "head 1"]  # the tower's two heads
-    assert at.session_state[HANDED].path == str(path)  # the hand-over holds through the tabs' runs
+    assert at.session_state[str(HANDED)].path == str(path)  # the hand-over holds through the tabs' runs
     # another model chosen in the box: the hand-over ends
-    at.selectbox(key="model_box").set_value("default")
+    at.selectbox(key=str(MODEL_BOX)).set_value("default")
     checked(at.run())
-    assert HANDED not in at.session_state
+    assert str(HANDED) not in at.session_state
 
 
 def test_a_qwen_tower_is_refused_with_its_reason(tmp_path_factory, monkeypatch):

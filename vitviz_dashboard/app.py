@@ -24,6 +24,7 @@ from vitviz_dashboard.page import PAGES, ModelKey, Page, keep_tab_widgets
 from vitviz_dashboard.sae_editing import sae_edited_model
 from vitviz_dashboard.sidebar.model_picker import MISSING_SPEC, describe_model, resolve, sidebar
 from vitviz_dashboard.sidebar.prompts import prompt_model
+from vitviz_dashboard.state import PHOTO_TAB
 from vitviz_dashboard.tabs import (
     anatomy,
     class_specific,
@@ -75,8 +76,8 @@ def photo_page() -> None:
         st.sidebar.warning(BUDGET_ERROR)
     # the images come first, so a model that is missing or fails to load does not clear the uploads
     chosen = choose_image()
-    if "tab" in st.session_state:  # and the open tab survives runs that stop before the tabs
-        st.session_state.tab = st.session_state.tab
+    if PHOTO_TAB.present:  # and the open tab survives runs that stop before the tabs
+        PHOTO_TAB.set(PHOTO_TAB.get())
     if not settings.model_spec:
         st.info(MISSING_SPEC.get(settings.model_choice, "Choose a model in the sidebar, or type a spec into its box."))
         return
@@ -115,7 +116,7 @@ def photo_page() -> None:
     )
     # Only the open tab runs (Streamlit's lazy tabs): a sidebar change redraws one tab, not eight, and
     # the class-specific maps (a backward pass) are computed when their tab is first opened.
-    for tab, draw in zip(st.tabs(list(TABS), key="tab", on_change="rerun"), TABS.values()):
+    for tab, draw in zip(st.tabs(list(TABS), key=str(PHOTO_TAB), on_change="rerun"), TABS.values()):
         if tab.open:
             with tab:
                 draw(page)

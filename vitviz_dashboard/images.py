@@ -12,6 +12,7 @@ import streamlit as st
 from vitviz.preprocessing import ImageError, ImageFile
 from vitviz_dashboard.cache.budget import session_share
 from vitviz_dashboard.cache.pictures import decode
+from vitviz_dashboard.state import CAMERA_SHOTS, HISTORY, INTAKE, NEWEST
 
 UPLOAD_TYPES = ["jpg", "jpeg", "png", "webp", "bmp", "gif", "tif", "tiff"]
 MAX_SESSION_IMAGES = (
@@ -65,30 +66,29 @@ def sample_images(sources: tuple[Path, ...], count: int = 10) -> list[tuple[str,
 
 def choose_image() -> tuple[str, dict[str, ImageFile]] | None:
     """Uploads, camera, earlier images of this session, or samples: (chosen name, every image by name)."""
-    if "history" not in st.session_state:
-        st.session_state.history = {}  # name -> ImageFile, oldest first
+    history = HISTORY.setdefault({})
     uploads = st.file_uploader("Upload photos", type=UPLOAD_TYPES, accept_multiple_files=True)
     with st.expander("Take a photo with the camera"):
         camera = st.camera_input("Camera", label_visibility="collapsed")
     # each camera shot gets a name of its own (the browser calls every shot image.jpg)
-    shots = st.session_state.setdefault("camera_shots", {})  # file id -> name
+    shots = CAMERA_SHOTS.setdefault({})
     if camera is not None and camera.file_id not in shots:
         shots[camera.file_id] = f"camera photo {len(shots) + 1}.jpg"
     items = [(upload.name, upload) for upload in uploads or []]
     items += [(shots[camera.file_id], camera)] if camera is not None else []
     # each upload is read, hashed and decoded once, in the run it arrives; later runs reuse the outcome:
     # (its name among the session's images, "") or ("", why it was refused)
-    earlier = st.session_state.get("intake", {})
+    earlier = INTAKE.get() or {}
     intake = {item.file_id: earlier.get(item.file_id) or take_in(name, item) for name, item in items}
-    st.session_state.intake = intake  # only the files still in the widgets
+    INTAKE.set(intake)  # only the files still in the widgets
     for name, item in items:
         if intake[item.file_id][1]:
             st.error(f"Could not read {name}: {intake[item.file_id][1]}")
     arrived = [intake[item.file_id][0] for _, item in items if item.file_id not in earlier]
     if any(arrived):  # the newest readable arrival is shown, wherever its widget lists it
-        st.session_state.newest = [name for name in arrived if name][-1]
+        NEWEST.set([name for name in arrived if name][-1])
     samples = dict(sample_images(sample_sources()))
-    options = list(st.session_state.history) + [f"sample: {name}" for name in samples]
+    options = list(history) + [f"sample: {name}" for name in samples]
     if not options:
         st.info(
             "Upload one or more photos (JPEG, PNG, WebP, BMP, GIF, TIFF) to see what the model predicts and "
@@ -96,15 +96,15 @@ def choose_image() -> tuple[str, dict[str, ImageFile]] | None:
             "to, class-specific relevance, head statistics, prefix tokens and token norms, and faithfulness curves."
         )
         return None
-    if not st.session_state.history:
+    if not history:
         st.caption(
             "Showing sample photos (the examples are public domain or CC0). Upload your own above: they "
             "join the Image picker."
         )
-    newest = st.session_state.get("newest")
+    newest = NEWEST.get()
     index = options.index(newest) if newest in options else 0
     name = st.selectbox("Image", options, index=index, help="every image of this session stays here")
-    images = st.session_state.history | {f"sample: {n}": file for n, file in samples.items()}
+    images = history | {f"sample: {n}": file for n, file in samples.items()}
     return name, images
 
 
@@ -127,7 +127,7 @@ def add_image(name: str, data: bytes) -> tuple[str, str]:
         decode(file)
     except ImageError as error:
         return "", str(error)
-    history = st.session_state.setdefault("history", {})
+    history = HISTORY.setdefault({})
     stem, suffix = os.path.splitext(name)
     number = 2
     while name in history and history[name].key != file.key:

@@ -20,18 +20,13 @@ import streamlit as st
 import vitviz
 from vitviz_dashboard.cache.results import photo_and_analysis
 from vitviz_dashboard.names import class_name, classes_by_probability, has_classifier, prefix_token_names
-from vitviz_dashboard.page import KEPT, ModelKey, Page
-
-
-def heads_key(spec: str) -> str:
-    """The session-state key of the heads knocked out of the image tower ``spec`` names: labels "L3 H2". Kept per
-    image tower, not per ModelKey: a zero-shot model's prompts only change the head that scores them."""
-    return f"{KEPT}{spec}|knocked_heads"
+from vitviz_dashboard.page import ModelKey, Page
+from vitviz_dashboard.state import knocked_heads, knocked_tokens
 
 
 def tokens_key(spec: str) -> str:
-    """The session-state key of the prefix tokens taken out of this model's attention: names "[CLS]", "register 1"."""
-    return f"{KEPT}{spec}|knocked_tokens"
+    """The name of state.knocked_tokens(spec), for tabs/tokens.py until it reads that key."""
+    return str(knocked_tokens(spec))
 
 
 def head_label(layer: int, head: int) -> str:
@@ -53,15 +48,15 @@ def removed(model: vitviz.ViT, spec: str) -> tuple[list[tuple[int, int]], list[i
     """The (layer, head) pairs and prefix token indices removed from this model (its image tower's ``spec``), those
     that fit it."""
     labels = set(head_labels(model))
-    heads = [parse_head(label) for label in st.session_state.get(heads_key(spec), []) if label in labels]
+    heads = [parse_head(label) for label in knocked_heads(spec).get() or [] if label in labels]
     names = prefix_token_names(model.config)
-    tokens = [names.index(name) for name in st.session_state.get(tokens_key(spec), []) if name in names]
+    tokens = [names.index(name) for name in knocked_tokens(spec).get() or [] if name in names]
     return sorted(heads), sorted(tokens)
 
 
 def restore(spec: str) -> None:
-    st.session_state[heads_key(spec)] = []
-    st.session_state[tokens_key(spec)] = []
+    knocked_heads(spec).set([])
+    knocked_tokens(spec).set([])
 
 
 def knocked_out_model(model: vitviz.ViT, key: ModelKey, slot) -> tuple[vitviz.ViT, ModelKey]:

@@ -14,13 +14,25 @@ from PIL import Image
 import vitviz
 from vitviz.analysis import ImageAnalysis
 from vitviz.preprocessing import ImageFile
+from vitviz_dashboard.state import (
+    KEPT,
+    MODEL_BOX,
+    MODEL_HUB_SPEC,
+    MODEL_PATH,
+    PHOTO_ALPHA,
+    PHOTO_COLORMAP,
+    PHOTO_PRECISION,
+    PHOTO_TAB,
+    tab_widget,
+)
 
-KEPT = "kept|"  # prefix of the keys of tab widgets, whose values outlive runs that do not draw them
 # the app's pages (st.Page) by name, set by app.main in every run: st.switch_page reaches a page of callables only
 # through its object, so a tab that sends the visitor to another page finds it here
 PAGES: dict[str, object] = {}
 # the Photo page's sidebar and open tab, kept the same way: a visit to the Dataset page draws none of them
-PHOTO_WIDGETS = ("model_box", "model_path", "model_hub_spec", "precision", "colormap", "alpha", "tab")
+PHOTO_WIDGETS = tuple(
+    str(key) for key in (MODEL_BOX, MODEL_PATH, MODEL_HUB_SPEC, PHOTO_PRECISION, PHOTO_COLORMAP, PHOTO_ALPHA, PHOTO_TAB)
+)
 
 
 @dataclass(frozen=True)
@@ -110,7 +122,7 @@ class Page:
         scope = self.model_key.widget_scope
         if per_image:
             scope = f"{scope}|{self.photo.key}|{self.photo.name}"
-        key = f"{KEPT}{scope}|{name}"
+        key = tab_widget(scope, name)
         if key not in st.session_state or (options is not None and st.session_state[key] not in options):
             st.session_state[key] = default
         return key

@@ -24,8 +24,10 @@ from vitviz.loading.specs import HUB_PREFIX
 from vitviz.messages import clip_text
 from vitviz.sae import SAEError, TopKSAE, with_sae
 from vitviz_dashboard.cache.sae import cached_sae, hub_folder
-from vitviz_dashboard.page import KEPT, ModelKey
+from vitviz_dashboard.page import ModelKey
 from vitviz_dashboard.sidebar.model_dirs import ModelRefused, allowed_model_dirs, check_model_path
+from vitviz_dashboard.state import DATASET_SAE as DATASET_SAE  # for dataset/features.py until it imports state
+from vitviz_dashboard.state import sae_edit
 
 OUTSIDE = (
     "This page opens SAE folders only inside the folders that the server's owner allows (VITVIZ_MODEL_DIRS, the same "
@@ -37,7 +39,6 @@ SAE_HELP = (
     "sparsify folder, inside the folders the server's owner allows (VITVIZ_MODEL_DIRS)."
 )
 SAE_LABEL = "SAE from the Hub or a folder"
-DATASET_SAE = f"{KEPT}dataset|sae"  # the Dataset page's SAE field: the Photo page's starts from it
 
 
 def check_sae_hub_spec(text: str) -> str:
@@ -92,24 +93,18 @@ def open_typed_sae(text: str) -> tuple[TopKSAE, Path] | None:
         return None
 
 
-def edit_key(spec: str) -> str:
-    """The session-state key of the SAE edit made to the image tower ``spec`` names: {"folder": str, "block": int,
-    "set_to": {latent: code}, "scale": {latent: factor}}, or absent."""
-    return f"{KEPT}{spec}|sae_edit"
-
-
 def restore(spec: str) -> None:
-    st.session_state.pop(edit_key(spec), None)
+    sae_edit(spec).pop()
 
 
 def apply(spec: str, folder: Path, block: int, set_to: dict[int, float], scale: dict[int, float]) -> None:
-    st.session_state[edit_key(spec)] = {"folder": str(folder), "block": block, "set_to": set_to, "scale": scale}
+    sae_edit(spec).set({"folder": str(folder), "block": block, "set_to": set_to, "scale": scale})
 
 
 def sae_edited_model(model: vitviz.ViT, key: ModelKey, slot) -> tuple[vitviz.ViT, ModelKey]:
     """The model the page shows and its key: with the SAE edit the user applied, a banner saying so and a restore
     button, drawn in ``slot`` (an st.empty() the page draws in every run); or the model itself."""
-    edit = st.session_state.get(edit_key(key.spec))
+    edit = sae_edit(key.spec).get()
     if not edit:
         return model, key
     path = Path(edit["folder"])

@@ -17,6 +17,9 @@ from typing import Generic, TypeVar, cast
 
 import streamlit as st
 
+from vitviz.preprocessing import ImageFile
+from vitviz.text import check_prompts, parse_prompts, prompt_set, template_set
+
 T = TypeVar("T")
 
 KEPT = "kept|"  # prefix of the keys whose values outlive runs that do not draw their widgets
@@ -63,6 +66,60 @@ def keep_widgets() -> None:
 
 # ---- the Photo page -------------------------------------------------------------------------------------------
 
+# The sidebar's model picker (sidebar/model_picker.py): its two options that open a field, and its widgets. Other
+# pages set them only through the accessors below (pick_photo_page_model), and read them through photo_page_model.
+HUB_SPEC = "timm, Hugging Face or open_clip spec..."  # opens MODEL_HUB_SPEC
+PATH_OR_UPLOAD = "path or upload..."  # opens MODEL_PATH and the checkpoint upload
+MODEL_BOX: Key[str] = Key("model_box")  # the picker: one of its options, or a spec typed into it
+MODEL_HUB_SPEC: Key[str] = Key("model_hub_spec")  # the field under HUB_SPEC
+MODEL_PATH: Key[str] = Key("model_path")  # the field under PATH_OR_UPLOAD: a checkpoint's or HF folder's path
+PHOTO_PRECISION: Key[str] = Key("precision")  # "auto", "fp32" or "bf16"
+PHOTO_COLORMAP: Key[str] = Key("colormap")
+PHOTO_ALPHA: Key[float] = Key("alpha")  # the overlays' opacity
+PHOTO_TAB: Key[str] = Key("tab")  # the open tab's name (app.TABS)
+
+# The sidebar's prompts (sidebar/prompts.py), kept: typed prompts outlive a look at a ready set, or at a model
+# without a text tower
+MY_PROMPTS = "my prompts"  # PROMPT_SOURCE's option for typed prompts; the others are vitviz.text.PROMPT_SETS' names
+DEFAULT_PROMPTS = "a photo of a cat\na photo of a dog\na photo of a bird"  # PROMPTS until the user types
+MAX_PROMPTS = 100  # typed prompts; the ready sets go up to ImageNet's 1,000 classes
+PROMPT_SOURCE: Key[str] = Key(kept("prompt_source"))  # MY_PROMPTS or a ready set's name
+PROMPTS: Key[str] = Key(kept("prompts"))  # the typed prompts, one per line
+PROMPT_ENSEMBLE: Key[bool] = Key(kept("prompt_ensemble"))  # a ready set through OpenAI's 80 templates, not one
+
+# The session's images (images.py)
+HISTORY: Key[dict[str, ImageFile]] = Key("history")  # name -> file, oldest first: uploads, shots, opened images
+NEWEST: Key[str] = Key("newest")  # the image the Image picker shows: the newest arrival, or one another page opened
+CAMERA_SHOTS: Key[dict[str, str]] = Key("camera_shots")  # a camera shot's file id -> its name among the images
+INTAKE: Key[dict[str, tuple[str, str]]] = Key("intake")  # an upload's file id -> (its name, "") or ("", refusal)
+
+# The tabs' chosen patches, (row, column): not per model, so a patch stays chosen when the model changes
+PATCH: Key[tuple[int, int]] = Key("patch")  # Click a patch
+FEATURES_PATCH: Key[tuple[int, int]] = Key("features_patch")  # Features: the patch whose similarity map is shown
+
+
+def knocked_heads(spec: str) -> Key[list[str]]:
+    """The heads knocked out of the image tower ``spec`` names (knockout.py), as labels "L3 H2". Kept per image
+    tower, not per ModelKey: a zero-shot model's prompts only change the head that scores them."""
+    return Key(kept(f"{spec}|knocked_heads"))
+
+
+def knocked_tokens(spec: str) -> Key[list[str]]:
+    """The prefix tokens taken out of this image tower's attention (knockout.py): names "[CLS]", "register 1"."""
+    return Key(kept(f"{spec}|knocked_tokens"))
+
+
+def sae_edit(spec: str) -> Key[dict]:
+    """The SAE edit made to the image tower ``spec`` names (sae_editing.py): {"folder": str, "block": int, "set_to":
+    {latent: code}, "scale": {latent: factor}}, or absent."""
+    return Key(kept(f"{spec}|sae_edit"))
+
+
+def tab_widget(scope: str, name: str) -> str:
+    """The key of a Photo tab's widget ``name`` under ``scope`` (page.Page.widget_key: the model, and the image for
+    per-image widgets): kept, so a control keeps its value while another tab is open."""
+    return kept(f"{scope}|{name}")
+
 
 # ---- the Dataset page -----------------------------------------------------------------------------------------
 
@@ -71,3 +128,64 @@ def keep_widgets() -> None:
 
 
 # ---- between pages --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HandedCheckpoint:
+    """A checkpoint another page wrote into the uploads folder (sidebar/model_picker.store_checkpoint) for the Photo
+    page's picker to use under PATH_OR_UPLOAD, with a caption that says what it is."""
+
+    path: str
+    caption: str
+
+
+HANDED: Key[HandedCheckpoint] = Key("model_picker|handed")  # until another model is chosen on the Photo page
+# the Dataset page's SAE field: the Photo page's SAE tab starts from it
+DATASET_SAE: Key[str] = Key(kept("dataset|sae"))
+
+
+def photo_page_model() -> str:
+    """The model the Photo page shows (its sidebar's picker, kept through visits to other pages): a spec, a typed
+    spec or a checkpoint's path; "default" when it names none another page can reload (an uploaded checkpoint, an
+    empty field)."""
+    choice = MODEL_BOX.get() or "default"
+    if choice == PATH_OR_UPLOAD:
+        return (MODEL_PATH.get() or "").strip() or "default"
+    return "default" if choice == HUB_SPEC else choice
+
+
+def photo_page_prompts() -> tuple[list[str], list[str] | None, dict]:
+    """The Photo page's prompts (its defaults when it never showed them): the classes, the templates (None: read as
+    typed) and the manifest's record of them, as `vitviz index` writes it.
+    vitviz.text.PromptError when the typed prompts cannot be the classes."""
+    source = PROMPT_SOURCE.get(MY_PROMPTS)
+    if source == MY_PROMPTS:
+        prompts = check_prompts(parse_prompts(PROMPTS.get(DEFAULT_PROMPTS) or ""), MAX_PROMPTS)
+        return prompts, None, {"prompts": prompts, "prompt_set": None, "templates": None}
+    templates = "openai-80" if PROMPT_ENSEMBLE.get() else "photo"
+    record = {"prompts": None, "prompt_set": source, "templates": templates}
+    return list(prompt_set(str(source))), list(template_set(templates)), record
+
+
+def session_photos() -> dict[str, ImageFile]:
+    """The session's images by name, oldest first (the Photo page's uploads, shots and opened images)."""
+    return HISTORY.get() or {}
+
+
+def show_on_photo_page(name: str) -> None:
+    """Make ``name`` (one of session_photos()) the image the Photo page shows next."""
+    NEWEST.set(name)
+
+
+def pick_photo_page_model(choice: str, path: str = "") -> None:
+    """Set the Photo page's model picker to ``choice``: one of its options or a typed spec; under PATH_OR_UPLOAD,
+    ``path`` goes into its path field ("" for a HANDED checkpoint, since a typed path comes before it)."""
+    MODEL_BOX.set(choice)
+    if choice == PATH_OR_UPLOAD:
+        MODEL_PATH.set(path)
+
+
+def hand_checkpoint_to_photo_page(handed: HandedCheckpoint) -> None:
+    """Make a checkpoint this page stored the Photo page's model (the picker on PATH_OR_UPLOAD, no path typed)."""
+    HANDED.set(handed)
+    pick_photo_page_model(PATH_OR_UPLOAD)

@@ -7,7 +7,8 @@ from __future__ import annotations
 import streamlit as st
 
 from vitviz_dashboard.cache.vlm import Tower, VLMKey, get_vlm, tower_checkpoint
-from vitviz_dashboard.sidebar.model_picker import HANDED, PATH_OR_UPLOAD, HandedCheckpoint, store_checkpoint
+from vitviz_dashboard.sidebar.model_picker import store_checkpoint
+from vitviz_dashboard.state import HandedCheckpoint, hand_checkpoint_to_photo_page, show_on_photo_page
 
 TOWER_BUTTON = "ask|tower"
 
@@ -32,8 +33,6 @@ def open_tower(spec: str, tower: Tower, photo_name: str, photo_page: st.Page) ->
     """Store the tower's checkpoint, make it the Photo page's model (its picker on "path or upload...", no path
     typed) and ``photo_name`` its photo, then go there."""
     path = store_checkpoint(tower.data)
-    st.session_state[HANDED] = HandedCheckpoint(path, f"The vision tower of `{spec}`, converted to a vitviz ViT.")
-    st.session_state.model_box = PATH_OR_UPLOAD
-    st.session_state.model_path = ""  # a typed path would come before the hand-over
-    st.session_state.newest = photo_name  # the Photo page's Image picker shows it
+    hand_checkpoint_to_photo_page(HandedCheckpoint(path, f"The vision tower of `{spec}`, converted to a vitviz ViT."))
+    show_on_photo_page(photo_name)  # the Photo page's Image picker shows it
     st.switch_page(photo_page)

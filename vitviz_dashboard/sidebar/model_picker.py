@@ -28,10 +28,19 @@ from vitviz_dashboard.sidebar.model_dirs import (
     check_hub_spec,
     check_model_path,
 )
+from vitviz_dashboard.state import (
+    HANDED,
+    HUB_SPEC,
+    MODEL_BOX,
+    MODEL_HUB_SPEC,
+    MODEL_PATH,
+    PATH_OR_UPLOAD,
+    PHOTO_ALPHA,
+    PHOTO_COLORMAP,
+    PHOTO_PRECISION,
+)
 
 CURATED_MODELS = POPULAR_MODELS  # label -> spec
-HUB_SPEC = "timm, Hugging Face or open_clip spec..."
-PATH_OR_UPLOAD = "path or upload..."
 # the picker's options: specs, except the two that open a field
 MODEL_CHOICES = [
     "default",
@@ -61,18 +70,6 @@ PRECISION_HELP = (
 )
 
 
-@dataclasses.dataclass(frozen=True)
-class HandedCheckpoint:
-    """A checkpoint another page wrote into the uploads folder (store_checkpoint) for the picker to use under
-    "path or upload...", with a caption that says what it is; kept in the session state under HANDED."""
-
-    path: str
-    caption: str
-
-
-HANDED = "model_picker|handed"  # the session state's HandedCheckpoint, until another model is chosen
-
-
 def sidebar() -> Settings:
     st.sidebar.header("Model")
     choice = st.sidebar.selectbox(
@@ -81,7 +78,7 @@ def sidebar() -> Settings:
         label_visibility="collapsed",
         format_func=lambda option: LABELS.get(option, option),
         accept_new_options=True,
-        key="model_box",  # a spec typed straight into the box loads like one in the field
+        key=str(MODEL_BOX),  # a spec typed straight into the box loads like one in the field
         help="Pick a model, or type a timm, Hugging Face or open_clip spec here. The pretrained models download "
         "once when online, into the Hugging Face or torch cache, and load offline afterwards.",
     )
@@ -96,7 +93,7 @@ def sidebar() -> Settings:
         text = st.sidebar.text_input(
             "Model spec",
             "",
-            key="model_hub_spec",  # kept through a visit to the Dataset page (page.PHOTO_WIDGETS)
+            key=str(MODEL_HUB_SPEC),  # kept through a visit to another page
             placeholder=EXAMPLE_SPEC,
             help=f"{typed_usage()}; a bare <org>/<name> is a Hugging Face repository, a bare name a timm model.",
         )
@@ -106,7 +103,7 @@ def sidebar() -> Settings:
         text = st.sidebar.text_input(
             "vitviz checkpoint file or Hugging Face folder",
             "",
-            key="model_path",  # the Dataset page opens an image here with its index's model
+            key=str(MODEL_PATH),  # the Dataset page opens an image here with its index's model
             disabled=not roots,
             help=PATH_HELP,
             placeholder=None if roots else "opening paths is off",
@@ -117,7 +114,7 @@ def sidebar() -> Settings:
             f"...or upload a vitviz checkpoint (.pt, up to {MAX_CHECKPOINT_MB} MB)", type=["pt", "pth"]
         )
         spec = ""
-        handed = st.session_state.get(HANDED)
+        handed = HANDED.get()
         if uploaded is not None:  # uploads are not typed paths: no folder limits them
             spec = save_uploaded_checkpoint(uploaded)
         elif text.strip():
@@ -125,15 +122,17 @@ def sidebar() -> Settings:
         elif handed is not None and Path(handed.path).is_file():  # written by the page itself, as uploads are
             spec = handed.path
             st.sidebar.caption(handed.caption)
-    if choice != PATH_OR_UPLOAD or (spec and spec != getattr(st.session_state.get(HANDED), "path", None)):
-        st.session_state.pop(HANDED, None)  # another model chosen: the hand-over is over
+    if choice != PATH_OR_UPLOAD or (spec and spec != getattr(HANDED.get(), "path", None)):
+        HANDED.pop()  # another model chosen: the hand-over is over
     st.sidebar.header("Display")
     # "auto" stays in the settings until the model is loaded: resolve() then puts the measured precision there
-    # keyed, so that page.keep_tab_widgets keeps them through a visit to the Dataset page
-    precision = st.sidebar.radio("Precision", PRECISION_CHOICES, horizontal=True, help=PRECISION_HELP, key="precision")
-    colormap = st.sidebar.selectbox("Colormap", overlays.COLORMAPS, key="colormap")
-    st.session_state.setdefault("alpha", 0.55)  # the default in the state, not the widget (Streamlit warns of both)
-    alpha = st.sidebar.slider("Overlay opacity", 0.0, 1.0, step=0.05, key="alpha")
+    # keyed by state.py's keys, so that they are kept through a visit to another page
+    precision = st.sidebar.radio(
+        "Precision", PRECISION_CHOICES, horizontal=True, help=PRECISION_HELP, key=str(PHOTO_PRECISION)
+    )
+    colormap = st.sidebar.selectbox("Colormap", overlays.COLORMAPS, key=str(PHOTO_COLORMAP))
+    PHOTO_ALPHA.setdefault(0.55)  # the default in the state, not the widget (Streamlit warns of both)
+    alpha = st.sidebar.slider("Overlay opacity", 0.0, 1.0, step=0.05, key=str(PHOTO_ALPHA))
     return Settings(spec, precision, colormap, alpha, choice)
 
 

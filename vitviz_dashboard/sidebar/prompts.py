@@ -15,15 +15,13 @@ import vitviz
 from vitviz.text import PROMPT_SETS, PromptError, check_prompts, parse_prompts, prompt_set, template_set
 from vitviz.text.embeddings import estimated_seconds
 from vitviz.text.zero_shot import NO_TEXT_TOWER
-from vitviz_dashboard.page import KEPT, ModelKey
+from vitviz_dashboard.page import ModelKey
+from vitviz_dashboard.state import DEFAULT_PROMPTS, MAX_PROMPTS, MY_PROMPTS, PROMPT_ENSEMBLE, PROMPT_SOURCE, PROMPTS
 from vitviz_dashboard.widgets.progress import progress_class, remaining
 
-MAX_PROMPTS = 100  # typed prompts; the ready sets go up to ImageNet's 1,000 classes
-DEFAULT_PROMPTS = "a photo of a cat\na photo of a dog\na photo of a bird"
-MY_PROMPTS = "my prompts"
 SOURCES = [MY_PROMPTS, *PROMPT_SETS]
-# kept (page.keep_tab_widgets): typed prompts outlive a look at a ready set, or at a model without a text tower
-SOURCE_KEY, PROMPTS_KEY, ENSEMBLE_KEY = f"{KEPT}prompt_source", f"{KEPT}prompts", f"{KEPT}prompt_ensemble"
+# the keys' names, for the Dataset page's modules until they read state.py's keys (PROMPT_SOURCE, PROMPTS, ...)
+SOURCE_KEY, PROMPTS_KEY, ENSEMBLE_KEY = str(PROMPT_SOURCE), str(PROMPTS), str(PROMPT_ENSEMBLE)
 ENSEMBLE_HELP = (
     "Each class's text embedding becomes the mean of its 80 templates' embeddings (CLIP's ImageNet "
     "recipe): usually a few points more accurate, and 80x the prompts to embed, once: 80,000 for "
@@ -50,14 +48,14 @@ def prompt_model(model: vitviz.ViT, key: ModelKey) -> tuple[vitviz.ViT, ModelKey
     source = st.sidebar.selectbox(
         "Classes",
         SOURCES,
-        key=SOURCE_KEY,
+        key=str(PROMPT_SOURCE),
         format_func=lambda s: s if s == MY_PROMPTS else PROMPT_SETS[s].description,
         help="Any prompt becomes a class: the text tower embeds it, and the image's "
         "similarity to each embedding is its score.",
     )
     if source == MY_PROMPTS:
-        st.session_state.setdefault(PROMPTS_KEY, DEFAULT_PROMPTS)
-        text = st.sidebar.text_area("One prompt per line", key=PROMPTS_KEY, height=120)
+        PROMPTS.setdefault(DEFAULT_PROMPTS)
+        text = st.sidebar.text_area("One prompt per line", key=str(PROMPTS), height=120)
         try:
             prompts = check_prompts(parse_prompts(text), MAX_PROMPTS)
         except PromptError as error:
@@ -66,7 +64,7 @@ def prompt_model(model: vitviz.ViT, key: ModelKey) -> tuple[vitviz.ViT, ModelKey
         templates = None
     else:
         prompts = list(prompt_set(source))
-        ensemble = st.sidebar.toggle("OpenAI's 80 templates", key=ENSEMBLE_KEY, help=ENSEMBLE_HELP)
+        ensemble = st.sidebar.toggle("OpenAI's 80 templates", key=str(PROMPT_ENSEMBLE), help=ENSEMBLE_HELP)
         templates = list(template_set("openai-80" if ensemble else "photo"))
         st.sidebar.caption(
             f"{len(prompts):,} classes x {len(templates)} template{'s' if len(templates) > 1 else ''} "

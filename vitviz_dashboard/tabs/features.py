@@ -22,6 +22,7 @@ from vitviz_dashboard.cache.pictures import grid_picture_uri
 from vitviz_dashboard.cache.results import feature_parts, patch_features, pca_colours, photo_and_analysis
 from vitviz_dashboard.downloads import npz_bytes
 from vitviz_dashboard.page import Page, Photo
+from vitviz_dashboard.state import FEATURES_PATCH
 from vitviz_dashboard.widgets.click_picture import click_picture, clicked_patch
 from vitviz_dashboard.widgets.controls import colour_legend, index_slider, rerun_tab
 
@@ -182,7 +183,7 @@ def pca_view(page: Page, chosen: list[Chosen]) -> None:
 def matches_view(page: Page, chosen: list[Chosen]) -> None:
     source = chosen[0]
     rows, cols = source.grid
-    row, col = st.session_state.get("features_patch", (rows // 2, cols // 2))
+    row, col = FEATURES_PATCH.get((rows // 2, cols // 2))
     row, col = min(row, rows - 1), min(col, cols - 1)
     st.caption(
         f"Click a patch of {source.name} (the first photo chosen above): each patch of both photos is coloured "
@@ -215,7 +216,7 @@ def matches_view(page: Page, chosen: list[Chosen]) -> None:
         st.caption(f"Click a patch of {source.name}; ({row}, {col}) is chosen.")
         clicked = clicked_patch(click, source.photo.image.size, source.analysis)
         if clicked is not None and clicked != (row, col):
-            st.session_state.features_patch = clicked
+            FEATURES_PATCH.set(clicked)
             rerun_tab()
     query = torch.from_numpy(source.features[row * cols + col])
     here = explain.patch_similarity(query, torch.from_numpy(source.features))

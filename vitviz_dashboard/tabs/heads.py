@@ -12,7 +12,7 @@ from vitviz.render.heads import signed_layer_head_figure
 from vitviz_dashboard.cache.pictures import cached_figure, overlay_picture
 from vitviz_dashboard.cache.results import head_ranking, logit_parts, photo_and_analysis, readout_maps
 from vitviz_dashboard.downloads import chart_download, downloads
-from vitviz_dashboard.knockout import head_label, head_labels, heads_key, parse_head, removed, what_changes
+from vitviz_dashboard.knockout import head_label, head_labels, parse_head, removed, what_changes
 from vitviz_dashboard.names import (
     Readout,
     class_name,
@@ -23,6 +23,7 @@ from vitviz_dashboard.names import (
     without_classes,
 )
 from vitviz_dashboard.page import Page
+from vitviz_dashboard.state import knocked_heads
 from vitviz_dashboard.widgets.controls import class_picker, index_slider
 from vitviz_dashboard.widgets.small_multiples import head_maps
 
@@ -166,7 +167,7 @@ def head_causes(page: Page) -> None:
     st.multiselect(
         "Knock out heads",
         head_labels(page.model),
-        key=heads_key(spec),
+        key=str(knocked_heads(spec)),
         help="The chosen heads' outputs are removed from every forward pass of the page: the prediction, "
         "the predictions and the maps of every tab then show the intervened model.",
     )
@@ -185,8 +186,8 @@ def clicked_head(event, spec: str) -> None:
         st.session_state[handled_key] = click
         return
     st.session_state[handled_key] = click
-    chosen = set(st.session_state.get(heads_key(spec), []))
+    chosen = set(knocked_heads(spec).get() or [])
     for layer, head in click:
         chosen ^= {head_label(layer, head)}
-    st.session_state[heads_key(spec)] = sorted(chosen, key=parse_head)
+    knocked_heads(spec).set(sorted(chosen, key=parse_head))
     st.rerun()

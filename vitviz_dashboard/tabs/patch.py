@@ -8,6 +8,7 @@ from vitviz_dashboard.cache.pictures import grid_picture_uri, overlay_picture
 from vitviz_dashboard.cache.results import patch_maps
 from vitviz_dashboard.downloads import downloads
 from vitviz_dashboard.page import Page
+from vitviz_dashboard.state import PATCH
 from vitviz_dashboard.widgets.click_picture import click_picture, clicked_patch
 from vitviz_dashboard.widgets.controls import index_slider, rerun_tab
 from vitviz_dashboard.widgets.small_multiples import head_maps
@@ -17,9 +18,7 @@ from vitviz_dashboard.widgets.small_multiples import head_maps
 def draw(page: Page) -> None:
     analysis, settings = page.analysis, page.settings
     rows, cols = analysis.grid_size
-    if "patch" not in st.session_state:
-        st.session_state.patch = (rows // 2, cols // 2)
-    row, col = st.session_state.patch
+    row, col = PATCH.setdefault((rows // 2, cols // 2))
     row, col = min(row, rows - 1), min(col, cols - 1)
     layers = range(page.model.config.num_layers)
     layer = index_slider("Layer", len(layers), page.widget_key("patch_layer", layers[-1], options=layers))
@@ -33,7 +32,7 @@ def draw(page: Page) -> None:
     new_col = b.number_input("Column", 0, cols - 1, col)
     if (new_row, new_col) != (row, col):
         row, col = int(new_row), int(new_col)
-        st.session_state.patch = (row, col)
+        PATCH.set((row, col))
     left, right = st.columns(2)
     with left:
         picture = grid_picture_uri(page.photo, analysis.box, analysis.grid_size, (row, col))
@@ -41,7 +40,7 @@ def draw(page: Page) -> None:
         st.caption("The model's patch grid (lines up to 40 patches a side), the chosen patch outlined.")
         clicked = clicked_patch(click, page.photo.image.size, analysis)
         if clicked is not None and clicked != (row, col):  # known only once the picture is drawn: draw again
-            st.session_state.patch = clicked
+            PATCH.set(clicked)
             rerun_tab()
     fused, per_head = patch_maps(page.model_key, page.photo.key, layer, row, col, _analysis=analysis, _model=page.model)
     with right:

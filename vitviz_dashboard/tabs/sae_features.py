@@ -23,8 +23,9 @@ from vitviz_dashboard.dataset.opening import manifest_stamp, page_roots
 from vitviz_dashboard.dataset.page_keys import FOLDER
 from vitviz_dashboard.knockout import what_changes
 from vitviz_dashboard.page import PAGES, Page
-from vitviz_dashboard.sae_editing import DATASET_SAE, SAE_HELP, SAE_LABEL, apply, edit_key, open_typed_sae, stamp
+from vitviz_dashboard.sae_editing import SAE_HELP, SAE_LABEL, apply, open_typed_sae, stamp
 from vitviz_dashboard.sidebar.model_dirs import ModelRefused, check_model_path
+from vitviz_dashboard.state import DATASET_SAE, sae_edit
 from vitviz_dashboard.widgets.click_picture import click_picture, clicked_patch
 from vitviz_dashboard.widgets.controls import rerun_tab
 
@@ -45,7 +46,7 @@ def draw(page: Page) -> None:
         "latents that the whole page then shows."
     )
     # the SAE typed on the Dataset page, until one is typed here: it need not be typed twice
-    field = page.widget_key("sae_folder", st.session_state.get(DATASET_SAE, ""))
+    field = page.widget_key("sae_folder", DATASET_SAE.get(""))
     opened = open_typed_sae(st.text_input(SAE_LABEL, key=field, help=SAE_HELP))
     if opened is None:
         return
@@ -207,5 +208,5 @@ def edit(page: Page, sae: TopKSAE, path: Path, block: int, firing: list[int]) ->
         key="sae_apply",
         help="Every tab then shows the edited model; the banner above the tabs restores it.",
     )
-    if st.session_state.get(edit_key(page.model_key.spec)) and page.intact_model is not None:
+    if sae_edit(page.model_key.spec).get() and page.intact_model is not None:
         what_changes(page)
