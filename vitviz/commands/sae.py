@@ -51,6 +51,39 @@ SCALING_HELP = (
     "an input scaling file written by `vitviz sae calibrate` for an SAE whose file lacks its own (default: the "
     "input_scaling.json beside the SAE, when there is one)"
 )
+INDEX_HELP = "an index folder made with `vitviz index ... --activations B`"
+
+
+# --- the argument groups several subcommands share: one place for each flag's type, default and help -------------
+
+
+def add_index_and_sae(parser: argparse.ArgumentParser, index_help: str = INDEX_HELP) -> None:
+    """The two positionals of calibrate, latents and ablate: INDEX, then one SAE."""
+    parser.add_argument("index", type=Path, help=index_help)
+    parser.add_argument("sae", help=SAE_SPEC)
+
+
+def add_scaling(parser: argparse.ArgumentParser) -> None:
+    """``--scaling``: an input scaling for an SAE whose file lacks its own (latents, ablate)."""
+    parser.add_argument("--scaling", type=Path, help=SCALING_HELP)
+
+
+def add_block(parser: argparse.ArgumentParser, reader: str = "the SAE reads", default: str = "its file says") -> None:
+    """``--block``: the block the SAE reads, by default the one it says itself."""
+    parser.add_argument("--block", type=int, help=f"the block {reader} (default: the one {default})")
+
+
+def add_index_model(parser: argparse.ArgumentParser) -> None:
+    """``--model``, ``--source`` and ``--batch-size``: the index's model run again on its images (evaluate,
+    ablate)."""
+    parser.add_argument("--model", help="model spec (default: the index's own; its weights must be the index's)")
+    parser.add_argument("--source", help="where the index's images are now, if they moved (default: the manifest's)")
+    parser.add_argument("--batch-size", type=int, default=64, help="images per forward pass (default: %(default)s)")
+
+
+def add_device(parser: argparse.ArgumentParser) -> None:
+    """``--device``, as every subcommand that computes takes it."""
+    parser.add_argument("--device", default="auto", help="cpu, cuda, or auto (CUDA when present)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,6 +91,15 @@ def build_parser() -> argparse.ArgumentParser:
         prog="vitviz sae", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     commands = p.add_subparsers(dest="command", required=True)
+    add_train_parser(commands)
+    add_ablate_parser(commands)
+    add_latents_parser(commands)
+    add_evaluate_parser(commands)
+    add_calibrate_parser(commands)
+    return p
+
+
+def add_train_parser(commands) -> None:
     t = commands.add_parser(
         "train",
         help="train an SAE on one block's output tokens",
@@ -68,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
         "index",
         nargs="?",
         type=Path,
-        help="an index folder made with `vitviz index ... --activations B`: the tokens come from its shards",
+        help=f"{INDEX_HELP}: the tokens come from its shards",
     )
     data = t.add_mutually_exclusive_group()
     data.add_argument("--images", type=Path, help="a folder of images (searched recursively) run through --model")
@@ -102,14 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--batch", type=int, default=4096, help="tokens per step")
     t.add_argument("--lr", type=float, default=None, help="peak learning rate (default 2e-4 / sqrt(N / 2^14))")
     t.add_argument("--seed", type=int, default=0, help="seed for the initialisation, the split and the shuffling")
-    t.add_argument("--device", default="auto", help="cpu, cuda, or auto (CUDA when present)")
+    add_device(t)
     t.add_argument("--max-images", type=int, default=None, help="use at most this many images (the first, sorted)")
     t.add_argument("--out", type=Path, required=True, help="folder for the SAE, its config and metrics.json")
-    add_ablate_parser(commands)
-    add_latents_parser(commands)
-    add_evaluate_parser(commands)
-    add_calibrate_parser(commands)
-    return p
 
 
 def add_calibrate_parser(commands) -> None:
@@ -122,9 +159,8 @@ def add_calibrate_parser(commands) -> None:
         "input_scaling.json (or to --out), marked estimated, with the index they came from. load_sae and every "
         "`vitviz sae` command then apply it, saying it is estimated (vitviz/sae/scaling.py).",
     )
-    c.add_argument("index", type=Path, help="an index folder made with `vitviz index ... --activations B`")
-    c.add_argument("sae", help=SAE_SPEC)
-    c.add_argument("--block", type=int, help="the block the SAE reads (default: the one its file says)")
+    add_index_and_sae(c)
+    add_block(c)
     c.add_argument("--out", type=Path, help="the JSON file to write (default: input_scaling.json beside the SAE)")
 
 
@@ -138,16 +174,14 @@ def add_evaluate_parser(commands) -> None:
         "latents (never firing; firing on more than 1 %% of the tokens), ViT-Prisma's CE loss recovered and top-1 "
         "agreement, one row per SAE (vitviz/sae/evaluation.py).",
     )
-    e.add_argument("index", type=Path, help="an index folder made with `vitviz index ... --activations B`")
+    e.add_argument("index", type=Path, help=INDEX_HELP)
     e.add_argument("sae", nargs="+", help="one or more SAEs: a folder or file, or hf:<repo>[/<subfolder>]")
-    e.add_argument("--block", type=int, help="the block the SAEs read (default: the one each SAE's file says)")
+    add_block(e, "the SAEs read", "each SAE's file says")
     e.add_argument("--holdout", type=float, default=0.1, help="share of the images held out (default: %(default)s)")
     e.add_argument("--seed", type=int, default=0, help="the split's seed, as at training (default: %(default)s)")
     e.add_argument("--max-images", type=int, help="split only the first N readable images, as at training")
-    e.add_argument("--model", help="model spec (default: the index's own; its weights must be the index's)")
-    e.add_argument("--source", help="where the index's images are now, if they moved (default: the manifest's)")
-    e.add_argument("--batch-size", type=int, default=64, help="images per forward pass (default: %(default)s)")
-    e.add_argument("--device", default="auto", help="cpu, cuda, or auto (CUDA when present)")
+    add_index_model(e)
+    add_device(e)
     e.add_argument("--out", type=Path, help="also write the rows, every metric, as JSON here")
 
 
@@ -160,12 +194,11 @@ def add_latents_parser(commands) -> None:
         "Writes latents.parquet and top_images.parquet beside the SAE (vitviz/sae/browse.py), which the Dataset "
         "page's Features tab reads instead of computing them.",
     )
-    la.add_argument("index", type=Path, help="an index folder made with `vitviz index ... --activations B`")
-    la.add_argument("sae", help=SAE_SPEC)
-    la.add_argument("--scaling", type=Path, help=SCALING_HELP)
-    la.add_argument("--block", type=int, help="the block the SAE reads (default: the one in its config)")
+    add_index_and_sae(la)
+    add_scaling(la)
+    add_block(la)
     la.add_argument("--top", type=int, default=12, help="top images kept per latent (default: %(default)s)")
-    la.add_argument("--device", default="auto", help="cpu, cuda, or auto (CUDA when present)")
+    add_device(la)
 
 
 def add_ablate_parser(commands) -> None:
@@ -179,9 +212,8 @@ def add_ablate_parser(commands) -> None:
         "accuracy_edited, accuracy_change, predictions_changed, latent, scale, set_to, block "
         "(vitviz/sae/ablation.py).",
     )
-    a.add_argument("index", type=Path, help="an index folder made with `vitviz index` (labels from its source)")
-    a.add_argument("sae", help=SAE_SPEC)
-    a.add_argument("--scaling", type=Path, help=SCALING_HELP)
+    add_index_and_sae(a, "an index folder made with `vitviz index` (labels from its source)")
+    add_scaling(a)
     a.add_argument("--latent", type=int, required=True, help="the latent J to edit, from 0")
     edit = a.add_mutually_exclusive_group()
     edit.add_argument(
@@ -197,17 +229,15 @@ def add_ablate_parser(commands) -> None:
         help="set its code to M times its largest activation on every patch (saev's protocol: -2), read from the "
         "latents.parquet that `vitviz sae latents` writes beside the SAE",
     )
-    a.add_argument("--block", type=int, help="the block the SAE reads (default: the one in its config)")
+    add_block(a)
     a.add_argument(
         "--out",
         type=Path,
         help="a .parquet file, or a folder for ablate-latent<J>-scale<S>.parquet (default: the SAE's folder)",
     )
     a.add_argument("--limit", type=int, help="only the first N labelled images")
-    a.add_argument("--batch-size", type=int, default=64, help="images per forward pass (default: %(default)s)")
-    a.add_argument("--model", help="model spec (default: the index's own; its weights must be the index's)")
-    a.add_argument("--source", help="where the index's images are now, if they moved (default: the manifest's)")
-    a.add_argument("--device", default="auto", help="cpu, cuda, or auto (CUDA when present)")
+    add_index_model(a)
+    add_device(a)
 
 
 def main(argv: list[str] | None = None) -> dict | Path:
