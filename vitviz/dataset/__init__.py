@@ -20,6 +20,8 @@
     analysis.py   statistics over an index: bootstrap intervals and their settling, head clusters, the joint
                   query/key embedding (AttentionViz), confusion matrices, per-class mean maps, the embeddings
                   by PCA, accuracy by slice, each image's largest code of a feature (an SAE latent)
+    views.py      what the Dataset page's views compute from an index, one call each: the confusion counts, a
+                  class's mean map, the embedding map's sample, the heads table's means and a sample per image
 
 The layout, with every stored item and its units, is in docs/dataset-index.md.
 """

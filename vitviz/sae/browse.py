@@ -8,7 +8,9 @@ classes it raises, and the latents that fire on one photo.
   running merge. Codes are in the SAE's normalised units (vitviz.sae.model).
 - ``write_latent_tables`` / ``read_latent_tables``: the result as two Parquet tables written once next to the SAE
   (``latents.parquet``: one row per latent; ``top_images.parquet``: one row per (latent, rank)), so a page reads them
-  instead of computing them again. Their metadata names the index and block they were computed on.
+  instead of computing them again. Their metadata names the index and block they were computed on;
+  ``latent_tables`` reads them, or computes and writes them first.
+- ``latent_image_maxima``: each image's largest code of one latent, for the images where it fires.
 - ``latent_logit_effects``: the classes whose logits a latent raises, by direct logit attribution of its decoder
   column (see its docstring).
 - ``image_codes`` / ``top_latents``: the codes of one photo's patch tokens, and its strongest latents.
@@ -28,11 +30,13 @@ import pyarrow.parquet as pq
 import torch
 
 from vitviz.dataset import DatasetIndex
+from vitviz.dataset.analysis import image_maxima
 from vitviz.dataset.index import check_activations
 from vitviz.explain.facets import patch_features
 from vitviz.explain.logit_attribution import linear_readout
 from vitviz.model import ViT
 from vitviz.sae.errors import SAEError
+from vitviz.sae.indexed import readable_images
 from vitviz.sae.model import TopKSAE
 
 LATENTS_FILE, TOP_FILE = "latents.parquet", "top_images.parquet"
@@ -223,6 +227,29 @@ def read_latent_tables(folder: str | Path, index: DatasetIndex | None = None, bl
     if block is not None and about.get("block") != block:
         return None
     return latents.to_pandas(), tops.to_pandas(), about
+
+
+def latent_tables(sae: TopKSAE, index: DatasetIndex, block: int, folder: str | Path):
+    """(latents, top images, about) of ``read_latent_tables``: read from ``folder`` (beside the SAE), or computed over
+    every readable image of the index (``latent_statistics``) and written there first. ``block`` is the SAE's block
+    resolved for the index's model (``check_block``); an OSError when the folder cannot be written."""
+    tables = read_latent_tables(folder, index, block)
+    if tables is not None:
+        return tables
+    write_latent_tables(latent_statistics(sae, index, readable_images(index), block), folder)
+    return read_latent_tables(folder, index, block)
+
+
+def latent_image_maxima(index: DatasetIndex, sae: TopKSAE, block: int, latent: int) -> np.ndarray:
+    """Each image's largest code of ``latent`` over its stored patch tokens of ``block``, (count,) in image_id order
+    (0 where it never fires, and for an unreadable image)."""
+    device = sae.W_enc.device
+
+    def codes(tokens: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            return sae.encode(torch.from_numpy(tokens).to(device))[..., latent].cpu().numpy()
+
+    return image_maxima(index, block, codes)
 
 
 @torch.no_grad()

@@ -1,5 +1,6 @@
 """What the Dataset page keeps between runs: the open index (shared by every session), its photo reader, and what is
-computed from it, keyed by the index's key (its folder and its manifest's stamp, ``opening.index_key``).
+computed from it, keyed by the index's ``IndexKey`` (its folder and its manifest's stamp, ``opening.index_key``) and
+an SAE's by its ``SAEFiles``. Each function calls one library function (vitviz.dataset.views, vitviz.sae.browse).
 
 The index and the reader are resources (one shared object each, ``st.cache_resource``); everything computed from
 them is data in the page's byte-bounded store (``budget.kept``), like the Photo page's results.
@@ -8,6 +9,8 @@ them is data in the page's byte-bounded store (``budget.kept``), like the Photo 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -17,10 +20,12 @@ from PIL import Image
 
 import vitviz
 from vitviz import explain
-from vitviz.dataset import DatasetIndex, open_index
-from vitviz.dataset.analysis import SETTLING_SIZES, joint_query_key_embedding
+from vitviz.dataset import DatasetIndex, open_index, views
+from vitviz.dataset.analysis import Projection, joint_query_key_embedding
 from vitviz.dataset.photos import photo_reader
+from vitviz.dataset.storage import weight_fingerprint
 from vitviz.preprocessing import load_image
+from vitviz.sae import TopKSAE, browse
 from vitviz_dashboard.cache.budget import kept
 
 PHOTO_SIDE = 512  # the long side of a photo shown from an index
@@ -32,14 +37,31 @@ def cached_index(folder: str, stamp: int) -> DatasetIndex:
     return open_index(folder)
 
 
+@dataclass(frozen=True)
+class IndexKey:
+    """What names an open index in cache keys: its folder and its manifest's stamp (dataset/opening.index_key), so an
+    index made again in the same folder is computed afresh."""
+
+    folder: str
+    stamp: int
+
+
+@dataclass(frozen=True)
+class SAEFiles:
+    """What names an SAE in cache keys: its path and the stamp of its files (sae_editing.stamp)."""
+
+    path: str
+    stamp: int
+
+
 @st.cache_resource(max_entries=4, show_spinner=False)
-def photo_reader_of(key: str, _index: DatasetIndex, _allowed: Callable) -> Callable[[int, str], bytes]:
+def photo_reader_of(key: IndexKey, _index: DatasetIndex, _allowed: Callable) -> Callable[[int, str], bytes]:
     """The reader of the index's photos from its source, within the folders ``_allowed`` accepts."""
     return photo_reader(_index.manifest, _allowed)
 
 
 @kept()
-def thumbnail_photo(key: str, image_id: int, path: str, *, _data: bytes) -> Image.Image:
+def thumbnail_photo(key: IndexKey, image_id: int, path: str, *, _data: bytes) -> Image.Image:
     """An index's photo decoded, its long side at most PHOTO_SIDE."""
     image = load_image(_data)
     image.thumbnail((PHOTO_SIDE, PHOTO_SIDE))
@@ -47,35 +69,60 @@ def thumbnail_photo(key: str, image_id: int, path: str, *, _data: bytes) -> Imag
 
 
 @kept(spinner="Averaging over the dataset...")
-def head_means(key: str, columns: tuple[str, ...], *, _index: DatasetIndex) -> pd.DataFrame:
-    """Each of the heads table's ``columns`` averaged over all images, one row per (layer, head)."""
-    averages = ", ".join(f"avg({c}) AS {c}" for c in columns)
-    return _index.query(f"SELECT layer, head, {averages} FROM heads GROUP BY layer, head ORDER BY layer, head")
+def head_means(key: IndexKey, columns: tuple[str, ...], *, _index: DatasetIndex) -> pd.DataFrame:
+    """views.head_means: the heads table's ``columns`` averaged over all images, per (layer, head)."""
+    return views.head_means(_index, columns)
 
 
 @kept(spinner="Reading a sample of images...")
-def per_image(key: str, column: str, *, _index: DatasetIndex) -> np.ndarray:
-    """``column`` per image of a seeded sample of up to max(SETTLING_SIZES) readable images: (images, layers,
-    heads)."""
-    ids = _index.query("SELECT image_id FROM images WHERE error IS NULL ORDER BY image_id", limit=10_000_000)
-    ids = ids["image_id"].to_numpy()
-    most = max(SETTLING_SIZES)
-    if len(ids) > most:
-        ids = np.sort(np.random.default_rng(0).choice(ids, most, replace=False))
-    layers, heads = _index.layout["layers"], _index.layout["heads"]
-    rows = len(ids) * layers * heads
-    listed = ", ".join(str(int(i)) for i in ids)
-    values = _index.query(  # a semi join on a list: ten times faster in DuckDB than IN (5,000 literals)
-        f"SELECT h.{column} FROM heads h SEMI JOIN (SELECT unnest([{listed}]) AS image_id) USING (image_id) "
-        "ORDER BY h.image_id, h.layer, h.head",
-        limit=max(1, rows),
-    )[column].to_numpy(np.float64)
-    return values.reshape(len(ids), layers, heads)
+def per_image(key: IndexKey, column: str, *, _index: DatasetIndex) -> np.ndarray:
+    """views.per_image: ``column`` per image of a seeded sample, (images, layers, heads)."""
+    return views.per_image(_index, column)
+
+
+@kept(spinner="Counting...")
+def confusion(key: IndexKey, *, _index: DatasetIndex) -> tuple[list[str], np.ndarray]:
+    """views.confusion_counts: (classes, matrix) of the labelled readable images."""
+    return views.confusion_counts(_index)
+
+
+@kept(spinner="Averaging the maps...")
+def class_mean(key: IndexKey, label: str, kind: str, *, _index: DatasetIndex) -> tuple[np.ndarray, int]:
+    """views.class_mean_map: the map ``kind`` averaged over the images labelled ``label``, and their count."""
+    return views.class_mean_map(_index, label, kind)
+
+
+@kept(spinner="Projecting the embeddings (PCA)...")
+def embedding_projection(key: IndexKey, most: int, *, _index: DatasetIndex) -> tuple[Projection, pd.DataFrame]:
+    """views.embedding_sample: up to ``most`` readable images' embeddings by PCA, and their rows."""
+    return views.embedding_sample(_index, most)
+
+
+@kept(spinner="Reading every image's activations through the SAE (once)...")
+def latent_tables(
+    key: IndexKey, sae: SAEFiles, block: int, *, _index: DatasetIndex, _sae: TopKSAE, _folder: Path
+) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    """browse.latent_tables: (latents, top images, about), read from beside the SAE (``_folder``) or computed and
+    written there (an OSError when it cannot be written: the caller's)."""
+    return browse.latent_tables(_sae, _index, block, _folder)
+
+
+@kept(spinner="Encoding every image's patches for this latent...")
+def latent_maxima(key: IndexKey, sae: SAEFiles, block: int, latent: int, *, _index: DatasetIndex, _sae: TopKSAE):
+    """browse.latent_image_maxima: each image's largest code of ``latent``, (count,)."""
+    return browse.latent_image_maxima(_index, _sae, block, latent)
+
+
+@kept(spinner="Checking the model's weights against the index...")
+def model_fingerprint(key: str, model_id: int, *, _model: vitviz.ViT) -> str:
+    """The weights' sha256 (storage.weight_fingerprint, as the manifest records it) of the model loaded from spec
+    ``key``, once per loaded model (``model_id``, its id: a model loaded again from a changed file is hashed again)."""
+    return weight_fingerprint(_model)
 
 
 @kept(spinner="Running the model on the sample...")
 def query_key_points(
-    key: str,
+    key: IndexKey,
     layer: int,
     head: int,
     sample: tuple[tuple[int, str], ...],

@@ -11,8 +11,8 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from vitviz.dataset import DatasetIndex
-from vitviz.dataset.analysis import Projection, project_embeddings
+from vitviz.dataset.analysis import Projection
+from vitviz_dashboard.cache.dataset import embedding_projection
 from vitviz_dashboard.dataset import drawing, grid
 from vitviz_dashboard.dataset.opening import index_key
 
@@ -23,15 +23,6 @@ MAX_POINTS = 20_000  # images drawn (a random sample of a larger index, the same
 MAX_CATEGORIES = 24  # a column of more distinct values is drawn with a colour scale (numbers) or by its first ones
 COLOURS = ("label", "prediction", "correct")  # offered first
 SEEN = "dataset|embedding_seen"  # the map's selection in the run before: only a new one replaces the selection
-
-
-@st.cache_data(max_entries=4, show_spinner="Projecting the embeddings (PCA)...")
-def _projection(key: str, _index: DatasetIndex) -> tuple[Projection, pd.DataFrame]:
-    images = _index.query("SELECT * FROM images WHERE error IS NULL ORDER BY image_id", limit=_index.count)
-    if len(images) > MAX_POINTS:
-        images = images.sample(MAX_POINTS, random_state=0).sort_values("image_id")
-    projection = project_embeddings(_index, images["image_id"].to_numpy())
-    return projection, images.reset_index(drop=True)
 
 
 def colour_columns(images: pd.DataFrame) -> list[str]:
@@ -106,7 +97,9 @@ def selected_ids(points: list[dict]) -> list[int]:
 
 def draw(page: DatasetPage) -> None:
     index = page.index
-    projection_and_images = _projection(index_key(index), index) if index.count >= 2 else None
+    projection_and_images = (
+        embedding_projection(index_key(index), MAX_POINTS, _index=index) if index.count >= 2 else None
+    )
     if projection_and_images is None or len(projection_and_images[1]) < 2:
         st.info("The map needs at least two readable images.")
         return

@@ -10,10 +10,11 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from vitviz.dataset import DatasetIndex
-from vitviz.dataset.analysis import confusion_matrix, mean_map
+from vitviz.dataset.views import quote
+from vitviz_dashboard.cache.dataset import class_mean, confusion
 from vitviz_dashboard.dataset import drawing, grid
 from vitviz_dashboard.dataset.opening import index_key
-from vitviz_dashboard.dataset.table import MAX_THUMBNAILS, map_kinds, quote, thumbnails
+from vitviz_dashboard.dataset.table import MAX_THUMBNAILS, map_kinds, thumbnails
 
 if TYPE_CHECKING:
     from vitviz_dashboard.dataset.page import DatasetPage
@@ -22,15 +23,6 @@ MAX_CLASSES = 40  # classes the matrix and the mean maps show (the most frequent
 TRUE, PREDICTED = "dataset|true", "dataset|predicted"  # the cell pickers below the chart
 CELLS = "dataset|cells"  # the cells whose images are shown: a click's or a box's, until a picker changes
 CHARTED = "dataset|charted"  # the chart's selection in the run before: only a new one sets the pickers
-
-
-@st.cache_data(max_entries=8, show_spinner="Counting...")
-def _confusion(key: str, _index: DatasetIndex) -> tuple[list[str], np.ndarray]:
-    pairs = _index.query(
-        "SELECT label, prediction, count(*) AS n FROM images WHERE label IS NOT NULL AND error IS NULL GROUP BY ALL",
-        limit=1_000_000,
-    )
-    return confusion_matrix(pairs["label"], pairs["prediction"], pairs["n"])
 
 
 CELL_PX = 36  # a cell's side when the page is wide enough: a count of four digits fits inside it
@@ -126,7 +118,7 @@ def draw(page: DatasetPage) -> None:
     if "prediction" not in columns:
         st.info("This index's model is a backbone (no classes): there is nothing to be wrong about.")
         return
-    classes, matrix = _confusion(index_key(index), index)
+    classes, matrix = confusion(index_key(index), _index=index)
     if not classes:
         st.info("No image of this index has a label: the source gave none (class sub-folders give labels).")
         return
@@ -173,19 +165,10 @@ def draw(page: DatasetPage) -> None:
     class_means(index, classes, page.colormap)
 
 
-@st.cache_data(max_entries=64, show_spinner="Averaging the maps...")
-def _class_mean(key: str, label: str, kind: str, _index: DatasetIndex) -> tuple[np.ndarray, int]:
-    ids = _index.query(
-        f"SELECT image_id FROM images WHERE label = {quote(label)} AND error IS NULL ORDER BY image_id",
-        limit=10_000_000,
-    )["image_id"]
-    return mean_map(_index, ids.tolist(), kind), len(ids)
-
-
 def class_means(index: DatasetIndex, classes: list[str], colormap: str) -> None:
     st.markdown("**Per-class mean maps**: a stored map averaged over each class's images")
     kind = st.selectbox("Map", map_kinds(index), key="dataset|class_map")
     grid = st.columns(6)
     for position, label in enumerate(classes):
-        average, count = _class_mean(index_key(index), label, kind, index)
+        average, count = class_mean(index_key(index), label, kind, _index=index)
         grid[position % 6].image(drawing.map_picture(average, colormap), caption=f"{label} ({count})")

@@ -24,12 +24,9 @@ from vitviz.sae.browse import (
     check_block,
     image_codes,
     latent_logit_effects,
-    latent_statistics,
-    read_latent_tables,
     top_image_shares,
-    write_latent_tables,
 )
-from vitviz.sae.indexed import readable_images
+from vitviz_dashboard.cache.dataset import SAEFiles, latent_tables
 from vitviz_dashboard.dataset import drawing, grid
 from vitviz_dashboard.dataset.latents import overview, where_it_fires
 from vitviz_dashboard.dataset.opening import index_key, model_of, photo, photo_bytes
@@ -38,26 +35,12 @@ from vitviz_dashboard.sae_editing import DATASET_SAE, SAE_HELP, SAE_LABEL, open_
 if TYPE_CHECKING:
     from vitviz_dashboard.dataset.page import DatasetPage
 
-SAE_FOLDER = DATASET_SAE  # the Photo page's SAE tab starts from what is typed here
+SAE_FOLDER = str(DATASET_SAE)  # the Photo page's SAE tab starts from what is typed here
 ORDERS = {"frequency": "how often it fires", "mean_activation": "mean activation when firing"}
 ALL = "__all__"  # no search
 WRONG = "__wrong__"  # the search for latents whose top images the model gets wrong
 LISTED = 200  # latents in the table and the picker
 TOP_CLASSES = 5
-
-
-@st.cache_data(max_entries=4, show_spinner="Reading every image's activations through the SAE (once)...")
-def latent_tables(
-    key: str, sae_path: str, sae_stamp: int, block: int, *, _index: DatasetIndex, _sae: TopKSAE, _folder: Path
-):
-    """(latents, top images, about): read from beside the SAE, or computed over every readable image and written
-    there. ``block`` is the SAE's block resolved for the index's model (saev counts from the end)."""
-    tables = read_latent_tables(_folder, _index, block)
-    if tables is not None:
-        return tables
-    statistics = latent_statistics(_sae, _index, readable_images(_index), block)
-    write_latent_tables(statistics, _folder)  # OSError: the caller's
-    return read_latent_tables(_folder, _index, block)
 
 
 def draw(page: DatasetPage) -> None:
@@ -72,10 +55,9 @@ def draw(page: DatasetPage) -> None:
         st.error(f"This SAE does not fit this index: {error}")
         return
     folder = path if path.is_dir() else path.parent
-    try:
-        latents, tops, about = latent_tables(
-            index_key(index), str(path), stamp(path), block, _index=index, _sae=sae, _folder=folder
-        )
+    files = SAEFiles(str(path), stamp(path))
+    try:  # block: the SAE's, resolved for the index's model (saev counts from the end)
+        latents, tops, about = latent_tables(index_key(index), files, block, _index=index, _sae=sae, _folder=folder)
     except OSError as error:
         st.error(f"Could not write the latent tables beside the SAE ({error}): copy the SAE to a writable folder.")
         return
@@ -109,9 +91,9 @@ def draw(page: DatasetPage) -> None:
     with left:
         st.plotly_chart(histogram_figure(row["histogram"], about["histogram_edges"], latent), key="dataset|sae_hist")
     with right:
-        raised(index, sae, block, f"{path}|{stamp(path)}", latent, float(row["max_activation"]), top)
+        raised(index, sae, block, files, latent, float(row["max_activation"]), top)
     top_images(index, sae, block, latent, top, page.colormap, page.alpha)
-    where_it_fires(index, sae, f"{path}|{stamp(path)}", block, latent)
+    where_it_fires(index, sae, files, block, latent)
     ablations(index, folder, latent, float(row["max_activation"]))
 
 
@@ -185,14 +167,14 @@ def top_images(index: DatasetIndex, sae: TopKSAE, block: int, latent: int, top, 
         )
 
 
-def raised(index: DatasetIndex, sae: TopKSAE, block: int, sae_key: str, latent: int, largest: float, top) -> None:
+def raised(index: DatasetIndex, sae: TopKSAE, block: int, files: SAEFiles, latent: int, largest: float, top) -> None:
     """The classes whose logits the latent's decoder column raises most (at its largest code, the final norm frozen
     on its top images), and the heads of the later blocks that attend most to the patches where it fires."""
     model = model_of(index)
     if model is None:
         return
     passes = through_the_model(
-        f"{index_key(index)}|{sae_key}", block, latent, largest, _index=index, _sae=sae, _model=model, _top=top
+        f"{index_key(index)}|{files}", block, latent, largest, _index=index, _sae=sae, _model=model, _top=top
     )
     if passes is None:
         st.caption("None of its top images could be read again: the model cannot be run on them.")

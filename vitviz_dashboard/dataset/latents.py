@@ -8,11 +8,11 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
-import torch
 
 from vitviz.dataset import DatasetIndex
-from vitviz.dataset.analysis import image_maxima, slice_accuracy
+from vitviz.dataset.analysis import slice_accuracy
 from vitviz.sae import TopKSAE
+from vitviz_dashboard.cache.dataset import SAEFiles, latent_maxima
 from vitviz_dashboard.dataset import drawing, grid
 from vitviz_dashboard.dataset.opening import index_key
 
@@ -52,22 +52,10 @@ def overview(firing: pd.DataFrame) -> int | None:
     return points[0] if new else None
 
 
-@st.cache_data(max_entries=16, show_spinner="Encoding every image's patches for this latent...")
-def latent_maxima(key: str, sae_key: str, block: int, latent: int, *, _index: DatasetIndex, _sae: TopKSAE):
-    """Each image's largest code of ``latent`` over its patches, (count,)."""
-    device = _sae.W_enc.device
-
-    def codes(tokens: np.ndarray) -> np.ndarray:
-        with torch.no_grad():
-            return _sae.encode(torch.from_numpy(tokens).to(device))[..., latent].cpu().numpy()
-
-    return image_maxima(_index, block, codes)
-
-
-def where_it_fires(index: DatasetIndex, sae: TopKSAE, sae_key: str, block: int, latent: int) -> None:
+def where_it_fires(index: DatasetIndex, sae: TopKSAE, files: SAEFiles, block: int, latent: int) -> None:
     """The images where ``latent`` fires on some patch: a button that selects them (largest code first) and their
     accuracy against the rest's."""
-    maxima = latent_maxima(index_key(index), sae_key, block, latent, _index=index, _sae=sae)
+    maxima = latent_maxima(index_key(index), files, block, latent, _index=index, _sae=sae)
     images = index.query("SELECT * FROM images ORDER BY image_id", limit=index.count)
     readable = images["error"].isna().to_numpy() if "error" in images.columns else np.ones(len(images), bool)
     fires = (maxima > 0) & readable

@@ -17,10 +17,9 @@ from PIL import Image
 
 import vitviz
 from vitviz.dataset import DatasetIndex, IndexFormatError, SourceError
-from vitviz.dataset.storage import weight_fingerprint
 from vitviz.preprocessing import ImageError, Preprocessing
 from vitviz.text import PROMPT_SETS, template_set
-from vitviz_dashboard.cache.dataset import cached_index, photo_reader_of, thumbnail_photo
+from vitviz_dashboard.cache.dataset import IndexKey, cached_index, model_fingerprint, photo_reader_of, thumbnail_photo
 from vitviz_dashboard.images import add_image
 from vitviz_dashboard.sidebar.model_dirs import ModelRefused, allowed_model_dirs, check_hub_spec, check_model_path
 from vitviz_dashboard.sidebar.model_picker import MODEL_CHOICES, PATH_OR_UPLOAD, hub_spec, looks_like_path
@@ -84,9 +83,9 @@ def manifest_stamp(folder: Path) -> int:
         return 0
 
 
-def index_key(index: DatasetIndex) -> str:
+def index_key(index: DatasetIndex) -> IndexKey:
     """What names this index in cache keys: its folder and its manifest's stamp."""
-    return f"{index.folder}|{manifest_stamp(index.folder)}"
+    return IndexKey(str(index.folder), manifest_stamp(index.folder))
 
 
 def _allowed(path: Path) -> bool:
@@ -188,17 +187,10 @@ def model_of(index: DatasetIndex) -> vitviz.ViT | None:
     except vitviz.ModelLoadError as error:
         st.error(f"Could not load the index's model `{spec}`: {error}")
         return None
-    if fingerprint(spec, id(model), model) != index.manifest["model"].get("fingerprint"):
+    if model_fingerprint(spec, id(model), _model=model) != index.manifest["model"].get("fingerprint"):
         st.error(
             f"The model `{spec}` has other weights now than when this index was made (its weight fingerprint "
             "differs): its queries and keys would not be the index's. Index the dataset again."
         )
         return None
     return model
-
-
-@st.cache_resource(max_entries=3, show_spinner="Checking the model's weights against the index...")
-def fingerprint(spec: str, model_id: int, _model: vitviz.ViT) -> str:
-    """The weights' sha256 (as the manifest records it), once per loaded model (``id(_model)``: a model loaded again
-    from a changed file is hashed again)."""
-    return weight_fingerprint(_model)

@@ -11,6 +11,7 @@ import pandas as pd
 import streamlit as st
 
 from vitviz.dataset import DatasetIndex
+from vitviz.dataset.views import quote
 from vitviz_dashboard.dataset import drawing
 from vitviz_dashboard.dataset.opening import open_in_photo_page, photo
 from vitviz_dashboard.dataset.page_keys import CLASSES, CONFIDENCE, DESCENDING, SORT
@@ -25,11 +26,6 @@ MAX_THUMBNAILS = 24  # selected images drawn at once
 # what a reader looks at first comes first, so that it is in sight at 800 px: the file's path and size after it
 COLUMNS = ["image_id", "label", "prediction", "probability", "correct", "path", "width", "height", "error"]
 CORRECTNESS = ["all", "correct", "wrong", "unlabelled"]
-
-
-def quote(text: str) -> str:
-    """A SQL string literal (the query is read-only anyway; quoting keeps a class named o'clock working)."""
-    return "'" + str(text).replace("'", "''") + "'"
 
 
 def image_columns(index: DatasetIndex) -> list[str]:

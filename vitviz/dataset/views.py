@@ -1,0 +1,76 @@
+"""What the Dataset page's views compute from an index, each in one call the page's cache keeps (cache/dataset.py):
+the confusion counts, a class's mean map, the embedding map's projected sample, the heads table's means over all
+images and one statistic per image of a seeded sample.
+
+The statistics themselves are vitviz.dataset.analysis's; these functions add the SQL that picks the images, so the
+page only lays out what they return.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from vitviz.dataset.analysis import SETTLING_SIZES, Projection, confusion_matrix, mean_map, project_embeddings
+from vitviz.dataset.index import DatasetIndex
+
+ALL_ROWS = 10_000_000  # the row limit of a query that must return every image
+
+
+def quote(text: str) -> str:
+    """A SQL string literal (the query is read-only anyway; quoting keeps a class named o'clock working)."""
+    return "'" + str(text).replace("'", "''") + "'"
+
+
+def confusion_counts(index: DatasetIndex) -> tuple[list[str], np.ndarray]:
+    """(classes, matrix) over the labelled readable images (analysis.confusion_matrix), counted by one GROUP BY."""
+    pairs = index.query(
+        "SELECT label, prediction, count(*) AS n FROM images WHERE label IS NOT NULL AND error IS NULL GROUP BY ALL",
+        limit=1_000_000,
+    )
+    return confusion_matrix(pairs["label"], pairs["prediction"], pairs["n"])
+
+
+def class_mean_map(index: DatasetIndex, label: str, kind: str) -> tuple[np.ndarray, int]:
+    """The stored map ``kind`` averaged over the readable images labelled ``label`` (analysis.mean_map), and how many
+    they are."""
+    ids = index.query(
+        f"SELECT image_id FROM images WHERE label = {quote(label)} AND error IS NULL ORDER BY image_id",
+        limit=ALL_ROWS,
+    )["image_id"]
+    return mean_map(index, ids.tolist(), kind), len(ids)
+
+
+def embedding_sample(index: DatasetIndex, most: int) -> tuple[Projection, pd.DataFrame]:
+    """The readable images' pooled embeddings by PCA (analysis.project_embeddings), and their rows of the images
+    table in the same order: a seeded random ``most`` of them when there are more."""
+    images = index.query("SELECT * FROM images WHERE error IS NULL ORDER BY image_id", limit=index.count)
+    if len(images) > most:
+        images = images.sample(most, random_state=0).sort_values("image_id")
+    projection = project_embeddings(index, images["image_id"].to_numpy())
+    return projection, images.reset_index(drop=True)
+
+
+def head_means(index: DatasetIndex, columns: tuple[str, ...]) -> pd.DataFrame:
+    """Each of the heads table's ``columns`` averaged over all images, one row per (layer, head)."""
+    averages = ", ".join(f"avg({c}) AS {c}" for c in columns)
+    return index.query(f"SELECT layer, head, {averages} FROM heads GROUP BY layer, head ORDER BY layer, head")
+
+
+def per_image(index: DatasetIndex, column: str) -> np.ndarray:
+    """``column`` of the heads table per image of a seeded sample of up to max(SETTLING_SIZES) readable images:
+    (images, layers, heads), for bootstrap intervals and their settling."""
+    ids = index.query("SELECT image_id FROM images WHERE error IS NULL ORDER BY image_id", limit=ALL_ROWS)
+    ids = ids["image_id"].to_numpy()
+    most = max(SETTLING_SIZES)
+    if len(ids) > most:
+        ids = np.sort(np.random.default_rng(0).choice(ids, most, replace=False))
+    layers, heads = index.layout["layers"], index.layout["heads"]
+    rows = len(ids) * layers * heads
+    listed = ", ".join(str(int(i)) for i in ids)
+    values = index.query(  # a semi join on a list: ten times faster in DuckDB than IN (5,000 literals)
+        f"SELECT h.{column} FROM heads h SEMI JOIN (SELECT unnest([{listed}]) AS image_id) USING (image_id) "
+        "ORDER BY h.image_id, h.layer, h.head",
+        limit=max(1, rows),
+    )[column].to_numpy(np.float64)
+    return values.reshape(len(ids), layers, heads)
