@@ -164,10 +164,14 @@ def test_when_probabilities_tie_the_picker_starts_on_the_top_class_and_maps_are_
     torch.save(checkpoint, path)
     monkeypatch.setattr(vitviz.loading.specs, "DEFAULT_CHECKPOINT", path)
     calls = []
-    original = vitviz.analysis.class_maps
-    monkeypatch.setattr(
-        vitviz.analysis, "class_maps", lambda *a, **k: calls.append((a[2], k["methods"])) or original(*a, **k)
-    )
+    original = vitviz.explain.method_maps
+
+    def counted(model, pixels, methods, target, *args, **kwargs):
+        if methods != ["lens"]:  # the logit lens, drawn in the same tab, runs through method_maps too
+            calls.append((target, methods))
+        return original(model, pixels, methods, target, *args, **kwargs)
+
+    monkeypatch.setattr(vitviz.explain, "method_maps", counted)
     at = AppTest.from_file(APP, default_timeout=120)
     at.run()
     at.file_uploader[0].set_value(("photo.png", png_bytes(), "image/png")).run()

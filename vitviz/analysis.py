@@ -9,7 +9,9 @@ kept only when asked (``keep_attentions``): ViT-L/16 at 512 holds 403 MB of atte
     analyse          a batch (B, 3, H, W) -> Analysis; vitviz index stores it (dataset/indexing.py: analyse_batch)
     analyse_image    one photo, preprocessed by the model's own recipe -> ImageAnalysis; the Photo page draws it
     rollout, patch_attention   other settings of one image's views: from its kept attentions, else a streaming pass
-    class_maps, logit_lens     one image's class-specific maps: their own passes, with gradients or every block
+
+Class-specific maps and the logit lens need gradients or every block's tokens: explain.method_maps runs their passes
+on an analysis's ``pixel_values``.
 
 The head's weights over the tokens (its readout) are known before the pass for every pooling but attention pooling
 ("map"), whose weights depend on the image: there the readout rows are read again once the pass has given them, from
@@ -244,33 +246,6 @@ def patch_attention(
     except _Enough:
         pass
     return found[0]
-
-
-def class_maps(
-    model: ViT,
-    analysis: ImageAnalysis,
-    target: int,
-    precision: Precision = "fp32",
-    methods: Sequence[str] = ("relevance", "grad-rollout"),
-) -> dict[str, np.ndarray]:
-    """The class-specific maps of ``methods`` (any of explain.CLASS_SPECIFIC) for ``target``, each (rows, cols).
-    They need gradients, so they run their own passes (explain.method_maps)."""
-    result = explain.method_maps(model, analysis.pixel_values, methods, target, precision)
-    return {name: m.numpy() for name, m in result.maps.items()}
-
-
-def logit_lens(
-    model: ViT, analysis: ImageAnalysis, target: int, precision: Precision = "fp32"
-) -> dict[str, np.ndarray]:
-    """The patch-level logit lens for ``target``: "probability" (layers, rows, cols), the class's probability
-    read from each patch token; "votes" (layers, rows, cols), each patch's top class; "readout" (layers,), the
-    class's probability when the head reads that block's output whole."""
-    lens = explain.method_maps(model, analysis.pixel_values, ["lens"], target, precision).lens
-    return {
-        "probability": lens.probability[:, 0].numpy(),
-        "votes": lens.votes[:, 0].numpy(),
-        "readout": lens.readout_probability[:, 0].numpy(),
-    }
 
 
 def _readout_before_the_pass(model: ViT, grid: tuple[int, int]) -> torch.Tensor | None:

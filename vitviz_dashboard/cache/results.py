@@ -88,14 +88,22 @@ def class_map(
 ) -> np.ndarray:
     """One class-specific map (explain.CLASS_SPECIFIC), computed once per method: choosing another method
     computes only that one."""
-    return analysis_module.class_maps(_model, _analysis, target, key.precision, methods=[method])[method]
+    return explain.method_maps(_model, _analysis.pixel_values, [method], target, key.precision).maps[method].numpy()
 
 
 @kept(spinner="Reading every block's tokens through the head...")
 def logit_lens(
     key: ModelKey, image_key: str, target: int, *, _analysis: ImageAnalysis, _model: vitviz.ViT
 ) -> dict[str, np.ndarray]:
-    return analysis_module.logit_lens(_model, _analysis, target, key.precision)
+    """The patch-level logit lens for ``target``: "probability" (layers, rows, cols), the class's probability read from
+    each patch token; "votes" (layers, rows, cols), each patch's top class; "readout" (layers,), the class's
+    probability when the head reads that block's output whole."""
+    lens = explain.method_maps(_model, _analysis.pixel_values, ["lens"], target, key.precision).lens
+    return {
+        "probability": lens.probability[:, 0].numpy(),
+        "votes": lens.votes[:, 0].numpy(),
+        "readout": lens.readout_probability[:, 0].numpy(),
+    }
 
 
 @kept(spinner="Replacing patches and re-running the model...")
