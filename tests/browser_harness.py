@@ -210,11 +210,11 @@ def serve(counts_file: str, streamlit_args: list[str]) -> None:
     if fixed:  # precision "auto" settled without timing: a busy machine cannot switch the page to bf16
         import math
 
-        import vitviz_dashboard.sidebar.model_picker
+        import vitviz_dashboard.cache.models
         from vitviz.model.precision import PrecisionChoice
 
         choice = PrecisionChoice(fixed, math.nan, math.nan, f"{fixed}, fixed by the tests")
-        vitviz_dashboard.sidebar.model_picker.measure_precision = lambda model: choice
+        vitviz_dashboard.cache.models.measure_precision = lambda model: choice
 
     # the server time of every script run, whole page or one fragment (a tab)
     from streamlit.runtime.scriptrunner.script_runner import ScriptRunner

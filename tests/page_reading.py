@@ -23,10 +23,10 @@ NUMBER = re.compile(r"[-+−]?(?:\d+\.\d*|\.\d+|\d+)(?:e[-+]?\d+)?")
 
 def fix_precision(monkeypatch, precision: str = "fp32") -> None:
     """Precision "auto" settles on ``precision`` without timing anything (AppTest runs the page in this process)."""
-    from vitviz_dashboard.sidebar import model_picker as sidebar
+    from vitviz_dashboard.cache import models
 
     choice = PrecisionChoice(precision, math.nan, math.nan, f"{precision}, fixed by the tests")
-    monkeypatch.setattr(sidebar, "measure_precision", lambda model: choice)
+    monkeypatch.setattr(models, "measure_precision", lambda model: choice)
 
 
 def _unit(number: str) -> float:

@@ -24,7 +24,7 @@ def test_a_percentage_is_read_after_its_words():
 
 
 def test_fixed_precision_settles_auto_without_timing(monkeypatch):
-    from vitviz_dashboard.sidebar import model_picker as sidebar
+    from vitviz_dashboard.cache import models
 
     fix_precision(monkeypatch, "bf16")
-    assert sidebar.measure_precision(None).precision == "bf16"
+    assert models.measure_precision(None).precision == "bf16"

@@ -193,6 +193,7 @@ def test_resolve_precision(monkeypatch):
 def test_the_page_resolves_auto_once_per_model(monkeypatch):
     """sidebar.resolve: "auto" becomes the measured precision (what every cache is keyed by); the
     measurement runs once per model spec; a chosen precision is left alone."""
+    from vitviz_dashboard.cache import budget, models
     from vitviz_dashboard.page import Settings
     from vitviz_dashboard.sidebar import model_picker as sidebar
 
@@ -202,8 +203,8 @@ def test_the_page_resolves_auto_once_per_model(monkeypatch):
         measurements.append(model)
         return PrecisionChoice("bf16", 83.0, 41.0, "bf16 took 0.49x the time of fp32 on this CPU", 5)
 
-    monkeypatch.setattr(sidebar, "measure_precision", measure)
-    sidebar.measured_precision.clear()
+    monkeypatch.setattr(models, "measure_precision", measure)
+    budget.STORE.clear()
     model = tiny_model()
     auto = Settings("checkpoints/tiny.pt", "auto", "inferno", 0.5)
     assert sidebar.resolve(auto, model) == Settings("checkpoints/tiny.pt", "bf16", "inferno", 0.5)
@@ -212,4 +213,4 @@ def test_the_page_resolves_auto_once_per_model(monkeypatch):
     assert sidebar.resolve(other, model).precision == "bf16" and len(measurements) == 2
     fixed = Settings("checkpoints/tiny.pt", "fp32", "inferno", 0.5)
     assert sidebar.resolve(fixed, model) is fixed and len(measurements) == 2
-    sidebar.measured_precision.clear()
+    budget.STORE.clear()

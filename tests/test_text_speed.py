@@ -146,7 +146,7 @@ def test_prompts_left_and_the_estimate_follow_the_cache(tmp_path, monkeypatch):
 def test_the_page_states_a_long_sets_estimated_time_before_it_starts(tmp_path, monkeypatch):
     import streamlit as st
 
-    from vitviz_dashboard.sidebar.prompts import zero_shot_model
+    from vitviz_dashboard.cache.models import zero_shot_model
 
     monkeypatch.setenv("VITVIZ_CACHE", str(tmp_path))
     monkeypatch.setattr(embeddings_module, "LONG_SET", 6)

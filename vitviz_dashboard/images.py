@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import os
-import random
-import zipfile
 from pathlib import Path
 
 import streamlit as st
 
 from vitviz.preprocessing import ImageError, ImageFile
 from vitviz_dashboard.cache.budget import session_share
-from vitviz_dashboard.cache.pictures import decode
+from vitviz_dashboard.cache.pictures import decode, sample_images
 from vitviz_dashboard.state import CAMERA_SHOTS, HISTORY, INTAKE, NEWEST
 
 UPLOAD_TYPES = ["jpg", "jpeg", "png", "webp", "bmp", "gif", "tif", "tiff"]
@@ -36,32 +34,6 @@ def sample_sources() -> tuple[Path, ...]:
         ROOT / "data" / "cifar10_test.zip",
         ROOT.parent / "shared" / "data" / "cifar10" / "cifar10_test.zip",
     )
-
-
-@st.cache_data(max_entries=4, show_spinner=False)
-def sample_images(sources: tuple[Path, ...], count: int = 10) -> list[tuple[str, ImageFile]]:
-    """The images of every folder among ``sources`` (by name), then one random image per class from the first
-    CIFAR-10 test zip found."""
-    found = []
-    for path in sources:
-        if path.is_dir():
-            found += [
-                (p.name, ImageFile.of(p.read_bytes()))
-                for p in sorted(path.iterdir())
-                if p.suffix.lower().lstrip(".") in UPLOAD_TYPES
-            ]
-    for path in sources:
-        if path.is_file() and path.suffix.lower() == ".zip":
-            with zipfile.ZipFile(path) as archive:
-                names = [n for n in archive.namelist() if n.lower().endswith((".jpg", ".png"))]
-                by_class: dict[str, list[str]] = {}
-                for name in names:
-                    parts = name.split("/")
-                    by_class.setdefault(parts[-2] if len(parts) > 1 else "", []).append(name)
-                rng = random.Random(0)
-                picks = [rng.choice(files) for _, files in sorted(by_class.items())][:count]
-                return found + [(" ".join(name.split("/")[-2:]), ImageFile.of(archive.read(name))) for name in picks]
-    return found
 
 
 def choose_image() -> tuple[str, dict[str, ImageFile]] | None:

@@ -1,5 +1,5 @@
 """Cached pictures of the photo, none of which runs the model: the decoded and shown photo, thumbnails, overlays of a
-map, the patch grid to click, and Plotly figures.
+map, the patch grid to click, and Plotly figures; and the sample photos offered before any upload.
 
 One key convention: a picture drawn on a photo is keyed by the photo's digest (``image_key``, or an ImageFile, which
 is keyed by its digest) and the choices that shape it; the picture to draw on is passed unhashed (``_image``).
@@ -11,12 +11,15 @@ from __future__ import annotations
 import base64
 import dataclasses
 import io
+import random
+from pathlib import Path, PurePosixPath
 
 import numpy as np
 import plotly.graph_objects as go
 import torch
 from PIL import Image
 
+from vitviz.dataset.sources import Entry, SourceError, open_source
 from vitviz.preprocessing import ImageFile, load_image
 from vitviz.render import features as render_features
 from vitviz.render import figures, overlays
@@ -172,3 +175,29 @@ def colour_bar_png(colormap: str) -> bytes:
     buffer = io.BytesIO()
     overlays.colour_bar(colormap, width=384, height=14).save(buffer, format="PNG")
     return buffer.getvalue()
+
+
+@kept()
+def sample_images(sources: tuple[Path, ...], count: int = 10) -> list[tuple[str, ImageFile]]:
+    """The photos offered before any upload: every image of the folders among ``sources`` (named by their path in
+    the folder), then one random image per class (its folder) from the first zip among them, at most ``count``
+    ("bird 0001.png"). Read through vitviz's own source reader (vitviz.dataset.sources.open_source), the one that
+    walks folders and zips for `vitviz index`; a source that is missing or holds no image is passed over."""
+    found = [(e.path, ImageFile.of(e.read())) for path in sources if path.is_dir() for e in _entries(path)]
+    archive = next((p for p in sources if p.is_file() and p.suffix.lower() == ".zip"), None)
+    if archive is None:
+        return found
+    by_class: dict[str, list[Entry]] = {}
+    for entry in _entries(archive):
+        by_class.setdefault(entry.label or "", []).append(entry)
+    rng = random.Random(0)
+    picks = [rng.choice(entries) for _, entries in sorted(by_class.items())][:count]
+    return found + [(" ".join(PurePosixPath(e.path).parts[-2:]), ImageFile.of(e.read())) for e in picks]
+
+
+def _entries(path: Path) -> list[Entry]:
+    """The image entries of a folder or zip, or none where it holds no readable image."""
+    try:
+        return list(open_source(path))
+    except SourceError:
+        return []

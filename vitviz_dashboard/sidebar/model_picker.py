@@ -17,10 +17,11 @@ import streamlit as st
 import vitviz
 from vitviz.loading.popular import EXAMPLE_SPEC, POPULAR_MODELS, TORCHVISION_SPECS
 from vitviz.loading.specs import typed_spec, typed_usage
-from vitviz.model.precision import BF16_MARGIN, PRECISION_CHOICES, PrecisionChoice, measure_precision
+from vitviz.model.precision import BF16_MARGIN, PRECISION_CHOICES
 from vitviz.render import overlays
+from vitviz_dashboard.cache.models import measured_precision
 from vitviz_dashboard.names import describe_pooling, describe_prefix_tokens, has_classifier
-from vitviz_dashboard.page import Settings
+from vitviz_dashboard.page import ModelKey, Settings
 from vitviz_dashboard.sidebar.model_dirs import (
     PATHS_OFF_MESSAGE,
     ModelRefused,
@@ -142,15 +143,9 @@ def resolve(settings: Settings, model: vitviz.ViT) -> Settings:
     call this right after the model is loaded, before anything runs it."""
     if settings.precision != "auto":
         return settings
-    choice = measured_precision(model, settings.model_spec)
+    choice = measured_precision(ModelKey(settings.model_spec, "auto"), _model=model)
     st.sidebar.caption(choice.summary(), help=choice.reason)
     return dataclasses.replace(settings, precision=choice.precision)
-
-
-@st.cache_resource(max_entries=8, show_spinner="Timing fp32 against bf16 on this CPU...")
-def measured_precision(_model: vitviz.ViT, spec: str) -> PrecisionChoice:
-    """Once per process and model (the spec names it, as get_model's cache does): a few seconds at most."""
-    return measure_precision(_model)
 
 
 def hub_spec(text: str) -> str:

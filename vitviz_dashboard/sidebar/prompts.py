@@ -13,11 +13,11 @@ import streamlit as st
 
 import vitviz
 from vitviz.text import PROMPT_SETS, PromptError, check_prompts, parse_prompts, prompt_set, template_set
-from vitviz.text.embeddings import estimated_seconds
 from vitviz.text.zero_shot import NO_TEXT_TOWER
+from vitviz_dashboard.cache.models import zero_shot_model
 from vitviz_dashboard.page import ModelKey
 from vitviz_dashboard.state import DEFAULT_PROMPTS, MAX_PROMPTS, MY_PROMPTS, PROMPT_ENSEMBLE, PROMPT_SOURCE, PROMPTS
-from vitviz_dashboard.widgets.progress import progress_class, remaining
+from vitviz_dashboard.widgets.progress import progress_class
 
 SOURCES = [MY_PROMPTS, *PROMPT_SETS]
 # the keys' names, for the Dataset page's modules until they read state.py's keys (PROMPT_SOURCE, PROMPTS, ...)
@@ -85,38 +85,6 @@ def prompt_model(model: vitviz.ViT, key: ModelKey) -> tuple[vitviz.ViT, ModelKey
     finally:
         slot.empty()
     return zero_shot, key, ""
-
-
-@st.cache_resource(max_entries=8, show_spinner=False)
-def zero_shot_model(
-    _model: vitviz.ViT, spec: str, prompts: tuple[str, ...], templates: tuple[str, ...] | None, _bar=None
-) -> vitviz.ViT:
-    """Once per (image tower's spec, prompts, templates), what builds it (not the whole ModelKey: the precision does
-    not change the head, and knock-outs come after): the text embeddings come from the disk cache when they are
-    there, else are computed with a progress bar (``_bar``, a tqdm class drawing on the page). A long set's bar
-    states its estimated time before the first prompt is embedded."""
-    bar = None
-    texts = None if templates is None else list(templates)
-    seconds = None if _bar is None else estimated_seconds(_model.text_tower, list(prompts), texts)
-    if seconds is not None:
-        total = len(prompts) * (len(templates) if templates else 1)
-        bar = _bar(total=total, desc=f"Embedding prompts (estimated {remaining(seconds)})", unit="prompt")
-
-    def progress(done: int, total: int) -> None:
-        nonlocal bar
-        if _bar is None:
-            return
-        if bar is None:
-            bar = _bar(total=total, desc="Embedding prompts", unit="prompt")
-        bar.update(done - bar.n)
-
-    try:
-        return vitviz.zero_shot(
-            _model, list(prompts), None if templates is None else list(templates), progress=progress
-        )
-    finally:
-        if bar is not None:
-            bar.close()
 
 
 def truncation_notes(tower, prompts: list[str]) -> None:
