@@ -14,8 +14,10 @@ import vitviz
 from vitviz.commands.index import main as index_main
 from vitviz.commands.sae import main as sae_main
 from vitviz.dataset.analysis import image_maxima
+from vitviz.dataset.photos import photo_reader
+from vitviz.preprocessing import load_image
 from vitviz.sae import load_sae
-from vitviz.sae.browse import image_codes
+from vitviz.sae.browse import attention_to_firing_patches, image_codes, latent_effects, latent_logit_effects
 from vitviz_dashboard.cache import budget
 from vitviz_dashboard.dataset.features import SAE_FOLDER
 from vitviz_dashboard.dataset.grid import GRID_TAB, SELECTION
@@ -79,3 +81,34 @@ def test_a_click_on_the_overview_opens_a_latent_whose_firing_images_go_to_the_gr
     checked(at.button(key="dataset|sae_fires_grid").click().run())
     assert at.session_state[TAB] == GRID_TAB
     assert list(at.session_state[SELECTION].ids) == fires
+
+
+def forward_by_hand(model, sae, index, block, latent, largest, photos):
+    """What the Features tab computed in the page before browse.latent_effects: one pass over the photos, its logit
+    effects and the later heads' attention to where the latent fires."""
+    prefix = index.manifest["activations"]["prefix_tokens"]
+    pixels = torch.stack([model.transform(load_image(data)) for _, data in photos])
+    codes = torch.stack(
+        [image_codes(sae, torch.from_numpy(index.activations(i, block)[0]), prefix)[:, latent] for i, _ in photos]
+    )
+    with torch.no_grad():
+        output = model(pixels, output_hidden_states=True, output_attentions=True)
+    effects = latent_logit_effects(model, sae, latent, output.hidden_states[-1], largest).numpy()
+    return effects, attention_to_firing_patches(list(output.attentions), codes, block, prefix).numpy()
+
+
+def test_latent_effects_equal_the_pass_the_page_ran_and_leave_out_an_undecodable_photo(built):
+    index, sae = vitviz.open_index(built / "index"), load_sae(built / "sae")
+    model = vitviz.load_model(str(built / "model.pt"))
+    rows = index.query("SELECT image_id, path FROM images WHERE error IS NULL ORDER BY image_id", limit=4)
+    read = photo_reader(index.manifest)
+    photos = [(int(i), read(int(i), str(p))) for i, p in zip(rows["image_id"], rows["path"])]
+    latent = 1
+    effects, heads = latent_effects(
+        model, sae, index, 0, latent, 2.5, [*photos[:2], (99, b"not an image"), *photos[2:]]
+    )
+    expected_effects, expected_heads = forward_by_hand(model, sae, index, 0, latent, 2.5, photos)
+    assert heads.shape == (index.layout["layers"] - 1, index.layout["heads"])
+    np.testing.assert_allclose(effects, expected_effects, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(heads, expected_heads, rtol=1e-5, atol=1e-6)
+    assert latent_effects(model, sae, index, 0, latent, 2.5, [(0, b"not an image")]) is None

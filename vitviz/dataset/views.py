@@ -1,6 +1,7 @@
 """What the Dataset page's views compute from an index, each in one call the page's cache keeps (cache/dataset.py):
 the confusion counts, a class's mean map, the embedding map's projected sample, the heads table's means over all
-images and one statistic per image of a seeded sample.
+images, one statistic per image of a seeded sample, and one head's queries and keys over a sample of photos (the
+index stores none: the index's model runs again, up to that head's block).
 
 The statistics themselves are vitviz.dataset.analysis's; these functions add the SQL that picks the images, so the
 page only lays out what they return.
@@ -8,11 +9,24 @@ page only lays out what they return.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pandas as pd
+import torch
 
-from vitviz.dataset.analysis import SETTLING_SIZES, Projection, confusion_matrix, mean_map, project_embeddings
+from vitviz import explain
+from vitviz.dataset.analysis import (
+    SETTLING_SIZES,
+    Projection,
+    confusion_matrix,
+    joint_query_key_embedding,
+    mean_map,
+    project_embeddings,
+)
 from vitviz.dataset.index import DatasetIndex
+from vitviz.model import ViT
+from vitviz.preprocessing import load_image
 
 ALL_ROWS = 10_000_000  # the row limit of a query that must return every image
 
@@ -74,3 +88,27 @@ def per_image(index: DatasetIndex, column: str) -> np.ndarray:
         limit=max(1, rows),
     )[column].to_numpy(np.float64)
     return values.reshape(len(ids), layers, heads)
+
+
+def query_key_points(
+    model: ViT, photos: Sequence[bytes], sample: Sequence[tuple[int, str]], layer: int, head: int, precision: str
+) -> pd.DataFrame:
+    """One row per patch query and per patch key of the ``photos`` (the image files of ``sample``'s (image_id, path),
+    in its order): its coordinates pc1, pc2 in AttentionViz's joint PCA (analysis.joint_query_key_embedding), kind
+    ("query" or "key"), row, column, image and path; ``attrs["explained"]``: each component's share of the variance.
+    The model runs up to ``layer`` only (explain.head_queries_and_keys), in ``precision``."""
+    pixels = torch.stack([model.transform(load_image(data)) for data in photos])
+    queries, keys = explain.head_queries_and_keys(model, pixels, layer, head, precision)  # (B, N, head_dim) each
+    batch, patches, _ = queries.shape
+    joint = joint_query_key_embedding(
+        queries.reshape(-1, queries.shape[-1]).numpy(), keys.reshape(-1, keys.shape[-1]).numpy()
+    )
+    cols = pixels.shape[-1] // model.config.patch_size
+    position = np.tile(np.arange(patches), batch)
+    image_ids = np.repeat([image_id for image_id, _ in sample], patches)
+    paths = np.repeat([path for _, path in sample], patches)
+    half = pd.DataFrame({"row": position // cols, "column": position % cols, "image": image_ids, "path": paths})
+    frame = pd.concat([half.assign(kind="query"), half.assign(kind="key")], ignore_index=True)
+    frame["pc1"], frame["pc2"] = joint.points[:, 0], joint.points[:, 1] if joint.points.shape[1] > 1 else 0.0
+    frame.attrs["explained"] = joint.explained.tolist()
+    return frame

@@ -12,7 +12,8 @@ classes it raises, and the latents that fire on one photo.
   ``latent_tables`` reads them, or computes and writes them first.
 - ``latent_image_maxima``: each image's largest code of one latent, for the images where it fires.
 - ``latent_logit_effects``: the classes whose logits a latent raises, by direct logit attribution of its decoder
-  column (see its docstring).
+  column (see its docstring); ``latent_effects``: that, and the later heads that attend to where it fires
+  (``attention_to_firing_patches``), from one pass of the model over a latent's top images.
 - ``image_codes`` / ``top_latents``: the codes of one photo's patch tokens, and its strongest latents.
 """
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +37,7 @@ from vitviz.dataset.index import check_activations
 from vitviz.explain.facets import patch_features
 from vitviz.explain.logit_attribution import linear_readout
 from vitviz.model import ViT
+from vitviz.preprocessing import ImageError, load_image
 from vitviz.sae.errors import SAEError
 from vitviz.sae.indexed import readable_images
 from vitviz.sae.model import TopKSAE
@@ -276,6 +279,41 @@ def latent_logit_effects(model: ViT, sae: TopKSAE, latent: int, last: torch.Tens
         readout, _ = linear_readout(model, image[None].expand(classes, -1, -1), targets)
         effects += readout.sum(dim=1) @ direction
     return (effects / len(last)).cpu()
+
+
+@torch.no_grad()
+def latent_effects(
+    model: ViT,
+    sae: TopKSAE,
+    index: DatasetIndex,
+    block: int,
+    latent: int,
+    largest: float,
+    photos: Sequence[tuple[int, bytes]],
+) -> tuple[np.ndarray | None, np.ndarray] | None:
+    """What a latent does downstream, over its top images (``photos``: (image_id, the image file's bytes)): each
+    class's logit change at its largest code (``latent_logit_effects`` on the last block's output; None for a
+    backbone), and the (later blocks, heads) attention shares on the patches where it fires, its codes read from the
+    index's stored activations of ``block`` (``attention_to_firing_patches``). One pass of the model over the photos
+    that decode (one that does not is left out); None when none does."""
+    prefix = index.manifest["activations"]["prefix_tokens"]
+    pixels, codes = [], []
+    for image_id, data in photos:
+        try:
+            pixels.append(model.transform(load_image(data)))
+        except ImageError:
+            continue
+        stored = torch.from_numpy(index.activations(int(image_id), block)[0])
+        codes.append(image_codes(sae, stored, prefix)[:, latent])
+    if not pixels:
+        return None
+    device = next(model.parameters()).device
+    output = model(torch.stack(pixels).to(device), output_hidden_states=True, output_attentions=True)
+    effects = None
+    if model.config.num_classes:
+        effects = latent_logit_effects(model, sae, latent, output.hidden_states[-1], largest).numpy()
+    heads = attention_to_firing_patches(list(output.attentions), torch.stack(codes), block, prefix).numpy()
+    return effects, heads
 
 
 @torch.no_grad()

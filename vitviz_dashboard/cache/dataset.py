@@ -15,13 +15,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import streamlit as st
-import torch
 from PIL import Image
 
 import vitviz
-from vitviz import explain
 from vitviz.dataset import DatasetIndex, open_index, views
-from vitviz.dataset.analysis import Projection, joint_query_key_embedding
+from vitviz.dataset.analysis import Projection
 from vitviz.dataset.photos import photo_reader
 from vitviz.dataset.storage import weight_fingerprint
 from vitviz.preprocessing import load_image
@@ -113,6 +111,25 @@ def latent_maxima(key: IndexKey, sae: SAEFiles, block: int, latent: int, *, _ind
     return browse.latent_image_maxima(_index, _sae, block, latent)
 
 
+@kept(spinner="Running the model on the latent's top images...")
+def latent_effects(
+    key: IndexKey,
+    sae: SAEFiles,
+    block: int,
+    latent: int,
+    largest: float,
+    image_ids: tuple[int, ...],
+    *,
+    _model: vitviz.ViT,
+    _sae: TopKSAE,
+    _index: DatasetIndex,
+    _photos: tuple[bytes, ...],
+) -> tuple[np.ndarray | None, np.ndarray] | None:
+    """browse.latent_effects: the latent's logit changes and the later heads' attention to where it fires, over its
+    top images ``image_ids`` (their files ``_photos``); the index's model (``key`` fixes it) runs on them."""
+    return browse.latent_effects(_model, _sae, _index, block, latent, largest, list(zip(image_ids, _photos)))
+
+
 @kept(spinner="Checking the model's weights against the index...")
 def model_fingerprint(key: str, model_id: int, *, _model: vitviz.ViT) -> str:
     """The weights' sha256 (storage.weight_fingerprint, as the manifest records it) of the model loaded from spec
@@ -131,21 +148,6 @@ def query_key_points(
     _model: vitviz.ViT,
     _photos: tuple[bytes, ...],
 ) -> pd.DataFrame:
-    """One row per patch query and per patch key of the sample: its PCA coordinates (AttentionViz's joint embedding,
-    vitviz.dataset.analysis), kind, row, column and image. The model runs in the library
-    (explain.head_queries_and_keys), up to ``layer`` only."""
-    pixels = torch.stack([_model.transform(load_image(data)) for data in _photos])
-    queries, keys = explain.head_queries_and_keys(_model, pixels, layer, head, precision)  # (B, N, head_dim) each
-    batch, patches, _ = queries.shape
-    joint = joint_query_key_embedding(
-        queries.reshape(-1, queries.shape[-1]).numpy(), keys.reshape(-1, keys.shape[-1]).numpy()
-    )
-    cols = pixels.shape[-1] // _model.config.patch_size
-    position = np.tile(np.arange(patches), batch)
-    image_ids = np.repeat([image_id for image_id, _ in sample], patches)
-    paths = np.repeat([path for _, path in sample], patches)
-    half = pd.DataFrame({"row": position // cols, "column": position % cols, "image": image_ids, "path": paths})
-    frame = pd.concat([half.assign(kind="query"), half.assign(kind="key")], ignore_index=True)
-    frame["pc1"], frame["pc2"] = joint.points[:, 0], joint.points[:, 1] if joint.points.shape[1] > 1 else 0.0
-    frame.attrs["explained"] = joint.explained.tolist()
-    return frame
+    """views.query_key_points: one head's patch queries and keys of the sample's photos in one PCA, a row each.
+    The model runs in the library, up to ``layer`` only."""
+    return views.query_key_points(_model, _photos, sample, layer, head, precision)

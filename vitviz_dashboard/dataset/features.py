@@ -16,17 +16,14 @@ import streamlit as st
 import torch
 
 from vitviz.dataset import DatasetIndex
-from vitviz.preprocessing import ImageError, load_image
 from vitviz.sae import SAEError, TopKSAE
 from vitviz.sae.ablation import ablation_tables
 from vitviz.sae.browse import (
-    attention_to_firing_patches,
     check_block,
     image_codes,
-    latent_logit_effects,
     top_image_shares,
 )
-from vitviz_dashboard.cache.dataset import SAEFiles, latent_tables
+from vitviz_dashboard.cache.dataset import SAEFiles, latent_effects, latent_tables
 from vitviz_dashboard.dataset import drawing, grid
 from vitviz_dashboard.dataset.latents import overview, where_it_fires
 from vitviz_dashboard.dataset.opening import index_key, model_of, photo, photo_bytes
@@ -173,8 +170,20 @@ def raised(index: DatasetIndex, sae: TopKSAE, block: int, files: SAEFiles, laten
     model = model_of(index)
     if model is None:
         return
-    passes = through_the_model(
-        f"{index_key(index)}|{files}", block, latent, largest, _index=index, _sae=sae, _model=model, _top=top
+    rows = image_rows(index, top["image_id"].tolist())
+    read = [(int(i), photo_bytes(index, int(i), str(rows.loc[i, "path"]))) for i in top["image_id"].tolist()]
+    readable = [(image_id, data) for image_id, data in read if data is not None]
+    passes = latent_effects(
+        index_key(index),
+        files,
+        block,
+        latent,
+        largest,
+        tuple(image_id for image_id, _ in readable),
+        _model=model,
+        _sae=sae,
+        _index=index,
+        _photos=tuple(data for _, data in readable),
     )
     if passes is None:
         st.caption("None of its top images could be read again: the model cannot be run on them.")
@@ -204,33 +213,6 @@ def raised(index: DatasetIndex, sae: TopKSAE, block: int, files: SAEFiles, laten
             pd.DataFrame({"layer": layer + first, "head": head, "attention share": heads[layer, head]}),
             hide_index=True,
         )
-
-
-@st.cache_data(max_entries=64, show_spinner="Running the model on the latent's top images...")
-def through_the_model(key: str, block: int, latent: int, largest: float, *, _index, _sae, _model, _top):
-    """(each class's logit change, or None for a backbone; (later blocks, heads) attention shares on the patches
-    where the latent fires) over its top images, or None when none of them can be read again."""
-    pixels, codes = [], []
-    rows = image_rows(_index, _top["image_id"].tolist())
-    prefix = _index.manifest["activations"]["prefix_tokens"]
-    for image_id in _top["image_id"].tolist():
-        data = photo_bytes(_index, int(image_id), str(rows.loc[image_id, "path"]))
-        try:
-            pixels.append(_model.transform(load_image(data))) if data is not None else None
-        except ImageError:
-            continue
-        stored = torch.from_numpy(_index.activations(int(image_id), block)[0])
-        codes.append(image_codes(_sae, stored, prefix)[:, latent])
-    if not pixels:
-        return None
-    with torch.no_grad():
-        device = next(_model.parameters()).device
-        output = _model(torch.stack(pixels).to(device), output_hidden_states=True, output_attentions=True)
-    effects = None
-    if _model.config.num_classes:
-        effects = latent_logit_effects(_model, _sae, latent, output.hidden_states[-1], largest).numpy()
-    heads = attention_to_firing_patches(list(output.attentions), torch.stack(codes), block, prefix).numpy()
-    return effects, heads
 
 
 def ablations(index: DatasetIndex, folder: Path, latent: int, largest: float) -> None:

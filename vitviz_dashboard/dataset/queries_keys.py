@@ -3,7 +3,7 @@ sample of the index's images, the keys shifted by mean(q) - mean(k) (every softm
 Coloured by query/key, row, column or image; a click on a point shows its patch in its photo.
 
 The index stores no queries or keys, so the index's model runs again on the sample's photos, in the library
-(explain.head_queries_and_keys), through the page's cache (cache/dataset.py).
+(vitviz.dataset.views.query_key_points), through the page's cache (cache/dataset.py).
 """
 
 from __future__ import annotations
