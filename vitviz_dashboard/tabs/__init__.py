@@ -3,7 +3,8 @@
     overview.py        the top-k predictions and the attention rollout
     heads.py           Heads & layers: every head's readout map, two choices compared, which heads matter
     patch.py           Click a patch: what one patch attends to, fused and per head
-    features.py        Features: PCA colours, a clicked patch's matches, k-means parts, over several photos
+    patch_features.py  Features: the patch features, as PCA colours, a clicked patch's matches, k-means parts, over
+                       several photos
     class_specific.py  Class-specific: gradient maps for any class, and the logit (or text) lens
     anatomy.py         Model anatomy: attention distance and entropy, position similarity, patch filters
     tokens.py          Tokens: attention to prefix tokens, token norms, the pooling head, tokens taken out
