@@ -311,6 +311,21 @@ def test_faithfulness_rewards_the_right_map_in_one_batch_per_curve(baseline):
     assert flipped["auc_most_first"] > result["auc_most_first"]
 
 
+def test_faithfulness_runs_its_passes_in_the_precision_asked():
+    seen = []
+
+    class Recorder(PatchDetector):
+        def forward(self, pixel_values):
+            seen.append(torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16)
+            return super().forward(pixel_values)
+
+    image, relevance = torch.rand(1, 3, 16, 32), torch.rand(2, 4)
+    faithfulness(Recorder(), image, relevance, target=1)
+    assert seen == [False, False]
+    faithfulness(Recorder(), image, relevance, target=1, precision="bf16")
+    assert seen[2:] == [True, True]
+
+
 def test_perturbation_curve_replaces_exact_fractions():
     class Brightness(torch.nn.Module):
         def forward(self, pixel_values):

@@ -4,10 +4,10 @@ outside vitviz/loading/ spells a source's prefix."""
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
+from code_reading import code_strings
 
 import vitviz
 from vitviz.loading import ModelLoadError, load_model, specs
@@ -64,24 +64,6 @@ def test_a_typed_spec_is_completed_by_the_sources():
 )
 def test_each_source_says_which_typed_names_open_no_path(spec, safe):
     assert specs.names_no_path(spec) is safe
-
-
-def code_strings(path: Path) -> list[str]:
-    """The string constants of a module's code (f-strings' literal parts included), without its docstrings."""
-    tree = ast.parse(path.read_text())
-    docstrings = {
-        id(node.body[0].value)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
-        and node.body
-        and isinstance(node.body[0], ast.Expr)
-        and isinstance(node.body[0].value, ast.Constant)
-    }
-    return [
-        node.value
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
-    ]
 
 
 def test_no_code_outside_loading_spells_a_source_prefix():

@@ -22,7 +22,7 @@ from vitviz.dataset.sources import Entry, read_entry
 from vitviz.dataset.storage import ACTIVATIONS, IndexFormatError, activation_name
 from vitviz.explain.facets import Facet
 from vitviz.explain.head_statistics import HEAD_STATISTICS
-from vitviz.model import ViT, autocast
+from vitviz.model import ViT
 from vitviz.preprocessing import ImageError, load_image
 
 HEAD_STATISTIC_NAMES = tuple(statistic.name for statistic in HEAD_STATISTICS)  # stored in the heads table
@@ -138,8 +138,7 @@ def _per_image_extras(model: ViT, pixels: torch.Tensor, results: dict, options: 
             )
         if options.faithfulness:
             scored = relevance[-1] if options.relevance else results["rollout"][i]
-            with autocast(options.precision, one.device.type):
-                curves = explain.faithfulness(model, one, scored.to(one.device), target)
+            curves = explain.faithfulness(model, one, scored.to(one.device), target, precision=options.precision)
             aucs.append([curves["auc_most_first"], curves["auc_least_first"]])
     extras = {}
     if relevance:

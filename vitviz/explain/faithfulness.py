@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from vitviz.explain.common import check_choice, class_probabilities
+from vitviz.model import Precision, autocast
 
 Baseline = Literal["mean", "blur"]
 
@@ -82,14 +83,17 @@ def faithfulness(
     target: int,
     baseline: Baseline = "mean",
     steps: int = 10,
+    precision: Precision = "fp32",
 ) -> dict[str, torch.Tensor | float]:
-    """Both perturbation curves and their areas (Chefer et al. 2021's positive/negative tests).
+    """Both perturbation curves and their areas (Chefer et al. 2021's positive/negative tests), the passes run in
+    ``precision`` (vitviz.autocast).
 
     A faithful map gives a *low* area when the most relevant patches go first and a *high*
     area when the least relevant go first.
     """
-    most = perturbation_curve(model, pixel_values, relevance, target, "most", baseline, steps)
-    least = perturbation_curve(model, pixel_values, relevance, target, "least", baseline, steps)
+    with autocast(precision, pixel_values.device.type):
+        most = perturbation_curve(model, pixel_values, relevance, target, "most", baseline, steps)
+        least = perturbation_curve(model, pixel_values, relevance, target, "least", baseline, steps)
     return {
         "most_first": most,
         "least_first": least,

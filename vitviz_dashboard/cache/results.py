@@ -115,10 +115,11 @@ def faithfulness_curves(
     maps[f"{readout_title(_model.config)} (last layer)"] = _analysis.readout_attention[-1].mean(dim=0)
     relevance = class_map(key, image_key, target, "relevance", _analysis=_analysis, _model=_model)
     maps["relevance (Chefer et al.)"] = torch.from_numpy(relevance)
-    with vitviz.autocast(key.precision, _analysis.pixel_values.device.type):
-        return {
-            name: explain.faithfulness(_model, _analysis.pixel_values, m, target, baseline) for name, m in maps.items()
-        }
+    pixels = _analysis.pixel_values
+    return {
+        name: explain.faithfulness(_model, pixels, m, target, baseline, precision=key.precision)
+        for name, m in maps.items()
+    }
 
 
 @kept()
