@@ -126,6 +126,10 @@ def tab_widget(scope: str, name: str) -> str:
 
 # ---- the Ask page ---------------------------------------------------------------------------------------------
 
+# No key of the Ask page is read by another module: its widgets' keys live beside them (ask/inputs.py, ask/maps.py:
+# kept("ask|..."); ask/tokens.py, ask/lens.py, ask/knockout.py: "ask|..."). What it hands the Photo page goes through
+# the accessors below (hand_checkpoint_to_photo_page, show_on_photo_page).
+
 
 # ---- between pages --------------------------------------------------------------------------------------------
 

@@ -11,9 +11,9 @@ import streamlit as st
 from vitviz.loading.download import REPO_ID
 from vitviz.loading.specs import HUB
 from vitviz_dashboard.cache.vlm import VLMKey
-from vitviz_dashboard.page import KEPT
 from vitviz_dashboard.sidebar.model_dirs import ModelRefused, allowed_model_dirs, check_model_path
 from vitviz_dashboard.sidebar.model_picker import looks_like_path
+from vitviz_dashboard.state import kept
 
 MAX_QUESTION = 500  # characters of a question on the page (the library allows more)
 MAX_NEW_TOKENS = 64  # the longest answer the page generates
@@ -23,7 +23,7 @@ SMALL_MODELS = (  # vision-language models small enough to answer on a CPU in se
 )
 PRECISIONS = {"as stored": None, "fp32": "fp32", "bf16": "bf16", "auto": "auto"}
 MODEL, PRECISION, QUESTION, GIVEN, LIMIT = (
-    f"{KEPT}ask|{name}" for name in ("model", "precision", "question", "given", "limit")
+    kept(f"ask|{name}") for name in ("model", "precision", "question", "given", "limit")
 )
 MODEL_HELP = (
     "A Hugging Face repository id (org/name; downloaded once when online, then read from the cache), or the full "

@@ -13,11 +13,11 @@ from vitviz.render.answers import map_over_photo, map_raster
 from vitviz.render.overlays import COLORMAPS, colour_bar
 from vitviz.vlm import Answer, token_attention
 from vitviz_dashboard.cache.vlm import AnswerKey, token_relevance
-from vitviz_dashboard.page import KEPT
+from vitviz_dashboard.state import kept
 
 KINDS = ("attention", "relevance")
 ALL = -1  # every head (their mean), every tile
-COLORMAP, ALPHA = f"{KEPT}ask|colormap", f"{KEPT}ask|alpha"  # kept through a visit to another page
+COLORMAP, ALPHA = kept("ask|colormap"), kept("ask|alpha")  # kept through a visit to another page
 
 
 @dataclass(frozen=True)
