@@ -30,7 +30,7 @@ from vitviz.sae.browse import (
     write_latent_tables,
 )
 from vitviz.sae.indexed import readable_images
-from vitviz_dashboard.dataset.features import SAE_FOLDER
+from vitviz_dashboard.dataset.sae_features import SAE_FOLDER
 
 pytestmark = pytest.mark.usefixtures("fresh_caches")
 

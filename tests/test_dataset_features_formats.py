@@ -11,7 +11,7 @@ from sae_format_files import weights, write_saev
 import vitviz
 from vitviz.sae import load_sae
 from vitviz.sae.browse import LATENTS_FILE, image_codes
-from vitviz_dashboard.dataset.features import SAE_FOLDER
+from vitviz_dashboard.dataset.sae_features import SAE_FOLDER
 
 
 @pytest.fixture(scope="module")

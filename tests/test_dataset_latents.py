@@ -19,10 +19,10 @@ from vitviz.preprocessing import load_image
 from vitviz.sae import load_sae
 from vitviz.sae.browse import attention_to_firing_patches, image_codes, latent_effects, latent_logit_effects
 from vitviz_dashboard.cache import budget
-from vitviz_dashboard.dataset.features import SAE_FOLDER
 from vitviz_dashboard.dataset.grid import GRID_TAB, SELECTION
 from vitviz_dashboard.dataset.latents import OVERVIEW
 from vitviz_dashboard.dataset.page_keys import TAB
+from vitviz_dashboard.dataset.sae_features import SAE_FOLDER
 
 
 @pytest.fixture(scope="module")

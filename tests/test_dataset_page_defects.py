@@ -122,7 +122,7 @@ def with_sae(built, tmp_path_factory):
 def test_the_sae_ablation_hint_names_the_open_index_and_a_set_to_max_table_says_its_multiple(with_sae, monkeypatch):
     import pyarrow.parquet as pq
 
-    from vitviz_dashboard.dataset.features import SAE_FOLDER
+    from vitviz_dashboard.dataset.sae_features import SAE_FOLDER
 
     root, sae_main = with_sae
     monkeypatch.setenv("VITVIZ_MODEL_DIRS", str(root))
@@ -196,7 +196,7 @@ def test_heads_intervals_show_in_the_hover_axes_name_every_layer_and_head_and_ex
 
 
 def test_the_confusion_matrix_has_square_cells_sized_by_its_classes_and_a_box_selects_several(built):
-    from vitviz_dashboard.dataset.errors import AXIS_PX, CELL_PX, CELL_TRACE
+    from vitviz_dashboard.dataset.confusion_matrix import AXIS_PX, CELL_PX, CELL_TRACE
 
     at = open_tab(dataset_app(built / "index"), "Errors")
     index = vitviz.open_index(built / "index")

@@ -10,22 +10,25 @@
     table.py          the table of images: filters, sorting, pages, row selection, thumbnails
     sql_box.py        the read-only SQL box: a query runs when submitted, in a thread, with a Stop button; its
                       result is kept in the session
-    errors.py         the confusion matrix (its cells select their images) and per-class mean maps
+    confusion_matrix.py  the Errors tab: the confusion matrix (its cells select their images) and per-class
+                      mean maps
     heads.py          heads over the dataset: distance with bootstrap intervals and their settling, entropy, prefix
                       attention, heads clustered by their statistics, a head's most extreme images
     queries_keys.py   one head's queries and keys in one PCA space (AttentionViz), over a sample of images
-    features.py       an SAE's latents over the index (vitviz.sae.browse): sorted by frequency or mean activation;
-                      per latent its top images with its codes drawn over them, a histogram, their labels, the
-                      classes it raises (direct logit attribution of its decoder column)
+    sae_features.py   the Features (SAE) tab: an SAE's latents over the index (vitviz.sae.browse), sorted by
+                      frequency or mean activation; per latent its top images with its codes drawn over them, a
+                      histogram, their labels, the classes it raises (direct logit attribution of its decoder column)
     grid.py           the image grid, the main view of the session's one selection (a confusion cell's, a latent's,
                       a SQL result's, a lasso's, an image's nearest): thumbnails with a map drawn patch by patch
                       on one colour scale, pages, "Similar" under each image
     export.py         a selection taken away: its rows as CSV or Parquet, or a sub-index in a new allowed folder
     embedding.py      the embedding map: pooled embeddings by PCA, coloured by any column; a lasso selects images
     slices.py         accuracy and mean probability by any column (numeric ones in quantile bins), beside all images
-    latents.py        beside features.py: the overview of all latents (frequency against mean activation, a click
+    latents.py        beside sae_features.py: the overview of all latents (frequency against mean activation, a click
                       opens one), the images where a latent fires (a selection for the grid, and a slice of accuracy)
     search.py         patch search: the k nearest patches across the dataset, as crops with their photos
 
-The computations live in vitviz.dataset (analysis.py, photos.py, index.py); these modules lay out widgets.
+The computations live in vitviz.dataset (analysis.py, views.py, photos.py, index.py) and vitviz.sae.browse, kept
+through cache/dataset.py; these modules lay out widgets. Each tab is ``draw(page: DatasetPage)``, listed in
+page.TABS.
 """

@@ -8,7 +8,17 @@ from dataclasses import dataclass
 import streamlit as st
 
 from vitviz.dataset import DatasetIndex
-from vitviz_dashboard.dataset import embedding, errors, features, grid, heads, queries_keys, search, slices, table
+from vitviz_dashboard.dataset import (
+    confusion_matrix,
+    embedding,
+    grid,
+    heads,
+    queries_keys,
+    sae_features,
+    search,
+    slices,
+    table,
+)
 from vitviz_dashboard.dataset.drawing import COLORMAPS
 from vitviz_dashboard.dataset.indexing import OPENED, index_form
 from vitviz_dashboard.dataset.opening import open_typed_index
@@ -46,12 +56,12 @@ TABS: dict[str, Callable[[DatasetPage], None]] = {
     "Table": table.draw,
     grid.GRID_TAB: grid.draw,
     "Embedding map": embedding.draw,
-    "Errors": errors.draw,
+    "Errors": confusion_matrix.draw,
     "Slices": slices.draw,
     "Heads": heads.draw,
     "Queries & keys": queries_keys.draw,
     "Patch search": search.draw,
-    "Features (SAE)": features.draw,
+    "Features (SAE)": sae_features.draw,
 }
 
 
