@@ -17,6 +17,7 @@ from streamlit.testing.v1 import AppTest
 
 import vitviz.loading.specs
 from vitviz_dashboard.app import TABS
+from vitviz_dashboard.state import PHOTO_TAB
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 
@@ -59,8 +60,8 @@ def uploaded_app(name="photo.png", content=None) -> AppTest:
 
 
 def open_tab(at, name: str) -> AppTest:
-    """Click a tab: the tabs are bound to session state under the key "tab", and only the open one runs."""
-    at.session_state["tab"] = name
+    """Click a tab: the tabs are bound to session state under state.PHOTO_TAB, and only the open one runs."""
+    at.session_state[str(PHOTO_TAB)] = name
     at.run()
     assert not at.exception, at.exception
     return at

@@ -16,6 +16,7 @@ import vitviz
 import vitviz.loading.specs
 from vitviz import explain
 from vitviz_dashboard.cache import budget
+from vitviz_dashboard.state import FEATURES_PATCH
 
 # fresh caches, no local sample images, precision "auto" fixed at fp32 (tests/conftest.py)
 pytestmark = pytest.mark.usefixtures("fresh_caches")
@@ -87,10 +88,7 @@ def test_a_click_changes_the_similarity_maps(tmp_path, monkeypatch):
     at = features_tab(tiny_checkpoint(tmp_path / "model.pt"), monkeypatch)
     before = pictures(at, "patch (2, 2)")
     pca_before = pictures(at, "a.png")
-    at.session_state["features_patch"] = (
-        0,
-        3,
-    )  # what a click on patch (0, 3) of the picture sets (tests/test_browser.py)
+    at.session_state[str(FEATURES_PATCH)] = (0, 3)  # what a click on patch (0, 3) sets (tests/test_browser.py)
     at.run()
     assert not at.exception and not at.error
     after = pictures(at, "patch (0, 3)")

@@ -11,6 +11,7 @@ from tiny_models import tiny_checkpoint
 import vitviz.loading.specs
 from vitviz import Preprocessing, ViT, ViTConfig, save_checkpoint
 from vitviz_dashboard.cache import budget
+from vitviz_dashboard.state import PHOTO_TAB
 
 # fresh caches, no local sample images, precision "auto" fixed at fp32 (tests/conftest.py)
 pytestmark = pytest.mark.usefixtures("fresh_caches")
@@ -139,7 +140,7 @@ def test_choosing_another_model_keeps_the_images_the_chosen_one_and_the_open_tab
     at.sidebar.selectbox[0].set_value("path or upload...").run()  # no path yet: the page stops early
     assert "Upload a vitviz checkpoint in the sidebar, or enter the path" in at.info[0].value
     at.sidebar.selectbox[0].set_value("default").run()
-    assert not at.exception and at.session_state["tab"] == "Heads & layers"
+    assert not at.exception and at.session_state[str(PHOTO_TAB)] == "Heads & layers"
     assert next(s for s in at.selectbox if s.label == "Image").value == "a.png"
     assert [f.name for f in at.file_uploader[0].value] == ["a.png", "b.png"]
 

@@ -15,7 +15,7 @@ from tiny_text import clip_folder, siglip_folder
 import vitviz
 import vitviz.analysis
 from vitviz.preprocessing import load_image
-from vitviz_dashboard.sidebar.prompts import PROMPTS_KEY, SOURCE_KEY
+from vitviz_dashboard.state import PROMPT_SOURCE, PROMPTS
 
 MAKERS = {"clip": clip_folder, "siglip": siglip_folder}
 
@@ -73,7 +73,7 @@ def test_typed_prompts_become_the_classes_with_their_kind_of_probability(folders
     overview = " ".join(c.value for c in at.caption)
     assert "Zero-shot: the image's similarity to each prompt" in overview
 
-    at.text_area(key=PROMPTS_KEY).set_value("an astronaut\nthe moon").run()
+    at.text_area(key=str(PROMPTS)).set_value("an astronaut\nthe moon").run()
     expected = library_probabilities(folders[kind], ["an astronaut", "the moon"])
     top = int(np.argmax(expected))
     prompt = ["an astronaut", "the moon"][top]
@@ -114,7 +114,7 @@ def test_two_prompts_side_by_side_in_the_class_specific_tab(folders, monkeypatch
 )
 def test_bad_prompts_are_answered_with_their_cause_in_the_main_area_too(folders, monkeypatch, text, message):
     at = page_with(folders["clip"], monkeypatch)
-    at.text_area(key=PROMPTS_KEY).set_value(text).run()
+    at.text_area(key=str(PROMPTS)).set_value(text).run()
     assert not at.exception
     assert any(message in e.value for e in at.sidebar.error), [e.value for e in at.sidebar.error]
     # the sidebar may be collapsed: the line above the tabs, and the tab, say what is wrong and where to fix it
@@ -129,7 +129,7 @@ def test_bad_prompts_are_answered_with_their_cause_in_the_main_area_too(folders,
 
 def test_a_prompt_longer_than_the_context_is_truncated_with_a_note(folders, monkeypatch):
     at = page_with(folders["clip"], monkeypatch)
-    at.text_area(key=PROMPTS_KEY).set_value("a dog\n" + " ".join(["cat"] * 30)).run()
+    at.text_area(key=str(PROMPTS)).set_value("a dog\n" + " ".join(["cat"] * 30)).run()
     assert not at.exception and not at.error
     assert any("Prompt 2 is" in w.value and "longer than the text tower's 16" in w.value for w in at.sidebar.warning)
     assert "Zero-shot prediction" in prediction(at)
@@ -137,7 +137,7 @@ def test_a_prompt_longer_than_the_context_is_truncated_with_a_note(folders, monk
 
 def test_a_ready_set_with_its_template(folders, monkeypatch):
     at = page_with(folders["siglip"], monkeypatch)
-    at.selectbox(key=SOURCE_KEY).set_value("cifar10").run()
+    at.selectbox(key=str(PROMPT_SOURCE)).set_value("cifar10").run()
     assert not at.exception and not at.error
     # CLIP's template word for word ("a photo of a airplane." for the first class): the example reads correctly
     assert any("10 classes x 1 template = 10 prompts, e.g. 'a photo of a bird.'" in c.value for c in at.sidebar.caption)
@@ -183,11 +183,11 @@ def test_when_probabilities_tie_the_picker_starts_on_the_top_class_and_maps_are_
 
 def test_typed_prompts_survive_a_look_at_a_ready_set(folders, monkeypatch):
     at = page_with(folders["clip"], monkeypatch)
-    at.text_area(key=PROMPTS_KEY).set_value("an astronaut\nthe moon").run()
-    at.selectbox(key=SOURCE_KEY).set_value("cifar10").run()
+    at.text_area(key=str(PROMPTS)).set_value("an astronaut\nthe moon").run()
+    at.selectbox(key=str(PROMPT_SOURCE)).set_value("cifar10").run()
     assert not at.exception and not at.text_area  # the ready set: no box for typed prompts
-    at.selectbox(key=SOURCE_KEY).set_value("my prompts").run()
-    assert at.text_area(key=PROMPTS_KEY).value == "an astronaut\nthe moon"
+    at.selectbox(key=str(PROMPT_SOURCE)).set_value("my prompts").run()
+    assert at.text_area(key=str(PROMPTS)).value == "an astronaut\nthe moon"
     expected = library_probabilities(folders["clip"], ["an astronaut", "the moon"])
     top = int(np.argmax(expected))
     prompt = ["an astronaut", "the moon"][top]
@@ -215,7 +215,7 @@ def test_a_knocked_out_head_stays_out_when_the_prompts_change(folders, monkeypat
     model = vitviz.load_model(folders["clip"])
     pixels = model.transform(load_image(png_bytes()))[None]
     for prompts in (["an astronaut", "the moon"], ["a photo of a cat", "a photo of a dog", "a photo of a bird"]):
-        at.text_area(key=PROMPTS_KEY).set_value("\n".join(prompts)).run()
+        at.text_area(key=str(PROMPTS)).set_value("\n".join(prompts)).run()
         assert not at.exception and "Heads removed: L1 H2" in banner(at)  # the same heads, the new prompts
         knocked = vitviz.zero_shot(model, prompts, use_cache=False).knock_out(heads=[(1, 2)])
         with torch.no_grad():

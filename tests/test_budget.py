@@ -23,6 +23,7 @@ from vitviz import explain
 from vitviz.preprocessing import ImageFile
 from vitviz_dashboard.cache import budget
 from vitviz_dashboard.cache.budget import MemoryStore, kept, nbytes, parse_bytes
+from vitviz_dashboard.state import PHOTO_TAB
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 
@@ -199,7 +200,7 @@ def test_the_page_never_holds_more_than_its_budget_across_many_images_and_two_se
         at = sessions[index % 2]
         at.file_uploader[0].set_value((f"photo{index}.png", photo_png(index), "image/png")).run()
         assert not at.exception and not at.error
-        at.session_state["tab"] = ["Overview", "Heads & layers", "Click a patch", "Class-specific"][index % 4]
+        at.session_state[str(PHOTO_TAB)] = ["Overview", "Heads & layers", "Click a patch", "Class-specific"][index % 4]
         at.run()
         assert not at.exception and not at.error
         held.append(store.held)
@@ -216,7 +217,7 @@ def test_an_analysis_above_its_share_keeps_only_its_views_and_the_page_streams_t
     at.run()
     at.file_uploader[0].set_value(("photo.png", photo_png(0), "image/png")).run()
     next(s for s in at.slider if s.label == "Discard ratio").set_value(0.5).run()  # a rollout the pass did not make
-    at.session_state["tab"] = "Click a patch"
+    at.session_state[str(PHOTO_TAB)] = "Click a patch"
     at.run()
     next(n for n in at.number_input if n.label == "Row").set_value(1).run()
     assert not at.exception and not at.error
