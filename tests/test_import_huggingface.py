@@ -6,7 +6,7 @@ import pytest
 import torch
 import transformers as hf
 from safetensors.torch import load_file
-from tiny_models import tiny_hf_vit_config
+from tiny_models import SMALL_HF_VIT, tiny_hf_config
 from transformers import ViTConfig as HFViTConfig
 from transformers import ViTForImageClassification, ViTModel
 
@@ -19,8 +19,7 @@ ATOL = 1e-4  # the issue's bound for logits and attentions
 
 def hf_config(**overrides) -> HFViTConfig:
     """tiny_models' Hugging Face ViT, 3 blocks of width 48 and 7 classes, eager attention (its weights are compared)."""
-    values = dict(hidden_size=48, num_hidden_layers=3, intermediate_size=96, num_labels=7, attn_implementation="eager")
-    return tiny_hf_vit_config(**(values | overrides))
+    return tiny_hf_config("vit", **(SMALL_HF_VIT | dict(num_labels=7) | overrides))
 
 
 def random_hf_classifier(**overrides) -> ViTForImageClassification:
@@ -162,23 +161,9 @@ def test_malformed_huggingface_folders_get_a_message(tmp_path, config_change, pr
 
 
 # ---- the other families: DeiT, DINOv2 (with and without registers), CLIP, SigLIP ----
+# (tiny_models.tiny_hf_config: their sizes, eager attention for output_attentions)
 
-SMALL = dict(hidden_size=48, num_hidden_layers=3, num_attention_heads=4, image_size=32, patch_size=8)
-EAGER = dict(attn_implementation="eager")  # attention weights as a tensor, for output_attentions
-LABELS = dict(num_labels=5, id2label={i: f"label {i}" for i in range(5)})
-TEXT = dict(
-    hidden_size=32,
-    num_hidden_layers=1,
-    num_attention_heads=4,
-    intermediate_size=64,
-    vocab_size=99,
-    max_position_embeddings=16,
-    bos_token_id=1,
-    eos_token_id=2,
-    pad_token_id=0,
-)
-VISION = dict(SMALL, intermediate_size=96)
-DINOV2 = dict(SMALL, mlp_ratio=2, **EAGER)
+LABELS = dict(num_labels=5)  # named "label i" by tiny_hf_config
 REGISTERS = 3
 # Weights this large make attention far from uniform and MLP inputs large enough that exact GELU and
 # its tanh approximation differ by more than the tolerance (at std 0.2 attention is nearly flat).
@@ -192,41 +177,35 @@ OUTPUTS = {
 # name -> (builder, what vitviz is compared on besides the attentions: "logits", "hidden" (every
 # normalised token, for DeiT and DINOv2 backbones) or "pooled" (CLIP and SigLIP's pooler_output))
 FAMILY_MODELS = {
-    "deit": (lambda: hf.DeiTModel(hf.DeiTConfig(**VISION, **EAGER)), "hidden"),
-    "deit-classifier": (lambda: hf.DeiTForImageClassification(hf.DeiTConfig(**VISION, **LABELS, **EAGER)), "logits"),
-    "deit-teacher": (
-        lambda: hf.DeiTForImageClassificationWithTeacher(hf.DeiTConfig(**VISION, **LABELS, **EAGER)),
-        "logits",
-    ),
-    "dinov2": (lambda: hf.Dinov2Model(hf.Dinov2Config(**DINOV2)), "hidden"),
-    "dinov2-classifier": (lambda: hf.Dinov2ForImageClassification(hf.Dinov2Config(**DINOV2, **LABELS)), "logits"),
+    "deit": (lambda: hf.DeiTModel(tiny_hf_config("deit")), "hidden"),
+    "deit-classifier": (lambda: hf.DeiTForImageClassification(tiny_hf_config("deit", **LABELS)), "logits"),
+    "deit-teacher": (lambda: hf.DeiTForImageClassificationWithTeacher(tiny_hf_config("deit", **LABELS)), "logits"),
+    "dinov2": (lambda: hf.Dinov2Model(tiny_hf_config("dinov2")), "hidden"),
+    "dinov2-classifier": (lambda: hf.Dinov2ForImageClassification(tiny_hf_config("dinov2", **LABELS)), "logits"),
     "dinov2_with_registers": (
-        lambda: hf.Dinov2WithRegistersModel(hf.Dinov2WithRegistersConfig(**DINOV2, num_register_tokens=REGISTERS)),
+        lambda: hf.Dinov2WithRegistersModel(tiny_hf_config("dinov2_with_registers", num_register_tokens=REGISTERS)),
         "hidden",
     ),
     "dinov2_with_registers-classifier": (
         lambda: hf.Dinov2WithRegistersForImageClassification(
-            hf.Dinov2WithRegistersConfig(**DINOV2, **LABELS, num_register_tokens=REGISTERS)
+            tiny_hf_config("dinov2_with_registers", **LABELS, num_register_tokens=REGISTERS)
         ),
         "logits",
     ),
-    "clip_vision_model": (lambda: hf.CLIPVisionModel(hf.CLIPVisionConfig(**VISION, **EAGER)), "pooled"),
+    "clip_vision_model": (lambda: hf.CLIPVisionModel(tiny_hf_config("clip_vision_model")), "pooled"),
     "clip_vision_model-gelu-projection": (
         lambda: hf.CLIPVisionModelWithProjection(
-            hf.CLIPVisionConfig(**VISION, hidden_act="gelu", projection_dim=16, **EAGER)
+            tiny_hf_config("clip_vision_model", hidden_act="gelu", projection_dim=16)
         ),
         "pooled",
     ),
-    "clip": (
-        lambda: hf.CLIPModel(hf.CLIPConfig(vision_config=VISION, text_config=TEXT, projection_dim=16, **EAGER)),
-        "pooled",
-    ),
-    "siglip_vision_model": (lambda: hf.SiglipVisionModel(hf.SiglipVisionConfig(**VISION, **EAGER)), "pooled"),
+    "clip": (lambda: hf.CLIPModel(tiny_hf_config("clip", projection_dim=16)), "pooled"),
+    "siglip_vision_model": (lambda: hf.SiglipVisionModel(tiny_hf_config("siglip_vision_model")), "pooled"),
     "siglip_vision_model-headless": (  # the towers of PaliGemma, Gemma 3, LLaVA-OneVision
-        lambda: hf.SiglipVisionModel(hf.SiglipVisionConfig(**VISION, vision_use_head=False, **EAGER)),
+        lambda: hf.SiglipVisionModel(tiny_hf_config("siglip_vision_model", vision_use_head=False)),
         "hidden",
     ),
-    "siglip": (lambda: hf.SiglipModel(hf.SiglipConfig(vision_config=VISION, text_config=TEXT, **EAGER)), "pooled"),
+    "siglip": (lambda: hf.SiglipModel(tiny_hf_config("siglip")), "pooled"),
 }
 
 
@@ -333,16 +312,16 @@ def test_defaults_for_short_config_files_are_transformers_own(model_type, config
 @pytest.mark.parametrize(
     "build,message",
     [
-        (lambda: hf.Dinov2Model(hf.Dinov2Config(**DINOV2, use_swiglu_ffn=True)), "SwiGLU"),
+        (lambda: hf.Dinov2Model(tiny_hf_config("dinov2", use_swiglu_ffn=True)), "SwiGLU"),
         (
-            lambda: hf.CLIPForImageClassification(hf.CLIPConfig(vision_config=VISION, text_config=TEXT, **LABELS)),
+            lambda: hf.CLIPForImageClassification(tiny_hf_config("clip", **LABELS)),
             "CLIPForImageClassification is not supported",
         ),
         (
-            lambda: hf.SiglipForImageClassification(hf.SiglipConfig(vision_config=VISION, text_config=TEXT, **LABELS)),
+            lambda: hf.SiglipForImageClassification(tiny_hf_config("siglip", **LABELS)),
             "SiglipForImageClassification is not supported",
         ),
-        (lambda: hf.DeiTModel(hf.DeiTConfig(**VISION, hidden_act="relu")), "hidden_act 'relu' is not supported"),
+        (lambda: hf.DeiTModel(tiny_hf_config("deit", hidden_act="relu")), "hidden_act 'relu' is not supported"),
     ],
 )
 def test_what_vitviz_cannot_express_is_refused_by_name(tmp_path, build, message):
@@ -410,17 +389,8 @@ def test_sharded_weights_are_read_shard_by_shard(tmp_path):
 def test_a_dinov3_folder_reproduces_the_pooled_output_and_every_attention(tmp_path, gated):
     """DINOv3ViTModel (rotary embeddings, 4 storage tokens, LayerScale, no key bias), eager attention, at its own
     size and a non-square one."""
-    config = hf.DINOv3ViTConfig(
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        image_size=32,
-        patch_size=8,
-        num_register_tokens=4,
-        use_gated_mlp=gated,
-        hidden_act="silu" if gated else "gelu",
-        attn_implementation="eager",
+    config = tiny_hf_config(
+        "dinov3_vit", num_register_tokens=4, use_gated_mlp=gated, hidden_act="silu" if gated else "gelu"
     )
     torch.manual_seed(0)
     reference = hf.DINOv3ViTModel(config).eval()
@@ -450,25 +420,12 @@ def _perturbed(model):
     return model.eval()
 
 
-TINY_VISION = dict(
-    hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, image_size=32, patch_size=8
-)
-
-
 @pytest.mark.parametrize(
     "build",
     [
-        lambda: hf.IJepaModel(hf.IJepaConfig(**TINY_VISION, attn_implementation="eager")),
-        lambda: hf.Aimv2VisionModel(hf.Aimv2VisionConfig(**TINY_VISION, use_head=False, attn_implementation="eager")),
-        lambda: hf.Aimv2Model(
-            hf.Aimv2Config(
-                vision_config=dict(TINY_VISION, use_head=False),
-                attn_implementation="eager",
-                text_config=dict(
-                    hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64, vocab_size=100
-                ),
-            )
-        ),
+        lambda: hf.IJepaModel(tiny_hf_config("ijepa")),
+        lambda: hf.Aimv2VisionModel(tiny_hf_config("aimv2_vision_model", use_head=False)),
+        lambda: hf.Aimv2Model(tiny_hf_config("aimv2")),
     ],
     ids=["ijepa", "aimv2_vision_model", "aimv2"],
 )
@@ -491,6 +448,6 @@ def test_ijepa_and_aimv2_folders_reproduce_their_tokens_and_every_attention(tmp_
 
 
 def test_aimv2_with_its_attention_pooling_head_is_refused_by_name(tmp_path):
-    _perturbed(hf.Aimv2VisionModel(hf.Aimv2VisionConfig(**TINY_VISION, use_head=True))).save_pretrained(tmp_path)
+    _perturbed(hf.Aimv2VisionModel(tiny_hf_config("aimv2_vision_model", use_head=True))).save_pretrained(tmp_path)
     with pytest.raises(ModelLoadError, match="attention-pooling head .use_head=True"):
         load_huggingface_folder(tmp_path)

@@ -3,8 +3,9 @@
 ``build_tiny_vit`` builds one of the ``TINY_FAMILIES`` in memory (the ``tiny_vit`` fixture of tests/conftest.py runs
 a test over each); ``tiny_checkpoint`` saves one as a vitviz checkpoint for the page, browser and command-line tests.
 ``perturbed`` is a random timm model with every part away from its initial value, ``TINY_CFG`` a tiny
-open_clip config, and ``tiny_hf_vit_config`` a tiny Hugging Face ViT config, for the importer and loading tests
-(the vision-language models' tiny folders are in tiny_vlms.py).
+open_clip config, and ``tiny_hf_config`` a tiny Hugging Face config of any family the importer reads
+(``tiny_hf_vit_config`` its ViT), for the importer and loading tests (the vision-language models' tiny folders are
+in tiny_vlms.py, the CLIP and SigLIP folders with tokenizers in tiny_text.py).
 """
 
 from collections.abc import Iterator
@@ -15,10 +16,35 @@ import torch
 
 from vitviz import Preprocessing, ViT, ViTConfig, save_checkpoint
 
-# a Hugging Face ViT of 2 blocks of 4 heads, width 32, 8-pixel patches on 32 x 32 (tiny_hf_vit_config)
+# The Hugging Face models' sizes (tiny_hf_config): 2 blocks of 4 heads, width 32, 8-pixel patches on 32 x 32 ...
 TINY_HF_VIT = dict(
     hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, image_size=32, patch_size=8
 )
+# ... or 3 blocks of width 48 (MLP 96); DINOv2 gives its MLP as a ratio of the width instead
+SMALL_HF_VIT = TINY_HF_VIT | dict(hidden_size=48, num_hidden_layers=3, intermediate_size=96)
+SMALL_HF_DINOV2 = {key: value for key, value in SMALL_HF_VIT.items() if key != "intermediate_size"} | dict(mlp_ratio=2)
+# the image-text models' text tower (never compared): one block of width 32, with CLIP and SigLIP's token ids
+TINY_HF_TEXT = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64)
+TINY_HF_TOKENS = dict(vocab_size=99, max_position_embeddings=16, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+
+# model_type -> (its transformers config class, the sizes tiny_hf_config gives it)
+TINY_HF_FAMILIES: dict[str, tuple[str, dict]] = {
+    "vit": ("ViTConfig", TINY_HF_VIT),
+    "deit": ("DeiTConfig", SMALL_HF_VIT),
+    "dinov2": ("Dinov2Config", SMALL_HF_DINOV2),
+    "dinov2_with_registers": ("Dinov2WithRegistersConfig", SMALL_HF_DINOV2),
+    "dinov3_vit": ("DINOv3ViTConfig", TINY_HF_VIT),
+    "ijepa": ("IJepaConfig", TINY_HF_VIT),
+    "clip_vision_model": ("CLIPVisionConfig", SMALL_HF_VIT),
+    "siglip_vision_model": ("SiglipVisionConfig", SMALL_HF_VIT),
+    "aimv2_vision_model": ("Aimv2VisionConfig", TINY_HF_VIT),
+    "clip": ("CLIPConfig", dict(vision_config=SMALL_HF_VIT, text_config=TINY_HF_TEXT | TINY_HF_TOKENS)),
+    "siglip": ("SiglipConfig", dict(vision_config=SMALL_HF_VIT, text_config=TINY_HF_TEXT | TINY_HF_TOKENS)),
+    "aimv2": (  # without the attention-pooling head, which vitviz refuses
+        "Aimv2Config",
+        dict(vision_config=TINY_HF_VIT | dict(use_head=False), text_config=TINY_HF_TEXT | dict(vocab_size=100)),
+    ),
+}
 
 # 3 blocks of 4 heads, 8-pixel patches on a 32 x 32 input (a 4 x 4 grid), 5 classes
 TINY = dict(image_size=32, patch_size=8, hidden_size=32, num_layers=3, num_heads=4, mlp_size=64, num_classes=5)
@@ -97,15 +123,23 @@ TINY_CFG = {
 }
 
 
-def tiny_hf_vit_config(**overrides):
-    """A ``transformers.ViTConfig`` of TINY_HF_VIT's sizes, with ``overrides``; class names "label i" when it has
-    labels and ``id2label`` is not given."""
-    from transformers import ViTConfig as HFViTConfig
+def tiny_hf_config(family: str, **overrides):
+    """A transformers config of ``TINY_HF_FAMILIES[family]``'s class and sizes, eager attention (attention weights as
+    tensors, for ``output_attentions``), with ``overrides``; class names "label i" when it has labels and ``id2label``
+    is not given. The one place the tests build a tiny Hugging Face config (tiny_text and tiny_vlms build whole
+    models and folders)."""
+    import transformers  # here, not above: most tests that build tiny models need no transformers
 
-    config = HFViTConfig(**(TINY_HF_VIT | overrides))
-    if "num_labels" in overrides and "id2label" not in overrides:
-        config.id2label = {i: f"label {i}" for i in range(config.num_labels)}
-    return config
+    class_name, sizes = TINY_HF_FAMILIES[family]
+    labels = (
+        {"id2label": {i: f"label {i}" for i in range(overrides["num_labels"])}} if "num_labels" in overrides else {}
+    )
+    return getattr(transformers, class_name)(**(sizes | dict(attn_implementation="eager") | labels | overrides))
+
+
+def tiny_hf_vit_config(**overrides):
+    """``tiny_hf_config("vit", **overrides)``: a ``transformers.ViTConfig`` of TINY_HF_VIT's sizes."""
+    return tiny_hf_config("vit", **overrides)
 
 
 @contextmanager
