@@ -17,7 +17,7 @@ from tiny_models import tiny_checkpoint
 
 from vitviz.commands.index import main as index_main
 from vitviz_dashboard.cache import budget
-from vitviz_dashboard.dataset.page import FOLDER, TAB
+from vitviz_dashboard.state import DATASET_FOLDER, DATASET_TAB
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -74,7 +74,7 @@ def dataset_app(folder) -> AppTest:
     at.run()
     at._page_hash = next(h for h, info in at._registered_pages.items() if info.get("url_pathname") == "dataset")
     checked(at.run())
-    at.sidebar.text_input(key=FOLDER).set_value(str(folder))
+    at.sidebar.text_input(key=str(DATASET_FOLDER)).set_value(str(folder))
     return checked(at.run())
 
 
@@ -84,7 +84,7 @@ def checked(at: AppTest) -> AppTest:
 
 
 def open_tab(at: AppTest, name: str) -> AppTest:
-    at.session_state[TAB] = name
+    at.session_state[str(DATASET_TAB)] = name
     return checked(at.run())
 
 

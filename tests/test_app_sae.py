@@ -192,14 +192,14 @@ def test_the_photo_tab_starts_from_the_sae_typed_on_the_dataset_page(built, tmp_
 
 def test_a_latent_on_the_photo_page_opens_its_top_images_in_the_dataset_grid(built, tmp_path, monkeypatch):
     from vitviz_dashboard.dataset.grid import SELECTION
-    from vitviz_dashboard.dataset.page_keys import FOLDER, TAB
+    from vitviz_dashboard.state import DATASET_FOLDER, DATASET_TAB
 
     folder = copied_sae(built, tmp_path, monkeypatch)
     index = vitviz.open_index(built / "index")
     sae = load_sae(folder)
     write_latent_tables(latent_statistics(sae, index, readable_images(index)), folder)  # the Features tab's tables
     at = photo_app(built, monkeypatch)
-    at.session_state[FOLDER] = str(built / "index")  # the index open on the Dataset page
+    at.session_state[str(DATASET_FOLDER)] = str(built / "index")  # the index open on the Dataset page
     at.text_input[-1].set_value(str(folder))
     checked(at.run())
     latent = int(at.selectbox(key="sae_dataset_latent").value)
@@ -207,6 +207,6 @@ def test_a_latent_on_the_photo_page_opens_its_top_images_in_the_dataset_grid(bui
     checked(at.run())
     tops = pd.read_parquet(folder / TOP_FILE)
     expected = tops[tops["latent"] == latent].sort_values("rank")["image_id"].tolist()
-    assert list(at.session_state[SELECTION].ids) == expected and at.session_state[TAB] == "Grid"
+    assert list(at.session_state[SELECTION].ids) == expected and at.session_state[str(DATASET_TAB)] == "Grid"
     shown = f"**{len(expected)} images: latent {latent}'s top images**"
     assert any(m.value == shown for m in at.markdown), [m.value for m in at.markdown][:8]  # the grid is shown

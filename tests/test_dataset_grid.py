@@ -17,7 +17,7 @@ from vitviz.commands.index import main as index_command
 from vitviz.render.overlays import overlay
 from vitviz_dashboard.dataset import drawing, export
 from vitviz_dashboard.dataset.grid import GRID_TAB, SELECTION
-from vitviz_dashboard.dataset.page_keys import TAB
+from vitviz_dashboard.state import DATASET_TAB
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +55,7 @@ def test_a_confusion_cell_goes_to_the_grid_and_a_similar_click_selects_the_neare
     )["image_id"].tolist()
     assert cell, "the tiny model should get some cats wrong"
     checked(at.button(key="dataset|cell_grid").click().run())
-    assert at.session_state[TAB] == GRID_TAB
+    assert at.session_state[str(DATASET_TAB)] == GRID_TAB
     selection = at.session_state[SELECTION]
     assert list(selection.ids) == cell and selection.source == "confusion"
     assert shown_ids(at) == sorted(cell[:24])
@@ -75,7 +75,7 @@ def test_a_sql_result_with_image_ids_is_shown_a_page_at_a_time_and_exported(buil
     )
     checked(at.button(key="dataset|sql_run").click().run())
     at = open_tab(at, GRID_TAB)
-    checked(at.button(key="g|sql").click().run())
+    checked(at.button(key="dataset|sql_grid").click().run())
     wanted = list(range(index.count - 1, 2, -1))  # 24 down to 3: 22 ids
     assert list(at.session_state[SELECTION].ids) == wanted
     # the Table tab's filters (kept in the session from the Table tab) as a selection
@@ -83,11 +83,11 @@ def test_a_sql_result_with_image_ids_is_shown_a_page_at_a_time_and_exported(buil
     at.multiselect(key="kept|dataset|classes").set_value(["cat"])
     at.radio(key="kept|dataset|correctness").set_value("wrong")
     at = open_tab(checked(at.run()), GRID_TAB)
-    checked(at.button(key="g|table").click().run())
+    checked(at.button(key="dataset|table_grid").click().run())
     wrong_cats = index.query("SELECT image_id FROM images WHERE label = 'cat' AND NOT correct ORDER BY image_id")
     assert list(at.session_state[SELECTION].ids) == wrong_cats["image_id"].tolist()
     assert at.session_state[SELECTION].title == "the Table tab's filters (cat, wrong)"
-    checked(at.button(key="g|sql").click().run())
+    checked(at.button(key="dataset|sql_grid").click().run())
     # the broken image has no photo: the shown ones are the readable ones, in the selection's order
     readable = set(index.query("SELECT image_id FROM images WHERE error IS NULL")["image_id"])
     assert shown_ids(at) == sorted(i for i in wanted if i in readable)

@@ -21,8 +21,8 @@ from vitviz.sae.browse import attention_to_firing_patches, image_codes, latent_e
 from vitviz_dashboard.cache import budget
 from vitviz_dashboard.dataset.grid import GRID_TAB, SELECTION
 from vitviz_dashboard.dataset.latents import OVERVIEW
-from vitviz_dashboard.dataset.page_keys import TAB
 from vitviz_dashboard.dataset.sae_features import SAE_FOLDER
+from vitviz_dashboard.state import DATASET_TAB
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +79,7 @@ def test_a_click_on_the_overview_opens_a_latent_whose_firing_images_go_to_the_gr
     assert slices["slice"].tolist()[0] == "all images"
     assert slices.set_index("slice")["images"].get("True", 0) == len(fires)
     checked(at.button(key="dataset|sae_fires_grid").click().run())
-    assert at.session_state[TAB] == GRID_TAB
+    assert at.session_state[str(DATASET_TAB)] == GRID_TAB
     assert list(at.session_state[SELECTION].ids) == fires
 
 

@@ -22,9 +22,9 @@ from vitviz.preprocessing import ImageFile
 from vitviz_dashboard import images
 from vitviz_dashboard.dataset import indexing
 from vitviz_dashboard.dataset.opening import photo_prompts
-from vitviz_dashboard.dataset.page import FOLDER
 from vitviz_dashboard.sidebar.model_picker import HUB_SPEC, PATH_OR_UPLOAD
 from vitviz_dashboard.sidebar.prompts import ENSEMBLE_KEY, MY_PROMPTS, PROMPTS_KEY, SOURCE_KEY
+from vitviz_dashboard.state import DATASET_FOLDER
 
 # a folder holding a tiny model, 24 generated images (and a broken one) and their index; fresh caches per test
 built, page_settings = page_fixtures("dataset_page")
@@ -240,7 +240,7 @@ def test_a_folder_indexed_from_the_page_equals_the_command_and_opens(built, tmp_
     monkeypatch.setenv("VITVIZ_MODEL_DIRS", f"{built}:{tmp_path}")
     at = index_from_page(dataset_app(""), built / "images", tmp_path / "made", built / "model.pt")
     assert not at.error
-    assert at.sidebar.text_input(key=FOLDER).value == str(tmp_path / "made")  # opened
+    assert at.sidebar.text_input(key=str(DATASET_FOLDER)).value == str(tmp_path / "made")  # opened
     assert "25 images match; rows 1 to 25" in captions(at)
     made, command = vitviz.open_index(tmp_path / "made"), vitviz.open_index(built / "index")
     columns = "image_id, path, label, prediction, probability, sha256"
@@ -285,7 +285,7 @@ def test_the_sessions_photos_are_indexed_with_the_photo_pages_model_and_opened(b
     checked(at.run())
     checked(at.button(key="dataset|index_session").click().run())
     assert not at.error, [e.value for e in at.error]
-    folder = Path(at.sidebar.text_input(key=FOLDER).value)
+    folder = Path(at.sidebar.text_input(key=str(DATASET_FOLDER)).value)
     assert folder.is_relative_to(tmp_path / "sessions")  # outside VITVIZ_MODEL_DIRS, opened all the same
     assert captions(at)[0].startswith("**3 images** (0 unreadable)")
     made, command = vitviz.open_index(folder), vitviz.open_index(built / "index")
@@ -391,7 +391,7 @@ def test_the_sessions_photos_with_a_text_tower_make_a_zero_shot_index_whose_prom
     checked(at.run())
     checked(at.button(key="dataset|index_session").click().run())
     assert not at.error, [e.value for e in at.error]
-    made = vitviz.open_index(at.sidebar.text_input(key=FOLDER).value)
+    made = vitviz.open_index(at.sidebar.text_input(key=str(DATASET_FOLDER)).value)
     assert made.manifest["model"]["prompts"] == ["a photo of a dog", "a photo of a cat"]
     assert made.manifest["model"]["class_names"] == ["a photo of a dog", "a photo of a cat"]
     assert set(made.query("SELECT prediction FROM images")["prediction"]) <= {"a photo of a dog", "a photo of a cat"}

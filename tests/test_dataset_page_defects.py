@@ -240,7 +240,7 @@ def test_the_confusion_matrix_has_square_cells_sized_by_its_classes_and_a_box_se
 def test_the_open_index_is_in_the_address_so_a_reload_opens_it_again(built):
     from streamlit.testing.v1 import AppTest
 
-    from vitviz_dashboard.dataset.page import FOLDER
+    from vitviz_dashboard.state import DATASET_FOLDER
 
     at = dataset_app(built / "index")
     assert at.query_params["index"] in (str(built / "index"), [str(built / "index")])
@@ -249,9 +249,9 @@ def test_the_open_index_is_in_the_address_so_a_reload_opens_it_again(built):
     again.run()
     again._page_hash = next(h for h, i in again._registered_pages.items() if i.get("url_pathname") == "dataset")
     checked(again.run())
-    assert again.sidebar.text_input(key=FOLDER).value == str(built / "index")
+    assert again.sidebar.text_input(key=str(DATASET_FOLDER)).value == str(built / "index")
     assert any(c.value.startswith("**25 images** (1 unreadable)") for c in again.caption)
-    again.sidebar.text_input(key=FOLDER).set_value(str(built / "no such folder"))
+    again.sidebar.text_input(key=str(DATASET_FOLDER)).set_value(str(built / "no such folder"))
     checked(again.run())
     assert "index" not in again.query_params
 

@@ -6,7 +6,7 @@ from dataset_harness import checked, dataset_app, fresh_page, make_images
 from tiny_models import tiny_checkpoint
 
 import vitviz
-from vitviz_dashboard.dataset.page import FOLDER
+from vitviz_dashboard.state import DATASET_FOLDER
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +40,7 @@ def test_activations_and_csv_columns_from_the_page(built):
         built, built / "list.csv", built / "made", activations="2, 0", path_column="file", label_column="kind"
     )
     assert not at.error, [e.value for e in at.error]
-    assert at.sidebar.text_input(key=FOLDER).value == str(built / "made")
+    assert at.sidebar.text_input(key=str(DATASET_FOLDER)).value == str(built / "made")
     made = vitviz.open_index(built / "made")
     assert made.activation_blocks == [0, 2]
     labels = made.query("SELECT DISTINCT label FROM images ORDER BY label")["label"].tolist()

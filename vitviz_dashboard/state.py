@@ -123,6 +123,32 @@ def tab_widget(scope: str, name: str) -> str:
 
 # ---- the Dataset page -----------------------------------------------------------------------------------------
 
+DATASET = "dataset|"  # the prefix of every key of the Dataset page (vitviz_dashboard/dataset/)
+
+
+def dataset_key(name: str) -> str:
+    """The key of a Dataset page widget or value that one module alone reads (those read by several are below)."""
+    return f"{DATASET}{name}"
+
+
+# The sidebar's values and the open tab (dataset/page.py draws them), kept: they outlive a visit to the Photo page
+DATASET_FOLDER: Key[str] = Key(kept(dataset_key("folder")))  # the index folder typed in; read by the Photo SAE tab
+DATASET_COLORMAP: Key[str] = Key(kept(dataset_key("colormap")))
+DATASET_ALPHA: Key[float] = Key(kept(dataset_key("alpha")))  # the opacity of a map drawn over a photo
+DATASET_TAB: Key[str] = Key(kept(dataset_key("tab")))  # the open tab's name (dataset/page.TABS)
+
+# The Table tab's filters and order (dataset/table.py), kept; the Grid tab selects the images they filter
+TABLE_CLASSES: Key[list[str]] = Key(kept(dataset_key("classes")))
+TABLE_CORRECTNESS: Key[str] = Key(kept(dataset_key("correctness")))  # all, correct, wrong or unlabelled
+TABLE_CONFIDENCE: Key[tuple[float, float]] = Key(kept(dataset_key("confidence")))  # the top class's probability
+TABLE_SORT: Key[str] = Key(kept(dataset_key("sort")))  # a column of the images table
+TABLE_DESCENDING: Key[bool] = Key(kept(dataset_key("descending")))
+
+# Set by one module, read by another
+INDEXED: Key[str] = Key(dataset_key("opened"))  # a folder just indexed (indexing.py): typed into the sidebar next run
+SESSION_FOLDER: Key[str] = Key(dataset_key("session_folder"))  # the session's own folder (opening.py, indexing.py)
+SQL_JOB: Key[object] = Key(dataset_key("sql_job"))  # the SQL box's running or finished query (sql_box.Job)
+
 
 # ---- the Ask page ---------------------------------------------------------------------------------------------
 

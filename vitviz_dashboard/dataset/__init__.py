@@ -1,7 +1,8 @@
 """The Dataset page: an index made by `vitviz index` (docs/dataset-index.md), browsed, queried and compared.
 
     page.py           dataset_page(): the folder in the sidebar, then one tab per view (only the open one runs)
-    page_keys.py      the session-state keys that several of its modules set (the open tab, the folder, ...)
+    page_keys.py      the folder's key for tabs/sae_features.py, until it reads state.DATASET_FOLDER (the page's
+                      keys are in vitviz_dashboard/state.py)
     opening.py        opening a typed index folder (the allowed folders, a message for each bad folder), the photos
                       behind it, the index's model, and opening an image in the Photo page
     indexing.py       indexing a small folder from the page (the command's code, with a progress bar), or the

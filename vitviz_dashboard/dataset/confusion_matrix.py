@@ -15,14 +15,15 @@ from vitviz_dashboard.cache.dataset import class_mean, confusion
 from vitviz_dashboard.dataset import drawing, grid
 from vitviz_dashboard.dataset.opening import index_key
 from vitviz_dashboard.dataset.table import MAX_THUMBNAILS, map_kinds, thumbnails
+from vitviz_dashboard.state import dataset_key
 
 if TYPE_CHECKING:
     from vitviz_dashboard.dataset.page import DatasetPage
 
 MAX_CLASSES = 40  # classes the matrix and the mean maps show (the most frequent labels)
-TRUE, PREDICTED = "dataset|true", "dataset|predicted"  # the cell pickers below the chart
-CELLS = "dataset|cells"  # the cells whose images are shown: a click's or a box's, until a picker changes
-CHARTED = "dataset|charted"  # the chart's selection in the run before: only a new one sets the pickers
+TRUE, PREDICTED = dataset_key("true"), dataset_key("predicted")  # the cell pickers below the chart
+CELLS = dataset_key("cells")  # the cells whose images are shown: a click's or a box's, until a picker changes
+CHARTED = dataset_key("charted")  # the chart's selection in the run before: only a new one sets the pickers
 
 
 CELL_PX = 36  # a cell's side when the page is wide enough: a count of four digits fits inside it
@@ -136,7 +137,7 @@ def draw(page: DatasetPage) -> None:
         confusion_figure(classes, matrix),
         on_select="rerun",
         selection_mode=("points", "box", "lasso"),
-        key="dataset|confusion",
+        key=dataset_key("confusion"),
     )
     chosen = selected_cells(drawing.chart_points(event), classes)
     if chosen and chosen != st.session_state.get(CHARTED):  # a new click or box: its cells, and the pickers set
@@ -160,14 +161,14 @@ def draw(page: DatasetPage) -> None:
         "image_id",
         limit=index.count,
     )["image_id"].tolist()
-    grid.select_button(index, everyone, many, "confusion", f"All {len(everyone)} in the grid", "dataset|cell_grid")
+    grid.select_button(index, everyone, many, "confusion", f"All {len(everyone)} in the grid", dataset_key("cell_grid"))
     thumbnails(index, cell, page.photo_page, page.colormap, page.alpha, "confusion")
     class_means(index, classes, page.colormap)
 
 
 def class_means(index: DatasetIndex, classes: list[str], colormap: str) -> None:
     st.markdown("**Per-class mean maps**: a stored map averaged over each class's images")
-    kind = st.selectbox("Map", map_kinds(index), key="dataset|class_map")
+    kind = st.selectbox("Map", map_kinds(index), key=dataset_key("class_map"))
     grid = st.columns(6)
     for position, label in enumerate(classes):
         average, count = class_mean(index_key(index), label, kind, _index=index)

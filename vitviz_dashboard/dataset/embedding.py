@@ -15,6 +15,7 @@ from vitviz.dataset.analysis import Projection
 from vitviz_dashboard.cache.dataset import embedding_projection
 from vitviz_dashboard.dataset import drawing, grid
 from vitviz_dashboard.dataset.opening import index_key
+from vitviz_dashboard.state import dataset_key
 
 if TYPE_CHECKING:
     from vitviz_dashboard.dataset.page import DatasetPage
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 MAX_POINTS = 20_000  # images drawn (a random sample of a larger index, the same one each time)
 MAX_CATEGORIES = 24  # a column of more distinct values is drawn with a colour scale (numbers) or by its first ones
 COLOURS = ("label", "prediction", "correct")  # offered first
-SEEN = "dataset|embedding_seen"  # the map's selection in the run before: only a new one replaces the selection
+SEEN = dataset_key("embedding_seen")  # the map's selection in the run before: only a new one replaces the selection
 
 
 def colour_columns(images: pd.DataFrame) -> list[str]:
@@ -105,7 +106,7 @@ def draw(page: DatasetPage) -> None:
         return
     projection, images = projection_and_images
     columns = colour_columns(images)
-    colour = st.selectbox("Colour by", columns, key="dataset|embedding_colour")
+    colour = st.selectbox("Colour by", columns, key=dataset_key("embedding_colour"))
     sampled = f" (a random {MAX_POINTS:,} of them)" if len(images) == MAX_POINTS < index.count else ""
     st.caption(
         f"The pooled embeddings of {len(images):,} readable images{sampled} on their first two principal axes "
@@ -115,7 +116,7 @@ def draw(page: DatasetPage) -> None:
         figure(projection, images, colour),
         on_select="rerun",
         selection_mode=("box", "lasso"),
-        key="dataset|embedding_map",
+        key=dataset_key("embedding_map"),
     )
     ids = selected_ids(drawing.chart_points(event))
     if ids and ids != st.session_state.get(SEEN):  # a new lasso or box (not the same one again on a rerun)

@@ -14,6 +14,7 @@ import streamlit as st
 from vitviz.dataset import DatasetIndex
 from vitviz.dataset.subset import SubsetError, write_subindex
 from vitviz_dashboard.sidebar.model_dirs import ModelRefused, allowed_model_dirs, check_model_path
+from vitviz_dashboard.state import dataset_key
 
 CHUNK = 5_000  # ids in one query's IN list
 
@@ -53,7 +54,7 @@ def draw(index: DatasetIndex, selection) -> None:
         rows.to_csv(index=False).encode(),
         f"{stem}.csv",
         "text/csv",
-        key="dataset|export_csv",
+        key=dataset_key("export_csv"),
         icon=":material/download:",
     )
     right.download_button(
@@ -61,7 +62,7 @@ def draw(index: DatasetIndex, selection) -> None:
         parquet_bytes(rows),
         f"{stem}.parquet",
         "application/vnd.apache.parquet",
-        key="dataset|export_parquet",
+        key=dataset_key("export_parquet"),
         icon=":material/download:",
     )
     subindex_form(index, selection)
@@ -69,10 +70,10 @@ def draw(index: DatasetIndex, selection) -> None:
 
 def subindex_form(index: DatasetIndex, selection) -> None:
     """A folder typed in, and the selection written there as an index of its own."""
-    with st.form("dataset|subindex_form", border=False):
+    with st.form(dataset_key("subindex_form"), border=False):
         typed = st.text_input(
             "Sub-index folder (new, inside the allowed folders)",
-            key="dataset|subindex_folder",
+            key=dataset_key("subindex_folder"),
             placeholder="cifar-index-wrong-cats/",
         )
         submitted = st.form_submit_button("Write a sub-index", icon=":material/create_new_folder:")

@@ -16,13 +16,13 @@ import streamlit as st
 from vitviz.dataset import DatasetIndex
 from vitviz_dashboard.dataset import drawing, export
 from vitviz_dashboard.dataset.opening import open_in_photo_page, photo
-from vitviz_dashboard.dataset.page_keys import CLASSES, CONFIDENCE, CORRECTNESS, TAB
 from vitviz_dashboard.dataset.table import MAP_NAMES, caption, filter_clause, image_columns, map_kinds
+from vitviz_dashboard.state import DATASET_TAB, SQL_JOB, TABLE_CLASSES, TABLE_CONFIDENCE, TABLE_CORRECTNESS, dataset_key
 
 if TYPE_CHECKING:
     from vitviz_dashboard.dataset.page import DatasetPage
 
-SELECTION = "dataset|selection"  # the session's one Selection
+SELECTION = dataset_key("selection")  # the session's one Selection
 GRID_TAB = "Grid"  # the page's tab that shows it
 PAGE = 24  # thumbnails a page of the grid shows
 COLUMNS = 4
@@ -48,9 +48,9 @@ def select(index: DatasetIndex, ids: Sequence[int], title: str, source: str, sho
     unique = tuple(int(i) for i in dict.fromkeys(int(i) for i in ids))
     selection = Selection(unique, title, source, str(index.folder))
     st.session_state[SELECTION] = selection
-    st.session_state.pop("dataset|grid_page", None)
+    st.session_state.pop(dataset_key("grid_page"), None)
     if show:
-        st.session_state[TAB] = GRID_TAB
+        DATASET_TAB.set(GRID_TAB)
     return selection
 
 
@@ -74,7 +74,7 @@ def select_button(index: DatasetIndex, ids: Sequence[int], title: str, source: s
 
 def sql_ids() -> list[int] | None:
     """The image ids of the SQL box's kept result (the Table tab), or None when it has none or no image_id column."""
-    job = st.session_state.get("dataset|sql_job")
+    job = SQL_JOB.get()
     result = getattr(job, "result", None)
     if result is None or "image_id" not in result.columns:
         return None
@@ -86,7 +86,7 @@ def similar(index: DatasetIndex, image_id: int) -> None:
     try:
         near = index.nearest_images(int(image_id), k=min(SIMILAR, index.count))
     except ValueError as error:  # an index made without an image search
-        st.session_state["dataset|grid_message"] = f"No similar images: {error}"
+        st.session_state[dataset_key("grid_message")] = f"No similar images: {error}"
         return
     select(index, near["image_id"].tolist(), f"the {len(near) - 1} images nearest to image {image_id}", "similar")
 
@@ -94,12 +94,12 @@ def similar(index: DatasetIndex, image_id: int) -> None:
 def table_ids(index: DatasetIndex) -> tuple[list[int], str] | None:
     """The image ids the Table tab's filters match (its own session-state keys), in image_id order, and the filters
     in words; None before the Table tab has drawn its filters."""
-    state = st.session_state
-    if CORRECTNESS not in state:
+    correctness = TABLE_CORRECTNESS.get()
+    if correctness is None:
         return None
     predicted = "prediction" in image_columns(index)
-    chosen, correctness = list(state.get(CLASSES) or []), state[CORRECTNESS]
-    confidence = tuple(state.get(CONFIDENCE, (0.0, 1.0)))
+    chosen = list(TABLE_CLASSES.get() or [])
+    confidence = tuple(TABLE_CONFIDENCE.get((0.0, 1.0)))
     where = filter_clause(chosen, correctness, confidence, predicted)
     ids = index.query(f"SELECT image_id FROM images WHERE {where} ORDER BY image_id", limit=index.count)
     words = f"{', '.join(chosen) or 'every class'}, {correctness}"
@@ -116,13 +116,25 @@ def draw(page: DatasetPage) -> None:
     with left:
         if (filtered := table_ids(index)) is not None:
             ids, words = filtered
-            select_button(index, ids, words, "table", f"Show the table's filtered images ({len(ids):,})", "g|table")
+            select_button(
+                index,
+                ids,
+                words,
+                "table",
+                f"Show the table's filtered images ({len(ids):,})",
+                dataset_key("table_grid"),
+            )
     with right:
         if from_sql := sql_ids():
             select_button(
-                index, from_sql, "the SQL box's result", "sql", f"Show the SQL result ({len(from_sql)})", "g|sql"
+                index,
+                from_sql,
+                "the SQL box's result",
+                "sql",
+                f"Show the SQL result ({len(from_sql)})",
+                dataset_key("sql_grid"),
             )
-    if message := st.session_state.pop("dataset|grid_message", None):
+    if message := st.session_state.pop(dataset_key("grid_message"), None):
         st.warning(message)
     selection = current(index)
     if selection is None:
@@ -146,10 +158,10 @@ def grid(index: DatasetIndex, selection: Selection, photo_page: st.Page, colorma
         "Map over each photo",
         kinds,
         index=kinds.index("rollout") if "rollout" in kinds else 0,
-        key="dataset|grid_map",
+        key=dataset_key("grid_map"),
         format_func=lambda k: MAP_NAMES.get(k, k.replace("readout:", "last block's readout attention, head ")),
     )
-    page = int(page_field.number_input(f"Page (of {pages})", 1, pages, 1, key="dataset|grid_page"))
+    page = int(page_field.number_input(f"Page (of {pages})", 1, pages, 1, key=dataset_key("grid_page")))
     ids = list(selection.ids[(page - 1) * PAGE : page * PAGE])
     rows = export.rows_of(index, ids)
     maps = index.maps(rows["image_id"].tolist(), kind) if kind != NO_MAP and len(rows) else None
@@ -170,7 +182,7 @@ def grid(index: DatasetIndex, selection: Selection, photo_page: st.Page, colorma
                 st.image(picture, caption=caption(row), width=THUMBNAIL)  # its path breakable already
             st.button(  # stacked, each as wide as the thumbnail: side by side they are cut at 800 px
                 "Similar",
-                key=f"dataset|similar|{row.image_id}",
+                key=dataset_key(f"similar|{row.image_id}"),
                 icon=":material/image_search:",
                 on_click=similar,
                 args=(index, row.image_id),
@@ -178,7 +190,10 @@ def grid(index: DatasetIndex, selection: Selection, photo_page: st.Page, colorma
                 width="stretch",
             )
             if st.button(
-                "Open in Photo", key=f"dataset|grid_open|{row.image_id}", icon=":material/open_in_new:", width="stretch"
+                "Open in Photo",
+                key=dataset_key(f"grid_open|{row.image_id}"),
+                icon=":material/open_in_new:",
+                width="stretch",
             ):
                 open_in_photo_page(index, row.image_id, row.path, photo_page)
 

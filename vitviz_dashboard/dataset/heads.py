@@ -18,6 +18,7 @@ from vitviz_dashboard.cache.dataset import head_means, per_image
 from vitviz_dashboard.dataset import drawing
 from vitviz_dashboard.dataset.opening import index_key
 from vitviz_dashboard.dataset.table import thumbnails
+from vitviz_dashboard.state import dataset_key
 
 if TYPE_CHECKING:
     from vitviz_dashboard.dataset.page import DatasetPage
@@ -153,26 +154,26 @@ def draw(page: DatasetPage) -> None:
     interval = bootstrap_interval(distances, seed=0)
     # the titles are markdown above the charts, not Plotly's: a narrow page wraps them instead of cutting them
     st.markdown(f"**Mean attention distance over {interval.images:,} images, with 95 % bootstrap intervals**")
-    st.plotly_chart(interval_figure(interval, "px"), key="dataset|distance")
+    st.plotly_chart(interval_figure(interval, "px"), key=dataset_key("distance"))
     widest = float(np.nanmax(interval.high - interval.low)) / 2
     st.caption(
         f"Each head's mean is a tick and its 95 % interval the bar through it; the widest is ±{widest:.3g} px. "
         "Hover over a head for its bounds."
     )
-    layer = st.slider("Layer", 0, index.layout["layers"] - 1, 0, key="dataset|settle_layer")
+    layer = st.slider("Layer", 0, index.layout["layers"] - 1, 0, key=dataset_key("settle_layer"))
     st.markdown(f"**Layer {layer}: the estimate as images are added**")
-    st.plotly_chart(settling_figure(settling(distances), layer, "px"), key="dataset|settling")
+    st.plotly_chart(settling_figure(settling(distances), layer, "px"), key=dataset_key("settling"))
     left, right = st.columns(2)
     left.markdown("**Entropy, averaged over the dataset**")
     left.plotly_chart(
         every_layer_and_head(drawing.layer_head_figure(as_grid(index, means, "entropy"), "", "nats")),
-        key="dataset|entropy",
+        key=dataset_key("entropy"),
     )
-    token = right.selectbox("Attention to", share_columns(index), key="dataset|token")
+    token = right.selectbox("Attention to", share_columns(index), key=dataset_key("token"))
     right.markdown(f"**Mean attention share {token}**")
     right.plotly_chart(
         every_layer_and_head(drawing.layer_head_figure(as_grid(index, means, token), "", "share")),
-        key="dataset|share",
+        key=dataset_key("share"),
     )
     draw_clusters(index, means)
     extremes(index, page.photo_page, page.colormap, page.alpha)
@@ -182,10 +183,10 @@ def draw_clusters(index: DatasetIndex, means: pd.DataFrame) -> None:
     columns = ["entropy", "distance_px", *share_columns(index)]
     profiles = np.stack([as_grid(index, means, c) for c in columns], axis=-1)  # (layers, heads, statistics)
     total = profiles.shape[0] * profiles.shape[1]
-    count = st.number_input("Clusters", 1, min(8, total), min(4, total), key="dataset|clusters")
+    count = st.number_input("Clusters", 1, min(8, total), min(4, total), key=dataset_key("clusters"))
     clusters = cluster_heads(np.nan_to_num(profiles), int(count))
     st.markdown("**Heads clustered by their dataset-averaged statistics** (each layer's heads ordered by cluster)")
-    st.plotly_chart(clusters_figure(clusters.labels, clusters.order), key="dataset|cluster_grid")
+    st.plotly_chart(clusters_figure(clusters.labels, clusters.order), key=dataset_key("cluster_grid"))
     summary = pd.DataFrame(
         {
             "cluster": range(int(count)),
@@ -214,11 +215,11 @@ def extremes(index: DatasetIndex, photo_page: st.Page, colormap: str, alpha: flo
     """For one head, the images where a statistic of it is largest or smallest."""
     st.markdown("**One head's most extreme images**")
     layer_field, head_field, what_field = st.columns(3)
-    layer = layer_field.number_input("Layer", 0, index.layout["layers"] - 1, 0, key="dataset|extreme_layer")
-    head = head_field.number_input("Head", 0, index.layout["heads"] - 1, 0, key="dataset|extreme_head")
+    layer = layer_field.number_input("Layer", 0, index.layout["layers"] - 1, 0, key=dataset_key("extreme_layer"))
+    head = head_field.number_input("Head", 0, index.layout["heads"] - 1, 0, key=dataset_key("extreme_head"))
     criteria = extreme_criteria(index)
     choice = what_field.selectbox(
-        "Where it", list(criteria), format_func=lambda c: criteria[c][2], key="dataset|extreme_what"
+        "Where it", list(criteria), format_func=lambda c: criteria[c][2], key=dataset_key("extreme_what")
     )
     column, order, _ = criteria[choice]
     found = index.query(

@@ -25,46 +25,51 @@ from vitviz.dataset.build import build_index, check_model
 from vitviz.dataset.indexing import IndexOptions
 from vitviz.dataset.sources import open_source
 from vitviz.preprocessing import IMAGE_SUFFIXES, ImageError
-from vitviz.text import PromptError, check_prompts, parse_prompts, prompt_set, template_set
-from vitviz_dashboard.dataset.opening import OUTSIDE, SESSION_FOLDER, SESSION_ROOT, checked_model_spec
+from vitviz.text import PromptError
+from vitviz_dashboard.dataset.opening import OUTSIDE, SESSION_ROOT, checked_model_spec
 from vitviz_dashboard.sidebar.model_dirs import ModelRefused, allowed_model_dirs, check_model_path
-from vitviz_dashboard.sidebar.model_picker import HUB_SPEC, PATH_OR_UPLOAD
-from vitviz_dashboard.sidebar.prompts import (
-    DEFAULT_PROMPTS,
-    ENSEMBLE_KEY,
-    MAX_PROMPTS,
-    MY_PROMPTS,
-    PROMPTS_KEY,
-    SOURCE_KEY,
-    zero_shot_model,
+from vitviz_dashboard.sidebar.prompts import zero_shot_model
+from vitviz_dashboard.state import (
+    INDEXED,
+    PROMPT_ENSEMBLE,
+    PROMPT_SOURCE,
+    PROMPTS,
+    SESSION_FOLDER,
+    dataset_key,
+    photo_page_model,
+    photo_page_prompts,
+    session_photos,
 )
 
 MAX_IMAGES = 5000  # larger datasets: `vitviz index` on the command line (or torchrun)
 BATCH = 32
-OPENED = "dataset|opened"  # a folder just indexed, to be typed into the sidebar's field in the next run
 SESSION_MAX_AGE_S = 24 * 3600  # a session's photo indexes are removed a day after the session last made one
 
 
 def index_form() -> None:
     """Source folder, output folder and model; the Index button runs the pass with progress and opens the result."""
     with st.expander(f"Index a folder of images here (up to {MAX_IMAGES:,})"):
-        source_text = st.text_input("Folder of images (class sub-folders give labels), or a .zip", key="dataset|source")
-        out_text = st.text_input("New index folder", key="dataset|out")
-        spec = st.text_input("Model", "default", key="dataset|model", help="a spec, or a checkpoint's path")
+        source_text = st.text_input(
+            "Folder of images (class sub-folders give labels), or a .zip", key=dataset_key("source")
+        )
+        out_text = st.text_input("New index folder", key=dataset_key("out"))
+        spec = st.text_input("Model", "default", key=dataset_key("model"), help="a spec, or a checkpoint's path")
         blocks, paths, labels = st.columns(3)
         activations = blocks.text_input(
             "Store activations of blocks",
-            key="dataset|activations",
+            key=dataset_key("activations"),
             placeholder="3 11",
             help="0-based blocks whose every output token is stored (fp16), for `vitviz sae train` and the Features "
             "tab (the command's --activations)",
         )
-        path_column = paths.text_input("CSV/Parquet: path column", "path", key="dataset|path_column")
-        label_column = labels.text_input("CSV/Parquet: label column", key="dataset|label_column", placeholder="none")
-        if st.button("Index", key="dataset|index", disabled=not (source_text.strip() and out_text.strip())):
+        path_column = paths.text_input("CSV/Parquet: path column", "path", key=dataset_key("path_column"))
+        label_column = labels.text_input(
+            "CSV/Parquet: label column", key=dataset_key("label_column"), placeholder="none"
+        )
+        if st.button("Index", key=dataset_key("index"), disabled=not (source_text.strip() and out_text.strip())):
             out = run(source_text, out_text, spec, activations, path_column, label_column)
             if out is not None:
-                st.session_state[OPENED] = str(out)
+                INDEXED.set(str(out))  # the sidebar's field opens it in the next run
                 st.rerun()
     session_photos_form()
 
@@ -159,31 +164,9 @@ def index_folder(
     return out
 
 
-def photo_page_model() -> str:
-    """The model the Photo page shows (its sidebar's picker, kept through visits here: page.PHOTO_WIDGETS): a spec, a
-    typed spec or a checkpoint's path; "default" when it names none this page can reload (an uploaded checkpoint, an
-    empty field)."""
-    choice = str(st.session_state.get("model_box") or "default")
-    if choice == PATH_OR_UPLOAD:
-        return str(st.session_state.get("model_path") or "").strip() or "default"
-    return "default" if choice == HUB_SPEC else choice
-
-
-def photo_page_prompts() -> tuple[list[str], list[str] | None, dict]:
-    """The Photo page's prompts (sidebar/prompts.py's kept keys, its defaults when it never showed them): the classes,
-    the templates (None: read as typed) and the manifest's record of them, as `vitviz index` writes it."""
-    source = st.session_state.get(SOURCE_KEY, MY_PROMPTS)
-    if source == MY_PROMPTS:
-        prompts = check_prompts(parse_prompts(st.session_state.get(PROMPTS_KEY, DEFAULT_PROMPTS)), MAX_PROMPTS)
-        return prompts, None, {"prompts": prompts, "prompt_set": None, "templates": None}
-    templates = "openai-80" if st.session_state.get(ENSEMBLE_KEY) else "photo"
-    record = {"prompts": None, "prompt_set": source, "templates": templates}
-    return list(prompt_set(source)), list(template_set(templates)), record
-
-
 def session_photos_form() -> None:
     """A button that indexes the session's uploaded photos (the Photo page's images) and opens the index."""
-    photos = st.session_state.get("history", {})  # images.py: name -> ImageFile, uploads and opened images
+    photos = session_photos()
     spec = photo_page_model()
     with st.expander(f"Index this session's photos ({len(photos)})"):
         about = (
@@ -191,10 +174,10 @@ def session_photos_form() -> None:
             "Photo page's model, with its prompts as the classes for a model with a text tower). The index lives in "
             "a temporary folder of this session."
         )
-        if st.button("Index the session's photos", key="dataset|index_session", disabled=not photos, help=about):
+        if st.button("Index the session's photos", key=dataset_key("index_session"), disabled=not photos, help=about):
             out = index_session_photos(photos, spec)
             if out is not None:
-                st.session_state[OPENED] = str(out)
+                INDEXED.set(str(out))  # the sidebar's field opens it in the next run
                 st.rerun()
 
 
@@ -206,15 +189,13 @@ def index_session_photos(photos: dict, spec: str) -> Path | None:
     except ModelRefused as refusal:
         st.error(str(refusal))
         return None
-    if SESSION_FOLDER not in st.session_state:
-        st.session_state[SESSION_FOLDER] = str(SESSION_ROOT / secrets.token_hex(16))
-    own = Path(st.session_state[SESSION_FOLDER])
+    own = Path(SESSION_FOLDER.setdefault(str(SESSION_ROOT / secrets.token_hex(16))))
     own.mkdir(parents=True, exist_ok=True)
     os.utime(own)  # in use: the sweep below, in other sessions, leaves it alone
     sweep_session_folders(SESSION_ROOT, keep=own)
-    prompts = [st.session_state.get(key) for key in (SOURCE_KEY, PROMPTS_KEY, ENSEMBLE_KEY)]
+    prompts = [key.get() for key in (PROMPT_SOURCE, PROMPTS, PROMPT_ENSEMBLE)]
     digest = hashlib.sha256(repr((sorted((n, f.key) for n, f in photos.items()), model_spec, prompts)).encode())
-    folder = Path(st.session_state[SESSION_FOLDER]) / digest.hexdigest()[:16]
+    folder = own / digest.hexdigest()[:16]
     out = folder / "index"
     if (out / "manifest.json").is_file() and open_index_complete(out):
         return out

@@ -15,9 +15,12 @@ from vitviz.sae import TopKSAE
 from vitviz_dashboard.cache.dataset import SAEFiles, latent_maxima
 from vitviz_dashboard.dataset import drawing, grid
 from vitviz_dashboard.dataset.opening import index_key
+from vitviz_dashboard.state import dataset_key
 
-OVERVIEW = "dataset|sae_overview"
-CLICKED = "dataset|sae_overview_seen"  # the overview's selection in the run before: only a new click picks a latent
+OVERVIEW = dataset_key("sae_overview")
+CLICKED = dataset_key(
+    "sae_overview_seen"
+)  # the overview's selection in the run before: only a new click picks a latent
 
 
 def overview_figure(firing: pd.DataFrame) -> go.Figure:
@@ -68,7 +71,7 @@ def where_it_fires(index: DatasetIndex, sae: TopKSAE, files: SAEFiles, block: in
         f"where latent {latent} fires (largest code first)",
         "latent",
         f"All {len(ids):,} in the grid",
-        "dataset|sae_fires_grid",
+        dataset_key("sae_fires_grid"),
     )
     if "correct" in images.columns and images["correct"].notna().any():
         name = f"latent {latent} fires"
@@ -77,5 +80,5 @@ def where_it_fires(index: DatasetIndex, sae: TopKSAE, files: SAEFiles, block: in
         st.dataframe(
             table.style.format({"accuracy": "{:.1%}", "mean_probability": "{:.1%}"}, na_rep="-"),
             hide_index=True,
-            key="dataset|sae_fires_slices",
+            key=dataset_key("sae_fires_slices"),
         )

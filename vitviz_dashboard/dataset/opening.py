@@ -22,8 +22,17 @@ from vitviz.text import PROMPT_SETS, template_set
 from vitviz_dashboard.cache.dataset import IndexKey, cached_index, model_fingerprint, photo_reader_of, thumbnail_photo
 from vitviz_dashboard.images import add_image
 from vitviz_dashboard.sidebar.model_dirs import ModelRefused, allowed_model_dirs, check_hub_spec, check_model_path
-from vitviz_dashboard.sidebar.model_picker import MODEL_CHOICES, PATH_OR_UPLOAD, hub_spec, looks_like_path
-from vitviz_dashboard.sidebar.prompts import ENSEMBLE_KEY, MY_PROMPTS, PROMPTS_KEY, SOURCE_KEY
+from vitviz_dashboard.sidebar.model_picker import MODEL_CHOICES, hub_spec, looks_like_path
+from vitviz_dashboard.state import (
+    MY_PROMPTS,
+    PATH_OR_UPLOAD,
+    PROMPT_ENSEMBLE,
+    PROMPT_SOURCE,
+    PROMPTS,
+    SESSION_FOLDER,
+    pick_photo_page_model,
+    show_on_photo_page,
+)
 
 OUTSIDE = (
     "This page opens indexes, image folders and model paths only inside the folders that the server's owner allows "
@@ -33,12 +42,11 @@ PATHS_OFF = "The server's owner has turned off opening paths on this page (VITVI
 # the session's own folder (its uploaded photos and their index, indexing.py), under the temporary folder: the page
 # opens and reads it like an allowed folder, for this session only (its name is random, kept in the session's state)
 SESSION_ROOT = Path(tempfile.gettempdir()) / "vitviz-session-indexes"
-SESSION_FOLDER = "dataset|session_folder"
 
 
 def page_roots() -> list[Path]:
     """The folders this session may open indexes and read photos in: the allowed folders, and its own folder."""
-    own = st.session_state.get(SESSION_FOLDER)
+    own = SESSION_FOLDER.get()
     return [*allowed_model_dirs(), *([Path(own)] if own else [])]
 
 
@@ -146,15 +154,14 @@ def open_in_photo_page(index: DatasetIndex, image_id: int, path: str, photo_page
     if refusal:
         st.error(f"Cannot open image {image_id} ({path}) in the Photo page: {refusal}")
         return
-    st.session_state.newest = name  # the Photo page shows the newest arrival
+    show_on_photo_page(name)
     spec = str(index.manifest["model"].get("spec", ""))
     for key, value in photo_prompts(index.manifest["model"]).items():  # a zero-shot index: its classes
         st.session_state[key] = value
     if spec in MODEL_CHOICES or not looks_like_path(spec):
-        st.session_state.model_box = spec  # the sidebar's picker: an option, or a typed spec
-    else:
-        st.session_state.model_box = PATH_OR_UPLOAD
-        st.session_state.model_path = spec  # its path field (the sidebar checks it against the allowed folders)
+        pick_photo_page_model(spec)  # the sidebar's picker: an option, or a typed spec
+    else:  # its path field (the sidebar checks it against the allowed folders)
+        pick_photo_page_model(PATH_OR_UPLOAD, spec)
     st.switch_page(photo_page)
 
 
@@ -165,13 +172,13 @@ def photo_prompts(model: dict) -> dict[str, object]:
     as they are, so OpenAI's 80 templates over typed prompts cannot be given and the prompts go as typed."""
     prompt_set, templates = model.get("prompt_set"), model.get("templates")
     if prompt_set in PROMPT_SETS:
-        return {SOURCE_KEY: prompt_set, ENSEMBLE_KEY: templates == "openai-80"}
+        return {str(PROMPT_SOURCE): prompt_set, str(PROMPT_ENSEMBLE): templates == "openai-80"}
     prompts = [str(p) for p in model.get("prompts") or []]
     if not prompts:
         return {}
     if templates == "photo":
         prompts = [template_set("photo")[0].format(p) for p in prompts]
-    return {SOURCE_KEY: MY_PROMPTS, PROMPTS_KEY: "\n".join(prompts)}
+    return {str(PROMPT_SOURCE): MY_PROMPTS, str(PROMPTS): "\n".join(prompts)}
 
 
 def model_of(index: DatasetIndex) -> vitviz.ViT | None:

@@ -20,9 +20,9 @@ from vitviz_dashboard.dataset import (
     table,
 )
 from vitviz_dashboard.dataset.drawing import COLORMAPS
-from vitviz_dashboard.dataset.indexing import OPENED, index_form
+from vitviz_dashboard.dataset.indexing import index_form
 from vitviz_dashboard.dataset.opening import open_typed_index
-from vitviz_dashboard.dataset.page_keys import ALPHA, COLORMAP, FOLDER, TAB
+from vitviz_dashboard.state import DATASET_ALPHA, DATASET_COLORMAP, DATASET_FOLDER, DATASET_TAB, INDEXED
 
 # In the page's narrow grid columns (four thumbnails across an 800 px window), a button's label wraps onto a second
 # line instead of being cut to "Open i...", Streamlit's default for a label wider than its button
@@ -70,15 +70,17 @@ def dataset_page(photo_page: st.Page) -> None:
     st.title("vitviz: a whole dataset")
     st.html(NARROW_COLUMNS_CSS)
     st.sidebar.header("Index")
-    if OPENED in st.session_state:  # indexed in the run before: open it (before its field exists in this run)
-        st.session_state[FOLDER] = st.session_state.pop(OPENED)
-    elif FOLDER not in st.session_state and st.query_params.get(URL_INDEX):  # a reload, or a shared link
-        st.session_state[FOLDER] = st.query_params[URL_INDEX]
-    folder = st.sidebar.text_input("Index folder", key=FOLDER, help=FOLDER_HELP, placeholder="cifar-index/")
+    if INDEXED.present:  # indexed in the run before: open it (before its field exists in this run)
+        DATASET_FOLDER.set(INDEXED.pop())
+    elif not DATASET_FOLDER.present and st.query_params.get(URL_INDEX):  # a reload, or a shared link
+        DATASET_FOLDER.set(st.query_params[URL_INDEX])
+    folder = st.sidebar.text_input(
+        "Index folder", key=str(DATASET_FOLDER), help=FOLDER_HELP, placeholder="cifar-index/"
+    )
     st.sidebar.header("Display")
-    colormap = st.sidebar.selectbox("Colormap", COLORMAPS, key=COLORMAP)
-    st.session_state.setdefault(ALPHA, 0.55)  # the default in the state, not the widget (Streamlit warns of both)
-    alpha = st.sidebar.slider("Overlay opacity", 0.0, 1.0, step=0.05, key=ALPHA)
+    colormap = st.sidebar.selectbox("Colormap", COLORMAPS, key=str(DATASET_COLORMAP))
+    DATASET_ALPHA.setdefault(0.55)  # the default in the state, not the widget (Streamlit warns of both)
+    alpha = st.sidebar.slider("Overlay opacity", 0.0, 1.0, step=0.05, key=str(DATASET_ALPHA))
     index_form()
     index = open_typed_index(folder)
     if index is None:
@@ -87,7 +89,7 @@ def dataset_page(photo_page: st.Page) -> None:
     st.query_params[URL_INDEX] = folder.strip()  # in the address: a reload opens it again (through the same checks)
     describe(index)
     page = DatasetPage(index, photo_page, colormap, alpha)
-    for tab, draw in zip(st.tabs(list(TABS), key=TAB, on_change="rerun"), TABS.values()):
+    for tab, draw in zip(st.tabs(list(TABS), key=str(DATASET_TAB), on_change="rerun"), TABS.values()):
         if tab.open:
             with tab:
                 draw(page)

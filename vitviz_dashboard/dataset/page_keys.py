@@ -1,10 +1,6 @@
-"""The session-state keys of the Dataset page that more than one of its modules sets (page.py draws the widgets)."""
+"""The Dataset page's keys live in vitviz_dashboard/state.py ("the Dataset page"). This name is left for
+tabs/sae_features.py, which reads the open index's folder, until it reads ``state.DATASET_FOLDER``."""
 
-from vitviz_dashboard.page import KEPT
+from vitviz_dashboard.state import DATASET_FOLDER
 
-# the sidebar's values and the open tab outlive a visit to the Photo page: keep_tab_widgets() writes back "kept|" keys
-FOLDER, COLORMAP, ALPHA, TAB = (f"{KEPT}dataset|{name}" for name in ("folder", "colormap", "alpha", "tab"))
-# the Table tab's filters and order: kept through a visit to the Photo page, and read by the Grid tab
-CLASSES, CORRECTNESS, CONFIDENCE, SORT, DESCENDING = (
-    f"{KEPT}dataset|{name}" for name in ("classes", "correctness", "confidence", "sort", "descending")
-)
+FOLDER = str(DATASET_FOLDER)

@@ -18,13 +18,14 @@ from vitviz.dataset import DatasetIndex
 from vitviz_dashboard.cache.dataset import query_key_points
 from vitviz_dashboard.dataset import drawing
 from vitviz_dashboard.dataset.opening import index_key, model_of, photo, read_photo
+from vitviz_dashboard.state import dataset_key
 
 if TYPE_CHECKING:
     from vitviz_dashboard.dataset.page import DatasetPage
 
 COLOUR_BY = ["query or key", "row", "column", "image"]
-POINT = "dataset|qk_point"  # the point whose patch is shown: typed, or set by a click on the chart
-CLICKED = "dataset|qk_clicked"  # the chart's clicked point in the run before: only a new click sets POINT
+POINT = dataset_key("qk_point")  # the point whose patch is shown: typed, or set by a click on the chart
+CLICKED = dataset_key("qk_clicked")  # the chart's clicked point in the run before: only a new click sets POINT
 
 
 def sample_ids(index: DatasetIndex, count: int) -> list[tuple[int, str]]:
@@ -43,10 +44,12 @@ def draw(page: DatasetPage) -> None:
     # two rows of two: in one row of four, "Colour by" was cut to "query or l" at 800 px
     layer_field, head_field = st.columns(2)
     count_field, colour_field = st.columns(2)
-    layer = layer_field.number_input("Layer", 0, layers - 1, layers - 1, key="dataset|qk_layer")
-    head = head_field.number_input("Head", 0, heads - 1, 0, key="dataset|qk_head")
-    count = count_field.number_input("Images", 1, 64, 8, key="dataset|qk_images", help="the sample the model runs on")
-    colour = colour_field.selectbox("Colour by", COLOUR_BY, key="dataset|qk_colour")
+    layer = layer_field.number_input("Layer", 0, layers - 1, layers - 1, key=dataset_key("qk_layer"))
+    head = head_field.number_input("Head", 0, heads - 1, 0, key=dataset_key("qk_head"))
+    count = count_field.number_input(
+        "Images", 1, 64, 8, key=dataset_key("qk_images"), help="the sample the model runs on"
+    )
+    colour = colour_field.selectbox("Colour by", COLOUR_BY, key=dataset_key("qk_colour"))
     sample = sample_ids(index, int(count))
     if not sample:
         st.info("No image of this index could be read.")
@@ -83,7 +86,7 @@ def draw(page: DatasetPage) -> None:
     )
     figure.update_traces(marker=dict(size=5, opacity=0.7))
     figure.update_layout(height=520, margin=dict(l=0, r=0, t=60, b=0), title_font_size=14)
-    event = st.plotly_chart(figure, on_select="rerun", selection_mode="points", key="dataset|qk_chart")
+    event = st.plotly_chart(figure, on_select="rerun", selection_mode="points", key=dataset_key("qk_chart"))
     points = drawing.chart_points(event)
     clicked = (points[0]["x"], points[0]["y"]) if points else None
     if clicked and clicked != st.session_state.get(CLICKED):  # a new click on the chart picks the point below

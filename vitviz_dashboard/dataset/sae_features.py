@@ -27,7 +27,8 @@ from vitviz_dashboard.cache.dataset import SAEFiles, latent_effects, latent_tabl
 from vitviz_dashboard.dataset import drawing, grid
 from vitviz_dashboard.dataset.latents import overview, where_it_fires
 from vitviz_dashboard.dataset.opening import index_key, model_of, photo, photo_bytes
-from vitviz_dashboard.sae_editing import DATASET_SAE, SAE_HELP, SAE_LABEL, open_typed_sae, stamp
+from vitviz_dashboard.sae_editing import SAE_HELP, SAE_LABEL, open_typed_sae, stamp
+from vitviz_dashboard.state import DATASET_SAE, dataset_key
 
 if TYPE_CHECKING:
     from vitviz_dashboard.dataset.page import DatasetPage
@@ -69,24 +70,26 @@ def draw(page: DatasetPage) -> None:
         st.info("No latent of this SAE fires on this index's images.")
         return
     clicked = overview(firing)
-    order = st.radio("Sort by", list(ORDERS), format_func=ORDERS.get, horizontal=True, key="dataset|sae_order")
+    order = st.radio("Sort by", list(ORDERS), format_func=ORDERS.get, horizontal=True, key=dataset_key("sae_order"))
     listed = found(index, firing, tops, order).head(LISTED)
     choices = listed["latent"].tolist()
     if clicked is not None:  # a latent clicked on the overview is offered even when the table leaves it out
         choices += [] if clicked in choices else [clicked]
-        st.session_state["dataset|sae_latent"] = clicked
+        st.session_state[dataset_key("sae_latent")] = clicked
     st.dataframe(listed.drop(columns=["histogram"]), hide_index=True, height=240)
     latent = st.selectbox(
         "Latent",
         choices,
-        key="dataset|sae_latent",
+        key=dataset_key("sae_latent"),
         format_func=lambda j: f"latent {j}",
     )
     row = latents.set_index("latent").loc[latent]
     top = tops[tops["latent"] == latent].sort_values("rank")
     left, right = st.columns(2)
     with left:
-        st.plotly_chart(histogram_figure(row["histogram"], about["histogram_edges"], latent), key="dataset|sae_hist")
+        st.plotly_chart(
+            histogram_figure(row["histogram"], about["histogram_edges"], latent), key=dataset_key("sae_hist")
+        )
     with right:
         raised(index, sae, block, files, latent, float(row["max_activation"]), top)
     top_images(index, sae, block, latent, top, page.colormap, page.alpha)
@@ -103,7 +106,7 @@ def found(index: DatasetIndex, firing: pd.DataFrame, tops: pd.DataFrame, order: 
     search = st.selectbox(
         "Find latents",
         choices,
-        key="dataset|sae_find",
+        key=dataset_key("sae_find"),
         format_func=lambda c: {ALL: "all latents", WRONG: "whose top images the model gets wrong"}.get(
             c, f"whose top images are labelled {c}"
         ),
@@ -144,7 +147,9 @@ def top_images(index: DatasetIndex, sae: TopKSAE, block: int, latent: int, top, 
         + (", ".join(f"{label} x{count}" for label, count in labels.most_common()) or "none")
     )
     ids = [int(i) for i in top["image_id"] if int(i) >= 0]
-    grid.select_button(index, ids, f"latent {latent}'s top images", "latent", "Top images in the grid", "g|sae_top")
+    grid.select_button(
+        index, ids, f"latent {latent}'s top images", "latent", "Top images in the grid", dataset_key("sae_top_grid")
+    )
     grid_rows, grid_cols = index.grid
     prefix = index.manifest["activations"]["prefix_tokens"]
     columns = st.columns(4)
@@ -234,7 +239,7 @@ def ablations(index: DatasetIndex, folder: Path, latent: int, largest: float) ->
         st.dataframe(
             frame.drop(columns=["latent", "scale", "set_to", "block"]).sort_values("accuracy_change"),
             hide_index=True,
-            key=f"dataset|ablation|{path.name}",
+            key=dataset_key(f"ablation|{path.name}"),
         )
 
 

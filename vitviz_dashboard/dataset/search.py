@@ -12,12 +12,13 @@ from vitviz.render import overlays
 from vitviz_dashboard.cache.pictures import jpeg_data_uri
 from vitviz_dashboard.dataset import drawing
 from vitviz_dashboard.dataset.opening import photo
+from vitviz_dashboard.state import dataset_key
 from vitviz_dashboard.widgets.click_picture import click_picture
 
 if TYPE_CHECKING:
     from vitviz_dashboard.dataset.page import DatasetPage
 
-CLICKED = "dataset|search_clicked"  # a click's patch, put into the row and column fields before they are drawn
+CLICKED = dataset_key("search_clicked")  # a click's patch, put into the row and column fields before they are drawn
 
 
 def draw(page: DatasetPage) -> None:
@@ -27,12 +28,14 @@ def draw(page: DatasetPage) -> None:
         return
     rows, cols = index.grid
     if CLICKED in st.session_state:  # a widget's value can be set only before the widget is drawn
-        st.session_state["dataset|search_row"], st.session_state["dataset|search_col"] = st.session_state.pop(CLICKED)
+        st.session_state[dataset_key("search_row")], st.session_state[dataset_key("search_col")] = st.session_state.pop(
+            CLICKED
+        )
     image_field, row_field, col_field, k_field = st.columns(4)
-    image_id = image_field.number_input("Image id", 0, index.count - 1, 0, key="dataset|search_image")
-    row = row_field.number_input("Patch row", 0, rows - 1, rows // 2, key="dataset|search_row")
-    col = col_field.number_input("Patch column", 0, cols - 1, cols // 2, key="dataset|search_col")
-    k = k_field.number_input("Nearest", 1, 64, 8, key="dataset|search_k")
+    image_id = image_field.number_input("Image id", 0, index.count - 1, 0, key=dataset_key("search_image"))
+    row = row_field.number_input("Patch row", 0, rows - 1, rows // 2, key=dataset_key("search_row"))
+    col = col_field.number_input("Patch column", 0, cols - 1, cols // 2, key=dataset_key("search_col"))
+    k = k_field.number_input("Nearest", 1, 64, 8, key=dataset_key("search_k"))
     chosen = index.query(f"SELECT path, error FROM images WHERE image_id = {int(image_id)}")
     if chosen["error"].notna().iloc[0]:
         st.error(f"Image {image_id} could not be read when it was indexed: {chosen['error'].iloc[0]}")
@@ -44,7 +47,7 @@ def draw(page: DatasetPage) -> None:
         picture, _ = st.columns([1, 2])  # a third of the page: patches of a 16 x 16 grid still take a click
         with picture:
             thumbnail = drawing.marked_thumbnail(image, (int(row), int(col)), index.grid, box, side=512)
-            click = click_picture(jpeg_data_uri(thumbnail), f"image {image_id}", key="dataset|search_click")
+            click = click_picture(jpeg_data_uri(thumbnail), f"image {image_id}", key=dataset_key("search_click"))
             shown_path = drawing.breakable(path)
             st.caption(f"Image {image_id} ({shown_path}), patch ({row}, {col}). Click a patch to search for it.")
         if click:  # the thumbnail is the photo made smaller evenly, so the click maps onto the photo's pixels
@@ -59,7 +62,7 @@ def draw(page: DatasetPage) -> None:
     others = st.checkbox(
         "Other images only",
         value=True,
-        key="dataset|search_others",
+        key=dataset_key("search_others"),
         help="Leave out the chosen image's own patches: its neighbouring patches are often the most similar.",
     )
     found = index.nearest_patches(int(image_id), (int(row), int(col)), int(k), other_images=others)

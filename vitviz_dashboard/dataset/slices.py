@@ -12,6 +12,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from vitviz.dataset.analysis import OVERALL, slice_accuracy
+from vitviz_dashboard.state import dataset_key
 
 if TYPE_CHECKING:
     from vitviz_dashboard.dataset.page import DatasetPage
@@ -72,17 +73,17 @@ def draw(page: DatasetPage) -> None:
         return
     columns = slice_columns(images)
     left, right = st.columns([3, 1])
-    by = left.selectbox("Slice by", columns, key="dataset|slice_by")
-    bins = int(right.number_input("Bins (numeric columns)", 2, 20, 5, key="dataset|slice_bins"))
+    by = left.selectbox("Slice by", columns, key=dataset_key("slice_by"))
+    bins = int(right.number_input("Bins (numeric columns)", 2, 20, 5, key=dataset_key("slice_bins")))
     table = slice_accuracy(images, by, bins)
     overall = table[table["slice"] == OVERALL].iloc[0]
     st.markdown(
         f"**All images**: accuracy {overall['accuracy']:.1%} over {int(overall['labelled']):,} labelled images, "
         f"mean top-class probability {overall['mean_probability']:.1%} ({int(overall['images']):,} images)."
     )
-    st.plotly_chart(chart(table, by), key="dataset|slice_chart")
+    st.plotly_chart(chart(table, by), key=dataset_key("slice_chart"))
     st.dataframe(
         table.style.format({"accuracy": "{:.1%}", "mean_probability": "{:.1%}"}, na_rep="-"),
         hide_index=True,
-        key="dataset|slice_table",
+        key=dataset_key("slice_table"),
     )

@@ -13,8 +13,9 @@ import pandas as pd
 import streamlit as st
 
 from vitviz.dataset import DatasetIndex, QueryError, QuerySession, QueryStopped
+from vitviz_dashboard.state import SQL_JOB, dataset_key
 
-SESSION, JOB = "dataset|sql_session", "dataset|sql_job"
+SESSION = dataset_key("sql_session")
 PAGE_ROWS = 100  # rows of a result shown at once
 POLL_SECONDS = 0.5  # how often a running query is looked at
 QUICK_SECONDS = 0.5  # a query done within this shows at once, without a fragment looking at it
@@ -63,16 +64,17 @@ def start(index: DatasetIndex, sql: str, page: int) -> Job:
 def sql_box(index: DatasetIndex) -> None:
     """A read-only SQL box (DuckDB over the tables images and heads), a page of rows at a time."""
     with st.expander("SQL (read-only, DuckDB over the tables images and heads)"):
-        with st.form("dataset|sql_form", border=False):
-            sql = st.text_area("SELECT ...", SQL_EXAMPLE, key="dataset|sql", height=90)
-            page = st.number_input("Result page", 1, None, 1, key="dataset|sql_page")
-            submitted = st.form_submit_button("Run query", icon=":material/play_arrow:", key="dataset|sql_run")
-        job = st.session_state.get(JOB)
+        with st.form(dataset_key("sql_form"), border=False):
+            sql = st.text_area("SELECT ...", SQL_EXAMPLE, key=dataset_key("sql"), height=90)
+            page = st.number_input("Result page", 1, None, 1, key=dataset_key("sql_page"))
+            submitted = st.form_submit_button("Run query", icon=":material/play_arrow:", key=dataset_key("sql_run"))
+        job = SQL_JOB.get()
         if submitted:
             if job is not None and job.running():
                 st.warning("A query of this session is still running: stop it, or wait for it, first.")
             else:
-                job = st.session_state[JOB] = start(index, sql, int(page))
+                job = start(index, sql, int(page))
+                SQL_JOB.set(job)
         if job is None or job.folder != str(index.folder):
             st.caption(
                 f"Run a query to see its rows. Each query may take {index.limits.seconds:g} s and "
@@ -85,7 +87,7 @@ def sql_box(index: DatasetIndex) -> None:
 
 def show_job(index: DatasetIndex, polling: bool) -> None:
     """The session's query: running (with a Stop button), or its result, or its one message."""
-    job: Job = st.session_state[JOB]
+    job: Job = SQL_JOB.get()  # sql_box started it
     if job.running():
         seconds = time.monotonic() - job.started
         left, right = st.columns([4, 1], vertical_alignment="center")
@@ -94,7 +96,7 @@ def show_job(index: DatasetIndex, polling: bool) -> None:
             f"{index.limits.seconds:g} s or the memory limit of {index.limits.memory_mb} MB.",
             icon=":material/hourglass_top:",
         )
-        if right.button("Stop", key="dataset|sql_stop", icon=":material/stop_circle:", type="primary"):
+        if right.button("Stop", key=dataset_key("sql_stop"), icon=":material/stop_circle:", type="primary"):
             query_session().stop()
         return
     if polling:  # it ended while the fragment looked at it: draw the page again, without the looking

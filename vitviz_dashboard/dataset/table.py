@@ -14,9 +14,15 @@ from vitviz.dataset import DatasetIndex
 from vitviz.dataset.views import quote
 from vitviz_dashboard.dataset import drawing
 from vitviz_dashboard.dataset.opening import open_in_photo_page, photo
-from vitviz_dashboard.dataset.page_keys import CLASSES, CONFIDENCE, DESCENDING, SORT
-from vitviz_dashboard.dataset.page_keys import CORRECTNESS as CORRECTNESS_KEY
 from vitviz_dashboard.dataset.sql_box import sql_box
+from vitviz_dashboard.state import (
+    TABLE_CLASSES,
+    TABLE_CONFIDENCE,
+    TABLE_CORRECTNESS,
+    TABLE_DESCENDING,
+    TABLE_SORT,
+    dataset_key,
+)
 
 if TYPE_CHECKING:
     from vitviz_dashboard.dataset.page import DatasetPage
@@ -57,16 +63,18 @@ def draw(page: DatasetPage) -> None:
     columns = image_columns(index)
     predicted = "prediction" in columns  # a backbone's index has no prediction columns
     left, middle, right = st.columns(3)
-    chosen = left.multiselect("Class", classes(index), key=CLASSES, placeholder="every class")
-    correctness = middle.radio("Correctness", CORRECTNESS, horizontal=True, key=CORRECTNESS_KEY)
-    confidence = right.slider("Confidence (top class's probability)", 0.0, 1.0, (0.0, 1.0), 0.01, key=CONFIDENCE)
+    chosen = left.multiselect("Class", classes(index), key=str(TABLE_CLASSES), placeholder="every class")
+    correctness = middle.radio("Correctness", CORRECTNESS, horizontal=True, key=str(TABLE_CORRECTNESS))
+    confidence = right.slider(
+        "Confidence (top class's probability)", 0.0, 1.0, (0.0, 1.0), 0.01, key=str(TABLE_CONFIDENCE)
+    )
     sort, descending, page_field = st.columns([2, 1, 1], vertical_alignment="bottom")
-    order = sort.selectbox("Sort by", columns, key=SORT)
-    down = descending.checkbox("descending", key=DESCENDING)
+    order = sort.selectbox("Sort by", columns, key=str(TABLE_SORT))
+    down = descending.checkbox("descending", key=str(TABLE_DESCENDING))
     where = filter_clause(chosen, correctness, confidence, predicted)
     total = int(index.query(f"SELECT count(*) AS n FROM images WHERE {where}")["n"][0])
     pages = max(1, -(-total // PAGE_ROWS))
-    number = page_field.number_input(f"Page (of {pages})", 1, pages, 1, key="dataset|page")
+    number = page_field.number_input(f"Page (of {pages})", 1, pages, 1, key=dataset_key("page"))
     listed = index.query(
         f"SELECT {', '.join(columns)} FROM images WHERE {where} "
         f"ORDER BY {order} {'DESC' if down else 'ASC'} NULLS LAST, image_id",
@@ -81,7 +89,7 @@ def draw(page: DatasetPage) -> None:
         hide_index=True,
         on_select="rerun",
         selection_mode="multi-row",
-        key=f"dataset|table|{where}|{order}|{down}|{number}",  # a new page or filter starts a new selection
+        key=dataset_key(f"table|{where}|{order}|{down}|{number}"),  # a new page or filter starts a new selection
     )
     selected = listed.iloc[list(event.selection.rows)] if event.selection.rows else listed.iloc[:0]
     thumbnails(index, selected, page.photo_page, page.colormap, page.alpha, "table")
@@ -111,7 +119,7 @@ def thumbnails(
     kind = st.selectbox(
         "Map over each photo",
         map_kinds(index),
-        key=f"dataset|map|{where}",
+        key=dataset_key(f"map|{where}"),
         format_func=lambda k: MAP_NAMES.get(k, k.replace("readout:", "last block's readout attention, head ")),
     )
     maps = index.maps(rows["image_id"].tolist(), kind)
@@ -122,7 +130,9 @@ def thumbnails(
             if shown is not None:
                 image, box = shown
                 st.image(drawing.map_thumbnail(image, patch_map, box, colormap, alpha), caption=caption(row))
-            if st.button("Open in Photo", key=f"dataset|open|{where}|{row.image_id}", icon=":material/open_in_new:"):
+            if st.button(
+                "Open in Photo", key=dataset_key(f"open|{where}|{row.image_id}"), icon=":material/open_in_new:"
+            ):
                 open_in_photo_page(index, row.image_id, row.path, photo_page)
 
 
