@@ -102,8 +102,11 @@ def loop_erased(chain: list[str]) -> list[str]:
 
 
 def from_function(links: list[Link], start: Link) -> list[Link]:
-    """``links`` from the first that is ``start`` on (all of them when none is)."""
-    return links[links.index(start) :] if start in links else links
+    """``links`` from the first that is ``start`` on; an error when none is (the walk's end was reached some other
+    way, and its count would mean something else)."""
+    if start not in links:
+        raise ValueError(f"{start.module}.{start.function} is not on the stack: {links}")
+    return links[links.index(start) :]
 
 
 def holds(value: object, carried: tuple[str, ...]) -> bool:
