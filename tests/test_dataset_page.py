@@ -136,6 +136,8 @@ def test_head_clusters_and_statistics(built):
     shape = tuple(int(n) for n in z["shape"].split(","))
     assert np.frombuffer(base64.b64decode(z["bdata"]), z["dtype"]).reshape(shape).tolist() == ordered.tolist()
     assert grid["data"][0]["text"] == [[f"h{h}" for h in row] for row in expected.order]
+    at.selectbox(key="dataset|extreme_what").set_value("distance_px DESC")  # attends farthest away
+    checked(at.run())
     extremes = next(d.value for d in at.dataframe if "image_id" in d.value.columns)
     top = index.query("SELECT max(distance_px) AS m FROM heads WHERE layer = 0 AND head = 0")["m"][0]
     assert extremes["distance_px"].iloc[0] == pytest.approx(top)

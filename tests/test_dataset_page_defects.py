@@ -183,7 +183,7 @@ def test_heads_intervals_show_in_the_hover_axes_name_every_layer_and_head_and_ex
         "has the lowest entropy (attends to few patches)",
         "has the highest entropy (attends most evenly)",
     } <= labels
-    for choice, column, pick in (("nearest", "distance_px", min), ("lowest_entropy", "entropy", min)):
+    for choice, column, pick in (("distance_px ASC", "distance_px", min), ("entropy ASC", "entropy", min)):
         at.selectbox(key="dataset|extreme_what").set_value(choice)
         checked(at.run())
         shown = next(d.value for d in at.dataframe if column in d.value.columns and "image_id" in d.value.columns)

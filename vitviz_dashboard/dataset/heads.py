@@ -13,7 +13,7 @@ import streamlit as st
 
 from vitviz.dataset import DatasetIndex
 from vitviz.dataset.analysis import Interval, bootstrap_interval, cluster_heads, settling
-from vitviz.explain.head_statistics import HEAD_STATISTICS, head_statistic
+from vitviz.explain.head_statistics import DISTANCE_PX, ENTROPY, HEAD_STATISTICS, PREFIX_SHARES
 from vitviz_dashboard.cache.dataset import head_means, per_image
 from vitviz_dashboard.dataset import drawing
 from vitviz_dashboard.dataset.opening import index_key
@@ -29,12 +29,14 @@ EXTREME_IMAGES = 8
 
 def share_columns(index: DatasetIndex) -> list[str]:
     """The heads table's prefix-token columns: to_cls, to_dist, to_reg0..., then to_patches."""
-    return head_statistic("prefix_shares").columns(index.layout["prefix_tokens"])
+    return PREFIX_SHARES.columns(index.layout["prefix_tokens"])
 
 
-def statistic_columns(index: DatasetIndex) -> tuple[str, ...]:
-    """Every statistic column of the heads table (explain.HEAD_STATISTICS), in its order."""
-    return tuple(c for statistic in HEAD_STATISTICS for c in statistic.columns(index.layout["prefix_tokens"]))
+def statistic_columns(index: DatasetIndex, shown_only: bool = False) -> tuple[str, ...]:
+    """Every statistic column of the heads table (explain.HEAD_STATISTICS), in its order; ``shown_only``: without
+    those that repeat another in another unit."""
+    prefix = index.layout["prefix_tokens"]
+    return tuple(c for s in HEAD_STATISTICS if s.shown or not shown_only for c in s.columns(prefix))
 
 
 def as_grid(index: DatasetIndex, frame: pd.DataFrame, column: str) -> np.ndarray:
@@ -150,29 +152,30 @@ def draw(page: DatasetPage) -> None:
     if means.empty:
         st.info("No image of this index could be read: there are no head statistics.")
         return
-    distances = per_image(key, "distance_px", _index=index)
+    distances = per_image(key, DISTANCE_PX.name, _index=index)
     interval = bootstrap_interval(distances, seed=0)
+    unit = DISTANCE_PX.unit
     # the titles are markdown above the charts, not Plotly's: a narrow page wraps them instead of cutting them
-    st.markdown(f"**Mean attention distance over {interval.images:,} images, with 95 % bootstrap intervals**")
-    st.plotly_chart(interval_figure(interval, "px"), key=dataset_key("distance"))
+    st.markdown(f"**{DISTANCE_PX.title()} over {interval.images:,} images, with 95 % bootstrap intervals**")
+    st.plotly_chart(interval_figure(interval, unit), key=dataset_key("distance"))
     widest = float(np.nanmax(interval.high - interval.low)) / 2
     st.caption(
-        f"Each head's mean is a tick and its 95 % interval the bar through it; the widest is ±{widest:.3g} px. "
+        f"Each head's mean is a tick and its 95 % interval the bar through it; the widest is ±{widest:.3g} {unit}. "
         "Hover over a head for its bounds."
     )
     layer = st.slider("Layer", 0, index.layout["layers"] - 1, 0, key=dataset_key("settle_layer"))
     st.markdown(f"**Layer {layer}: the estimate as images are added**")
-    st.plotly_chart(settling_figure(settling(distances), layer, "px"), key=dataset_key("settling"))
+    st.plotly_chart(settling_figure(settling(distances), layer, unit), key=dataset_key("settling"))
     left, right = st.columns(2)
-    left.markdown("**Entropy, averaged over the dataset**")
+    left.markdown(f"**{ENTROPY.title()}, averaged over the dataset**")
     left.plotly_chart(
-        every_layer_and_head(drawing.layer_head_figure(as_grid(index, means, "entropy"), "", "nats")),
-        key=dataset_key("entropy"),
+        every_layer_and_head(drawing.layer_head_figure(as_grid(index, means, ENTROPY.name), "", ENTROPY.unit)),
+        key=dataset_key("mean_heatmap"),
     )
-    token = right.selectbox("Attention to", share_columns(index), key=dataset_key("token"))
-    right.markdown(f"**Mean attention share {token}**")
+    token = right.selectbox(PREFIX_SHARES.title(), share_columns(index), key=dataset_key("token"))
+    right.markdown(f"**Mean {PREFIX_SHARES.unit} of attention {token}**")
     right.plotly_chart(
-        every_layer_and_head(drawing.layer_head_figure(as_grid(index, means, token), "", "share")),
+        every_layer_and_head(drawing.layer_head_figure(as_grid(index, means, token), "", PREFIX_SHARES.unit)),
         key=dataset_key("share"),
     )
     draw_clusters(index, means)
@@ -180,7 +183,7 @@ def draw(page: DatasetPage) -> None:
 
 
 def draw_clusters(index: DatasetIndex, means: pd.DataFrame) -> None:
-    columns = ["entropy", "distance_px", *share_columns(index)]
+    columns = statistic_columns(index, shown_only=True)
     profiles = np.stack([as_grid(index, means, c) for c in columns], axis=-1)  # (layers, heads, statistics)
     total = profiles.shape[0] * profiles.shape[1]
     count = st.number_input("Clusters", 1, min(8, total), min(4, total), key=dataset_key("clusters"))
@@ -201,14 +204,15 @@ def draw_clusters(index: DatasetIndex, means: pd.DataFrame) -> None:
 
 
 def extreme_criteria(index: DatasetIndex) -> dict[str, tuple[str, str, str]]:
-    """The choices of "most extreme images": name -> (column of the heads table, SQL order, what it reads as)."""
-    criteria = {
-        "farthest": ("distance_px", "DESC", "attends farthest away"),
-        "nearest": ("distance_px", "ASC", "attends nearest"),
-        "lowest_entropy": ("entropy", "ASC", "has the lowest entropy (attends to few patches)"),
-        "highest_entropy": ("entropy", "DESC", "has the highest entropy (attends most evenly)"),
-    }
-    return criteria | {c: (c, "DESC", f"attends most {c}") for c in share_columns(index)}
+    """The choices of "most extreme images", from each shown statistic's ``highest`` and ``lowest`` phrases
+    (explain.HEAD_STATISTICS): "column ORDER" -> (column of the heads table, SQL order, what it reads as)."""
+    criteria = {}
+    for statistic in HEAD_STATISTICS:
+        for column in statistic.columns(index.layout["prefix_tokens"]) if statistic.shown else ():
+            for order, phrase in (("DESC", statistic.highest), ("ASC", statistic.lowest)):
+                if phrase:
+                    criteria[f"{column} {order}"] = (column, order, phrase.format(column=column))
+    return criteria
 
 
 def extremes(index: DatasetIndex, photo_page: st.Page, colormap: str, alpha: float) -> None:
