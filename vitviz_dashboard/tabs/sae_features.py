@@ -20,12 +20,11 @@ from vitviz_dashboard.cache.pictures import overlay_picture
 from vitviz_dashboard.cache.sae import photo_codes
 from vitviz_dashboard.dataset.grid import select
 from vitviz_dashboard.dataset.opening import manifest_stamp, page_roots
-from vitviz_dashboard.dataset.page_keys import FOLDER
 from vitviz_dashboard.knockout import what_changes
 from vitviz_dashboard.page import PAGES, Page
 from vitviz_dashboard.sae_editing import SAE_HELP, SAE_LABEL, apply, open_typed_sae, stamp
 from vitviz_dashboard.sidebar.model_dirs import ModelRefused, check_model_path
-from vitviz_dashboard.state import DATASET_SAE, sae_edit
+from vitviz_dashboard.state import DATASET_FOLDER, DATASET_SAE, sae_edit
 from vitviz_dashboard.widgets.click_picture import click_picture, clicked_patch
 from vitviz_dashboard.widgets.controls import rerun_tab
 
@@ -101,7 +100,7 @@ def draw(page: Page) -> None:
 def dataset_link(path: Path, block: int, ranked: list[tuple[int, float, int]]) -> None:
     """Where the Dataset page has an index open and this SAE's latent tables were computed over it (its Features
     tab): a latent's top images there, in the Dataset page's grid."""
-    folder, dataset = st.session_state.get(FOLDER), PAGES.get("dataset")
+    folder, dataset = DATASET_FOLDER.get(), PAGES.get("dataset")
     if not folder or dataset is None:
         return
     try:  # the folder passed the Dataset page's checks when it was typed; it is checked again, quietly
