@@ -22,9 +22,23 @@ from vitviz.preprocessing import ImageFile
 from vitviz_dashboard import images
 from vitviz_dashboard.dataset import indexing
 from vitviz_dashboard.dataset.opening import photo_prompts
-from vitviz_dashboard.sidebar.model_picker import HUB_SPEC, PATH_OR_UPLOAD
-from vitviz_dashboard.sidebar.prompts import ENSEMBLE_KEY, MY_PROMPTS, PROMPTS_KEY, SOURCE_KEY
-from vitviz_dashboard.state import DATASET_FOLDER
+from vitviz_dashboard.state import (
+    DATASET_FOLDER,
+    HISTORY,
+    HUB_SPEC,
+    MODEL_BOX,
+    MODEL_HUB_SPEC,
+    MODEL_PATH,
+    MY_PROMPTS,
+    PATH_OR_UPLOAD,
+    PHOTO_ALPHA,
+    PHOTO_COLORMAP,
+    PHOTO_PRECISION,
+    PHOTO_TAB,
+    PROMPT_ENSEMBLE,
+    PROMPT_SOURCE,
+    PROMPTS,
+)
 
 # a folder holding a tiny model, 24 generated images (and a broken one) and their index; fresh caches per test
 built, page_settings = page_fixtures("dataset_page")
@@ -61,8 +75,8 @@ def test_open_filter_and_select_an_image_that_opens_in_the_photo_page(built):
     [button] = [b for b in at.button if b.label == "Open in Photo"]
     checked(button.click().run())
     assert at.title[0].value == "vitviz: what does the Vision Transformer look at?"  # the Photo page
-    assert at.selectbox(key="model_box").value == PATH_OR_UPLOAD
-    assert at.sidebar.text_input(key="model_path").value == str(built / "model.pt")
+    assert at.selectbox(key=str(MODEL_BOX)).value == PATH_OR_UPLOAD
+    assert at.sidebar.text_input(key=str(MODEL_PATH)).value == str(built / "model.pt")
     [picker] = [s for s in at.selectbox if s.label == "Image"]
     assert picker.value == f"index: {path}"  # the Image picker shows the image
     assert not at.error and "cat" in at.markdown[0].value + at.markdown[1].value
@@ -281,9 +295,9 @@ def photo_files(built, count: int) -> dict[str, ImageFile]:
 def test_the_sessions_photos_are_indexed_with_the_photo_pages_model_and_opened(built, tmp_path, monkeypatch):
     monkeypatch.setattr(indexing, "SESSION_ROOT", tmp_path / "sessions")
     at = dataset_app("")
-    at.session_state["history"] = photo_files(built, 3)
-    at.session_state["model_box"] = PATH_OR_UPLOAD  # the Photo page's model (kept through the visit)
-    at.session_state["model_path"] = str(built / "model.pt")
+    at.session_state[str(HISTORY)] = photo_files(built, 3)
+    at.session_state[str(MODEL_BOX)] = PATH_OR_UPLOAD  # the Photo page's model (kept through the visit)
+    at.session_state[str(MODEL_PATH)] = str(built / "model.pt")
     checked(at.run())
     checked(at.button(key="dataset|index_session").click().run())
     assert not at.error, [e.value for e in at.error]
@@ -314,42 +328,45 @@ def test_open_in_photo_carries_a_zero_shot_indexs_prompts(built, tmp_path, monke
     checked(at.run())
     checked(at.button(key=next(b.key for b in at.button if b.label == "Open in Photo")).click().run())
     assert at.title[0].value == "vitviz: what does the Vision Transformer look at?"
-    assert at.session_state[SOURCE_KEY] == MY_PROMPTS
-    assert at.session_state[PROMPTS_KEY] == "a cat\na dog"
+    assert at.session_state[str(PROMPT_SOURCE)] == MY_PROMPTS
+    assert at.session_state[str(PROMPTS)] == "a cat\na dog"
 
 
 def test_photo_prompts_follow_the_commands_options():
     assert photo_prompts({"prompts": None, "prompt_set": None, "templates": None}) == {}
-    assert photo_prompts({"prompt_set": "cifar10", "templates": None}) == {SOURCE_KEY: "cifar10", ENSEMBLE_KEY: False}
-    assert photo_prompts({"prompt_set": "cifar10", "templates": "openai-80"})[ENSEMBLE_KEY] is True
+    assert photo_prompts({"prompt_set": "cifar10", "templates": None}) == {
+        str(PROMPT_SOURCE): "cifar10",
+        str(PROMPT_ENSEMBLE): False,
+    }
+    assert photo_prompts({"prompt_set": "cifar10", "templates": "openai-80"})[str(PROMPT_ENSEMBLE)] is True
     typed = photo_prompts({"prompts": ["dog", "cat"], "templates": "photo"})
-    assert typed == {SOURCE_KEY: MY_PROMPTS, PROMPTS_KEY: "a photo of a dog.\na photo of a cat."}
+    assert typed == {str(PROMPT_SOURCE): MY_PROMPTS, str(PROMPTS): "a photo of a dog.\na photo of a cat."}
 
 
 def test_open_in_photo_keeps_the_sessions_limits(built, monkeypatch):
     monkeypatch.setattr(images, "MAX_SESSION_IMAGES", 2)
     at = dataset_app(built / "index")
     earlier = photo_files(built, 2)
-    at.session_state["history"] = dict(earlier)
+    at.session_state[str(HISTORY)] = dict(earlier)
     table = at.dataframe[0]
     at.session_state[table.key] = {"selection": {"rows": [0], "columns": []}}
     checked(at.run())
     path = table.value["path"].iloc[0]
     checked(at.button(key=next(b.key for b in at.button if b.label == "Open in Photo")).click().run())
-    assert list(at.session_state["history"]) == [list(earlier)[1], f"index: {path}"]  # the oldest dropped
+    assert list(at.session_state[str(HISTORY)]) == [list(earlier)[1], f"index: {path}"]  # the oldest dropped
 
 
 def test_the_photo_pages_sidebar_and_tab_survive_a_visit_to_the_dataset_page(built):
     at = AppTest.from_file(APP, default_timeout=180)
-    at.session_state["history"] = photo_files(built, 1)
-    at.session_state["model_box"] = PATH_OR_UPLOAD
-    at.session_state["model_path"] = str(built / "model.pt")
+    at.session_state[str(HISTORY)] = photo_files(built, 1)
+    at.session_state[str(MODEL_BOX)] = PATH_OR_UPLOAD
+    at.session_state[str(MODEL_PATH)] = str(built / "model.pt")
     checked(at.run())
     photo_hash = next(h for h, info in at._registered_pages.items() if info.get("url_pathname") != "dataset")
-    at.sidebar.selectbox(key="colormap").set_value("viridis")
-    at.sidebar.radio(key="precision").set_value("fp32")
-    at.sidebar.slider(key="alpha").set_value(0.3)
-    at.session_state["tab"] = "Tokens"
+    at.sidebar.selectbox(key=str(PHOTO_COLORMAP)).set_value("viridis")
+    at.sidebar.radio(key=str(PHOTO_PRECISION)).set_value("fp32")
+    at.sidebar.slider(key=str(PHOTO_ALPHA)).set_value(0.3)
+    at.session_state[str(PHOTO_TAB)] = "Tokens"
     checked(at.run())
     at._page_hash = next(h for h, info in at._registered_pages.items() if info.get("url_pathname") == "dataset")
     checked(at.run())
@@ -357,17 +374,17 @@ def test_the_photo_pages_sidebar_and_tab_survive_a_visit_to_the_dataset_page(bui
     at._page_hash = photo_hash
     checked(at.run())
     assert at.title[0].value == "vitviz: what does the Vision Transformer look at?"
-    assert at.sidebar.selectbox(key="colormap").value == "viridis"
-    assert at.sidebar.radio(key="precision").value == "fp32"
-    assert at.sidebar.slider(key="alpha").value == 0.3
-    assert at.sidebar.text_input(key="model_path").value == str(built / "model.pt")
-    assert at.session_state["tab"] == "Tokens"
+    assert at.sidebar.selectbox(key=str(PHOTO_COLORMAP)).value == "viridis"
+    assert at.sidebar.radio(key=str(PHOTO_PRECISION)).value == "fp32"
+    assert at.sidebar.slider(key=str(PHOTO_ALPHA)).value == 0.3
+    assert at.sidebar.text_input(key=str(MODEL_PATH)).value == str(built / "model.pt")
+    assert at.session_state[str(PHOTO_TAB)] == "Tokens"
 
 
 def test_a_typed_hub_spec_survives_a_visit_to_the_dataset_page(built):
     at = AppTest.from_file(APP, default_timeout=180)
-    at.session_state["model_box"] = HUB_SPEC
-    at.session_state["model_hub_spec"] = "hf:not a repository id"  # refused at once, offline: the value still stays
+    at.session_state[str(MODEL_BOX)] = HUB_SPEC
+    at.session_state[str(MODEL_HUB_SPEC)] = "hf:not a repository id"  # refused at once, offline: the value still stays
     checked(at.run())
     photo_hash = next(h for h, info in at._registered_pages.items() if info.get("url_pathname") != "dataset")
     at._page_hash = next(h for h, info in at._registered_pages.items() if info.get("url_pathname") == "dataset")
@@ -375,7 +392,7 @@ def test_a_typed_hub_spec_survives_a_visit_to_the_dataset_page(built):
     checked(at.run())  # Streamlit has dropped the undrawn widgets by now
     at._page_hash = photo_hash
     checked(at.run())
-    assert at.sidebar.text_input(key="model_hub_spec").value == "hf:not a repository id"
+    assert at.sidebar.text_input(key=str(MODEL_HUB_SPEC)).value == "hf:not a repository id"
 
 
 def test_the_sessions_photos_with_a_text_tower_make_a_zero_shot_index_whose_prompts_go_back(
@@ -385,11 +402,11 @@ def test_the_sessions_photos_with_a_text_tower_make_a_zero_shot_index_whose_prom
     monkeypatch.setenv("VITVIZ_MODEL_DIRS", f"{built}:{tmp_path}")
     clip = clip_folder(tmp_path / "clip")[2]
     at = dataset_app("")
-    at.session_state["history"] = photo_files(built, 2)
-    at.session_state["model_box"] = PATH_OR_UPLOAD
-    at.session_state["model_path"] = str(clip)
-    at.session_state[SOURCE_KEY] = MY_PROMPTS
-    at.session_state[PROMPTS_KEY] = "a photo of a dog\na photo of a cat"
+    at.session_state[str(HISTORY)] = photo_files(built, 2)
+    at.session_state[str(MODEL_BOX)] = PATH_OR_UPLOAD
+    at.session_state[str(MODEL_PATH)] = str(clip)
+    at.session_state[str(PROMPT_SOURCE)] = MY_PROMPTS
+    at.session_state[str(PROMPTS)] = "a photo of a dog\na photo of a cat"
     checked(at.run())
     checked(at.button(key="dataset|index_session").click().run())
     assert not at.error, [e.value for e in at.error]
@@ -397,12 +414,12 @@ def test_the_sessions_photos_with_a_text_tower_make_a_zero_shot_index_whose_prom
     assert made.manifest["model"]["prompts"] == ["a photo of a dog", "a photo of a cat"]
     assert made.manifest["model"]["class_names"] == ["a photo of a dog", "a photo of a cat"]
     assert set(made.query("SELECT prediction FROM images")["prediction"]) <= {"a photo of a dog", "a photo of a cat"}
-    at.session_state[PROMPTS_KEY] = "something else"  # changed since; Open in Photo puts the index's back
+    at.session_state[str(PROMPTS)] = "something else"  # changed since; Open in Photo puts the index's back
     table = at.dataframe[0]
     at.session_state[table.key] = {"selection": {"rows": [0], "columns": []}}
     checked(at.run())
     checked(at.button(key=next(b.key for b in at.button if b.label == "Open in Photo")).click().run())
-    assert at.session_state[PROMPTS_KEY] == "a photo of a dog\na photo of a cat"
+    assert at.session_state[str(PROMPTS)] == "a photo of a dog\na photo of a cat"
 
 
 def test_session_folders_unused_for_a_day_are_swept_and_the_current_one_kept(tmp_path):

@@ -57,6 +57,16 @@ def test_keep_widgets_writes_back_every_kept_key_and_no_other(session):
     assert session[kept("photo|colormap")] == "viridis" and session["newest"] == "a.jpg"
 
 
+def test_the_photo_page_sidebar_and_tab_are_kept_so_keep_widgets_writes_them_back(session):
+    photo_widgets = [state.MODEL_BOX, state.MODEL_PATH, state.MODEL_HUB_SPEC, state.PHOTO_PRECISION]
+    photo_widgets += [state.PHOTO_COLORMAP, state.PHOTO_ALPHA, state.PHOTO_TAB, state.PROMPTS, state.PROMPT_SOURCE]
+    for key in photo_widgets:
+        key.set("a value")
+    session.assigned.clear()
+    state.keep_widgets()
+    assert sorted(session.assigned) == sorted(map(str, photo_widgets))
+
+
 def test_per_model_keys_differ_by_model_and_are_kept():
     assert state.knocked_heads("a") != state.knocked_heads("b") != state.knocked_tokens("b")
     assert str(state.sae_edit("a")).startswith(KEPT) and str(state.knocked_tokens("a")).startswith(KEPT)

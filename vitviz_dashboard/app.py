@@ -20,11 +20,11 @@ from vitviz_dashboard.dataset.page import dataset_page
 from vitviz_dashboard.images import choose_image
 from vitviz_dashboard.knockout import knocked_out_model
 from vitviz_dashboard.names import prediction_line
-from vitviz_dashboard.page import PAGES, ModelKey, Page, keep_tab_widgets
+from vitviz_dashboard.page import PAGES, ModelKey, Page
 from vitviz_dashboard.sae_editing import sae_edited_model
 from vitviz_dashboard.sidebar.model_picker import MISSING_SPEC, describe_model, resolve, sidebar
 from vitviz_dashboard.sidebar.prompts import prompt_model
-from vitviz_dashboard.state import PHOTO_TAB
+from vitviz_dashboard.state import PHOTO_TAB, keep_widgets
 from vitviz_dashboard.tabs import (
     anatomy,
     class_specific,
@@ -60,7 +60,7 @@ def main() -> None:
     vision-language model's answer about a photo)."""
     st.set_page_config(page_title="vitviz", page_icon="🔍", layout="wide")
     st.html(TAB_WRAP)  # before either page draws its tabs, in every run
-    keep_tab_widgets()  # each page's kept values survive runs of the other page
+    keep_widgets()  # each page's kept values survive runs of the other pages
     photo = st.Page(photo_page, title="Photo", default=True)
     dataset = st.Page(lambda: dataset_page(photo), title="Dataset", url_path="dataset")
     ask = st.Page(lambda: ask_page(photo), title="Ask", url_path="ask")
@@ -70,14 +70,12 @@ def main() -> None:
 
 def photo_page() -> None:
     st.title("vitviz: what does the Vision Transformer look at?")
-    keep_tab_widgets()  # first: the runs that stop early below must not lose the tabs' settings
+    keep_widgets()  # first: the runs that stop early below must not lose the tabs' settings
     settings = sidebar()
     if BUDGET_ERROR:
         st.sidebar.warning(BUDGET_ERROR)
     # the images come first, so a model that is missing or fails to load does not clear the uploads
     chosen = choose_image()
-    if PHOTO_TAB.present:  # and the open tab survives runs that stop before the tabs
-        PHOTO_TAB.set(PHOTO_TAB.get())
     if not settings.model_spec:
         st.info(MISSING_SPEC.get(settings.model_choice, "Choose a model in the sidebar, or type a spec into its box."))
         return

@@ -14,25 +14,11 @@ from PIL import Image
 import vitviz
 from vitviz.analysis import ImageAnalysis
 from vitviz.preprocessing import ImageFile
-from vitviz_dashboard.state import (
-    KEPT,
-    MODEL_BOX,
-    MODEL_HUB_SPEC,
-    MODEL_PATH,
-    PHOTO_ALPHA,
-    PHOTO_COLORMAP,
-    PHOTO_PRECISION,
-    PHOTO_TAB,
-    tab_widget,
-)
+from vitviz_dashboard.state import tab_widget
 
 # the app's pages (st.Page) by name, set by app.main in every run: st.switch_page reaches a page of callables only
 # through its object, so a tab that sends the visitor to another page finds it here
 PAGES: dict[str, object] = {}
-# the Photo page's sidebar and open tab, kept the same way: a visit to the Dataset page draws none of them
-PHOTO_WIDGETS = tuple(
-    str(key) for key in (MODEL_BOX, MODEL_PATH, MODEL_HUB_SPEC, PHOTO_PRECISION, PHOTO_COLORMAP, PHOTO_ALPHA, PHOTO_TAB)
-)
 
 
 @dataclass(frozen=True)
@@ -112,7 +98,7 @@ class Page:
         """The session-state key of a tab widget, holding its value (the default at first).
 
         Only the open tab is drawn, and Streamlit forgets the value of a widget that a run does not
-        draw, so keep_tab_widgets() writes these values back in every run: a control keeps its value
+        draw, so state.keep_widgets() writes these values back in every run: a control keeps its value
         while another tab is open. The default is set here rather than given to the widget (Streamlit
         warns about a widget given both). The model (ModelKey.widget_scope), and the image for per_image widgets,
         are part of the key, so a value never meets a widget it does not fit (another model's layer count); a
@@ -126,11 +112,3 @@ class Page:
         if key not in st.session_state or (options is not None and st.session_state[key] not in options):
             st.session_state[key] = default
         return key
-
-
-def keep_tab_widgets() -> None:
-    """Write back the values of every tab widget (see Page.widget_key), whatever model and image they belong to, so
-    that they survive runs that do not draw them: another tab, another model tried and abandoned, a model that failed
-    to load. Page.widget_key resets a value that no longer fits its widget. Called first in every run."""
-    for key in [k for k in st.session_state if isinstance(k, str) and (k.startswith(KEPT) or k in PHOTO_WIDGETS)]:
-        st.session_state[key] = st.session_state[key]

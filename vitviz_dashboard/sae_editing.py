@@ -26,7 +26,6 @@ from vitviz.sae import SAEError, TopKSAE, with_sae
 from vitviz_dashboard.cache.sae import cached_sae, hub_folder
 from vitviz_dashboard.page import ModelKey
 from vitviz_dashboard.sidebar.model_dirs import ModelRefused, allowed_model_dirs, check_model_path
-from vitviz_dashboard.state import DATASET_SAE as DATASET_SAE  # for dataset/features.py until it imports state
 from vitviz_dashboard.state import sae_edit
 
 OUTSIDE = (

@@ -66,17 +66,18 @@ def keep_widgets() -> None:
 
 # ---- the Photo page -------------------------------------------------------------------------------------------
 
-# The sidebar's model picker (sidebar/model_picker.py): its two options that open a field, and its widgets. Other
-# pages set them only through the accessors below (pick_photo_page_model), and read them through photo_page_model.
+# The sidebar's model picker (sidebar/model_picker.py): its two options that open a field, and its widgets, kept (like
+# the display settings and the open tab) through a visit to another page. Other pages set them only through the
+# accessors below (pick_photo_page_model), and read them through photo_page_model.
 HUB_SPEC = "timm, Hugging Face or open_clip spec..."  # opens MODEL_HUB_SPEC
 PATH_OR_UPLOAD = "path or upload..."  # opens MODEL_PATH and the checkpoint upload
-MODEL_BOX: Key[str] = Key("model_box")  # the picker: one of its options, or a spec typed into it
-MODEL_HUB_SPEC: Key[str] = Key("model_hub_spec")  # the field under HUB_SPEC
-MODEL_PATH: Key[str] = Key("model_path")  # the field under PATH_OR_UPLOAD: a checkpoint's or HF folder's path
-PHOTO_PRECISION: Key[str] = Key("precision")  # "auto", "fp32" or "bf16"
-PHOTO_COLORMAP: Key[str] = Key("colormap")
-PHOTO_ALPHA: Key[float] = Key("alpha")  # the overlays' opacity
-PHOTO_TAB: Key[str] = Key("tab")  # the open tab's name (app.TABS)
+MODEL_BOX: Key[str] = Key(kept("photo|model_box"))  # the picker: one of its options, or a spec typed into it
+MODEL_HUB_SPEC: Key[str] = Key(kept("photo|model_hub_spec"))  # the field under HUB_SPEC
+MODEL_PATH: Key[str] = Key(kept("photo|model_path"))  # the field under PATH_OR_UPLOAD: a checkpoint's path
+PHOTO_PRECISION: Key[str] = Key(kept("photo|precision"))  # "auto", "fp32" or "bf16"
+PHOTO_COLORMAP: Key[str] = Key(kept("photo|colormap"))
+PHOTO_ALPHA: Key[float] = Key(kept("photo|alpha"))  # the overlays' opacity
+PHOTO_TAB: Key[str] = Key(kept("photo|tab"))  # the open tab's name (app.TABS)
 
 # The sidebar's prompts (sidebar/prompts.py), kept: typed prompts outlive a look at a ready set, or at a model
 # without a text tower

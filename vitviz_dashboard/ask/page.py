@@ -22,7 +22,7 @@ from vitviz_dashboard.ask.tower import offer_tower
 from vitviz_dashboard.cache.pictures import display_photo
 from vitviz_dashboard.cache.vlm import AnswerKey, ask, get_vlm
 from vitviz_dashboard.images import choose_image
-from vitviz_dashboard.page import keep_tab_widgets
+from vitviz_dashboard.state import keep_widgets
 
 ASKED = "ask|asked"  # the AnswerKey of the question last asked in this session
 
@@ -30,7 +30,7 @@ ASKED = "ask|asked"  # the AnswerKey of the question last asked in this session
 def ask_page(photo_page: st.Page) -> None:
     """The page; ``photo_page`` is where "Open the vision tower in Photo" goes."""
     st.title("vitviz: where does a vision-language model's answer look?")
-    keep_tab_widgets()  # the other pages' kept values survive a visit here
+    keep_widgets()  # the other pages' kept values survive a visit here
     model_key = model_inputs()
     colormap, alpha = display_controls()
     chosen = choose_image()

@@ -20,8 +20,6 @@ from vitviz_dashboard.state import DEFAULT_PROMPTS, MAX_PROMPTS, MY_PROMPTS, PRO
 from vitviz_dashboard.widgets.progress import progress_class
 
 SOURCES = [MY_PROMPTS, *PROMPT_SETS]
-# the keys' names, for the Dataset page's modules until they read state.py's keys (PROMPT_SOURCE, PROMPTS, ...)
-SOURCE_KEY, PROMPTS_KEY, ENSEMBLE_KEY = str(PROMPT_SOURCE), str(PROMPTS), str(PROMPT_ENSEMBLE)
 ENSEMBLE_HELP = (
     "Each class's text embedding becomes the mean of its 80 templates' embeddings (CLIP's ImageNet "
     "recipe): usually a few points more accurate, and 80x the prompts to embed, once: 80,000 for "
