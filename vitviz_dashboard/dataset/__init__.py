@@ -1,8 +1,6 @@
 """The Dataset page: an index made by `vitviz index` (docs/dataset-index.md), browsed, queried and compared.
 
     page.py           dataset_page(): the folder in the sidebar, then one tab per view (only the open one runs)
-    page_keys.py      the folder's key for tabs/sae_features.py, until it reads state.DATASET_FOLDER (the page's
-                      keys are in vitviz_dashboard/state.py)
     opening.py        opening a typed index folder (the allowed folders, a message for each bad folder), the photos
                       behind it, the index's model, and opening an image in the Photo page
     indexing.py       indexing a small folder from the page (the command's code, with a progress bar), or the
@@ -31,5 +29,5 @@
 
 The computations live in vitviz.dataset (analysis.py, views.py, photos.py, index.py) and vitviz.sae.browse, kept
 through cache/dataset.py; these modules lay out widgets. Each tab is ``draw(page: DatasetPage)``, listed in
-page.TABS.
+page.TABS; the page's session keys are in vitviz_dashboard/state.py ("the Dataset page").
 """
