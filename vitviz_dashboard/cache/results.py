@@ -31,7 +31,7 @@ from vitviz.preprocessing import ImageFile
 from vitviz_dashboard.cache.budget import analysis_share, kept
 from vitviz_dashboard.cache.pictures import decode, display_photo, enlarged
 from vitviz_dashboard.names import readout_title
-from vitviz_dashboard.page import ModelKey, Photo
+from vitviz_dashboard.page import ModelKey, Page, Photo
 from vitviz_dashboard.widgets.progress import progress_class
 
 
@@ -276,3 +276,12 @@ def readout_maps(analysis: ImageAnalysis) -> np.ndarray:
     The [CLS] rows for a [CLS] model, the mean patch row for mean pooling, the rows weighted by the
     pooling head's weights for attention pooling (explain.readout_attention_all); part of every analysis."""
     return analysis.readout_attention.numpy()
+
+
+def session_photo(page: Page, name: str) -> tuple[Photo, ImageAnalysis]:
+    """The session's photo ``name`` and its analysis by the page's model, for the tabs that compare photos: the page's
+    own for the chosen photo, else decoded and analysed (kept like every analysis). ImageError when it cannot be
+    read."""
+    if name == page.photo.name:
+        return page.photo, page.analysis
+    return photo_and_analysis(page.model_key, page.model, name, page.images[name])

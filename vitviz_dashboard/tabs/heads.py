@@ -10,7 +10,7 @@ import streamlit as st
 from vitviz.preprocessing import ImageError
 from vitviz.render.heads import signed_layer_head_figure
 from vitviz_dashboard.cache.pictures import cached_figure, overlay_picture
-from vitviz_dashboard.cache.results import head_ranking, logit_parts, photo_and_analysis, readout_maps
+from vitviz_dashboard.cache.results import head_ranking, logit_parts, readout_maps, session_photo
 from vitviz_dashboard.downloads import chart_download, downloads
 from vitviz_dashboard.knockout import head_label, head_labels, parse_head, removed, what_changes
 from vitviz_dashboard.names import (
@@ -62,11 +62,7 @@ def draw(page: Page) -> None:
                 key=page.widget_key(f"image_{side}", page.photo.name, per_image=True, options=names),
             )
             try:  # another image of the session is decoded only when chosen here
-                side_photo, side_analysis = (
-                    (page.photo, page.analysis)
-                    if image_name == page.photo.name
-                    else photo_and_analysis(page.model_key, page.model, image_name, page.images[image_name])
-                )
+                side_photo, side_analysis = session_photo(page, image_name)
             except ImageError as error:
                 st.error(f"Could not read {image_name}: {error}")
                 continue

@@ -19,7 +19,7 @@ from vitviz.preprocessing import ImageError
 from vitviz.render import overlays
 from vitviz.render.features import paint_patches, part_colours, side_by_side
 from vitviz_dashboard.cache.pictures import grid_picture_uri
-from vitviz_dashboard.cache.results import feature_parts, patch_features, pca_colours, photo_and_analysis
+from vitviz_dashboard.cache.results import feature_parts, patch_features, pca_colours, session_photo
 from vitviz_dashboard.downloads import npz_bytes
 from vitviz_dashboard.page import Page, Photo
 from vitviz_dashboard.state import FEATURES_PATCH
@@ -101,11 +101,7 @@ def choose(page: Page) -> list[Chosen]:
     chosen = []
     for name in picked:
         try:
-            photo, analysis = (
-                (page.photo, page.analysis)
-                if name == page.photo.name
-                else photo_and_analysis(page.model_key, page.model, name, page.images[name])
-            )
+            photo, analysis = session_photo(page, name)
         except ImageError as error:
             st.error(f"Could not read {name}: {error}")
             continue
