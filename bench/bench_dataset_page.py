@@ -77,7 +77,7 @@ def measure(index: Path, repeats: int) -> dict:
     import streamlit as st
     from streamlit.testing.v1 import AppTest
 
-    from vitviz_dashboard.dataset.page import FOLDER
+    from vitviz_dashboard.state import DATASET_FOLDER
 
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
     at.run()  # the Photo page: imports the app and loads the default model
@@ -95,7 +95,7 @@ def measure(index: Path, repeats: int) -> dict:
     from vitviz.dataset import open_index
 
     count = open_index(index).count
-    at.sidebar.text_input(key=FOLDER).set_value(str(index))
+    at.sidebar.text_input(key=str(DATASET_FOLDER)).set_value(str(index))
     start = time.perf_counter()
     at.run()
     first = time.perf_counter() - start

@@ -178,6 +178,7 @@ def test_heads_intervals_show_in_the_hover_axes_name_every_layer_and_head_and_ex
         assert "title" not in heatmap["layout"] or not heatmap["layout"]["title"].get("text")  # markdown: it wraps
     picker = at.selectbox(key="dataset|extreme_what")
     labels = set(picker.options)  # as the page shows them
+    assert picker.options[0] == "attends farthest away"  # the ViT paper's statistic first
     assert {"attends nearest", "attends farthest away"} <= labels
     assert {
         "has the lowest entropy (attends to few patches)",

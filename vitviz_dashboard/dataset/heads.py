@@ -222,8 +222,10 @@ def extremes(index: DatasetIndex, photo_page: st.Page, colormap: str, alpha: flo
     layer = layer_field.number_input("Layer", 0, index.layout["layers"] - 1, 0, key=dataset_key("extreme_layer"))
     head = head_field.number_input("Head", 0, index.layout["heads"] - 1, 0, key=dataset_key("extreme_head"))
     criteria = extreme_criteria(index)
+    first = f"{DISTANCE_PX.name} DESC"  # the ViT paper's statistic: the head's farthest-looking images
+    options = sorted(criteria, key=lambda c: c != first)  # stable: the others keep HEAD_STATISTICS' order
     choice = what_field.selectbox(
-        "Where it", list(criteria), format_func=lambda c: criteria[c][2], key=dataset_key("extreme_what")
+        "Where it", options, format_func=lambda c: criteria[c][2], key=dataset_key("extreme_what")
     )
     column, order, _ = criteria[choice]
     found = index.query(
