@@ -24,11 +24,6 @@ from vitviz_dashboard.page import ModelKey, Page
 from vitviz_dashboard.state import knocked_heads, knocked_tokens
 
 
-def tokens_key(spec: str) -> str:
-    """The name of state.knocked_tokens(spec), for tabs/tokens.py until it reads that key."""
-    return str(knocked_tokens(spec))
-
-
 def head_label(layer: int, head: int) -> str:
     return f"L{layer} H{head}"
 

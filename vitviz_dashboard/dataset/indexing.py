@@ -26,9 +26,9 @@ from vitviz.dataset.indexing import IndexOptions
 from vitviz.dataset.sources import open_source
 from vitviz.preprocessing import IMAGE_SUFFIXES, ImageError
 from vitviz.text import PromptError
+from vitviz_dashboard.cache.models import zero_shot_model
 from vitviz_dashboard.dataset.opening import OUTSIDE, SESSION_ROOT, checked_model_spec
 from vitviz_dashboard.sidebar.model_dirs import ModelRefused, allowed_model_dirs, check_model_path
-from vitviz_dashboard.sidebar.prompts import zero_shot_model
 from vitviz_dashboard.state import (
     INDEXED,
     PROMPT_ENSEMBLE,

@@ -13,9 +13,10 @@ from vitviz.explain.head_statistics import PREFIX_SHARES
 from vitviz_dashboard.cache.pictures import cached_figure, outlined_picture, overlay_picture
 from vitviz_dashboard.cache.results import photo_and_analysis
 from vitviz_dashboard.downloads import downloads
-from vitviz_dashboard.knockout import removed, tokens_key, what_changes
+from vitviz_dashboard.knockout import removed, what_changes
 from vitviz_dashboard.names import describe_pooling, prefix_token_names, readout_title
 from vitviz_dashboard.page import Page
+from vitviz_dashboard.state import knocked_tokens
 from vitviz_dashboard.widgets.controls import index_slider
 
 PAPER = "Darcet et al. 2023, [Vision Transformers Need Registers](https://arxiv.org/abs/2309.16588)"
@@ -50,7 +51,7 @@ def take_out(page: Page, maps: dict) -> None:
         "page then shows the intervened model."
     )
     spec = page.model_key.spec  # knock-outs are kept per image tower
-    st.multiselect("Take out of the attention", names, key=tokens_key(spec))
+    st.multiselect("Take out of the attention", names, key=str(knocked_tokens(spec)))
     if removed(page.model, spec)[1] != list(page.model.interventions.tokens):
         st.rerun()  # this tab runs alone (a fragment): the whole page must run again, with the new model
     if page.intact_model is None:
