@@ -312,6 +312,26 @@ def commit_of(root: Path) -> str | None:
     return result.stdout.strip() or None
 
 
+def tab_key(root: Path) -> str:
+    """The session key the Photo page's tabs are bound to: state.PHOTO_TAB where the tree at ``root`` has one, else
+    "tab". (Asked of the file first: an editable install would import a state.py the tree lacks from the checkout.)"""
+    if not (root / "vitviz_dashboard" / "state.py").is_file():
+        return "tab"
+    from vitviz_dashboard import state
+
+    return str(getattr(state, "PHOTO_TAB", "tab"))
+
+
+def strays(root: Path) -> list[str]:
+    """The project's modules imported from anywhere but ``root`` (an editable install's fallback): none may be."""
+    files = {name: getattr(module, "__file__", None) for name, module in list(sys.modules.items())}
+    return [
+        f"{name}: {file}"
+        for name, file in files.items()
+        if name.split(".")[0] in PACKAGES and file and not Path(file).resolve().is_relative_to(root)
+    ]
+
+
 def run_page(root: Path, walks: dict[str, Walk]) -> list[str]:
     """The page, driven: first run (the default model loads), a photo uploaded, the Class-specific tab opened,
     then the timm spec typed into the sidebar's spec field. Returns the errors the page showed."""
@@ -325,13 +345,15 @@ def run_page(root: Path, walks: dict[str, Walk]) -> list[str]:
         at = AppTest.from_file(str(root / "app.py"), default_timeout=600)
         at.run()
         at.file_uploader[0].set_value(("photo.png", png_bytes(), "image/png")).run()
-        at.session_state["tab"] = "Class-specific"
+        at.session_state[tab_key(root)] = "Class-specific"
         at.run()
         assert not at.exception, at.exception
         # the timm spec's walk starts now: what the first runs held does not count
         walks["timm spec"].holders.clear()
-        at.sidebar.selectbox[0].set_value(HUB_SPEC).run()
-        at.sidebar.text_input[0].set_value(TIMM_SPEC).run()
+        fields = {field.id for field in at.sidebar.text_input}
+        next(box for box in at.sidebar.selectbox if box.label == "Model").set_value(HUB_SPEC).run()
+        # the field that choosing HUB_SPEC opened
+        next(field for field in at.sidebar.text_input if field.id not in fields).set_value(TIMM_SPEC).run()
     finally:
         recorder.remove()
     return [error.value for error in at.error]
@@ -385,6 +407,8 @@ def measure(root: Path, folder: Path) -> dict:
         "timm spec": Walk("timm spec", timm.create_model.__code__, (TIMM_SPEC, TIMM_SPEC.split(":", 1)[1])),
     }
     errors = run_page(root, walks)
+    if strays(root):
+        raise RuntimeError(f"modules from outside {root}: {strays(root)}")
     draw = Link(TABS["Class-specific"].__module__, TABS["Class-specific"].__qualname__)
     page = Link(photo_page.__module__, photo_page.__qualname__)
     return {
