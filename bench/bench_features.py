@@ -22,7 +22,7 @@ import vitviz
 from vitviz import explain
 from vitviz.loading.sources.timm import preprocessing_from_timm
 from vitviz.render import overlays
-from vitviz.render.features import paint_patches
+from vitviz.render.feature_pictures import paint_patches
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import median_seconds, parser, save

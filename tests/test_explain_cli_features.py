@@ -13,7 +13,7 @@ from vitviz.commands.explain import main
 from vitviz.explain import patch_features, pca_rgb
 from vitviz.loading import load_model
 from vitviz.preprocessing import load_image
-from vitviz.render.features import paint_patches, side_by_side
+from vitviz.render.feature_pictures import paint_patches, side_by_side
 
 
 @pytest.fixture()

@@ -7,7 +7,7 @@ import torch
 from PIL import Image
 
 from vitviz.render import overlays
-from vitviz.render.features import PART_COLOURS, paint_patches, part_colours, side_by_side
+from vitviz.render.feature_pictures import PART_COLOURS, paint_patches, part_colours, side_by_side
 
 
 def distinct_colours(rows: int, cols: int) -> np.ndarray:

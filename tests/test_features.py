@@ -1,4 +1,4 @@
-"""Patch-feature views (vitviz.explain.features): PCA colours against an SVD written here, the foreground
+"""Patch-feature views (vitviz.explain.feature_views): PCA colours against an SVD written here, the foreground
 recipe on planted foregrounds, cosine correspondences, and part clusters on planted clusters."""
 
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from vitviz.explain.features import feature_clusters, patch_similarity, pca_rgb, top_matches
+from vitviz.explain.feature_views import feature_clusters, patch_similarity, pca_rgb, top_matches
 
 
 def anisotropic(n, generator, d=6, shift=0.0):

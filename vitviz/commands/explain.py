@@ -35,7 +35,7 @@ from vitviz.loading.specs import load_model
 from vitviz.model import ViT
 from vitviz.model.precision import PRECISION_CHOICES, resolve_precision
 from vitviz.preprocessing import ImageError, load_image
-from vitviz.render.features import paint_patches, side_by_side
+from vitviz.render.feature_pictures import paint_patches, side_by_side
 from vitviz.render.overlays import COLORMAPS, overlay
 from vitviz.text.options import add_prompt_options, apply_prompt_options
 

@@ -17,7 +17,7 @@
     head_importance.py  head importance: each head removed in turn, the target's logit and probability again
     logit_attribution.py  the target's logit split into embeddings, heads, MLPs and biases
     facets.py        patch features from any block: tokens, keys, queries or values; one head's queries and keys
-    features.py      what patch features show: joint PCA colours, cosine matches, k-means parts
+    feature_views.py  what patch features show: joint PCA colours, cosine matches, k-means parts
     faithfulness.py  perturbation curves
     common.py        argument checks, the grid, the readout
 
@@ -61,7 +61,7 @@ from vitviz.explain.faithfulness import (
     gaussian_blur,
     perturbation_curve,
 )
-from vitviz.explain.features import PCAColours, feature_clusters, patch_similarity, pca_rgb, top_matches
+from vitviz.explain.feature_views import PCAColours, feature_clusters, patch_similarity, pca_rgb, top_matches
 from vitviz.explain.gradcam import Norm1Gradients, grad_cam, norm1_gradients
 from vitviz.explain.gradients import (
     AttentionGradients,

@@ -3,7 +3,7 @@
 overlays.py      patch maps on the photo: colormaps, overlays, outlined and masked patches, grids of small pictures
 figures.py       plotly figures: heatmaps, grids of maps, predictions, per-layer and per-head charts, votes
 heads.py         layer x head grids of signed numbers: head importance, logit attribution
-features.py      patch features as pictures: PCA colours and parts painted patch by patch, side by side
+feature_pictures.py  patch features as pictures: PCA colours and parts painted patch by patch, side by side
 answers.py       a VLM's answer out: answer.json's record, attention.npz's arrays, maps over the photo, share chart
 curves.py        training curves (curves.png) from a run's metrics.jsonl
 """

@@ -21,8 +21,7 @@ from PIL import Image
 
 from vitviz.dataset.sources import Entry, SourceError, open_source
 from vitviz.preprocessing import ImageFile, load_image
-from vitviz.render import features as render_features
-from vitviz.render import figures, overlays
+from vitviz.render import feature_pictures, figures, overlays
 from vitviz_dashboard.cache.budget import kept
 from vitviz_dashboard.page import Photo, Settings
 
@@ -108,7 +107,7 @@ def overlay_picture(photo: Photo, patch_map, box, settings: Settings, value_rang
 @kept()
 def _vote_jpeg(image_key: str, votes: np.ndarray, shown: tuple, box: tuple, alpha: float, *, _image) -> bytes:
     buffer = io.BytesIO()
-    picture = render_features.paint_patches(_image, figures.vote_colours(votes, list(shown)), box, alpha)
+    picture = feature_pictures.paint_patches(_image, figures.vote_colours(votes, list(shown)), box, alpha)
     picture.save(buffer, format="JPEG", quality=90)
     return buffer.getvalue()
 

@@ -17,7 +17,7 @@ from vitviz.analysis import ImageAnalysis
 from vitviz.explain.facets import FACETS
 from vitviz.preprocessing import ImageError
 from vitviz.render import overlays
-from vitviz.render.features import paint_patches, part_colours, side_by_side
+from vitviz.render.feature_pictures import paint_patches, part_colours, side_by_side
 from vitviz_dashboard.cache.pictures import grid_picture_uri
 from vitviz_dashboard.cache.results import feature_parts, patch_features, pca_colours, session_photo
 from vitviz_dashboard.downloads import npz_bytes
