@@ -20,7 +20,7 @@ from PIL import Image
 
 import vitviz
 from vitviz import explain
-from vitviz.loading.sources.timm import preprocessing_from_timm
+from vitviz.loading.sources.from_timm import preprocessing_from_timm
 from vitviz.render import overlays
 from vitviz.render.feature_pictures import paint_patches
 

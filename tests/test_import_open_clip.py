@@ -13,7 +13,7 @@ from tiny_models import TINY_CFG
 
 import vitviz
 from vitviz import ModelLoadError, from_open_clip, load_model, zero_shot
-from vitviz.loading.sources.timm_text import open_clip_for_timm
+from vitviz.loading.sources.timm import open_clip_for_timm
 
 ATOL = 1e-4
 PROMPTS = ["a photo of a dog", "a photo of a cat", "an astronaut riding a horse"]
@@ -153,13 +153,13 @@ def test_timm_clip_names_find_their_open_clip_weights(offline):
 
 def test_a_timm_clip_tower_offline_loads_alone_and_says_how_to_get_the_text(offline, monkeypatch):
     """Offline with only timm's file cached: the image tower as before, and a note naming the open_clip spec."""
-    import vitviz.loading.sources.timm_text as timm_text_module
+    import vitviz.loading.sources.timm as timm_module
 
     loaded = vitviz.ViT(
         vitviz.ViTConfig(
             image_size=32, patch_size=8, hidden_size=32, num_layers=1, num_heads=2, mlp_size=32, num_classes=0
         )
     )
-    monkeypatch.setattr(timm_text_module, "load_timm", lambda name: loaded)
+    monkeypatch.setattr(timm_module, "load_timm", lambda name: loaded)
     model = load_model("timm:vit_base_patch16_clip_224.openai")
     assert model is loaded and "open_clip:ViT-B-16/openai" in model.text_tower_note

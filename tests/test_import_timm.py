@@ -13,7 +13,7 @@ from tiny_models import perturbed
 
 import vitviz
 from vitviz import ModelLoadError
-from vitviz.loading.sources.timm import imagenet_class_names, preprocessing_from_timm
+from vitviz.loading.sources.from_timm import imagenet_class_names, preprocessing_from_timm
 
 RTOL = 1e-4  # the bound: differences relative to the largest output value (at least 1)
 

@@ -15,10 +15,10 @@
 
 from vitviz.loading.checkpoint import load_checkpoint, read_checkpoint, save_checkpoint
 from vitviz.loading.errors import ModelLoadError
+from vitviz.loading.sources.from_timm import from_timm
 from vitviz.loading.sources.huggingface import from_huggingface
 from vitviz.loading.sources.huggingface_folder import load_huggingface_folder
 from vitviz.loading.sources.open_clip import from_open_clip
-from vitviz.loading.sources.timm import from_timm
 from vitviz.loading.sources.torchvision import TORCHVISION_ARCHS, from_torchvision
 from vitviz.loading.specs import load_model
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from vitviz.loading.checkpoint import load_checkpoint
 from vitviz.loading.download import REPO_ID
 from vitviz.loading.errors import ModelLoadError, describe
-from vitviz.loading.sources import huggingface_folder, open_clip, timm_text, torchvision
+from vitviz.loading.sources import huggingface_folder, open_clip, timm, torchvision
 from vitviz.loading.sources.huggingface_folder import load_huggingface_folder, load_huggingface_hub
 from vitviz.loading.sources.source import ModelSource
 from vitviz.messages import echo
@@ -49,9 +49,9 @@ DEFAULT_CHECKPOINT = Path(os.environ.get("VITVIZ_DEFAULT_CHECKPOINT") or _shippe
 
 
 # every source of prefixed specs, in the order a spec is matched against them
-SOURCES: tuple[ModelSource, ...] = (torchvision.SOURCE, timm_text.SOURCE, huggingface_folder.SOURCE, open_clip.SOURCE)
+SOURCES: tuple[ModelSource, ...] = (torchvision.SOURCE, timm.SOURCE, huggingface_folder.SOURCE, open_clip.SOURCE)
 HUB = huggingface_folder.SOURCE  # "hf:<org>/<name>": the Hugging Face Hub
-TIMM = timm_text.SOURCE
+TIMM = timm.SOURCE
 HUB_PREFIX = f"{HUB.prefix}:"  # also the prefix of Hub datasets (vitviz.dataset.sources)
 
 

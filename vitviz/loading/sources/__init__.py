@@ -2,15 +2,16 @@
 and its ModelSource record.
 
     torchvision.py   torchvision's VisionTransformer (vit_b_16 ... vit_h_14); load_torchvision for "torchvision:" specs
-    timm.py          timm's VisionTransformer and VisionTransformerDistilled (DeiT, DINO, DINOv2, CLIP, SigLIP, MAE...)
+    from_timm.py     timm's VisionTransformer and VisionTransformerDistilled (DeiT, DINO, DINOv2, CLIP, SigLIP, MAE...)
     timm_eva.py      timm's Eva family (EVA-02, DINOv3, PE...): rotary embeddings, SwiGLU, its config and weights
     huggingface.py   Hugging Face state dicts and configs (vit, deit, dinov2, dinov2_with_registers, CLIP, SigLIP...)
     huggingface_folder.py  Hugging Face folders into a ready ViT (class names, preprocessing); load_huggingface_hub
                      for "hf:" specs
     huggingface_text.py  the text half of CLIP and SigLIP folders, its config checked before transformers builds it
     open_clip.py     open_clip models (OpenCLIP's VisionTransformer or a timm trunk), with their text tower
-    timm_text.py     the "timm:" specs: timm names whose repository also holds open_clip's weights load through
-                     open_clip, with their text tower (load_timm_with_text); the others through timm.py
+    timm.py          the "timm:" specs: a pretrained timm model through timm and the Hub cache, converted by
+                     from_timm.py; names whose repository also holds open_clip's weights load through open_clip, with
+                     their text tower (load_timm_with_text)
     source.py        ModelSource, the record each source declares for its "<prefix>:<name>" specs (its loader, how
                      its specs are written, which typed names are safe on a page); specs.SOURCES lists them
     weights_files.py safetensors files and shards, refused from their size and header before a tensor is read;

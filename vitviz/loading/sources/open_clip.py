@@ -23,8 +23,8 @@ from vitviz.loading import download
 from vitviz.loading.build import build_model, check_finite, check_parameters
 from vitviz.loading.errors import ModelLoadError, describe
 from vitviz.loading.sources.common import add_zero_biases, check_logit_scale, read_json, rename
+from vitviz.loading.sources.from_timm import from_timm
 from vitviz.loading.sources.source import ModelSource
-from vitviz.loading.sources.timm import from_timm
 from vitviz.loading.sources.weights_files import check_weights_file
 from vitviz.messages import clip_text, echo
 from vitviz.model import ViT, ViTConfig

@@ -6,7 +6,7 @@ and the CLIP image towers: a learned position table and EVA's rotary embedding, 
 inside the MLP and the one on the attention output) and timm's ``vit_*_rope_*`` ViTs. Eva has no key bias: q and
 v biases are joined with zeros. Like ``from_timm``, the architecture is read from the modules, and what vitviz's
 ViT cannot reproduce yet (q/k norms in Eva blocks, RMSNorm in Eva blocks...) is
-refused by name. Called by ``vitviz.loading.sources.timm.from_timm``.
+refused by name. Called by ``vitviz.loading.sources.from_timm.from_timm``.
 """
 
 from __future__ import annotations
