@@ -160,7 +160,8 @@ def offline_hub(tmp_path, monkeypatch):
 def test_the_popular_models_exist_and_convert_and_the_spec_field_reads_any_spec(offline_hub):
     import timm
 
-    from vitviz_dashboard.sidebar.model_picker import CURATED_MODELS, hub_spec
+    from vitviz_dashboard.sidebar.model_dirs import check_hub_spec
+    from vitviz_dashboard.sidebar.model_picker import CURATED_MODELS
 
     pretrained = set(timm.list_pretrained())
     for spec in CURATED_MODELS.values():
@@ -169,11 +170,11 @@ def test_the_popular_models_exist_and_convert_and_the_spec_field_reads_any_spec(
         # not is refused before any download, by name of the feature it lacks)
         with pytest.raises(vitviz.ModelLoadError, match="offline"):
             vitviz.load_model(spec)
-    assert hub_spec(" timm:vit_small_patch8_224.dino ") == "timm:vit_small_patch8_224.dino"
-    assert hub_spec("google/vit-base-patch16-224") == "hf:google/vit-base-patch16-224"
-    assert hub_spec("vit_small_patch8_224.dino") == "timm:vit_small_patch8_224.dino"
-    assert hub_spec("") == ""
-    assert hub_spec("open_clip:ViT-B-16/openai") == "open_clip:ViT-B-16/openai"
+    assert check_hub_spec(" timm:vit_small_patch8_224.dino ") == "timm:vit_small_patch8_224.dino"
+    assert check_hub_spec("google/vit-base-patch16-224") == "hf:google/vit-base-patch16-224"
+    assert check_hub_spec("vit_small_patch8_224.dino") == "timm:vit_small_patch8_224.dino"
+    assert check_hub_spec("") == ""
+    assert check_hub_spec("open_clip:ViT-B-16/openai") == "open_clip:ViT-B-16/openai"
 
 
 def test_a_curated_model_offline_shows_a_message_and_the_page_keeps_working(default_model, offline_hub):

@@ -22,7 +22,7 @@ from vitviz.text import PROMPT_SETS, template_set
 from vitviz_dashboard.cache.dataset import IndexKey, cached_index, model_fingerprint, photo_reader_of, thumbnail_photo
 from vitviz_dashboard.images import add_image
 from vitviz_dashboard.sidebar.model_dirs import ModelRefused, allowed_model_dirs, check_hub_spec, check_model_path
-from vitviz_dashboard.sidebar.model_picker import MODEL_CHOICES, hub_spec, looks_like_path
+from vitviz_dashboard.sidebar.model_picker import MODEL_CHOICES, looks_like_path
 from vitviz_dashboard.state import (
     MY_PROMPTS,
     PATH_OR_UPLOAD,
@@ -142,7 +142,7 @@ def checked_model_spec(spec: str) -> str:
         return spec
     if looks_like_path(spec):
         return str(check_model_path(spec, allowed_model_dirs()))
-    return check_hub_spec(hub_spec(spec))
+    return check_hub_spec(spec)
 
 
 def open_in_photo_page(index: DatasetIndex, image_id: int, path: str, photo_page: st.Page) -> None:

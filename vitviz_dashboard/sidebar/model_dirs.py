@@ -62,12 +62,13 @@ def check_model_path(text: str, roots: Sequence[Path]) -> Path:
     return path
 
 
-def check_hub_spec(spec: str) -> str:
-    """``spec`` (a prefixed spec of a source that the page takes typed in, or "") when it names no local path;
-    else ModelRefused. timm opens a local folder for ``local-dir:<path>`` names (and reads other sources for
-    ``hf-hub:...``), so a timm name must be a plain name of timm's registry; a Hugging Face spec must be a
-    repository id, which never names a local folder. Each source says which of its names are safe
-    (``ModelSource.names_no_path``)."""
+def check_hub_spec(text: str) -> str:
+    """What a spec typed into the page means (vitviz.loading.specs.typed_spec: a bare ``<org>/<name>`` is a Hub
+    repository, a bare name a timm model), or "" for nothing typed, when it names no local path; else ModelRefused.
+    timm opens a local folder for ``local-dir:<path>`` names (and reads other sources for ``hf-hub:...``), so a timm
+    name must be a plain name of timm's registry; a Hugging Face spec must be a repository id, which never names a
+    local folder. Each source says which of its names are safe (``ModelSource.names_no_path``)."""
+    spec = specs.typed_spec(text)
     if not spec or specs.names_no_path(spec):
         return spec
     raise ModelRefused(

@@ -16,7 +16,7 @@ import streamlit as st
 
 import vitviz
 from vitviz.loading.popular import EXAMPLE_SPEC, POPULAR_MODELS, TORCHVISION_SPECS
-from vitviz.loading.specs import typed_spec, typed_usage
+from vitviz.loading.specs import typed_usage
 from vitviz.model.precision import BF16_MARGIN, PRECISION_CHOICES
 from vitviz.render import overlays
 from vitviz_dashboard.cache.models import measured_precision
@@ -89,7 +89,7 @@ def sidebar() -> Settings:
             st.sidebar.info(PATH_IN_MODEL_BOX)
             spec = ""
         else:
-            spec = unless_refused(lambda: check_hub_spec(hub_spec(choice)))
+            spec = unless_refused(lambda: check_hub_spec(choice))
     elif choice == HUB_SPEC:
         text = st.sidebar.text_input(
             "Model spec",
@@ -98,7 +98,7 @@ def sidebar() -> Settings:
             placeholder=EXAMPLE_SPEC,
             help=f"{typed_usage()}; a bare <org>/<name> is a Hugging Face repository, a bare name a timm model.",
         )
-        spec = unless_refused(lambda: check_hub_spec(hub_spec(text)))
+        spec = unless_refused(lambda: check_hub_spec(text))
     elif choice == PATH_OR_UPLOAD:
         roots = allowed_model_dirs()  # read in every run, as VITVIZ_SAMPLES is
         text = st.sidebar.text_input(
@@ -146,12 +146,6 @@ def resolve(settings: Settings, model: vitviz.ViT) -> Settings:
     choice = measured_precision(ModelKey(settings.model_spec, "auto"), _model=model)
     st.sidebar.caption(choice.summary(), help=choice.reason)
     return dataclasses.replace(settings, precision=choice.precision)
-
-
-def hub_spec(text: str) -> str:
-    """What the spec field means (vitviz.loading.specs.typed_spec): a prefixed spec as given, a bare
-    ``<org>/<name>`` as a Hugging Face repository (never a local folder of that name), a bare name as a timm model."""
-    return typed_spec(text)
 
 
 PATH_IN_MODEL_BOX = (
