@@ -277,7 +277,8 @@ def provenance(holders: list[Holder]) -> list[Holder]:
     while path[-1].source is not None:
         source = path[-1].source
         earlier = [i for i in range(index) if holders[i].link == source]
-        if not earlier:
+        if not earlier:  # the source had it in a variable (a closure's, say): it is where the walk starts
+            path.append(Holder(source, "had it in a variable", None))
             break
         index = earlier[-1]
         path.append(holders[index])
