@@ -11,6 +11,7 @@ from tiny_models import tiny_checkpoint
 
 import vitviz
 import vitviz.loading.specs
+from vitviz.loading.specs import typed_spec
 from vitviz_dashboard.sidebar.model_dirs import (
     MODEL_DIRS,
     OUTSIDE_MESSAGE,
@@ -20,7 +21,6 @@ from vitviz_dashboard.sidebar.model_dirs import (
     check_hub_spec,
     check_model_path,
 )
-from vitviz_dashboard.sidebar.model_picker import hub_spec
 
 # fresh caches, no local sample images, precision "auto" fixed at fp32 (tests/conftest.py)
 pytestmark = pytest.mark.usefixtures("fresh_caches")
@@ -110,7 +110,7 @@ def test_the_allowed_folders_come_from_vitviz_model_dirs(tmp_path, monkeypatch):
 )
 def test_the_spec_field_opens_no_local_path(text):
     with pytest.raises(ModelRefused, match="never a local path"):
-        check_hub_spec(hub_spec(text))
+        check_hub_spec(text)
 
 
 def test_the_spec_field_reads_timm_names_and_hub_repositories():
@@ -122,7 +122,7 @@ def test_the_spec_field_reads_timm_names_and_hub_repositories():
         "open_clip:ViT-B-16/openai",
         "open_clip:hf-hub:timm/ViT-B-16-SigLIP",
     ):
-        assert check_hub_spec(hub_spec(text)) == hub_spec(text)
+        assert check_hub_spec(text) == typed_spec(text)
 
 
 def errors(where) -> list[str]:
