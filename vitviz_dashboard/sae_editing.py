@@ -23,7 +23,7 @@ from vitviz.loading.download import REPO_ID
 from vitviz.loading.specs import HUB_PREFIX
 from vitviz.messages import clip_text
 from vitviz.sae import SAEError, TopKSAE, with_sae
-from vitviz_dashboard.cache.sae import cached_sae, hub_folder
+from vitviz_dashboard.cache.sae import SAEFiles, cached_sae, hub_folder
 from vitviz_dashboard.page import ModelKey
 from vitviz_dashboard.sidebar.model_dirs import ModelRefused, allowed_model_dirs, check_model_path
 from vitviz_dashboard.state import sae_edit
@@ -86,7 +86,7 @@ def open_typed_sae(text: str) -> tuple[TopKSAE, Path] | None:
         st.error(f"There is no SAE at `{text.strip()}`: enter the folder `vitviz sae train --out` wrote.")
         return None
     try:
-        return cached_sae(str(path), stamp(path)), path
+        return cached_sae(SAEFiles(str(path), stamp(path))), path
     except (SAEError, OSError, RuntimeError) as error:  # an unknown format, a damaged file: its message says which
         st.error(f"Could not open the SAE: {error}")
         return None
@@ -108,7 +108,7 @@ def sae_edited_model(model: vitviz.ViT, key: ModelKey, slot) -> tuple[vitviz.ViT
         return model, key
     path = Path(edit["folder"])
     try:
-        sae = cached_sae(str(path), stamp(path))
+        sae = cached_sae(SAEFiles(str(path), stamp(path)))
         edited = with_sae(model, sae, edit["block"], scale=edit["scale"], set_to=edit["set_to"])
     except (SAEError, OSError, RuntimeError) as error:  # the SAE changed or went away since it was applied
         restore(key.spec)

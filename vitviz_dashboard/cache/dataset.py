@@ -25,6 +25,7 @@ from vitviz.dataset.storage import weight_fingerprint
 from vitviz.preprocessing import load_image
 from vitviz.sae import TopKSAE, browse
 from vitviz_dashboard.cache.budget import kept
+from vitviz_dashboard.cache.sae import SAEFiles
 
 PHOTO_SIDE = 512  # the long side of a photo shown from an index
 
@@ -41,14 +42,6 @@ class IndexKey:
     index made again in the same folder is computed afresh."""
 
     folder: str
-    stamp: int
-
-
-@dataclass(frozen=True)
-class SAEFiles:
-    """What names an SAE in cache keys: its path and the stamp of its files (sae_editing.stamp)."""
-
-    path: str
     stamp: int
 
 

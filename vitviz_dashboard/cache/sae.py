@@ -3,6 +3,7 @@ resources, keyed by its path and its files' stamp), and one photo's codes (data 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,15 @@ from vitviz.sae import TopKSAE, load_sae
 from vitviz.sae.browse import photo_codes as library_photo_codes
 from vitviz.sae.formats.hub import local_path
 from vitviz_dashboard.cache.budget import kept
+from vitviz_dashboard.page import ModelKey
+
+
+@dataclass(frozen=True)
+class SAEFiles:
+    """What names an SAE in cache keys: its path and the stamp of its files (sae_editing.stamp)."""
+
+    path: str
+    stamp: int
 
 
 @st.cache_resource(max_entries=8, show_spinner="Fetching the SAE from the Hub...")
@@ -23,17 +33,16 @@ def hub_folder(spec: str) -> Path:
 
 
 @st.cache_resource(max_entries=4, show_spinner="Loading the SAE...")
-def cached_sae(path: str, changed: int) -> TopKSAE:
-    """The SAE at ``path`` in any format load_sae reads, once per stamp of its files (``changed``)."""
-    return load_sae(path)
+def cached_sae(files: SAEFiles) -> TopKSAE:
+    """The SAE at ``files.path`` in any format load_sae reads, once per stamp of its files."""
+    return load_sae(files.path)
 
 
 @kept(spinner="Encoding the photo's tokens with the SAE...")
 def photo_codes(
-    key: str,
+    key: ModelKey,
     image_key: str,
-    sae_path: str,
-    sae_stamp: int,
+    sae: SAEFiles,
     block: int,
     *,
     _model: vitviz.ViT,

@@ -12,7 +12,8 @@ import streamlit as st
 from vitviz.dataset import DatasetIndex
 from vitviz.dataset.analysis import slice_accuracy
 from vitviz.sae import TopKSAE
-from vitviz_dashboard.cache.dataset import SAEFiles, latent_maxima
+from vitviz_dashboard.cache.dataset import latent_maxima
+from vitviz_dashboard.cache.sae import SAEFiles
 from vitviz_dashboard.dataset import drawing, grid
 from vitviz_dashboard.dataset.opening import index_key
 from vitviz_dashboard.state import dataset_key

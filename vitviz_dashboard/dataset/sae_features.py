@@ -23,7 +23,8 @@ from vitviz.sae.browse import (
     image_codes,
     top_image_shares,
 )
-from vitviz_dashboard.cache.dataset import SAEFiles, latent_effects, latent_tables
+from vitviz_dashboard.cache.dataset import latent_effects, latent_tables
+from vitviz_dashboard.cache.sae import SAEFiles
 from vitviz_dashboard.dataset import drawing, grid
 from vitviz_dashboard.dataset.latents import overview, where_it_fires
 from vitviz_dashboard.dataset.opening import index_key, model_of, photo, photo_bytes

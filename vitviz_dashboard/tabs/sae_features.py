@@ -17,7 +17,7 @@ from vitviz.sae import SAEError, TopKSAE
 from vitviz.sae.browse import check_fit, patch_latents, read_latent_tables, top_latents
 from vitviz_dashboard.cache.dataset import cached_index
 from vitviz_dashboard.cache.pictures import overlay_picture
-from vitviz_dashboard.cache.sae import photo_codes
+from vitviz_dashboard.cache.sae import SAEFiles, photo_codes
 from vitviz_dashboard.dataset.grid import select
 from vitviz_dashboard.dataset.opening import manifest_stamp, page_roots
 from vitviz_dashboard.knockout import what_changes
@@ -66,10 +66,9 @@ def draw(page: Page) -> None:
         st.caption(f"The SAE's {sae.scaling_note}.")
     codes = torch.from_numpy(
         photo_codes(
-            repr(page.model_key.intact()),
+            page.model_key.intact(),
             page.photo.key,
-            str(path),
-            stamp(path),
+            SAEFiles(str(path), stamp(path)),
             block,
             _model=model,
             _sae=sae,
