@@ -281,6 +281,7 @@ def test_an_interrupted_benchmark_resumes_where_it_stopped(folder, tmp_path, mon
         }
 
 
+@pytest.mark.slow
 def test_torchrun_with_two_processes_gives_the_numbers_of_one(folder, tmp_path):
     data, checkpoint = folder
     args = [str(data), "--model", str(checkpoint), "--methods", "rollout", "relevance", "--steps", "2"]

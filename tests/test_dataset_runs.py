@@ -87,6 +87,7 @@ def test_resume_after_sigkill_equals_a_clean_run(setup, tmp_path):
         index_run(listed / "list.csv", other, "--out", str(clean), "--shard-size", "4", "--resume")
 
 
+@pytest.mark.slow
 def test_torchrun_two_processes_equal_one(setup, tmp_path):
     model, images, _ = setup
     process = run_index(images, "--model", model, "--out", tmp_path / "two", "--shard-size", "3", torchrun=2)

@@ -96,6 +96,7 @@ def test_installed_package_loads_the_default_from_another_directory(installed):
     assert shape == "(8, 8) 10"
 
 
+@pytest.mark.slow
 def test_installed_console_command(installed):
     _, site, elsewhere = installed
     script = site / "bin" / "vitviz"
@@ -164,6 +165,7 @@ def test_app_passes_the_dashboard_settings_then_the_users_flags(monkeypatch):
     assert streamlit_flags()[0] == "--server.maxUploadSize=50"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", sorted(p.name for p in (ROOT / "bench").glob("*.py") if p.name != "common.py"))
 def test_bench_scripts_start_as_their_readme_says(script):
     """`python bench/<script> ...` from the repository root, with no PYTHONPATH: the installed package."""

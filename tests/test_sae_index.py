@@ -83,6 +83,7 @@ def test_resume_redoes_a_lost_shard_without_duplicates(built, tmp_path):
     np.testing.assert_array_equal(first.activations(every, 0), second.activations(every, 0))
 
 
+@pytest.mark.slow
 def test_torchrun_processes_write_the_same_activations(built, tmp_path):
     model, images, out = built
     process = run_index(images, "--model", model, "--out", tmp_path / "two", *INDEX, torchrun=2)
