@@ -89,7 +89,7 @@ ENTROPY = HeadStatistic(
     "entropy",
     "nats",
     "attention entropy",
-    "the mean entropy of the head's attention rows, in nats: 0 when every query attends to one token, log(T) when "
+    "the mean entropy of its attention rows, in nats: 0 when every query attends to one token, log(T) when "
     "attention is spread evenly over all T tokens",
     _entropy,
     lowest="has the lowest entropy (attends to few patches)",
@@ -99,9 +99,9 @@ DISTANCE_PX = HeadStatistic(
     "distance_px",
     "px",
     "mean attention distance",
-    "the ViT paper's attention distance (Dosovitskiy et al. 2020, Fig. 7): for each patch query, the "
-    "attention-weighted distance in pixels to the patches (its row renormalised over them), averaged over the patch "
-    "queries. Low: a local head, like a convolution; high: a head that looks across the image",
+    "the ViT paper's mean attention distance (Dosovitskiy et al. 2020, Fig. 7): the attention-weighted distance in "
+    "pixels from a patch query to the patches (prefix tokens left out), averaged over the patch queries. Low: a local "
+    "head, like a convolution; high: a head that looks across the image",
     _distance_px,
     lowest="attends nearest",
     highest="attends farthest away",

@@ -24,6 +24,10 @@ def draw(page: Page) -> None:
     model = page.model
     anatomy = model_anatomy(page.model_key, _model=model)
     shown = [s for s in HEAD_STATISTICS if s.shown and not s.per_prefix]  # the prefix shares: the Tokens tab's
+    # headings in one row, charts in the next: each chart starts at the same height however long its caption
+    for statistic, column in zip(shown, st.columns(len(shown)), strict=True):
+        column.subheader(statistic.title())
+        column.caption(f"For each head, {statistic.description}.")
     for statistic, column in zip(shown, st.columns(len(shown)), strict=True):
         head_statistic_chart(page, statistic, column)
     if anatomy["similarity"] is not None:
@@ -78,10 +82,9 @@ def draw(page: Page) -> None:
 
 
 def head_statistic_chart(page: Page, statistic: HeadStatistic, column) -> None:
-    """One statistic of every layer and head of this photo, its description and its numbers (CSV)."""
+    """One statistic of every layer and head of this photo (its heading and description are drawn above it) and its
+    numbers (CSV)."""
     values = page.analysis.statistics[statistic.name].numpy()  # (layers, heads)
-    column.subheader(statistic.title())
-    column.caption(f"For each head, {statistic.description}.")
     name = FIGURES.get(statistic.name)
     figure = cached_figure(name, values) if name else cached_figure("layer_head_figure", values, "", statistic.unit)
     column.plotly_chart(figure, theme=None)
