@@ -172,8 +172,13 @@ def draw(page: DatasetPage) -> None:
         every_layer_and_head(drawing.layer_head_figure(as_grid(index, means, ENTROPY.name), "", ENTROPY.unit)),
         key=dataset_key("mean_heatmap"),
     )
-    token = right.selectbox(PREFIX_SHARES.title(), share_columns(index), key=dataset_key("token"))
-    right.markdown(f"**Mean {PREFIX_SHARES.unit} of attention {token}**")
+    token = right.selectbox(
+        PREFIX_SHARES.title(),
+        share_columns(index),
+        format_func=lambda c: c.removeprefix("to_"),
+        key=dataset_key("token"),
+    )
+    right.markdown(f"**Mean {PREFIX_SHARES.unit} of attention {spoken(token)}**")
     right.plotly_chart(
         every_layer_and_head(drawing.layer_head_figure(as_grid(index, means, token), "", PREFIX_SHARES.unit)),
         key=dataset_key("share"),
@@ -211,22 +216,27 @@ def extreme_criteria(index: DatasetIndex) -> dict[str, tuple[str, str, str]]:
         for column in statistic.columns(index.layout["prefix_tokens"]) if statistic.shown else ():
             for order, phrase in (("DESC", statistic.highest), ("ASC", statistic.lowest)):
                 if phrase:
-                    criteria[f"{column} {order}"] = (column, order, phrase.format(column=column))
+                    criteria[f"{column} {order}"] = (column, order, phrase.format(column=spoken(column)))
     return criteria
+
+
+def spoken(column: str) -> str:
+    """A prefix-share column as a picker reads it: ``to_cls`` -> ``to cls`` ("attends most to cls", not
+    "attends most to_cls"); other columns unchanged."""
+    return column.replace("_", " ", 1) if column.startswith("to_") else column
 
 
 def extremes(index: DatasetIndex, photo_page: st.Page, colormap: str, alpha: float) -> None:
     """For one head, the images where a statistic of it is largest or smallest."""
     st.markdown("**One head's most extreme images**")
-    layer_field, head_field, what_field = st.columns(3)
+    # the picker on a row of its own: in a third of an 800 px page its phrases were cut ("attends farthest")
+    layer_field, head_field = st.columns(2)
     layer = layer_field.number_input("Layer", 0, index.layout["layers"] - 1, 0, key=dataset_key("extreme_layer"))
     head = head_field.number_input("Head", 0, index.layout["heads"] - 1, 0, key=dataset_key("extreme_head"))
     criteria = extreme_criteria(index)
     first = f"{DISTANCE_PX.name} DESC"  # the ViT paper's statistic: the head's farthest-looking images
     options = sorted(criteria, key=lambda c: c != first)  # stable: the others keep HEAD_STATISTICS' order
-    choice = what_field.selectbox(
-        "Where it", options, format_func=lambda c: criteria[c][2], key=dataset_key("extreme_what")
-    )
+    choice = st.selectbox("Where it", options, format_func=lambda c: criteria[c][2], key=dataset_key("extreme_what"))
     column, order, _ = criteria[choice]
     found = index.query(
         f"SELECT h.image_id, i.path, i.label, h.{column} FROM heads h JOIN images i USING (image_id) "
