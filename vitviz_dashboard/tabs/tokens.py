@@ -89,7 +89,7 @@ def prefix_tokens(page: Page, shares: np.ndarray, maps: dict) -> None:
         return
     st.caption(
         "How the patches' attention (averaged over every patch query) splits between each prefix token and the "
-        f"other patches; each bar is one head and sums to 100 %. {PAPER} found that large ViTs park attention "
+        f"other patches; each bar is one head and sums to 100\u00a0%. {PAPER} found that large ViTs park attention "
         "they do not need on a few tokens: with registers, heads that look mostly at a register are parking "
         "attention there, not looking at the image."
     )
