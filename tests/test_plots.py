@@ -9,6 +9,7 @@ from vitviz.preprocessing import Preprocessing
 from vitviz.render.figures import (
     grid_figure,
     heatmap_figure,
+    layer_head_figure,
     predictions_figure,
     prefix_attention_by_layer_figure,
     prefix_attention_figure,
@@ -137,6 +138,14 @@ def test_top_mass_mask_known_answer():
     assert top_mass_mask(patch_map, 1.0).all()
     with pytest.raises(ValueError, match="mass must be in"):
         top_mass_mask(patch_map, 0)
+
+
+def test_a_layer_head_table_labels_every_layer_and_head():
+    values = np.arange(12 * 6, dtype=float).reshape(12, 6)
+    figure = layer_head_figure(values, "", "nats").to_dict()
+    np.testing.assert_array_equal(np.asarray(figure["data"][0]["z"]), values)
+    for axis in ("xaxis", "yaxis"):  # Plotly's automatic ticks would label every other head
+        assert (figure["layout"][axis]["tickmode"], figure["layout"][axis]["dtick"]) == ("linear", 1)
 
 
 def test_figures_carry_the_exact_values():

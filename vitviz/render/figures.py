@@ -199,7 +199,8 @@ def attention_distance_figure(mean_distance) -> go.Figure:
 
 
 def layer_head_figure(values, title: str, colorbar: str) -> go.Figure:
-    """A (layers, heads) table as a heatmap, e.g. attention entropy."""
+    """A (layers, heads) table as a heatmap, e.g. attention entropy, with a tick for every layer and every head
+    (Plotly's automatic ticks skip some)."""
     heatmap = dict(
         type="heatmap",
         z=as_array(values),
@@ -210,8 +211,8 @@ def layer_head_figure(values, title: str, colorbar: str) -> go.Figure:
     return _figure(
         [heatmap],
         title=dict(text=title),
-        xaxis=dict(title=dict(text="head")),
-        yaxis=dict(title=dict(text="layer"), autorange="reversed"),
+        xaxis=dict(title=dict(text="head"), tickmode="linear", tick0=0, dtick=1),
+        yaxis=dict(title=dict(text="layer"), autorange="reversed", tickmode="linear", tick0=0, dtick=1),
         margin=dict(l=0, r=0, t=40, b=0),
     )
 

@@ -78,9 +78,8 @@ def interval_figure(interval: Interval, unit: str) -> go.Figure:
 
 
 def every_layer_and_head(figure: go.Figure) -> go.Figure:
-    """A layer x head heatmap with a tick for every layer and every head (Plotly's automatic ticks skip some)."""
-    figure.update_xaxes(tickmode="linear", tick0=0, dtick=1)
-    figure.update_yaxes(tickmode="linear", tick0=0, dtick=1)
+    """A layer x head heatmap (a tick for every layer and head) without a title: the page's markdown above it wraps
+    on a narrow page where a Plotly title would be cut."""
     figure.update_layout(title=None, margin=dict(l=0, r=0, t=10, b=0))
     return figure
 
