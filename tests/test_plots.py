@@ -142,10 +142,10 @@ def test_top_mass_mask_known_answer():
 
 def test_a_layer_head_table_labels_every_layer_and_head():
     values = np.arange(12 * 6, dtype=float).reshape(12, 6)
-    figure = layer_head_figure(values, "", "nats").to_dict()
-    np.testing.assert_array_equal(np.asarray(figure["data"][0]["z"]), values)
-    for axis in ("xaxis", "yaxis"):  # Plotly's automatic ticks would label every other head
-        assert (figure["layout"][axis]["tickmode"], figure["layout"][axis]["dtick"]) == ("linear", 1)
+    figure = layer_head_figure(values, "", "nats")
+    np.testing.assert_array_equal(np.asarray(figure.data[0].z), values)
+    for axis in (figure.layout.xaxis, figure.layout.yaxis):  # Plotly's automatic ticks would label every other head
+        assert (axis.tickmode, axis.dtick) == ("linear", 1)
 
 
 def test_figures_carry_the_exact_values():
