@@ -7,6 +7,7 @@ from PIL import Image
 
 from vitviz.preprocessing import Preprocessing
 from vitviz.render.figures import (
+    attention_distance_figure,
     grid_figure,
     heatmap_figure,
     layer_head_figure,
@@ -146,6 +147,11 @@ def test_a_layer_head_table_labels_every_layer_and_head():
     np.testing.assert_array_equal(np.asarray(figure.data[0].z), values)
     for axis in (figure.layout.xaxis, figure.layout.yaxis):  # Plotly's automatic ticks would label every other head
         assert (axis.tickmode, axis.dtick) == ("linear", 1)
+    distance = attention_distance_figure(values)  # every head a dot against depth: every layer named on the x axis
+    assert (distance.layout.xaxis.tickmode, distance.layout.xaxis.dtick) == ("linear", 1)
+    assert attention_distance_figure(np.zeros((24, 16))).layout.xaxis.dtick == 2  # ViT-L: every other layer
+    big = layer_head_figure(np.zeros((24, 16)), "", "nats").layout
+    assert (big.yaxis.dtick, big.xaxis.dtick) == (2, 1)
 
 
 def test_figures_carry_the_exact_values():

@@ -174,6 +174,12 @@ def predictions_figure(probabilities, class_names: list[str], top_k: int = 5) ->
     )
 
 
+def _tick_step(count: int) -> int:
+    """Every layer or head named up to 16 (Plotly's automatic ticks skip some), every other one past that: a chart
+    half a page wide has no room for 24 or 32 labels."""
+    return 1 if count <= 16 else 2
+
+
 def attention_distance_figure(mean_distance) -> go.Figure:
     """Mean attention distance against depth, one dot per head (ViT paper, Fig. 7 right)."""
     values = as_array(mean_distance)  # (layers, heads)
@@ -191,7 +197,7 @@ def attention_distance_figure(mean_distance) -> go.Figure:
     ]
     return _figure(
         dots,
-        xaxis=dict(title=dict(text="layer (depth)")),
+        xaxis=dict(title=dict(text="layer (depth)"), tickmode="linear", tick0=0, dtick=_tick_step(layers)),
         yaxis=dict(title=dict(text="mean attention distance (pixels)")),
         margin=dict(l=0, r=0, t=10, b=0),
         showlegend=heads <= 16,
@@ -199,11 +205,12 @@ def attention_distance_figure(mean_distance) -> go.Figure:
 
 
 def layer_head_figure(values, title: str, colorbar: str) -> go.Figure:
-    """A (layers, heads) table as a heatmap, e.g. attention entropy, with a tick for every layer and every head
-    (Plotly's automatic ticks skip some)."""
+    """A (layers, heads) table as a heatmap, e.g. attention entropy, with ticks by ``_tick_step``."""
+    z = as_array(values)
+    layers, heads = z.shape
     heatmap = dict(
         type="heatmap",
-        z=as_array(values),
+        z=z,
         colorscale=plotly_colorscale("viridis"),
         colorbar=dict(title=dict(text=colorbar)),
         hovertemplate="layer %{y}, head %{x}: %{z:.3f}<extra></extra>",
@@ -211,8 +218,10 @@ def layer_head_figure(values, title: str, colorbar: str) -> go.Figure:
     return _figure(
         [heatmap],
         title=dict(text=title),
-        xaxis=dict(title=dict(text="head"), tickmode="linear", tick0=0, dtick=1),
-        yaxis=dict(title=dict(text="layer"), autorange="reversed", tickmode="linear", tick0=0, dtick=1),
+        xaxis=dict(title=dict(text="head"), tickmode="linear", tick0=0, dtick=_tick_step(heads)),
+        yaxis=dict(
+            title=dict(text="layer"), autorange="reversed", tickmode="linear", tick0=0, dtick=_tick_step(layers)
+        ),
         margin=dict(l=0, r=0, t=40, b=0),
     )
 
