@@ -32,6 +32,18 @@ def attention_gradients(
     return AttentionGradients(output, tuple(gradients))
 
 
+def _check_pairs(
+    attentions: Sequence[torch.Tensor],
+    gradients: Sequence[torch.Tensor],
+    num_prefix_tokens: int,
+    grid_size: tuple[int, int] | None,
+) -> None:
+    """One gradient per block's attention, the attentions well formed (check_attentions)."""
+    check_attentions(attentions, num_prefix_tokens, grid_size)
+    if len(gradients) != len(attentions):
+        raise ValueError(f"{len(gradients)} gradients for {len(attentions)} attention blocks")
+
+
 def _positive_weighted(attention: torch.Tensor, gradient: torch.Tensor) -> torch.Tensor:
     """mean_heads((grad * A)+): (B, heads, T, T) x2 -> (B, T, T)."""
     if attention.shape != gradient.shape:
@@ -55,9 +67,7 @@ def gradient_weighted_attention(
     the patches (``readout="mean"``: the mean of the patch rows, for mean-pooled models; ``output.readout``: the
     rows the head reads, for any model).
     """
-    check_attentions(attentions, num_prefix_tokens, grid_size)
-    if len(gradients) != len(attentions):
-        raise ValueError(f"{len(gradients)} gradients for {len(attentions)} attention blocks")
+    _check_pairs(attentions, gradients, num_prefix_tokens, grid_size)
     check_start_layer(start_layer, len(attentions))
     B, _, T, _ = attentions[0].shape
     relevance = torch.eye(T, dtype=attentions[0].dtype, device=attentions[0].device).repeat(B, 1, 1)
@@ -78,9 +88,7 @@ def gradient_weighted_rollout(
 ) -> torch.Tensor:
     """Rollout of gradient-weighted attention: each block's heads are fused by
     mean((dy/dA * A)+) (its own gradient), then rolled out as in ``attention_rollout``."""
-    check_attentions(attentions, num_prefix_tokens, grid_size)
-    if len(gradients) != len(attentions):
-        raise ValueError(f"{len(gradients)} gradients for {len(attentions)} attention blocks")
+    _check_pairs(attentions, gradients, num_prefix_tokens, grid_size)
     fused = [
         discard_weakest(_positive_weighted(a, g), discard_ratio, num_prefix_tokens)
         for a, g in zip(attentions, gradients)
