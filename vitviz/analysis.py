@@ -132,11 +132,13 @@ def analyse(
     grid = (pixels.shape[-2] // c.patch_size, pixels.shape[-1] // c.patch_size)
     p = c.num_prefix_tokens
     cheap: explain.Readout = "cls" if p > 0 else "mean"  # a slice or one mean per block: rows read again later
-    known = _readout_before_the_pass(model, grid) if readout_blocks == "all" else None  # None for "map" pooling
+    # None for "map" pooling (its weights depend on the image), and when only the last block's rows are wanted: the
+    # streamer then reads the cheap rows, and the last block's are read again with the head's weights after the pass
+    known = _readout_before_the_pass(model, grid) if readout_blocks == "all" else None
     if known is not None:
         known = known.to(pixels.device).expand(pixels.shape[0], -1)  # the same weights for every image
     streamer = _streamer(model, grid, known if known is not None else cheap, progress=progress)
-    last: list[torch.Tensor] = []  # the last block's weights, when its rows must be read again
+    last: list[torch.Tensor] = []  # the last block's weights, when its rows must be read again from them
 
     def sink(block: int, weights: torch.Tensor) -> None:
         streamer(block, weights)
