@@ -210,3 +210,19 @@ def test_a_latent_on_the_photo_page_opens_its_top_images_in_the_dataset_grid(bui
     assert list(at.session_state[SELECTION].ids) == expected and at.session_state[str(DATASET_TAB)] == "Grid"
     shown = f"**{len(expected)} images: latent {latent}'s top images**"
     assert any(m.value == shown for m in at.markdown), [m.value for m in at.markdown][:8]  # the grid is shown
+
+
+def test_the_tables_written_beside_an_sae_leave_its_stamp_alone(tmp_path):
+    """The Features tab writes latents.parquet and top_images.parquet into the SAE's folder: the SAE is unchanged, so
+    every result keyed by its stamp stays; a file of the SAE itself written again does change it."""
+    from vitviz_dashboard.sae_editing import stamp
+
+    (tmp_path / "sae.pt").write_bytes(b"weights")
+    os.utime(tmp_path / "sae.pt", ns=(1_000, 1_000))
+    before = stamp(tmp_path)
+    for name in ("latents.parquet", "top_images.parquet", "ablate-3.parquet"):
+        (tmp_path / name).write_bytes(b"table")
+    assert stamp(tmp_path) == before == 1_000
+    os.utime(tmp_path / "sae.pt", ns=(2_000, 2_000))
+    assert stamp(tmp_path) == 2_000
+    assert stamp(tmp_path / "missing") == 0

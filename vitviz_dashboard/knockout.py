@@ -18,7 +18,7 @@ import numpy as np
 import streamlit as st
 
 import vitviz
-from vitviz_dashboard.cache.results import photo_and_analysis
+from vitviz_dashboard.cache.results import intact_analysis
 from vitviz_dashboard.names import class_name, classes_by_probability, has_classifier, prefix_token_names
 from vitviz_dashboard.page import ModelKey, Page
 from vitviz_dashboard.state import knocked_heads, knocked_tokens
@@ -95,7 +95,7 @@ def what_changes(page: Page) -> None:
     (92.030 % → 92.005 %, −0.025 pp)."""
     if page.intact_model is None or not has_classifier(page.model):
         return
-    _, intact = photo_and_analysis(page.model_key.intact(), page.intact_model, page.photo.name, page.file)
+    intact = intact_analysis(page)
     before, after = intact.probabilities, page.analysis.probabilities
     top = compared_classes(before, after)
     changes = [100 * (float(after[k]) - float(before[k])) for k in top]

@@ -23,6 +23,7 @@ from vitviz.loading.download import REPO_ID
 from vitviz.loading.specs import HUB_PREFIX
 from vitviz.messages import clip_text
 from vitviz.sae import SAEError, TopKSAE, with_sae
+from vitviz.sae.browse import LATENTS_FILE, TOP_FILE
 from vitviz_dashboard.cache.sae import SAEFiles, cached_sae, hub_folder
 from vitviz_dashboard.page import ModelKey
 from vitviz_dashboard.sidebar.model_dirs import ModelRefused, allowed_model_dirs, check_model_path
@@ -54,10 +55,17 @@ def check_sae_hub_spec(text: str) -> str:
     return spec
 
 
+# what vitviz writes beside an SAE (the Features tab's tables, `vitviz sae ablate`'s): not the SAE, so writing them
+# must not make the SAE look changed (every result keyed by its stamp would be computed again)
+WRITTEN_BESIDE = (LATENTS_FILE, TOP_FILE, "ablate-*.parquet")
+
+
 def stamp(path: Path) -> int:
-    """When the SAE's files last changed: one trained again opens afresh."""
+    """When the SAE's own files last changed (a file, or a folder's files but WRITTEN_BESIDE): one trained again, or
+    given its input scaling, opens afresh."""
     try:
-        return max(os.stat(p).st_mtime_ns for p in ([path] + (list(path.iterdir()) if path.is_dir() else [])))
+        files = [p for p in path.iterdir() if not any(p.match(n) for n in WRITTEN_BESIDE)] if path.is_dir() else [path]
+        return max((os.stat(p).st_mtime_ns for p in files), default=0)
     except OSError:
         return 0
 

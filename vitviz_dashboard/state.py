@@ -172,7 +172,7 @@ class HandedCheckpoint:
 
 HANDED: Key[HandedCheckpoint] = Key("model_picker|handed")  # until another model is chosen on the Photo page
 # the Dataset page's SAE field: the Photo page's SAE tab starts from it
-DATASET_SAE: Key[str] = Key(kept("dataset|sae"))
+DATASET_SAE: Key[str] = Key(kept(dataset_key("sae")))
 
 
 def photo_page_model() -> str:

@@ -28,8 +28,6 @@ from vitviz.dataset.index import DatasetIndex
 from vitviz.model import ViT
 from vitviz.preprocessing import load_image
 
-ALL_ROWS = 10_000_000  # the row limit of a query that must return every image
-
 
 def quote(text: str) -> str:
     """A SQL string literal (the query is read-only anyway; quoting keeps a class named o'clock working)."""
@@ -50,7 +48,7 @@ def class_mean_map(index: DatasetIndex, label: str, kind: str) -> tuple[np.ndarr
     they are."""
     ids = index.query(
         f"SELECT image_id FROM images WHERE label = {quote(label)} AND error IS NULL ORDER BY image_id",
-        limit=ALL_ROWS,
+        limit=max(1, index.count),
     )["image_id"]
     return mean_map(index, ids.tolist(), kind), len(ids)
 
@@ -74,7 +72,7 @@ def head_means(index: DatasetIndex, columns: tuple[str, ...]) -> pd.DataFrame:
 def per_image(index: DatasetIndex, column: str) -> np.ndarray:
     """``column`` of the heads table per image of a seeded sample of up to max(SETTLING_SIZES) readable images:
     (images, layers, heads), for bootstrap intervals and their settling."""
-    ids = index.query("SELECT image_id FROM images WHERE error IS NULL ORDER BY image_id", limit=ALL_ROWS)
+    ids = index.query("SELECT image_id FROM images WHERE error IS NULL ORDER BY image_id", limit=max(1, index.count))
     ids = ids["image_id"].to_numpy()
     most = max(SETTLING_SIZES)
     if len(ids) > most:

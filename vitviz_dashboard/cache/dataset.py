@@ -116,18 +116,24 @@ def latent_effects(
     _model: vitviz.ViT,
     _sae: TopKSAE,
     _index: DatasetIndex,
-    _photos: tuple[bytes, ...],
+    _read: Callable[[], list[tuple[int, bytes]]],
 ) -> tuple[np.ndarray | None, np.ndarray] | None:
     """browse.latent_effects: the latent's logit changes and the later heads' attention to where it fires, over its
-    top images ``image_ids`` (their files ``_photos``); the index's model (``key`` fixes it) runs on them."""
-    return browse.latent_effects(_model, _sae, _index, block, latent, largest, list(zip(image_ids, _photos)))
+    top images ``image_ids`` (``_read()`` gives the readable ones' files, called only when this is computed); the
+    index's model (``key`` fixes it) runs on them."""
+    return browse.latent_effects(_model, _sae, _index, block, latent, largest, _read())
 
 
-@kept(spinner="Checking the model's weights against the index...")
-def model_fingerprint(key: str, model_id: int, *, _model: vitviz.ViT) -> str:
-    """The weights' sha256 (storage.weight_fingerprint, as the manifest records it) of the model loaded from spec
-    ``key``, once per loaded model (``model_id``, its id: a model loaded again from a changed file is hashed again)."""
-    return weight_fingerprint(_model)
+def model_fingerprint(model: vitviz.ViT) -> str:
+    """The weights' sha256 (storage.weight_fingerprint, as the manifest records it), hashed once per loaded model and
+    kept on the model object itself: it lives and goes with the model (results.get_model), and a model loaded again
+    from a changed file is a new object, hashed again. (Keyed by id(model), a freed model's address could be reused.)"""
+    found = getattr(model, "_vitviz_fingerprint", None)
+    if found is None:
+        with st.spinner("Checking the model's weights against the index..."):
+            found = weight_fingerprint(model)
+        model._vitviz_fingerprint = found
+    return found
 
 
 @kept(spinner="Running the model on the sample...")

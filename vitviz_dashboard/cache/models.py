@@ -1,6 +1,6 @@
 """What is built from a loaded model and kept with it: the zero-shot model of a prompt set, shared like the loaded
-models themselves (results.get_model), and the precision "auto" settles on for a model, kept in budget.STORE under
-its ModelKey.
+models themselves (results.get_model), and the precision "auto" settles on for a model, kept the same way under its
+ModelKey (not in budget.STORE, which may evict it: timed again, the choice could flip).
 
 Both wrap one library call (vitviz.zero_shot, vitviz.model.precision.measure_precision); what is here is only how
 long the result is kept and the progress shown while it is made.
@@ -13,7 +13,6 @@ import streamlit as st
 import vitviz
 from vitviz.model.precision import PrecisionChoice, measure_precision
 from vitviz.text.embeddings import estimated_seconds
-from vitviz_dashboard.cache.budget import kept
 from vitviz_dashboard.page import ModelKey
 from vitviz_dashboard.widgets.progress import remaining
 
@@ -50,8 +49,9 @@ def zero_shot_model(
             bar.close()
 
 
-@kept(spinner="Timing fp32 against bf16 on this CPU...")
-def measured_precision(key: ModelKey, *, _model: vitviz.ViT) -> PrecisionChoice:
+@st.cache_resource(max_entries=8, show_spinner="Timing fp32 against bf16 on this CPU...")
+def measured_precision(key: ModelKey, _model: vitviz.ViT) -> PrecisionChoice:
     """What precision "auto" means for the model ``key`` names (its spec; the key's precision is "auto", the choice
-    not yet made): timed once, a few seconds at most, then kept like any result."""
+    not yet made): timed once, a few seconds at most. A resource, like the model, not a result in the byte budget:
+    evicted and timed again, a noisy timing could flip the choice, and with it every result's key."""
     return measure_precision(_model)

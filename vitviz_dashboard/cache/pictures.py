@@ -176,13 +176,19 @@ def colour_bar_png(colormap: str) -> bytes:
     return buffer.getvalue()
 
 
+# at most this many photos of each sample folder are read and kept: VITVIZ_SAMPLES may name a dataset-sized folder
+MAX_FOLDER_SAMPLES = 64
+
+
 @kept()
 def sample_images(sources: tuple[Path, ...], count: int = 10) -> list[tuple[str, ImageFile]]:
-    """The photos offered before any upload: every image of the folders among ``sources`` (named by their path in
-    the folder), then one random image per class (its folder) from the first zip among them, at most ``count``
-    ("bird 0001.png"). Read through vitviz's own source reader (vitviz.dataset.sources.open_source), the one that
-    walks folders and zips for `vitviz index`; a source that is missing or holds no image is passed over."""
-    found = [(e.path, ImageFile.of(e.read())) for path in sources if path.is_dir() for e in _entries(path)]
+    """The photos offered before any upload: the images of the folders among ``sources`` (named by their path in
+    the folder; the first MAX_FOLDER_SAMPLES of each), then one random image per class (its folder) from the first
+    zip among them, at most ``count`` ("bird 0001.png"). Read through vitviz's own source reader
+    (vitviz.dataset.sources.open_source), the one that walks folders and zips for `vitviz index`; a source that is
+    missing or holds no image is passed over."""
+    folders = [path for path in sources if path.is_dir()]
+    found = [(e.path, ImageFile.of(e.read())) for path in folders for e in _entries(path)[:MAX_FOLDER_SAMPLES]]
     archive = next((p for p in sources if p.is_file() and p.suffix.lower() == ".zip"), None)
     if archive is None:
         return found

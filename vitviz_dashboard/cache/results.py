@@ -285,3 +285,9 @@ def session_photo(page: Page, name: str) -> tuple[Photo, ImageAnalysis]:
     if name == page.photo.name:
         return page.photo, page.analysis
     return photo_and_analysis(page.model_key, page.model, name, page.images[name])
+
+
+def intact_analysis(page: Page) -> ImageAnalysis:
+    """The chosen photo's analysis by the model before its knock-outs and SAE edits (``page.intact_model``, which
+    must be there): what the "what changes" views compare against."""
+    return photo_and_analysis(page.model_key.intact(), page.intact_model, page.photo.name, page.file)[1]

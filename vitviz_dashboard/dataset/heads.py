@@ -77,9 +77,9 @@ def interval_figure(interval: Interval, unit: str) -> go.Figure:
     return figure
 
 
-def every_layer_and_head(figure: go.Figure) -> go.Figure:
-    """A layer x head heatmap (a tick for every layer and head) without a title: the page's markdown above it wraps
-    on a narrow page where a Plotly title would be cut."""
+def untitled(figure: go.Figure) -> go.Figure:
+    """A layer x head heatmap without its Plotly title (and its margin): the page's markdown above it wraps on a
+    narrow page where a Plotly title would be cut."""
     figure.update_layout(title=None, margin=dict(l=0, r=0, t=10, b=0))
     return figure
 
@@ -168,7 +168,7 @@ def draw(page: DatasetPage) -> None:
     left, right = st.columns(2)
     left.markdown(f"**{ENTROPY.title()}, averaged over the dataset**")
     left.plotly_chart(
-        every_layer_and_head(drawing.layer_head_figure(as_grid(index, means, ENTROPY.name), "", ENTROPY.unit)),
+        untitled(drawing.layer_head_figure(as_grid(index, means, ENTROPY.name), "", ENTROPY.unit)),
         key=dataset_key("mean_heatmap"),
     )
     token = right.selectbox(
@@ -179,7 +179,7 @@ def draw(page: DatasetPage) -> None:
     )
     right.markdown(f"**Mean {PREFIX_SHARES.unit} of attention {spoken(token)}**")
     right.plotly_chart(
-        every_layer_and_head(drawing.layer_head_figure(as_grid(index, means, token), "", PREFIX_SHARES.unit)),
+        untitled(drawing.layer_head_figure(as_grid(index, means, token), "", PREFIX_SHARES.unit)),
         key=dataset_key("share"),
     )
     draw_clusters(index, means)

@@ -19,9 +19,8 @@ from vitviz_dashboard.dataset.opening import index_key
 from vitviz_dashboard.state import dataset_key
 
 OVERVIEW = dataset_key("sae_overview")
-CLICKED = dataset_key(
-    "sae_overview_seen"
-)  # the overview's selection in the run before: only a new click picks a latent
+# the overview's selection in the run before: only a new click picks a latent
+CLICKED = dataset_key("sae_overview_seen")
 
 
 def overview_figure(firing: pd.DataFrame) -> go.Figure:

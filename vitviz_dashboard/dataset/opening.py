@@ -194,7 +194,7 @@ def model_of(index: DatasetIndex) -> vitviz.ViT | None:
     except vitviz.ModelLoadError as error:
         st.error(f"Could not load the index's model `{spec}`: {error}")
         return None
-    if model_fingerprint(spec, id(model), _model=model) != index.manifest["model"].get("fingerprint"):
+    if model_fingerprint(model) != index.manifest["model"].get("fingerprint"):
         st.error(
             f"The model `{spec}` has other weights now than when this index was made (its weight fingerprint "
             "differs): its queries and keys would not be the index's. Index the dataset again."

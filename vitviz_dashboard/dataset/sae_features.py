@@ -27,7 +27,7 @@ from vitviz_dashboard.cache.dataset import latent_effects, latent_tables
 from vitviz_dashboard.cache.sae import SAEFiles
 from vitviz_dashboard.dataset import drawing, grid
 from vitviz_dashboard.dataset.latents import overview, where_it_fires
-from vitviz_dashboard.dataset.opening import index_key, model_of, photo, photo_bytes
+from vitviz_dashboard.dataset.opening import index_key, model_of, photo, read_photo
 from vitviz_dashboard.sae_editing import SAE_HELP, SAE_LABEL, open_typed_sae, stamp
 from vitviz_dashboard.state import DATASET_SAE, dataset_key
 
@@ -176,20 +176,16 @@ def raised(index: DatasetIndex, sae: TopKSAE, block: int, files: SAEFiles, laten
     model = model_of(index)
     if model is None:
         return
-    rows = image_rows(index, top["image_id"].tolist())
-    read = [(int(i), photo_bytes(index, int(i), str(rows.loc[i, "path"]))) for i in top["image_id"].tolist()]
-    readable = [(image_id, data) for image_id, data in read if data is not None]
+    image_ids = tuple(int(i) for i in top["image_id"].tolist())
+
+    def readable() -> list[tuple[int, bytes]]:
+        """The top images' files, read only when the result is not kept (top_images says which cannot be read)."""
+        rows = image_rows(index, list(image_ids))
+        read = [(i, read_photo(index, i, str(rows.loc[i, "path"]))[0]) for i in image_ids]
+        return [(image_id, data) for image_id, data in read if data is not None]
+
     passes = latent_effects(
-        index_key(index),
-        files,
-        block,
-        latent,
-        largest,
-        tuple(image_id for image_id, _ in readable),
-        _model=model,
-        _sae=sae,
-        _index=index,
-        _photos=tuple(data for _, data in readable),
+        index_key(index), files, block, latent, largest, image_ids, _model=model, _sae=sae, _index=index, _read=readable
     )
     if passes is None:
         st.caption("None of its top images could be read again: the model cannot be run on them.")

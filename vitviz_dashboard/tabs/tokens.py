@@ -11,7 +11,7 @@ import torch
 from vitviz import explain
 from vitviz.explain.head_statistics import PREFIX_SHARES
 from vitviz_dashboard.cache.pictures import cached_figure, outlined_picture, overlay_picture
-from vitviz_dashboard.cache.results import photo_and_analysis
+from vitviz_dashboard.cache.results import intact_analysis
 from vitviz_dashboard.downloads import downloads
 from vitviz_dashboard.knockout import removed, what_changes
 from vitviz_dashboard.names import describe_pooling, prefix_token_names, readout_title
@@ -57,7 +57,7 @@ def take_out(page: Page, maps: dict) -> None:
     if page.intact_model is None:
         return
     what_changes(page)
-    _, intact = photo_and_analysis(page.model_key.intact(), page.intact_model, page.photo.name, page.file)
+    intact = intact_analysis(page)
     now = page.analysis
     last = c.num_layers - 1
     before, after = intact.readout_attention[last].mean(dim=0).numpy(), now.readout_attention[last].mean(dim=0).numpy()
