@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import io
 import math
+import os
 import re
 import struct
 import warnings
@@ -32,6 +33,7 @@ from vitviz.messages import echo
 MAX_PIXELS = 89_478_485  # PIL's own decompression-bomb threshold (about 89 Mpx)
 WORKING_PIXELS = 16_000_000  # larger JPEGs are decoded at a reduced scale (draft mode)
 MAX_JPEG_PIXELS = 2 * MAX_PIXELS  # above this PIL itself refuses to open a file (a decompression bomb)
+MAX_FILE_BYTES = 1 << 30  # a path's file is read whole: 1 GiB, far above any photo PIL decodes under MAX_PIXELS
 MAX_ASPECT_RATIO = 100  # longer side / shorter side; beyond this, resizing the shorter side explodes memory
 FORMATS = ("JPEG", "PNG", "WEBP", "BMP", "GIF", "TIFF")
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"}  # the files a folder's images are
@@ -87,14 +89,38 @@ class ImageError(ValueError):
     """The bytes are not an image vitviz can use; the message says why."""
 
 
-def load_image(data: bytes, background: tuple[int, int, int] = (255, 255, 255)) -> Image.Image:
-    """Decode bytes into an RGB image: EXIF orientation applied, transparency on ``background``.
+def read_image_bytes(source: bytes | bytearray | memoryview | str | os.PathLike) -> bytes:
+    """The bytes of ``source``: bytes as they are, or a path's (str or PathLike) file read whole, as PIL, timm and
+    transformers users pass a photo. A path that is missing, a folder, above MAX_FILE_BYTES or unreadable is an
+    ``ImageError`` that names it."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return bytes(source)
+    if not isinstance(source, (str, os.PathLike)):
+        raise TypeError(f"an image is given as bytes or a path (str or PathLike), not {type(source).__name__}")
+    path = Path(source)
+    try:
+        size = path.stat().st_size
+        if path.is_dir():
+            raise ImageError(f"{path} is a folder, not an image file")
+        if size > MAX_FILE_BYTES:
+            raise ImageError(f"{path} is {size / 1e6:,.0f} MB, above the limit of {MAX_FILE_BYTES / 1e6:,.0f} MB")
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise ImageError(f"{path}: no such file") from None
+    except OSError as error:
+        raise ImageError(f"{path} cannot be read: {error.strerror or error}") from None
 
-    Refuses empty, unknown, oversized (checked before decoding) and corrupt files with
-    ``ImageError``. Animated images give their first frame. JPEGs above WORKING_PIXELS are
-    decoded at a reduced scale (JPEG draft mode), so a 100-megapixel photo loads quickly.
-    16-bit and 32-bit greyscale are scaled to 8 bits by their range instead of being clipped.
+
+def load_image(data: bytes | str | os.PathLike, background: tuple[int, int, int] = (255, 255, 255)) -> Image.Image:
+    """Decode an image file into an RGB image: EXIF orientation applied, transparency on ``background``.
+
+    ``data`` is the file's bytes or its path (str or PathLike; read by ``read_image_bytes``). Refuses missing,
+    empty, unknown, oversized (checked before decoding) and corrupt files with ``ImageError``. Animated images
+    give their first frame. JPEGs above WORKING_PIXELS are decoded at a reduced scale (JPEG draft mode), so a
+    100-megapixel photo loads quickly. 16-bit and 32-bit greyscale are scaled to 8 bits by their range instead
+    of being clipped.
     """
+    data = read_image_bytes(data)
     if not data:
         raise ImageError("the file is empty")
     if data.startswith(_PNG_SIGNATURE):
