@@ -1,7 +1,7 @@
 """The README's server is quiet at idle (issue 44, item 1): Streamlit's file watcher is off wherever it starts.
 
 With the watcher on, `streamlit run app.py` watches the app's folder recursively, the README's .venv included (about
-6,300 folders), and its inotify queue overflows without end: 0.84 of a core at idle (bench/bench_idle.py measures
+6,300 folders), and its inotify queue overflows without end: 0.54 of a core at idle (bench/bench_idle.py measures
 it; its table is in bench/README.md). The test reads the setting as Streamlit itself resolves it, not the file.
 """
 
