@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vitviz.layout import TokenLayout, grid_layout, prefix_kinds
 from vitviz.model.config import ViTConfig
 from vitviz.model.interventions import (
     ABLATIONS,
@@ -67,6 +68,8 @@ class ViTOutput:
     pool_attention: torch.Tensor | None = None  # (B, heads, N) the pooling head's weights on the patches ("map")
     hidden_states: tuple[torch.Tensor, ...] | None = None  # per block, its output (B, T, D), on request
     qkv: tuple[QKV, ...] | None = None  # per block, its queries, keys and values (B, heads, T, head_dim), on request
+    layout: TokenLayout | None = None  # every token's kind, pixels and frames (vitviz.layout): what maps are drawn on
+    layouts: tuple[TokenLayout, ...] | None = None  # one per block (a plain ViT's blocks all see ``layout``)
 
 
 class ViT(nn.Module):
@@ -297,6 +300,7 @@ class ViT(nn.Module):
             attentions=tuple(attentions) if output_attentions else None,
             hidden_states=tuple(hidden_states) if output_hidden_states else None,
             qkv=tuple(qkvs) if output_qkv else None,
+            layouts=(self.token_layout(grid),) * len(self.blocks),
         )
 
     def probabilities(self, logits: torch.Tensor) -> torch.Tensor:
@@ -304,6 +308,12 @@ class ViT(nn.Module):
         with a sigmoid loss (SigLIP) an independent sigmoid per class, whose values need not sum to 1."""
         logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
         return logits.sigmoid() if self.config.probabilities == "sigmoid" else logits.softmax(dim=-1)
+
+    def token_layout(self, grid_size: tuple[int, int]) -> TokenLayout:
+        """The layout of an input whose patches form ``grid_size`` (rows, cols): the prefix tokens, then the patches."""
+        c = self.config
+        prefix = prefix_kinds(c.class_token, c.distillation_token, c.num_register_tokens)
+        return grid_layout(prefix, tuple(grid_size), c.patch_size)
 
     def embed(self, pixel_values: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
         """Patches, prefix tokens and position embeddings: the first block's input (B, T, D), and the grid."""
@@ -344,6 +354,7 @@ class ViT(nn.Module):
             num_prefix_tokens=self.config.num_prefix_tokens,
             readout=readout,
             pool_attention=pool_attention,
+            layout=self.token_layout(grid_size),
         )
 
     def _pool(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:

@@ -1,0 +1,151 @@
+"""TokenLayout: what each token of a model's input is, and which pixels and frames it covers.
+
+A map is one value per token; to draw it, vitviz needs each token's place in the input. The layout says it for
+every token at once, from the model's config and the input's shape (never guessed from a token count):
+
+    kinds    one string per token: "cls", "distillation", "register", "patch"
+    boxes    float32 (T, 4): x0, y0, x1, y1 of the token's pixels in the input, half-open pixel edges (a patch at
+             row r, column c of a ViT with patch size p covers [c p, (c + 1) p) x [r p, (r + 1) p)); NaN for
+             tokens with no pixels of their own (the prefix tokens)
+    frames   int64 (T, 2): the first and last input frame the token covers; (0, 0) for an image
+    windows  int64 (nW, w*w): the token indices of each attention window, in the order the block's attention
+             lists them, -1 for a padded slot; None for a block that attends globally
+    grid     (frames, rows, cols) of the patch tokens when they form a grid listed frame by frame, row-major; None
+             otherwise
+
+``paint`` draws any per-token vector over the input's pixels (tokens whose boxes overlap are averaged, pixels no
+token covers are NaN); ``grid_view`` reshapes it to (frames, rows, cols) where the layout is a grid.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+PREFIX_KINDS = ("cls", "distillation", "register")
+
+
+@dataclass(frozen=True, eq=False)
+class TokenLayout:
+    """The tokens of one input, in the order the model's blocks see them (see the module's docstring)."""
+
+    kinds: tuple[str, ...]
+    boxes: np.ndarray  # float32 (T, 4)
+    frames: np.ndarray  # int64 (T, 2)
+    image_size: tuple[int, int]  # (height, width) of the input in pixels
+    num_frames: int = 1
+    grid: tuple[int, int, int] | None = None
+    windows: np.ndarray | None = None
+
+    def __post_init__(self):
+        count = len(self.kinds)
+        if self.boxes.shape != (count, 4) or self.frames.shape != (count, 2):
+            raise ValueError(
+                f"a layout of {count} tokens needs boxes (T, 4) and frames (T, 2); "
+                f"got {self.boxes.shape} and {self.frames.shape}"
+            )
+        if self.grid is not None and int(np.prod(self.grid)) != len(self.patch_indices):
+            raise ValueError(f"a grid of {self.grid} does not hold the layout's {len(self.patch_indices)} patch tokens")
+
+    def __len__(self) -> int:
+        return len(self.kinds)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.kinds)
+
+    @property
+    def patch_indices(self) -> np.ndarray:
+        """int64 (N,): the tokens that cover pixels (every token not a prefix token), in sequence order."""
+        return np.flatnonzero(~np.isnan(self.boxes[:, 0]))
+
+    @property
+    def num_prefix_tokens(self) -> int:
+        """The tokens before the first patch token ([CLS], distillation, registers)."""
+        patches = self.patch_indices
+        return int(patches[0]) if len(patches) else len(self.kinds)
+
+    def grid_view(self, values: np.ndarray) -> np.ndarray:
+        """Per-token values (..., T), or per-patch values (..., N), as (..., frames, rows, cols)."""
+        if self.grid is None:
+            raise ValueError("this layout's tokens do not form a grid; draw them with paint()")
+        values = np.asarray(values)
+        if values.shape[-1] == self.num_tokens:
+            values = values[..., self.patch_indices]
+        elif values.shape[-1] != len(self.patch_indices):
+            raise ValueError(
+                f"values need one entry per token ({self.num_tokens}) or per patch token "
+                f"({len(self.patch_indices)}); got {values.shape[-1]}"
+            )
+        return values.reshape(*values.shape[:-1], *self.grid)
+
+    def paint(self, values: np.ndarray, frame: int = 0) -> np.ndarray:
+        """float32 (height, width): each pixel of input frame ``frame`` gets the mean value of the tokens whose boxes
+        and frames hold it; NaN where no token does. ``values`` has one entry per token (T) or per patch token (N)."""
+        values = np.asarray(values, dtype=np.float64)
+        if values.ndim != 1:
+            raise ValueError(f"paint takes one value per token, a 1-D array; got shape {values.shape}")
+        patches = self.patch_indices
+        if len(values) == self.num_tokens:
+            values = values[patches]
+        elif len(values) != len(patches):
+            raise ValueError(
+                f"values need one entry per token ({self.num_tokens}) or per patch token ({len(patches)}); "
+                f"got {len(values)}"
+            )
+        if not 0 <= frame < self.num_frames:
+            raise ValueError(f"frame must be from 0 to {self.num_frames - 1}; got {frame}")
+        height, width = self.image_size
+        total = np.zeros((height + 1, width + 1))
+        count = np.zeros((height + 1, width + 1))
+        first, last = self.frames[patches, 0], self.frames[patches, 1]
+        seen = (first <= frame) & (frame <= last)
+        boxes = np.clip(np.round(self.boxes[patches][seen]).astype(np.int64), 0, [width, height, width, height])
+        # each box adds its value to its corner cells of a difference array; the 2-D cumulative sum spreads it
+        for (x0, y0, x1, y1), value in zip(boxes, values[seen], strict=True):
+            for y, x, sign in ((y0, x0, 1), (y0, x1, -1), (y1, x0, -1), (y1, x1, 1)):
+                total[y, x] += sign * value
+                count[y, x] += sign
+        total = total.cumsum(0).cumsum(1)[:height, :width]
+        count = np.rint(count.cumsum(0).cumsum(1)[:height, :width])
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(count > 0, total / np.maximum(count, 1), np.nan).astype(np.float32)
+
+
+def prefix_kinds(class_token: bool, distillation_token: bool, num_register_tokens: int) -> tuple[str, ...]:
+    """The prefix tokens of a ViT in its order: [CLS], the distillation token, then the registers."""
+    return ("cls",) * class_token + ("distillation",) * distillation_token + ("register",) * num_register_tokens
+
+
+@lru_cache(maxsize=64)
+def grid_layout(
+    prefix: tuple[str, ...], grid_size: tuple[int, int], patch_size: int | tuple[int, int], num_frames: int = 1
+) -> TokenLayout:
+    """The layout of a plain ViT: ``prefix`` tokens (kinds from PREFIX_KINDS), then the patches of a (rows, cols)
+    grid in row-major order, each ``patch_size`` pixels (one int, or (height, width)) square, on ``num_frames`` equal
+    frames (one image: 1). Cached: a model sees one input size many times, and the layout is immutable."""
+    if unknown := set(prefix) - set(PREFIX_KINDS):
+        raise ValueError(f"prefix tokens are {', '.join(PREFIX_KINDS)}; got {sorted(unknown)}")
+    rows, cols = grid_size
+    ph, pw = (patch_size, patch_size) if isinstance(patch_size, int) else patch_size
+    if min(rows, cols, ph, pw, num_frames) < 1:
+        raise ValueError(
+            f"a grid needs positive sizes; got {grid_size} patches of {patch_size} px, {num_frames} frames"
+        )
+    r, c = np.divmod(np.arange(rows * cols), cols)
+    patch_boxes = np.stack([c * pw, r * ph, (c + 1) * pw, (r + 1) * ph], axis=1).astype(np.float32)
+    boxes = np.concatenate([np.full((len(prefix), 4), np.nan, np.float32), np.tile(patch_boxes, (num_frames, 1))])
+    frame_of = np.repeat(np.arange(num_frames), rows * cols)
+    frames = np.concatenate([np.zeros((len(prefix), 2), np.int64), np.stack([frame_of, frame_of], axis=1)])
+    for array in (boxes, frames):
+        array.flags.writeable = False  # shared through the cache
+    return TokenLayout(
+        kinds=prefix + ("patch",) * (rows * cols * num_frames),
+        boxes=boxes,
+        frames=frames,
+        image_size=(rows * ph, cols * pw),
+        num_frames=num_frames,
+        grid=(num_frames, rows, cols),
+    )
