@@ -19,13 +19,13 @@ from vitviz_dashboard.ask.inputs import (
     MAX_NEW_TOKENS,
     MAX_QUESTION,
     MODEL,
+    OUTSIDE,
     QUESTION,
     Question,
     question_problem,
 )
 from vitviz_dashboard.ask.tokens import TOKEN
 from vitviz_dashboard.cache import budget
-from vitviz_dashboard.sidebar.model_dirs import OUTSIDE_MESSAGE
 
 # fresh caches, no local sample images (tests/conftest.py); default_model: the Photo page's tiny ViT
 pytestmark = pytest.mark.usefixtures("fresh_caches", "default_model")
@@ -156,7 +156,7 @@ def test_the_knockout_curves_of_the_map_shown_on_demand(folder, monkeypatch):
 
 def test_bad_input_gets_one_line_and_the_page_goes_on(folder, monkeypatch, tmp_path):
     at = ask_app(folder, monkeypatch, model=tmp_path / "elsewhere")  # outside the allowed folders
-    assert [e.value for e in at.sidebar.error] == [OUTSIDE_MESSAGE]
+    assert [e.value for e in at.sidebar.error] == [OUTSIDE]
     no_processor = folder.parent / "no_processor"
     no_processor.mkdir(exist_ok=True)
     for name in ("config.json", "model.safetensors"):

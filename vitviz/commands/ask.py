@@ -1,6 +1,6 @@
 """Ask a vision-language model about photos from the command line: `vitviz ask --help`.
 
-    vitviz ask photos/ --model hf:HuggingFaceTB/SmolVLM-256M-Instruct --question "What is in the picture?" --out ask/
+    vitviz ask photos/ --model HuggingFaceTB/SmolVLM-256M-Instruct --question "What is in the picture?" --out ask/
     vitviz ask cat.jpg --model ./llava-folder --question "What animal is this?" --answer "A cat" --relevance --out ask/
 
 For every image, a folder <out>/<image name>/ with:
@@ -12,8 +12,9 @@ For every image, a folder <out>/<image name>/ with:
                   tile's pixels came from; all_tokens.png the mean over the answer
   relevance_NNN_<token>.png   with --relevance: Chefer et al.'s relevance of each token over the photo
 
-Unreadable images, and images the processor rejects, are reported in one line each and skipped; the exit status is
-1 if any were. See docs/vlm.md.
+The images are read before the model loads: unreadable ones (and later images the processor rejects) are reported in
+one line each and skipped, and the exit status is 1 if any were; when none can be read, the model is not loaded. An
+image's folder is written whole or not at all: into a hidden folder beside it, renamed when complete. See docs/vlm.md.
 """
 
 from __future__ import annotations
@@ -21,7 +22,11 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
 import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +35,7 @@ from tqdm import tqdm
 from vitviz.commands.common import find_images
 from vitviz.commands.explain import _unique_name as unique_name
 from vitviz.preprocessing import ImageError, load_image
-from vitviz.render.answers import answer_arrays, answer_record, map_over_photo, map_raster
+from vitviz.render.answers import answer_arrays, answer_record, map_over_photo, map_raster, readable_text
 from vitviz.render.overlays import COLORMAPS
 from vitviz.vlm import VLM, VLMError, image_relevance, load_vlm, token_attention
 from vitviz.vlm.loading import PRECISIONS
@@ -43,7 +48,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("images", nargs="+", type=Path, help="image files and/or folders of images")
     p.add_argument(
-        "--model", required=True, help="a folder saved with save_pretrained (model and processor), or hf:<org>/<name>"
+        "--model",
+        required=True,
+        help="a folder saved with save_pretrained (model and processor), or a Hugging Face repository id: <org>/<name> "
+        "(a local folder of that name wins) or hf:<org>/<name>",
     )
     p.add_argument("--question", required=True, help=f"the question (at most {MAX_QUESTION_CHARS:,} characters)")
     p.add_argument("--answer", help="an answer to teacher-force instead of generating one")
@@ -72,23 +80,53 @@ def ask_image(vlm: VLM, path: Path, folder: Path, args: argparse.Namespace) -> s
     answer = vlm.answer(photo, args.question, answer=args.answer, max_new_tokens=args.max_new_tokens)
     if not answer.token_ids:
         raise VLMError("the model answered with no token (the first token it generated ends the answer)")
-    folder.mkdir(parents=True, exist_ok=True)
     relevances = None
     if args.relevance:
         relevances = np.stack([image_relevance(answer, index) for index in range(len(answer.token_ids))])
     record = answer_record(answer, image=str(path), model=args.model)
-    (folder / "answer.json").write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
-    np.savez_compressed(folder / "attention.npz", **answer_arrays(answer, relevances))
+    with written_whole(folder) as staging:
+        (staging / "answer.json").write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
+        np.savez_compressed(staging / "attention.npz", **answer_arrays(answer, relevances))
 
-    def draw(values: np.ndarray, name: str) -> None:
-        map_over_photo(photo, map_raster(answer, values), args.colormap, args.alpha).save(folder / name)
+        def draw(values: np.ndarray, name: str) -> None:
+            map_over_photo(photo, map_raster(answer, values), args.colormap, args.alpha).save(staging / name)
 
-    draw(token_attention(answer), "all_tokens.png")
-    for index, token in enumerate(answer.tokens):
-        draw(token_attention(answer, index), token_file("token", index, token))
-        if relevances is not None:
-            draw(relevances[index], token_file("relevance", index, token))
+        draw(token_attention(answer), "all_tokens.png")
+        for index, token in enumerate(answer.tokens):
+            draw(token_attention(answer, index), token_file("token", index, token))
+            if relevances is not None:
+                draw(relevances[index], token_file("relevance", index, token))
     return answer.text
+
+
+@contextmanager
+def written_whole(folder: Path) -> Iterator[Path]:
+    """A hidden folder beside ``folder`` to write into, renamed to ``folder`` (replacing an earlier run's) when the
+    block ends, and deleted when it raises (Ctrl-C included): an image's folder is complete or absent."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".partial", dir=folder.parent))
+    try:
+        yield staging
+        if folder.is_dir() and not folder.is_symlink():
+            shutil.rmtree(folder)
+        staging.rename(folder)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def readable_images(paths: list[Path]) -> tuple[list[Path], list[str]]:
+    """The images that decode (each read once here, before the model loads, and again when asked about), and one
+    line for each that does not."""
+    readable, failures = [], []
+    for path in paths:
+        try:
+            load_image(path.read_bytes())
+        except (ImageError, OSError) as error:
+            failures.append(f"{path}: {error}")
+            continue
+        readable.append(path)
+    return readable, failures
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,17 +136,26 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--alpha must be in [0, 1]")
     if not 1 <= args.max_new_tokens <= MAX_NEW_TOKENS:
         parser.error(f"--max-new-tokens must be from 1 to {MAX_NEW_TOKENS}; got {args.max_new_tokens}")
+    if not args.question.strip():
+        parser.error("--question is empty: give the question to ask about each image")
     if len(args.question) > MAX_QUESTION_CHARS:
         parser.error(f"--question has {len(args.question):,} characters, more than the {MAX_QUESTION_CHARS:,} allowed")
     if args.answer is not None and not args.answer.strip():
         parser.error("--answer is empty: give the answer's text, or leave it out to generate one")
-    paths = find_images(args.images)
+    found = find_images(args.images)
+    paths, failures = readable_images(found)  # before the model loads: a wrong file is told at once
+    if len(failures) == 1 == len(found):
+        raise SystemExit(f"error: {failures[0]}")
+    if not paths:
+        for failure in failures:
+            print(f"skipped {failure}", file=sys.stderr)
+        raise SystemExit(f"error: none of the {len(found)} images can be read")
     try:
         vlm = load_vlm(args.model, args.precision)
     except VLMError as error:
         raise SystemExit(f"error: {error}") from None
     args.out.mkdir(parents=True, exist_ok=True)
-    failures, used, done = [], set(), 0
+    used, done = set(), 0
     try:
         for path in tqdm(paths, desc="asking", unit="image", disable=None, file=sys.stderr):
             folder = args.out / unique_name(path, used)
@@ -117,15 +164,15 @@ def main(argv: list[str] | None = None) -> int:
             except (VLMError, ImageError, OSError) as error:
                 failures.append(f"{path}: {error}")
                 continue
-            except RuntimeError as error:  # torch's own (out of memory ...): one line, the other images go on
-                failures.append(f"{path}: {type(error).__name__}: {str(error).splitlines()[0][:300]}")
+            except Exception as error:  # torch's own (out of memory ...), or a bug: one line, the others go on
+                failures.append(f"{path}: {type(error).__name__}: {(str(error).splitlines() or [''])[0][:300]}")
                 continue
             done += 1
-            tqdm.write(f"{path.name}: {text}", file=sys.stderr)
+            tqdm.write(f"{path.name}: {readable_text(text)}", file=sys.stderr)
     except KeyboardInterrupt:
-        print(f"error: stopped after {done} of {len(paths)} images; their folders are in {args.out}", file=sys.stderr)
+        print(f"error: stopped after {done} of {len(found)} images; their folders are in {args.out}", file=sys.stderr)
         return 130
-    print(f"asked about {done} of {len(paths)} images into {args.out}")
+    print(f"asked about {done} of {len(found)} images into {args.out}")
     for failure in failures:
         print(f"skipped {failure}", file=sys.stderr)
     return 1 if failures else 0

@@ -1,12 +1,17 @@
 """A vision-language model's Answer out: its record (answer.json), its arrays (attention.npz), its maps drawn over
 the photo, and the image-share chart. Both `vitviz ask` and the dashboard's Ask page write and draw through these.
 
+Tokens and answers are shown through ``readable_text``, so a line break or a lone space is never a blank pill, an
+empty "A:" or an empty line of the command's output.
+
 A VLM's map is drawn where its pixels came from: ``vitviz.vlm.photo_map`` lays each tile's token grid into the tile's
 box on the photo (NaN where no tile looked: a crop), ``map_over_photo`` colours that raster over the photo, dimming
 what the model never saw.
 """
 
 from __future__ import annotations
+
+import unicodedata
 
 import numpy as np
 import plotly.graph_objects as go
@@ -17,6 +22,27 @@ from vitviz.vlm import Answer, image_shares, photo_map, tile_maps
 
 MAP_SIDE = 512  # the long side, in pixels, of the raster a map is laid into before it is drawn over the photo
 _DIMMED = [int(0.35 * v) for v in range(256)] * 3  # pixels no tile saw, at 35 % brightness (as overlay's outside)
+MARKS = {"\n": "↵", "\r": "␍", "\t": "⇥"}  # whitespace that would break or blank a line, as it is shown
+INVISIBLE = {"Cc", "Cf", "Zs", "Zl", "Zp"}  # the Unicode categories of characters that print nothing
+
+
+def readable_text(text: str) -> str:
+    """``text`` (a token, or a whole answer) as the page and the command show it: line breaks as ↵, tabs as ⇥, other
+    control characters and line separators escaped (``\\x1b``); where nothing visible is left, spaces as · and any
+    other invisible character escaped (``\\u200b``), so a space, a line break or 32 line breaks read as something."""
+    blank = all(unicodedata.category(c) in INVISIBLE for c in text)
+
+    def shown(c: str) -> str:
+        category = unicodedata.category(c)
+        if c in MARKS:
+            return MARKS[c]
+        if blank and category == "Zs":
+            return "·"
+        if category in ("Cc", "Zl", "Zp") or (blank and category in INVISIBLE):
+            return c.encode("unicode_escape").decode("ascii")
+        return c
+
+    return "".join(shown(c) for c in text)
 
 
 def map_raster(answer: Answer, values: np.ndarray, tile: int | None = None) -> np.ndarray:

@@ -7,6 +7,9 @@ model, the full inputs, the image tokens' positions and the layout.
 
 ``image_attention[i, l, h, j]`` is the weight that head h of language-model layer l gives, from the position just
 before answer token i (whose output predicts it), to the j-th image token in sequence order.
+
+Every token has a string: an id its tokenizer has none for (``convert_ids_to_tokens`` gives None; a vocabulary padded
+past its tokenizer, as Qwen's embedding matrix is, has such ids) is written "<id 151665>" (``token_string``).
 """
 
 from __future__ import annotations
@@ -47,6 +50,9 @@ class Answer:
     sink: int  # position of the attention sink: the first token that is not an image token
     answer_start: int  # position of the first answer token
 
+    def __post_init__(self) -> None:
+        self.tokens = [token_string(i, t) for i, t in zip(self.token_ids, self.tokens, strict=True)]
+
     @property
     def input_ids(self) -> torch.Tensor:
         return self.inputs["input_ids"]
@@ -60,3 +66,8 @@ class Answer:
     def text_share(self) -> np.ndarray:
         """float32 (n, L, H): the attention on the other text tokens (neither image tokens nor the sink)."""
         return np.clip(1.0 - self.image_share - self.first_share, 0.0, 1.0)
+
+
+def token_string(token_id: int, token: str | None) -> str:
+    """A token's string as the tokenizer gives it, or "<id N>" for an id the tokenizer has no string for."""
+    return token if isinstance(token, str) else f"<id {int(token_id)}>"

@@ -6,8 +6,13 @@ tokenizer's files. Before anything is built, the checks vitviz makes of every mo
 the weights' headers read and their tensor count and size checked against the model and the memory free, and the
 model's parameter count (built on the meta device, no memory) checked against the memory free. The model is then
 built by transformers (``AutoModelForImageTextToText``, ``AutoProcessor``), offline, and refused when its weights do
-not match its config. "hf:<org>/<name>" fetches a Hub repository's files into the Hub cache first (offline, the
-cache only, failing fast).
+not match its config. A Hub repository ("hf:<org>/<name>", or a bare "<org>/<name>" that names no local folder: see
+``hub_repository``, the one reading of a spec that `vitviz ask` and the Ask page share) has its files fetched into the
+Hub cache first (offline, the cache only, failing fast).
+
+Greedy generation ends before the model's own image or video placeholder token, as at an end-of-sequence token
+(``stop_at_placeholders``): transformers' ``generate`` carries on past one, but the recorded pass of the whole
+sequence would then count one image token more than it has features for.
 """
 
 from __future__ import annotations
@@ -17,7 +22,14 @@ from typing import Any
 
 import torch
 
-from vitviz.loading.download import REPO_ID, cache_only, hub_error, hub_reachable
+from vitviz.loading.download import (
+    REPO_ID,
+    cache_folder,
+    cache_only,
+    hub_error,
+    hub_reachable,
+    offline_by_setting,
+)
 from vitviz.loading.errors import ModelLoadError, describe
 from vitviz.loading.memory import available_memory, gigabytes
 from vitviz.loading.sources.common import read_json
@@ -26,28 +38,33 @@ from vitviz.loading.sources.weights_files import SHARD_INDEX, read_safetensors, 
 from vitviz.loading.specs import HUB
 from vitviz.vlm.errors import VLMError
 from vitviz.vlm.layouts import family_for
-from vitviz.vlm.model import VLM
+from vitviz.vlm.model import VLM, end_tokens
 
 PRECISIONS = ("fp32", "bf16", "auto")  # besides None: the dtype the weights are stored in
 PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 LOADING_PROBLEMS = {"missing_keys": "missing", "unexpected_keys": "unexpected", "mismatched_keys": "of another shape"}
 HUB_FILES = ("*.json", "*.safetensors", "*.jinja", "*.txt", "*.model")  # never pickles or code
+# the config's names for the ids that mark where the processor put an image's (or a video's) features
+PLACEHOLDERS = ("image_token_id", "image_token_index", "video_token_id", "video_token_index")
 
 
 def load_vlm(spec: str | Path, precision: str | None = None) -> VLM:
-    """A folder saved with ``save_pretrained`` (model and processor), or "hf:<org>/<name>"; ``precision`` is None
+    """A folder saved with ``save_pretrained`` (model and processor), or a Hub repository: "hf:<org>/<name>", or
+    "<org>/<name>" where no local folder has that name (``hub_repository``); ``precision`` is None
     (the stored dtype), "fp32", "bf16" or "auto" (see ``model_dtype``). Errors are VLMError."""
     spec = str(spec).strip()
     if precision is not None and precision not in PRECISIONS:
         raise VLMError(f"precision must be one of {', '.join(PRECISIONS)} (or None: as stored); got {precision!r}")
-    if HUB.owns(spec):
-        folder = hub_folder(HUB.name(spec))
+    repository = hub_repository(spec)
+    if repository is not None:
+        folder = hub_folder(repository)
     else:
         folder = Path(spec).expanduser()
         if not folder.is_dir():
             raise VLMError(
-                f"{spec[:200]} is not a folder: give a folder saved with save_pretrained, or 'hf:<org>/<name>'"
+                f"{spec[:200]} is not a folder: give a folder saved with save_pretrained, or a Hugging Face "
+                "repository id (<org>/<name>, or hf:<org>/<name>)"
             )
     try:
         return load_vlm_folder(folder, precision, spec)
@@ -109,7 +126,37 @@ def load_vlm_folder(folder: Path, precision: str | None, spec: str) -> VLM:
     ]
     if problems:
         raise VLMError(f"{folder}'s weights do not match its config: weights {'; '.join(problems)}")
+    stop_at_placeholders(model, processor.tokenizer)
     return VLM(model, processor, family, spec)
+
+
+def hub_repository(spec: str) -> str | None:
+    """The Hugging Face repository that a model spec names, None when it names a local path: what follows "hf:", or
+    a bare "<org>/<name>" when nothing of that name exists here (a local folder wins, as in ``vitviz.load_model``).
+    `vitviz ask` (through ``load_vlm``) and the Ask page read a spec through this one function."""
+    spec = spec.strip()
+    if HUB.owns(spec):
+        return HUB.name(spec)
+    if not REPO_ID.fullmatch(spec):
+        return None
+    try:
+        return None if Path(spec).exists() else spec
+    except OSError:  # a name the system refuses
+        return spec
+
+
+def stop_at_placeholders(model: torch.nn.Module, tokenizer: Any) -> None:
+    """Make greedy generation end before the model's image and video placeholder tokens, as at its end-of-sequence
+    tokens: they join the generation config's ``eos_token_id``. A model may emit its own placeholder (seen on Gemma
+    3, LLaVA-NeXT and OneVision); ``generate`` goes on, but a pass of the whole sequence would then hold one image
+    token more than the image has features ("Image features and image tokens do not match"), so the answer is cut
+    there and can be recorded. ``end_tokens`` (model.py) reads the same list, so the answer ends where it stopped."""
+    placeholders = {getattr(model.config, name, None) for name in PLACEHOLDERS}
+    placeholders = sorted(token for token in placeholders if isinstance(token, int) and token >= 0)
+    ends = end_tokens(model, tokenizer)
+    added = [token for token in placeholders if token not in ends]
+    if added:
+        model.generation_config.eos_token_id = ends + added
 
 
 def check_weights(folder: Path, config: dict) -> None:
@@ -194,6 +241,7 @@ def hub_folder(repo_id: str) -> Path:
     """A Hub repository's JSON, safetensors and tokenizer files in the Hub cache (downloaded once; offline, the
     cache only), as a folder."""
     from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
 
     if not REPO_ID.fullmatch(repo_id):
         raise VLMError(f"{repo_id[:200]!r} is not a Hugging Face repository id (org/name)")
@@ -201,5 +249,11 @@ def hub_folder(repo_id: str) -> Path:
     try:
         with cache_only(offline):
             return Path(snapshot_download(repo_id, allow_patterns=list(HUB_FILES), local_files_only=offline))
+    except LocalEntryNotFoundError:  # offline, and not in the cache: its own message runs to four lines
+        why = "HF_HUB_OFFLINE is set" if offline_by_setting() else "the Hugging Face Hub cannot be reached"
+        raise VLMError(
+            f"{HUB.spec(repo_id)} is not in the Hugging Face cache ({cache_folder()}) and {why}: "
+            "download it once online, then it loads offline"
+        ) from None
     except Exception as error:
         raise VLMError(str(hub_error(HUB.spec(repo_id), error))) from None

@@ -10,8 +10,9 @@ import streamlit as st
 
 from vitviz.loading.download import REPO_ID
 from vitviz.loading.specs import HUB
+from vitviz.vlm.loading import hub_repository
 from vitviz_dashboard.cache.vlm import VLMKey
-from vitviz_dashboard.sidebar.model_dirs import ModelRefused, allowed_model_dirs, check_model_path
+from vitviz_dashboard.sidebar.model_dirs import MODEL_DIRS, ModelRefused, allowed_model_dirs, check_model_path
 from vitviz_dashboard.sidebar.model_picker import looks_like_path
 from vitviz_dashboard.state import kept
 
@@ -30,6 +31,11 @@ MODEL_HELP = (
     "path of a folder saved with save_pretrained (model and processor) inside the folders that the server's owner "
     "allows (VITVIZ_MODEL_DIRS). Small models that run on a CPU: " + ", ".join(SMALL_MODELS) + "."
 )
+# the Photo page's refusal says "Upload the checkpoint instead"; this page takes no uploads
+OUTSIDE = (
+    "This page opens model folders only inside the folders that the server's owner allows "
+    f"({MODEL_DIRS}). Give a Hugging Face repository id instead, or ask the server's owner to allow the folder."
+)
 
 
 @dataclass(frozen=True)
@@ -42,16 +48,20 @@ class Question:
 
 
 def model_spec(text: str) -> str:
-    """The spec load_vlm gets for the typed ``text``: "hf:<org>/<name>" for a repository id (with or without "hf:"),
-    the real path of a folder inside the allowed folders, "" for nothing typed; ModelRefused otherwise."""
+    """The spec load_vlm gets for the typed ``text``: "hf:<org>/<name>" for a repository id (with or without "hf:";
+    read by ``hub_repository``, as `vitviz ask` reads it: a local folder of that name wins), the real path of a folder
+    inside the allowed folders, "" for nothing typed; ModelRefused otherwise."""
     text = text.strip()
     if not text:
         return ""
-    if looks_like_path(text):
-        return str(check_model_path(text, allowed_model_dirs()))
-    repository = HUB.name(text) if HUB.owns(text) else text
-    if REPO_ID.fullmatch(repository):
+    repository = hub_repository(text)
+    if repository is not None and REPO_ID.fullmatch(repository):
         return HUB.spec(repository)
+    if repository is None and looks_like_path(text):
+        try:
+            return str(check_model_path(text, allowed_model_dirs()))
+        except ModelRefused:
+            raise ModelRefused(OUTSIDE) from None
     raise ModelRefused(
         f"`{text[:100]}` is neither a Hugging Face repository id (org/name) nor a folder's path (give it in full: "
         "/..., ~/... or ./...)"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import streamlit as st
 
 from vitviz.preprocessing import ImageError
-from vitviz.render.answers import map_over_photo, map_raster
+from vitviz.render.answers import map_over_photo, map_raster, readable_text
 from vitviz.vlm import Answer, VLMError
 from vitviz_dashboard.ask.downloads import draw_downloads
 from vitviz_dashboard.ask.inputs import model_inputs, question_inputs, question_problem
@@ -62,7 +62,10 @@ def ask_page(photo_page: st.Page) -> None:
     offer_tower(key.model, name, photo_page)
     describe(answer)
     if not answer.token_ids:
-        st.warning("The model ended its answer at once (its first token was an end-of-sequence token).")
+        st.warning(
+            "The model ended its answer at once (its first token was an end-of-sequence token, or its own image "
+            "placeholder)."
+        )
         return
     token = pick_token(answer)
     choice = map_controls(answer, token)
@@ -106,7 +109,10 @@ def describe(answer: Answer) -> None:
     """The question and the answer, and what the model read of the photo."""
     _, layers, heads, count = answer.image_attention.shape
     how = "its answer" if answer.generated else "the answer given (teacher-forced)"
-    st.markdown(f"**Q:** {answer.question}\n\n**A:** {answer.text or '(no token)'}")
+    text = readable_text(answer.text)
+    if not text and answer.token_ids:  # tokens that decode to nothing: ids with no string, special tokens
+        text = "(no text: `" + " ".join(answer.tokens).replace("`", "'") + "`)"
+    st.markdown(f"**Q:** {answer.question}\n\n**A:** {text or '(no token)'}")
     st.caption(
         f"The processor read the {answer.photo_size[0]}x{answer.photo_size[1]} photo as {count:,} image tokens in "
         f"{len(answer.tiles)} tile{'s' if len(answer.tiles) > 1 else ''}; the language model has {layers} layers x "

@@ -6,6 +6,7 @@ import re
 
 import streamlit as st
 
+from vitviz.render.answers import readable_text
 from vitviz.vlm import Answer
 
 ALL = -1  # the pill for the whole answer: the mean over its tokens
@@ -25,11 +26,11 @@ def token_labels(answer: Answer) -> dict[int, str]:
 
 
 def visible_text(answer: Answer, index: int) -> str:
-    """The token as the tokenizer writes it back (a space alone as "·"), its markdown escaped; the raw token string
-    where decoding gives nothing visible (a special token)."""
-    text = answer.model.tokenizer.decode([answer.token_ids[index]])
-    text = text if text.strip() else answer.tokens[index]
-    text = text.replace(" ", "·") if not text.strip() else text.strip()
+    """The token as the tokenizer writes it back, stripped, or where that leaves nothing its whitespace made visible
+    (readable_text: a line break as ↵, a space as ·); the token's string where decoding gives nothing at all (a
+    special token, an id with no string: "<id 151665>"); its markdown escaped."""
+    decoded = answer.model.tokenizer.decode([answer.token_ids[index]])
+    text = readable_text(decoded.strip() or decoded or answer.tokens[index])
     return re.sub(r"([\\`*_{}\[\]()#+\-.!|<>~$])", r"\\\1", text)
 
 
