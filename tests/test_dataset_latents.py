@@ -77,7 +77,7 @@ def test_a_click_on_the_overview_opens_a_latent_whose_firing_images_go_to_the_gr
     assert any(m.value.startswith(f"**Images where latent {latent} fires**: {len(fires):,} of ") for m in at.markdown)
     slices = at.dataframe[-1].value
     assert slices["slice"].tolist()[0] == "all images"
-    assert slices.set_index("slice")["images"].get("True", 0) == len(fires)
+    assert slices.set_index("slice")["images"].get("fires", 0) == len(fires)
     checked(at.button(key="dataset|sae_fires_grid").click().run())
     assert at.session_state[str(DATASET_TAB)] == GRID_TAB
     assert list(at.session_state[SELECTION].ids) == fires

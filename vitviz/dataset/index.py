@@ -153,7 +153,7 @@ class DatasetIndex:
         try:
             statements = parser.extract_statements(sql)
         except duckdb.Error as error:
-            raise QueryError(f"the query does not parse: {error}") from None
+            raise QueryError(f"the query does not parse: {sandbox.one_line(error)}") from None
         finally:
             parser.close()
         if len(statements) != 1:

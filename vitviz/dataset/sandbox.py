@@ -6,12 +6,19 @@ In the caller, the thread that waits for the answer also watches the child: a ch
 memory limit, or that is still busy a few seconds past the time limit or a stop (a DuckDB function that allocates a
 huge value is not interruptible), is killed, and a fresh child is started for the next query. Idle children are kept
 for reuse, as many as the process runs queries at once (vitviz/dataset/bounds.py).
+
+Each child's spill folder, ``vitviz-query-<caller's pid>-*`` in the temporary folder, does not outlive its caller: the
+child removes it when the caller goes (its end of the socket closes, or the child's parent changes), even when the
+caller was killed; and a new query process first removes the folders left behind (a child killed with its caller):
+those whose caller no longer runs and whose lock file (held by the caller and the child) nobody holds.
 """
 
 from __future__ import annotations
 
 import atexit
+import fcntl
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -29,6 +36,9 @@ POLL_SECONDS = 0.02  # how often the caller looks at the child's memory
 START_SECONDS = 120.0  # a child that has not started by then is given up
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 CHILD = Path(__file__).with_name("sandbox_child.py")
+FOLDER_PREFIX = "vitviz-query-"  # then the caller's pid and a dash: the caller owns the folder
+OWNED = re.compile(rf"{FOLDER_PREFIX}(\d+)-")
+LOCK = ".owner"  # in the folder: flocked by the caller, and by the child through the inherited descriptor
 
 
 def _high_water_mb(pid: int) -> float:
@@ -59,15 +69,68 @@ def _resident_mb(pid: int) -> float:
         return 0.0
 
 
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def _held(folder: str) -> bool:
+    """Whether a live process holds the folder's lock (a caller or child of another PID namespace, say)."""
+    try:
+        descriptor = os.open(os.path.join(folder, LOCK), os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(descriptor)
+
+
+def sweep_stale_folders(temporary: str | None = None) -> list[str]:
+    """Remove this user's query folders in ``temporary`` (the temporary folder by default) whose caller no longer runs
+    and whose lock nobody holds (a caller and its child both killed, say); the folders removed."""
+    temporary = temporary or tempfile.gettempdir()
+    removed = []
+    try:
+        entries = list(os.scandir(temporary))
+    except OSError:
+        return removed
+    for entry in entries:
+        owner = OWNED.match(entry.name)
+        if owner is None or int(owner.group(1)) == os.getpid() or _running(int(owner.group(1))):
+            continue
+        try:
+            if not entry.is_dir(follow_symlinks=False) or entry.stat(follow_symlinks=False).st_uid != os.getuid():
+                continue
+        except OSError:
+            continue
+        if not _held(entry.path):
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(entry.path)
+    return removed
+
+
 class Worker:
     """One query process, seen from the caller."""
 
     def __init__(self):
-        self.folder = tempfile.mkdtemp(prefix="vitviz-query-")  # mode 0700: DuckDB spills here, and nowhere else
+        sweep_stale_folders()
+        # mode 0700: DuckDB spills here, and nowhere else; named by this process's pid, so that it can be swept
+        self.folder = tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{os.getpid()}-")
+        self.lock = os.open(os.path.join(self.folder, LOCK), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        fcntl.flock(self.lock, fcntl.LOCK_EX)  # the child inherits it: held while either of them runs
         ours, theirs = socket.socketpair()
         self.process = subprocess.Popen(  # -I: isolated, nothing of the caller's paths; the child needs only DuckDB
             [sys.executable, "-I", str(CHILD), str(theirs.fileno()), self.folder],
-            pass_fds=[theirs.fileno()],
+            pass_fds=[theirs.fileno(), self.lock],
             env={**os.environ, "OMP_NUM_THREADS": "1"},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -94,6 +157,7 @@ class Worker:
             self.process.kill()
         self.process.wait()
         self.connection.close()
+        os.close(self.lock)
         shutil.rmtree(self.folder, ignore_errors=True)
 
     def run(self, request: dict, limits: QueryLimits, running: RunningQuery):
@@ -137,8 +201,14 @@ class Worker:
         if kind == "result":
             raise QueryStopped(limits.result_message(value), "memory")
         if kind == "permission":
-            raise QueryError(f"the query reads something outside the index, which is not allowed: {value}")
-        raise QueryError(f"DuckDB could not run the query: {value}")
+            raise QueryError(f"the query reads something outside the index, which is not allowed: {one_line(value)}")
+        raise QueryError(f"DuckDB could not run the query: {one_line(value)}")
+
+
+def one_line(message: str) -> str:
+    """The first line of DuckDB's message: the lines after it quote the query as the query process ran it (inside
+    query_request's LIMIT and OFFSET, which the user never wrote) with a caret under the culprit."""
+    return next((line.strip() for line in str(message).splitlines() if line.strip()), "no message")
 
 
 def query_request(

@@ -6,16 +6,29 @@ Each index gets one DuckDB connection with its views, DuckDB's ``memory_limit``,
 ``max_temp_directory_size``; then the external access is limited to the index's shards and the configuration locked.
 A query runs on a cursor of that connection; a timer thread calls the cursor's ``interrupt()`` at the time limit
 (the connection's own ``interrupt()`` does not reach a cursor's query), and so does a "stop" message from the caller.
+
+When the caller goes (its end of the socket closes, or this process's parent changes: the caller was killed), the
+child removes FOLDER and ends, so that no spill folder outlives its caller.
 """
 
 import os
+import shutil
 import signal
 import sys
 import tempfile
 import threading
 from multiprocessing.connection import Connection
+from typing import NoReturn
 
 POLL_SECONDS = 0.02  # how often a "stop" from the caller is looked for
+IDLE_SECONDS = 1.0  # between requests, how often the child looks whether its caller still runs
+PARENT = os.getppid()  # the caller; a change means it has gone (the child was re-parented)
+
+
+def _caller_gone(temporary: str) -> NoReturn:
+    """Nobody waits for an answer: remove the folder and end at once (a DuckDB thread may still be busy)."""
+    shutil.rmtree(temporary, ignore_errors=True)
+    os._exit(0)
 
 
 def _quote(text: str) -> str:
@@ -66,8 +79,10 @@ def _answer(request: dict, connections: dict, temporary: str, control: Connectio
             outcome["answer"] = ("permission", str(error))
         except MemoryError:
             outcome["answer"] = ("memory", None)
-        except Exception as error:  # DuckDB's or pandas' refusal, sent back as one line
-            outcome["answer"] = ("error", f"{type(error).__name__}: {error}".splitlines()[0])
+        except duckdb.Error as error:  # its message names its kind ("Binder Error: ...")
+            outcome["answer"] = ("error", str(error))
+        except Exception as error:  # pandas' refusal
+            outcome["answer"] = ("error", f"{type(error).__name__}: {error}")
 
     def interrupt(why: str) -> None:
         outcome.setdefault("why", why)
@@ -82,8 +97,10 @@ def _answer(request: dict, connections: dict, temporary: str, control: Connectio
         try:
             if control.poll() and control.recv() == "stop":
                 interrupt("stop")
-        except (EOFError, OSError):  # the caller has gone: nobody waits for the answer
-            os._exit(0)
+        except (EOFError, OSError):  # the caller has gone
+            _caller_gone(temporary)
+        if os.getppid() != PARENT:
+            _caller_gone(temporary)
     timer.cancel()
     cursor.close()
     return outcome["answer"]
@@ -100,13 +117,18 @@ def _serve(fd: int, temporary: str) -> None:
     connections: dict = {}
     while True:
         try:
+            while not control.poll(IDLE_SECONDS):
+                if os.getppid() != PARENT:  # the caller has gone, but someone else holds its end of the socket
+                    _caller_gone(temporary)
             request = control.recv()
         except (EOFError, OSError):  # the caller has gone
-            return
+            _caller_gone(temporary)
         if isinstance(request, dict):
             answer = _answer(request, connections, temporary, control)
             try:
                 control.send(answer)
+            except (EOFError, OSError):  # the caller has gone
+                _caller_gone(temporary)
             except Exception as error:  # a result that pickle cannot carry
                 control.send(("error", f"the result cannot be sent back ({type(error).__name__}: {error})"))
 

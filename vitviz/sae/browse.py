@@ -11,8 +11,9 @@ classes it raises, and the latents that fire on one photo.
   instead of computing them again. Their metadata names the index and block they were computed on;
   ``latent_tables`` reads them, or computes and writes them first.
 - ``latent_image_maxima``: each image's largest code of one latent, for the images where it fires.
-- ``latent_logit_effects``: the classes whose logits a latent raises, by direct logit attribution of its decoder
-  column (see its docstring); ``latent_effects``: that, and the later heads that attend to where it fires
+- ``latent_logit_effects``: the change in every class's logit a latent makes, by direct logit attribution of its
+  decoder column (see its docstring); ``raised_classes``: the classes it raises (a positive change), most first;
+  ``latent_effects``: that, and the later heads that attend to where it fires
   (``attention_to_firing_patches``), from one pass of the model over a latent's top images.
 - ``image_codes`` / ``top_latents``: the codes of one photo's patch tokens, and its strongest latents.
 """
@@ -279,6 +280,15 @@ def latent_logit_effects(model: ViT, sae: TopKSAE, latent: int, last: torch.Tens
         readout, _ = linear_readout(model, image[None].expand(classes, -1, -1), targets)
         effects += readout.sum(dim=1) @ direction
     return (effects / len(last)).cpu()
+
+
+def raised_classes(effects: np.ndarray, names: Sequence[str], top: int) -> list[tuple[str, float]]:
+    """The (name, logit change) of at most ``top`` classes whose logit ``effects`` (C,) raises, largest first (tied
+    ones in class order); a class whose change is zero or negative is never listed, so the list may be short or
+    empty. A class without a name in ``names`` is "class k"."""
+    effects = np.asarray(effects, dtype=np.float64)
+    order = [int(k) for k in np.argsort(-effects, kind="stable")[:top] if effects[k] > 0]
+    return [(names[k] if k < len(names) else f"class {k}", float(effects[k])) for k in order]
 
 
 @torch.no_grad()

@@ -14,7 +14,7 @@ from vitviz.dataset.views import quote
 from vitviz_dashboard.cache.dataset import class_mean, confusion
 from vitviz_dashboard.dataset import drawing, grid
 from vitviz_dashboard.dataset.opening import index_key
-from vitviz_dashboard.dataset.table import MAX_THUMBNAILS, map_kinds, thumbnails
+from vitviz_dashboard.dataset.table import MAX_THUMBNAILS, map_kinds, map_name, thumbnails
 from vitviz_dashboard.state import dataset_key
 
 if TYPE_CHECKING:
@@ -167,9 +167,14 @@ def draw(page: DatasetPage) -> None:
 
 
 def class_means(index: DatasetIndex, classes: list[str], colormap: str) -> None:
+    """Each class's mean of the chosen stored map, all on one colour scale (its legend above), so they compare."""
     st.markdown("**Per-class mean maps**: a stored map averaged over each class's images")
-    kind = st.selectbox("Map", map_kinds(index), key=dataset_key("class_map"))
-    grid = st.columns(6)
-    for position, label in enumerate(classes):
-        average, count = class_mean(index_key(index), label, kind, _index=index)
-        grid[position % 6].image(drawing.map_picture(average, colormap), caption=f"{label} ({count})")
+    kind = st.selectbox("Map", map_kinds(index), key=dataset_key("class_map"), format_func=map_name)
+    means = [class_mean(index_key(index), label, kind, _index=index) for label in classes]
+    if not means:
+        return
+    value_range = grid.legend(np.stack([average for average, _ in means]), kind, colormap, "every class")
+    columns = st.columns(6)
+    for position, (label, (average, count)) in enumerate(zip(classes, means)):
+        picture = drawing.map_picture(average, colormap, value_range=value_range)
+        columns[position % 6].image(picture, caption=f"{label} ({count})")

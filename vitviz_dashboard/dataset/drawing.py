@@ -88,11 +88,19 @@ def patch_crop(image: Image.Image, patch: tuple[int, int], grid: tuple[int, int]
     return crop.resize((side, max(1, round(side * crop.height / max(1, crop.width)))), Image.NEAREST)
 
 
-def map_picture(patch_map: np.ndarray, colormap: str, side: int = 160) -> Image.Image:
-    """A patch map alone, coloured and enlarged (for maps that belong to no one photo, such as a class's mean)."""
+def map_picture(
+    patch_map: np.ndarray, colormap: str, side: int = 160, value_range: tuple[float, float] | None = None
+) -> Image.Image:
+    """A patch map alone, coloured and enlarged (for maps that belong to no one photo, such as a class's mean):
+    min-max scaled, or mapped linearly from ``value_range`` (low, high) and clipped, so that maps compare."""
     rows, cols = patch_map.shape
     scale = side / max(rows, cols)
-    values = upsample(rescale(patch_map), max(1, round(rows * scale)), max(1, round(cols * scale)))
+    if value_range is None:
+        scaled = rescale(patch_map)
+    else:
+        low, high = value_range
+        scaled = np.clip((np.asarray(patch_map, np.float32) - low) / max(high - low, 1e-12), 0.0, 1.0)
+    values = upsample(scaled, max(1, round(rows * scale)), max(1, round(cols * scale)))
     return Image.fromarray(colorize(values, colormap))
 
 

@@ -1,13 +1,16 @@
 """A selection taken away: its images' rows (image_id first) as CSV or Parquet, downloaded from the page; or a
 sub-index (vitviz.dataset.subset) written into a new folder inside the allowed folders, for `vitviz sae` or the
-benchmark."""
+benchmark. In the CSV, a list column (``top5_classes``, ``high_norm_patches``, ...) is written as a JSON array per
+cell (``["airplane", "ship"]``), which ``json.loads`` reads back; Parquet keeps lists as lists."""
 
 from __future__ import annotations
 
 import io
+import json
 import re
 from collections.abc import Sequence
 
+import numpy as np
 import pandas as pd
 import streamlit as st
 
@@ -38,6 +41,38 @@ def parquet_bytes(frame: pd.DataFrame) -> bytes:
     return buffer.getvalue()
 
 
+def plain(value):
+    """A NumPy array or scalar as Python lists and numbers; float32 values by their shortest text (0.63303, not
+    0.6330299973487854), as the CSV's float32 columns are written."""
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind == "f" and value.dtype.itemsize < 8:
+            return [float(str(x)) for x in value.ravel()] if value.ndim == 1 else [plain(row) for row in value]
+        return [plain(x) for x in value] if value.dtype == object else value.tolist()
+    if isinstance(value, np.floating) and value.dtype.itemsize < 8:
+        return float(str(value))
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, list | tuple):
+        return [plain(x) for x in value]
+    return value
+
+
+def json_cell(value):
+    """A list or array cell as a JSON array (NumPy's own text, ``['a' 'b']``, parses as nothing); others as they are."""
+    if isinstance(value, np.ndarray | list | tuple):
+        return json.dumps(plain(value), default=str)
+    return value
+
+
+def csv_bytes(frame: pd.DataFrame) -> bytes:
+    """The rows as CSV, every list column's cells as JSON arrays."""
+    frame = frame.copy()
+    for column in frame.columns:
+        if pd.api.types.is_object_dtype(frame[column]):  # lists and arrays are objects; strings need no change
+            frame[column] = frame[column].map(json_cell)
+    return frame.to_csv(index=False).encode()
+
+
 def file_stem(title: str) -> str:
     """A file name from the selection's title: letters, digits and dashes."""
     return re.sub(r"[^A-Za-z0-9]+", "-", title).strip("-")[:60] or "selection"
@@ -51,7 +86,7 @@ def draw(index: DatasetIndex, selection) -> None:
     left, right = st.columns(2)
     left.download_button(
         "Rows as CSV",
-        rows.to_csv(index=False).encode(),
+        csv_bytes(rows),
         f"{stem}.csv",
         "text/csv",
         key=dataset_key("export_csv"),

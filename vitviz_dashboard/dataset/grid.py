@@ -16,7 +16,7 @@ import streamlit as st
 from vitviz.dataset import DatasetIndex
 from vitviz_dashboard.dataset import drawing, export
 from vitviz_dashboard.dataset.opening import open_in_photo_page, photo
-from vitviz_dashboard.dataset.table import MAP_NAMES, caption, filter_clause, image_columns, map_kinds
+from vitviz_dashboard.dataset.table import caption, filter_clause, image_columns, map_kinds, map_name
 from vitviz_dashboard.state import DATASET_TAB, SQL_JOB, TABLE_CLASSES, TABLE_CONFIDENCE, TABLE_CORRECTNESS, dataset_key
 
 if TYPE_CHECKING:
@@ -159,7 +159,7 @@ def grid(index: DatasetIndex, selection: Selection, photo_page: st.Page, colorma
         kinds,
         index=kinds.index("rollout") if "rollout" in kinds else 0,
         key=dataset_key("grid_map"),
-        format_func=lambda k: MAP_NAMES.get(k, k.replace("readout:", "last block's readout attention, head ")),
+        format_func=map_name,
     )
     page = int(page_field.number_input(f"Page (of {pages})", 1, pages, 1, key=dataset_key("grid_page")))
     ids = list(selection.ids[(page - 1) * PAGE : page * PAGE])
@@ -198,13 +198,14 @@ def grid(index: DatasetIndex, selection: Selection, photo_page: st.Page, colorma
                 open_in_photo_page(index, row.image_id, row.path, photo_page)
 
 
-def legend(maps: np.ndarray, kind: str, colormap: str) -> tuple[float, float]:
-    """The colour scale of this page's maps (one range for all, so their colours compare), drawn with its ends."""
+def legend(maps: np.ndarray, kind: str, colormap: str, scope: str = "the page") -> tuple[float, float]:
+    """The colour scale of these maps (one range for all, so their colours compare), drawn with its ends; ``scope``
+    says which maps share it."""
     low, high = float(np.min(maps)), float(np.max(maps))
     if not high > low:
         high = low + 1e-6
     left, middle, right = st.columns([1, 4, 1], vertical_alignment="center")
     left.caption(f"{low:.3g}")
-    middle.image(drawing.colour_bar(colormap, 512, 14), caption=f"{MAP_NAMES.get(kind, kind)}: one scale for the page")
+    middle.image(drawing.colour_bar(colormap, 512, 14), caption=f"{map_name(kind)}: one scale for {scope}")
     right.caption(f"{high:.3g}")
     return low, high

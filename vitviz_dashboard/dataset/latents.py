@@ -74,8 +74,8 @@ def where_it_fires(index: DatasetIndex, sae: TopKSAE, files: SAEFiles, block: in
         dataset_key("sae_fires_grid"),
     )
     if "correct" in images.columns and images["correct"].notna().any():
-        name = f"latent {latent} fires"
-        frame = images[readable].assign(**{name: fires[readable]})
+        name = f"latent {latent}"  # its slices named in words, not True and False
+        frame = images[readable].assign(**{name: np.where(fires[readable], "fires", "does not fire")})
         table = slice_accuracy(frame, name)
         st.dataframe(
             table.style.format({"accuracy": "{:.1%}", "mean_probability": "{:.1%}"}, na_rep="-"),

@@ -21,6 +21,7 @@ from vitviz.sae.ablation import ablation_tables
 from vitviz.sae.browse import (
     check_block,
     image_codes,
+    raised_classes,
     top_image_shares,
 )
 from vitviz_dashboard.cache.dataset import latent_effects, latent_tables
@@ -194,13 +195,12 @@ def raised(index: DatasetIndex, sae: TopKSAE, block: int, files: SAEFiles, laten
     if effects is None:
         st.caption("The index's model has no classes: there are no logits a latent raises.")
     else:
-        order = np.argsort(-effects, kind="stable")[:TOP_CLASSES]
-        names = list(model.class_names or [])
-        table = pd.DataFrame(
-            {"class": [names[k] if k < len(names) else f"class {k}" for k in order], "logit change": effects[order]}
-        )
+        classes = raised_classes(effects, list(model.class_names or []), TOP_CLASSES)
         st.markdown("**Classes it raises most**")
-        st.dataframe(table, hide_index=True)
+        if classes:
+            st.dataframe(pd.DataFrame(classes, columns=["class", "logit change"]), hide_index=True)
+        else:
+            st.caption(f"None: it raises no class's logit (its largest change is {float(np.max(effects)):+.3g}).")
         last = block == model.config.num_layers - 1
         st.caption(
             f"Direct logit attribution of its decoder column at its largest code ({largest:.3g}), added to the last "

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from vitviz_dashboard.dataset.page import DatasetPage
 
 CLICKED = dataset_key("search_clicked")  # a click's patch, put into the row and column fields before they are drawn
+ROW, COL = dataset_key("search_row"), dataset_key("search_col")
 
 
 def draw(page: DatasetPage) -> None:
@@ -28,13 +29,14 @@ def draw(page: DatasetPage) -> None:
         return
     rows, cols = index.grid
     if CLICKED in st.session_state:  # a widget's value can be set only before the widget is drawn
-        st.session_state[dataset_key("search_row")], st.session_state[dataset_key("search_col")] = st.session_state.pop(
-            CLICKED
-        )
+        st.session_state[ROW], st.session_state[COL] = st.session_state.pop(CLICKED)
+    # the fields' defaults in the state, not the widgets: a click sets them, and a widget with both logs a warning
+    st.session_state.setdefault(ROW, rows // 2)
+    st.session_state.setdefault(COL, cols // 2)
     image_field, row_field, col_field, k_field = st.columns(4)
     image_id = image_field.number_input("Image id", 0, index.count - 1, 0, key=dataset_key("search_image"))
-    row = row_field.number_input("Patch row", 0, rows - 1, rows // 2, key=dataset_key("search_row"))
-    col = col_field.number_input("Patch column", 0, cols - 1, cols // 2, key=dataset_key("search_col"))
+    row = row_field.number_input("Patch row", 0, rows - 1, key=ROW)
+    col = col_field.number_input("Patch column", 0, cols - 1, key=COL)
     k = k_field.number_input("Nearest", 1, 64, 8, key=dataset_key("search_k"))
     chosen = index.query(f"SELECT path, error FROM images WHERE image_id = {int(image_id)}")
     if chosen["error"].notna().iloc[0]:

@@ -65,9 +65,10 @@ def draw(page: DatasetPage) -> None:
     left, middle, right = st.columns(3)
     chosen = left.multiselect("Class", classes(index), key=str(TABLE_CLASSES), placeholder="every class")
     correctness = middle.radio("Correctness", CORRECTNESS, horizontal=True, key=str(TABLE_CORRECTNESS))
-    confidence = right.slider(
-        "Confidence (top class's probability)", 0.0, 1.0, (0.0, 1.0), 0.01, key=str(TABLE_CONFIDENCE)
-    )
+    # the default in the state, not the widget: the kept value is written back in every run (state.keep_widgets),
+    # and a widget with both logs Streamlit's warning
+    TABLE_CONFIDENCE.setdefault((0.0, 1.0))
+    confidence = right.slider("Confidence (top class's probability)", 0.0, 1.0, step=0.01, key=str(TABLE_CONFIDENCE))
     sort, descending, page_field = st.columns([2, 1, 1], vertical_alignment="bottom")
     order = sort.selectbox("Sort by", columns, key=str(TABLE_SORT))
     down = descending.checkbox("descending", key=str(TABLE_DESCENDING))
@@ -103,7 +104,18 @@ def map_kinds(index: DatasetIndex) -> list[str]:
     return kinds + (["relevance"] if "relevance.npy" in stored else [])
 
 
-MAP_NAMES = {"rollout": "attention rollout", "readout": "last block's readout attention, heads averaged"}
+MAP_NAMES = {
+    "rollout": "attention rollout",
+    "readout": "last block's readout attention, heads averaged",
+    "relevance": "relevance",
+}
+
+
+def map_name(kind: str) -> str:
+    """A stored map's name as the page shows it (``readout:3``: the last block's readout attention, head 3)."""
+    if kind.startswith("readout:"):
+        return f"last block's readout attention, head {kind.removeprefix('readout:')}"
+    return MAP_NAMES.get(kind, kind)
 
 
 def thumbnails(
@@ -120,7 +132,7 @@ def thumbnails(
         "Map over each photo",
         map_kinds(index),
         key=dataset_key(f"map|{where}"),
-        format_func=lambda k: MAP_NAMES.get(k, k.replace("readout:", "last block's readout attention, head ")),
+        format_func=map_name,
     )
     maps = index.maps(rows["image_id"].tolist(), kind)
     grid = st.columns(4)
