@@ -2,6 +2,7 @@
 
     attention.py     rollout, [CLS] / patch / readout rows
     streaming.py     the streaming explainer: the attention maps folded in block by block during the forward pass
+    stages.py        rollout and relevance across attention windows and stages (Swin), from the blocks' token layouts
     gradients.py     class-specific maps (Chefer et al. 2021)
     legrad.py        LeGrad: each block's own prediction's gradient w.r.t. its attention (Bousselham et al. 2025)
     transition.py    Transition Attention Maps: attention as a Markov chain, integrated gradients (Yuan et al. 2021)
@@ -31,6 +32,10 @@ Conventions shared by every function:
   (``output.grid_size``); it is never guessed from sqrt(N), so non-square images work.
 - Maps come back as (B, rows, cols) when ``grid_size`` is given, else (B, N). They are not
   rescaled: display scaling belongs to the plotting code.
+- Token layouts (``output.layout``, ``output.layouts``: vitviz.layout.TokenLayout) say what each token is and which
+  pixels and frames it covers. The maps of ``stages.py`` read them (one per block), so windowed attention and
+  merged tokens need no special case; for a plain ViT the layout is built from the pair below, and the functions
+  that take the pair give the same maps.
 - Every map function takes its arguments in one order: the tensors it is computed from, then the token layout
   (``num_prefix_tokens``, ``grid_size``), then, by keyword only, ``readout`` (what the head reads: "cls", "mean"
   or ``output.readout``), ``start_layer`` and the method's own options. (``pooling`` is the model's config:
@@ -76,6 +81,7 @@ from vitviz.explain.logit_attribution import LogitAttribution, direct_logit_attr
 from vitviz.explain.method import COSTS, Cost, MapInputs, MapOptions, Method, MethodOutput
 from vitviz.explain.registry import CLASS_SPECIFIC, METHODS, MethodMaps, get_method, method_maps
 from vitviz.explain.sanity import MapMethod, SanityCheck, cascading_randomization, spearman_correlation
+from vitviz.explain.stages import merge_targets, relevance_across_stages, rollout_across_stages
 from vitviz.explain.statistics import (
     attention_entropy,
     mean_attention_distance,
@@ -140,18 +146,19 @@ __all__ = [
     "gradient_weighted_attention",
     "gradient_weighted_rollout",
     "head_importance",
+    "head_queries_and_keys",
     "high_norm_patches",
     "integrated_attention_gradient",
     "legrad",
     "legrad_gradients",
     "logit_lens",
     "mean_attention_distance",
+    "merge_targets",
     "method_maps",
     "norm1_gradients",
     "patch_distances",
     "patch_embedding_components",
     "patch_features",
-    "head_queries_and_keys",
     "patch_similarity",
     "pca_rgb",
     "perturbation_curve",
@@ -159,6 +166,8 @@ __all__ = [
     "position_embedding_similarity",
     "query_attention",
     "readout_attention_all",
+    "relevance_across_stages",
+    "rollout_across_stages",
     "rotary_similarity",
     "spearman_correlation",
     "token_logits",

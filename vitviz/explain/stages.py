@@ -1,0 +1,210 @@
+"""Rollout and relevance across attention windows and stages, for any model that returns its token layouts.
+
+A plain ViT's blocks all attend over one set of tokens, each block's attention a (B, heads, T, T) matrix. A
+hierarchical model (Swin) attends inside windows, shifted every other block, and merges tokens between stages, so
+each block returns (B * nW, heads, S, S), one S x S matrix per window, and the tokens of stage s + 1 are fewer than
+those of stage s. Both rules here read the model's per-block ``layouts`` (``output.layouts``, vitviz.layout):
+
+- **Window attention, embedded.** A block's fused window attention is the dense (T, T) matrix over its stage's
+  tokens that holds each window's weights at its tokens' places (``layout.windows``) and 0 across windows (Chefer's
+  zero-padding, Transformer-MM-Explainability #4). Slots marked -1 (padding the model added to fill a window) are
+  no token of the input: their columns are dropped.
+- **Merging.** Where a block's tokens differ from the previous block's, each earlier token passes to the later token
+  whose box holds its centre, and a merged token is the mean of the tokens it holds: the merge matrix M
+  (T_next x T_prev) has M[j, i] = 1 / |{i' -> j}| for i -> j. Prefix tokens carry over one to one.
+- **Rollout** (Abnar & Zuidema 2020, as ``attention_rollout``): R = N(A_L + I) ... M ... N(A_1 + I), where N makes
+  every row sum to 1 (so 0.5 A + 0.5 I where a row's weights sum to 1; a row that gave weight to padded slots is
+  renormalised over the real tokens and itself).
+- **Relevance** (Chefer et al. 2021a, as ``gradient_weighted_attention``): R = (I + Ā_L) ... M ... (I + Ā_1), with
+  Ā_l = mean_heads((dy/dA_l * A_l)+) taken per window, each block's gradient paired with that block's attention.
+
+The map is the readout row of R: ``readout`` (B, T_last) weights over the last block's tokens, by default the mean
+of its patch tokens (Swin's head pools by the mean). It is never formed as a matrix: the row is carried backwards
+through the blocks as a (B, T) vector, v <- v N(A + I), so memory is that of the attentions themselves, and time a
+few multiply-adds per attention weight. For a plain ViT both functions equal ``attention_rollout`` and
+``gradient_weighted_attention`` with ``readout=output.readout``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from vitviz.explain.attention import fuse_heads
+from vitviz.explain.common import HeadFusion
+from vitviz.layout import TokenLayout
+
+MERGE_BLOCK = 4096  # earlier tokens whose later token is looked up at once: a (4096, T_next) boolean table
+
+
+def rollout_across_stages(
+    attentions: Sequence[torch.Tensor],
+    layouts: Sequence[TokenLayout],
+    *,
+    readout: torch.Tensor | None = None,
+    head_fusion: HeadFusion = "mean",
+) -> torch.Tensor:
+    """Attention rollout over every block, windows and merges included (see the module's docstring).
+
+    ``attentions[l]``: (B, heads, T_l, T_l) for a block that attends globally, (B * nW, heads, S, S) for a windowed
+    one (``layouts[l].windows`` (nW, S)). ``readout``: (B, T_last) weights over the last block's tokens, or None for
+    the mean of its patch tokens. Returns the map over the first block's patch tokens, (B, rows, cols) where its
+    layout is a grid of one frame, (B, frames, rows, cols) for several, else (B, N).
+    """
+    fused = [fuse_heads(attention, head_fusion) for attention in _checked(attentions, layouts)]
+    return _carried_back(fused, layouts, readout, renormalise=True)
+
+
+def relevance_across_stages(
+    attentions: Sequence[torch.Tensor],
+    gradients: Sequence[torch.Tensor],
+    layouts: Sequence[TokenLayout],
+    *,
+    readout: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Class-specific relevance (Chefer et al. 2021a) over every block, windows and merges included: ``gradients[l]``
+    is the target's gradient with respect to ``attentions[l]``, of the same shape. Returns what
+    ``rollout_across_stages`` returns."""
+    _checked(attentions, layouts)
+    if len(gradients) != len(attentions):
+        raise ValueError(f"{len(gradients)} gradients for {len(attentions)} attention blocks")
+    weighted = []
+    for index, (attention, gradient) in enumerate(zip(attentions, gradients, strict=True)):
+        if gradient.shape != attention.shape:
+            raise ValueError(
+                f"gradients[{index}] has shape {tuple(gradient.shape)}; its attention {tuple(attention.shape)}"
+            )
+        weighted.append((gradient * attention).clamp(min=0).mean(dim=1))
+    return _carried_back(weighted, layouts, readout, renormalise=False)
+
+
+def _checked(attentions: Sequence[torch.Tensor], layouts: Sequence[TokenLayout]) -> Sequence[torch.Tensor]:
+    """One layout per block, and each block's attention of the shape its layout says."""
+    if len(attentions) == 0:
+        raise ValueError("attentions is empty: run the model with output_attentions=True")
+    if len(layouts) != len(attentions):
+        raise ValueError(f"{len(layouts)} layouts for {len(attentions)} attention blocks: give output.layouts")
+    batch = None
+    for index, (attention, layout) in enumerate(zip(attentions, layouts, strict=True)):
+        windows = layout.windows
+        size = len(layout) if windows is None else windows.shape[1]
+        groups = 1 if windows is None else windows.shape[0]
+        if attention.ndim != 4 or attention.shape[-2:] != (size, size) or attention.shape[0] % groups:
+            expected = f"(B, heads, {size}, {size})" if windows is None else f"(B * {groups}, heads, {size}, {size})"
+            raise ValueError(f"attentions[{index}] has shape {tuple(attention.shape)}; its layout says {expected}")
+        if batch is not None and attention.shape[0] // groups != batch:
+            raise ValueError(f"attentions[{index}] holds {attention.shape[0] // groups} images, block 0 {batch}")
+        batch = attention.shape[0] // groups
+    return attentions
+
+
+def _carried_back(
+    fused: Sequence[torch.Tensor], layouts: Sequence[TokenLayout], readout: torch.Tensor | None, renormalise: bool
+) -> torch.Tensor:
+    """The readout row of prod_l F(A_l) with the merges between, carried from the last block to the first:
+    F(A) = N(A + I) when ``renormalise`` (rollout), I + A otherwise (relevance)."""
+    last = layouts[-1]
+    batch = fused[-1].shape[0] // (1 if last.windows is None else last.windows.shape[0])
+    row = _readout_row(readout, last, batch, fused[-1])
+    for index in range(len(fused) - 1, -1, -1):
+        matrix, layout = fused[index], layouts[index]
+        if renormalise:
+            row = row / (1 + _row_sums(matrix, layout))
+        row = row + _times(row, matrix, layout)
+        if index > 0 and not _same_tokens(layouts[index - 1], layout):
+            row = _merged_back(row, layout, layouts[index - 1])
+    values = row[:, layouts[0].patch_indices]
+    first = layouts[0]
+    if first.grid is None:
+        return values
+    view = values.reshape(batch, *first.grid)
+    return view[:, 0] if first.grid[0] == 1 else view
+
+
+def _readout_row(readout: torch.Tensor | None, layout: TokenLayout, batch: int, like: torch.Tensor) -> torch.Tensor:
+    """(B, T_last): the given weights, checked, or the mean of the last block's patch tokens."""
+    if readout is not None:
+        if readout.shape != (batch, len(layout)):
+            raise ValueError(
+                f"readout must be (B, T) = ({batch}, {len(layout)}) for the last block; got {readout.shape}"
+            )
+        return readout.to(like.dtype)
+    row = like.new_zeros(batch, len(layout))
+    patches = torch.as_tensor(layout.patch_indices, device=like.device)
+    row[:, patches] = 1 / len(patches)
+    return row
+
+
+def _windows(layout: TokenLayout, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """A windowed layout's token indices (nW, S) with padded slots pointed at token 0, and the mask of real ones."""
+    windows = torch.as_tensor(layout.windows, device=device, dtype=torch.long)
+    real = windows >= 0
+    return windows.clamp(min=0), real
+
+
+def _row_sums(matrix: torch.Tensor, layout: TokenLayout) -> torch.Tensor:
+    """(B, T): each token's row sum of the embedded attention (the weights it gives real tokens)."""
+    if layout.windows is None:
+        return matrix.sum(dim=-1)
+    windows, real = _windows(layout, matrix.device)
+    groups, size = windows.shape
+    blocks = matrix.reshape(-1, groups, size, size)  # (B, nW, S, S)
+    sums = (blocks * real[None, :, None, :]).sum(dim=-1)  # (B, nW, S): padded columns dropped
+    out = matrix.new_zeros(blocks.shape[0], len(layout))
+    # a real token appears in exactly one window slot; padded slots add nothing
+    return out.index_add_(1, windows.reshape(-1), (sums * real).reshape(blocks.shape[0], -1))
+
+
+def _times(row: torch.Tensor, matrix: torch.Tensor, layout: TokenLayout) -> torch.Tensor:
+    """(B, T) row times the embedded (T, T) attention of each image: row @ A_dense."""
+    if layout.windows is None:
+        return (row[:, None, :] @ matrix)[:, 0]
+    windows, real = _windows(layout, matrix.device)
+    groups, size = windows.shape
+    blocks = matrix.reshape(-1, groups, size, size)  # (B, nW, S, S)
+    gathered = row[:, windows] * real  # (B, nW, S): the row at each window's queries, 0 at padded slots
+    product = (gathered[:, :, None, :] @ blocks)[:, :, 0] * real  # (B, nW, S) at each window's keys
+    return row.new_zeros(row.shape).index_add_(1, windows.reshape(-1), product.reshape(row.shape[0], -1))
+
+
+def _same_tokens(first: TokenLayout, second: TokenLayout) -> bool:
+    return first is second or (
+        first.kinds == second.kinds
+        and np.array_equal(first.boxes, second.boxes, equal_nan=True)
+        and np.array_equal(first.frames, second.frames)
+    )
+
+
+def merge_targets(later: TokenLayout, earlier: TokenLayout) -> np.ndarray:
+    """int64 (T_earlier,): for each earlier token, the later token it merges into: the one whose box and frames hold
+    the centre of its box; prefix tokens carry over one to one. A token that no later token holds is an error."""
+    prefix = earlier.num_prefix_tokens
+    if later.kinds[: later.num_prefix_tokens] != earlier.kinds[:prefix]:
+        raise ValueError("layouts with different prefix tokens cannot be merged: one block's tokens are not the next's")
+    targets = np.full(len(earlier), -1, dtype=np.int64)
+    targets[:prefix] = np.arange(prefix)
+    patches = earlier.patch_indices
+    centres = (earlier.boxes[patches, :2] + earlier.boxes[patches, 2:]) / 2  # (N, 2) x, y
+    frames = earlier.frames[patches, 0]
+    later_patches = later.patch_indices
+    boxes, spans = later.boxes[later_patches], later.frames[later_patches]
+    for start in range(0, len(patches), MERGE_BLOCK):
+        x, y = centres[start : start + MERGE_BLOCK, :1], centres[start : start + MERGE_BLOCK, 1:]
+        frame = frames[start : start + MERGE_BLOCK, None]
+        holds = (boxes[:, 0] <= x) & (x < boxes[:, 2]) & (boxes[:, 1] <= y) & (y < boxes[:, 3])
+        holds &= (spans[:, 0] <= frame) & (frame <= spans[:, 1])  # (chunk, N_later)
+        found = holds.any(axis=1)
+        if not found.all():
+            orphan = patches[start + int(np.flatnonzero(~found)[0])]
+            raise ValueError(f"token {orphan} of one block lies in no token of the next: the layouts do not nest")
+        targets[patches[start : start + MERGE_BLOCK]] = later_patches[holds.argmax(axis=1)]
+    return targets
+
+
+def _merged_back(row: torch.Tensor, later: TokenLayout, earlier: TokenLayout) -> torch.Tensor:
+    """row @ M: each earlier token gets its later token's value over the number of tokens merged into it."""
+    targets = torch.as_tensor(merge_targets(later, earlier), device=row.device)
+    counts = torch.bincount(targets, minlength=len(later)).to(row.dtype)
+    return row[:, targets] / counts[targets]
