@@ -25,6 +25,7 @@ from functools import lru_cache
 import numpy as np
 
 PREFIX_KINDS = ("cls", "distillation", "register")
+MAX_SIDE = 16384  # pixels a side of a painted map
 
 
 @dataclass(frozen=True, eq=False)
@@ -81,9 +82,11 @@ class TokenLayout:
             )
         return values.reshape(*values.shape[:-1], *self.grid)
 
-    def paint(self, values: np.ndarray, frame: int = 0) -> np.ndarray:
+    def paint(self, values: np.ndarray, frame: int = 0, shape: tuple[int, int] | None = None) -> np.ndarray:
         """float32 (height, width): each pixel of input frame ``frame`` gets the mean value of the tokens whose boxes
-        and frames hold it; NaN where no token does. ``values`` has one entry per token (T) or per patch token (N)."""
+        and frames hold its centre; NaN where no token does (or every such value is NaN). ``values`` has one entry
+        per token (T) or per patch token (N). ``shape`` (height, width) draws at another size than the input's own
+        (the boxes scaled), e.g. a photo's: pixel (y, x)'s centre is ((x + 0.5) / sx, (y + 0.5) / sy) in the input."""
         values = np.asarray(values, dtype=np.float64)
         if values.ndim != 1:
             raise ValueError(f"paint takes one value per token, a 1-D array; got shape {values.shape}")
@@ -97,17 +100,22 @@ class TokenLayout:
             )
         if not 0 <= frame < self.num_frames:
             raise ValueError(f"frame must be from 0 to {self.num_frames - 1}; got {frame}")
-        height, width = self.image_size
+        height, width = shape or self.image_size
+        if not (0 < height <= MAX_SIDE and 0 < width <= MAX_SIDE):
+            raise ValueError(f"a painted map is 1 to {MAX_SIDE} pixels a side; got {height} x {width}")
+        scale = np.array([width / self.image_size[1], height / self.image_size[0]] * 2)
+        drawn = (self.frames[patches, 0] <= frame) & (frame <= self.frames[patches, 1]) & ~np.isnan(values)
+        # the pixels whose centres lie in [edge0, edge1) are ceil(edge0 * s - 0.5) to ceil(edge1 * s - 0.5) - 1
+        edges = np.ceil(self.boxes[patches][drawn].astype(np.float64) * scale - 0.5).astype(np.int64)
+        edges = np.clip(edges, 0, [width, height, width, height])
         total = np.zeros((height + 1, width + 1))
         count = np.zeros((height + 1, width + 1))
-        first, last = self.frames[patches, 0], self.frames[patches, 1]
-        seen = (first <= frame) & (frame <= last)
-        boxes = np.clip(np.round(self.boxes[patches][seen]).astype(np.int64), 0, [width, height, width, height])
-        # each box adds its value to its corner cells of a difference array; the 2-D cumulative sum spreads it
-        for (x0, y0, x1, y1), value in zip(boxes, values[seen], strict=True):
-            for y, x, sign in ((y0, x0, 1), (y0, x1, -1), (y1, x0, -1), (y1, x1, 1)):
-                total[y, x] += sign * value
-                count[y, x] += sign
+        # each box adds its value to the corners of a difference array; the 2-D cumulative sum spreads it inside
+        for (x0, y0, x1, y1), value in zip(edges, values[drawn], strict=True):
+            if x1 > x0 and y1 > y0:
+                for y, x, sign in ((y0, x0, 1), (y0, x1, -1), (y1, x0, -1), (y1, x1, 1)):
+                    total[y, x] += sign * value
+                    count[y, x] += sign
         total = total.cumsum(0).cumsum(1)[:height, :width]
         count = np.rint(count.cumsum(0).cumsum(1)[:height, :width])
         with np.errstate(invalid="ignore", divide="ignore"):

@@ -23,7 +23,7 @@ import numpy as np
 
 from vitviz.vlm.answer import Answer
 from vitviz.vlm.errors import VLMError
-from vitviz.vlm.tiles import Tile
+from vitviz.vlm.tiles import Tile, tiles_layout
 
 
 def _is_index(value: object) -> bool:
@@ -98,14 +98,6 @@ def token_map(
     return tile_maps(answer, token_attention(answer, token, layers, head))
 
 
-def _cells(start: float, stop: float, cells: int, pixels: int, scale: float) -> np.ndarray:
-    """For each of ``pixels`` pixels along one axis, the index of the cell (of ``cells`` dividing [start, stop) in
-    photo coordinates) that holds its centre, or -1 outside; pixel p's centre is (p + 0.5) / scale in the photo."""
-    centres = (np.arange(pixels) + 0.5) / scale
-    index = np.floor((centres - start) / (stop - start) * cells).astype(np.int64)
-    return np.where((index >= 0) & (index < cells), index, -1)
-
-
 def photo_map(
     tiles: list[Tile],
     maps: list[np.ndarray],
@@ -125,25 +117,14 @@ def photo_map(
     width, height = size or photo_size
     if not (_is_index(width) and _is_index(height) and 0 < width <= 16384 and 0 < height <= 16384):
         raise VLMError(f"a map's size must be (width, height), each 1 to 16384 pixels; got {size!r}")
-    scale_x, scale_y = width / photo_size[0], height / photo_size[1]
-    total = np.zeros((height, width), dtype=np.float64)
-    count = np.zeros((height, width), dtype=np.int64)
+    drawn = []
     for index, (piece, values) in enumerate(zip(tiles, maps, strict=True)):
-        if tile is not None and index != tile:
-            continue
         values = np.asarray(values, dtype=np.float64)
         if values.shape != piece.grid:
             raise VLMError(f"tile {index}'s map is {values.shape}, not its token grid {piece.grid}")
-        left, top, right, bottom = piece.box
-        cols = _cells(left, right, piece.grid[1], width, scale_x)
-        rows = _cells(top, bottom, piece.grid[0], height, scale_y)
-        inside = (rows[:, None] >= 0) & (cols[None, :] >= 0)
-        drawn = values[np.maximum(rows, 0)[:, None], np.maximum(cols, 0)[None, :]]
-        inside &= ~np.isnan(drawn)
-        total[inside] += drawn[inside]
-        count[inside] += 1
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(count > 0, total / count, np.nan).astype(np.float32)
+        drawn.append(values.ravel() if tile is None or index == tile else np.full(piece.count, np.nan))
+    layout = tiles_layout(tuple(tiles), tuple(photo_size))
+    return layout.paint(np.concatenate(drawn), shape=(int(height), int(width)))
 
 
 def answer_photo_map(

@@ -13,9 +13,12 @@ photo that the canvas shows; layouts.py builds the tiles with it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
+
+from vitviz.layout import TokenLayout
 
 Box = tuple[float, float, float, float]  # left, top, right, bottom in the photo's pixels
 
@@ -38,10 +41,33 @@ class Tile:
         width, height = (right - left) / self.grid[1], (bottom - top) / self.grid[0]
         return (left + col * width, top + row * height, left + (col + 1) * width, top + (row + 1) * height)
 
+    def cells(self) -> np.ndarray:
+        """float64 (count, 4): every token's box in the photo (``cell``), row-major."""
+        left, top, right, bottom = self.box
+        rows, cols = np.divmod(np.arange(self.count), self.grid[1])
+        width, height = (right - left) / self.grid[1], (bottom - top) / self.grid[0]
+        return np.stack(
+            [left + cols * width, top + rows * height, left + (cols + 1) * width, top + (rows + 1) * height], axis=1
+        )
+
     def token_grid(self, index: int) -> np.ndarray:
         """(count, 3) rows of (tile index, row, col), row-major: the order a vision tower reads a grid."""
         rows, cols = np.meshgrid(np.arange(self.grid[0]), np.arange(self.grid[1]), indexing="ij")
         return np.stack([np.full(self.count, index), rows.ravel(), cols.ravel()], axis=1).astype(np.int64)
+
+
+@lru_cache(maxsize=32)
+def tiles_layout(tiles: tuple[Tile, ...], photo_size: tuple[int, int]) -> TokenLayout:
+    """The tiles' tokens as one TokenLayout over the photo ((width, height) pixels): tile by tile, each row-major, every
+    token a "patch" whose box is its cell in the photo (it may reach outside where the processor padded). Maps are
+    drawn through it (``TokenLayout.paint``), the same path as every other model's."""
+    boxes = np.concatenate([tile.cells() for tile in tiles]).astype(np.float32)
+    return TokenLayout(
+        kinds=("patch",) * len(boxes),
+        boxes=boxes,
+        frames=np.zeros((len(boxes), 2), dtype=np.int64),
+        image_size=(int(photo_size[1]), int(photo_size[0])),
+    )
 
 
 @dataclass(frozen=True)
