@@ -133,3 +133,23 @@ def test_layouts_are_cached_and_read_only():
     assert grid_layout(("cls",), (4, 4), 16) is grid_layout(("cls",), (4, 4), 16)
     with pytest.raises(ValueError):
         grid_layout(("cls",), (4, 4), 16).boxes[1, 0] = 5
+
+
+def test_paint_at_another_size_takes_each_pixels_centre():
+    """Fractional boxes drawn at another size: a pixel takes the tokens whose boxes hold its centre in the input."""
+    kinds = ("patch",) * 3
+    boxes = np.array([[0.0, 0.0, 5.5, 3.25], [2.5, 1.0, 9.0, 6.0], [-2.0, 4.0, 3.0, 9.0]], dtype=np.float32)
+    layout = TokenLayout(kinds=kinds, boxes=boxes, frames=np.zeros((3, 2), np.int64), image_size=(6, 9))
+    values = np.array([1.0, 10.0, np.nan])  # a NaN value is drawn as no value
+    height, width = 13, 7  # no pixel centre on a box edge
+    got = layout.paint(values, shape=(height, width))
+    expected = np.full((height, width), np.nan)
+    for y in range(height):
+        for x in range(width):
+            cx, cy = (x + 0.5) * 9 / width, (y + 0.5) * 6 / height
+            held = [v for (x0, y0, x1, y1), v in zip(boxes, values) if x0 <= cx < x1 and y0 <= cy < y1 and v == v]
+            if held:
+                expected[y, x] = np.mean(held)
+    np.testing.assert_allclose(got, expected, rtol=1e-6)
+    with pytest.raises(ValueError, match="1 to 16384 pixels"):
+        layout.paint(values, shape=(0, 4))
