@@ -12,7 +12,7 @@
     relevance.py   Chefer et al. 2021b's relevance of one answer token over the image tokens, during the backward pass
     lens.py        the logit lens on image tokens: each image token's top words at a chosen layer
     knockout.py    knock-outs: image tokens taken out of the answer's view in a map's order, log-probability curves
-    passes.py      pass_attention: an attention function whose layer calls a relevance or knock-out pass takes over
+    passes.py      intercepted (a relevance or knock-out pass takes the layer calls over) and hooked: per thread
     tower.py       vision_tower: the vision tower as a vitviz ViT (CLIP, SigLIP, Idefics3's), Qwen's refused by name
 
 ``from vitviz.vlm import load_vlm`` is the way in: ``load_vlm(spec).answer(image, question)``.

@@ -15,7 +15,7 @@ softmax spreads over the keys left):
 
 Image-newline tokens (LLaVA-NeXT) are not image tokens and are never removed. The answer's log-probability is the sum
 over its tokens of log p(token | the tokens before it), teacher-forced in one pass per step (SDPA with the edited
-mask, through ``pass_attention``).
+mask, handed to the pass through ``passes.intercepted``).
 
 At each fraction f of the steps (by default Chefer et al.'s 0, 0.1, ..., 0.9), the round(N * f) image tokens that
 rank first are removed: most relevant first (a faithful map makes the log-probability fall fast: a low area) or

@@ -7,8 +7,9 @@ language model's final norm and the unembedding (``lm_head``, and the final logi
 as the model's own last layer does; the softmax over the vocabulary gives each token's top-k words. At layer L this
 is the model's own prediction at the image positions.
 
-One forward pass runs up to the chosen layer only (a hook keeps the image positions' hidden states there and stops
-the pass); the vocabulary's logits are formed LENS_BLOCK_TOKENS image tokens at a time.
+One forward pass runs up to the chosen layer only: a hook keeps the image positions' hidden states there and stops
+the pass (``passes.hooked``: in this thread's pass only, since sessions share the model). The vocabulary's logits
+are formed LENS_BLOCK_TOKENS image tokens at a time.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import torch
 from vitviz.vlm.answer import Answer
 from vitviz.vlm.errors import VLMError
 from vitviz.vlm.maps import tile_maps
+from vitviz.vlm.passes import hooked
 
 LENS_BLOCK_TOKENS = 256  # image tokens whose vocabulary logits are formed at once
 MAX_TOP_K = 100
@@ -65,20 +67,14 @@ def image_hidden_states(answer: Answer, layer: int) -> torch.Tensor:
         raise _Reached
 
     if layer == 0:
-        hook = blocks[0].register_forward_pre_hook(
-            lambda _m, args, kwargs: keep(args[0] if args else kwargs["hidden_states"]), with_kwargs=True
-        )
+        watch = hooked(blocks[0], lambda _m, args, kwargs: keep(args[0] if args else kwargs["hidden_states"]), pre=True)
     else:
-        hook = blocks[layer - 1].register_forward_hook(
-            lambda _m, _a, out: keep(out[0] if isinstance(out, tuple) else out)
-        )
-    try:
-        with torch.inference_mode():
+        watch = hooked(blocks[layer - 1], lambda _m, _a, out: keep(out[0] if isinstance(out, tuple) else out))
+    try:  # the hook acts in this thread's pass only: another session's pass through the shared model runs whole
+        with torch.inference_mode(), watch:
             vlm.model(**answer.inputs, use_cache=False, logits_to_keep=1)
     except _Reached:
         pass
-    finally:
-        hook.remove()
     if not kept:
         raise VLMError(f"the pass never reached language-model layer {layer} of {type(vlm.model).__name__}")
     return kept[0]

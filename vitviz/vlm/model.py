@@ -4,6 +4,13 @@
 text config's attention to ``rows_attention`` (recording.py: SDPA's output, and the answer rows when recording;
 the vision tower keeps its own), builds prompts with the processor's chat template, generates greedily, and runs
 the recorded teacher-forced pass (``record``) that ``answer`` (answer.py) and later methods read.
+
+One VLM may serve several threads at once (the dashboard's sessions share the model it loaded), and needs no lock:
+after ``__init__`` nothing vitviz does changes the model. What a call records or intercepts is found in context
+variables of the thread that runs it (recording.py, passes.py), hooks act for the thread that set them
+(``passes.hooked``), and the model stays in eval mode with its weights' gradient flags untouched. Qwen's models keep
+the last prompt's ``rope_deltas`` on the model, but transformers (5.x) computes them anew in every pass without a
+cache, and ``generate`` carries each call's own position ids from step to step, so neither reads another's.
 """
 
 from __future__ import annotations

@@ -15,15 +15,21 @@ each language-model layer also forms softmax(QKᵀ · scale + mask) for the requ
 The function receives queries and keys after the family's rotary embedding (Qwen's M-RoPE included), the mask
 transformers built for the layer (causal, sliding window, PaliGemma's prefix and Gemma 3's image blocks), and the
 layer's ``scaling`` and ``softcap``; grouped-query heads are matched to their key/value head without copying keys.
-The vision tower keeps its own attention: only the text config's implementation is switched (``use_rows_attention``).
+The vision tower keeps its own attention: only the text config's implementation is set (by ``VLM``, once, at load).
+
+One model serves every session of the dashboard, each in its own thread, so nothing of a call is kept on the model:
+a pass that takes the layers' calls over (relevance, knock-outs: ``taken_over``, used by passes.py) is found, like
+the Recording, in a context variable of the thread that runs it. The model's attention implementation never
+changes after load, and a generation beside such a pass runs plain ``rows_attention``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -61,7 +67,13 @@ class Recording:
         )
 
 
+# A layer's call handed to the pass that took it over: (module, layer index, query, key, value, attention mask,
+# scaling, softcap, is_causal, the other keyword arguments) -> the attention output (batch, T, heads, d).
+LayerHandler = Callable[..., torch.Tensor]
+
 _ACTIVE: ContextVar[Recording | None] = ContextVar("vitviz_vlm_recording", default=None)
+# the pass that takes over this thread's layer calls: id(attention module) -> layer index, and its handler
+_TAKEN: ContextVar[tuple[dict[int, int], LayerHandler] | None] = ContextVar("vitviz_vlm_taken", default=None)
 
 
 @contextmanager
@@ -72,6 +84,17 @@ def recording(record: Recording) -> Iterator[Recording]:
         yield record
     finally:
         _ACTIVE.reset(token)
+
+
+@contextmanager
+def taken_over(layers: dict[int, int], handler: LayerHandler) -> Iterator[None]:
+    """Inside this block (this thread only), the call of each attention module in ``layers`` (id -> layer index)
+    goes to ``handler`` in place of ``layer_output``."""
+    token = _TAKEN.set((layers, handler))
+    try:
+        yield
+    finally:
+        _TAKEN.reset(token)
 
 
 def row_probabilities(
@@ -157,10 +180,36 @@ def rows_attention(
     dropout: float = 0.0,
     scaling: float | None = None,
     is_causal: bool | None = None,
-    **kwargs,
+    **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
-    """transformers' attention-function signature: SDPA's output, and the recorded rows while a Recording is
-    active and ``module`` is one of its language-model layers."""
+    """transformers' attention-function signature, the one the language model runs: the output of the pass that
+    took the layer over in this thread (``taken_over``), else ``layer_output``'s."""
+    taken = _TAKEN.get()
+    if taken is not None and id(module) in taken[0]:
+        layers, handler = taken
+        softcap = kwargs.pop("softcap", None)
+        output = handler(
+            module, layers[id(module)], query, key, value, attention_mask, scaling, softcap, is_causal, kwargs
+        )
+        return output, None
+    return layer_output(
+        module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs
+    )
+
+
+def layer_output(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    is_causal: bool | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """SDPA's output (or softmax(QKᵀ)V in blocks of rows for soft-capped logits), and the recorded rows while a
+    Recording is active in this thread and ``module`` is one of its language-model layers."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     softcap = kwargs.pop("softcap", None)

@@ -24,7 +24,7 @@ from torch.utils.checkpoint import checkpoint
 from vitviz.vlm.answer import Answer
 from vitviz.vlm.errors import VLMError
 from vitviz.vlm.maps import answer_token
-from vitviz.vlm.passes import AttentionCall, intercepted
+from vitviz.vlm.passes import AttentionCall, hooked, intercepted
 from vitviz.vlm.recording import row_probabilities
 
 RELEVANCE_BLOCK_ROWS = 256  # query rows whose attention is re-formed at once during the backward pass
@@ -128,15 +128,12 @@ def _token_row(answer: Answer, token: int) -> np.ndarray:
     target = int(answer.token_ids[token])
     propagation = _Propagation(length, row, vlm.device)
     embeddings = vlm.language_model.get_input_embeddings()
-    # the residual stream must carry a gradient even where the weights are frozen
-    hook = embeddings.register_forward_hook(lambda _m, _a, out: out if out.requires_grad else out.requires_grad_())
-    try:
-        with torch.enable_grad(), intercepted(vlm, propagation.forward):
-            output = vlm.model(**inputs, use_cache=False, logits_to_keep=length - row)
-            logit = output.logits[0, 0, target]
-            torch.autograd.grad(logit, propagation.outputs, allow_unused=True)
-    finally:
-        hook.remove()
+    # the residual stream must carry a gradient even where the weights are frozen (in this thread's pass only)
+    carry = hooked(embeddings, lambda _m, _a, out: out if out.requires_grad else out.requires_grad_())
+    with torch.enable_grad(), carry, intercepted(vlm, propagation.forward):
+        output = vlm.model(**inputs, use_cache=False, logits_to_keep=length - row)
+        logit = output.logits[0, 0, target]
+        torch.autograd.grad(logit, propagation.outputs, allow_unused=True)
     expected = list(range(vlm.num_layers - 1, -1, -1))
     if propagation.order != expected:
         raise VLMError(

@@ -32,6 +32,7 @@ from vitviz.loading.sources.huggingface import from_huggingface
 from vitviz.model import ViT
 from vitviz.preprocessing import Preprocessing
 from vitviz.vlm.errors import VLMError
+from vitviz.vlm.passes import hooked
 
 # the tower's model_type -> the importer's model_type that reads it exactly
 READABLE = {
@@ -110,13 +111,11 @@ def check_positions_in_order(module: torch.nn.Module, family: str) -> None:
     tile = side * embeddings.patch_size
     weight = embeddings.patch_embedding.weight
     seen: list[torch.Tensor] = []
-    hook = embeddings.position_embedding.register_forward_hook(lambda _m, args, _out: seen.append(args[0]))
-    try:
-        with torch.inference_mode():
-            pixels = torch.zeros(1, weight.shape[1], tile, tile, dtype=weight.dtype, device=weight.device)
-            embeddings(pixels, torch.ones(1, side, side, dtype=torch.bool, device=weight.device))
-    finally:
-        hook.remove()
+    # the hook sees this thread's call only: another session may be running the shared tower meanwhile
+    watch = hooked(embeddings.position_embedding, lambda _m, args, _out: seen.append(args[0]))
+    with torch.inference_mode(), watch:
+        pixels = torch.zeros(1, weight.shape[1], tile, tile, dtype=weight.dtype, device=weight.device)
+        embeddings(pixels, torch.ones(1, side, side, dtype=torch.bool, device=weight.device))
     ids = seen[0].flatten().cpu() if seen else None
     if ids is None or not torch.equal(ids, torch.arange(side * side)):
         repeated = side * side - len(torch.unique(ids)) if ids is not None else side * side
