@@ -130,9 +130,9 @@ def test_unknown_weights_and_unsupported_models_are_named(tmp_path):
         from_huggingface(state_dict, reference.config.to_dict())
     with pytest.raises(
         ModelLoadError,
-        match="model_type 'swin' is not supported; supported: aimv2, aimv2_vision_model, clip, clip_vision_model,",
+        match="model_type 'beit' is not supported; supported: aimv2, aimv2_vision_model, clip, clip_vision_model,",
     ):
-        from_huggingface(reference.state_dict(), {**reference.config.to_dict(), "model_type": "swin"})
+        from_huggingface(reference.state_dict(), {**reference.config.to_dict(), "model_type": "beit"})
     with pytest.raises(ModelLoadError, match="no config.json"):
         load_huggingface_folder(tmp_path)
     (tmp_path / "model.safetensors").write_bytes(b"\xff" * 20)

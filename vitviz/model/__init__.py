@@ -8,8 +8,11 @@
     interventions.py  heads knocked out and tokens taken out of the attention: the masks, checked
     rotary.py   rotary position embeddings for a 2-D grid of patches (DINOv3's, EVA's, RoPE-Mixed)
     precision.py  precision "auto": the model timed in fp32 and bf16 autocast on this machine, the faster kept
+    swin.py     Swin and Swin v2 (Swin, SwinOutput): window attention, the cyclic shift, patch merging
+    swin_config.py  SwinConfig: one field per choice of Swin and Swin v2 (windows, shifts, padding convention...)
+    windows.py  Swin's windows: partition and reverse, the shift's mask, padding, relative positions, window tokens
 
-``from vitviz.model import ViT, ViTConfig`` is the public way in.
+``from vitviz.model import ViT, ViTConfig`` is the public way in (``Swin, SwinConfig`` for the hierarchical models).
 """
 
 from vitviz.model.config import ACTIVATIONS, POOLINGS, PROBABILITIES, Activation, Pooling, Probabilities, ViTConfig
@@ -27,6 +30,7 @@ from vitviz.model.layers import (
     LayerScale,
     PatchEmbedding,
 )
+from vitviz.model.swin import Swin, SwinConfig, SwinOutput
 from vitviz.model.vit import Precision, ViT, ViTOutput, autocast
 
 __all__ = [
@@ -50,6 +54,9 @@ __all__ = [
     "Pooling",
     "Precision",
     "Probabilities",
+    "Swin",
+    "SwinConfig",
+    "SwinOutput",
     "ViT",
     "ViTConfig",
     "ViTOutput",

@@ -20,6 +20,7 @@ from torch import nn
 from vitviz.loading.build import build_model
 from vitviz.loading.errors import ModelLoadError
 from vitviz.loading.sources.common import add_zero_biases, rename
+from vitviz.loading.sources.from_timm_swin import from_timm_swin, is_timm_swin, timm_swin_config
 from vitviz.loading.sources.timm_eva import RULES as EVA_RULES
 from vitviz.loading.sources.timm_eva import eva_config, join_qkv_biases, split_packed_swiglu, timm_geometry
 from vitviz.model import ViT, ViTConfig
@@ -62,6 +63,8 @@ def from_timm(model: nn.Module) -> ViT:
     head) and every block's attention weights. Class names and preprocessing are not part of a timm
     model; ``load_model("timm:<name>")`` attaches them from timm's pretrained config.
     """
+    if is_timm_swin(model):  # hierarchical: vitviz's Swin, not its ViT
+        return from_timm_swin(model)
     config = timm_config(model)
     source = f"timm {type(model).__name__}"
     if type(model).__name__ == "Eva":  # the rotary-embedding family (DINOv3)
@@ -80,6 +83,8 @@ def timm_config(model: nn.Module) -> ViTConfig:
     name = type(model).__name__
     if name == "Eva":
         return eva_config(model)
+    if is_timm_swin(model):
+        return timm_swin_config(model)
     if not isinstance(model, VisionTransformer):
         for family, feature in _OTHER_FAMILIES.items():
             if name == family or name.startswith(family):

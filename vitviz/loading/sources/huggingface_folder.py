@@ -68,8 +68,15 @@ def weight_limit(config: dict) -> int:
     """At most how many tensors the weights of the model a config.json describes may hold: 64, and 32 for each block
     of its image and text towers (the families here have 9 to 20), so a file of 300,000 is refused from its header."""
     parts = [config] + [config[key] for key in ("vision_config", "text_config") if isinstance(config.get(key), dict)]
-    layers = [part.get("num_hidden_layers") for part in parts]
+    layers = [_swin_blocks(part) or part.get("num_hidden_layers") for part in parts]
     return 64 + 32 * sum(n if isinstance(n, int) and n > 0 else 12 for n in layers)
+
+
+def _swin_blocks(part: dict) -> int | None:
+    """A Swin config's blocks, the sum of its depths (its num_layers counts stages); None for other configs."""
+    depths = part.get("depths")
+    ok = isinstance(depths, list) and all(isinstance(d, int) and d > 0 for d in depths)
+    return sum(depths) if ok and depths else None
 
 
 def _huggingface_preprocessing(

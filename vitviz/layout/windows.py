@@ -1,0 +1,27 @@
+"""Layouts of window attention (Swin): a stage's grid of tokens, each covering a square of input pixels, with the
+windows its block attends in."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from vitviz.layout.tokens import TokenLayout, grid_layout
+
+
+def window_layout(
+    grid_size: tuple[int, int], token_size: int, windows: np.ndarray, image_size: tuple[int, int]
+) -> TokenLayout:
+    """A (rows, cols) grid of "patch" tokens in row-major order, each ``token_size`` pixels square (a Swin stage's
+    tokens: the patch size times 2 per merging), on an input of ``image_size`` (height, width): the grid's last
+    row and column may reach past it where the input was padded, and ``paint`` leaves those pixels out.
+    ``windows`` int (nW, wh * ww): each window's token indices in the order its attention lists them, -1 for a
+    padded slot."""
+    windows = np.asarray(windows, dtype=np.int64)
+    count = grid_size[0] * grid_size[1]
+    if windows.ndim != 2 or windows.size and (windows.min() < -1 or windows.max() >= count):
+        raise ValueError(f"windows must be (nW, slots) token indices below {count}, or -1; got shape {windows.shape}")
+    windows = windows.copy()
+    windows.flags.writeable = False  # shared through the model's layout cache
+    return replace(grid_layout((), tuple(grid_size), token_size), image_size=tuple(image_size), windows=windows)
