@@ -203,7 +203,9 @@ def test_patch_search_shows_the_nearest_patches(built):
     table = vitviz.open_index(built / "index").query("SELECT image_id, path FROM images")
     found = found.merge(table, on="image_id")
     assert set(shown) == {
-        f"{m.image_id}: {m.path}, patch ({m.row}, {m.col}), similarity {m.similarity:.3f}" for m in found.itertuples()
+        # the path on a line of its own, breakable between folders (issue 44, item 23)
+        f"{m.image_id}: patch ({m.row}, {m.col}), similarity {m.similarity:.3f}  \n" + m.path.replace("/", "/\u200b")
+        for m in found.itertuples()
     }
 
 

@@ -103,9 +103,13 @@ def selected_cells(points: list[dict], classes: list[str]) -> list[tuple[str, st
     return cells
 
 
-def _picked() -> None:
-    """A picker changed: its cell replaces the chart's selection."""
-    st.session_state.pop(CELLS, None)
+def _picked(classes: list[str]) -> None:
+    """A picker changed: its cell replaces the chart's selection; the other picker, blank while several cells were
+    selected, takes the first selected cell's class (or the first class)."""
+    cells = st.session_state.pop(CELLS, None) or [(classes[0], classes[0])]
+    for key, side in ((TRUE, 0), (PREDICTED, 1)):
+        if st.session_state.get(key) is None:
+            st.session_state[key] = cells[0][side]
 
 
 def cells_clause(cells: list[tuple[str, str]]) -> str:
@@ -142,12 +146,22 @@ def draw(page: DatasetPage) -> None:
     chosen = selected_cells(drawing.chart_points(event), classes)
     if chosen and chosen != st.session_state.get(CHARTED):  # a new click or box: its cells, and the pickers set
         st.session_state[CELLS] = chosen
-        st.session_state[TRUE], st.session_state[PREDICTED] = chosen[0]
+        # one cell: the pickers show it; several: the pickers are blank and say how many (not the first one's)
+        st.session_state[TRUE], st.session_state[PREDICTED] = chosen[0] if len(set(chosen)) == 1 else (None, None)
     st.session_state[CHARTED] = chosen
+    selected = [c for c in st.session_state.get(CELLS, []) if c[0] in classes and c[1] in classes]
+    for key in (TRUE, PREDICTED):  # the first class until a cell is chosen (the default in the state: no warning)
+        if st.session_state.get(key) not in classes and not (len(selected) > 1 and st.session_state.get(key) is None):
+            st.session_state[key] = classes[0]
+    several = f"{len(selected)} cells selected" if len(selected) > 1 else "choose a class"
     left, right = st.columns(2)
-    true = left.selectbox("True label", classes, key=TRUE, on_change=_picked)
-    predicted = right.selectbox("Predicted", classes, key=PREDICTED, on_change=_picked)
-    cells = [c for c in st.session_state.get(CELLS, []) if c[0] in classes and c[1] in classes] or [(true, predicted)]
+    true = left.selectbox(
+        "True label", classes, index=None, key=TRUE, on_change=_picked, args=(classes,), placeholder=several
+    )
+    predicted = right.selectbox(
+        "Predicted", classes, index=None, key=PREDICTED, on_change=_picked, args=(classes,), placeholder=several
+    )
+    cells = selected or [(true or classes[0], predicted or classes[0])]
     cell = index.query(
         "SELECT image_id, path, label, prediction, probability FROM images "
         f"WHERE ({cells_clause(cells)}) AND error IS NULL ORDER BY probability DESC, image_id",

@@ -25,10 +25,9 @@ if TYPE_CHECKING:
 SELECTION = dataset_key("selection")  # the session's one Selection
 GRID_TAB = "Grid"  # the page's tab that shows it
 PAGE = 24  # thumbnails a page of the grid shows
-COLUMNS = 4
 SIMILAR = 12  # nearest images a "Similar" click selects (the image itself first)
 NO_MAP = "none"
-THUMBNAIL = 192  # a thumbnail's side in pixels (drawing.patch_thumbnail's default)
+THUMBNAIL = 192  # a thumbnail's side in pixels (drawing.patch_thumbnail's default), and its card's width
 
 
 @dataclass(frozen=True)
@@ -167,35 +166,41 @@ def grid(index: DatasetIndex, selection: Selection, photo_page: st.Page, colorma
     maps = index.maps(rows["image_id"].tolist(), kind) if kind != NO_MAP and len(rows) else None
     value_range = legend(maps, kind, colormap) if maps is not None else None
     st.caption(f"Images {(page - 1) * PAGE + 1:,} to {(page - 1) * PAGE + len(rows):,} of {total:,}.")
-    columns = st.columns(COLUMNS)
-    for position, row in enumerate(rows.itertuples(index=False)):
-        with columns[position % COLUMNS]:
-            shown = photo(index, row.image_id, row.path)
-            if shown is not None:
-                image, box = shown
-                picture = (
-                    image
-                    if maps is None
-                    else drawing.patch_thumbnail(image, maps[position], box, colormap, alpha, value_range, THUMBNAIL)
-                )
-                # a fixed width (the thumbnail's own, at most the column's): a long caption does not stretch its photo
-                st.image(picture, caption=caption(row), width=THUMBNAIL)  # its path breakable already
-            st.button(  # stacked, each as wide as the thumbnail: side by side they are cut at 800 px
-                "Similar",
-                key=dataset_key(f"similar|{row.image_id}"),
-                icon=":material/image_search:",
-                on_click=similar,
-                args=(index, row.image_id),
-                help="Its nearest images by pooled embedding, as the selection",
-                width="stretch",
-            )
-            if st.button(
-                "Open in Photo",
-                key=dataset_key(f"grid_open|{row.image_id}"),
-                icon=":material/open_in_new:",
-                width="stretch",
-            ):
-                open_in_photo_page(index, row.image_id, row.path, photo_page)
+    # cards of a fixed width in a row that wraps: as many across as the page has room for (two at 800 px with the
+    # sidebar open, seven at 1920 px), each photo scaled to its card, so nothing overlaps or is cut
+    with st.container(horizontal=True, gap="medium", key=dataset_key("grid_cards")):
+        for position, row in enumerate(rows.itertuples(index=False)):
+            with st.container(width=THUMBNAIL):
+                card(index, row, None if maps is None else maps[position], value_range, photo_page, colormap, alpha)
+
+
+def card(index: DatasetIndex, row, patch_map, value_range, photo_page: st.Page, colormap: str, alpha: float) -> None:
+    """One image of the grid: its thumbnail (with ``patch_map`` drawn over it, if any), caption and buttons."""
+    shown = photo(index, row.image_id, row.path)
+    if shown is not None:
+        image, box = shown
+        picture = (
+            image
+            if patch_map is None
+            else drawing.patch_thumbnail(image, patch_map, box, colormap, alpha, value_range, THUMBNAIL)
+        )
+        st.image(picture, caption=caption(row), width="stretch")  # its path breakable already
+    st.button(  # stacked, each as wide as the card
+        "Similar",
+        key=dataset_key(f"similar|{row.image_id}"),
+        icon=":material/image_search:",
+        on_click=similar,
+        args=(index, row.image_id),
+        help="Its nearest images by pooled embedding, as the selection",
+        width="stretch",
+    )
+    if st.button(
+        "Open in Photo",
+        key=dataset_key(f"grid_open|{row.image_id}"),
+        icon=":material/open_in_new:",
+        width="stretch",
+    ):
+        open_in_photo_page(index, row.image_id, row.path, photo_page)
 
 
 def legend(maps: np.ndarray, kind: str, colormap: str, scope: str = "the page") -> tuple[float, float]:

@@ -23,6 +23,10 @@ from vitviz_dashboard.state import dataset_key
 if TYPE_CHECKING:
     from vitviz_dashboard.dataset.page import DatasetPage
 
+# the heads' legend in rows below the chart, left-aligned: at its right (Plotly's default) it sat under the tool bar
+# that Plotly shows over a chart's top right corner. Below the axis title, in the figure's (container's) pixels.
+LEGEND_BELOW = dict(orientation="h", xanchor="left", x=0, yref="container", yanchor="bottom", y=0)
+LEGEND_ROOM = 90  # the bottom margin that holds the axis title and the legend's rows (one per 8 heads at 800 px)
 CLUSTER_COLOURS = ["#264653", "#2a9d8f", "#e9c46a", "#f4a261", "#e76f51", "#8ab17d", "#6d597a", "#b56576"]
 EXTREME_IMAGES = 8
 
@@ -70,9 +74,10 @@ def interval_figure(interval: Interval, unit: str) -> go.Figure:
     figure.update_layout(
         xaxis=dict(title="layer", tickmode="linear", tick0=0, dtick=1),
         yaxis_title=unit,
-        height=380,
-        margin=dict(l=0, r=0, t=10, b=0),
+        height=380 + LEGEND_ROOM,
+        margin=dict(l=0, r=0, t=10, b=LEGEND_ROOM),
         showlegend=heads <= 16,
+        legend=LEGEND_BELOW,
     )
     return figure
 
@@ -106,8 +111,9 @@ def settling_figure(steps: list[Interval], layer: int, unit: str) -> go.Figure:
     figure.update_layout(
         xaxis=dict(title="images", type="log", tickvals=sizes),
         yaxis_title=unit,
-        height=340,
-        margin=dict(l=0, r=0, t=10, b=0),
+        height=340 + LEGEND_ROOM,
+        margin=dict(l=0, r=0, t=10, b=LEGEND_ROOM),
+        legend=LEGEND_BELOW,
     )
     return figure
 

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 CLICKED = dataset_key("search_clicked")  # a click's patch, put into the row and column fields before they are drawn
 ROW, COL = dataset_key("search_row"), dataset_key("search_col")
+CROP, PHOTO = 96, 160  # a match's crop and photo, in pixels
 
 
 def draw(page: DatasetPage) -> None:
@@ -74,15 +75,27 @@ def draw(page: DatasetPage) -> None:
     found = found.merge(paths, on="image_id", how="left")
     whose = "in other images" if others else "(the first is itself)"
     st.markdown(f"**The {len(found)} most similar patches** {whose}, by the cosine of the stored features")
-    grid = st.columns(4)
-    for position, match in enumerate(found.itertuples()):
-        with grid[position % 4]:
+    # cards of a fixed width in a row that wraps: the crop stays at CROP px however narrow the page (one card a row
+    # at 800 px with the sidebar open, where four columns left it 28 px wide)
+    with st.container(horizontal=True, gap="medium", key=dataset_key("search_cards")):
+        for match in found.itertuples():
             shown = photo(index, match.image_id, match.path)
             if shown is None:
                 continue
             image, box = shown
             patch = (int(match.row), int(match.col))
-            crop, whole = st.columns([1, 2])
-            crop.image(drawing.patch_crop(image, patch, index.grid, box))
-            whole.image(drawing.marked_thumbnail(image, patch, index.grid, box, side=160))
-            st.caption(f"{match.image_id}: {match.path}, patch {patch}, similarity {match.similarity:.3f}")
+            with st.container(width=CROP + PHOTO + 16):
+                with st.container(horizontal=True, gap="small"):
+                    st.image(drawing.patch_crop(image, patch, index.grid, box, side=CROP), width=CROP)
+                    st.image(drawing.marked_thumbnail(image, patch, index.grid, box, side=PHOTO), width=PHOTO)
+                st.caption(match_caption(match.image_id, match.path, patch, match.similarity))
+
+
+def match_caption(image_id: int, path: object, patch: tuple[int, int], similarity: float) -> str:
+    """A match's caption from the parts it has, so no line begins with a comma: "12: patch (6, 6), similarity 0.912"
+    (the image id first, as the page's other captions) and, on a line of its own, the file's path (breakable between
+    folders) when the index knows it."""
+    text = f"{int(image_id)}: " + ", ".join([f"patch ({patch[0]}, {patch[1]})", f"similarity {float(similarity):.3f}"])
+    if isinstance(path, str) and path.strip():
+        text += f"  \n{drawing.breakable(path.strip())}"
+    return text

@@ -13,6 +13,7 @@ import streamlit as st
 from vitviz.dataset import DatasetIndex
 from vitviz.dataset.views import quote
 from vitviz_dashboard.dataset import drawing
+from vitviz_dashboard.dataset.link import ticked
 from vitviz_dashboard.dataset.opening import open_in_photo_page, photo
 from vitviz_dashboard.dataset.sql_box import sql_box
 from vitviz_dashboard.state import (
@@ -85,14 +86,20 @@ def draw(page: DatasetPage) -> None:
     st.caption(
         f"{total:,} images match; rows {(number - 1) * PAGE_ROWS + 1:,} to {(number - 1) * PAGE_ROWS + len(listed):,}"
     )
+    # the ticked rows are kept by image id for each index: back from the Photo page, the table ticks them again
+    kept = ticked(str(index.folder))
+    before = set(kept.get() or [])
     event = st.dataframe(
         listed,
         hide_index=True,
         on_select="rerun",
         selection_mode="multi-row",
-        key=dataset_key(f"table|{where}|{order}|{down}|{number}"),  # a new page or filter starts a new selection
+        # a new page or filter starts a new selection: of the kept ticks, those it lists
+        key=dataset_key(f"table|{where}|{order}|{down}|{number}"),
+        selection_default={"selection": {"rows": [i for i, n in enumerate(listed["image_id"]) if n in before]}},
     )
     selected = listed.iloc[list(event.selection.rows)] if event.selection.rows else listed.iloc[:0]
+    kept.set([int(i) for i in selected["image_id"]])
     thumbnails(index, selected, page.photo_page, page.colormap, page.alpha, "table")
     sql_box(index)
 
