@@ -10,6 +10,7 @@ from PIL import Image
 from streamlit.testing.v1 import AppTest
 from tiny_vlms import tiny_vlm_folder
 
+from vitviz.render.answers import token_name
 from vitviz.vlm import image_relevance, load_vlm, token_attention
 from vitviz.vlm.knockout import answer_logprob
 from vitviz.vlm.lens import logit_lens
@@ -92,21 +93,21 @@ def test_the_page_answers_and_shows_where_each_token_looks(folder, monkeypatch):
     pills = at.get("button_group")[0]
     assert pills.options[0] == "all tokens" and len(pills.options) == len(expected.token_ids) + 1
     # the first token at first: its map and its image share per layer (the heads' mean)
-    assert captions(at)[0] == "Attention of token 0 on the image, layers 0 to 1, the heads' mean"
+    assert captions(at)[0] == f"Attention of {token_name(expected, 0)} on the image, layers 0 to 1, the heads' mean"
     np.testing.assert_allclose(share_curve(at), expected.image_share[0].mean(axis=1), atol=1e-6)
     first_map = at.get("image")[0].proto.imgs[0].url
     # a click on the last token: its map and its chart
     last = len(expected.token_ids) - 1
     at.session_state[TOKEN] = last
     checked(at.run())
-    assert captions(at)[0] == f"Attention of token {last} on the image, layers 0 to 1, the heads' mean"
+    assert captions(at)[0] == f"Attention of {token_name(expected, last)} on the image, layers 0 to 1, the heads' mean"
     assert at.get("image")[0].proto.imgs[0].url != first_map
     np.testing.assert_allclose(share_curve(at), expected.image_share[last].mean(axis=1), atol=1e-6)
     # one layer and one head: the map's caption says so, the chart follows the head
     at.slider(key="ask|layers").set_value((1, 1))
     at.selectbox(key="ask|head").set_value(2)
     checked(at.run())
-    assert captions(at)[0] == f"Attention of token {last} on the image, layers 1 to 1, head 2"
+    assert captions(at)[0] == f"Attention of {token_name(expected, last)} on the image, layers 1 to 1, head 2"
     np.testing.assert_allclose(share_curve(at), expected.image_share[last][:, 2], atol=1e-6)
 
 
@@ -120,7 +121,7 @@ def test_a_given_answer_its_lens_and_relevance(folder, monkeypatch):
     last = 1  # the first "cat", not the second
     at.session_state[TOKEN] = last
     checked(at.run())
-    assert captions(at)[0] == f"Attention of token {last} on the image, layers 0 to 1, the heads' mean"
+    assert captions(at)[0] == f"Attention of {token_name(expected, last)} on the image, layers 0 to 1, the heads' mean"
     # the logit lens at the last layer: the table counts each image token's top word
     lens = logit_lens(expected, 2, 5)
     counts = {word: int((lens.words[:, 0] == word).sum()) for word in set(lens.words[:, 0])}
@@ -131,26 +132,29 @@ def test_a_given_answer_its_lens_and_relevance(folder, monkeypatch):
     # relevance of the chosen token: Chefer et al.'s, as the library computes it
     at.radio(key="ask|kind").set_value("relevance")
     checked(at.run())
-    assert captions(at)[0] == f"Relevance of token {last} (Chefer et al. 2021b, every layer)"
+    assert captions(at)[0] == f"Relevance of {token_name(expected, last)} (Chefer et al. 2021b, every layer)"
     np.testing.assert_allclose(kept("token_relevance")[0], image_relevance(expected, last), rtol=1e-5, atol=1e-7)
 
 
 def test_the_knockout_curves_of_the_map_shown_on_demand(folder, monkeypatch):
     at = press_ask(ask_app(folder, monkeypatch, given="a red cat"))
     expected = load_vlm(folder).answer(photo(), QUESTION_TEXT, answer="a red cat")
-    assert captions(at)[0] == "Attention of token 0 on the image, layers 0 to 1, the heads' mean"
-    assert not [f for f in figures(at) if f["layout"]["yaxis"]["title"]["text"] == "the answer's log-probability"]
+    assert captions(at)[0] == f"Attention of {token_name(expected, 0)} on the image, layers 0 to 1, the heads' mean"
+    measured = [f"log-probability of {token_name(expected, 0)}", "summed log-probability of the answer"]
+    assert not [f for f in figures(at) if f["layout"]["yaxis"]["title"]["text"] in measured]
     at.button(key="ask|knockout").click()
     checked(at.run())
-    [figure] = [f for f in figures(at) if f["layout"]["yaxis"]["title"]["text"] == "the answer's log-probability"]
-    # each curve starts at the intact answer's log-probability and ends, 90 % of the image tokens removed in the
+    # token 0's curves (and the whole answer's, in its own map's order: tests/test_vlm_workbench.py)
+    assert [t for t in (f["layout"]["yaxis"]["title"]["text"] for f in figures(at)) if t in measured] == measured
+    [figure] = [f for f in figures(at) if f["layout"]["yaxis"]["title"]["text"] == measured[0]]
+    # each curve starts at the intact token's log-probability and ends, 90 % of the image tokens removed in the
     # map's order, where one direct pass with those tokens knocked out ends (each step is such a pass)
     scores = token_attention(expected, 0)
     removed = round(0.9 * len(scores))
     for trace, ranking in zip(figure["data"], (np.argsort(-scores, kind="stable"), np.argsort(scores, kind="stable"))):
         curve = values(trace["y"])
-        assert len(curve) == 10 and curve[0] == pytest.approx(float(expected.logprobs.sum()), abs=1e-4)
-        assert curve[-1] == pytest.approx(answer_logprob(expected, ranking[:removed]), abs=1e-5)
+        assert len(curve) == 10 and curve[0] == pytest.approx(float(expected.logprobs[0]), abs=1e-4)
+        assert curve[-1] == pytest.approx(answer_logprob(expected, ranking[:removed], token=0), abs=1e-5)
     assert [t["name"].split(" (area ")[0] for t in figure["data"]] == ["most relevant first", "least relevant first"]
 
 

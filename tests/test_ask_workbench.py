@@ -97,7 +97,7 @@ def test_the_command_writes_an_id_with_no_string_by_its_label(padded, tmp_path, 
 
 
 def test_a_folder_is_written_whole_or_not_at_all(llava, tmp_path, monkeypatch, capsys):
-    drawn = vitviz.commands.ask.map_over_photo
+    drawn = vitviz.commands.ask.map_picture
 
     def disk_full_at_the_second_map(*args, **kwargs):
         disk_full_at_the_second_map.calls += 1
@@ -106,7 +106,7 @@ def test_a_folder_is_written_whole_or_not_at_all(llava, tmp_path, monkeypatch, c
         return drawn(*args, **kwargs)
 
     disk_full_at_the_second_map.calls = 0
-    monkeypatch.setattr(vitviz.commands.ask, "map_over_photo", disk_full_at_the_second_map)
+    monkeypatch.setattr(vitviz.commands.ask, "map_picture", disk_full_at_the_second_map)
     out = tmp_path / "out"
     argv = [str(save_photo(tmp_path / "photo.png")), "--model", str(llava), "--question", "What?"]
     assert main([*argv, "--answer", "a red cat", "--out", str(out)]) == 1

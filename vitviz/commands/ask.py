@@ -11,6 +11,8 @@ For every image, a folder <out>/<image name>/ with:
   token_NNN_<token>.png   each answer token's attention (every layer, heads' mean) drawn over the photo, where each
                   tile's pixels came from; all_tokens.png the mean over the answer
   relevance_NNN_<token>.png   with --relevance: Chefer et al.'s relevance of each token over the photo
+  Each picture is the photo at its own size with a strip below it: what the map shows (the token by its index and
+  text), the colours, and the values of their two ends.
 
 The images are read before the model loads: unreadable ones (and later images the processor rejects) are reported in
 one line each and skipped, and the exit status is 1 if any were; when none can be read, the model is not loaded. An
@@ -35,7 +37,15 @@ from tqdm import tqdm
 from vitviz.commands.common import find_images
 from vitviz.commands.explain import _unique_name as unique_name
 from vitviz.preprocessing import ImageError, load_image
-from vitviz.render.answers import answer_arrays, answer_record, map_over_photo, map_raster, readable_text
+from vitviz.render.answers import (
+    answer_arrays,
+    answer_record,
+    map_picture,
+    map_raster,
+    readable_text,
+    tile_name,
+    token_name,
+)
 from vitviz.render.overlays import COLORMAPS
 from vitviz.vlm import VLM, VLMError, image_relevance, load_vlm, token_attention
 from vitviz.vlm.loading import PRECISIONS
@@ -88,14 +98,20 @@ def ask_image(vlm: VLM, path: Path, folder: Path, args: argparse.Namespace) -> s
         (staging / "answer.json").write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
         np.savez_compressed(staging / "attention.npz", **answer_arrays(answer, relevances))
 
-        def draw(values: np.ndarray, name: str) -> None:
-            map_over_photo(photo, map_raster(answer, values), args.colormap, args.alpha).save(staging / name)
+        tiles = tile_name(answer, None)
+        where = f", {tiles}" if tiles else ""
 
-        draw(token_attention(answer), "all_tokens.png")
+        def draw(values: np.ndarray, name: str, label: str) -> None:
+            picture = map_picture(photo, map_raster(answer, values), args.colormap, args.alpha, label + where)
+            picture.save(staging / name)
+
+        every = "every layer, the heads' mean"
+        draw(token_attention(answer), "all_tokens.png", f"Attention of the whole answer, {every}")
         for index, token in enumerate(answer.tokens):
-            draw(token_attention(answer, index), token_file("token", index, token))
+            name = token_name(answer, index)
+            draw(token_attention(answer, index), token_file("token", index, token), f"Attention of {name}, {every}")
             if relevances is not None:
-                draw(relevances[index], token_file("relevance", index, token))
+                draw(relevances[index], token_file("relevance", index, token), f"Relevance of {name} (Chefer et al.)")
     return answer.text
 
 

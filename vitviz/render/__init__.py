@@ -1,6 +1,7 @@
 """Rendering: arrays in, pictures and figures out. No streamlit here: the dashboard and the CLIs both draw with it.
 
-overlays.py      patch maps on the photo: colormaps, overlays, outlined and masked patches, grids of small pictures
+overlays.py      patch maps on the photo: colormaps, overlays, outlined and masked patches, grids of small pictures,
+                 colour scales with their value range (scale_strip, with_scale)
 figures.py       plotly figures: heatmaps, grids of maps, predictions, per-layer and per-head charts, votes
 heads.py         layer x head grids of signed numbers: head importance, logit attribution
 feature_pictures.py  patch features as pictures: PCA colours and parts painted patch by patch, side by side

@@ -6,7 +6,8 @@ empty "A:" or an empty line of the command's output.
 
 A VLM's map is drawn where its pixels came from: ``vitviz.vlm.photo_map`` lays each tile's token grid into the tile's
 box on the photo (NaN where no tile looked: a crop), ``map_over_photo`` colours that raster over the photo, dimming
-what the model never saw.
+what the model never saw, and ``map_picture`` adds its colour scale (the value range, drawn into the picture) for the
+PNGs that the command and the page's download write.
 """
 
 from __future__ import annotations
@@ -17,13 +18,18 @@ import numpy as np
 import plotly.graph_objects as go
 from PIL import Image
 
-from vitviz.render.overlays import overlay
+from vitviz.render.overlays import overlay, with_scale
 from vitviz.vlm import Answer, image_shares, photo_map, tile_maps
 
 MAP_SIDE = 512  # the long side, in pixels, of the raster a map is laid into before it is drawn over the photo
 _DIMMED = [int(0.35 * v) for v in range(256)] * 3  # pixels no tile saw, at 35 % brightness (as overlay's outside)
 MARKS = {"\n": "↵", "\r": "␍", "\t": "⇥"}  # whitespace that would break or blank a line, as it is shown
 INVISIBLE = {"Cc", "Cf", "Zs", "Zl", "Zp"}  # the Unicode categories of characters that print nothing
+# the charts' legend, in rows at the top of the chart (the container, not the plot): plotly sets the top margin to hold
+# every row, whatever the width. Below the plot (y=-0.25 of its height) it met the x-axis title at 1920 px, which sits
+# a fixed number of pixels under the axis; above the plot in its coordinates (y=1.02) it stayed where a narrower
+# window's taller legend had put it, over the plot, when the window widened.
+LEGEND = dict(orientation="h", yref="container", yanchor="top", y=1, x=0)
 
 
 def readable_text(text: str) -> str:
@@ -43,6 +49,27 @@ def readable_text(text: str) -> str:
         return c
 
     return "".join(shown(c) for c in text)
+
+
+def token_text(answer: Answer, index: int) -> str:
+    """Answer token ``index`` as people read it: decoded and stripped, or where that leaves nothing its whitespace
+    made visible (``readable_text``); the token's string where decoding gives nothing (a special token, an id with no
+    string)."""
+    decoded = answer.model.tokenizer.decode([answer.token_ids[index]])
+    return readable_text(decoded.strip() or decoded or answer.tokens[index])
+
+
+def token_name(answer: Answer, index: int | None) -> str:
+    """Answer token ``index`` by its index and its text ("token 2 'cat'"); "the whole answer" for None."""
+    return "the whole answer" if index is None else f"token {index} '{token_text(answer, index)}'"
+
+
+def tile_name(answer: Answer, tile: int | None) -> str:
+    """Which tile a map covers, where the model splits the photo into tiles ("tile 2 (tile 1,2)" by its index and its
+    name, "all tiles"); "" where the model reads the photo as one tile."""
+    if len(answer.tiles) < 2:
+        return ""
+    return "all tiles" if tile is None else f"tile {tile} ({answer.tiles[tile].name})"
 
 
 def map_raster(answer: Answer, values: np.ndarray, tile: int | None = None) -> np.ndarray:
@@ -76,6 +103,25 @@ def map_over_photo(
         unseen = Image.fromarray((~seen).astype(np.uint8) * 255).resize(photo.size, Image.NEAREST)
         picture.paste(photo.convert("RGB").point(_DIMMED), mask=unseen)
     return picture
+
+
+def map_range(raster: np.ndarray) -> tuple[float, float]:
+    """The lowest and highest value of ``raster`` on the pixels a tile saw: the ends of its colour scale as
+    ``map_over_photo`` draws it (the low end for both where the map is constant)."""
+    values = np.asarray(raster, dtype=np.float32)
+    seen = values[~np.isnan(values)]
+    if not seen.size:
+        raise ValueError("the map covers no pixel of the photo")
+    return float(seen.min()), float(seen.max())
+
+
+def map_picture(
+    photo: Image.Image, raster: np.ndarray, colormap: str = "inferno", alpha: float = 0.5, label: str = ""
+) -> Image.Image:
+    """``map_over_photo`` with its colour scale drawn below the photo (``with_scale``): ``label``, the colours, and
+    the values of their two ends. The PNG a map is saved as."""
+    low, high = map_range(raster)
+    return with_scale(map_over_photo(photo, raster, colormap, alpha), colormap, low, high, label)
 
 
 def answer_record(answer: Answer, **extra: object) -> dict:
@@ -152,7 +198,7 @@ def image_share_figure(answer: Answer, token: int | None = None, head: int | Non
         yaxis_range=[0, 1],
         height=340,
         margin=dict(l=10, r=10, t=10, b=10),
-        legend=dict(orientation="h", yanchor="top", y=-0.25, x=0),  # below the plot, never over its top
+        legend=LEGEND,
     )
     return figure
 
@@ -168,6 +214,6 @@ def curve_figure(curves: dict[str, tuple[np.ndarray, np.ndarray]], y_title: str)
         yaxis_title=y_title,
         height=340,
         margin=dict(l=10, r=10, t=10, b=10),
-        legend=dict(orientation="h", yanchor="top", y=-0.25, x=0),
+        legend=LEGEND,
     )
     return figure

@@ -1,4 +1,5 @@
-"""Patch maps in, pictures out: colormaps, overlays on the photo, outlined and masked patches. No streamlit here.
+"""Patch maps in, pictures out: colormaps, overlays on the photo, outlined and masked patches, and a map's colour
+scale with the values of its two ends (``scale_strip``; ``with_scale`` draws it under a picture). No streamlit here.
 
 Maps arrive as (rows, cols) arrays at patch resolution. They are upsampled bilinearly onto
 the original photo at its own resolution (not onto the model's small input), inside the box
@@ -13,7 +14,7 @@ import numpy as np
 import plotly.colors
 import torch
 import torch.nn.functional as F
-from PIL import Image, ImageDraw
+from PIL import Image, ImageDraw, ImageFont
 
 COLORMAPS = ("inferno", "viridis", "magma", "plasma", "turbo", "jet", "hot", "greys")
 
@@ -47,6 +48,68 @@ def colour_bar(colormap: str = "inferno", width: int = 256, height: int = 10) ->
     """A horizontal strip of ``colormap``, low values on the left: the legend of an overlay."""
     row = colormap_table(colormap)[np.linspace(0, 255, width).round().astype(np.uint8)]  # (width, 3)
     return Image.fromarray(np.repeat(row[None], height, axis=0))
+
+
+SCALE_MIN_WIDTH = 160  # the narrowest colour scale: its two values and the bar between them stay readable
+
+
+def value_text(value: float) -> str:
+    """A value of a colour scale as it is written: three significant digits."""
+    return f"{value:.3g}"
+
+
+def scale_strip(colormap: str, low: float, high: float, width: int = 256, label: str = "") -> Image.Image:
+    """The colour scale of a map as a picture ``width`` pixels wide (at least SCALE_MIN_WIDTH): ``label`` (what the
+    map shows, in at most three lines) when given, ``colour_bar`` across, and under its ends the values ``low`` and
+    ``high`` that its first and last colours stand for. Black on white, the text sized to the width."""
+    width = max(int(width), SCALE_MIN_WIDTH)
+    size = max(11, min(28, round(width / 40)))  # the text's pixels: readable on a thumbnail and on a 4k photo
+    font = ImageFont.load_default(size)
+    pad, bar, line = size // 2, size, size + size // 3
+    lines = _wrapped(label, font, width - 2 * pad)
+    top = pad + line * len(lines)
+    strip = Image.new("RGB", (width, top + bar + pad // 2 + line + pad // 2), "white")
+    strip.paste(colour_bar(colormap, width - 2 * pad, bar), (pad, top))
+    draw = ImageDraw.Draw(strip)
+    for number, text in enumerate(lines):
+        draw.text((pad, pad + number * line), text, fill="black", font=font)
+    under = top + bar + pad // 2
+    draw.text((pad, under), value_text(low), fill="black", font=font)
+    draw.text((width - pad, under), value_text(high), fill="black", font=font, anchor="ra")
+    return strip
+
+
+def _wrapped(text: str, font, width: float, most: int = 3) -> list[str]:
+    """``text`` in lines at most ``width`` pixels wide in ``font``, broken between words; at most ``most`` lines, the
+    last cut with an ellipsis where more would follow."""
+    lines: list[str] = []
+    for word in text.split():
+        if lines and font.getlength(f"{lines[-1]} {word}") <= width:
+            lines[-1] += f" {word}"
+        else:
+            lines.append(word)
+    if len(lines) > most:
+        lines = lines[: most - 1] + [" ".join(lines[most - 1 :])]
+    return [_fitted(line, font, width) for line in lines]
+
+
+def _fitted(text: str, font, width: float) -> str:
+    """``text``, cut with an ellipsis where it is wider than ``width`` pixels in ``font``."""
+    if font.getlength(text) <= width:
+        return text
+    while text and font.getlength(text + "…") > width:
+        text = text[:-1]
+    return text + "…"
+
+
+def with_scale(picture: Image.Image, colormap: str, low: float, high: float, label: str = "") -> Image.Image:
+    """``picture`` (a map over a photo, unchanged at its own size) with its colour scale (``scale_strip``) drawn
+    below it: the PNG that a map is saved as, readable without the page that drew it."""
+    strip = scale_strip(colormap, low, high, picture.width, label)
+    whole = Image.new("RGB", (max(picture.width, strip.width), picture.height + strip.height), "white")
+    whole.paste(picture.convert("RGB"), (0, 0))
+    whole.paste(strip, (0, picture.height))
+    return whole
 
 
 def rescale(patch_map) -> np.ndarray:

@@ -1,5 +1,6 @@
-"""Knock-outs: take image tokens out of the answer's view in the order of a map and follow the answer's
-log-probability, a faithfulness curve with its area (vitviz/explain/faithfulness.py's fractions and area).
+"""Knock-outs: take image tokens out of the answer's view in the order of a map and follow the log-probability of one
+answer token or of the whole answer, a faithfulness curve with its area (vitviz/explain/faithfulness.py's fractions
+and area).
 
 What is masked. Knocking out a set of image tokens blocks attention, in every language-model layer, from the
 query positions of the ``view`` to the key positions of those image tokens (their weights become 0 and each row's
@@ -13,9 +14,12 @@ softmax spreads over the keys left):
 - ``view="answer"``: only the rows that predict the answer's tokens (from the position just before the first answer
   token).
 
-Image-newline tokens (LLaVA-NeXT) are not image tokens and are never removed. The answer's log-probability is the sum
-over its tokens of log p(token | the tokens before it), teacher-forced in one pass per step (SDPA with the edited
-mask, handed to the pass through ``passes.intercepted``).
+Image-newline tokens (LLaVA-NeXT) are not image tokens and are never removed.
+
+What is measured (``token``). One pass per step, teacher-forced (SDPA with the edited mask, handed to the pass through
+``passes.intercepted``), gives log p(token | the tokens before it) for every answer token; a curve follows either
+one chosen answer token's log-probability (``token=t``: the map to order it by is that token's own map) or the whole
+answer's, the sum over its tokens (``token=None``: ordered by the whole answer's map). Both run the same loop.
 
 At each fraction f of the steps (by default Chefer et al.'s 0, 0.1, ..., 0.9), the round(N * f) image tokens that
 rank first are removed: most relevant first (a faithful map makes the log-probability fall fast: a low area) or
@@ -45,11 +49,13 @@ MAX_STEPS = 101  # fractions of one curve (each one forward pass)
 
 @dataclass(frozen=True)
 class KnockoutCurve:
-    """The answer's log-probability (float64 (S,), the sum over its tokens) with ``removed`` (int64 (S,)) image
-    tokens knocked out at each of the ``fractions`` (float64 (S,)), in ``order`` of the map; ``area`` under it."""
+    """The log-probability (float64 (S,)) of answer token ``token``, or of the whole answer (None: the sum over its
+    tokens), with ``removed`` (int64 (S,)) image tokens knocked out at each of the ``fractions`` (float64 (S,)), in
+    ``order`` of the map; ``area`` under it."""
 
     order: Order
     view: View
+    token: int | None
     fractions: np.ndarray
     removed: np.ndarray
     logprob: np.ndarray
@@ -102,9 +108,9 @@ class _Mask:
         return call.output(self.edited(call), replace_mask=True)
 
 
-def answer_logprob(answer: Answer, removed: Sequence[int] | np.ndarray, view: View = "after_image") -> float:
-    """The answer's log-probability (sum over its tokens, teacher-forced) with the image tokens ``removed``
-    (indices into the image tokens, 0 to N - 1) knocked out of ``view``'s sight."""
+def token_logprobs(answer: Answer, removed: Sequence[int] | np.ndarray, view: View = "after_image") -> np.ndarray:
+    """Each answer token's log-probability (float64 (T,), teacher-forced, log p(token | the tokens before it)) with
+    the image tokens ``removed`` (indices into the image tokens, 0 to N - 1) knocked out of ``view``'s sight."""
     start = _view_start(answer, view)
     count = len(answer.image_positions)
     removed = np.asarray(removed, dtype=np.int64).reshape(-1)
@@ -118,7 +124,27 @@ def answer_logprob(answer: Answer, removed: Sequence[int] | np.ndarray, view: Vi
         logits = vlm.model(**answer.inputs, use_cache=False, logits_to_keep=length - first).logits
     ids = torch.as_tensor(answer.token_ids, device=logits.device)
     logprobs = torch.log_softmax(logits[0, : len(ids)].float(), dim=-1)
-    return float(logprobs[torch.arange(len(ids), device=logits.device), ids].double().sum())
+    return logprobs[torch.arange(len(ids), device=logits.device), ids].double().cpu().numpy()
+
+
+def _measured(answer: Answer, token: int | None) -> int | None:
+    """``token`` checked: an answer token's index (0 to T - 1), or None for the whole answer."""
+    if token is None:
+        return None
+    count = len(answer.token_ids)
+    if isinstance(token, bool) or not isinstance(token, (int, np.integer)) or not 0 <= token < count:
+        raise VLMError(f"token must be an answer token's index, 0 to {count - 1}, or None for the whole answer")
+    return int(token)
+
+
+def answer_logprob(
+    answer: Answer, removed: Sequence[int] | np.ndarray, view: View = "after_image", token: int | None = None
+) -> float:
+    """The log-probability of answer token ``token`` (None: the whole answer's, the sum over its tokens),
+    teacher-forced, with the image tokens ``removed`` (indices 0 to N - 1) knocked out of ``view``'s sight."""
+    token = _measured(answer, token)
+    logprobs = token_logprobs(answer, removed, view)
+    return float(logprobs.sum() if token is None else logprobs[token])
 
 
 def _fractions(fractions: Sequence[float]) -> np.ndarray:
@@ -136,12 +162,15 @@ def knockout_curve(
     order: Order = "most",
     fractions: Sequence[float] = CHEFER_FRACTIONS,
     view: View = "after_image",
+    token: int | None = None,
 ) -> KnockoutCurve:
-    """The answer's log-probability as image tokens are knocked out in the order of ``scores`` (one per image token:
-    token attention, relevance ...), ``order="most"`` (highest first) or ``"least"``, at each of ``fractions``."""
+    """The log-probability of answer token ``token`` (None: of the whole answer, summed over its tokens) as image
+    tokens are knocked out in the order of ``scores`` (one per image token: that token's map, or the whole answer's
+    for None), ``order="most"`` (highest first) or ``"least"``, at each of ``fractions``."""
     if order not in ("most", "least"):
         raise VLMError(f"order must be 'most' or 'least'; got {order!r}")
     _view_start(answer, view)
+    token = _measured(answer, token)
     count = len(answer.image_positions)
     scores = np.asarray(scores, dtype=np.float64)
     if scores.shape != (count,) or not np.isfinite(scores).all():
@@ -149,13 +178,18 @@ def knockout_curve(
     steps = _fractions(fractions)
     ranking = np.argsort(-scores if order == "most" else scores, kind="stable")
     removed = np.array([round(count * f) for f in steps], dtype=np.int64)
-    logprob = np.array([answer_logprob(answer, ranking[:k], view) for k in removed])
+    logprob = np.array([answer_logprob(answer, ranking[:k], view, token) for k in removed])
     area = chefer_auc(torch.from_numpy(logprob), tuple(steps)) / 100 if len(steps) > 1 else 0.0
-    return KnockoutCurve(order, view, steps, removed, logprob, area)
+    return KnockoutCurve(order, view, token, steps, removed, logprob, area)
 
 
 def knockout_curves(
-    answer: Answer, scores: np.ndarray, fractions: Sequence[float] = CHEFER_FRACTIONS, view: View = "after_image"
+    answer: Answer,
+    scores: np.ndarray,
+    fractions: Sequence[float] = CHEFER_FRACTIONS,
+    view: View = "after_image",
+    token: int | None = None,
 ) -> dict[Order, KnockoutCurve]:
-    """Both curves of a map, by order: "most" (most relevant first) and "least" (least relevant first)."""
-    return {order: knockout_curve(answer, scores, order, fractions, view) for order in ("most", "least")}
+    """Both curves of a map, by order: "most" (most relevant first) and "least" (least relevant first), following
+    answer token ``token``'s log-probability (None: the whole answer's)."""
+    return {order: knockout_curve(answer, scores, order, fractions, view, token) for order in ("most", "least")}

@@ -7,6 +7,12 @@ language model's final norm and the unembedding (``lm_head``, and the final logi
 as the model's own last layer does; the softmax over the vocabulary gives each token's top-k words. At layer L this
 is the model's own prediction at the image positions.
 
+Deepstack (Qwen3-VL). After each of its first few layers, Qwen3-VL adds features of its vision tower's intermediate
+blocks to the image positions' hidden states. By default (``deepstack="before"``) the lens reads a layer's output
+before they are added, the hidden state ``output_hidden_states`` reports; ``deepstack="after"`` reads the sum, what
+the next layer reads (after the last layer: what the final norm reads). At the layers without deepstack features the
+two are the same; a family without deepstack refuses "after".
+
 One forward pass runs up to the chosen layer only: a hook keeps the image positions' hidden states there and stops
 the pass (``passes.hooked``: in this thread's pass only, since sessions share the model). The vocabulary's logits
 are formed LENS_BLOCK_TOKENS image tokens at a time.
@@ -15,6 +21,7 @@ are formed LENS_BLOCK_TOKENS image tokens at a time.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import torch
@@ -26,19 +33,23 @@ from vitviz.vlm.passes import hooked
 
 LENS_BLOCK_TOKENS = 256  # image tokens whose vocabulary logits are formed at once
 MAX_TOP_K = 100
+Deepstack = Literal["before", "after"]
+DEEPSTACK = ("before", "after")  # the hidden state read where Qwen3-VL adds deepstack features: before or after
 
 
 @dataclass(frozen=True)
 class LensWords:
     """The logit lens at one layer: per image token (in sequence order, N of them) its top-k token ``ids`` (int64
     (N, k)), ``words`` (each id decoded alone, object (N, k)) and ``probabilities`` (float32 (N, k)), most probable
-    first; ``top_words`` holds each tile's (rows, cols) grid of its tokens' top-1 words ("" where no token)."""
+    first; ``top_words`` holds each tile's (rows, cols) grid of its tokens' top-1 words ("" where no token);
+    ``deepstack``: read before or after Qwen3-VL's deepstack features are added (the module's docstring)."""
 
     layer: int
     ids: np.ndarray
     words: np.ndarray
     probabilities: np.ndarray
     top_words: list[np.ndarray]
+    deepstack: Deepstack = "before"
 
 
 class _Reached(Exception):
@@ -53,10 +64,27 @@ def lens_layer(answer: Answer, layer: int) -> int:
     return int(layer) % count
 
 
-def image_hidden_states(answer: Answer, layer: int) -> torch.Tensor:
-    """The image tokens' hidden states after ``layer`` language-model layers (before the final norm): (N, width),
-    from a pass that stops there."""
+def has_deepstack(answer: Answer) -> bool:
+    """Whether the model adds deepstack features of its vision tower to the decoder's hidden states (Qwen3-VL)."""
+    vision = getattr(answer.model.model.config, "vision_config", None)
+    return bool(getattr(vision, "deepstack_visual_indexes", None))
+
+
+def lens_deepstack(answer: Answer, deepstack: str) -> Deepstack:
+    """``deepstack`` checked: "before", or "after" for a model that adds deepstack features."""
+    if deepstack not in DEEPSTACK:
+        raise VLMError(f"deepstack must be one of {', '.join(DEEPSTACK)}; got {deepstack!r}")
+    if deepstack == "after" and not has_deepstack(answer):
+        raise VLMError(f"{answer.model.model_type} adds no deepstack features; deepstack='after' is for Qwen3-VL")
+    return deepstack
+
+
+def image_hidden_states(answer: Answer, layer: int, deepstack: Deepstack = "before") -> torch.Tensor:
+    """The image tokens' hidden states after ``layer`` language-model layers (before the final norm; with
+    ``deepstack="after"``, with Qwen3-VL's deepstack features added, as the next layer reads them): (N, width), from
+    a pass that stops there."""
     layer = lens_layer(answer, layer)
+    deepstack = lens_deepstack(answer, deepstack)
     vlm = answer.model
     blocks = vlm.language_model.layers
     positions = torch.as_tensor(answer.image_positions, device=vlm.device)
@@ -66,8 +94,11 @@ def image_hidden_states(answer: Answer, layer: int) -> torch.Tensor:
         kept.append(hidden[0, positions].detach())
         raise _Reached
 
-    if layer == 0:
-        watch = hooked(blocks[0], lambda _m, args, kwargs: keep(args[0] if args else kwargs["hidden_states"]), pre=True)
+    def read(_module, args, kwargs) -> None:
+        keep(args[0] if args else kwargs["hidden_states"])
+
+    if layer == 0 or deepstack == "after":  # what the next layer reads (after the last one: the final norm)
+        watch = hooked(blocks[layer] if layer < len(blocks) else vlm.language_model.norm, read, pre=True)
     else:
         watch = hooked(blocks[layer - 1], lambda _m, _a, out: keep(out[0] if isinstance(out, tuple) else out))
     try:  # the hook acts in this thread's pass only: another session's pass through the shared model runs whole
@@ -98,14 +129,15 @@ def lens_logits(answer: Answer, hidden: torch.Tensor) -> torch.Tensor:
     return logits
 
 
-def logit_lens(answer: Answer, layer: int, k: int = 5) -> LensWords:
-    """The top-``k`` words of every image token at hidden state ``layer`` (0 to L; see the module's docstring)."""
+def logit_lens(answer: Answer, layer: int, k: int = 5, deepstack: Deepstack = "before") -> LensWords:
+    """The top-``k`` words of every image token at hidden state ``layer`` (0 to L), read before Qwen3-VL's deepstack
+    features are added or ``"after"`` (see the module's docstring)."""
     vocabulary = answer.model.model.get_output_embeddings()
     size = int(vocabulary.weight.shape[0]) if vocabulary is not None else MAX_TOP_K
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= min(MAX_TOP_K, size):
         raise VLMError(f"k must be from 1 to {min(MAX_TOP_K, size)} words; got {k!r}")
     layer = lens_layer(answer, layer)
-    hidden = image_hidden_states(answer, layer)
+    hidden = image_hidden_states(answer, layer, deepstack)
     ids, probabilities = [], []
     for start in range(0, hidden.shape[0], LENS_BLOCK_TOKENS):
         probs = torch.softmax(lens_logits(answer, hidden[start : start + LENS_BLOCK_TOKENS]), dim=-1)
@@ -122,4 +154,5 @@ def logit_lens(answer: Answer, layer: int, k: int = 5) -> LensWords:
         words=words,
         probabilities=torch.cat(probabilities).numpy().astype(np.float32).reshape(top_ids.shape),
         top_words=tile_maps(answer, words[:, 0], fill=""),
+        deepstack=lens_deepstack(answer, deepstack),
     )

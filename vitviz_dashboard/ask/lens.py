@@ -9,8 +9,9 @@ import numpy as np
 import streamlit as st
 from PIL import Image
 
-from vitviz.render.answers import map_over_photo, map_raster
+from vitviz.render.answers import map_over_photo, map_raster, tile_name, token_name
 from vitviz.vlm import Answer
+from vitviz_dashboard.ask.maps import draw_scale
 from vitviz_dashboard.cache.vlm import AnswerKey, lens_words
 
 TOP_K = 5
@@ -40,7 +41,9 @@ def draw_lens(
     if word:
         hits = np.array([[w.strip() == word for w in row] for row in lens.words])
         values = np.where(hits, lens.probabilities, 0.0).sum(axis=1)
-        caption = f"Probability of '{word}' among each image token's top {TOP_K} words at layer {layer}"
+        caption = (
+            f"Probability of {token_name(answer, token)} among each image token's top {TOP_K} words at layer {layer}"
+        )
         if not hits.any():
             st.info(
                 f"'{word}' is among the top {TOP_K} words of no image token at layer {layer}: the map is empty. "
@@ -49,8 +52,18 @@ def draw_lens(
     else:
         values = lens.probabilities[:, 0]
         caption = f"Each image token's top word's probability at layer {layer}"
-    # at the photo's own size: stretched across a wide page, a small photo was blurred
-    st.image(map_over_photo(photo, map_raster(answer, values), colormap, alpha), caption=caption, width="content")
+    tiles = tile_name(answer, None)
+    raster = map_raster(answer, values)
+    # beside the words as the map is beside the share chart: never wider than the map above it. At the photo's own
+    # size (capped by the column): stretched across a wide page, a small photo was blurred
+    picture, words = st.columns([3, 2])
+    with picture:
+        st.image(
+            map_over_photo(photo, raster, colormap, alpha),
+            caption=caption + (f", {tiles}" if tiles else ""),
+            width="content",
+        )
+        draw_scale(raster, colormap)
     counts = collections.Counter(w.strip() or repr(w) for w in lens.words[:, 0])
     rows = [{"top word": w, "image tokens": n} for w, n in counts.most_common(MOST_COMMON)]
-    st.dataframe(rows, hide_index=True, key="ask|lens_table")
+    words.dataframe(rows, hide_index=True, key="ask|lens_table")

@@ -9,8 +9,8 @@ import numpy as np
 import streamlit as st
 from PIL import Image
 
-from vitviz.render.answers import map_over_photo, map_raster
-from vitviz.render.overlays import COLORMAPS, colour_bar
+from vitviz.render.answers import map_over_photo, map_range, map_raster, tile_name, token_name
+from vitviz.render.overlays import COLORMAPS, scale_strip
 from vitviz.vlm import Answer, token_attention
 from vitviz_dashboard.cache.vlm import AnswerKey, token_relevance
 from vitviz_dashboard.state import kept
@@ -18,6 +18,7 @@ from vitviz_dashboard.state import kept
 KINDS = ("attention", "relevance")
 ALL = -1  # every head (their mean), every tile
 COLORMAP, ALPHA = kept("ask|colormap"), kept("ask|alpha")  # kept through a visit to another page
+SCALE_WIDTH = 256  # pixels: a map's colour scale on the page
 
 
 @dataclass(frozen=True)
@@ -86,14 +87,33 @@ def map_controls(answer: Answer, token: int | None) -> MapChoice:
     )
 
 
-def map_caption(token: int | None, choice: MapChoice) -> str:
-    """What the map shows, in words (its caption; the knock-out curve names its map by it)."""
-    what = "the whole answer" if token is None else f"token {token}"
+def map_caption(answer: Answer, token: int | None, choice: MapChoice) -> str:
+    """What the map shows, in words: the token by its index and text, the layers and head, and the tile where the
+    model splits the photo into tiles (the map's caption; the knock-out curve and the downloads name the map by it)."""
+    what = token_name(answer, token)
+    tile = tile_name(answer, choice.tile)
+    where = f", {tile}" if tile else ""
     if choice.kind == "relevance":
-        return f"Relevance of {what} (Chefer et al. 2021b, every layer)"
+        return f"Relevance of {what} (Chefer et al. 2021b, every layer){where}"
     first, last = choice.layers
     head = "the heads' mean" if choice.head is None else f"head {choice.head}"
-    return f"Attention of {what} on the image, layers {first} to {last}, {head}"
+    return f"Attention of {what} on the image, layers {first} to {last}, {head}{where}"
+
+
+def map_fields(answer: Answer, token: int | None, choice: MapChoice, caption: str) -> dict[str, np.ndarray]:
+    """What attention.npz says of its ``shown_map``: its caption (``shown_map_name``), and the same in fields:
+    its kind, the token (-1: the whole answer), the layers (first, last), the head (-1: their mean) and the tile
+    (-1: every tile)."""
+    layers = (0, answer.image_attention.shape[1] - 1) if choice.kind == "relevance" else choice.layers
+    head = None if choice.kind == "relevance" else choice.head
+    return {
+        "shown_map_name": np.array(caption),
+        "shown_map_kind": np.array(choice.kind),
+        "shown_map_token": np.array(-1 if token is None else token, dtype=np.int64),
+        "shown_map_layers": np.array(layers, dtype=np.int64),
+        "shown_map_head": np.array(-1 if head is None else head, dtype=np.int64),
+        "shown_map_tile": np.array(-1 if choice.tile is None else choice.tile, dtype=np.int64),
+    }
 
 
 def map_values(key: AnswerKey, answer: Answer, token: int | None, choice: MapChoice) -> np.ndarray | None:
@@ -123,14 +143,18 @@ def draw_map(
     if np.isnan(raster).all():
         st.info("This tile covers no pixel of the photo.")
         return None
-    st.image(map_over_photo(photo, raster, colormap, alpha), caption=map_caption(token, choice), width="stretch")
-    seen = raster[~np.isnan(raster)]
-    st.image(
-        colour_bar(colormap),
-        caption=f"Colours: from {float(seen.min()):.3g} to {float(seen.max()):.3g}; dimmed: pixels no chosen tile saw",
-        width=256,
-    )
+    caption = map_caption(answer, token, choice)
+    st.image(map_over_photo(photo, raster, colormap, alpha), caption=caption, width="stretch")
+    draw_scale(raster, colormap, "dimmed: pixels no chosen tile saw")
     return values
+
+
+def draw_scale(raster: np.ndarray, colormap: str, note: str = "") -> None:
+    """A map's colour scale under it: the colours and the values of their two ends (scale_strip), said in its
+    caption too."""
+    low, high = map_range(raster)
+    caption = f"Colour scale: {low:.3g} to {high:.3g}" + (f"; {note}" if note else "")
+    st.image(scale_strip(colormap, low, high, SCALE_WIDTH), caption=caption, width=SCALE_WIDTH)
 
 
 def display_controls() -> tuple[str, float]:

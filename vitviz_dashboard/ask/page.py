@@ -9,13 +9,13 @@ from __future__ import annotations
 import streamlit as st
 
 from vitviz.preprocessing import ImageError
-from vitviz.render.answers import map_over_photo, map_raster, readable_text
+from vitviz.render.answers import map_picture, map_raster, readable_text
 from vitviz.vlm import Answer, VLMError
 from vitviz_dashboard.ask.downloads import draw_downloads
 from vitviz_dashboard.ask.inputs import model_inputs, question_inputs, question_problem
 from vitviz_dashboard.ask.knockout import draw_knockout
 from vitviz_dashboard.ask.lens import draw_lens
-from vitviz_dashboard.ask.maps import display_controls, draw_map, map_caption, map_controls
+from vitviz_dashboard.ask.maps import display_controls, draw_map, map_caption, map_controls, map_fields
 from vitviz_dashboard.ask.shares import draw_shares
 from vitviz_dashboard.ask.tokens import pick_token
 from vitviz_dashboard.ask.tower import offer_tower
@@ -75,13 +75,17 @@ def ask_page(photo_page: st.Page) -> None:
     with right:
         draw_shares(answer, token, choice.head)
     draw_lens(key, answer, photo, token, colormap, alpha)
-    draw_knockout(key, answer, shown, map_caption(token, choice))
-    picture = (
-        None
-        if shown is None
-        else lambda: map_over_photo(photo, map_raster(answer, shown, choice.tile), colormap, alpha)
-    )
-    draw_downloads(answer, key.model.spec, name, shown, picture)
+    draw_knockout(key, answer, token, choice)
+    caption = map_caption(answer, token, choice)
+    if shown is None:
+        draw_downloads(answer, key.model.spec, name, None, None)
+        return
+    about = map_fields(answer, token, choice, caption)
+
+    def picture():
+        return map_picture(photo, map_raster(answer, shown, choice.tile), colormap, alpha, caption)
+
+    draw_downloads(answer, key.model.spec, name, (shown, about), picture)
 
 
 def answered(key: AnswerKey, photo) -> Answer | None:

@@ -11,7 +11,9 @@ from vitviz.vlm import Answer
 
 def draw_shares(answer: Answer, token: int | None, head: int | None) -> None:
     """The chart for ``token`` (None: the answer's mean) and ``head`` (None: the heads' mean)."""
-    st.subheader("Where the attention goes, layer by layer")
+    # short: beside the map, in two fifths of an 800 px page, the longer "Where the attention goes, layer by layer"
+    # took five lines
+    st.subheader("Attention by layer")
     st.plotly_chart(image_share_figure(answer, token, head), key="ask|shares")
     st.caption(
         "Per layer, the share of the attention (from the position that predicts the token) on the image tokens, on "

@@ -6,7 +6,7 @@ import re
 
 import streamlit as st
 
-from vitviz.render.answers import readable_text
+from vitviz.render.answers import token_text
 from vitviz.vlm import Answer
 
 ALL = -1  # the pill for the whole answer: the mean over its tokens
@@ -29,9 +29,7 @@ def visible_text(answer: Answer, index: int) -> str:
     """The token as the tokenizer writes it back, stripped, or where that leaves nothing its whitespace made visible
     (readable_text: a line break as ↵, a space as ·); the token's string where decoding gives nothing at all (a
     special token, an id with no string: "<id 151665>"); its markdown escaped."""
-    decoded = answer.model.tokenizer.decode([answer.token_ids[index]])
-    text = readable_text(decoded.strip() or decoded or answer.tokens[index])
-    return re.sub(r"([\\`*_{}\[\]()#+\-.!|<>~$])", r"\\\1", text)
+    return re.sub(r"([\\`*_{}\[\]()#+\-.!|<>~$])", r"\\\1", token_text(answer, index))
 
 
 def pick_token(answer: Answer) -> int | None:

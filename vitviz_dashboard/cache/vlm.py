@@ -65,16 +65,20 @@ def token_relevance(key: AnswerKey, token: int, *, _answer: Answer) -> np.ndarra
 
 
 @kept(spinner="Reading the image tokens through the unembedding...")
-def lens_words(key: AnswerKey, layer: int, k: int, *, _answer: Answer) -> LensWords:
-    """The logit lens's top-``k`` words of every image token at hidden state ``layer``."""
-    return logit_lens(_answer, layer, k)
+def lens_words(key: AnswerKey, layer: int, k: int, deepstack: str = "before", *, _answer: Answer) -> LensWords:
+    """The logit lens's top-``k`` words of every image token at hidden state ``layer``, read before or after
+    Qwen3-VL's deepstack features are added (``deepstack``, vitviz.vlm.lens)."""
+    return logit_lens(_answer, layer, k, deepstack)
 
 
 @kept(spinner="Knocking image tokens out of the answer's view, step by step...")
-def knockout(key: AnswerKey, scores: np.ndarray, *, _answer: Answer) -> dict[str, KnockoutCurve]:
-    """The answer's log-probability as image tokens are knocked out in the order of ``scores`` (the map shown, one
-    value per image token), most relevant first and least relevant first; keyed by the map's values."""
-    return knockout_curves(_answer, scores)
+def knockout(
+    key: AnswerKey, scores: np.ndarray, token: int | None = None, *, _answer: Answer
+) -> dict[str, KnockoutCurve]:
+    """The log-probability of answer token ``token`` (None: the whole answer's, summed) as image tokens are knocked
+    out in the order of ``scores`` (a map, one value per image token), most relevant first and least relevant first;
+    keyed by the map's values and the token."""
+    return knockout_curves(_answer, scores, token=token)
 
 
 @dataclass(frozen=True)
