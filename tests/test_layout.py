@@ -183,18 +183,27 @@ def test_the_library_never_imports_streamlit_or_the_dashboard():
 
 
 def test_the_model_imports_nothing_above_it():
-    """vitviz.model is the bottom but for vitviz.messages: explain, loading, render... build on it, never the other
-    way."""
+    """vitviz.model is the bottom but for vitviz.messages and vitviz.layout (the token layouts its outputs carry):
+    explain, loading, render... build on it, never the other way."""
+    below = ("vitviz.model", "vitviz.layout")
     upward = {
         name: sorted(
-            m
-            for m in found
-            if m.split(".")[0] in TOP_LEVEL and not m.startswith("vitviz.model") and m != "vitviz.messages"
+            m for m in found if m.split(".")[0] in TOP_LEVEL and not m.startswith(below) and m != "vitviz.messages"
         )
         for name, found in IMPORTS.items()
         if name == "vitviz.model" or name.startswith("vitviz.model.")
     }
     assert {name: found for name, found in upward.items() if found} == {}
+
+
+def test_the_token_layouts_import_nothing_of_ours_but_themselves():
+    """vitviz.layout sits under the model: numpy records that every map, the model and the VLM code read."""
+    outside = {
+        name: sorted(m for m in found if m.split(".")[0] in TOP_LEVEL and not m.startswith("vitviz.layout"))
+        for name, found in IMPORTS.items()
+        if name == "vitviz.layout" or name.startswith("vitviz.layout.")
+    }
+    assert {name: found for name, found in outside.items() if found} == {}
 
 
 def test_the_message_helpers_import_nothing_of_ours():

@@ -1,9 +1,11 @@
 """vitviz: see what a Vision Transformer looks at.
 
     messages.py       one-line message helpers (clip_text, echo): the bottom layer, it imports nothing of vitviz
-    model/            ViTConfig and the ViT that returns its attentions; interventions, precision
+    layout/           TokenLayout: every token's kind, pixels and frames, and painting any per-token vector
+    model/            ViTConfig and the ViT that returns its attentions; Swin and Swin v2; interventions, precision
     loading/          load_model(spec): checkpoints, downloads, and one module per source library
     preprocessing.py  bytes in, safe RGB image out (load_image); image in, model tensor out (Preprocessing)
+    video.py          a video file in, its sampled RGB frames out (load_video), with PyAV
     explain/          explanation maps and statistics: pure functions of attentions, gradients and the model
     analysis.py       images through a model once, with every map and statistic the page and the index show
     text/             text towers, prompts and zero-shot heads (CLIP, SigLIP)
@@ -15,7 +17,7 @@
     commands/         the `vitviz` command: one module per subcommand (`python -m vitviz` runs it too)
 
 Imports flow one way: commands -> everything below; dataset -> analysis -> explain; dataset, sae -> explain, loading,
-model; vlm -> loading, model; explain, text, render, loading -> model; nothing here imports streamlit or the
+model; vlm -> loading, model; explain, text, render, loading -> model -> layout; nothing here imports streamlit or the
 dashboard (tests/test_layout.py checks).
 """
 
@@ -33,12 +35,14 @@ from vitviz.loading import (
 from vitviz.model import ViT, ViTConfig, ViTOutput, autocast
 from vitviz.preprocessing import Preprocessing, load_image
 from vitviz.text import zero_shot
+from vitviz.video import VideoError, load_video
 
 __all__ = [
     "ModelLoadError",
     "Preprocessing",
     "ViT",
     "ViTConfig",
+    "VideoError",
     "ViTOutput",
     "autocast",
     "from_huggingface",
@@ -48,6 +52,7 @@ __all__ = [
     "load_checkpoint",
     "load_image",
     "load_model",
+    "load_video",
     "open_index",
     "save_checkpoint",
     "zero_shot",

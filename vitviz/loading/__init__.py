@@ -5,6 +5,7 @@
     sources/         one module per library the weights come from (torchvision, timm, Hugging Face, open_clip)
     checkpoint.py    vitviz's own checkpoint: save, read and load it without executing code; torch files read safely
     build.py         a ViT from a config and a state dict, names, shapes, size and finiteness checked first
+    build_swin.py    the same checks for a Swin or Swin v2
     download.py      files from the network: the Hugging Face Hub (failing fast offline) and plain URLs, with progress
     memory.py        the memory free, against which every loader checks a model's size first
     errors.py        ModelLoadError, the one error of loading, with messages of one short line

@@ -3,10 +3,12 @@ and its ModelSource record.
 
     torchvision.py   torchvision's VisionTransformer (vit_b_16 ... vit_h_14); load_torchvision for "torchvision:" specs
     from_timm.py     timm's VisionTransformer and VisionTransformerDistilled (DeiT, DINO, DINOv2, CLIP, SigLIP, MAE...)
+    from_timm_swin.py  timm's SwinTransformer and SwinTransformerV2 (each block's window and shift read from it)
     timm_eva.py      timm's Eva family (EVA-02, DINOv3, PE...): rotary embeddings, SwiGLU, its config and weights
     huggingface.py   Hugging Face state dicts and configs (vit, deit, dinov2, dinov2_with_registers, CLIP, SigLIP...)
     huggingface_folder.py  Hugging Face folders into a ready ViT (class names, preprocessing); load_huggingface_hub
                      for "hf:" specs
+    huggingface_swin.py  Hugging Face's Swin and Swin v2 (swin, swinv2; 4.x and 5 key names) into vitviz's Swin
     huggingface_text.py  the text half of CLIP and SigLIP folders, its config checked before transformers builds it
     open_clip.py     open_clip models (OpenCLIP's VisionTransformer or a timm trunk), with their text tower
     timm.py          the "timm:" specs: a pretrained timm model through timm and the Hub cache, converted by
