@@ -129,31 +129,41 @@ def prefix_kinds(class_token: bool, distillation_token: bool, num_register_token
 
 @lru_cache(maxsize=64)
 def grid_layout(
-    prefix: tuple[str, ...], grid_size: tuple[int, int], patch_size: int | tuple[int, int], num_frames: int = 1
+    prefix: tuple[str, ...],
+    grid_size: tuple[int, int],
+    patch_size: int | tuple[int, int],
+    num_frames: int = 1,
+    tubelet: int = 1,
 ) -> TokenLayout:
     """The layout of a plain ViT: ``prefix`` tokens (kinds from PREFIX_KINDS), then the patches of a (rows, cols)
     grid in row-major order, each ``patch_size`` pixels (one int, or (height, width)) square, on ``num_frames`` equal
-    frames (one image: 1). Cached: a model sees one input size many times, and the layout is immutable."""
+    frames (one image: 1), listed frame by frame. A video ViT's tokens each cover ``tubelet`` consecutive frames
+    (VideoMAE, ViViT: 2), so its grid is (num_frames / tubelet, rows, cols) and token (t, r, c) spans frames
+    t tubelet to (t + 1) tubelet - 1. Cached: a model sees one input size many times, and the layout is immutable."""
     if unknown := set(prefix) - set(PREFIX_KINDS):
         raise ValueError(f"prefix tokens are {', '.join(PREFIX_KINDS)}; got {sorted(unknown)}")
     rows, cols = grid_size
     ph, pw = (patch_size, patch_size) if isinstance(patch_size, int) else patch_size
-    if min(rows, cols, ph, pw, num_frames) < 1:
+    if min(rows, cols, ph, pw, num_frames, tubelet) < 1:
         raise ValueError(
             f"a grid needs positive sizes; got {grid_size} patches of {patch_size} px, {num_frames} frames"
+            + (f" in tubelets of {tubelet}" if tubelet != 1 else "")
         )
+    if num_frames % tubelet:
+        raise ValueError(f"{num_frames} frames do not split into tubelets of {tubelet} frames")
+    groups = num_frames // tubelet
     r, c = np.divmod(np.arange(rows * cols), cols)
     patch_boxes = np.stack([c * pw, r * ph, (c + 1) * pw, (r + 1) * ph], axis=1).astype(np.float32)
-    boxes = np.concatenate([np.full((len(prefix), 4), np.nan, np.float32), np.tile(patch_boxes, (num_frames, 1))])
-    frame_of = np.repeat(np.arange(num_frames), rows * cols)
-    frames = np.concatenate([np.zeros((len(prefix), 2), np.int64), np.stack([frame_of, frame_of], axis=1)])
+    boxes = np.concatenate([np.full((len(prefix), 4), np.nan, np.float32), np.tile(patch_boxes, (groups, 1))])
+    first = np.repeat(np.arange(groups) * tubelet, rows * cols)  # each token's first frame
+    frames = np.concatenate([np.zeros((len(prefix), 2), np.int64), np.stack([first, first + tubelet - 1], axis=1)])
     for array in (boxes, frames):
         array.flags.writeable = False  # shared through the cache
     return TokenLayout(
-        kinds=prefix + ("patch",) * (rows * cols * num_frames),
+        kinds=prefix + ("patch",) * (rows * cols * groups),
         boxes=boxes,
         frames=frames,
         image_size=(rows * ph, cols * pw),
         num_frames=num_frames,
-        grid=(num_frames, rows, cols),
+        grid=(groups, rows, cols),
     )

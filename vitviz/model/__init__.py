@@ -1,8 +1,9 @@
 """vitviz's Vision Transformer (Dosovitskiy et al. 2020), as a small package read top to bottom:
 
-    config.py   ViTConfig: one field per architectural choice (DeiT, DINO, DINOv2, CLIP, SigLIP, MAE...)
-    layers.py   patch embedding, attention that returns its weights and q/k/v (steered by AttentionControls), MLP,
-                LayerScale, the block, attention pooling
+    config.py   ViTConfig: one field per architectural choice (DeiT, DINO, DINOv2, CLIP, SigLIP, MAE...; VideoMAE and
+                ViViT's clips: frames, tubelets, fixed sine-cosine positions)
+    layers.py   patch (or tubelet) embedding, attention that returns its weights and q/k/v (steered by
+                AttentionControls), MLP, LayerScale, the block, attention pooling
     vit.py      the ViT: embeddings, blocks, final norm, pooling, head, and what loaders attach (class names,
                 preprocessing, text tower); ViTOutput; autocast
     interventions.py  heads knocked out and tokens taken out of the attention: the masks, checked

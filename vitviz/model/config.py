@@ -64,6 +64,10 @@ class ViTConfig:
     qk_norm: bool = False  # per-head norms on queries and keys before attention (and before any rotation)
     norm: Norm = "layernorm"  # every norm's kind: LayerNorm, or RMSNorm (AIMv2); layer_norm_eps is its epsilon
     patch_norm: bool = False  # a norm on the patch embeddings, before anything is added (AIMv2)
+    num_frames: int = 1  # frames of an input clip, (B, frames, C, H, W); 1: an image, (B, C, H, W)
+    tubelet_size: int = 1  # frames per token: > 1 embeds each (tubelet, patch, patch) block with a Conv3d (VideoMAE)
+    sinusoidal_positions: bool = False  # a fixed sine-cosine table over the patch tokens, not a learned one (VideoMAE)
+    final_norm_eps: float = 0.0  # the final norm's epsilon where it differs from layer_norm_eps (VideoMAE's fc_norm)
 
     def __post_init__(self) -> None:
         problems = _field_problems(self)  # types and ranges first: the checks below do arithmetic on them
@@ -99,8 +103,26 @@ class ViTConfig:
             problems.append("distillation_token=True needs class_token=True (it comes right after [CLS])")
         if self.distillation_head and not (self.distillation_token and self.pooling == "cls"):
             problems.append("distillation_head=True needs distillation_token=True and pooling='cls'")
+        if self.final_norm_eps < 0:
+            problems.append(f"final_norm_eps must be >= 0 (0: layer_norm_eps); got {self.final_norm_eps}")
+        if self.num_frames % self.tubelet_size:
+            problems.append(f"num_frames {self.num_frames} is not a multiple of tubelet_size {self.tubelet_size}")
+        if self.is_video and self.rotary != "none":
+            problems.append("rotary embeddings are for images: a video (num_frames or tubelet_size > 1) has none")
+        if self.sinusoidal_positions and (self.num_prefix_tokens or not self.absolute_positions):
+            problems.append("sinusoidal_positions needs absolute_positions=True and no prefix tokens (as VideoMAE)")
         if problems:
             raise ValueError("invalid ViTConfig: " + "; ".join(problems))
+
+    @property
+    def is_video(self) -> bool:
+        """Whether the model reads clips (B, frames, C, H, W) rather than images (B, C, H, W)."""
+        return self.num_frames > 1 or self.tubelet_size > 1
+
+    @property
+    def token_frames(self) -> int:
+        """Tokens along time at the training length: num_frames // tubelet_size (1 for an image)."""
+        return self.num_frames // self.tubelet_size
 
     @property
     def image_hw(self) -> tuple[int, int]:
@@ -145,9 +167,12 @@ class ViTConfig:
         attention = linear(D, 3 * D, self.qkv_bias) + linear(D, D) + (norm(D) if self.attention_norm else 0)
         attention += 2 * norm(D // self.num_heads) if self.qk_norm else 0
         block = norm(D) + attention + norm(D) + mlp + (2 * D if self.layer_scale else 0)
-        count = self.num_channels * self.patch_size**2 * D + D + (norm(D) if self.patch_norm else 0)  # patches
+        count = (
+            self.num_channels * self.tubelet_size * self.patch_size**2 * D + D + (norm(D) if self.patch_norm else 0)
+        )  # patches
         count += self.num_prefix_tokens * D  # the prefix tokens
-        count += (self.prefix_positions + rows * cols) * D if self.absolute_positions else 0  # the position table
+        learned = self.absolute_positions and not self.sinusoidal_positions
+        count += (self.prefix_positions + self.token_frames * rows * cols) * D if learned else 0  # the position table
         count += L * D if self.rotary == "mixed" else 0  # learned rotary frequencies: 2 axes x heads x head_dim / 2
         count += (norm(D) if self.norm_pre else 0) + L * block + (norm(D) if self.final_norm else 0)  # blocks, norm
         if self.pooling == "map":  # query, q, kv, proj, norm, MLP
@@ -170,6 +195,8 @@ class ViTConfig:
 _POSITIVE = (
     "patch_size",
     "num_channels",
+    "num_frames",
+    "tubelet_size",
     "hidden_size",
     "num_layers",
     "num_heads",

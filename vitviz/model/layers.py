@@ -16,26 +16,41 @@ from vitviz.model.rotary import Rope, rotate
 Ablation = Literal["zero", "mean"]  # what a removed head's output becomes: zeros, or its mean over the batch
 
 
-def norm_layer(config: ViTConfig, width: int) -> nn.Module:
-    """The model's kind of norm over ``width`` features: LayerNorm, or RMSNorm (AIMv2), with its epsilon."""
+def norm_layer(config: ViTConfig, width: int, eps: float | None = None) -> nn.Module:
+    """The model's kind of norm over ``width`` features: LayerNorm, or RMSNorm (AIMv2), with its epsilon (or eps)."""
+    eps = eps or config.layer_norm_eps
     if config.norm == "rmsnorm":
-        return nn.RMSNorm(width, eps=config.layer_norm_eps)
-    return nn.LayerNorm(width, eps=config.layer_norm_eps)
+        return nn.RMSNorm(width, eps=eps)
+    return nn.LayerNorm(width, eps=eps)
 
 
 class PatchEmbedding(nn.Module):
-    """Cut the image into non-overlapping patches and project each to D dimensions (then norm them, for AIMv2)."""
+    """Cut the image into non-overlapping patches and project each to D dimensions (then norm them, for AIMv2).
+
+    A clip (B, frames, C, H, W) is cut into tubelets of ``tubelet_size`` frames by a Conv3d when that is above 1
+    (VideoMAE, ViViT), else each frame into patches; the tokens are listed time-major: frame group, row, column."""
 
     def __init__(self, config: ViTConfig):
         super().__init__()
         self.patch_size = config.patch_size
-        # kernel = stride = patch size: one linear projection per patch
-        self.proj = nn.Conv2d(config.num_channels, config.hidden_size, config.patch_size, config.patch_size)
+        # kernel = stride = patch size (and tubelet): one linear projection per patch
+        if config.tubelet_size > 1:
+            size = (config.tubelet_size, config.patch_size, config.patch_size)
+            self.proj = nn.Conv3d(config.num_channels, config.hidden_size, size, size)
+        else:
+            self.proj = nn.Conv2d(config.num_channels, config.hidden_size, config.patch_size, config.patch_size)
         self.norm = norm_layer(config, config.hidden_size) if config.patch_norm else nn.Identity()
 
     def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
-        x = self.proj(pixel_values)  # (B, D, rows, cols)
-        return self.norm(x.flatten(2).transpose(1, 2))  # (B, N, D), patches in row-major order
+        if pixel_values.ndim == 5 and isinstance(self.proj, nn.Conv3d):  # (B, frames, C, H, W)
+            x = self.proj(pixel_values.transpose(1, 2))  # (B, D, frames / tubelet, rows, cols)
+        elif pixel_values.ndim == 5:  # one frame at a time, then the frames side by side
+            B = pixel_values.shape[0]
+            x = self.proj(pixel_values.flatten(0, 1))  # (B * frames, D, rows, cols)
+            x = x.unflatten(0, (B, -1)).transpose(1, 2)  # (B, D, frames, rows, cols)
+        else:
+            x = self.proj(pixel_values)  # (B, D, rows, cols)
+        return self.norm(x.flatten(2).transpose(1, 2))  # (B, N, D), patches in (frame,) row-major order
 
 
 class QKV(NamedTuple):

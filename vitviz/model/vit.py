@@ -3,7 +3,8 @@
 One file, top to bottom in the order data flows: patch embedding -> prefix tokens ([CLS],
 distillation, registers) and position embeddings -> pre-norm encoder blocks -> final LayerNorm ->
 pooling -> linear head. The optional parts cover the families people use (DeiT, DINO, DINOv2 with
-registers, CLIP, SigLIP, MAE); each is one ``ViTConfig`` field.
+registers, CLIP, SigLIP, MAE; VideoMAE and ViViT, whose clips (B, frames, C, H, W) become tubelet tokens listed
+time-major); each is one ``ViTConfig`` field.
 
 Unlike most implementations, the attention weights are *returned* from every block when
 asked for (``model(x, output_attentions=True)``) rather than captured with hooks, which
@@ -62,8 +63,8 @@ class ViTOutput:
     pooled: torch.Tensor  # (B, D) the representation the head sees
     last_hidden_state: torch.Tensor  # (B, T, D) after the final LayerNorm
     attentions: tuple[torch.Tensor, ...] | None  # per block (B, heads, T, T), rows sum to 1
-    grid_size: tuple[int, int]  # patch grid (rows, cols) of this input
-    num_prefix_tokens: int  # tokens before the patches; T = num_prefix_tokens + rows * cols
+    grid_size: tuple[int, ...]  # patch grid (rows, cols) of this input; a clip's (frames / tubelet, rows, cols)
+    num_prefix_tokens: int  # tokens before the patches; T = num_prefix_tokens + the product of grid_size
     readout: torch.Tensor  # (B, T) how much of each token's final state the head reads; rows sum to 1
     pool_attention: torch.Tensor | None = None  # (B, heads, N) the pooling head's weights on the patches ("map")
     hidden_states: tuple[torch.Tensor, ...] | None = None  # per block, its output (B, T, D), on request
@@ -92,8 +93,9 @@ class ViT(nn.Module):
             nn.Parameter(torch.zeros(1, config.num_register_tokens, D)) if config.num_register_tokens else None
         )
         rows, cols = config.grid_size
-        positions = config.prefix_positions + rows * cols
-        self.pos_embed = nn.Parameter(torch.zeros(1, positions, D)) if config.absolute_positions else None
+        positions = config.prefix_positions + config.token_frames * rows * cols
+        learned = config.absolute_positions and not config.sinusoidal_positions  # VideoMAE's table is computed
+        self.pos_embed = nn.Parameter(torch.zeros(1, positions, D)) if learned else None
         # RoPE-Mixed: learned rotary frequencies along both axes, per block and head
         frequencies = (2, config.num_layers, config.num_heads, D // config.num_heads // 2)
         self.rotary_frequencies = nn.Parameter(torch.zeros(frequencies)) if config.rotary == "mixed" else None
@@ -101,7 +103,7 @@ class ViT(nn.Module):
         self.norm_pre = norm_layer(config, D) if config.norm_pre else nn.Identity()
         rates = [config.drop_path * i / max(1, config.num_layers - 1) for i in range(config.num_layers)]
         self.blocks = nn.ModuleList(Block(config, rate) for rate in rates)
-        self.norm = norm_layer(config, D) if config.final_norm else nn.Identity()
+        self.norm = norm_layer(config, D, config.final_norm_eps) if config.final_norm else nn.Identity()
         self.attn_pool = AttentionPool(config) if config.pooling == "map" else None
         self.head = nn.Linear(config.pooled_size, config.num_classes) if config.num_classes > 0 else None
         self.head_dist = nn.Linear(D, config.num_classes) if config.distillation_head and self.head else None
@@ -141,7 +143,7 @@ class ViT(nn.Module):
             y_axis = torch.cat([magnitudes * direction.sin(), magnitudes * (direction + math.pi / 2).sin()], dim=-1)
             with torch.no_grad():
                 self.rotary_frequencies.copy_(torch.stack([x_axis, y_axis]))
-        fan_in = self.patch_embed.proj.in_channels * self.config.patch_size**2
+        fan_in = self.patch_embed.proj.weight[0].numel()  # channels x (tubelet x) patch x patch
         nn.init.trunc_normal_(self.patch_embed.proj.weight, std=math.sqrt(1 / fan_in))
         nn.init.zeros_(self.patch_embed.proj.bias)
         if self.attn_pool is not None:
@@ -184,7 +186,7 @@ class ViT(nn.Module):
         through the blocks takes them from here, so a knocked-out model stays knocked out everywhere."""
         c = self.config
         device = self.patch_embed.proj.weight.device
-        tokens = c.num_prefix_tokens + grid[0] * grid[1]
+        tokens = c.num_prefix_tokens + math.prod(grid)
         own = self.interventions
         if head_mask is not None:
             head_mask = check_head_mask(head_mask, batch, c.num_layers, c.num_heads).to(device)
@@ -201,7 +203,7 @@ class ViT(nn.Module):
             raise ValueError(f"head_ablation must be one of {ABLATIONS}; got {head_ablation!r}")
         return [
             AttentionControls(rope, None if head_mask is None else head_mask[:, index], key_mask, head_ablation)
-            for index, rope in enumerate(self.rotary_embeddings(grid))
+            for index, rope in enumerate(self.rotary_embeddings(grid[-2:]))
         ]
 
     def knock_out(
@@ -230,16 +232,26 @@ class ViT(nn.Module):
         new._buffers = dict(self._buffers)
         return new
 
-    def position_embeddings(self, rows: int, cols: int) -> torch.Tensor | None:
-        """Position embeddings for a rows x cols patch grid, (1, prefix + rows * cols, D).
+    def position_embeddings(self, rows: int, cols: int, token_frames: int = 1) -> torch.Tensor | None:
+        """Position embeddings for a rows x cols patch grid, (1, prefix + rows * cols, D); for a clip of
+        ``token_frames`` tubelets along time, (1, prefix + token_frames * rows * cols, D), at its training size only.
 
         At another grid than the training one, the patch part is resized with bicubic interpolation
         (align_corners=False, antialiased if ``pos_embed_antialias``, as in timm and Hugging Face); prefix
         tokens keep theirs. Without ``pos_embed_prefix`` there are none: (1, rows * cols, D). A rotary model
         without a position table (``absolute_positions=False``): None.
         """
-        if self.pos_embed is None:
-            return None
+        c = self.config
+        if c.is_video and (token_frames, rows, cols) != (c.token_frames, *c.grid_size):
+            raise ValueError(
+                f"this video model's positions are for {c.num_frames} frames of {c.image_hw[0]}x{c.image_hw[1]} "
+                f"pixels ({c.token_frames}x{c.grid_size[0]}x{c.grid_size[1]} tubelets); got "
+                f"{token_frames}x{rows}x{cols}: sample and resize the clip to that size"
+            )
+        if c.sinusoidal_positions:
+            return sinusoidal_table(token_frames * rows * cols, c.hidden_size).to(self.patch_embed.proj.weight)[None]
+        if self.pos_embed is None or c.is_video:
+            return self.pos_embed
         train_rows, train_cols = self.config.grid_size
         if (rows, cols) == (train_rows, train_cols):
             return self.pos_embed
@@ -264,7 +276,8 @@ class ViT(nn.Module):
         key_mask: torch.Tensor | None = None,
         head_ablation: Ablation | None = None,
     ) -> ViTOutput:
-        """Classify a batch of images, shape (B, C, H, W) with H and W multiples of the patch size.
+        """Classify a batch of images, shape (B, C, H, W) with H and W multiples of the patch size (a video model: clips
+        (B, frames, C, H, W) of its ``num_frames`` at its ``image_size``).
 
         Any such size works, non-square too: position embeddings are interpolated to the grid.
         ``attention_sink(block_index, weights)``, if given, receives each block's attention
@@ -309,28 +322,36 @@ class ViT(nn.Module):
         logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
         return logits.sigmoid() if self.config.probabilities == "sigmoid" else logits.softmax(dim=-1)
 
-    def token_layout(self, grid_size: tuple[int, int]) -> TokenLayout:
-        """The layout of an input whose patches form ``grid_size`` (rows, cols): the prefix tokens, then the patches."""
+    def token_layout(self, grid_size: tuple[int, ...]) -> TokenLayout:
+        """The layout of an input whose patches form ``grid_size`` (rows, cols), or a clip's (frames / tubelet, rows,
+        cols): the prefix tokens, then the patches (each tubelet spanning its frames)."""
         c = self.config
         prefix = prefix_kinds(c.class_token, c.distillation_token, c.num_register_tokens)
+        if len(grid_size) == 3:
+            frames = grid_size[0] * c.tubelet_size
+            return grid_layout(prefix, tuple(grid_size[1:]), c.patch_size, frames, c.tubelet_size)
         return grid_layout(prefix, tuple(grid_size), c.patch_size)
 
-    def embed(self, pixel_values: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
-        """Patches, prefix tokens and position embeddings: the first block's input (B, T, D), and the grid."""
+    def embed(self, pixel_values: torch.Tensor) -> tuple[torch.Tensor, tuple[int, ...]]:
+        """Patches, prefix tokens and position embeddings: the first block's input (B, T, D), and the grid ((rows,
+        cols), or a clip's (frames / tubelet, rows, cols))."""
         self._check_input(pixel_values)
-        B, _, H, W = pixel_values.shape
+        B, H, W = pixel_values.shape[0], *pixel_values.shape[-2:]
         grid = (H // self.config.patch_size, W // self.config.patch_size)
+        if self.config.is_video:
+            grid = (pixel_values.shape[1] // self.config.tubelet_size, *grid)
         x = self.patch_embed(pixel_values)  # (B, N, D)
         prefix = [t.expand(B, -1, -1) for t in (self.cls_token, self.dist_token, self.register_tokens) if t is not None]
-        if self.pos_embed is None:  # rotary only: the blocks rotate queries and keys instead
+        positions = self.position_embeddings(*grid[-2:], *grid[:-2])
+        if positions is None:  # rotary only: the blocks rotate queries and keys instead
             x = torch.cat([*prefix, x], dim=1)
         elif self.config.pos_embed_prefix:  # concatenate, then add positions to every token
-            x = torch.cat([*prefix, x], dim=1) + self.position_embeddings(*grid)  # (B, T, D), T = prefix + N
+            x = torch.cat([*prefix, x], dim=1) + positions  # (B, T, D), T = prefix + N
         else:  # positions for the patches only, then concatenate
-            x = torch.cat([*prefix, x + self.position_embeddings(*grid)], dim=1)
+            x = torch.cat([*prefix, x + positions], dim=1)
         return self.norm_pre(self.pos_dropout(x)), grid
 
-    def forward_head(self, x: torch.Tensor, grid_size: tuple[int, int]) -> ViTOutput:
+    def forward_head(self, x: torch.Tensor, grid_size: tuple[int, ...]) -> ViTOutput:
         """Final LayerNorm, pooling and head on the last block's output tokens (B, T, D).
 
         ``forward`` ends here. Given an earlier block's output instead, it reads that block as if it were
@@ -388,7 +409,12 @@ class ViT(nn.Module):
 
     def _check_input(self, pixel_values: torch.Tensor) -> None:
         c = self.config
-        if pixel_values.ndim != 4 or pixel_values.shape[1] != c.num_channels:
+        if c.is_video and (pixel_values.ndim != 5 or pixel_values.shape[1:3] != (c.num_frames, c.num_channels)):
+            raise ValueError(
+                f"this video model reads clips of shape (B, {c.num_frames}, {c.num_channels}, H, W) (frames, then "
+                f"channels, as transformers' video processors give them); got {tuple(pixel_values.shape)}"
+            )
+        if not c.is_video and (pixel_values.ndim != 4 or pixel_values.shape[1] != c.num_channels):
             raise ValueError(
                 f"expected pixel_values of shape (B, {c.num_channels}, H, W), got {tuple(pixel_values.shape)}"
             )
@@ -399,3 +425,14 @@ class ViT(nn.Module):
                 f"resize or crop it, e.g. to {max(1, round(H / c.patch_size)) * c.patch_size}x"
                 f"{max(1, round(W / c.patch_size)) * c.patch_size}"
             )
+
+
+def sinusoidal_table(positions: int, width: int) -> torch.Tensor:
+    """VideoMAE's fixed position table (from "Attention Is All You Need"), (positions, width) fp32: feature pair
+    (2i, 2i + 1) of position n is sin and cos of n / 10000 ** (2i / width). Made in fp64, as the original is."""
+    position = torch.arange(positions, dtype=torch.float64)[:, None]
+    exponent = (torch.arange(width) // 2 * 2).to(torch.float64) / width
+    angles = position / 10000.0**exponent  # (positions, width)
+    table = torch.empty_like(angles)
+    table[:, 0::2], table[:, 1::2] = angles[:, 0::2].sin(), angles[:, 1::2].cos()
+    return table.to(torch.float32)

@@ -14,6 +14,7 @@
     aimv2                  Aimv2Model: its vision half
     ijepa                  IJepaModel (no [CLS]; a backbone read by its mean patch token)
     swin, swinv2           SwinModel, SwinForImageClassification, Swinv2...: into vitviz's Swin (huggingface_swin.py)
+    videomae, vivit        VideoMAE..., Vivit...: video ViTs over clips (huggingface_video.py)
 
 Each family is a table of renaming rules (plus the per-block rules all families share), the
 defaults of its Hugging Face config class (config.json files may leave them out), and a small
@@ -37,6 +38,7 @@ from vitviz.loading.build import build_model, check_model_size
 from vitviz.loading.errors import ModelLoadError, describe
 from vitviz.loading.sources.common import add_zero_biases, fuse_qkv, rename
 from vitviz.loading.sources.huggingface_swin import HIERARCHICAL_TYPES, SWIN_TYPES, from_huggingface_swin
+from vitviz.loading.sources.huggingface_video import VIDEO_TYPES, from_huggingface_video
 from vitviz.messages import echo
 from vitviz.model import ViT, ViTConfig
 
@@ -326,7 +328,7 @@ _VISION_HALF = {
     "siglip": "siglip_vision_model",
     "aimv2": "aimv2_vision_model",
 }  # image-text models: vision_config
-SUPPORTED_MODEL_TYPES = tuple(sorted([*_FAMILIES, *_VISION_HALF, *SWIN_TYPES]))
+SUPPORTED_MODEL_TYPES = tuple(sorted([*_FAMILIES, *_VISION_HALF, *SWIN_TYPES, *VIDEO_TYPES]))
 
 
 def from_huggingface(state_dict: dict[str, torch.Tensor], config: dict) -> ViT:
@@ -350,6 +352,8 @@ def from_huggingface(state_dict: dict[str, torch.Tensor], config: dict) -> ViT:
             )
     if model_type in HIERARCHICAL_TYPES:  # vitviz's Swin, not its ViT (Hiera: refused there)
         return from_huggingface_swin(state_dict, config)
+    if model_type in VIDEO_TYPES:  # clips: tubelet embeddings
+        return from_huggingface_video(state_dict, config)
     family = _FAMILIES.get(model_type)
     if family is None:
         raise ModelLoadError(

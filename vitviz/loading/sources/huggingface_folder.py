@@ -52,8 +52,14 @@ def load_huggingface_folder(folder: str | Path) -> ViT:
         model.class_names = [
             str(labels.get(str(i), labels.get(i, f"class {i}"))) for i in range(model.config.num_classes)
         ]
-        model.transform = _huggingface_preprocessing(
-            folder / "preprocessor_config.json", model.config.image_size, config.get("model_type")
+        # a video model's clips are sampled and preprocessed by its family's video processor (issue 46's
+        # load_video); an image transform would only feed it images it refuses, so it has none
+        model.transform = (
+            None
+            if model.config.is_video
+            else _huggingface_preprocessing(
+                folder / "preprocessor_config.json", model.config.image_size, config.get("model_type")
+            )
         )
         if config.get("model_type") in TEXT_TOWER_TYPES:
             model.text_tower, model.text_tower_note = text_tower(folder, state_dict, config)
