@@ -259,3 +259,42 @@ def test_patch_search_crops_are_readable_and_no_caption_line_begins_with_a_comma
         shot(page, f"workbench-search-{width}")
     no_exception(page)
     page.close()
+
+
+# 16. the per-class mean maps' captions
+
+# the words of every "label (count)" picture caption that a line break cuts in two (a word over two lines has two
+# client rectangles), and how many such captions were read
+BROKEN_WORDS = """() => {
+    const broken = [];
+    const captions = [...document.querySelectorAll('[data-testid=stMain] [data-testid=stImageCaption]')]
+        .filter(c => /\\(\\d+\\)$/.test(c.innerText.trim()));
+    for (const caption of captions) {
+        const walker = document.createTreeWalker(caption, NodeFilter.SHOW_TEXT);
+        for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+            for (const match of node.data.matchAll(/\\S+/g)) {
+                const range = document.createRange();
+                range.setStart(node, match.index);
+                range.setEnd(node, match.index + match[0].length);
+                const tops = new Set([...range.getClientRects()].map(r => Math.round(r.top)));
+                if (tops.size > 1) broken.push(match[0]);
+            }
+        }
+    }
+    return {broken, captions: captions.length};
+}"""
+
+
+def test_per_class_mean_captions_never_break_inside_a_word(server, browser):
+    running, folder = server
+    for width in WIDTHS:
+        page = open_index(browser, running.url, folder / "index", width, 900)
+        open_tab(page, "Errors", "Per-class mean maps")
+        wait_until_drawn(page, "automobile (")
+        page.get_by_text("automobile (").first.scroll_into_view_if_needed()
+        wait_until_idle(page)
+        read = page.evaluate(BROKEN_WORDS)
+        assert read["captions"] >= 2 and read["broken"] == [], (width, read)
+        shot(page, f"workbench-class-means-{width}")
+        no_exception(page)
+        page.close()

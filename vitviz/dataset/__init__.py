@@ -15,11 +15,16 @@
                   session, a cap on queries at once, QueryStopped naming the limit
     sandbox.py    the query processes that run the SQL, watched for memory and time and ended past the limits
     sandbox_child.py  a query process itself: DuckDB with its limits set and locked, a timer that interrupts it
+    tags.py       tags on images, kept beside the index (DIR/tags.parquet, never checksummed): changed under a lock,
+                  written atomically, queried as the table ``tags``
+    saved_views.py  named views of the Dataset page beside the index (DIR/views.json), every field checked on reading
     subset.py     a sub-index: chosen images' rows and arrays written as an index of their own (parent ids kept)
     photos.py     the photos behind an index, read back from its source
     analysis.py   statistics over an index: bootstrap intervals and their settling, head clusters, the joint
                   query/key embedding (AttentionViz), confusion matrices, per-class mean maps, the embeddings
-                  by PCA, accuracy by slice, each image's largest code of a feature (an SAE latent)
+                  by PCA or t-SNE, accuracy by slice of one or two columns with Wilson intervals, each image's
+                  largest code of a feature (an SAE latent)
+    compare.py    two indexes of the same images (two models) matched by sha256: agreement, disagreements
     views.py      what the Dataset page's views compute from an index, one call each: the confusion counts, a
                   class's mean map, the embedding map's sample, the heads table's means and a sample per image
 

@@ -1,7 +1,8 @@
 """Statistics over an index, for the Dataset page and for anyone with an index: bootstrap confidence intervals of
 per-head means and how they settle as images are added, heads clustered by their dataset-averaged statistics, the
 joint embedding of one head's queries and keys (AttentionViz), confusion matrices and per-class mean maps, the pooled
-embeddings projected to 2-D, accuracy by slice, and each image's largest code of a feature of its block activations.
+embeddings projected to 2-D (PCA or t-SNE), accuracy by slice of one or two columns with Wilson score intervals, and
+each image's largest code of a feature of its block activations.
 
 Pure numpy / scikit-learn: arrays in, arrays out; nothing here draws.
 """
@@ -10,7 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from statistics import NormalDist
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
@@ -150,67 +152,184 @@ def mean_map(index: DatasetIndex, image_ids: Sequence[int], kind: str = "rollout
     return (total / len(ids)).astype(np.float32)
 
 
+ProjectionMethod = Literal["pca", "tsne"]
+PROJECTION_METHODS: tuple[str, ...] = ("pca", "tsne")
+TSNE_INPUT_DIMENSIONS = 50  # t-SNE runs on the first 50 principal components (scikit-learn's own advice)
+
+
 @dataclass(frozen=True)
 class Projection:
     image_ids: np.ndarray  # (n,) the images projected, in the order of the points
     points: np.ndarray  # (n, components)
-    explained: np.ndarray  # (components,) share of the variance each component explains
+    explained: np.ndarray  # (components,) share of the variance each component explains; empty for t-SNE
+    method: str = "pca"  # PROJECTION_METHODS
 
 
 def project_embeddings(
-    index: DatasetIndex, image_ids: Sequence[int], components: int = 2, chunk: int = 4096
+    index: DatasetIndex,
+    image_ids: Sequence[int],
+    components: int = 2,
+    chunk: int = 4096,
+    method: ProjectionMethod = "pca",
 ) -> Projection:
-    """The images' pooled embeddings projected by PCA onto their first ``components`` principal axes (scikit-learn,
-    a fixed seed), read ``chunk`` images at a time. UMAP is not one of vitviz's dependencies: PCA is linear, so the
-    distances along its axes are the embeddings' own."""
+    """The images' pooled embeddings in ``components`` dimensions, read ``chunk`` images at a time, by ``method``:
+
+    - ``"pca"``: their first principal axes (scikit-learn, a fixed seed). Linear: distances along the axes are the
+      embeddings' own, and the share of variance each axis explains is known.
+    - ``"tsne"``: t-SNE (van der Maaten & Hinton 2008; scikit-learn's Barnes-Hut ``TSNE``, initialised by PCA, a
+      fixed seed) on the first TSNE_INPUT_DIMENSIONS principal components. Neighbourhoods are kept; distances between
+      clusters and cluster sizes mean little. Its cost grows as n log n: bound n (the page draws 3,000 points).
+
+    UMAP would need umap-learn with numba and llvmlite (about 64 MB of wheels, and a JIT compile on first use): it is
+    not one of vitviz's dependencies (docs/dataset-index.md)."""
     from sklearn.decomposition import PCA
 
+    if method not in PROJECTION_METHODS:
+        raise ValueError(f"unknown projection {method!r}; choose one of {', '.join(PROJECTION_METHODS)}")
     ids = np.asarray(image_ids, dtype=np.int64)
     if len(ids) < 2:
         raise ValueError(f"a projection needs at least 2 images; got {len(ids)}")
     vectors = np.concatenate([index.embeddings(ids[s : s + chunk]) for s in range(0, len(ids), chunk)])
-    pca = PCA(n_components=min(components, *vectors.shape), random_state=0)
-    return Projection(ids, pca.fit_transform(vectors.astype(np.float64)), pca.explained_variance_ratio_)
+    vectors = vectors.astype(np.float64)
+    if method == "pca":
+        pca = PCA(n_components=min(components, *vectors.shape), random_state=0)
+        return Projection(ids, pca.fit_transform(vectors), pca.explained_variance_ratio_, "pca")
+    from sklearn.manifold import TSNE
+
+    reduced = PCA(n_components=min(TSNE_INPUT_DIMENSIONS, *vectors.shape), random_state=0).fit_transform(vectors)
+    # perplexity must stay below the number of points; 30 (scikit-learn's default) for any sizeable sample
+    perplexity = float(min(30.0, max(1.0, (len(ids) - 1) / 3)))
+    tsne = TSNE(n_components=components, init="pca", perplexity=perplexity, random_state=0)
+    return Projection(ids, tsne.fit_transform(reduced), np.zeros(0), "tsne")
 
 
 OVERALL = "all images"  # the slice table's first row
+SLICE_STATISTICS = (
+    "images",
+    "labelled",
+    "correct_images",
+    "accuracy",
+    "accuracy_low",
+    "accuracy_high",
+    "mean_probability",
+    "probability_low",
+    "probability_high",
+)
+SLICE_JOIN = " × "  # between a two-column slice's values in its name
+
+
+def wilson_interval(successes, trials, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """The Wilson score interval of a proportion (Wilson 1927; Newcombe 1998's method 3), elementwise. With
+    p = successes / trials, n = trials and z the normal quantile of 1 - (1 - level) / 2 (1.95996 for 95 %):
+
+        centre = (p + z² / 2n) / (1 + z² / n)
+        half   = z / (1 + z² / n) * sqrt(p (1 - p) / n + z² / 4n²)
+        (low, high) = (centre - half, centre + half)
+
+    Unlike p ± z sqrt(p (1 - p) / n) it stays inside [0, 1] and is not empty at p = 0 or 1 (0 of 20: 0 to 0.161).
+    ``trials`` of 0 give NaN."""
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1); got {level}")
+    k, n = np.asarray(successes, np.float64), np.asarray(trials, np.float64)
+    if np.any(k < 0) or np.any(k > n):
+        raise ValueError("successes must be between 0 and the number of trials")
+    z = NormalDist().inv_cdf(1 - (1 - level) / 2)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        p = k / n
+        denominator = 1 + z**2 / n
+        centre = (p + z**2 / (2 * n)) / denominator
+        half = z / denominator * np.sqrt(p * (1 - p) / n + z**2 / (4 * n**2))
+    return np.clip(centre - half, 0.0, 1.0), np.clip(centre + half, 0.0, 1.0)
+
+
+def mean_interval(values, level: float = 0.95) -> tuple[float, float, float]:
+    """(mean, low, high): Student's t interval of a mean, mean ± t(n - 1) s / sqrt(n), NaNs left out; NaN bounds
+    below 2 values. For the mean top-class probability of a slice (a mean of values in [0, 1], not a proportion)."""
+    from scipy.stats import t
+
+    x = np.asarray(values, np.float64)
+    x = x[~np.isnan(x)]
+    if len(x) == 0:
+        return float("nan"), float("nan"), float("nan")
+    mean = float(x.mean())
+    if len(x) < 2:
+        return mean, float("nan"), float("nan")
+    half = float(t.ppf(1 - (1 - level) / 2, len(x) - 1) * x.std(ddof=1) / np.sqrt(len(x)))
+    return mean, mean - half, mean + half
+
+
+def slice_keys(images: pd.DataFrame, by: str | Sequence[str], bins: int = 5) -> pd.DataFrame:
+    """Each image's slice: one text column per column of ``by`` (one or two). A numeric column with more than
+    ``bins`` distinct values is cut into ``bins`` quantile bins (intervals, equal counts as far as ties allow); a
+    missing value is a slice of its own ("missing")."""
+    import pandas as pd
+
+    columns = [by] if isinstance(by, str) else list(by)
+    if not 1 <= len(columns) <= 2:
+        raise ValueError(f"slice by one column or two; got {len(columns)}")
+    if len(set(columns)) < len(columns):
+        raise ValueError(f"slice by two different columns; got {columns[0]!r} twice")
+    keys = {}
+    for name in columns:
+        if name not in images.columns:
+            raise ValueError(f"no column {name!r} to slice by; the columns are {', '.join(map(str, images.columns))}")
+        values = images[name]
+        numeric = pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values)
+        if numeric and values.nunique() > bins:
+            key = pd.qcut(values, bins, duplicates="drop").astype(str)
+        else:
+            key = values.astype(str)
+        keys[name] = key.where(values.notna(), "missing")
+    return pd.DataFrame(keys, index=images.index)
+
+
+def slice_summary(images: pd.DataFrame, by: str | Sequence[str], bins: int = 5, level: float = 0.95) -> pd.DataFrame:
+    """Accuracy and mean top-class probability of each slice of ``images`` (columns ``correct``, ``probability``
+    and those of ``by``: one column, or two for their crossing, label x prediction say), each with its ``level``
+    interval: Wilson's for the accuracy (``wilson_interval``), Student's t for the mean probability
+    (``mean_interval``). The first row is all images; slices are those of ``slice_keys``, in sorted order. Images
+    without a prediction (``correct`` missing) count in no accuracy.
+    Columns: slice (its values joined by " × "), one per column of ``by``, then SLICE_STATISTICS."""
+    import pandas as pd
+
+    columns = [by] if isinstance(by, str) else list(by)
+    clash = [c for c in columns if c in SLICE_STATISTICS or c == "slice"]
+    if clash:
+        raise ValueError(f"cannot slice by {clash[0]!r}: the slice table has a statistic of that name")
+    keys = slice_keys(images, columns, bins)
+    correct = images["correct"].astype("float64")
+    probability = images["probability"].astype("float64")
+
+    def summary(rows: pd.Index) -> dict:
+        right = correct.loc[rows]
+        labelled, hits = int(right.notna().sum()), int(right.sum())
+        low, high = wilson_interval(hits, labelled, level) if labelled else (np.nan, np.nan)
+        mean, p_low, p_high = mean_interval(probability.loc[rows], level)
+        return {
+            "images": len(rows),
+            "labelled": labelled,
+            "correct_images": hits,
+            "accuracy": hits / labelled if labelled else np.nan,
+            "accuracy_low": float(low),
+            "accuracy_high": float(high),
+            "mean_probability": mean,
+            "probability_low": p_low,
+            "probability_high": p_high,
+        }
+
+    rows = [{"slice": OVERALL, **dict.fromkeys(columns), **summary(images.index)}]
+    for values, group in keys.groupby(columns, sort=True):
+        values = values if isinstance(values, tuple) else (values,)
+        named = dict(zip(columns, values))
+        rows.append({"slice": SLICE_JOIN.join(values), **named, **summary(group.index)})
+    return pd.DataFrame(rows, columns=["slice", *columns, *SLICE_STATISTICS])
 
 
 def slice_accuracy(images: pd.DataFrame, by: str, bins: int = 5) -> pd.DataFrame:
-    """Accuracy and mean top-class probability of each slice of ``images`` (columns ``correct``, ``probability``
-    and ``by``), with its image count, after one row for all of them. A numeric ``by`` with more than ``bins``
-    distinct values is cut into ``bins`` quantile bins (intervals, equal counts as far as ties allow); a missing
-    value is a slice of its own ("missing"). Images without a prediction (``correct`` missing) count in no accuracy.
-    Columns: slice, images, labelled (images with a correct value), accuracy, mean_probability."""
-    import pandas as pd
-
-    if by not in images.columns:
-        raise ValueError(f"no column {by!r} to slice by; the columns are {', '.join(map(str, images.columns))}")
-    values = images[by]
-    if pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values) and values.nunique() > bins:
-        keys = pd.qcut(values, bins, duplicates="drop").astype(str)
-    else:
-        keys = values.astype(str)
-    keys = keys.where(values.notna(), "missing")
-    frame = pd.DataFrame(
-        {
-            "slice": keys,
-            "correct": images["correct"].astype("float64"),
-            "probability": images["probability"].astype("float64"),
-        }
-    )
-
-    def summary(group: pd.DataFrame) -> dict:
-        return {
-            "images": len(group),
-            "labelled": int(group["correct"].notna().sum()),
-            "accuracy": group["correct"].mean(),
-            "mean_probability": group["probability"].mean(),
-        }
-
-    rows = [{"slice": OVERALL, **summary(frame)}]
-    rows += [{"slice": key, **summary(group)} for key, group in frame.groupby("slice", sort=True)]
-    return pd.DataFrame(rows, columns=["slice", "images", "labelled", "accuracy", "mean_probability"])
+    """``slice_summary`` by one column without the intervals. Columns: slice, images, labelled (images with a
+    correct value), accuracy, mean_probability."""
+    table = slice_summary(images, by, bins)
+    return table[["slice", "images", "labelled", "accuracy", "mean_probability"]]
 
 
 def image_maxima(
@@ -232,6 +351,8 @@ def image_maxima(
 __all__ = [
     "SETTLING_SIZES",
     "OVERALL",
+    "PROJECTION_METHODS",
+    "SLICE_STATISTICS",
     "HeadClusters",
     "Interval",
     "Projection",
@@ -242,8 +363,12 @@ __all__ = [
     "confusion_matrix",
     "image_maxima",
     "joint_query_key_embedding",
+    "mean_interval",
     "mean_map",
     "project_embeddings",
     "settling",
     "slice_accuracy",
+    "slice_keys",
+    "slice_summary",
+    "wilson_interval",
 ]

@@ -5,7 +5,8 @@ access that DuckDB allows limited to the index folder and the settings locked, s
 reading any other file are refused. Results come a page at a time. Each query is bounded in time and memory and runs
 in a query process of its own (vitviz/dataset/bounds.py, sandbox.py); a query stopped by a limit raises
 QueryStopped, which names the limit. Arrays are memory-mapped per shard and only
-the requested rows are read.
+the requested rows are read. Tags on images (``index.tag``) are kept beside the index, in a file of their own
+(vitviz/dataset/tags.py), and queried as the table ``tags``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from vitviz.dataset import checks, sandbox, search
+from vitviz.dataset import tags as tagging
 from vitviz.dataset.bounds import (
     QueryBusy,
     QueryError,
@@ -102,7 +104,8 @@ class DatasetIndex:
         return connection
 
     def query(self, sql: str, limit: int = PAGE, offset: int = 0, session: QuerySession | None = None) -> pd.DataFrame:
-        """One SELECT over the tables ``images`` and ``heads``: rows [offset, offset + limit) of its result.
+        """One SELECT over the tables ``images``, ``heads`` and ``tags`` (image_id, tag; see ``tag``): rows
+        [offset, offset + limit) of its result.
         ``df.attrs["more"]`` says whether rows follow; ask for them with ``offset``.
 
         The query may take ``self.limits`` (seconds, MB); past either it is stopped with ``QueryStopped``, whose
@@ -116,6 +119,7 @@ class DatasetIndex:
         limits = self.limits
         views = {table: self._files(table) for table in ("images", "heads")}
         request = sandbox.query_request(views, self.folder / SHARDS, statement, limit, offset, limits)
+        request["tags"] = tagging.sql_source(self.folder)  # the tags file beside the index, read-only like the rest
         running = session.begin() if session is not None else RunningQuery()
         size, slots = server_slots()
         try:
@@ -170,6 +174,30 @@ class DatasetIndex:
     def images(self, limit: int = PAGE, offset: int = 0) -> pd.DataFrame:
         """The images table, a page at a time."""
         return self.query("SELECT * FROM images ORDER BY image_id", limit, offset)
+
+    # --- tags (beside the index, never in its checksummed files: vitviz/dataset/tags.py) ---------------------------
+
+    def _ids(self, image_ids: Sequence[int] | int) -> list[int]:
+        ids = np.atleast_1d(np.asarray(image_ids, dtype=np.int64))
+        if ids.ndim != 1 or ((ids < 0) | (ids >= self.count)).any():
+            raise ValueError(f"image ids must be in [0, {self.count - 1}]; got {np.asarray(image_ids).tolist()[:20]}")
+        return ids.tolist()
+
+    def tag(self, image_ids: Sequence[int] | int, tag: str) -> int:
+        """Tag these images with ``tag`` (1 to 64 letters, digits and _ . : + -), kept in DIR/tags.parquet; how many
+        were newly tagged. Sessions tagging at once each keep their tags (a lock around each change)."""
+        return tagging.add_tag(self.folder, self._ids(image_ids), tag)
+
+    def untag(self, image_ids: Sequence[int] | int, tag: str) -> int:
+        """Take ``tag`` off these images; how many had it."""
+        return tagging.remove_tag(self.folder, self._ids(image_ids), tag)
+
+    def tags(self, image_ids: Sequence[int] | int | None = None) -> pd.DataFrame:
+        """Every (image_id, tag), sorted by tag then image, or those of these images; SQL sees them as ``tags``."""
+        frame = tagging.read_tags(self.folder)
+        if image_ids is not None:
+            frame = frame[frame["image_id"].isin(self._ids(image_ids))].reset_index(drop=True)
+        return frame
 
     # --- arrays ----------------------------------------------------------------------------------------------------
 

@@ -42,12 +42,16 @@ def _connect(request: dict, temporary: str):
     connection = duckdb.connect(":memory:")
     for table, files in request["views"].items():
         connection.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet([{', '.join(map(_quote, files))}])")
+    tags = request.get("tags")  # [the tags file beside the index, its stamp], or None (vitviz/dataset/tags.py)
+    _tags_view(connection, tags[0] if tags else None)
     spill = tempfile.mkdtemp(dir=temporary)  # one folder per index: a query can see only its own spill files
     connection.execute(f"SET memory_limit = '{int(request['memory_mb'])}MB'")
     connection.execute(f"SET threads = {int(request['threads'])}")
     connection.execute(f"SET temp_directory = {_quote(spill)}")
     connection.execute(f"SET max_temp_directory_size = '{int(request['spill_mb'])}MB'")
     connection.execute(f"SET allowed_directories = [{_quote(request['allowed'])}]")
+    if tags:  # the one file outside the shards a query may read
+        connection.execute(f"SET allowed_paths = [{_quote(tags[0])}]")
     connection.execute("SET enable_external_access = false")
     connection.execute("SET autoinstall_known_extensions = false")
     connection.execute("SET autoload_known_extensions = false")
@@ -55,10 +59,31 @@ def _connect(request: dict, temporary: str):
     return connection
 
 
+def _tags_view(connection, path: str | None) -> None:
+    """The view ``tags`` (image_id, tag): the tags file's rows, none without one; a damaged file's view raises its
+    one line when a query reads it (the other tables still answer)."""
+    import duckdb
+
+    if path is not None:
+        try:
+            connection.execute(
+                "CREATE VIEW tags AS SELECT image_id::BIGINT AS image_id, tag::VARCHAR AS tag "
+                f"FROM read_parquet({_quote(path)})"
+            )
+            return
+        except duckdb.Error:
+            problem = f"{path} is not a readable tags file: delete it"
+            failing = f"SELECT error({_quote(problem)})::BIGINT AS image_id, ''::VARCHAR AS tag"
+            connection.execute(f"CREATE VIEW tags AS {failing}")
+            return
+    connection.execute("CREATE VIEW tags AS SELECT 0::BIGINT AS image_id, ''::VARCHAR AS tag WHERE false")
+
+
 def _answer(request: dict, connections: dict, temporary: str, control: Connection) -> tuple[str, object]:
     import duckdb
 
-    key = (tuple((t, tuple(f)) for t, f in request["views"].items()), request["memory_mb"], request["threads"])
+    tags = tuple(request.get("tags") or ())
+    key = (tuple((t, tuple(f)) for t, f in request["views"].items()), tags, request["memory_mb"], request["threads"])
     if key not in connections:
         if len(connections) >= 4:
             connections.pop(next(iter(connections))).close()
@@ -107,8 +132,9 @@ def _answer(request: dict, connections: dict, temporary: str, control: Connectio
 
 
 def _serve(fd: int, temporary: str) -> None:
-    """The child's loop: one request at a time, each a dict with "views" ({table: [parquet files]}), "allowed" (the
-    folder reads are limited to), "sql", "seconds", "memory_mb", "threads", "spill_mb" and "result_mb"."""
+    """The child's loop: one request at a time, each a dict with "views" ({table: [parquet files]}), "tags" ([the
+    tags file, its stamp] or None), "allowed" (the folder reads are limited to), "sql", "seconds", "memory_mb",
+    "threads", "spill_mb" and "result_mb"."""
     import duckdb  # noqa: F401 - imported before "ready", so the caller's baseline memory includes it
     import pandas  # noqa: F401
 

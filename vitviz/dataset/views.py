@@ -53,13 +53,13 @@ def class_mean_map(index: DatasetIndex, label: str, kind: str) -> tuple[np.ndarr
     return mean_map(index, ids.tolist(), kind), len(ids)
 
 
-def embedding_sample(index: DatasetIndex, most: int) -> tuple[Projection, pd.DataFrame]:
-    """The readable images' pooled embeddings by PCA (analysis.project_embeddings), and their rows of the images
-    table in the same order: a seeded random ``most`` of them when there are more."""
+def embedding_sample(index: DatasetIndex, most: int, method: str = "pca") -> tuple[Projection, pd.DataFrame]:
+    """The readable images' pooled embeddings by ``method``, PCA or t-SNE (analysis.project_embeddings), and their
+    rows of the images table in the same order: a seeded random ``most`` of them when there are more."""
     images = index.query("SELECT * FROM images WHERE error IS NULL ORDER BY image_id", limit=index.count)
     if len(images) > most:
         images = images.sample(most, random_state=0).sort_values("image_id")
-    projection = project_embeddings(index, images["image_id"].to_numpy())
+    projection = project_embeddings(index, images["image_id"].to_numpy(), method=method)
     return projection, images.reset_index(drop=True)
 
 

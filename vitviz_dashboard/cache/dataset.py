@@ -18,7 +18,7 @@ import streamlit as st
 from PIL import Image
 
 import vitviz
-from vitviz.dataset import DatasetIndex, open_index, views
+from vitviz.dataset import DatasetIndex, compare, open_index, views
 from vitviz.dataset.analysis import Projection
 from vitviz.dataset.photos import photo_reader
 from vitviz.dataset.storage import weight_fingerprint
@@ -83,10 +83,19 @@ def class_mean(key: IndexKey, label: str, kind: str, *, _index: DatasetIndex) ->
     return views.class_mean_map(_index, label, kind)
 
 
-@kept(spinner="Projecting the embeddings (PCA)...")
-def embedding_projection(key: IndexKey, most: int, *, _index: DatasetIndex) -> tuple[Projection, pd.DataFrame]:
-    """views.embedding_sample: up to ``most`` readable images' embeddings by PCA, and their rows."""
-    return views.embedding_sample(_index, most)
+@kept(spinner="Projecting the embeddings (a t-SNE of 3,000 images takes about 30 s, once per index)...")
+def embedding_projection(
+    key: IndexKey, most: int, method: str = "pca", *, _index: DatasetIndex
+) -> tuple[Projection, pd.DataFrame]:
+    """views.embedding_sample: up to ``most`` readable images' embeddings by ``method`` (PCA or t-SNE), and their
+    rows; kept per index, method and number of points."""
+    return views.embedding_sample(_index, most, method)
+
+
+@kept(spinner="Matching the two indexes' images...")
+def index_match(key: IndexKey, other: IndexKey, *, _index: DatasetIndex, _other: DatasetIndex) -> pd.DataFrame:
+    """compare.match_indexes: the images both indexes hold, matched by sha256 (NothingShared when none)."""
+    return compare.match_indexes(_index, _other)
 
 
 @kept(spinner="Reading every image's activations through the SAE (once)...")

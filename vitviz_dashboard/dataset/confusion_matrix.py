@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from vitviz_dashboard.dataset.page import DatasetPage
 
 MAX_CLASSES = 40  # classes the matrix and the mean maps show (the most frequent labels)
+CLASS_MEAN_WIDTH = 120  # px: a per-class mean map's card; "automobile (50)" fits on one line
 TRUE, PREDICTED = dataset_key("true"), dataset_key("predicted")  # the cell pickers below the chart
 CELLS = dataset_key("cells")  # the cells whose images are shown: a click's or a box's, until a picker changes
 CHARTED = dataset_key("charted")  # the chart's selection in the run before: only a new one sets the pickers
@@ -188,7 +189,10 @@ def class_means(index: DatasetIndex, classes: list[str], colormap: str) -> None:
     if not means:
         return
     value_range = grid.legend(np.stack([average for average, _ in means]), kind, colormap, "every class")
-    columns = st.columns(6)
-    for position, (label, (average, count)) in enumerate(zip(classes, means)):
-        picture = drawing.map_picture(average, colormap, value_range=value_range)
-        columns[position % 6].image(picture, caption=f"{label} ({count})")
+    # fixed-width cards in a row that wraps (as the Grid's): six columns of an 800 px page were so narrow that
+    # "automobile (50)" broke inside the word
+    with st.container(horizontal=True, gap="small", key=dataset_key("class_means")):
+        for label, (average, count) in zip(classes, means):
+            with st.container(width=CLASS_MEAN_WIDTH):
+                picture = drawing.map_picture(average, colormap, value_range=value_range)
+                st.image(picture, caption=f"{label} ({count})", width="stretch")

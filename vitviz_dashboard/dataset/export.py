@@ -1,7 +1,9 @@
 """A selection taken away: its images' rows (image_id first) as CSV or Parquet, downloaded from the page; or a
 sub-index (vitviz.dataset.subset) written into a new folder inside the allowed folders, for `vitviz sae` or the
-benchmark. In the CSV, a list column (``top5_classes``, ``high_norm_patches``, ...) is written as a JSON array per
-cell (``["airplane", "ship"]``), which ``json.loads`` reads back; Parquet keeps lists as lists."""
+benchmark. A selection made by a similarity search carries a ``similarity`` column (after ``image_id``), and images
+with tags (vitviz/dataset/tags.py) a ``tags`` column, a list per image. In the CSV, a list column (``top5_classes``,
+``high_norm_patches``, ``tags``...) is written as a JSON array per cell (``["airplane", "ship"]``), which
+``json.loads`` reads back; Parquet keeps lists as lists."""
 
 from __future__ import annotations
 
@@ -33,6 +35,23 @@ def rows_of(index: DatasetIndex, ids: Sequence[int]) -> pd.DataFrame:
         return index.query("SELECT * FROM images", limit=1).iloc[:0]
     frame = pd.concat(parts).set_index("image_id")
     return frame.reindex([i for i in ids if i in frame.index]).reset_index()
+
+
+def selection_rows(index: DatasetIndex, selection) -> pd.DataFrame:
+    """The selection's rows (``rows_of``), with its similarity scores after ``image_id`` when a search made it, and
+    a ``tags`` column (a list per image, empty for untagged ones) when any of them is tagged."""
+    rows = rows_of(index, selection.ids)
+    if selection.scores is not None:
+        scores = dict(zip(selection.ids, selection.scores))
+        rows.insert(1, "similarity", rows["image_id"].map(scores).astype("float64"))
+    try:
+        tagged = index.tags(rows["image_id"].tolist()) if len(rows) else None
+    except ValueError:  # a tags file that cannot be read: the Grid's captions say so
+        tagged = None
+    if tagged is not None and len(tagged):
+        lists = tagged.groupby("image_id")["tag"].agg(list)
+        rows["tags"] = [list(lists.get(i, [])) for i in rows["image_id"]]
+    return rows
 
 
 def parquet_bytes(frame: pd.DataFrame) -> bytes:
@@ -80,7 +99,7 @@ def file_stem(title: str) -> str:
 
 def draw(index: DatasetIndex, selection) -> None:
     """Download buttons for the selection's rows."""
-    rows = rows_of(index, selection.ids)
+    rows = selection_rows(index, selection)
     stem = file_stem(selection.title)
     st.markdown("**Export the selection**")
     left, right = st.columns(2)

@@ -1,13 +1,13 @@
 """The image grid: the main view of any selection of images (a confusion cell's, a latent's, a SQL result's, a lasso
 on the embedding map, an image's nearest images). One selection is kept in the session (``Selection``: the ids and
 where they came from); the grid shows it a page at a time, as thumbnails with a stored map drawn patch by patch on one
-colour scale (its legend above), each with a button for its nearest images; and exports it (ids as CSV or Parquet, or
+colour scale (its legend above), each captioned with its similarity (when a search made the selection, which can then
+be ordered by it) and its tags, each with a button for its nearest images; and exports it (ids as CSV or Parquet, or
 a sub-index folder that ``vitviz.open_index`` and `vitviz sae` read)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -15,6 +15,7 @@ import streamlit as st
 
 from vitviz.dataset import DatasetIndex
 from vitviz_dashboard.dataset import drawing, export
+from vitviz_dashboard.dataset.link import SELECTION, TABLE_TAGS, Selection, current_selection
 from vitviz_dashboard.dataset.opening import open_in_photo_page, photo
 from vitviz_dashboard.dataset.table import caption, filter_clause, image_columns, map_kinds, map_name
 from vitviz_dashboard.state import DATASET_TAB, SQL_JOB, TABLE_CLASSES, TABLE_CONFIDENCE, TABLE_CORRECTNESS, dataset_key
@@ -22,30 +23,33 @@ from vitviz_dashboard.state import DATASET_TAB, SQL_JOB, TABLE_CLASSES, TABLE_CO
 if TYPE_CHECKING:
     from vitviz_dashboard.dataset.page import DatasetPage
 
-SELECTION = dataset_key("selection")  # the session's one Selection
 GRID_TAB = "Grid"  # the page's tab that shows it
 PAGE = 24  # thumbnails a page of the grid shows
 SIMILAR = 12  # nearest images a "Similar" click selects (the image itself first)
 NO_MAP = "none"
+GRID_MAP = dataset_key("grid_map")  # the map drawn over the grid's photos
+LAST_MAP = dataset_key("grid_map_shown")  # that map, kept while the Grid is not drawn (a saved view keeps it)
+ORDER = dataset_key("grid_order")  # the order of a selection with similarity scores (ORDERS)
+ORDERS = ("similarity, highest first", "similarity, lowest first", "image id")
 THUMBNAIL = 192  # a thumbnail's side in pixels (drawing.patch_thumbnail's default), and its card's width
 
 
-@dataclass(frozen=True)
-class Selection:
-    """A selection of images: their ids in the order to show them, a title that says what they are, and the view that
-    made it (``"confusion"``, ``"latent"``, ``"sql"``, ``"embedding"``, ``"similar"``, ...)."""
-
-    ids: tuple[int, ...]
-    title: str
-    source: str
-    folder: str  # the index they belong to: a selection of another index is not shown
-
-
-def select(index: DatasetIndex, ids: Sequence[int], title: str, source: str, show: bool = False) -> Selection:
-    """Make these images the session's selection (duplicates dropped, the first kept); ``show`` opens the Grid tab
-    (from a button's callback only, before the tabs are drawn)."""
-    unique = tuple(int(i) for i in dict.fromkeys(int(i) for i in ids))
-    selection = Selection(unique, title, source, str(index.folder))
+def select(
+    index: DatasetIndex,
+    ids: Sequence[int],
+    title: str,
+    source: str,
+    show: bool = False,
+    scores: Sequence[float] | None = None,
+) -> Selection:
+    """Make these images the session's selection (duplicates dropped, the first kept, with its score: a search's
+    results come best first); ``scores``, one per id, are their similarities; ``show`` opens the Grid tab (from a
+    button's callback only, before the tabs are drawn)."""
+    first: dict[int, float | None] = {}
+    for position, image_id in enumerate(ids):
+        first.setdefault(int(image_id), None if scores is None else float(scores[position]))
+    kept = tuple(first.values()) if scores is not None else None
+    selection = Selection(tuple(first), title, source, str(index.folder), kept)
     st.session_state[SELECTION] = selection
     st.session_state.pop(dataset_key("grid_page"), None)
     if show:
@@ -55,18 +59,25 @@ def select(index: DatasetIndex, ids: Sequence[int], title: str, source: str, sho
 
 def current(index: DatasetIndex) -> Selection | None:
     """The session's selection, when it belongs to this index."""
-    selection = st.session_state.get(SELECTION)
-    return selection if selection is not None and selection.folder == str(index.folder) else None
+    return current_selection(str(index.folder))
 
 
-def select_button(index: DatasetIndex, ids: Sequence[int], title: str, source: str, label: str, key: str) -> None:
-    """A button that makes ``ids`` the selection and opens the Grid tab."""
+def select_button(
+    index: DatasetIndex,
+    ids: Sequence[int],
+    title: str,
+    source: str,
+    label: str,
+    key: str,
+    scores: Sequence[float] | None = None,
+) -> None:
+    """A button that makes ``ids`` (with their similarity ``scores``, if any) the selection and opens the Grid tab."""
     st.button(
         label,
         key=key,
         icon=":material/grid_view:",
         on_click=select,
-        args=(index, list(ids), title, source, True),
+        args=(index, list(ids), title, source, True, None if scores is None else list(scores)),
         disabled=not len(ids),
     )
 
@@ -87,7 +98,8 @@ def similar(index: DatasetIndex, image_id: int) -> None:
     except ValueError as error:  # an index made without an image search
         st.session_state[dataset_key("grid_message")] = f"No similar images: {error}"
         return
-    select(index, near["image_id"].tolist(), f"the {len(near) - 1} images nearest to image {image_id}", "similar")
+    title = f"the {len(near) - 1} images nearest to image {image_id}"
+    select(index, near["image_id"].tolist(), title, "similar", scores=near["similarity"].tolist())
 
 
 def table_ids(index: DatasetIndex) -> tuple[list[int], str] | None:
@@ -99,11 +111,14 @@ def table_ids(index: DatasetIndex) -> tuple[list[int], str] | None:
     predicted = "prediction" in image_columns(index)
     chosen = list(TABLE_CLASSES.get() or [])
     confidence = tuple(TABLE_CONFIDENCE.get((0.0, 1.0)))
-    where = filter_clause(chosen, correctness, confidence, predicted)
+    tags = list(TABLE_TAGS.get() or [])
+    where = filter_clause(chosen, correctness, confidence, predicted, tags)
     ids = index.query(f"SELECT image_id FROM images WHERE {where} ORDER BY image_id", limit=index.count)
     words = f"{', '.join(chosen) or 'every class'}, {correctness}"
     if predicted and confidence != (0.0, 1.0):
         words += f", confidence {confidence[0]:.2f} to {confidence[1]:.2f}"
+    if tags:
+        words += f", tagged {' or '.join(tags)}"
     return ids["image_id"].tolist(), f"the Table tab's filters ({words})"
 
 
@@ -153,29 +168,74 @@ def grid(index: DatasetIndex, selection: Selection, photo_page: st.Page, colorma
     head, kind_field, page_field = st.columns([3, 2, 1], vertical_alignment="bottom")
     head.markdown(f"**{total:,} images: {selection.title}**")
     kinds = [NO_MAP, *map_kinds(index)]
-    kind = kind_field.selectbox(
-        "Map over each photo",
-        kinds,
-        index=kinds.index("rollout") if "rollout" in kinds else 0,
-        key=dataset_key("grid_map"),
-        format_func=map_name,
-    )
+    if st.session_state.get(GRID_MAP) not in kinds:  # the default in the state, not the widget (a saved view sets it)
+        st.session_state[GRID_MAP] = "rollout" if "rollout" in kinds else NO_MAP
+    kind = kind_field.selectbox("Map over each photo", kinds, key=GRID_MAP, format_func=map_name)
+    st.session_state[LAST_MAP] = kind
     page = int(page_field.number_input(f"Page (of {pages})", 1, pages, 1, key=dataset_key("grid_page")))
-    ids = list(selection.ids[(page - 1) * PAGE : page * PAGE])
+    ordered, scores = ordered_ids(selection)
+    ids = ordered[(page - 1) * PAGE : page * PAGE]
     rows = export.rows_of(index, ids)
     maps = index.maps(rows["image_id"].tolist(), kind) if kind != NO_MAP and len(rows) else None
     value_range = legend(maps, kind, colormap) if maps is not None else None
+    tagged = tags_by_image(index, rows["image_id"].tolist())
     st.caption(f"Images {(page - 1) * PAGE + 1:,} to {(page - 1) * PAGE + len(rows):,} of {total:,}.")
     # cards of a fixed width in a row that wraps: as many across as the page has room for (two at 800 px with the
     # sidebar open, seven at 1920 px), each photo scaled to its card, so nothing overlaps or is cut
     with st.container(horizontal=True, gap="medium", key=dataset_key("grid_cards")):
         for position, row in enumerate(rows.itertuples(index=False)):
+            words = card_caption(row, scores.get(row.image_id), tagged.get(row.image_id, []))
             with st.container(width=THUMBNAIL):
-                card(index, row, None if maps is None else maps[position], value_range, photo_page, colormap, alpha)
+                shown = None if maps is None else maps[position]
+                card(index, row, shown, value_range, photo_page, colormap, alpha, words)
 
 
-def card(index: DatasetIndex, row, patch_map, value_range, photo_page: st.Page, colormap: str, alpha: float) -> None:
-    """One image of the grid: its thumbnail (with ``patch_map`` drawn over it, if any), caption and buttons."""
+def ordered_ids(selection: Selection) -> tuple[list[int], dict[int, float]]:
+    """The selection's ids in the order chosen (a selection with similarity scores offers ORDERS; others keep their
+    own order), and the scores by id (empty without)."""
+    if selection.scores is None:
+        return list(selection.ids), {}
+    scores = dict(zip(selection.ids, selection.scores))
+    order = st.selectbox("Order", ORDERS, key=ORDER, help="the selection came from a similarity search")
+    if order == ORDERS[2]:
+        return sorted(selection.ids), scores
+    return sorted(selection.ids, key=scores.__getitem__, reverse=order == ORDERS[0]), scores
+
+
+def tags_by_image(index: DatasetIndex, ids: Sequence[int]) -> dict[int, list[str]]:
+    """These images' tags (vitviz/dataset/tags.py), by id; a tags file that cannot be read is said once."""
+    try:
+        frame = index.tags(ids) if len(ids) else None
+    except ValueError as error:
+        st.warning(f"Tags not shown: {error}")
+        return {}
+    if frame is None:
+        return {}
+    return {int(i): group.tolist() for i, group in frame.groupby("image_id")["tag"]}
+
+
+def card_caption(row, similarity: float | None, tags: Sequence[str]) -> str:
+    """The table's caption of the image, then its similarity (when a search made the selection) and its tags."""
+    text = caption(row)
+    if similarity is not None:
+        text += f", similarity {similarity:.3f}"
+    if tags:
+        text += f", tags: {', '.join(tags)}"
+    return text
+
+
+def card(
+    index: DatasetIndex,
+    row,
+    patch_map,
+    value_range,
+    photo_page: st.Page,
+    colormap: str,
+    alpha: float,
+    words: str | None = None,
+) -> None:
+    """One image of the grid: its thumbnail (with ``patch_map`` drawn over it, if any), caption (``words``, by
+    default the table's) and buttons."""
     shown = photo(index, row.image_id, row.path)
     if shown is not None:
         image, box = shown
@@ -184,7 +244,7 @@ def card(index: DatasetIndex, row, patch_map, value_range, photo_page: st.Page, 
             if patch_map is None
             else drawing.patch_thumbnail(image, patch_map, box, colormap, alpha, value_range, THUMBNAIL)
         )
-        st.image(picture, caption=caption(row), width="stretch")  # its path breakable already
+        st.image(picture, caption=words or caption(row), width="stretch")  # its path breakable already
     st.button(  # stacked, each as wide as the card
         "Similar",
         key=dataset_key(f"similar|{row.image_id}"),

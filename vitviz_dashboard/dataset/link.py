@@ -3,17 +3,21 @@
 Each index keeps its own Table filters and order: opening another index (a sub-index made from a selection, say) puts
 the open one's filters aside and brings back the other's, or none, so a filter never carries silently into another
 index and is back on return. Ticked table rows are kept per index too, by image id, so they outlive a visit to the
-Photo page. The open index, tab and filters are written into the address (``/dataset?index=DIR&tab=Errors&class=cat
-&correctness=wrong``) in every run, so a reload or a shared link opens the same filtered view; a link's values that
-do not fit the index are left out with one warning that names them, never a traceback.
+Photo page. The session's one selection of images (``Selection``, which the Grid shows) is kept here too, with its
+similarity scores when a search made it. The open index, tab and filters (a tag filter included) are written into the
+address (``/dataset?index=DIR&tab=Errors&class=cat&correctness=wrong&tag=blurry``) in every run, so a reload or a
+shared link opens the same filtered view; a link's values that do not fit the index are left out with one warning that
+names them, never a traceback. Named views (saved.py) keep the same values, and the selection, beside the index.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import streamlit as st
 
+from vitviz.dataset.tags import check_tag
 from vitviz_dashboard.state import (
     DATASET_FOLDER,
     DATASET_TAB,
@@ -24,23 +28,54 @@ from vitviz_dashboard.state import (
     TABLE_SORT,
     Key,
     dataset_key,
+    kept,
 )
 
 URL_INDEX = "index"  # the query parameter that holds the open index's folder
-URL_TAB, URL_CLASS, URL_CORRECTNESS, URL_CONFIDENCE, URL_SORT, URL_DESCENDING = (
+URL_TAB, URL_CLASS, URL_CORRECTNESS, URL_CONFIDENCE, URL_SORT, URL_DESCENDING, URL_TAG = (
     "tab",
     "class",  # repeated, one per chosen class
     "correctness",
     "confidence",  # "low,high"
     "sort",
     "descending",  # "1"
+    "tag",  # repeated, one per chosen tag (images with any of them)
 )
-FILTERS = (TABLE_CLASSES, TABLE_CORRECTNESS, TABLE_CONFIDENCE, TABLE_SORT, TABLE_DESCENDING)
+TABLE_TAGS: Key[list[str]] = Key(kept(dataset_key("table_tags")))  # the Table's tag filter (vitviz/dataset/tags.py)
+SIMILARITY = "similarity"  # the Table's sort by the selection's scores: not in the address (the selection is not)
+FILTERS = (TABLE_CLASSES, TABLE_CORRECTNESS, TABLE_CONFIDENCE, TABLE_SORT, TABLE_DESCENDING, TABLE_TAGS)
 HELD = dataset_key("filters_folder")  # the index whose filters the Table's widget keys hold now
 PUT_ASIDE = dataset_key("filters_of")  # folder -> {key: value}: the filters of the indexes not open now
 TICKED = dataset_key("ticked")  # folder -> image ids ticked in the table
 LINK = dataset_key("link")  # the address's values read at the session's start, until the index they name opens
 CORRECTNESS = ("all", "correct", "wrong", "unlabelled")
+SELECTION = dataset_key("selection")  # the session's one Selection (grid.py shows it)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """A selection of images: their ids in the order to show them, a title that says what they are, and the view that
+    made it (``"confusion"``, ``"latent"``, ``"sql"``, ``"embedding"``, ``"similar"``, ``"patch search"``, ...)."""
+
+    ids: tuple[int, ...]
+    title: str
+    source: str
+    folder: str  # the index they belong to: a selection of another index is not shown
+    scores: tuple[float, ...] | None = None  # each image's similarity, when a search made the selection
+
+
+def current_selection(folder: str) -> Selection | None:
+    """The session's selection, when it belongs to the index in ``folder``."""
+    selection = st.session_state.get(SELECTION)
+    return selection if selection is not None and selection.folder == folder else None
+
+
+def similarity_scores(folder: str) -> dict[int, float]:
+    """image id -> similarity of the session's selection of this index, when a search made it; else empty."""
+    selection = current_selection(folder)
+    if selection is None or selection.scores is None:
+        return {}
+    return dict(zip(selection.ids, selection.scores))
 
 
 def read_link() -> None:
@@ -109,6 +144,14 @@ def apply_link(folder: str, classes: Sequence[str], columns: Sequence[str], tabs
     wrong += [f"{URL_CLASS}={c}" for c in chosen if c not in classes]
     if known:
         TABLE_CLASSES.set(list(dict.fromkeys(known)))
+    named, tags = link.pop(URL_TAG, []), []
+    for tag in named:
+        try:
+            tags.append(check_tag(tag))
+        except ValueError:
+            wrong.append(f"{URL_TAG}={tag}")
+    if tags:
+        TABLE_TAGS.set(list(dict.fromkeys(tags)))
     wrong += [f"{name}={values[-1] if values else ''}" for name, values in link.items()]
     if wrong:
         st.warning(
@@ -145,10 +188,12 @@ def write_link(folder: str, tab: str | None) -> None:
     low, high = TABLE_CONFIDENCE.get((0.0, 1.0)) or (0.0, 1.0)
     if (low, high) != (0.0, 1.0):
         wanted[URL_CONFIDENCE] = f"{low:g},{high:g}"
-    if (sort := TABLE_SORT.get()) not in (None, "image_id"):  # the table's first column, its default
+    if (sort := TABLE_SORT.get()) not in (None, "image_id", SIMILARITY):  # the table's first column, its default
         wanted[URL_SORT] = str(sort)
     if TABLE_DESCENDING.get():
         wanted[URL_DESCENDING] = "1"
+    if tags := list(TABLE_TAGS.get() or []):
+        wanted[URL_TAG] = tags
     current = {name: st.query_params.get_all(name) for name in st.query_params}
     if current != {name: value if isinstance(value, list) else [value] for name, value in wanted.items()}:
         st.query_params.from_dict(wanted)

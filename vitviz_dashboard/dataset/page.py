@@ -11,6 +11,7 @@ import streamlit as st
 
 from vitviz.dataset import DatasetIndex
 from vitviz_dashboard.dataset import (
+    compare,
     confusion_matrix,
     embedding,
     grid,
@@ -18,6 +19,7 @@ from vitviz_dashboard.dataset import (
     link,
     queries_keys,
     sae_features,
+    saved,
     search,
     slices,
     table,
@@ -65,6 +67,7 @@ TABS: dict[str, Callable[[DatasetPage], None]] = {
     "Queries & keys": queries_keys.draw,
     "Patch search": search.draw,
     "Features (SAE)": sae_features.draw,
+    "Compare": compare.draw,
 }
 
 
@@ -95,6 +98,7 @@ def dataset_page(photo_page: st.Page) -> None:
         link.apply_link(str(index.folder), table.classes(index), table.image_columns(index), list(TABS))
     # in the address: a reload or a shared link opens the same view again (through the same checks)
     link.write_link(folder.strip(), DATASET_TAB.get())
+    saved.draw(index)  # named views beside the index, in the sidebar
     describe(index)
     page = DatasetPage(index, photo_page, colormap, alpha)
     for tab, draw in zip(st.tabs(list(TABS), key=str(DATASET_TAB), on_change="rerun"), TABS.values()):

@@ -1,6 +1,7 @@
 """Patch search: pick an image and click one of its patches (or type its row and column), and see the k stored
 patches most like it across the dataset (the index's FAISS search over the patch features), each as a crop beside its
-photo with the patch outlined."""
+photo with the patch outlined. The results go on: *Show in Grid* makes their images the Grid's selection, each with
+its best patch's similarity; each result's *Open in Photo* opens its photo on the Photo page (as the Grid's does)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import streamlit as st
 
 from vitviz.render import overlays
 from vitviz_dashboard.cache.pictures import jpeg_data_uri
-from vitviz_dashboard.dataset import drawing
-from vitviz_dashboard.dataset.opening import photo
+from vitviz_dashboard.dataset import drawing, grid
+from vitviz_dashboard.dataset.opening import open_in_photo_page, photo
 from vitviz_dashboard.state import dataset_key
 from vitviz_dashboard.widgets.click_picture import click_picture
 
@@ -75,10 +76,20 @@ def draw(page: DatasetPage) -> None:
     found = found.merge(paths, on="image_id", how="left")
     whose = "in other images" if others else "(the first is itself)"
     st.markdown(f"**The {len(found)} most similar patches** {whose}, by the cosine of the stored features")
+    images = found.drop_duplicates("image_id")  # best first: each image with its best patch's similarity
+    grid.select_button(
+        index,
+        images["image_id"].tolist(),
+        f"the images of the {len(found)} patches most like patch ({row}, {col}) of image {image_id}",
+        "patch search",
+        f"Show in Grid ({len(images)} images)",
+        dataset_key("search_grid"),
+        scores=images["similarity"].tolist(),
+    )
     # cards of a fixed width in a row that wraps: the crop stays at CROP px however narrow the page (one card a row
     # at 800 px with the sidebar open, where four columns left it 28 px wide)
     with st.container(horizontal=True, gap="medium", key=dataset_key("search_cards")):
-        for match in found.itertuples():
+        for position, match in enumerate(found.itertuples()):
             shown = photo(index, match.image_id, match.path)
             if shown is None:
                 continue
@@ -89,6 +100,12 @@ def draw(page: DatasetPage) -> None:
                     st.image(drawing.patch_crop(image, patch, index.grid, box, side=CROP), width=CROP)
                     st.image(drawing.marked_thumbnail(image, patch, index.grid, box, side=PHOTO), width=PHOTO)
                 st.caption(match_caption(match.image_id, match.path, patch, match.similarity))
+                if st.button(
+                    "Open in Photo",
+                    key=dataset_key(f"search_open|{position}|{match.image_id}"),
+                    icon=":material/open_in_new:",
+                ):
+                    open_in_photo_page(index, int(match.image_id), str(match.path), page.photo_page)
 
 
 def match_caption(image_id: int, path: object, patch: tuple[int, int], similarity: float) -> str:
