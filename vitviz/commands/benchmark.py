@@ -11,7 +11,8 @@ two protocols (see vitviz.explain.faithfulness):
   (positive: lower is better; negative: higher is better);
 - Petsiuk et al. 2018's deletion and insertion: the class probability as pixels are removed from the image
   or put back into a blurred copy, and its area (deletion: lower is better; insertion: higher is better).
-A random map is the chance level every method should beat.
+A random map is the chance level every method should beat. On a Swin model the methods that cannot read its windows
+and stages are skipped, each with one line that says why (vitviz.explain.refusals).
 
 Images go through the model's own preprocessing (--protocol model, the default) or, with --protocol chefer2021,
 through Chefer et al.'s: resized to the model's input size without a crop (their Resize((224, 224)), bilinear),
@@ -47,7 +48,7 @@ from tqdm import tqdm
 
 from vitviz.commands.common import find_images
 from vitviz.explain.faithfulness import CHEFER_FRACTIONS, chefer_auc, chefer_perturbation, deletion_insertion
-from vitviz.explain.registry import METHODS, method_maps
+from vitviz.explain.registry import METHODS, method_maps, refusals
 from vitviz.explain.sanity import cascading_randomization
 from vitviz.loading import ModelLoadError, load_model
 from vitviz.model import ViT, autocast
@@ -365,6 +366,12 @@ def run(args: argparse.Namespace, rank: int, world: int) -> int:
     if model.config.num_classes == 0:
         hint = " (give --prompts or --prompt-set: it has a text tower)" if model.text_tower is not None else ""
         raise SystemExit(f"error: this model has no classification head; the benchmark needs class probabilities{hint}")
+    refused = refusals(model, args.methods)  # Swin: the methods that read no windows
+    args.methods = [method for method in args.methods if method not in refused]
+    for reason in refused.values() if rank == 0 else ():
+        print(f"skipping {reason}", file=sys.stderr)
+    if not args.methods:
+        raise SystemExit("error: none of the --methods can explain this model (see above)")
     if args.precision == "auto":  # decided once, by the first process, so that every process uses the same
         choice = [resolve_precision("auto", model)[1] if rank == 0 else None]
         if world > 1:

@@ -9,6 +9,9 @@ For every image: one overlay PNG per method (drawn on the photo at its own resol
 lens_layers and lens_votes), and a row in predictions.csv with the top-5 classes. Unreadable
 images are reported and skipped; the exit status is 1 if any were.
 
+A Swin model gets the methods that read its windows and stages (rollout, relevance, grad-rollout, gradcam), each map
+over its first stage's grid; every other method asked for is skipped with one line that says why.
+
 With --features pca, the patch features of every image (--feature-block, --facet) are also coloured by one PCA
 fitted over all of them: pca.png shows them side by side, <image>_pca.png each on its photo, pca.npz holds the
 colours (and the foreground masks). A backbone (no classifier) gives only these.
@@ -28,7 +31,8 @@ from tqdm import tqdm
 
 from vitviz import explain
 from vitviz.commands.common import find_images
-from vitviz.explain.facets import FACETS
+from vitviz.explain.common import check_not_windowed
+from vitviz.explain.facets import FACETS, SWIN_FEATURES
 from vitviz.explain.registry import METHODS
 from vitviz.loading import ModelLoadError
 from vitviz.loading.specs import load_model
@@ -152,8 +156,19 @@ def main(argv: list[str] | None = None) -> int:
             f"--start-layer must be in [0, {model.config.num_layers - 1}]: the model has "
             f"{model.config.num_layers} blocks, counted from 0; got {args.start_layer}"
         )
+    refused = explain.refusals(model, args.methods)  # Swin: the methods that read no windows
+    args.methods = [method for method in args.methods if method not in refused]
+    for reason in refused.values():
+        print(f"skipping {reason}", file=sys.stderr)
+    if classify and not args.methods:
+        raise SystemExit("error: none of the --methods can explain this model (see above)")
     if "cls" in args.methods and not model.config.class_token:
         parser.error("--methods cls needs a model with a [CLS] token; this one has none")
+    try:
+        if args.features:
+            check_not_windowed(model, SWIN_FEATURES)
+    except ValueError as error:
+        raise SystemExit(f"error: --features pca: {error}") from None
     args.out.mkdir(parents=True, exist_ok=True)
 
     failures, used_names, features = [], set(), []

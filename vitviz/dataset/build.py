@@ -37,7 +37,7 @@ from vitviz.dataset.storage import (
     write_shard,
 )
 from vitviz.explain import patch_features
-from vitviz.model import ViT
+from vitviz.model import Swin, ViT
 from vitviz.preprocessing import ImageError, load_image
 
 Barrier = Callable[[], None]
@@ -52,6 +52,12 @@ def vitviz_version() -> str:
 
 def check_model(model: ViT) -> tuple[int, int]:
     """The fixed input size the index needs (every image gets the same grid), or a clear refusal."""
+    if isinstance(model, Swin):
+        raise IndexFormatError(
+            "an index holds per-head statistics, readout attention and patch features over one grid of tokens that "
+            "every block attends globally; Swin attends in windows and merges tokens between stages, which the "
+            "index does not hold yet: explain Swin with vitviz explain or vitviz benchmark"
+        )
     size = model.transform.output_size
     if size is None:
         raise IndexFormatError(

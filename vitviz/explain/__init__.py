@@ -3,6 +3,7 @@
     attention.py     rollout, [CLS] / patch / readout rows
     streaming.py     the streaming explainer: the attention maps folded in block by block during the forward pass
     stages.py        rollout and relevance across attention windows and stages (Swin), from the blocks' token layouts
+    window_attention.py  one token's attention over its own window, per block and head (Swin's per-head view)
     gradients.py     class-specific maps (Chefer et al. 2021)
     legrad.py        LeGrad: each block's own prediction's gradient w.r.t. its attention (Bousselham et al. 2025)
     transition.py    Transition Attention Maps: attention as a Markov chain, integrated gradients (Yuan et al. 2021)
@@ -67,7 +68,7 @@ from vitviz.explain.faithfulness import (
     perturbation_curve,
 )
 from vitviz.explain.feature_views import PCAColours, feature_clusters, patch_similarity, pca_rgb, top_matches
-from vitviz.explain.gradcam import Norm1Gradients, grad_cam, norm1_gradients
+from vitviz.explain.gradcam import Norm1Gradients, grad_cam, norm1_gradients, on_first_stage, stage_norm1_gradients
 from vitviz.explain.gradients import (
     AttentionGradients,
     attention_gradients,
@@ -79,9 +80,14 @@ from vitviz.explain.legrad import legrad, legrad_gradients
 from vitviz.explain.lens import LogitLens, logit_lens, token_logits
 from vitviz.explain.logit_attribution import LogitAttribution, direct_logit_attribution
 from vitviz.explain.method import COSTS, Cost, MapInputs, MapOptions, Method, MethodOutput
-from vitviz.explain.registry import CLASS_SPECIFIC, METHODS, MethodMaps, get_method, method_maps
+from vitviz.explain.registry import CLASS_SPECIFIC, METHODS, MethodMaps, get_method, method_maps, refusal, refusals
 from vitviz.explain.sanity import MapMethod, SanityCheck, cascading_randomization, spearman_correlation
-from vitviz.explain.stages import merge_targets, relevance_across_stages, rollout_across_stages
+from vitviz.explain.stages import (
+    gradient_rollout_across_stages,
+    merge_targets,
+    relevance_across_stages,
+    rollout_across_stages,
+)
 from vitviz.explain.statistics import (
     attention_entropy,
     mean_attention_distance,
@@ -98,6 +104,7 @@ from vitviz.explain.transition import (
     integrated_attention_gradient,
     transition_attention_map,
 )
+from vitviz.explain.window_attention import WindowAttention, window_attention_map
 
 __all__ = [
     "CLASS_SPECIFIC",
@@ -126,6 +133,7 @@ __all__ = [
     "Readout",
     "SanityCheck",
     "StreamingExplainer",
+    "WindowAttention",
     "area_under_curve",
     "attention_entropy",
     "attention_gradients",
@@ -143,6 +151,7 @@ __all__ = [
     "gaussian_blur",
     "get_method",
     "grad_cam",
+    "gradient_rollout_across_stages",
     "gradient_weighted_attention",
     "gradient_weighted_rollout",
     "head_importance",
@@ -156,6 +165,7 @@ __all__ = [
     "merge_targets",
     "method_maps",
     "norm1_gradients",
+    "on_first_stage",
     "patch_distances",
     "patch_embedding_components",
     "patch_features",
@@ -166,12 +176,16 @@ __all__ = [
     "position_embedding_similarity",
     "query_attention",
     "readout_attention_all",
+    "refusal",
+    "refusals",
     "relevance_across_stages",
     "rollout_across_stages",
     "rotary_similarity",
     "spearman_correlation",
+    "stage_norm1_gradients",
     "token_logits",
     "token_norms",
     "top_matches",
     "transition_attention_map",
+    "window_attention_map",
 ]

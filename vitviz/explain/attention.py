@@ -1,5 +1,6 @@
 """Maps from attention alone: rollout, and what [CLS] / a patch / the head's tokens attend to. The streaming
-explainer (streaming.py) folds the same maps in during the forward pass."""
+explainer (streaming.py) folds the same maps in during the forward pass. On a model that attends in windows and
+merges tokens (Swin) the rollout method reads stages.py's rule."""
 
 from __future__ import annotations
 
@@ -13,20 +14,13 @@ from vitviz.explain.common import (
     Readout,
     as_map,
     check_attentions,
-    check_choice,
     check_readout,
     check_start_layer,
+    fuse_heads,
     read_out,
 )
 from vitviz.explain.method import MapInputs, Method, MethodOutput
-
-
-def fuse_heads(attention: torch.Tensor, head_fusion: HeadFusion = "mean") -> torch.Tensor:
-    """(B, heads, T, T) -> (B, T, T) by the mean, max or min over heads."""
-    check_choice("head_fusion", head_fusion, HEAD_FUSIONS)
-    if head_fusion == "mean":
-        return attention.mean(dim=1)
-    return attention.amax(dim=1) if head_fusion == "max" else attention.amin(dim=1)
+from vitviz.explain.stages import rollout_across_stages
 
 
 def discard_weakest(fused: torch.Tensor, discard_ratio: float, num_prefix_tokens: int) -> torch.Tensor:
@@ -196,6 +190,21 @@ def per_head(readout: Readout, heads: int) -> Readout:
 
 def _rollout_map(inputs: MapInputs) -> MethodOutput:
     options = inputs.options
+    if inputs.windowed:
+        if options.discard_ratio > 0:  # across windows the weights are 0 already: the weakest would all be those
+            raise ValueError(
+                "rollout's discard_ratio ranks the weights of one global (T, T) attention; this model attends in "
+                "windows and merges tokens (Swin): give discard_ratio=0"
+            )
+        return MethodOutput(
+            rollout_across_stages(
+                inputs.attentions,
+                inputs.layouts,
+                readout=inputs.readout,
+                head_fusion=options.head_fusion,
+                start_layer=options.start_layer,
+            )
+        )
     return MethodOutput(
         attention_rollout(
             inputs.attentions,
@@ -221,6 +230,7 @@ ROLLOUT = Method(
     cost="forward",
     cost_note="",
     caption="Bright: patches whose information flows most into what the head reads, through every block.",
+    windowed=None,  # across windows and stages: stages.rollout_across_stages
 )
 CLS = Method(
     name="cls",
@@ -230,4 +240,5 @@ CLS = Method(
     cost="forward",
     cost_note="",
     caption="Bright: patches the [CLS] token attends to most in the last block.",
+    windowed="reads the [CLS] token's attention, and Swin has no [CLS] token",
 )

@@ -8,6 +8,8 @@ from typing import Literal
 
 import torch
 
+from vitviz.model import Swin
+
 HeadFusion = Literal["mean", "max", "min"]
 # What the classifier reads: for any model, the (B, T) weights it gives each token's final state
 # (``output.readout``: DeiT's [CLS] and distillation tokens half each, SigLIP's attention-pooling weights...),
@@ -25,9 +27,24 @@ def class_probabilities(model: torch.nn.Module, logits: torch.Tensor) -> torch.T
     return logits.to(torch.promote_types(logits.dtype, torch.float32)).softmax(dim=-1)
 
 
+def check_not_windowed(model: torch.nn.Module, what: str) -> None:
+    """Refuse in one line a model that attends in windows and merges tokens (Swin) where ``what`` (a clause saying
+    what the function reads) is written for a ViT's one set of tokens."""
+    if isinstance(model, Swin):
+        raise ValueError(f"{what}; Swin attends in windows and merges tokens between stages")
+
+
 def check_choice(name: str, value: str, allowed: Sequence[str]) -> None:
     if value not in allowed:
         raise ValueError(f"{name} must be one of {', '.join(repr(a) for a in allowed)}; got {value!r}")
+
+
+def fuse_heads(attention: torch.Tensor, head_fusion: HeadFusion = "mean") -> torch.Tensor:
+    """(B, heads, T, T) -> (B, T, T) by the mean, max or min over heads."""
+    check_choice("head_fusion", head_fusion, HEAD_FUSIONS)
+    if head_fusion == "mean":
+        return attention.mean(dim=1)
+    return attention.amax(dim=1) if head_fusion == "max" else attention.amin(dim=1)
 
 
 def check_attentions(attentions: Sequence[torch.Tensor], num_prefix_tokens: int, grid_size) -> int:

@@ -9,11 +9,12 @@ from typing import Literal, get_args
 
 import torch
 
-from vitviz.explain.common import check_choice
+from vitviz.explain.common import check_choice, check_not_windowed
 from vitviz.model import ViT, autocast
 
 Facet = Literal["token", "key", "query", "value"]
 FACETS: tuple[str, ...] = get_args(Facet)
+SWIN_FEATURES = "patch features are read from a ViT's one grid of patches (Swin's blocks hold one per stage)"
 
 
 def patch_features(
@@ -28,6 +29,7 @@ def patch_features(
     Only the blocks up to ``block`` run: an early block's features cost a fraction of a forward pass.
     """
     check_choice("facet", facet, FACETS)
+    check_not_windowed(model, SWIN_FEATURES)
     x, qkv = _up_to_block(model, pixel_values, block, precision, need_qkv=facet != "token")
     p = model.config.num_prefix_tokens
     if facet == "token":
@@ -42,6 +44,7 @@ def head_queries_and_keys(
     """One head's queries and keys of the patch tokens in block ``block``: two (B, N, head_dim) fp32 tensors, as
     ``patch_features``' "query" and "key" facets give them (after the query/key norms and the rotary embedding), for
     that head only, from one pass through the blocks up to ``block``. What AttentionViz's joint embedding takes."""
+    check_not_windowed(model, SWIN_FEATURES)
     heads = model.config.num_heads
     if not 0 <= head < heads:
         raise ValueError(f"head must be in [0, {heads - 1}]; got {head}")

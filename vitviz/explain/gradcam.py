@@ -1,22 +1,31 @@
 """Grad-CAM (Selvaraju et al. 2017, "Grad-CAM: Visual Explanations from Deep Networks via Gradient-based
 Localization") for ViTs, as pytorch-grad-cam applies it: the patch tokens of the last block's first LayerNorm
-(``blocks[-1].norm1``) are the feature map, the patch grid its spatial axes and the token width its channels."""
+(``blocks[-1].norm1``) are the feature map, the patch grid its spatial axes and the token width its channels.
+
+Swin (pytorch-grad-cam's ``swinT_example.py``: ``layers[-1].blocks[-1].norm1``, its (B, H, W, C) output as the
+feature map): the same layer of the last block, so the map lies on the last stage's grid (``stage_norm1_gradients``);
+the method's map is that grid painted onto the first stage's, each first-stage token taking the value of the
+last-stage token whose box holds it, so it is comparable with the other maps of the registry.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import NamedTuple
 
+import numpy as np
 import torch
 
 from vitviz.explain.common import as_map, target_score
 from vitviz.explain.method import MapInputs, Method, MethodOutput
-from vitviz.model import ViTOutput
+from vitviz.explain.stages import merge_targets
+from vitviz.layout import TokenLayout
+from vitviz.model import Swin, SwinOutput, ViTOutput
 
 
 class Norm1Gradients(NamedTuple):
-    output: ViTOutput  # the model's own output (logits, grid_size, num_prefix_tokens...)
-    activations: torch.Tensor  # (B, T, D) the last block's norm1 output
+    output: ViTOutput | SwinOutput  # the model's own output (logits, grid_size, num_prefix_tokens, layouts...)
+    activations: torch.Tensor  # (B, T, D) the last block's norm1 output (Swin: the last stage's tokens, row-major)
     gradients: torch.Tensor  # (B, T, D) the target logit's gradient w.r.t. it
 
 
@@ -42,6 +51,43 @@ def norm1_gradients(
         output = model.forward_head(tokens, grid)
         (gradients,) = torch.autograd.grad(target_score(output.logits, target), activations)
     return Norm1Gradients(output, activations.detach(), gradients)
+
+
+def stage_norm1_gradients(
+    model: Swin, pixel_values: torch.Tensor, target: int | Sequence[int] | torch.Tensor
+) -> Norm1Gradients:
+    """Swin's ``norm1_gradients``: the last block's norm1 output, (B, T, D) over the last stage's tokens in row-major
+    order (``output.layouts[-1]``, ``output.stage_grids[-1]``), and the target logit's gradient w.r.t. it.
+
+    The output is swapped for a leaf the backward pass stops at by a forward hook on that norm1, removed before this
+    returns: Swin v2's norm1 normalises the attention's output inside the block (post-norm), so no block input can
+    stand in for it as ``Block.forward(normed=...)`` does for the ViT. A LayerNorm has no fused kernel to bypass a
+    hook, and the map is pytorch-grad-cam's, whose hook sits on the same module."""
+    kept: list[torch.Tensor] = []
+
+    def leaf(module: torch.nn.Module, inputs: tuple, output: torch.Tensor) -> torch.Tensor:
+        kept.append(output.detach().requires_grad_())  # (B, rows, cols, D)
+        return kept[-1]
+
+    handle = model.blocks[-1].norm1.register_forward_hook(leaf)
+    try:
+        with torch.enable_grad():
+            output = model(pixel_values)
+            (gradients,) = torch.autograd.grad(target_score(output.logits, target), kept[0])
+    finally:
+        handle.remove()
+    return Norm1Gradients(output, kept[0].detach().flatten(1, 2), gradients.flatten(1, 2))
+
+
+def on_first_stage(values: torch.Tensor, layouts: Sequence[TokenLayout]) -> torch.Tensor:
+    """(B, N_last) values over the last block's patch tokens -> (B, rows, cols) over the first block's grid: each
+    first-block token takes the value of the last-block token whose box holds its centre (``merge_targets``)."""
+    first, last = layouts[0], layouts[-1]
+    if first.grid is None or first.grid[0] != 1:
+        raise ValueError("the first block's tokens do not form one frame's grid; paint the values with its layout")
+    targets = merge_targets(last, first)[first.patch_indices]  # last-block token of each first-block patch
+    position = torch.as_tensor(np.searchsorted(last.patch_indices, targets), device=values.device)
+    return values[:, position].reshape(values.shape[0], *first.grid[1:])
 
 
 def grad_cam(
@@ -71,6 +117,11 @@ def grad_cam(
 
 
 def _grad_cam_map(inputs: MapInputs) -> MethodOutput:
+    if inputs.windowed:  # on the last stage's grid, painted onto the first's like every map of the registry
+        with inputs.autocast():
+            _, activations, gradients = stage_norm1_gradients(inputs.model, inputs.pixels, inputs.target)
+        last = grad_cam(activations.float(), gradients.float(), num_prefix_tokens=0)  # (1, N_last)
+        return MethodOutput(on_first_stage(last, inputs.layouts))
     with inputs.autocast():
         _, activations, gradients = norm1_gradients(inputs.model, inputs.pixels, inputs.target)
     return MethodOutput(grad_cam(activations.float(), gradients.float(), **inputs.layout))
@@ -85,4 +136,5 @@ GRAD_CAM = Method(
     cost="backward",
     cost_note="one backward pass",
     caption="Bright: patches whose last-block features, weighted by their gradient, raise the class's score.",
+    windowed=None,  # Swin: the last stage's grid (stage_norm1_gradients), painted onto the first's
 )

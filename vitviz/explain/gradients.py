@@ -10,6 +10,7 @@ import torch
 from vitviz.explain.attention import discard_weakest, fused_rollout
 from vitviz.explain.common import Readout, as_map, check_attentions, check_start_layer, read_out, target_score
 from vitviz.explain.method import MapInputs, Method, MethodOutput
+from vitviz.explain.stages import gradient_rollout_across_stages, relevance_across_stages
 from vitviz.model import ViTOutput
 
 
@@ -98,7 +99,14 @@ def gradient_weighted_rollout(
 
 # Both read the gradients of the shared forward pass (``needs``): one backward pass serves the two. They start at
 # block 0 whatever --start-layer says, as they always have: Chefer et al. accumulate relevance over every block.
+# On a model that attends in windows and merges tokens (Swin) both read stages.py's rules, over the first stage.
 def _relevance_map(inputs: MapInputs) -> MethodOutput:
+    if inputs.windowed:
+        return MethodOutput(
+            relevance_across_stages(
+                inputs.attentions, inputs.attention_gradients, inputs.layouts, readout=inputs.readout
+            )
+        )
     return MethodOutput(
         gradient_weighted_attention(
             inputs.attentions, inputs.attention_gradients, **inputs.layout, readout=inputs.readout
@@ -107,6 +115,12 @@ def _relevance_map(inputs: MapInputs) -> MethodOutput:
 
 
 def _gradient_rollout_map(inputs: MapInputs) -> MethodOutput:
+    if inputs.windowed:
+        return MethodOutput(
+            gradient_rollout_across_stages(
+                inputs.attentions, inputs.attention_gradients, inputs.layouts, readout=inputs.readout
+            )
+        )
     return MethodOutput(
         gradient_weighted_rollout(
             inputs.attentions, inputs.attention_gradients, **inputs.layout, readout=inputs.readout
@@ -124,6 +138,7 @@ RELEVANCE = Method(
     cost_note="one backward pass",
     caption="Bright: patches whose attention, weighted by its gradient, raises the class's score.",
     needs=("attention_gradients",),
+    windowed=None,  # across windows and stages: stages.relevance_across_stages
 )
 GRADIENT_ROLLOUT = Method(
     name="grad-rollout",
@@ -134,4 +149,5 @@ GRADIENT_ROLLOUT = Method(
     cost_note="one backward pass",
     caption="Like rollout, but each block's heads count by how much they raise the class's score.",
     needs=("attention_gradients",),
+    windowed=None,  # across windows and stages: stages.gradient_rollout_across_stages
 )

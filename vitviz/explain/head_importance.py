@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from vitviz.explain.common import class_probabilities, target_indices
+from vitviz.explain.common import check_not_windowed, class_probabilities, target_indices
 from vitviz.model import ABLATIONS, ViT, autocast
 from vitviz.model.layers import Ablation
 
@@ -44,6 +44,7 @@ def head_importance(
     """
     if ablation not in ABLATIONS:
         raise ValueError(f"ablation must be 'zero' or 'mean'; got {ablation!r}")
+    check_not_windowed(model, "head importance removes heads through a ViT's head masks")
     c = model.config
     if c.num_classes == 0:
         raise ValueError("head importance needs a classifier: this model is a backbone (no logits)")

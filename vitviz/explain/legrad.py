@@ -74,4 +74,5 @@ LEGRAD = Method(
     cost="backward per block",
     cost_note="one backward pass per block",
     caption="Bright: patches whose attention, at every block, the class's score is most sensitive to.",
+    windowed="reads every block's tokens through the head as if it were the last, which only Swin's last stage can be",
 )

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import torch
 
-from vitviz.explain.common import as_map, class_probabilities, target_indices
+from vitviz.explain.common import as_map, check_not_windowed, class_probabilities, target_indices
 from vitviz.explain.method import LogitLens, MapInputs, Method, MethodOutput
 
 
@@ -54,6 +54,7 @@ def logit_lens(
     output through the model's own pooling and head (``model.forward_head``): for the last block it is the
     model's probability. ``target`` is one class or one per image.
     """
+    check_not_windowed(model, "the logit lens reads every block's tokens through the one head")
     if len(hidden_states) == 0:
         raise ValueError("hidden_states is empty: run the model with output_hidden_states=True")
     B, T, _ = hidden_states[0].shape
@@ -101,4 +102,5 @@ LENS = Method(
     cost_note="",
     caption="Bright: patches from which the head, reading them on their own, finds the class likely.",
     needs=("hidden_states",),
+    windowed="reads every block's tokens through the head, which reads only Swin's last stage (other widths before)",
 )

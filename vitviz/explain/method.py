@@ -4,6 +4,11 @@
     RELEVANCE.compute(inputs)      # MapInputs -> MethodOutput, one signature for every method
 
 ``vitviz.explain.registry`` collects the records; the CLI, the benchmark and the dashboard read them from there.
+
+A model that attends in windows and merges tokens between stages (Swin) is no one set of tokens with one (T, T)
+attention per block: a method that can read it declares ``windowed=None`` and routes on ``MapInputs.windowed`` to
+the rules of ``vitviz.explain.stages``; every other method declares, in ``windowed``, why it cannot, and the
+registry refuses it with that reason.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from typing import Literal, NamedTuple, get_args
 import torch
 
 from vitviz.explain.common import HeadFusion
+from vitviz.layout import TokenLayout, is_hierarchical
 from vitviz.model import Precision, autocast
 
 # What a method costs beyond the one forward pass every method shares, cheapest first (the registry's order)
@@ -24,6 +30,12 @@ COSTS: tuple[Cost, ...] = get_args(Cost)
 # What a method reads from the shared forward pass besides the attentions: the gradient of the target logit
 # w.r.t. every block's attention (one backward pass serves every method that asks), or every block's output
 Need = Literal["attention_gradients", "hidden_states"]
+
+
+# what most methods need and a windowed model (Swin) lacks
+WINDOWED_REFUSAL = (
+    "needs global attention over one set of tokens; Swin attends in windows and merges tokens between stages"
+)
 
 
 @dataclass(frozen=True)
@@ -41,18 +53,24 @@ class MapInputs:
     model: torch.nn.Module
     pixels: torch.Tensor  # (1, 3, H, W)
     target: int  # the class the class-specific maps explain
-    attentions: tuple[torch.Tensor, ...]  # per block (1, heads, T, T) float32, detached
+    attentions: tuple[torch.Tensor, ...]  # per block (1, heads, T, T) float32, detached; (nW, heads, S, S) windowed
     readout: torch.Tensor  # (1, T) float32: what the head reads of each token's final state (output.readout)
     num_prefix_tokens: int
     grid_size: tuple[int, int]
     options: MapOptions = MapOptions()
     attention_gradients: tuple[torch.Tensor, ...] | None = None  # per block (1, heads, T, T) float32, if needed
     hidden_states: tuple[torch.Tensor, ...] | None = None  # per block (1, T, D) detached, if needed
+    layouts: tuple[TokenLayout, ...] | None = None  # per block, its tokens and windows (output.layouts)
 
     @property
     def layout(self) -> dict:
         """The token layout every map function takes: ``f(..., **inputs.layout)``."""
         return {"num_prefix_tokens": self.num_prefix_tokens, "grid_size": self.grid_size}
+
+    @property
+    def windowed(self) -> bool:
+        """Whether the blocks attend in windows or merge tokens (Swin): the maps must go through stages.py."""
+        return is_hierarchical(self.layouts)
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """The precision's autocast on the device the model runs on, for the passes a method runs itself."""
@@ -82,6 +100,9 @@ class Method:
     caption: str  # how to read the map, in a sentence (the dashboard's caption under it)
     paper: str | None = None  # "Chefer et al. 2021"
     needs: tuple[Need, ...] = ()
+    # why it cannot explain a model that attends in windows and merges tokens between stages (Swin): the rest of a
+    # line that starts with its quoted name; None: it can (its compute routes on MapInputs.windowed)
+    windowed: str | None = WINDOWED_REFUSAL
 
     def __post_init__(self) -> None:
         if self.cost not in COSTS:

@@ -13,6 +13,10 @@ their modules' names and then of their declarations within a cost.
 One forward pass serves every method: the attention-only maps read its attentions, Chefer et al.'s two gradient
 maps its one backward pass, the lens its hidden states; LeGrad, TAM and Grad-CAM run the passes their definition
 needs.
+
+A model that attends in windows and merges tokens between stages (Swin) gets the methods whose record says they
+handle it (``Method.windowed is None``: rollout, relevance, grad-rollout and Grad-CAM), every map over its first
+stage's grid; any other is refused in one line that says why (``refusal``, ``refusals``).
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ import torch
 
 from vitviz.explain.common import HeadFusion, class_probabilities
 from vitviz.explain.method import COSTS, LogitLens, MapInputs, MapOptions, Method
-from vitviz.model import Precision, autocast
+from vitviz.layout import is_hierarchical
+from vitviz.model import Precision, Swin, autocast
 
 
 def _declared_methods() -> dict[str, Method]:
@@ -54,6 +59,23 @@ def get_method(name: str) -> Method:
     return METHODS[name]
 
 
+def refusal(name: str, windowed: bool) -> str | None:
+    """Why method ``name`` cannot explain a model that attends in windows and merges tokens (``windowed``), in one
+    line; None when it can."""
+    method = get_method(name)
+    if windowed and method.windowed is not None:
+        return f"{name!r} {method.windowed}"
+    return None
+
+
+def refusals(model: torch.nn.Module, methods: Sequence[str]) -> dict[str, str]:
+    """The methods among ``methods`` that cannot explain ``model``, each with its one-line reason: what the CLI and the
+    benchmark skip, and what the dashboard says in their place."""
+    windowed = isinstance(model, Swin)  # the family whose blocks attend in windows and merge tokens
+    found = {name: refusal(name, windowed) for name in methods}
+    return {name: reason for name, reason in found.items() if reason is not None}
+
+
 @dataclass(frozen=True)
 class MethodMaps:
     probabilities: torch.Tensor  # (num_classes,) float32
@@ -74,10 +96,13 @@ def method_maps(
 ) -> MethodMaps:
     """The maps of ``methods`` for one image ``pixels`` (1, 3, H, W), each read out through what the head reads
     (``output.readout``). ``target`` defaults to the top class. ``head_fusion`` and ``discard_ratio`` shape the
-    rollout; ``start_layer`` is the first block of rollout, LeGrad and TAM."""
+    rollout; ``start_layer`` is the first block of rollout, LeGrad and TAM. A method that cannot explain this model
+    (``refusals``) is a ValueError naming it and why."""
     chosen = [get_method(name) for name in methods]
     if pixels.ndim != 4 or pixels.shape[0] != 1:
         raise ValueError(f"method_maps explains one image: pixels must be (1, 3, H, W); got {tuple(pixels.shape)}")
+    if refused := refusals(model, methods):
+        raise ValueError("; ".join(refused.values()))
     needs = {need for method in chosen for need in method.needs}
     with autocast(precision, pixels.device.type), torch.set_grad_enabled("attention_gradients" in needs):
         output = model(pixels, output_attentions=True, output_hidden_states="hidden_states" in needs)
@@ -90,6 +115,9 @@ def method_maps(
         target = int(probabilities.argmax()) if probabilities.numel() else 0
     elif not 0 <= target < probabilities.numel():
         raise ValueError(f"target must be in [0, {probabilities.numel() - 1}]; got {target}")
+    windowed = is_hierarchical(output.layouts)  # what the blocks say, for a windowed model of another class too
+    if reasons := [reason for name in methods if (reason := refusal(name, windowed))]:
+        raise ValueError("; ".join(reasons))
     gradients = None
     if "attention_gradients" in needs:  # one backward pass for every method that reads it
         gradients = tuple(g.float() for g in torch.autograd.grad(output.logits[0, target], output.attentions))
@@ -104,6 +132,7 @@ def method_maps(
         options=MapOptions(precision, head_fusion, discard_ratio, start_layer),
         attention_gradients=gradients,
         hidden_states=tuple(h.detach() for h in output.hidden_states) if "hidden_states" in needs else None,
+        layouts=output.layouts,
     )
     outputs = {method.name: method.compute(inputs) for method in chosen}
     lens = next((out.lens for out in outputs.values() if out.lens is not None), None)

@@ -17,6 +17,9 @@ those of stage s. Both rules here read the model's per-block ``layouts`` (``outp
   renormalised over the real tokens and itself).
 - **Relevance** (Chefer et al. 2021a, as ``gradient_weighted_attention``): R = (I + Ā_L) ... M ... (I + Ā_1), with
   Ā_l = mean_heads((dy/dA_l * A_l)+) taken per window, each block's gradient paired with that block's attention.
+- **Gradient-weighted rollout** (as ``gradient_weighted_rollout``): the rollout's rule on Ā_l.
+- ``start_layer`` (rollout): the blocks before it count as the identity; the merges between them still apply, so
+  the map stays over the first block's patches.
 
 The map is the readout row of R: ``readout`` (B, T_last) weights over the last block's tokens, by default the mean
 of its patch tokens (Swin's head pools by the mean). It is never formed as a matrix: the row is carried backwards
@@ -32,9 +35,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from vitviz.explain.attention import fuse_heads
-from vitviz.explain.common import HeadFusion
-from vitviz.layout import TokenLayout
+from vitviz.explain.common import HeadFusion, check_start_layer, fuse_heads
+from vitviz.layout import TokenLayout, same_tokens
 
 MERGE_BLOCK = 4096  # earlier tokens whose later token is looked up at once: a (4096, T_next) boolean table
 
@@ -45,16 +47,19 @@ def rollout_across_stages(
     *,
     readout: torch.Tensor | None = None,
     head_fusion: HeadFusion = "mean",
+    start_layer: int = 0,
 ) -> torch.Tensor:
     """Attention rollout over every block, windows and merges included (see the module's docstring).
 
     ``attentions[l]``: (B, heads, T_l, T_l) for a block that attends globally, (B * nW, heads, S, S) for a windowed
     one (``layouts[l].windows`` (nW, S)). ``readout``: (B, T_last) weights over the last block's tokens, or None for
-    the mean of its patch tokens. Returns the map over the first block's patch tokens, (B, rows, cols) where its
-    layout is a grid of one frame, (B, frames, rows, cols) for several, else (B, N).
+    the mean of its patch tokens. ``start_layer``: the first block included. Returns the map over the first block's
+    patch tokens, (B, rows, cols) where its layout is a grid of one frame, (B, frames, rows, cols) for several, else
+    (B, N).
     """
     fused = [fuse_heads(attention, head_fusion) for attention in _checked(attentions, layouts)]
-    return _carried_back(fused, layouts, readout, renormalise=True)
+    check_start_layer(start_layer, len(fused))
+    return _carried_back(fused, layouts, readout, renormalise=True, start_layer=start_layer)
 
 
 def relevance_across_stages(
@@ -67,6 +72,26 @@ def relevance_across_stages(
     """Class-specific relevance (Chefer et al. 2021a) over every block, windows and merges included: ``gradients[l]``
     is the target's gradient with respect to ``attentions[l]``, of the same shape. Returns what
     ``rollout_across_stages`` returns."""
+    return _carried_back(_weighted(attentions, gradients, layouts), layouts, readout, renormalise=False)
+
+
+def gradient_rollout_across_stages(
+    attentions: Sequence[torch.Tensor],
+    gradients: Sequence[torch.Tensor],
+    layouts: Sequence[TokenLayout],
+    *,
+    readout: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Gradient-weighted rollout over every block, windows and merges included: each block's heads fused by
+    mean_heads((dy/dA * A)+), then rolled out as in ``rollout_across_stages`` (rows renormalised with the identity).
+    Returns what ``rollout_across_stages`` returns."""
+    return _carried_back(_weighted(attentions, gradients, layouts), layouts, readout, renormalise=True)
+
+
+def _weighted(
+    attentions: Sequence[torch.Tensor], gradients: Sequence[torch.Tensor], layouts: Sequence[TokenLayout]
+) -> list[torch.Tensor]:
+    """Per block mean_heads((dy/dA * A)+), each gradient checked against its own block's attention."""
     _checked(attentions, layouts)
     if len(gradients) != len(attentions):
         raise ValueError(f"{len(gradients)} gradients for {len(attentions)} attention blocks")
@@ -76,8 +101,8 @@ def relevance_across_stages(
             raise ValueError(
                 f"gradients[{index}] has shape {tuple(gradient.shape)}; its attention {tuple(attention.shape)}"
             )
-        weighted.append((gradient * attention).clamp(min=0).mean(dim=1))
-    return _carried_back(weighted, layouts, readout, renormalise=False)
+        weighted.append(torch.mul(gradient, attention).clamp_(min=0).mean(dim=1))  # one temporary, not two
+    return weighted
 
 
 def _checked(attentions: Sequence[torch.Tensor], layouts: Sequence[TokenLayout]) -> Sequence[torch.Tensor]:
@@ -101,19 +126,25 @@ def _checked(attentions: Sequence[torch.Tensor], layouts: Sequence[TokenLayout])
 
 
 def _carried_back(
-    fused: Sequence[torch.Tensor], layouts: Sequence[TokenLayout], readout: torch.Tensor | None, renormalise: bool
+    fused: Sequence[torch.Tensor],
+    layouts: Sequence[TokenLayout],
+    readout: torch.Tensor | None,
+    renormalise: bool,
+    start_layer: int = 0,
 ) -> torch.Tensor:
     """The readout row of prod_l F(A_l) with the merges between, carried from the last block to the first:
-    F(A) = N(A + I) when ``renormalise`` (rollout), I + A otherwise (relevance)."""
+    F(A) = N(A + I) when ``renormalise`` (rollout), I + A otherwise (relevance); the identity before
+    ``start_layer``."""
     last = layouts[-1]
     batch = fused[-1].shape[0] // (1 if last.windows is None else last.windows.shape[0])
     row = _readout_row(readout, last, batch, fused[-1])
     for index in range(len(fused) - 1, -1, -1):
         matrix, layout = fused[index], layouts[index]
-        if renormalise:
-            row = row / (1 + _row_sums(matrix, layout))
-        row = row + _times(row, matrix, layout)
-        if index > 0 and not _same_tokens(layouts[index - 1], layout):
+        if index >= start_layer:
+            if renormalise:
+                row = row / (1 + _row_sums(matrix, layout))
+            row = row + _times(row, matrix, layout)
+        if index > 0 and not same_tokens(layouts[index - 1], layout):
             row = _merged_back(row, layout, layouts[index - 1])
     values = row[:, layouts[0].patch_indices]
     first = layouts[0]
@@ -139,7 +170,7 @@ def _readout_row(readout: torch.Tensor | None, layout: TokenLayout, batch: int, 
 
 def _windows(layout: TokenLayout, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """A windowed layout's token indices (nW, S) with padded slots pointed at token 0, and the mask of real ones."""
-    windows = torch.as_tensor(layout.windows, device=device, dtype=torch.long)
+    windows = torch.tensor(layout.windows, device=device, dtype=torch.long)  # a copy: the layout's is read-only
     real = windows >= 0
     return windows.clamp(min=0), real
 
@@ -169,14 +200,6 @@ def _times(row: torch.Tensor, matrix: torch.Tensor, layout: TokenLayout) -> torc
     return row.new_zeros(row.shape).index_add_(1, windows.reshape(-1), product.reshape(row.shape[0], -1))
 
 
-def _same_tokens(first: TokenLayout, second: TokenLayout) -> bool:
-    return first is second or (
-        first.kinds == second.kinds
-        and np.array_equal(first.boxes, second.boxes, equal_nan=True)
-        and np.array_equal(first.frames, second.frames)
-    )
-
-
 def merge_targets(later: TokenLayout, earlier: TokenLayout) -> np.ndarray:
     """int64 (T_earlier,): for each earlier token, the later token it merges into: the one whose box and frames hold
     the centre of its box; prefix tokens carry over one to one. A token that no later token holds is an error."""
@@ -189,18 +212,51 @@ def merge_targets(later: TokenLayout, earlier: TokenLayout) -> np.ndarray:
     centres = (earlier.boxes[patches, :2] + earlier.boxes[patches, 2:]) / 2  # (N, 2) x, y
     frames = earlier.frames[patches, 0]
     later_patches = later.patch_indices
-    boxes, spans = later.boxes[later_patches], later.frames[later_patches]
-    for start in range(0, len(patches), MERGE_BLOCK):
-        x, y = centres[start : start + MERGE_BLOCK, :1], centres[start : start + MERGE_BLOCK, 1:]
-        frame = frames[start : start + MERGE_BLOCK, None]
-        holds = (boxes[:, 0] <= x) & (x < boxes[:, 2]) & (boxes[:, 1] <= y) & (y < boxes[:, 3])
-        holds &= (spans[:, 0] <= frame) & (frame <= spans[:, 1])  # (chunk, N_later)
-        found = holds.any(axis=1)
-        if not found.all():
-            orphan = patches[start + int(np.flatnonzero(~found)[0])]
-            raise ValueError(f"token {orphan} of one block lies in no token of the next: the layouts do not nest")
-        targets[patches[start : start + MERGE_BLOCK]] = later_patches[holds.argmax(axis=1)]
+    holders = _grid_holders(later, centres, frames)
+    if holders is None:  # no regular grid: test every later box, MERGE_BLOCK earlier tokens at a time
+        holders = np.empty(len(patches), dtype=np.int64)
+        boxes, spans = later.boxes[later_patches], later.frames[later_patches]
+        for start in range(0, len(patches), MERGE_BLOCK):
+            x, y = centres[start : start + MERGE_BLOCK, :1], centres[start : start + MERGE_BLOCK, 1:]
+            frame = frames[start : start + MERGE_BLOCK, None]
+            holds = (boxes[:, 0] <= x) & (x < boxes[:, 2]) & (boxes[:, 1] <= y) & (y < boxes[:, 3])
+            holds &= (spans[:, 0] <= frame) & (frame <= spans[:, 1])  # (chunk, N_later)
+            holders[start : start + MERGE_BLOCK] = np.where(holds.any(axis=1), holds.argmax(axis=1), -1)
+    if (holders < 0).any():
+        orphan = patches[int(np.flatnonzero(holders < 0)[0])]
+        raise ValueError(f"token {orphan} of one block lies in no token of the next: the layouts do not nest")
+    targets[patches] = later_patches[holders]
     return targets
+
+
+def _grid_holders(later: TokenLayout, centres: np.ndarray, frames: np.ndarray) -> np.ndarray | None:
+    """Where ``later``'s patch boxes are a grid (each the product of its column's x-span, its row's y-span and its
+    frame span, the spans sorted and disjoint), the index among its patches of the one holding each (x, y) centre
+    and frame, -1 for none, by binary search along each axis; None for any other layout. For Swin-B at 384 px this
+    takes a millisecond where testing every later box (a 9,216 x 2,304 table) took 90."""
+    if later.grid is None:
+        return None
+    depth, rows, cols = later.grid
+    patches = later.patch_indices
+    boxes, spans = later.boxes[patches], later.frames[patches]
+    xs, ys = boxes[:cols, 0::2], boxes[: rows * cols : cols, 1::2]  # (cols, 2) x0, x1; (rows, 2) y0, y1
+    ts = spans[:: rows * cols] + [0, 1]  # (frames, 2): half-open frame spans
+    f, r, c = (axis.ravel() for axis in np.indices((depth, rows, cols)))
+    grid = np.stack([xs[c, 0], ys[r, 0], xs[c, 1], ys[r, 1]], axis=1)
+    spans_grid = ts[f] - [0, 1]
+    if not (np.array_equal(boxes, grid) and np.array_equal(spans, spans_grid)):
+        return None
+    if not all((e[:, 0] < e[:, 1]).all() and (e[1:, 0] >= e[:-1, 1]).all() for e in (xs, ys, ts)):
+        return None
+    column, row, frame = _span_index(xs, centres[:, 0]), _span_index(ys, centres[:, 1]), _span_index(ts, frames)
+    return np.where((column >= 0) & (row >= 0) & (frame >= 0), (frame * rows + row) * cols + column, -1)
+
+
+def _span_index(spans: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """For sorted, disjoint half-open spans (n, 2), the span holding each value, -1 for none."""
+    index = np.searchsorted(spans[:, 0], values, side="right") - 1
+    inside = (index >= 0) & (values < spans[np.maximum(index, 0), 1])
+    return np.where(inside, index, -1)
 
 
 def _merged_back(row: torch.Tensor, later: TokenLayout, earlier: TokenLayout) -> torch.Tensor:

@@ -104,4 +104,6 @@ TAM = Method(
     cost="repeated passes",
     cost_note=f"{TAM_STEPS} forward and backward passes",
     caption="Bright: patches the class's information flows from, through the attention as a Markov chain.",
+    windowed="needs global attention over one set of tokens for its Markov chain; Swin attends in windows and merges "
+    "tokens between stages",
 )

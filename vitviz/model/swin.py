@@ -54,19 +54,24 @@ if TYPE_CHECKING:
     from vitviz.preprocessing import Preprocessing
 
 
+# The caches outlive the call that fills them: their tensors are made outside inference mode, since an inference
+# tensor cached by a torch.inference_mode() forward cannot be saved for backward by a later one (relevance).
 @lru_cache(maxsize=256)
 def _cached_mask(grid: Pair, window: Pair, shift: Pair, value: float) -> torch.Tensor | None:
-    return shift_mask(grid, window, shift, value)
+    with torch.inference_mode(False):
+        return shift_mask(grid, window, shift, value)
 
 
 @lru_cache(maxsize=64)
 def _cached_index(window: Pair) -> torch.Tensor:
-    return relative_position_index(window)
+    with torch.inference_mode(False):
+        return relative_position_index(window)
 
 
 @lru_cache(maxsize=64)
 def _cached_offsets(window: Pair, pretrained: Pair) -> torch.Tensor:
-    return log_spaced_offsets(window, pretrained)
+    with torch.inference_mode(False):
+        return log_spaced_offsets(window, pretrained)
 
 
 class WindowAttention(nn.Module):

@@ -56,7 +56,7 @@ def load_huggingface_folder(folder: str | Path) -> ViT:
         # load_video); an image transform would only feed it images it refuses, so it has none
         model.transform = (
             None
-            if model.config.is_video
+            if isinstance(model, ViT) and model.config.is_video  # a Swin's config has no frames
             else _huggingface_preprocessing(
                 folder / "preprocessor_config.json", model.config.image_size, config.get("model_type")
             )
