@@ -258,3 +258,19 @@ def test_the_functions_written_for_one_set_of_tokens_refuse_swin_in_one_line():
     for name, call in calls.items():
         with pytest.raises(ValueError, match=f"^{name} .*Swin attends in windows and merges tokens[^\n]*$"):
             call()
+
+
+@pytest.mark.parametrize("family", ["swin", "swinv2"])
+def test_gradients_work_after_a_forward_in_inference_mode(family):
+    """The model caches its shift masks and position indices; a first forward under torch.inference_mode must not
+    leave inference tensors there that a later forward needing gradients (relevance after rollout) cannot save."""
+    from vitviz.model import swin as swin_module
+
+    model = tiny_swin("huggingface", family)
+    for cache in (swin_module._cached_mask, swin_module._cached_index, swin_module._cached_offsets):
+        cache.cache_clear()
+    pixels = torch.randn(1, 3, *PADDED_SIZE["huggingface"], generator=torch.Generator().manual_seed(7))
+    with torch.inference_mode():
+        model(pixels, output_attentions=True)
+    _, gradients = attention_gradients(model, pixels, target=1)
+    assert all(torch.isfinite(g).all() for g in gradients) and any(g.abs().sum() > 0 for g in gradients)
