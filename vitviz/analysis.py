@@ -9,6 +9,8 @@ kept only when asked (``keep_attentions``): ViT-L/16 at 512 holds 403 MB of atte
     analyse          a batch (B, 3, H, W) -> Analysis; vitviz index stores it (dataset/indexing.py: analyse_batch)
     analyse_image    one photo, preprocessed by the model's own recipe -> ImageAnalysis; the Photo page draws it
     rollout, patch_attention   other settings of one image's views: from its kept attentions, else a streaming pass
+    analyse_windowed  a model that attends in windows and merges stages (Swin) -> WindowedAnalysis: its predictions,
+                     every block's window attention and layouts; its maps come from explain.method_maps
 
 Class-specific maps and the logit lens need gradients or every block's tokens: explain.method_maps runs their passes
 on an analysis's ``pixel_values``.
@@ -32,7 +34,8 @@ from PIL import Image
 from vitviz import explain
 from vitviz.explain.common import HeadFusion
 from vitviz.explain.head_statistics import HEAD_STATISTICS
-from vitviz.model import Precision, ViT, autocast
+from vitviz.layout import TokenLayout
+from vitviz.model import Precision, Swin, ViT, autocast
 
 Progress = Callable[[int], None]  # called with each block's index once it has run
 ReadoutBlocks = Literal["all", "last"]  # the blocks whose readout rows an analysis holds
@@ -105,6 +108,49 @@ class ImageAnalysis:
         return self.maps_args | {"readout": self.readout}
 
 
+@dataclass(frozen=True)
+class WindowedAnalysis:
+    """One photo through a model that attends in windows and merges tokens between stages (Swin): what the Photo page
+    draws its tabs from. No readout rows, head statistics or token norms: those read one set of tokens with one
+    (T, T) attention per block, which such a model does not have. Its window attention is small (linear in the
+    tokens), so it is always kept."""
+
+    probabilities: np.ndarray  # (num_classes,); empty for a backbone
+    grid_size: tuple[int, int]  # (rows, cols) of the first stage: every map is drawn on it
+    box: tuple[float, float, float, float]  # where in the photo the model's input came from
+    pixel_values: torch.Tensor  # (1, 3, H, W), the model's input, for the passes that come later
+    precision: str  # the precision of the forward pass, and of every later pass for this image
+    attentions: tuple[torch.Tensor, ...]  # per block (nW, heads, S, S) float32, in the block's (shifted) frame
+    layouts: tuple[TokenLayout, ...]  # per block: its stage's tokens and windows (explain.window_attention_map)
+    stage_grids: tuple[tuple[int, int], ...]  # per stage, its grid (rows, cols)
+    num_prefix_tokens: int = 0  # none: Swin has no [CLS] or registers
+
+
+def analyse_windowed(
+    model: Swin, image: Image.Image, precision: Precision = "fp32", progress: Progress | None = None
+) -> WindowedAnalysis:
+    """Preprocess with the model's own recipe and run it once, keeping every block's window attention."""
+    pixels = model.transform(image)[None].to(next(model.parameters()).device)
+
+    def sink(block: int, weights: torch.Tensor) -> None:
+        if progress is not None:
+            progress(block)
+
+    with torch.inference_mode(), autocast(precision, pixels.device.type):
+        output = model(pixels, output_attentions=True, attention_sink=sink)
+    logits = output.logits
+    return WindowedAnalysis(
+        probabilities=model.probabilities(logits.float())[0].cpu().numpy() if logits is not None else np.zeros(0),
+        grid_size=output.grid_size,
+        box=model.transform.crop_box(*image.size),
+        pixel_values=pixels,
+        precision=precision,
+        attentions=tuple(a.float() for a in output.attentions),
+        layouts=output.layouts,
+        stage_grids=output.stage_grids,
+    )
+
+
 def attention_bytes(model: ViT, height: int, width: int) -> int:
     """What every block's fp32 attention takes for one (height, width) input: layers x heads x T x T x 4."""
     c = model.config
@@ -127,6 +173,11 @@ def analyse(
     ``keep_blocks`` keeps those blocks' output tokens; ``readout_blocks="last"`` reads the head's rows of the last
     block only (all the index stores; an attention-pooled model then needs no second pass). ``progress(block)``
     follows the pass."""
+    if isinstance(model, Swin):
+        raise ValueError(
+            "analyse reads one (T, T) attention per block; Swin attends in windows and merges tokens between "
+            "stages: use analyse_windowed"
+        )
     c = model.config
     pixels = pixels.to(next(model.parameters()).device)
     grid = (pixels.shape[-2] // c.patch_size, pixels.shape[-1] // c.patch_size)

@@ -15,7 +15,7 @@ import vitviz
 from vitviz.preprocessing import ImageError
 from vitviz_dashboard.ask.page import ask_page
 from vitviz_dashboard.cache.budget import BUDGET_ERROR
-from vitviz_dashboard.cache.results import get_model_with_progress, model_input_png, photo_and_analysis
+from vitviz_dashboard.cache.results import get_model_with_progress, is_windowed, model_input_png, photo_and_analysis
 from vitviz_dashboard.dataset.page import dataset_page
 from vitviz_dashboard.images import choose_image
 from vitviz_dashboard.knockout import knocked_out_model
@@ -35,6 +35,7 @@ from vitviz_dashboard.tabs import (
     patch_features,
     sae_features,
     tokens,
+    windowed,
 )
 
 # On a narrow page (800 px with the sidebar open) the eight tab names do not fit on one line, and Streamlit
@@ -53,6 +54,9 @@ TABS: dict[str, Callable[[Page], None]] = {
     "Faithfulness": faithfulness.draw,
     "SAE features": sae_features.draw,
 }
+# The same tabs for a model that attends in windows and merges tokens between stages (Swin): each draws what
+# applies to it or says in one line why it does not (tabs/windowed.py)
+WINDOWED_TABS: dict[str, Callable[[Page], None]] = windowed.tabs(TABS)
 
 
 def main() -> None:
@@ -93,8 +97,11 @@ def photo_page() -> None:
     # progress bar, shifted every element after it, the browser re-mounted the tabs and jumped to the page's top
     banner, sae_banner, progress = st.empty(), st.empty(), st.empty()
     # with the SAE edit and without the heads and tokens the user removed, with banners; else the intact model itself
-    model, key = sae_edited_model(intact_model, intact_key, sae_banner)
-    model, key = knocked_out_model(model, key, banner)
+    if is_windowed(intact_model):  # knock-outs and SAE edits are made on the ViT tabs, which a Swin does not get
+        model, key = intact_model, intact_key
+    else:
+        model, key = sae_edited_model(intact_model, intact_key, sae_banner)
+        model, key = knocked_out_model(model, key, banner)
     if chosen is None:
         return
     name, images = chosen
@@ -114,7 +121,8 @@ def photo_page() -> None:
     )
     # Only the open tab runs (Streamlit's lazy tabs): a sidebar change redraws one tab, not eight, and
     # the class-specific maps (a backward pass) are computed when their tab is first opened.
-    for tab, draw in zip(st.tabs(list(TABS), key=str(PHOTO_TAB), on_change="rerun"), TABS.values()):
+    tabs = WINDOWED_TABS if is_windowed(model) else TABS
+    for tab, draw in zip(st.tabs(list(tabs), key=str(PHOTO_TAB), on_change="rerun"), tabs.values()):
         if tab.open:
             with tab:
                 draw(page)

@@ -113,7 +113,9 @@ class Readout(Enum):
 
 
 def readout_kind(config: vitviz.ViTConfig) -> Readout:
-    return Readout.DISTILLED if config.pooling == "cls" and config.distillation_head else Readout(config.pooling)
+    # a Swin's config has no pooling field: its head reads the mean of its last stage's tokens
+    pooling = getattr(config, "pooling", "mean")
+    return Readout.DISTILLED if pooling == "cls" and getattr(config, "distillation_head", False) else Readout(pooling)
 
 
 READOUT_DESCRIPTIONS = {  # a few words for the sidebar

@@ -113,7 +113,7 @@ def method_maps(
     )
     if target is None:
         target = int(probabilities.argmax()) if probabilities.numel() else 0
-    elif not 0 <= target < probabilities.numel():
+    elif probabilities.numel() and not 0 <= target < probabilities.numel():  # a backbone has no class to check
         raise ValueError(f"target must be in [0, {probabilities.numel() - 1}]; got {target}")
     windowed = is_hierarchical(output.layouts)  # what the blocks say, for a windowed model of another class too
     if reasons := [reason for name in methods if (reason := refusal(name, windowed))]:

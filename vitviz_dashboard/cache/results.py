@@ -25,8 +25,9 @@ from PIL import Image
 import vitviz
 from vitviz import analysis as analysis_module
 from vitviz import explain
-from vitviz.analysis import ImageAnalysis
+from vitviz.analysis import ImageAnalysis, WindowedAnalysis
 from vitviz.loading import download
+from vitviz.model import Swin
 from vitviz.preprocessing import ImageFile
 from vitviz_dashboard.cache.budget import analysis_share, kept
 from vitviz_dashboard.cache.pictures import decode, display_photo, enlarged
@@ -66,11 +67,20 @@ def block_progress(text: str, blocks: int, slot=None):
 
 
 @kept()
-def analyse(key: ModelKey, file: ImageFile, *, _model: vitviz.ViT, _slot=None) -> ImageAnalysis:
+def analyse(key: ModelKey, file: ImageFile, *, _model: vitviz.ViT, _slot=None) -> ImageAnalysis | WindowedAnalysis:
     """One forward pass per (model, image): controls never re-run the model. The attention tensors are kept only
-    within the budget's share for one analysis. ``_slot``: where its progress bar goes."""
+    within the budget's share for one analysis. ``_slot``: where its progress bar goes. A Swin gets its own analysis
+    (analysis.WindowedAnalysis): predictions and every block's window attention, always kept (they are small)."""
+    if is_windowed(_model):
+        with block_progress("Running the Swin", _model.config.num_layers, _slot) as progress:
+            return analysis_module.analyse_windowed(_model, decode(file), key.precision, progress)
     with block_progress("Running the ViT", _model.config.num_layers, _slot) as progress:
         return analysis_module.analyse_image(_model, decode(file), key.precision, analysis_share(), progress)
+
+
+def is_windowed(model) -> bool:
+    """A model that attends in windows and merges tokens between stages (Swin): the page draws its own tabs."""
+    return isinstance(model, Swin)
 
 
 def photo_and_analysis(
@@ -266,6 +276,24 @@ def model_anatomy(key: ModelKey, *, _model: vitviz.ViT) -> dict:
         rotary = explain.rotary_similarity(rope.sin.detach().cpu(), rope.cos.detach().cpu(), c.grid_size)
     components, explained = explain.patch_embedding_components(_model.patch_embed.proj.weight, count=16)
     return {"similarity": similarity, "rotary": rotary, "components": components, "explained": explained}
+
+
+@kept()
+def window_maps(
+    key: ModelKey, image_key: str, block: int, row: int, col: int, *, _analysis: WindowedAnalysis
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What token (row, col) of block ``block``'s grid attends to inside its own window
+    (explain.window_attention_map): per head (heads, rows, cols) and fused by the mean (rows, cols), NaN outside the
+    window, and the window's cells (rows, cols) bool, all on that block's stage grid."""
+    attentions, layouts = _analysis.attentions, _analysis.layouts
+    layout = layouts[block]
+    heads = attentions[block].shape[1]
+    per_head = [
+        explain.window_attention_map(attentions, layouts, block, (row, col), head).values[0] for head in range(heads)
+    ]
+    per_head = layout.grid_view(torch.stack(per_head).cpu().numpy())[:, 0]  # (heads, rows, cols): one frame
+    window = ~np.isnan(per_head[0])
+    return per_head, per_head.mean(axis=0), window
 
 
 # --- views every analysis holds: no computation to keep -------------------------------------------------------------

@@ -17,6 +17,7 @@ import streamlit as st
 import vitviz
 from vitviz.loading.popular import EXAMPLE_SPEC, POPULAR_MODELS, TORCHVISION_SPECS
 from vitviz.loading.specs import typed_usage
+from vitviz.model import Swin
 from vitviz.model.precision import BF16_MARGIN, PRECISION_CHOICES
 from vitviz.render import overlays
 from vitviz_dashboard.cache.models import measured_precision
@@ -143,6 +144,9 @@ def resolve(settings: Settings, model: vitviz.ViT) -> Settings:
     call this right after the model is loaded, before anything runs it."""
     if settings.precision != "auto":
         return settings
+    if isinstance(model, Swin):  # the timing runs a ViT's blocks one by one: a Swin runs in fp32, exact
+        st.sidebar.caption("Precision: fp32 (auto is timed for ViTs only; choose bf16 to try it on this Swin).")
+        return dataclasses.replace(settings, precision="fp32")
     choice = measured_precision(ModelKey(settings.model_spec, "auto"), _model=model)
     st.sidebar.caption(choice.summary(), help=choice.reason)
     return dataclasses.replace(settings, precision=choice.precision)
@@ -201,6 +205,9 @@ def store_checkpoint(data: bytes) -> str:
 
 def describe_model(model: vitviz.ViT, spec: str) -> None:
     c = model.config
+    if isinstance(model, Swin):
+        describe_swin(model, spec)
+        return
     classes = f"{len(model.class_names)} classes" if has_classifier(model) else "no classifier (a backbone)"
     if model.text_tower is not None:
         kind = {"clip": "CLIP", "siglip": "SigLIP"}[model.text_tower.kind]
@@ -208,6 +215,25 @@ def describe_model(model: vitviz.ViT, spec: str) -> None:
     st.sidebar.caption(
         f"**{spec}**: {c.num_layers} layers x {c.num_heads} heads, patch {c.patch_size}, {describe_input(model)}, "
         f"{classes}. Tokens: {describe_prefix_tokens(c)}, then the patches; pooling: {describe_pooling(c)}."
+    )
+    if has_classifier(model):
+        with st.sidebar.expander("Classes"):
+            st.write(", ".join(model.class_names) if model.class_names else "unnamed")
+
+
+def describe_swin(model: Swin, spec: str) -> None:
+    """A Swin's caption: its stages (blocks, heads, window), input, classes and pooling."""
+    c = model.config
+    stages = "; ".join(
+        f"{depth} blocks x {heads} heads, window {w[0]}x{w[1]}"
+        for depth, heads, w in zip(c.depths, c.num_heads, c.windows)
+    )
+    height, width = model.transform.output_size or c.image_hw
+    classes = f"{len(model.class_names)} classes" if has_classifier(model) else "no classifier (a backbone)"
+    st.sidebar.caption(
+        f"**{spec}**: Swin{' v2' if c.version == 2 else ''}, {len(c.depths)} stages ({stages}), patch "
+        f"{c.patch_size}, input {height}x{width}, {classes}. Attention inside windows, shifted every other block; "
+        f"each stage after the first merges 2x2 tokens; no [CLS]: the head reads the mean of the last stage's tokens."
     )
     if has_classifier(model):
         with st.sidebar.expander("Classes"):

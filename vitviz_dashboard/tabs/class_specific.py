@@ -9,7 +9,7 @@ import numpy as np
 import streamlit as st
 
 from vitviz.explain.lens import LENS
-from vitviz.explain.registry import METHODS
+from vitviz.explain.registry import METHODS, refusals
 from vitviz.render import figures
 from vitviz_dashboard.cache.pictures import cached_figure, overlay_picture, vote_picture
 from vitviz_dashboard.cache.results import class_map, logit_lens
@@ -33,6 +33,7 @@ NEEDS_CLASSES = (
 # every class-specific method of the registry; the lens has its own section below
 GRADIENT_METHODS = [name for name, method in METHODS.items() if method.class_specific and method is not LENS]
 DEFAULT_METHODS = ["relevance", "legrad"]
+DEFAULT_WINDOWED = ["relevance", "gradcam"]  # for a model that attends in windows (Swin), which LeGrad cannot read
 # the costlier ones say what they cost: in the picker's help and while they are computed
 SLOW = ("backward per block", "repeated passes")
 SLOW_COSTS = "; ".join(f"{m} costs {METHODS[m].cost_note}" for m in GRADIENT_METHODS if METHODS[m].cost in SLOW)
@@ -60,16 +61,23 @@ def draw(page: Page) -> None:
         target = class_picker(page)
     with against:
         other = compare_picker(page, target)
+    # a model that attends in windows (Swin) gets the methods that read windows; the others say why in one line
+    refused = refusals(model, [*GRADIENT_METHODS, LENS.name])
+    offered = [m for m in GRADIENT_METHODS if m not in refused]
     methods = st.multiselect(
         "Methods",
-        GRADIENT_METHODS,
-        key=page.widget_key("class_methods", DEFAULT_METHODS),
+        offered,
+        key=page.widget_key("class_methods", DEFAULT_WINDOWED if refused else DEFAULT_METHODS),
         format_func=method_label,
         help=METHODS_HELP,
     )
+    if refused:
+        st.caption("Not for this model: " + "; ".join(refused.values()) + ".")
     maps = method_maps(page, target, methods) if other is None else compared_maps(page, target, other, methods)
-    lens = lens_section(page, target)
-    arrays = maps | {f"lens_probability_class{target}": lens["probability"], f"lens_votes_class{target}": lens["votes"]}
+    arrays = dict(maps)
+    if LENS.name not in refused:
+        lens = lens_section(page, target)
+        arrays |= {f"lens_probability_class{target}": lens["probability"], f"lens_votes_class{target}": lens["votes"]}
     first = next(iter(maps), None)
     downloads(page, f"class{target}", arrays, overlay=first)
 

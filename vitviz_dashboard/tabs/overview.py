@@ -26,33 +26,7 @@ def draw(page: Page) -> None:
     model, analysis, settings = page.model, page.analysis, page.settings
     left, right = st.columns([3, 2])
     with right:
-        st.subheader("Predictions")
-        if has_classifier(model):
-            most = min(10, model.config.num_classes)
-            top_k = (
-                st.slider("Top-k", 1, most, key=page.widget_key("top_k", min(5, most), options=range(1, most + 1)))
-                if most > 1
-                else 1
-            )
-            top = classes_by_probability(analysis.probabilities)[:top_k]  # only these reach the cache key
-            st.plotly_chart(
-                cached_figure(
-                    "predictions_figure", analysis.probabilities[top], [class_name(model, i) for i in top], top_k
-                ),
-                theme=None,
-                config={"displayModeBar": False},
-            )  # its toolbar covered the top bar's label
-            if is_zero_shot(model):
-                st.caption(
-                    f"Zero-shot: the image's similarity to each prompt's text embedding, as "
-                    f"{probability_kind(model)}"
-                    + (" (the scores need not sum to 100 %)." if model.config.probabilities == "sigmoid" else ".")
-                )
-        else:
-            st.info(
-                f"{without_classes(settings)}: no predictions. Every map still reads what its pooling reads "
-                f"({describe_pooling(model.config)}); class-specific maps and faithfulness curves need classes."
-            )
+        predictions(page)
         st.subheader("Rollout settings")
         fusion = st.selectbox(
             "Head fusion", explain.HEAD_FUSIONS, key=page.widget_key("fusion", explain.HEAD_FUSIONS[0])
@@ -94,3 +68,35 @@ def draw(page: Page) -> None:
         with st.expander("The raw patch grid, with the values on hover"):
             st.plotly_chart(cached_figure("heatmap_figure", rollout, "", settings.colormap), theme=None)
     downloads(page, "rollout", {"rollout": rollout}, overlay="rollout")
+
+
+def predictions(page: Page) -> None:
+    """The top-k predictions as bars, or why there are none: in the current column."""
+    model, analysis, settings = page.model, page.analysis, page.settings
+    st.subheader("Predictions")
+    if has_classifier(model):
+        most = min(10, model.config.num_classes)
+        top_k = (
+            st.slider("Top-k", 1, most, key=page.widget_key("top_k", min(5, most), options=range(1, most + 1)))
+            if most > 1
+            else 1
+        )
+        top = classes_by_probability(analysis.probabilities)[:top_k]  # only these reach the cache key
+        st.plotly_chart(
+            cached_figure(
+                "predictions_figure", analysis.probabilities[top], [class_name(model, i) for i in top], top_k
+            ),
+            theme=None,
+            config={"displayModeBar": False},
+        )  # its toolbar covered the top bar's label
+        if is_zero_shot(model):
+            st.caption(
+                f"Zero-shot: the image's similarity to each prompt's text embedding, as "
+                f"{probability_kind(model)}"
+                + (" (the scores need not sum to 100 %)." if model.config.probabilities == "sigmoid" else ".")
+            )
+    else:
+        st.info(
+            f"{without_classes(settings)}: no predictions. Every map still reads what its pooling reads "
+            f"({describe_pooling(model.config)}); class-specific maps and faithfulness curves need classes."
+        )
