@@ -12,6 +12,7 @@ PNGs that the command and the page's download write.
 
 from __future__ import annotations
 
+import html
 import unicodedata
 
 import numpy as np
@@ -215,5 +216,138 @@ def curve_figure(curves: dict[str, tuple[np.ndarray, np.ndarray]], y_title: str)
         height=340,
         margin=dict(l=10, r=10, t=10, b=10),
         legend=LEGEND,
+    )
+    return figure
+
+
+HIGHLIGHT = (214, 96, 39)  # the tokens' highlight: the image share's colour, its opacity the weight
+
+
+def highlighted_tokens(words: list[str], weights: np.ndarray, high: float | None = None) -> str:
+    """Tokens as a line of HTML spans, each shaded by its weight (its opacity weight / ``high``, the highest weight
+    by default), the weight in its tooltip (``title``) and in ``data-weight``: a text heatmap. The words are shown
+    through ``readable_text`` and escaped."""
+    weights = np.asarray(weights, dtype=np.float64)
+    top = float(high if high is not None else (weights.max() if weights.size else 0.0))
+    spans = []
+    for word, weight in zip(words, weights, strict=True):
+        share = 0.0 if top <= 0 else float(np.clip(weight / top, 0.0, 1.0))
+        colour = "rgba({}, {}, {}, {:.3f})".format(*HIGHLIGHT, share)
+        text = html.escape(readable_text(word)) or "&nbsp;"
+        spans.append(
+            f'<span class="vitviz-token" title="{weight:.4g}" data-weight="{weight:.6g}" style="background:{colour};'
+            f'border-radius:3px;padding:1px 2px;margin:1px;display:inline-block;white-space:pre">{text}</span>'
+        )
+    return '<div style="line-height:1.9">' + "".join(spans) + "</div>"
+
+
+def token_centres(answer: Answer, size: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """(indices (M,), centres float64 (M, 2) as (x, y) on a picture of ``size`` = (width, height)): the centre of
+    each image token's cell in the photo, scaled to that picture; tokens outside every grid (a kept [CLS]) are
+    left out."""
+    grid = answer.image_token_grid
+    scale = np.array(size, dtype=np.float64) / np.array(answer.photo_size, dtype=np.float64)
+    indices, centres = [], []
+    for index, (tile, row, col) in enumerate(grid):
+        if row < 0:
+            continue
+        left, top, right, bottom = answer.tiles[tile].cell(int(row), int(col))
+        indices.append(index)
+        centres.append(((left + right) / 2, (top + bottom) / 2))
+    return np.array(indices, dtype=np.int64), np.array(centres, dtype=np.float64).reshape(-1, 2) * scale
+
+
+def patch_figure(photo: Image.Image, answer: Answer, selected: list[int] | np.ndarray = ()) -> go.Figure:
+    """The photo (at most MAP_SIDE pixels on its long side) with one marker at each image token's cell: a click
+    selects one, a box or a lasso several (``customdata``: the image token's index). ``selected`` tokens are filled;
+    where tiles overlap (a global image and its splits), their markers lie close together."""
+    scale = min(1.0, MAP_SIDE / max(photo.size))
+    size = (max(1, round(photo.width * scale)), max(1, round(photo.height * scale)))
+    picture = photo.convert("RGB").resize(size, Image.BILINEAR)
+    indices, centres = token_centres(answer, size)
+    chosen = np.isin(indices, np.asarray(selected, dtype=np.int64))
+    names = [
+        f"image token {i}"
+        + (f", {answer.tiles[answer.image_token_grid[i, 0]].name}" if len(answer.tiles) > 1 else "")
+        + f", row {answer.image_token_grid[i, 1]}, column {answer.image_token_grid[i, 2]}"
+        for i in indices
+    ]
+    figure = go.Figure(go.Image(z=np.asarray(picture), hoverinfo="skip"))
+    figure.add_trace(
+        go.Scatter(
+            x=centres[:, 0].tolist(),
+            y=centres[:, 1].tolist(),
+            mode="markers",
+            customdata=indices[:, None].tolist(),
+            text=names,
+            hovertemplate="%{text}<extra></extra>",
+            marker=dict(
+                size=9,
+                color=["rgba(231, 111, 81, 0.95)" if c else "rgba(255, 255, 255, 0.6)" for c in chosen],
+                line=dict(width=1.5, color="rgba(0, 0, 0, 0.8)"),
+            ),
+            selectedpoints=np.flatnonzero(chosen).tolist() or None,
+            selected=dict(marker=dict(color="rgba(231, 111, 81, 0.95)")),
+            unselected=dict(marker=dict(opacity=0.8)),
+            showlegend=False,
+        )
+    )
+    # no dragmode: Streamlit then pans on a drag and selects on a click; its box or lasso tool selects several (in
+    # those tools a click only reports itself)
+    figure.update_layout(
+        height=max(260, min(520, round(480 * size[1] / size[0]))),
+        margin=dict(l=0, r=0, t=0, b=0),
+        # hidden axes, titled all the same: readers of the page's figures find every figure's axes by their titles
+        xaxis=dict(visible=False, range=[0, size[0]], constrain="domain", title=dict(text="x (pixels)")),
+        yaxis=dict(visible=False, range=[size[1], 0], scaleanchor="x", title=dict(text="y (pixels)")),
+    )
+    return figure
+
+
+def layer_head_figure(values: np.ndarray, title: str, chosen: tuple[int, int] | None = None) -> go.Figure:
+    """A (layers, heads) statistic as a heatmap, layer 0 at the bottom, and over each cell an invisible marker (the
+    only kind of trace a click selects in Plotly) whose ``customdata`` is (layer, head); ``chosen`` outlined."""
+    values = np.asarray(values, dtype=np.float64)
+    layers, heads = values.shape
+    layer, head = np.meshgrid(np.arange(layers), np.arange(heads), indexing="ij")
+    figure = go.Figure(
+        go.Heatmap(
+            z=values.tolist(),
+            x=list(range(heads)),
+            y=list(range(layers)),
+            colorscale="Oranges",
+            colorbar=dict(title=dict(text=title, side="right"), thickness=12),
+            hoverinfo="skip",
+            xgap=1,
+            ygap=1,
+        )
+    )
+    figure.add_trace(
+        go.Scatter(
+            x=head.ravel().tolist(),
+            y=layer.ravel().tolist(),
+            mode="markers",
+            marker=dict(symbol="square", size=14, color="rgba(0, 0, 0, 0)"),
+            customdata=np.stack([layer.ravel(), head.ravel(), values.ravel()], axis=1).tolist(),
+            hovertemplate="layer %{customdata[0]}, head %{customdata[1]}: %{customdata[2]:.3g}<extra></extra>",
+            unselected=dict(marker=dict(opacity=0)),
+            showlegend=False,
+        )
+    )
+    if chosen is not None:
+        figure.add_shape(
+            type="rect",
+            x0=chosen[1] - 0.5,
+            x1=chosen[1] + 0.5,
+            y0=chosen[0] - 0.5,
+            y1=chosen[0] + 0.5,
+            line=dict(color="rgb(30, 30, 30)", width=2),
+        )
+    figure.update_layout(
+        xaxis=dict(title="head", tickmode="linear", dtick=max(1, round(heads / 16)), range=[-0.5, heads - 0.5]),
+        yaxis=dict(title="layer", tickmode="linear", dtick=max(1, round(layers / 12)), range=[-0.5, layers - 0.5]),
+        height=max(220, min(520, 40 + 16 * layers)),
+        margin=dict(l=10, r=10, t=10, b=10),
+        clickmode="event+select",
     )
     return figure

@@ -4,6 +4,7 @@
     model.py       VLM: the transformers model and processor, prompts, greedy generation, the recorded pass, answer()
     answer.py      Answer: the answer's tokens, their attention on the image tokens, and what later methods re-run
     recording.py   the attention function (AttentionInterface) that records the answer rows, memory-light
+    attention_rows.py  any text rows on any key columns, one pass on demand: who looks at a patch, a token's words
     layouts.py     per-family layouts (registry by model_type): image tokens' (tile, row, col) and the tiles
     tiles.py       Tile (token grid and box in the photo) and Frame (a canvas through resize, crop and pad)
     tiling.py      the layouts that cut a photo into tiles: LLaVA-NeXT / OneVision any-res, Idefics3 / SmolVLM splits

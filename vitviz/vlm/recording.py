@@ -10,7 +10,9 @@ each language-model layer also forms softmax(QKᵀ · scale + mask) for the requ
 - per row and head, the shares of attention on the image tokens, on the first token that is not an image token
   (the attention sink: <bos> or the chat template's first token; PaliGemma's prompt starts with the image), and
   on the other text tokens, so image-share statistics need no second pass;
-- the whole rows (rows, heads, T) when ``keep_rows`` is set, for methods that need the text columns too.
+- the whole rows (rows, heads, T) when ``keep_rows`` is set, for methods that need the text columns too;
+- the rows' weights on any other ``columns`` asked for (rows, heads, C): the question's words for an answer token,
+  the patches a click chose for every text token (attention_rows.py), never the whole rows.
 
 The function receives queries and keys after the family's rotary embedding (Qwen's M-RoPE included), the mask
 transformers built for the layer (causal, sliding window, PaliGemma's prefix and Gemma 3's image blocks), and the
@@ -47,10 +49,12 @@ class Recording:
     layers: dict[int, int]
     sink: int = 0  # position of the first token that is not an image token
     keep_rows: bool = False
+    columns: torch.Tensor | None = None  # (C,) positions of other key columns whose weights are kept
     image_weights: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> (R, heads, N) float32
     image_share: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> (R, heads)
     first_share: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> (R, heads): the sink's
     full_rows: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> (R, heads, T), with keep_rows
+    column_weights: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> (R, heads, C), with columns
 
     def missing_layers(self) -> list[int]:
         """The layers whose attention never reached ``rows_attention`` during the pass."""
@@ -169,6 +173,8 @@ def _record(record: Recording, layer: int, probs: torch.Tensor) -> None:
     record.first_share[layer] = probs[:, :, record.sink].detach().float().cpu()
     if record.keep_rows:
         record.full_rows[layer] = probs.detach().float().cpu()
+    if record.columns is not None:
+        record.column_weights[layer] = probs[:, :, record.columns.to(probs.device)].detach().float().cpu()
 
 
 def rows_attention(

@@ -41,7 +41,7 @@ def measured_quantity(answer: Answer, token: int | None) -> str:
 
 def measured(key: AnswerKey, answer: Answer, token: int | None, choice: MapChoice) -> list[Measured]:
     """The curves the choice asks for: the token's (with a token chosen) and the whole answer's, each with the map
-    it is ordered by; none where there is no map (relevance of the whole answer)."""
+    it is ordered by; none where there is no map yet (the whole answer's relevance before it is asked for)."""
     tokens = [token, None] if token is not None else [None]
     found = [(t, map_values(key, answer, t, choice)) for t in tokens]
     return [Measured(t, scores, map_caption(answer, t, choice)) for t, scores in found if scores is not None]
@@ -65,7 +65,10 @@ def draw_knockout(key: AnswerKey, answer: Answer, token: int | None, choice: Map
             return
         wanted.add((key, curves[0].map))
     if token is not None and len(curves) == 1:
-        st.caption("Relevance belongs to one token: the whole answer has no relevance map to order its curve by.")
+        st.caption(
+            "The whole answer's curve needs the whole answer's relevance: choose 'all tokens' and compute it to "
+            "order that curve too."
+        )
     for curve in curves:
         draw_curves(key, answer, curve)
 

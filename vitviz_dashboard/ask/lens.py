@@ -1,5 +1,7 @@
 """The logit lens over the photo (Neo et al. 2024): at a chosen layer, the word each image token reads as through the
-language model's final norm and unembedding; where the chosen token's own word comes out on top."""
+language model's final norm and unembedding; where the chosen token's own word comes out on top. For Qwen3-VL, whose
+first layers add deepstack features of the vision tower to the image tokens, a choice of the hidden state read: before
+they are added (as output_hidden_states reports it) or after (what the next layer reads)."""
 
 from __future__ import annotations
 
@@ -11,12 +13,15 @@ from PIL import Image
 
 from vitviz.render.answers import map_over_photo, map_raster, tile_name, token_name
 from vitviz.vlm import Answer
+from vitviz.vlm.lens import has_deepstack
 from vitviz_dashboard.ask.maps import draw_scale
 from vitviz_dashboard.cache.vlm import AnswerKey, lens_words
 
 TOP_K = 5
 MOST_COMMON = 12  # words listed in the table
 LAYER = "ask|lens_layer"
+DEEPSTACK = "ask|lens_deepstack"
+DEEPSTACK_OPTIONS = {"before": "before the deepstack features", "after": "after them (what the next layer reads)"}
 
 
 def draw_lens(
@@ -36,7 +41,19 @@ def draw_lens(
         help="0: the image features as they enter the language model; the last: its own prediction at each "
         "image token.",
     )
-    lens = lens_words(key, int(layer), TOP_K, _answer=answer)
+    deepstack = "before"
+    if has_deepstack(answer):
+        deepstack = st.radio(
+            "Hidden state read",
+            list(DEEPSTACK_OPTIONS),
+            format_func=DEEPSTACK_OPTIONS.__getitem__,
+            horizontal=True,
+            key=DEEPSTACK,
+            help="Qwen3-VL adds features of its vision tower's intermediate blocks to the image tokens after its "
+            "first layers. Before: the layer's output, as output_hidden_states reports it. After: the sum, what "
+            "the next layer reads. Elsewhere the two are the same.",
+        )
+    lens = lens_words(key, int(layer), TOP_K, deepstack, _answer=answer)
     word = None if token is None else answer.model.tokenizer.decode([answer.token_ids[token]]).strip()
     if word:
         hits = np.array([[w.strip() == word for w in row] for row in lens.words])
@@ -52,6 +69,12 @@ def draw_lens(
     else:
         values = lens.probabilities[:, 0]
         caption = f"Each image token's top word's probability at layer {layer}"
+    if has_deepstack(answer):
+        caption += (
+            ", read before the deepstack features are added"
+            if deepstack == "before"
+            else ", read after the deepstack features are added"
+        )
     tiles = tile_name(answer, None)
     raster = map_raster(answer, values)
     # beside the words as the map is beside the share chart: never wider than the map above it. At the photo's own

@@ -1,5 +1,7 @@
 """The chosen token's map over the photo: attention (a layer range, one head or the heads' mean) or relevance
-(Chefer et al.'s, over every layer), drawn where each tile's pixels came from, one tile or all of them."""
+(Chefer et al.'s, over every layer), drawn where each tile's pixels came from, one tile or all of them. The whole
+answer's relevance is the mean over its tokens of each token's relevance (one backward pass per token, run on demand:
+a button)."""
 
 from __future__ import annotations
 
@@ -12,13 +14,15 @@ from PIL import Image
 from vitviz.render.answers import map_over_photo, map_range, map_raster, tile_name, token_name
 from vitviz.render.overlays import COLORMAPS, scale_strip
 from vitviz.vlm import Answer, token_attention
-from vitviz_dashboard.cache.vlm import AnswerKey, token_relevance
+from vitviz_dashboard.cache.vlm import AnswerKey, answer_relevance, token_relevance
 from vitviz_dashboard.state import kept
 
 KINDS = ("attention", "relevance")
 ALL = -1  # every head (their mean), every tile
 COLORMAP, ALPHA = kept("ask|colormap"), kept("ask|alpha")  # kept through a visit to another page
 SCALE_WIDTH = 256  # pixels: a map's colour scale on the page
+RELEVANCE_ALL = "ask|relevance_all"  # the button for the whole answer's relevance
+RELEVANCE_ASKED = "ask|relevance_asked"  # the AnswerKeys whose whole-answer relevance was asked for in this session
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,9 @@ def map_caption(answer: Answer, token: int | None, choice: MapChoice) -> str:
     what = token_name(answer, token)
     tile = tile_name(answer, choice.tile)
     where = f", {tile}" if tile else ""
+    if choice.kind == "relevance" and token is None:
+        count = len(answer.token_ids)
+        return f"Relevance of the whole answer: the mean of its {count} tokens' relevance (Chefer et al. 2021b){where}"
     if choice.kind == "relevance":
         return f"Relevance of {what} (Chefer et al. 2021b, every layer){where}"
     first, last = choice.layers
@@ -117,11 +124,14 @@ def map_fields(answer: Answer, token: int | None, choice: MapChoice, caption: st
 
 
 def map_values(key: AnswerKey, answer: Answer, token: int | None, choice: MapChoice) -> np.ndarray | None:
-    """The chosen map's value per image token (N,); None for relevance of the whole answer (relevance is per token)."""
+    """The chosen map's value per image token (N,); None for the whole answer's relevance until it is asked for
+    (a backward pass per token)."""
     if choice.kind == "attention":
         return token_attention(answer, token, choice.layers, choice.head)
     if token is None:
-        return None
+        if key not in st.session_state.get(RELEVANCE_ASKED, set()):
+            return None
+        return answer_relevance(key, _answer=answer)
     return token_relevance(key, token, _answer=answer)
 
 
@@ -135,10 +145,16 @@ def draw_map(
     alpha: float,
 ) -> np.ndarray | None:
     """The map over the photo, with its colour scale; returns the values drawn (None when there is no map)."""
+    if choice.kind == "relevance" and token is None and key not in st.session_state.get(RELEVANCE_ASKED, set()):
+        count = len(answer.token_ids)
+        st.caption(
+            f"The whole answer's relevance is the mean over its {count} tokens of each token's relevance: one "
+            "backward pass per token (those already shown cost nothing)."
+        )
+        if not st.button(f"Compute the whole answer's relevance ({count} backward passes)", key=RELEVANCE_ALL):
+            return None
+        st.session_state.setdefault(RELEVANCE_ASKED, set()).add(key)
     values = map_values(key, answer, token, choice)
-    if values is None:
-        st.info("Relevance belongs to one token: click a token of the answer.")
-        return None
     raster = map_raster(answer, values, choice.tile)
     if np.isnan(raster).all():
         st.info("This tile covers no pixel of the photo.")

@@ -11,14 +11,18 @@ import streamlit as st
 from vitviz.preprocessing import ImageError
 from vitviz.render.answers import map_picture, map_raster, readable_text
 from vitviz.vlm import Answer, VLMError
+from vitviz_dashboard.ask.compare import draw_compare
 from vitviz_dashboard.ask.downloads import draw_downloads
 from vitviz_dashboard.ask.inputs import model_inputs, question_inputs, question_problem
 from vitviz_dashboard.ask.knockout import draw_knockout
 from vitviz_dashboard.ask.lens import draw_lens
 from vitviz_dashboard.ask.maps import display_controls, draw_map, map_caption, map_controls, map_fields
+from vitviz_dashboard.ask.overview import apply_click, draw_overview
+from vitviz_dashboard.ask.patches import draw_patches
 from vitviz_dashboard.ask.shares import draw_shares
 from vitviz_dashboard.ask.tokens import pick_token
 from vitviz_dashboard.ask.tower import offer_tower
+from vitviz_dashboard.ask.words import draw_words
 from vitviz_dashboard.cache.pictures import display_photo
 from vitviz_dashboard.cache.vlm import AnswerKey, ask, get_vlm
 from vitviz_dashboard.images import choose_image
@@ -68,13 +72,18 @@ def ask_page(photo_page: st.Page) -> None:
         )
         return
     token = pick_token(answer)
+    apply_click(answer)  # a click on the layer x head overview sets the map's controls, before they are drawn
     choice = map_controls(answer, token)
     left, right = st.columns([3, 2])
     with left:
         shown = draw_map(key, answer, photo, token, choice, colormap, alpha)
     with right:
         draw_shares(answer, token, choice.head)
+        draw_words(key, answer, token, choice)
+    draw_overview(answer, token, choice)
+    draw_compare(key, answer, photo, choice, colormap, alpha)
     draw_lens(key, answer, photo, token, colormap, alpha)
+    draw_patches(key, answer, photo, token, choice)
     draw_knockout(key, answer, token, choice)
     caption = map_caption(answer, token, choice)
     if shown is None:

@@ -3,7 +3,8 @@
 Keys follow results.py's convention with the VLM's own typed keys: ``VLMKey`` (the spec as checked and the precision)
 fixes the model, ``AnswerKey`` (the model's key, the photo's digest, the question, a given answer, the token limit)
 fixes an answer. The model is kept by Streamlit's resource cache (two at most: loading one again takes seconds to
-minutes), and so is its vision tower's checkpoint; answers, relevance, the logit lens and the knock-out curves
+minutes), and so is its vision tower's checkpoint; answers, relevance, the logit lens, the knock-out curves and the
+attention rows that a view asks for on demand (the prompt's tokens on chosen patches, the answer's on the words)
 live in budget.STORE, bounded in bytes, and are passed unhashed (``_model``, ``_answer``, ``_photo``) since their
 keys fix them.
 """
@@ -20,7 +21,8 @@ from PIL import Image
 
 from vitviz.loading.checkpoint import save_checkpoint
 from vitviz.vlm import VLM, Answer, VLMError, image_relevance, load_vlm
-from vitviz.vlm.knockout import KnockoutCurve, knockout_curves
+from vitviz.vlm.attention_rows import PatchAttention, WordAttention, patch_attention, word_attention
+from vitviz.vlm.knockout import KnockoutCurve, knockout_curves, token_logprobs
 from vitviz.vlm.lens import LensWords, logit_lens
 from vitviz_dashboard.cache.budget import kept
 
@@ -62,6 +64,33 @@ def ask(key: AnswerKey, *, _model: VLM, _photo: Image.Image) -> Answer:
 def token_relevance(key: AnswerKey, token: int, *, _answer: Answer) -> np.ndarray:
     """Chefer et al.'s relevance of answer token ``token`` over the image tokens (N,)."""
     return image_relevance(_answer, token)
+
+
+def answer_relevance(key: AnswerKey, *, _answer: Answer) -> np.ndarray:
+    """The whole answer's relevance over the image tokens (N,): the mean over its tokens of each token's relevance
+    (token_relevance, kept per token, so a token shown before costs nothing here); one backward pass per token."""
+    rows = [token_relevance(key, token, _answer=_answer) for token in range(len(_answer.token_ids))]
+    return np.mean(rows, axis=0, dtype=np.float64).astype(np.float32)
+
+
+@kept(spinner="Recording which tokens look at the chosen patches (one pass of the model)...")
+def patches_attention(key: AnswerKey, patches: tuple[int, ...], *, _answer: Answer) -> PatchAttention:
+    """The attention of every prompt text token and every answer token on the image tokens ``patches``, per layer
+    and head (vitviz.vlm.attention_rows)."""
+    return patch_attention(_answer, list(patches))
+
+
+@kept(spinner="Recording where the answer looks in the text (one pass of the model)...")
+def words_attention(key: AnswerKey, *, _answer: Answer) -> WordAttention:
+    """The attention of every answer token on every text position it can see, per layer and head."""
+    return word_attention(_answer)
+
+
+@kept(spinner="Knocking the chosen patches out of the answer's view...")
+def knocked_out(key: AnswerKey, removed: tuple[int, ...], *, _answer: Answer) -> np.ndarray:
+    """Each answer token's log-probability (T,), teacher-forced, with the image tokens ``removed`` blocked from the
+    view of every position after the image (vitviz.vlm.knockout.token_logprobs; () : none removed)."""
+    return token_logprobs(_answer, list(removed))
 
 
 @kept(spinner="Reading the image tokens through the unembedding...")
