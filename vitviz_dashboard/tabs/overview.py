@@ -23,7 +23,7 @@ from vitviz_dashboard.widgets.controls import colour_legend, index_slider
 
 @st.fragment
 def draw(page: Page) -> None:
-    model, analysis, settings = page.model, page.analysis, page.settings
+    model, analysis = page.model, page.analysis
     left, right = st.columns([3, 2])
     with right:
         predictions(page)
@@ -51,23 +51,32 @@ def draw(page: Page) -> None:
         _model=model,
     )
     with left:
-        st.subheader("Attention rollout")
-        st.caption(
+        draw_rollout(
+            page,
+            rollout,
+            "Attention rollout",
             "Abnar & Zuidema 2020: each block's attention, fused over heads, with the identity added for "
             "the residual connection and each row renormalised, multiplied from the start layer to the last "
             "block, then read out by what the head reads. Bright patches reach the classifier through "
-            "attention. It is the same for every class: see Class-specific for a class's own map."
+            "attention. It is the same for every class: see Class-specific for a class's own map.",
         )
-        width, height = page.photo.full.size
-        st.image(
-            overlay_picture(page.photo, rollout, analysis.box, settings),
-            width="stretch",
-            caption=f"{page.photo.name}, {width}x{height} (full resolution in the PNG download)",
-        )
-        colour_legend(settings, float(rollout.min()), float(rollout.max()), "the rollout")
-        with st.expander("The raw patch grid, with the values on hover"):
-            st.plotly_chart(cached_figure("heatmap_figure", rollout, "", settings.colormap), theme=None)
     downloads(page, "rollout", {"rollout": rollout}, overlay="rollout")
+
+
+def draw_rollout(page: Page, rollout, title: str, caption: str) -> None:
+    """A rollout map over the photo with its legend and its raw grid: the ViT's Overview and a windowed model's."""
+    settings = page.settings
+    st.subheader(title)
+    st.caption(caption)
+    width, height = page.photo.full.size
+    st.image(
+        overlay_picture(page.photo, rollout, page.analysis.box, settings),
+        width="stretch",
+        caption=f"{page.photo.name}, {width}x{height} (full resolution in the PNG download)",
+    )
+    colour_legend(settings, float(rollout.min()), float(rollout.max()), "the rollout")
+    with st.expander("The raw patch grid, with the values on hover"):
+        st.plotly_chart(cached_figure("heatmap_figure", rollout, "", settings.colormap), theme=None)
 
 
 def predictions(page: Page) -> None:

@@ -18,7 +18,7 @@ import streamlit as st
 from PIL import Image, ImageDraw
 
 from vitviz.render import overlays
-from vitviz_dashboard.cache.pictures import cached_figure, grid_picture_uri, overlay_picture, thumbnail
+from vitviz_dashboard.cache.pictures import grid_picture_uri, thumbnail
 from vitviz_dashboard.cache.results import class_map, window_maps
 from vitviz_dashboard.downloads import downloads
 from vitviz_dashboard.names import top_class
@@ -56,29 +56,22 @@ def not_for_windows(reason: str, page: Page) -> None:
 
 @st.fragment
 def draw_overview(page: Page) -> None:
-    analysis, settings = page.analysis, page.settings
+    analysis = page.analysis
     left, right = st.columns([3, 2])
     with right:
         overview.predictions(page)
     target = top_class(analysis.probabilities) if len(analysis.probabilities) else 0
     rollout = class_map(page.model_key, page.photo.key, target, "rollout", _analysis=analysis, _model=page.model)
     with left:
-        st.subheader("Attention rollout across windows and stages")
-        st.caption(
+        overview.draw_rollout(
+            page,
+            rollout,
+            "Attention rollout across windows and stages",
             "Each block's attention, the mean over heads, placed at its window's tokens (0 across windows), with the "
             "identity added for the residual connection; at each patch merging the product is carried to the merged "
             "tokens; read out by the mean over the last stage's tokens (what Swin's head reads). Drawn on the first "
-            "stage's grid. It is the same for every class: see Class-specific for relevance and Grad-CAM."
+            "stage's grid. It is the same for every class: see Class-specific for relevance and Grad-CAM.",
         )
-        width, height = page.photo.full.size
-        st.image(
-            overlay_picture(page.photo, rollout, analysis.box, settings),
-            width="stretch",
-            caption=f"{page.photo.name}, {width}x{height} (full resolution in the PNG download)",
-        )
-        colour_legend(settings, float(rollout.min()), float(rollout.max()), "the rollout")
-        with st.expander("The raw patch grid, with the values on hover"):
-            st.plotly_chart(cached_figure("heatmap_figure", rollout, "", settings.colormap), theme=None)
     downloads(page, "rollout", {"rollout": rollout}, overlay="rollout")
 
 
