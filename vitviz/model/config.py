@@ -7,7 +7,7 @@ from dataclasses import dataclass, fields
 from numbers import Integral, Real
 from typing import Any, Literal
 
-from vitviz.messages import echo
+from vitviz.messages import clip_text, echo
 from vitviz.model.rotary import ROTARIES, Rotary
 
 Pooling = Literal["cls", "mean", "cls+mean", "map"]
@@ -188,7 +188,9 @@ class ViTConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise ValueError(f"unknown ViTConfig fields {echo(unknown)}; known fields are {sorted(known)}")
+            # the known names joined and cut too: a message of one readable line however many fields either side has
+            known_names = clip_text(", ".join(sorted(known)), 500)
+            raise ValueError(f"unknown ViTConfig fields {echo(unknown)}; known fields are {known_names}")
         return cls(**values)
 
 
