@@ -143,10 +143,19 @@ def test_a_region_painted_in_one_frame_changes_exactly_the_tubelets_that_hold_it
     np.testing.assert_array_equal(changed.numpy(), holds)
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_an_image_is_refused_with_the_frames_the_model_needs(family):
+    """The families' video processors read one image as a clip of one frame, which their models cannot read (their
+    positions are for num_frames): refused with one line naming the count, not repeated."""
+    model = convert(hf_model(family))
+    with pytest.raises(ValueError, match=r"needs clips of 4 frames, \(B, 4, 3, H, W\).*give it 4 frames"):
+        model(torch.randn(1, 3, 32, 32))
+
+
 def test_a_video_model_names_the_clip_it_needs():
     model = convert(hf_model("videomae"))
     with pytest.raises(ValueError, match=r"clips of shape \(B, 4, 3, H, W\)"):
-        model(torch.randn(1, 3, 32, 32))
+        model(torch.randn(1, 2, 3, 32, 32))
     with pytest.raises(ValueError, match="4 frames of 32x32"):
         model(torch.randn(1, 4, 3, 48, 48))
 

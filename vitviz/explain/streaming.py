@@ -78,7 +78,11 @@ class StreamingExplainer:
         self._statistics: dict[str, list[torch.Tensor]] = {s.name: [] for s in HEAD_STATISTICS}
 
     def __call__(self, layer: int, attention: torch.Tensor) -> None:
-
+        if not isinstance(attention, torch.Tensor):  # a divided block's DividedAttention (vitviz.model.divided)
+            raise ValueError(
+                "the streaming explainer folds joint attention (B, heads, T, T); this model's divided space-time "
+                "blocks (TimeSformer) attend over time and space apart: it cannot stream them"
+            )
         if layer == 0:
             self._reset()
         elif layer != self._num_blocks:

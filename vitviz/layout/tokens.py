@@ -10,11 +10,15 @@ every token at once, from the model's config and the input's shape (never guesse
     frames   int64 (T, 2): the first and last input frame the token covers; (0, 0) for an image
     windows  int64 (nW, w*w): the token indices of each attention window, in the order the block's attention
              lists them, -1 for a padded slot; None for a block that attends globally
-    grid     (frames, rows, cols) of the patch tokens when they form a grid listed frame by frame, row-major; None
-             otherwise
+    grid     (frames, rows, cols) of the patch tokens when they form a grid; None otherwise
+    grid_order  int64 (N,) or None: where the patch tokens are not listed frame by frame, row-major (TimeSformer lists
+             them patch by patch, each patch's frames together: token 1 + n * frames + t), the position among the
+             patch tokens (``patch_indices``) of the token in each grid cell, cells listed frame by frame, row-major;
+             None where the tokens are listed in that order already
 
 ``paint`` draws any per-token vector over the input's pixels (tokens whose boxes overlap are averaged, pixels no
-token covers are NaN); ``grid_view`` reshapes it to (frames, rows, cols) where the layout is a grid.
+token covers are NaN); ``grid_view`` reshapes it to (frames, rows, cols) where the layout is a grid, through
+``grid_order``: per-patch values are never to be reshaped by ``grid`` directly.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ class TokenLayout:
     num_frames: int = 1
     grid: tuple[int, int, int] | None = None
     windows: np.ndarray | None = None
+    grid_order: np.ndarray | None = None  # int64 (N,), see the module's docstring
 
     def __post_init__(self):
         count = len(self.kinds)
@@ -49,6 +54,10 @@ class TokenLayout:
             )
         if self.grid is not None and int(np.prod(self.grid)) != len(self.patch_indices):
             raise ValueError(f"a grid of {self.grid} does not hold the layout's {len(self.patch_indices)} patch tokens")
+        if self.grid_order is not None and (
+            self.grid is None or not np.array_equal(np.sort(self.grid_order), np.arange(len(self.patch_indices)))
+        ):
+            raise ValueError("grid_order must list every patch token once, in a layout with a grid")
 
     def __len__(self) -> int:
         return len(self.kinds)
@@ -69,7 +78,8 @@ class TokenLayout:
         return int(patches[0]) if len(patches) else len(self.kinds)
 
     def grid_view(self, values: np.ndarray) -> np.ndarray:
-        """Per-token values (..., T), or per-patch values (..., N), as (..., frames, rows, cols)."""
+        """Per-token values (..., T), or per-patch values (..., N), as (..., frames, rows, cols), whatever order the
+        model lists its patch tokens in (``grid_order``)."""
         if self.grid is None:
             raise ValueError("this layout's tokens do not form a grid; draw them with paint()")
         values = np.asarray(values)
@@ -80,6 +90,8 @@ class TokenLayout:
                 f"values need one entry per token ({self.num_tokens}) or per patch token "
                 f"({len(self.patch_indices)}); got {values.shape[-1]}"
             )
+        if self.grid_order is not None:
+            values = values[..., self.grid_order]
         return values.reshape(*values.shape[:-1], *self.grid)
 
     def paint(self, values: np.ndarray, frame: int = 0, shape: tuple[int, int] | None = None) -> np.ndarray:
@@ -134,12 +146,15 @@ def grid_layout(
     patch_size: int | tuple[int, int],
     num_frames: int = 1,
     tubelet: int = 1,
+    patch_major: bool = False,
 ) -> TokenLayout:
     """The layout of a plain ViT: ``prefix`` tokens (kinds from PREFIX_KINDS), then the patches of a (rows, cols)
     grid in row-major order, each ``patch_size`` pixels (one int, or (height, width)) square, on ``num_frames`` equal
     frames (one image: 1), listed frame by frame. A video ViT's tokens each cover ``tubelet`` consecutive frames
     (VideoMAE, ViViT: 2), so its grid is (num_frames / tubelet, rows, cols) and token (t, r, c) spans frames
-    t tubelet to (t + 1) tubelet - 1. Cached: a model sees one input size many times, and the layout is immutable."""
+    t tubelet to (t + 1) tubelet - 1. ``patch_major`` lists them patch by patch instead, each patch's frames together
+    (TimeSformer: token (t, r, c) is prefix + (r cols + c) frames + t), with the ``grid_order`` that ``grid_view``
+    reads them back by. Cached: a model sees one input size many times, and the layout is immutable."""
     if unknown := set(prefix) - set(PREFIX_KINDS):
         raise ValueError(f"prefix tokens are {', '.join(PREFIX_KINDS)}; got {sorted(unknown)}")
     rows, cols = grid_size
@@ -154,11 +169,17 @@ def grid_layout(
     groups = num_frames // tubelet
     r, c = np.divmod(np.arange(rows * cols), cols)
     patch_boxes = np.stack([c * pw, r * ph, (c + 1) * pw, (r + 1) * ph], axis=1).astype(np.float32)
-    boxes = np.concatenate([np.full((len(prefix), 4), np.nan, np.float32), np.tile(patch_boxes, (groups, 1))])
-    first = np.repeat(np.arange(groups) * tubelet, rows * cols)  # each token's first frame
+    starts = np.arange(groups) * tubelet  # each group's first frame
+    if patch_major:  # patch n of group t is token n * groups + t
+        patch_boxes, first = np.repeat(patch_boxes, groups, axis=0), np.tile(starts, rows * cols)
+        order = (np.arange(rows * cols)[None] * groups + np.arange(groups)[:, None]).ravel()
+    else:  # patch n of group t is token t * rows * cols + n
+        patch_boxes, first, order = np.tile(patch_boxes, (groups, 1)), np.repeat(starts, rows * cols), None
+    boxes = np.concatenate([np.full((len(prefix), 4), np.nan, np.float32), patch_boxes])
     frames = np.concatenate([np.zeros((len(prefix), 2), np.int64), np.stack([first, first + tubelet - 1], axis=1)])
-    for array in (boxes, frames):
-        array.flags.writeable = False  # shared through the cache
+    for array in (boxes, frames, order):
+        if array is not None:
+            array.flags.writeable = False  # shared through the cache
     return TokenLayout(
         kinds=prefix + ("patch",) * (rows * cols * groups),
         boxes=boxes,
@@ -166,4 +187,5 @@ def grid_layout(
         image_size=(rows * ph, cols * pw),
         num_frames=num_frames,
         grid=(groups, rows, cols),
+        grid_order=order,
     )

@@ -6,8 +6,11 @@
                 AttentionControls), MLP, LayerScale, the block, attention pooling
     vit.py      the ViT: embeddings, blocks, final norm, pooling, head, and what loaders attach (class names,
                 preprocessing, text tower); ViTOutput; autocast
+    divided.py  TimeSformer's divided space-time block (attention over each patch's frames, then over each frame's
+                patches) and DividedAttention, its two attentions
     interventions.py  heads knocked out and tokens taken out of the attention: the masks, checked
-    rotary.py   rotary position embeddings for a 2-D grid of patches (DINOv3's, EVA's, RoPE-Mixed)
+    rotary.py   rotary position embeddings for a 2-D grid of patches (DINOv3, EVA, RoPE-Mixed) or V-JEPA 2's 3-D grid
+    attentive_pooler.py  V-JEPA 2's attentive pooler: blocks over every token, then a query; its weights and readout
     precision.py  precision "auto": the model timed in fp32 and bf16 autocast on this machine, the faster kept
     swin.py     Swin and Swin v2 (Swin, SwinOutput): window attention, the cyclic shift, patch merging
     swin_config.py  SwinConfig: one field per choice of Swin and Swin v2 (windows, shifts, padding convention...)

@@ -10,14 +10,17 @@ from typing import Any, Literal
 from vitviz.messages import clip_text, echo
 from vitviz.model.rotary import ROTARIES, Rotary
 
-Pooling = Literal["cls", "mean", "cls+mean", "map"]
-POOLINGS = ("cls", "mean", "cls+mean", "map")  # "map": a learned query attends to the patches (SigLIP)
+Pooling = Literal["cls", "mean", "cls+mean", "map", "attentive"]
+# "map": a learned query attends to the patches (SigLIP); "attentive": V-JEPA 2's pooler (model/attentive_pooler.py)
+POOLINGS = ("cls", "mean", "cls+mean", "map", "attentive")
 Activation = Literal["gelu", "gelu_tanh", "quick_gelu"]
 ACTIVATIONS = ("gelu", "gelu_tanh", "quick_gelu")
 Probabilities = Literal["softmax", "sigmoid"]
 PROBABILITIES = ("softmax", "sigmoid")
 Norm = Literal["layernorm", "rmsnorm"]
 NORMS = ("layernorm", "rmsnorm")
+SpaceTime = Literal["joint", "divided"]
+SPACE_TIME = ("joint", "divided")  # "divided": TimeSformer's blocks, attention over time then over space
 
 
 @dataclass
@@ -50,13 +53,14 @@ class ViTConfig:
         "softmax"  # logits -> probabilities: softmax over classes, or a sigmoid each (SigLIP)
     )
     absolute_positions: bool = True  # a learned position table added to the tokens (DINOv3 has none: rotary only)
-    rotary: Rotary = "none"  # rotary embeddings on the patch tokens' queries and keys: "dinov3", "eva", "mixed"
+    rotary: Rotary = "none"  # rotary embeddings on the patch tokens' queries and keys: dinov3, eva, mixed, vjepa2 (3-D)
     rotary_temperature: float = 100.0  # the base of the rotary periods (DINOv3: 100; EVA: 10000)
     rotary_reference_grid: tuple[int, int] | None = None  # EVA: positions rescaled onto this (pretraining) grid
     rotary_column_first: bool = False  # EVA, mixed: the column's frequencies before the row's (timm's "xy")
     rotary_offset: float = 0.0  # EVA: added to the integer patch positions before rescaling (Perception Encoder: 1)
     pool_heads: int = 0  # heads of the attention-pooling head ("map"); 0: as many as the blocks have
     pool_prefix: bool = False  # the attention-pooling head reads the prefix tokens too (Perception Encoder)
+    pool_layers: int = 0  # "attentive" pooling: self-attention blocks over every token before its query (V-JEPA 2: 3)
     final_norm: bool = True  # a norm after the last block (or on the pooled vector, fc_norm); PE-Spatial has none
     gated_mlp: bool = False  # SwiGLU: fc2(silu(gate(x)) * fc1(x)) instead of fc2(act(fc1(x))) (EVA-02, DINOv3 S+/H+)
     mlp_norm: bool = False  # a norm on the MLP's hidden units before fc2 (EVA-02's scale_mlp)
@@ -68,6 +72,9 @@ class ViTConfig:
     tubelet_size: int = 1  # frames per token: > 1 embeds each (tubelet, patch, patch) block with a Conv3d (VideoMAE)
     sinusoidal_positions: bool = False  # a fixed sine-cosine table over the patch tokens, not a learned one (VideoMAE)
     final_norm_eps: float = 0.0  # the final norm's epsilon where it differs from layer_norm_eps (VideoMAE's fc_norm)
+    attention: SpaceTime = "joint"  # a clip's blocks: every token attends to every token, or "divided" (TimeSformer)
+    time_embeddings: bool = False  # a learned table per frame added to the patches, the position table per patch
+    patch_major: bool = False  # a clip's tokens listed patch by patch, each patch's frames together (TimeSformer)
 
     def __post_init__(self) -> None:
         problems = _field_problems(self)  # types and ranges first: the checks below do arithmetic on them
@@ -88,12 +95,13 @@ class ViTConfig:
             ("rotary", ROTARIES),
             ("norm", NORMS),
             ("probabilities", PROBABILITIES),
+            ("attention", SPACE_TIME),
         ]:
             if getattr(self, name) not in choices:
                 problems.append(f"{name} must be one of {', '.join(choices)}; got {echo(getattr(self, name))}")
         if self.pooling in ("cls", "cls+mean") and not self.class_token:
             problems.append(f"pooling={self.pooling!r} needs class_token=True")
-        if self.rotary in ROTARIES and self.rotary != "none" and (self.hidden_size // self.num_heads) % 4:
+        if self.rotary in ("dinov3", "eva", "mixed") and (self.hidden_size // self.num_heads) % 4:  # V-JEPA 2's: any
             problems.append(
                 f"rotary embeddings need a head width divisible by 4; got {self.hidden_size // self.num_heads}"
             )
@@ -107,8 +115,11 @@ class ViTConfig:
             problems.append(f"final_norm_eps must be >= 0 (0: layer_norm_eps); got {self.final_norm_eps}")
         if self.num_frames % self.tubelet_size:
             problems.append(f"num_frames {self.num_frames} is not a multiple of tubelet_size {self.tubelet_size}")
-        if self.is_video and self.rotary != "none":
-            problems.append("rotary embeddings are for images: a video (num_frames or tubelet_size > 1) has none")
+        if self.is_video and self.rotary not in ("none", "vjepa2"):
+            problems.append(f"rotary={self.rotary!r} is for images: a video (num_frames or tubelet_size > 1) has none")
+        if self.pool_layers and self.pooling != "attentive":
+            problems.append(f"pool_layers={self.pool_layers} needs pooling='attentive' (V-JEPA 2's pooler)")
+        problems += _space_time_problems(self)
         if self.sinusoidal_positions and (self.num_prefix_tokens or not self.absolute_positions):
             problems.append("sinusoidal_positions needs absolute_positions=True and no prefix tokens (as VideoMAE)")
         if problems:
@@ -167,14 +178,21 @@ class ViTConfig:
         attention = linear(D, 3 * D, self.qkv_bias) + linear(D, D) + (norm(D) if self.attention_norm else 0)
         attention += 2 * norm(D // self.num_heads) if self.qk_norm else 0
         block = norm(D) + attention + norm(D) + mlp + (2 * D if self.layer_scale else 0)
+        block += norm(D) + attention + linear(D, D) if self.attention == "divided" else 0  # the temporal half
         count = (
             self.num_channels * self.tubelet_size * self.patch_size**2 * D + D + (norm(D) if self.patch_norm else 0)
         )  # patches
         count += self.num_prefix_tokens * D  # the prefix tokens
         learned = self.absolute_positions and not self.sinusoidal_positions
-        count += (self.prefix_positions + self.token_frames * rows * cols) * D if learned else 0  # the position table
+        per_frame = 1 if self.time_embeddings else self.token_frames  # factorised: a table per patch, one per frame
+        count += (self.prefix_positions + per_frame * rows * cols) * D if learned else 0  # the position table
+        count += self.token_frames * D if self.time_embeddings else 0
         count += L * D if self.rotary == "mixed" else 0  # learned rotary frequencies: 2 axes x heads x head_dim / 2
         count += (norm(D) if self.norm_pre else 0) + L * block + (norm(D) if self.final_norm else 0)  # blocks, norm
+        if self.pooling == "attentive":  # query; pool_layers blocks (biased q/k/v); cross-attention: norms, q/k/v, MLP
+            pool_mlp = linear(D, 4 * D) + linear(4 * D, D)  # V-JEPA 2's pooler MLP is 4 D wide (attentive_pooler.py)
+            count += D + self.pool_layers * (2 * norm(D) + linear(D, 3 * D) + linear(D, D) + pool_mlp)
+            count += 2 * norm(D) + 3 * linear(D, D) + pool_mlp
         if self.pooling == "map":  # query, q, kv, proj, norm, MLP
             count += D + linear(D, D) + linear(D, 2 * D) + linear(D, D) + norm(D) + mlp
         if self.num_classes:
@@ -238,6 +256,24 @@ def _field_problems(config: ViTConfig) -> list[str]:
                 ok, kind = False, ">= 0"
         if not ok:
             problems.append(f"{field.name} must be {kind}; got {echo(value)}")
+    return problems
+
+
+def _space_time_problems(config: ViTConfig) -> list[str]:
+    """TimeSformer's choices, each with what it needs: divided blocks read patch-major clips of one-frame patches
+    with [CLS] alone before them (its copies per frame are averaged back), as transformers' model lays them out."""
+    problems = []
+    if (config.attention == "divided" or config.time_embeddings or config.patch_major) and not config.is_video:
+        problems.append("attention='divided', time_embeddings and patch_major are for clips (num_frames > 1)")
+    if config.attention == "divided" and not (
+        config.patch_major and config.tubelet_size == 1 and config.class_token and config.num_prefix_tokens == 1
+    ):
+        problems.append(
+            "attention='divided' needs patch_major=True, tubelet_size=1 and [CLS] as the only prefix token "
+            "(TimeSformer's layout)"
+        )
+    if config.time_embeddings and (config.sinusoidal_positions or not config.absolute_positions):
+        problems.append("time_embeddings needs a learned position table (absolute_positions, not sinusoidal)")
     return problems
 
 

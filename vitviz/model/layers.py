@@ -28,7 +28,8 @@ class PatchEmbedding(nn.Module):
     """Cut the image into non-overlapping patches and project each to D dimensions (then norm them, for AIMv2).
 
     A clip (B, frames, C, H, W) is cut into tubelets of ``tubelet_size`` frames by a Conv3d when that is above 1
-    (VideoMAE, ViViT), else each frame into patches; the tokens are listed time-major: frame group, row, column."""
+    (VideoMAE, ViViT), else each frame into patches; the tokens are listed time-major: frame group, row, column; or
+    with ``patch_major`` patch-major: row, column, frame (TimeSformer's token 1 + n * frames + t)."""
 
     def __init__(self, config: ViTConfig):
         super().__init__()
@@ -40,6 +41,7 @@ class PatchEmbedding(nn.Module):
         else:
             self.proj = nn.Conv2d(config.num_channels, config.hidden_size, config.patch_size, config.patch_size)
         self.norm = norm_layer(config, config.hidden_size) if config.patch_norm else nn.Identity()
+        self.patch_major = config.patch_major
 
     def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
         if pixel_values.ndim == 5 and isinstance(self.proj, nn.Conv3d):  # (B, frames, C, H, W)
@@ -50,6 +52,8 @@ class PatchEmbedding(nn.Module):
             x = x.unflatten(0, (B, -1)).transpose(1, 2)  # (B, D, frames, rows, cols)
         else:
             x = self.proj(pixel_values)  # (B, D, rows, cols)
+        if x.ndim == 5 and self.patch_major:
+            x = x.permute(0, 1, 3, 4, 2)  # (B, D, rows, cols, frames): each patch's frames side by side
         return self.norm(x.flatten(2).transpose(1, 2))  # (B, N, D), patches in (frame,) row-major order
 
 
@@ -96,6 +100,18 @@ class Attention(nn.Module):
         self.proj = nn.Linear(config.hidden_size, config.hidden_size)
         self.num_prefix_tokens = config.num_prefix_tokens  # not rotated by rotary embeddings
 
+    def queries_keys_values(self, x: torch.Tensor, rope: Rope | None = None) -> QKV:
+        """The queries, keys and values of a normed input x (B, T, D), each (B, heads, T, head_dim), after the query
+        and key norms and the rotary embedding: what ``forward`` attends with, without attending (a bounded-memory
+        map computes the softmax a few query rows at a time from these)."""
+        B, T, _ = x.shape
+        qkv = self.qkv(x).reshape(B, T, 3, self.num_heads, self.head_dim)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, heads, T, head_dim)
+        q, k = self.q_norm(q), self.k_norm(k)
+        if rope is not None:  # the patch tokens' queries and keys turned by their positions
+            q, k = rotate(q, rope, self.num_prefix_tokens), rotate(k, rope, self.num_prefix_tokens)
+        return QKV(q, k, v)
+
     def forward(
         self,
         x: torch.Tensor,
@@ -109,11 +125,7 @@ class Attention(nn.Module):
         row renormalised over the others (the returned weights are those rows)."""
         rope, head_mask, key_mask, ablation = controls
         B, T, D = x.shape
-        qkv = self.qkv(x).reshape(B, T, 3, self.num_heads, self.head_dim)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, heads, T, head_dim)
-        q, k = self.q_norm(q), self.k_norm(k)
-        if rope is not None:  # the patch tokens' queries and keys turned by their positions
-            q, k = rotate(q, rope, self.num_prefix_tokens), rotate(k, rope, self.num_prefix_tokens)
+        q, k, v = self.queries_keys_values(x, rope)
         dropout_p = self.attention_dropout if self.training else 0.0
         keys = None if key_mask is None else key_mask[:, None, None, :]  # (B, 1, 1, T): True takes part
         if need_weights:

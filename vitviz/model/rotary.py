@@ -1,4 +1,4 @@
-"""Rotary position embeddings (Su et al. 2021) for the patch tokens of a 2-D grid.
+"""Rotary position embeddings (Su et al. 2021) for the patch tokens of a 2-D grid (or a clip's 3-D grid of tubelets).
 
 A rotary model has no learned position table: each block rotates the patch tokens' queries and keys by angles
 that grow with their position, so attention scores depend on where two patches are relative to each other. The
@@ -11,6 +11,11 @@ prefix tokens ([CLS], registers) are not rotated.
               the pretraining grid, frequencies ``temperature ** (-4 i / head_dim)``, neighbouring channels paired
     mixed     RoPE-Mixed (Heo et al. 2024): learned frequencies per block and head along both axes (the model's
               ``rotary_frequencies``), neighbouring channels paired
+    vjepa2    V-JEPA 2's 3-D form (Assran et al. 2025; transformers' ``VJEPA2RopeAttention``): integer tubelet
+              positions along time, rows and columns, each on its own third of the head's channels (the rest is
+              not rotated), frequencies ``temperature ** (-2 i / part)``, neighbouring channels paired; within a part,
+              channel c turns at frequency c mod (part / 2), so a pair's two channels may turn at different rates,
+              as the reference code does (its sines and cosines are repeated, not interleaved)
 
 The maths follows the reference code (facebookresearch/dinov3 ``rope_position_encoding.py``, timm's
 ``RotaryEmbeddingDinoV3``, Hugging Face's ``Dinov3ViTRopePositionEmbedding``), computed in fp32; the training-time
@@ -20,12 +25,15 @@ coordinate shift, jitter and rescale are not part of inference.
 from __future__ import annotations
 
 import math
-from typing import Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 import torch
 
-Rotary = Literal["none", "dinov3", "eva", "mixed"]
-ROTARIES = ("none", "dinov3", "eva", "mixed")
+if TYPE_CHECKING:  # for the annotation only: the config imports this module
+    from vitviz.model.config import ViTConfig
+
+Rotary = Literal["none", "dinov3", "eva", "mixed", "vjepa2"]
+ROTARIES = ("none", "dinov3", "eva", "mixed", "vjepa2")
 
 
 class Rope(NamedTuple):
@@ -71,9 +79,51 @@ def eva_angles(
     return (coords[..., None] * frequencies).reshape(grid[0] * grid[1], -1)  # (N, head_dim / 2)
 
 
+def vjepa2_angles(grid: tuple[int, int, int], head_dim: int, temperature: float, device=None) -> torch.Tensor:
+    """V-JEPA 2's angle for every tubelet and channel, (frames * rows * cols, head_dim), fp32, time-major.
+
+    The head's channels split into three parts of ``2 * (head_dim // 3 // 2)`` each (time, row, column) and an
+    unrotated rest (angle 0). Within a part of width ``w``, channel ``c`` turns by ``position * temperature ** (-(c
+    mod w/2) / (w/2))``: transformers' ``rotate_queries_or_keys`` repeats its w/2 sines and cosines (``repeat``) where
+    its rotation pairs neighbouring channels."""
+    part = 2 * (head_dim // 3 // 2)
+    half = part // 2
+    omega = 1.0 / temperature ** (torch.arange(half, device=device, dtype=torch.float32) / (part / 2.0))
+    axes = [torch.arange(size, device=device) for size in grid]
+    positions = torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=-1).reshape(-1, 3)  # (N, 3): time, row, col
+    parts = [(positions[:, axis, None] * omega).repeat(1, 2) for axis in range(3)]  # (N, part) each
+    rest = torch.zeros(positions.shape[0], head_dim - 3 * part, device=device)  # not rotated: angle 0
+    return torch.cat([*parts, rest], dim=-1)
+
+
+def check_vjepa2_clip(config: ViTConfig, shape: tuple[int, ...]) -> None:
+    """Refuse, in one line, a clip of this shape that a V-JEPA 2 model cannot position. It reads clips (B, frames, C,
+    H, W) of any number of frames in whole tubelets (fewer frames than a tubelet, an image among them, are repeated
+    to fill one, as transformers does), at its crop size only: transformers makes each token's rotary position from
+    its index on the crop's grid, so at another size every token would be read at a wrong position."""
+    c = config
+    frames = shape[1] if len(shape) == 5 else 0
+    if len(shape) != 5 or shape[2] != c.num_channels or frames == 0:
+        raise ValueError(
+            f"V-JEPA 2 reads clips of shape (B, frames, {c.num_channels}, H, W) (an image is a clip of one frame, as "
+            f"its video processor gives it); got {shape}"
+        )
+    if frames > c.tubelet_size and frames % c.tubelet_size:
+        raise ValueError(
+            f"V-JEPA 2 reads frames in tubelets of {c.tubelet_size}: give it a multiple of {c.tubelet_size} frames "
+            f"(it was trained on clips of {c.num_frames}); got {frames}"
+        )
+    if tuple(shape[-2:]) != c.image_hw:
+        height, width = c.image_hw
+        raise ValueError(
+            f"V-JEPA 2's rotary positions are for frames of {height}x{width} pixels (its crop_size); got "
+            f"{shape[-2]}x{shape[-1]}: resize and centre-crop the clip to {height}x{width}, as its video processor does"
+        )
+
+
 def rotary_embedding(
     kind: Rotary,
-    grid: tuple[int, int],
+    grid: tuple[int, ...],
     head_dim: int,
     temperature: float,
     reference_grid: tuple[int, int] | None = None,
@@ -81,9 +131,15 @@ def rotary_embedding(
     offset: float = 0.0,
     device=None,
 ) -> Rope | None:
-    """The Rope of a rows x cols grid, or None for ``kind="none"``."""
+    """The Rope of a rows x cols grid, or None for ``kind="none"``. ``grid`` may be a clip's (frames / tubelet, rows,
+    cols): the 2-D kinds read its last two sides, "vjepa2" all three (a 2-D grid: one tubelet along time)."""
     if kind == "none":
         return None
+    if kind == "vjepa2":
+        grid3 = tuple(grid) if len(grid) == 3 else (1, *grid[-2:])
+        angles = vjepa2_angles(grid3, head_dim, temperature, device)
+        return Rope(angles.sin(), angles.cos(), interleaved=True)
+    grid = tuple(grid[-2:])
     if head_dim % 4:
         raise ValueError(f"rotary embeddings need a head width divisible by 4; got {head_dim}")
     if kind == "dinov3":

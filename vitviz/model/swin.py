@@ -21,6 +21,9 @@ take part in the attention in both (only the shift's mask keeps tokens apart); t
 the source. ``shift_rule`` "input" follows transformers' Swin (v1), which decides per input that a stage whose
 grid fits in one window is not shifted; the others fix each stage's window and shift for ``image_size``.
 
+``head_mask`` (layers, heads) scales each head's output before its block's projection, in every window: 0 knocks
+the head out (explain.head_importance on a Swin).
+
 Inference only: no dropout, no stochastic depth.
 """
 
@@ -103,10 +106,10 @@ class WindowAttention(nn.Module):
         return table[index.view(-1)].view(*index.shape, self.heads).permute(2, 0, 1)  # (heads, N, N)
 
     def forward(
-        self, x: torch.Tensor, mask: torch.Tensor | None, need_weights: bool
+        self, x: torch.Tensor, mask: torch.Tensor | None, need_weights: bool, head_mask: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x (B * nW, N, C), mask (nW, N, N) or None -> (B * nW, N, C), and the weights (B * nW, heads, N, N) if
-        asked."""
+        asked. ``head_mask`` (B * nW, heads) scales each head's output before the projection (0: knocked out)."""
         BW, N, C = x.shape
         q, k, v = self.qkv(x).view(BW, N, 3, self.heads, C // self.heads).permute(2, 0, 3, 1, 4)  # (BW, heads, N, hd)
         if self.version == 2:  # cosine attention: the scale is clamped at 100, as trained
@@ -126,6 +129,8 @@ class WindowAttention(nn.Module):
         else:
             weights = None
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype), scale=scale)
+        if head_mask is not None:
+            out = out * head_mask[:, :, None, None].to(out.dtype)
         return self.proj(out.transpose(1, 2).reshape(BW, N, C)), weights
 
 
@@ -141,14 +146,19 @@ class SwinBlock(nn.Module):
         hidden = int(dim * config.mlp_ratio)
         self.mlp = nn.ModuleDict(dict(fc1=nn.Linear(dim, hidden), fc2=nn.Linear(hidden, dim)))
 
-    def forward(self, x: torch.Tensor, shift: Pair, need_weights: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """x (B, H, W, C) -> (B, H, W, C), and the attention weights (B * nW, heads, N, N) if asked."""
+    def forward(
+        self, x: torch.Tensor, shift: Pair, need_weights: bool, head_mask: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x (B, H, W, C) -> (B, H, W, C), and the attention weights (B * nW, heads, N, N) if asked; ``head_mask``
+        (B, heads) scales each head's output in every window of its image."""
         c, window = self.config, self.attn.window
         B, H, W, C = x.shape
         y = self.norm1(x) if c.version == 1 else x
         windows = to_windows(y, window, shift, c.padding)  # (B * nW, N, C)
         mask = _cached_mask((H, W), window, shift, c.mask_value)
-        out, weights = self.attn(windows, mask, need_weights)
+        if head_mask is not None:  # windows are listed image by image: each image's row for each of its windows
+            head_mask = head_mask.repeat_interleave(windows.shape[0] // B, dim=0)
+        out, weights = self.attn(windows, mask, need_weights, head_mask)
         y = from_windows(out, window, shift, c.padding, (H, W))  # (B, H, W, C)
         mlp = lambda t: self.mlp.fc2(activation(self.mlp.fc1(t), c.activation))  # noqa: E731
         if c.version == 1:
@@ -290,17 +300,39 @@ class Swin(nn.Module):
             return (0, 0)
         return c.shifts[stage]
 
+    def input_layouts(self, image_size: Pair | None = None) -> tuple[TokenLayout, ...]:
+        """Every block's layout for an input of ``image_size`` (height, width; the config's by default), without a
+        pass: what ``out.layouts`` will be (its stage grids, windows and shifts), for code that must know before
+        running the model whether its blocks attend in windows (``vitviz.layout.is_hierarchical``)."""
+        c = self.config
+        height, width = image_size or c.image_hw
+        grid = (math.ceil(height / c.patch_size), math.ceil(width / c.patch_size))
+        layouts = []
+        for s, stage in enumerate(self.stages):
+            if s:
+                grid = (math.ceil(grid[0] / 2), math.ceil(grid[1] / 2))
+            for i, block in enumerate(stage.blocks):
+                shift = self.block_shift(s, i, grid)
+                layouts.append(
+                    _block_layout(grid, block.attn.window, shift, c.padding, c.patch_size * 2**s, (height, width))
+                )
+        return tuple(layouts)
+
     def forward(
         self,
         pixel_values: torch.Tensor,
         output_attentions: bool = False,
         output_hidden_states: bool = False,
         attention_sink=None,
+        head_mask: torch.Tensor | None = None,
     ) -> SwinOutput:
         """Classify a batch (B, C, H, W). ``attention_sink(block_index, weights)``, if given, receives each block's
         weights as soon as they exist (kept only with ``output_attentions``); ``output_hidden_states`` keeps every
-        block's output tokens (B, T_stage, D_stage)."""
+        block's output tokens (B, T_stage, D_stage). ``head_mask`` (layers, heads) or (B, layers, heads), heads the
+        most of any block (a block reads its own first ones): each head's output is multiplied by its entry before
+        the block's projection, so 0 knocks the head out (``head_mask_of`` builds one)."""
         c = self.config
+        head_mask = self._checked_head_mask(head_mask, pixel_values.shape[0])
         if self.attn_implementation not in ("sdpa", "eager"):
             raise ValueError(f"attn_implementation must be 'sdpa' or 'eager', not {self.attn_implementation!r}")
         explicit = output_attentions or attention_sink is not None or self.attn_implementation == "eager"
@@ -314,8 +346,9 @@ class Swin(nn.Module):
             grids.append(grid)
             for i, block in enumerate(stage.blocks):
                 shift = self.block_shift(s, i, grid)
-                x, weights = block(x, shift, explicit)
-                index = len(layouts)
+                index = len(layouts)  # the block's index over every stage
+                mask = None if head_mask is None else head_mask[:, index, : block.attn.heads]
+                x, weights = block(x, shift, explicit, mask)
                 layouts.append(
                     _block_layout(grid, block.attn.window, shift, c.padding, c.patch_size * 2**s, image_size)
                 )
@@ -331,6 +364,21 @@ class Swin(nn.Module):
         out.grid_size, out.stage_grids = grids[0], tuple(grids)
         out.layout, out.layouts = layouts[0], tuple(layouts)
         return out
+
+    def _checked_head_mask(self, head_mask: torch.Tensor | None, batch: int) -> torch.Tensor | None:
+        """``head_mask`` as (B, layers, heads), or a one-line error naming the shape it must have."""
+        if head_mask is None:
+            return None
+        c = self.config
+        shape = (c.num_layers, max(c.num_heads))
+        if head_mask.shape == shape:
+            head_mask = head_mask.expand(batch, *shape)
+        if head_mask.shape != (batch, *shape):
+            raise ValueError(
+                f"head_mask must be (layers, heads) = {shape} or (B, layers, heads) with B = {batch} (heads: the most "
+                f"of any block); got {tuple(head_mask.shape)}"
+            )
+        return head_mask
 
     def forward_head(self, tokens: torch.Tensor) -> SwinOutput:
         """Final norm, mean pooling and head on the last stage's tokens (B, T, D); given another block's output of

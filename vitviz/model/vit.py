@@ -4,7 +4,8 @@ One file, top to bottom in the order data flows: patch embedding -> prefix token
 distillation, registers) and position embeddings -> pre-norm encoder blocks -> final LayerNorm ->
 pooling -> linear head. The optional parts cover the families people use (DeiT, DINO, DINOv2 with
 registers, CLIP, SigLIP, MAE; VideoMAE and ViViT, whose clips (B, frames, C, H, W) become tubelet tokens listed
-time-major); each is one ``ViTConfig`` field.
+time-major; TimeSformer's patch-major tokens, time embeddings and divided space-time blocks, ``divided.py``; V-JEPA 2's
+3-D rotary embedding and attentive pooler, ``attentive_pooler.py``); each is one ``ViTConfig`` field.
 
 Unlike most implementations, the attention weights are *returned* from every block when
 asked for (``model(x, output_attentions=True)``) rather than captured with hooks, which
@@ -25,7 +26,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from vitviz.layout import TokenLayout, grid_layout, prefix_kinds
+from vitviz.model.attentive_pooler import AttentivePooler
 from vitviz.model.config import ViTConfig
+from vitviz.model.divided import DividedAttention, DividedBlock
 from vitviz.model.interventions import (
     ABLATIONS,
     Interventions,
@@ -35,7 +38,7 @@ from vitviz.model.interventions import (
     key_mask_of,
 )
 from vitviz.model.layers import QKV, Ablation, AttentionControls, AttentionPool, Block, PatchEmbedding, norm_layer
-from vitviz.model.rotary import Rope, mixed_angles, rotary_embedding
+from vitviz.model.rotary import Rope, check_vjepa2_clip, mixed_angles, rotary_embedding
 
 if TYPE_CHECKING:  # for the annotations only: both modules sit above the model and import from it
     from vitviz.preprocessing import Preprocessing
@@ -66,11 +69,19 @@ class ViTOutput:
     grid_size: tuple[int, ...]  # patch grid (rows, cols) of this input; a clip's (frames / tubelet, rows, cols)
     num_prefix_tokens: int  # tokens before the patches; T = num_prefix_tokens + the product of grid_size
     readout: torch.Tensor  # (B, T) how much of each token's final state the head reads; rows sum to 1
-    pool_attention: torch.Tensor | None = None  # (B, heads, N) the pooling head's weights on the patches ("map")
+    # (B, heads, N) the pooling head's weights on the patches ("map"); "attentive": its query's, on the pooler's last
+    # block's tokens (V-JEPA 2; ``readout`` carries them back through the pooler's blocks, attentive_pooler.py)
+    pool_attention: torch.Tensor | None = None
     hidden_states: tuple[torch.Tensor, ...] | None = None  # per block, its output (B, T, D), on request
     qkv: tuple[QKV, ...] | None = None  # per block, its queries, keys and values (B, heads, T, head_dim), on request
     layout: TokenLayout | None = None  # every token's kind, pixels and frames (vitviz.layout): what maps are drawn on
     layouts: tuple[TokenLayout, ...] | None = None  # one per block (a plain ViT's blocks all see ``layout``)
+    # "attentive" pooling (V-JEPA 2), with output_attentions: per pooler block (B, heads, T, T) (attentive_pooler.py)
+    pooler_attentions: tuple[torch.Tensor, ...] | None = None
+    # per block, with output_attentions, a divided block's attention over time (B * HW, heads, frames, frames) (row
+    # b * HW + n: patch n's frames), None for a joint block; None for a model without divided blocks (TimeSformer's
+    # ``attentions[l]`` is then its spatial attention, (B * frames, heads, 1 + HW, 1 + HW), as transformers returns)
+    temporal_attentions: tuple[torch.Tensor | None, ...] | None = None
 
 
 class ViT(nn.Module):
@@ -93,18 +104,23 @@ class ViT(nn.Module):
             nn.Parameter(torch.zeros(1, config.num_register_tokens, D)) if config.num_register_tokens else None
         )
         rows, cols = config.grid_size
-        positions = config.prefix_positions + config.token_frames * rows * cols
+        per_frame = 1 if config.time_embeddings else config.token_frames  # TimeSformer: one table for every frame
+        positions = config.prefix_positions + per_frame * rows * cols
         learned = config.absolute_positions and not config.sinusoidal_positions  # VideoMAE's table is computed
         self.pos_embed = nn.Parameter(torch.zeros(1, positions, D)) if learned else None
+        # TimeSformer: one learned vector per frame, added to every patch of that frame ([CLS] has none)
+        self.time_embed = nn.Parameter(torch.zeros(1, config.token_frames, D)) if config.time_embeddings else None
         # RoPE-Mixed: learned rotary frequencies along both axes, per block and head
         frequencies = (2, config.num_layers, config.num_heads, D // config.num_heads // 2)
         self.rotary_frequencies = nn.Parameter(torch.zeros(frequencies)) if config.rotary == "mixed" else None
         self.pos_dropout = nn.Dropout(config.dropout)
         self.norm_pre = norm_layer(config, D) if config.norm_pre else nn.Identity()
         rates = [config.drop_path * i / max(1, config.num_layers - 1) for i in range(config.num_layers)]
-        self.blocks = nn.ModuleList(Block(config, rate) for rate in rates)
+        block = DividedBlock if config.attention == "divided" else Block
+        self.blocks = nn.ModuleList(block(config, rate) for rate in rates)
         self.norm = norm_layer(config, D, config.final_norm_eps) if config.final_norm else nn.Identity()
-        self.attn_pool = AttentionPool(config) if config.pooling == "map" else None
+        pools = {"map": AttentionPool, "attentive": AttentivePooler}  # SigLIP's head, V-JEPA 2's pooler
+        self.attn_pool = pools[config.pooling](config) if config.pooling in pools else None
         self.head = nn.Linear(config.pooled_size, config.num_classes) if config.num_classes > 0 else None
         self.head_dist = nn.Linear(D, config.num_classes) if config.distillation_head and self.head else None
         # Which attention kernel runs when no weights are asked for: "sdpa" (the fused
@@ -127,7 +143,7 @@ class ViT(nn.Module):
     def _init_weights(self) -> None:
         # truncated normal for tokens and linear layers, as in the ViT paper's reference code;
         # a zero head so training starts from uniform predictions
-        for param in (self.cls_token, self.dist_token, self.register_tokens, self.pos_embed):
+        for param in (self.cls_token, self.dist_token, self.register_tokens, self.pos_embed, self.time_embed):
             if param is not None:
                 nn.init.trunc_normal_(param, std=0.02)
         for module in self.modules():
@@ -153,13 +169,15 @@ class ViT(nn.Module):
                 nn.init.zeros_(head.weight)
                 nn.init.zeros_(head.bias)
 
-    def rotary_embeddings(self, grid: tuple[int, int]) -> list[Rope | None]:
+    def rotary_embeddings(self, grid: tuple[int, ...]) -> list[Rope | None]:
         """Each block's rotary embedding of a rows x cols grid's patch tokens (sin and cos, (N, head_dim) each, fp32;
         (heads, N, head_dim) with learned per-head frequencies), or None for every block of a model without one.
-        Each block rotates its queries and keys by its own; made once per forward pass."""
+        Each block rotates its queries and keys by its own; made once per forward pass. A clip's grid (frames /
+        tubelet, rows, cols) is read whole by V-JEPA 2's 3-D rotary embedding, by its rows and cols otherwise."""
         c = self.config
         if c.rotary == "mixed":
-            angles = mixed_angles(self.rotary_frequencies, grid, c.rotary_column_first).repeat_interleave(2, dim=-1)
+            angles = mixed_angles(self.rotary_frequencies, grid[-2:], c.rotary_column_first)
+            angles = angles.repeat_interleave(2, dim=-1)
             return [Rope(a.sin(), a.cos(), interleaved=True) for a in angles]  # (heads, N, head_dim) per block
         rope = rotary_embedding(
             c.rotary,
@@ -203,7 +221,7 @@ class ViT(nn.Module):
             raise ValueError(f"head_ablation must be one of {ABLATIONS}; got {head_ablation!r}")
         return [
             AttentionControls(rope, None if head_mask is None else head_mask[:, index], key_mask, head_ablation)
-            for index, rope in enumerate(self.rotary_embeddings(grid[-2:]))
+            for index, rope in enumerate(self.rotary_embeddings(grid))
         ]
 
     def knock_out(
@@ -241,8 +259,8 @@ class ViT(nn.Module):
         tokens keep theirs. Without ``pos_embed_prefix`` there are none: (1, rows * cols, D). A rotary model
         without a position table (``absolute_positions=False``): None.
         """
-        c = self.config
-        if c.is_video and (token_frames, rows, cols) != (c.token_frames, *c.grid_size):
+        c = self.config  # a video model without a position table (V-JEPA 2, rotary) has nothing to refuse here
+        if c.is_video and c.absolute_positions and (token_frames, rows, cols) != (c.token_frames, *c.grid_size):
             raise ValueError(
                 f"this video model's positions are for {c.num_frames} frames of {c.image_hw[0]}x{c.image_hw[1]} "
                 f"pixels ({c.token_frames}x{c.grid_size[0]}x{c.grid_size[1]} tubelets); got "
@@ -250,6 +268,13 @@ class ViT(nn.Module):
             )
         if c.sinusoidal_positions:
             return sinusoidal_table(token_frames * rows * cols, c.hidden_size).to(self.patch_embed.proj.weight)[None]
+        if self.time_embed is not None:  # TimeSformer: patch n in frame t gets position n plus time t
+            prefix, patch_pos = self.pos_embed[:, : c.prefix_positions], self.pos_embed[:, c.prefix_positions :]
+            if c.patch_major:  # (1, N, frames, D): token n * frames + t
+                patch_pos = patch_pos[:, :, None] + self.time_embed[:, None]
+            else:  # (1, frames, N, D): token t * N + n
+                patch_pos = patch_pos[:, None] + self.time_embed[:, :, None]
+            return torch.cat([prefix, patch_pos.flatten(1, 2)], dim=1)
         if self.pos_embed is None or c.is_video:
             return self.pos_embed
         train_rows, train_cols = self.config.grid_size
@@ -282,7 +307,9 @@ class ViT(nn.Module):
         Any such size works, non-square too: position embeddings are interpolated to the grid.
         ``attention_sink(block_index, weights)``, if given, receives each block's attention
         weights (B, heads, T, T) as soon as they exist; unless ``output_attentions`` is also set
-        they are not kept, so statistics can be streamed without holding every T x T matrix.
+        they are not kept, so statistics can be streamed without holding every T x T matrix. A divided block
+        (TimeSformer) gives it a ``DividedAttention`` instead: its (spatial, temporal) weights, in transformers' shapes
+        (``ViTOutput.attentions`` and ``temporal_attentions``), never a (B, heads, T, T) tensor.
         ``output_hidden_states`` keeps every block's output tokens (before the final LayerNorm), ``output_qkv``
         every block's queries, keys and values as its attention uses them (``QKV``): the "facets" of patch features.
 
@@ -292,7 +319,7 @@ class ViT(nn.Module):
         the keys marked False out of every query's view, each row renormalised over the rest.
         """
         x, grid = self.embed(pixel_values)
-        attentions, hidden_states, qkvs = [], [], []
+        attentions, temporal, hidden_states, qkvs = [], [], [], []
         need_weights = output_attentions or attention_sink is not None
         if self.attn_implementation not in ("sdpa", "eager"):
             raise ValueError(f"attn_implementation must be 'sdpa' or 'eager', not {self.attn_implementation!r}")
@@ -303,14 +330,17 @@ class ViT(nn.Module):
             if attention_sink is not None:
                 attention_sink(index, weights)
             if output_attentions:
-                attentions.append(weights)
+                divided = isinstance(weights, DividedAttention)
+                attentions.append(weights.spatial if divided else weights)
+                temporal.append(weights.temporal if divided else None)
             if output_hidden_states:
                 hidden_states.append(x)
             if output_qkv:
                 qkvs.append(qkv)
         return replace(
-            self.forward_head(x, grid),
+            self.forward_head(x, grid, pooler_weights=output_attentions),
             attentions=tuple(attentions) if output_attentions else None,
+            temporal_attentions=tuple(temporal) if output_attentions and any(t is not None for t in temporal) else None,
             hidden_states=tuple(hidden_states) if output_hidden_states else None,
             qkv=tuple(qkvs) if output_qkv else None,
             layouts=(self.token_layout(grid),) * len(self.blocks),
@@ -324,18 +354,22 @@ class ViT(nn.Module):
 
     def token_layout(self, grid_size: tuple[int, ...]) -> TokenLayout:
         """The layout of an input whose patches form ``grid_size`` (rows, cols), or a clip's (frames / tubelet, rows,
-        cols): the prefix tokens, then the patches (each tubelet spanning its frames)."""
+        cols): the prefix tokens, then the patches (each tubelet spanning its frames), frame by frame or, for a
+        ``patch_major`` model (TimeSformer), patch by patch."""
         c = self.config
         prefix = prefix_kinds(c.class_token, c.distillation_token, c.num_register_tokens)
         if len(grid_size) == 3:
             frames = grid_size[0] * c.tubelet_size
-            return grid_layout(prefix, tuple(grid_size[1:]), c.patch_size, frames, c.tubelet_size)
+            return grid_layout(prefix, tuple(grid_size[1:]), c.patch_size, frames, c.tubelet_size, c.patch_major)
         return grid_layout(prefix, tuple(grid_size), c.patch_size)
 
     def embed(self, pixel_values: torch.Tensor) -> tuple[torch.Tensor, tuple[int, ...]]:
         """Patches, prefix tokens and position embeddings: the first block's input (B, T, D), and the grid ((rows,
         cols), or a clip's (frames / tubelet, rows, cols))."""
         self._check_input(pixel_values)
+        c = self.config
+        if c.is_video and c.rotary == "vjepa2" and pixel_values.shape[1] < c.tubelet_size:
+            pixel_values = pixel_values.repeat(1, c.tubelet_size, 1, 1, 1)  # an image: repeated, as V-JEPA 2 does
         B, H, W = pixel_values.shape[0], *pixel_values.shape[-2:]
         grid = (H // self.config.patch_size, W // self.config.patch_size)
         if self.config.is_video:
@@ -351,15 +385,16 @@ class ViT(nn.Module):
             x = torch.cat([*prefix, x + positions], dim=1)
         return self.norm_pre(self.pos_dropout(x)), grid
 
-    def forward_head(self, x: torch.Tensor, grid_size: tuple[int, ...]) -> ViTOutput:
+    def forward_head(self, x: torch.Tensor, grid_size: tuple[int, ...], pooler_weights: bool = False) -> ViTOutput:
         """Final LayerNorm, pooling and head on the last block's output tokens (B, T, D).
 
         ``forward`` ends here. Given an earlier block's output instead, it reads that block as if it were
-        the last: the logit lens that LeGrad and ``vitviz.explain.logit_lens`` use.
+        the last: the logit lens that LeGrad and ``vitviz.explain.logit_lens`` use. ``pooler_weights``: keep the
+        attentive pooler's block weights (``pooler_attentions``; V-JEPA 2).
         """
         if not self.config.fc_norm:
             x = self.norm(x)  # (B, T, D)
-        pooled, readout, pool_attention = self._pool(x)
+        pooled, readout, pool_attention, pooler_attentions = self._pool(x, pooler_weights)
         if self.config.fc_norm:
             pooled = self.norm(pooled)
         if self.head_dist is not None:  # DeiT at inference: the mean of the [CLS] and distillation heads
@@ -376,16 +411,23 @@ class ViT(nn.Module):
             readout=readout,
             pool_attention=pool_attention,
             layout=self.token_layout(grid_size),
+            pooler_attentions=pooler_attentions,
         )
 
-    def _pool(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """(B, T, D) -> the pooled vector, the weight the head gives each token (B, T), and for "map"
-        pooling the pooling head's attention (B, heads, N)."""
+    def _pool(
+        self, x: torch.Tensor, pooler_weights: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, tuple[torch.Tensor, ...] | None]:
+        """(B, T, D) -> the pooled vector, the weight the head gives each token (B, T), for "map" and "attentive"
+        pooling the pooling head's attention (B, heads, N), and with ``pooler_weights`` the attentive pooler's block
+        weights (B, heads, T, T) each."""
         B, T, _ = x.shape
         p = self.config.num_prefix_tokens
         readout = x.new_zeros(B, T, dtype=torch.promote_types(x.dtype, torch.float32))
         patches = x[:, p:]
         pool_attention = None
+        if self.config.pooling == "attentive":  # V-JEPA 2: blocks over every token, then a query (attentive_pooler.py)
+            pooled, pool_attention, readout, pooler_attentions = self.attn_pool(x, need_weights=pooler_weights)
+            return pooled, readout, pool_attention[:, :, p:] if p else pool_attention, pooler_attentions
         if self.config.pooling == "map" and self.config.pool_prefix:  # the Perception Encoder's head reads every token
             pooled, pool_attention = self.attn_pool(x)
             readout[:] = pool_attention.mean(dim=1)
@@ -405,10 +447,19 @@ class ViT(nn.Module):
         else:
             pooled = x[:, 0]
             readout[:, 0] = 1.0
-        return pooled, readout, pool_attention
+        return pooled, readout, pool_attention, None
 
     def _check_input(self, pixel_values: torch.Tensor) -> None:
         c = self.config
+        if c.is_video and c.rotary == "vjepa2":  # rotary positions along time: clips of any length, at one size
+            check_vjepa2_clip(c, tuple(pixel_values.shape))
+            return
+        if c.is_video and pixel_values.ndim == 4:  # an image: its processor would give it as a clip of one frame
+            raise ValueError(
+                f"this video model needs clips of {c.num_frames} frames, (B, {c.num_frames}, {c.num_channels}, H, W); "
+                f"got images {tuple(pixel_values.shape)}: it reads no single image (its positions are for "
+                f"{c.num_frames} frames), so give it {c.num_frames} frames of a video"
+            )
         if c.is_video and (pixel_values.ndim != 5 or pixel_values.shape[1:3] != (c.num_frames, c.num_channels)):
             raise ValueError(
                 f"this video model reads clips of shape (B, {c.num_frames}, {c.num_channels}, H, W) (frames, then "

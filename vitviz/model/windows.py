@@ -3,7 +3,8 @@ shift's attention mask, the relative positions inside a window, and which token 
 
 One pair of functions moves features into windows and back (``to_windows`` / ``from_windows``); the token layout
 runs the very same ``to_windows`` on a grid of token indices, so a window's slot always names the token whose
-features the attention saw there.
+features the attention saw there. ``window_cells`` gives each slot the grid cell it is drawn at, padded slots past
+the grid's edge.
 
 Padding: a grid that is not a multiple of the window gets zero tokens on its bottom and right. transformers pads
 before the shift, so the padding wraps round into the top-left windows of a shifted block; timm shifts first and
@@ -112,3 +113,22 @@ def log_spaced_offsets(window: Pair, pretrained_window: Pair) -> torch.Tensor:
     reference = pretrained_window if pretrained_window[0] > 0 else window
     table = table / torch.tensor([max(reference[0] - 1, 1), max(reference[1] - 1, 1)], dtype=torch.float32) * 8
     return (torch.sign(table) * torch.log2(table.abs() + 1.0) / math.log2(8)).view(-1, 2)
+
+
+def window_cells(grid: Pair, window: Pair, shift: Pair, padding: Padding) -> torch.Tensor:
+    """int64 (nW, wh * ww, 2): the (row, col) each window slot is drawn at, in ``window_tokens``' order. A real
+    token's is its place on ``grid``; a padded slot's lies past the grid's bottom or right edge (row >= rows or
+    col >= cols), where the source's padding put it: transformers pads before the shift, so its padded grid is
+    rolled whole and every padded slot keeps its place on it; timm pads the rolled grid, so a padded slot stays past
+    the edge of the rolled frame, its other coordinate unrolled as a real token's would be."""
+    (H, W), (Hp, Wp) = grid, padded_size(grid, window)
+    rows, cols = torch.arange(Hp), torch.arange(Wp)
+    if padding == "huggingface":
+        place = torch.stack(torch.meshgrid(rows, cols, indexing="ij"), dim=-1)  # (Hp, Wp, 2) on the padded grid
+        if any(shift):
+            place = torch.roll(place, (-shift[0], -shift[1]), (0, 1))
+    else:
+        rows = torch.where(rows < H, (rows + shift[0]) % H, rows)  # the rolled frame's row r came from r + shift
+        cols = torch.where(cols < W, (cols + shift[1]) % W, cols)
+        place = torch.stack(torch.meshgrid(rows, cols, indexing="ij"), dim=-1)
+    return partition(place[None], window)  # (nW, S, 2)

@@ -9,7 +9,10 @@ and its ModelSource record.
     huggingface_folder.py  Hugging Face folders into a ready ViT (class names, preprocessing); load_huggingface_hub
                      for "hf:" specs
     huggingface_swin.py  Hugging Face's Swin and Swin v2 (swin, swinv2; 4.x and 5 key names) into vitviz's Swin
-    huggingface_video.py  Hugging Face's VideoMAE and ViViT (videomae, vivit): clips of tubelets, read exactly
+    huggingface_convert.py  the conversion every Hugging Face ViT family shares (Family, convert): image or video
+    huggingface_video.py  Hugging Face's VideoMAE, ViViT and TimeSformer (videomae, vivit, timesformer): clips of
+                     tubelets or per-frame patches, joint or divided space-time attention, read exactly
+    huggingface_vjepa2.py  Hugging Face's V-JEPA 2 (vjepa2): its encoder's 3-D rotary embedding, its attentive pooler
     huggingface_text.py  the text half of CLIP and SigLIP folders, its config checked before transformers builds it
     open_clip.py     open_clip models (OpenCLIP's VisionTransformer or a timm trunk), with their text tower
     timm.py          the "timm:" specs: a pretrained timm model through timm and the Hub cache, converted by

@@ -15,28 +15,27 @@
     ijepa                  IJepaModel (no [CLS]; a backbone read by its mean patch token)
     swin, swinv2           SwinModel, SwinForImageClassification, Swinv2...: into vitviz's Swin (huggingface_swin.py)
     videomae, vivit        VideoMAE..., Vivit...: video ViTs over clips (huggingface_video.py)
+    timesformer            Timesformer...: divided (or joint) space-time attention (huggingface_video.py)
 
 Each family is a table of renaming rules (plus the per-block rules all families share), the
 defaults of its Hugging Face config class (config.json files may leave them out), and a small
-function turning its config into ``ViTConfig`` fields. Converted models reproduce the originals'
-outputs and every attention map (tests/test_import_huggingface.py).
+function turning its config into ``ViTConfig`` fields; huggingface_convert.py does the rest, the same way for every
+family, image or video. Converted models reproduce the originals' outputs and every attention map
+(tests/test_import_huggingface.py).
 
 The image tower needs no transformers. Folders and Hub repositories are read by ``huggingface_folder``.
 """
 
 from __future__ import annotations
 
-import re
-from collections import ChainMap
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
 from functools import partial
 
 import torch
 
-from vitviz.loading.build import build_model, check_model_size
-from vitviz.loading.errors import ModelLoadError, describe
-from vitviz.loading.sources.common import add_zero_biases, fuse_qkv, rename
+from vitviz.loading.errors import ModelLoadError
+from vitviz.loading.sources.common import add_zero_biases
+from vitviz.loading.sources.huggingface_convert import Family, convert
 from vitviz.loading.sources.huggingface_swin import HIERARCHICAL_TYPES, SWIN_TYPES, from_huggingface_swin
 from vitviz.loading.sources.huggingface_video import VIDEO_TYPES, from_huggingface_video
 from vitviz.messages import echo
@@ -124,7 +123,6 @@ _CLIP_DEFAULTS = {
     **{k: v for k, v in _VIT_DEFAULTS.items() if k != "qkv_bias"},
     **dict(patch_size=32, hidden_act="quick_gelu", layer_norm_eps=1e-5),
 }
-_ACTIVATIONS = {"gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh", "quick_gelu": "quick_gelu"}
 
 
 def _vit_config(c: Mapping, weights: dict) -> dict:
@@ -244,14 +242,21 @@ def _siglip_config(c: Mapping, weights: dict) -> dict:
     return dict(mlp_size=c["intermediate_size"], class_token=False, pooling="map")
 
 
-@dataclass(frozen=True)
-class _Family:
-    prefix: str  # the base model's attribute name, stripped from weight names when present
-    rules: list[tuple[str, str]]  # renaming rules; _BLOCK_RULES follow them
-    unused: str  # weights left out on purpose (full match, after the prefix is stripped)
-    defaults: dict  # the Hugging Face config class's defaults
-    config: Callable[[Mapping, dict], dict]  # (config with defaults, weights) -> ViTConfig fields
-    patch_bias: bool = True  # False: the patch convolution has no bias (vitviz's gets zeros)
+def _family(
+    prefix: str,
+    rules: list[tuple[str, str]],
+    unused: str,
+    defaults: dict,
+    fields: Callable[[Mapping, dict], dict],
+    patch_bias: bool = True,
+) -> Family:
+    """An image family: its rules then the per-block rules all share; its weights laid out as vitviz's after renaming
+    (``_fix_layout``), with zero biases where the source has none (``patch_bias=False``: its patch convolution)."""
+
+    def finish(weights: dict[str, torch.Tensor], config: ViTConfig) -> dict[str, torch.Tensor]:
+        return add_zero_biases(config, _fix_layout(weights, config, patch_bias))
+
+    return Family(prefix, rules + _BLOCK_RULES, unused, defaults, fields, finish)
 
 
 # Weights left out on purpose: the masked-image-modelling token, ViT's and DeiT's tanh pooler (not used
@@ -259,19 +264,19 @@ class _Family:
 _VIT_UNUSED = r"embeddings\.mask_token|pooler\.dense\..*"
 _CLIP_UNUSED = r"embeddings\.position_ids|visual_projection\.weight|text_model\..*|text_projection\.weight|logit_scale"
 _FAMILIES = {
-    "vit": _Family("vit", _VIT_RULES, _VIT_UNUSED, _VIT_DEFAULTS, _vit_config),
-    "deit": _Family("deit", _DEIT_RULES, _VIT_UNUSED, _VIT_DEFAULTS, _deit_config),
-    "dinov2": _Family(
+    "vit": _family("vit", _VIT_RULES, _VIT_UNUSED, _VIT_DEFAULTS, _vit_config),
+    "deit": _family("deit", _DEIT_RULES, _VIT_UNUSED, _VIT_DEFAULTS, _deit_config),
+    "dinov2": _family(
         "dinov2", _DINOV2_RULES, r"embeddings\.mask_token", _DINOV2_DEFAULTS, partial(_dinov2_config, registers=False)
     ),
-    "dinov2_with_registers": _Family(
+    "dinov2_with_registers": _family(
         "dinov2_with_registers",
         _DINOV2_RULES,
         r"embeddings\.mask_token",
         {**_DINOV2_DEFAULTS, "patch_size": 16, "num_register_tokens": 4},
         partial(_dinov2_config, registers=True),
     ),
-    "dinov3_vit": _Family(
+    "dinov3_vit": _family(
         "",
         _DINOV3_RULES,
         r"embeddings\.mask_token",
@@ -290,8 +295,8 @@ _FAMILIES = {
         ),
         _dinov3_config,
     ),
-    "ijepa": _Family("ijepa", _VIT_RULES, r"embeddings\.mask_token|pooler\.dense\..*", _VIT_DEFAULTS, _ijepa_config),
-    "aimv2_vision_model": _Family(
+    "ijepa": _family("ijepa", _VIT_RULES, r"embeddings\.mask_token|pooler\.dense\..*", _VIT_DEFAULTS, _ijepa_config),
+    "aimv2_vision_model": _family(
         "vision_model",
         _AIMV2_RULES,
         r"embeddings\.position_ids|text_model\..*|logit_scale|visual_projection\..*|"
@@ -308,8 +313,8 @@ _FAMILIES = {
         ),
         _aimv2_config,
     ),
-    "clip_vision_model": _Family("vision_model", _CLIP_RULES, _CLIP_UNUSED, _CLIP_DEFAULTS, _clip_config, False),
-    "siglip_vision_model": _Family(
+    "clip_vision_model": _family("vision_model", _CLIP_RULES, _CLIP_UNUSED, _CLIP_DEFAULTS, _clip_config, False),
+    "siglip_vision_model": _family(
         "vision_model",
         _SIGLIP_RULES,
         r"embeddings\.position_ids|text_model\..*|logit_scale|logit_bias",
@@ -354,59 +359,17 @@ def from_huggingface(state_dict: dict[str, torch.Tensor], config: dict) -> ViT:
         return from_huggingface_swin(state_dict, config)
     if model_type in VIDEO_TYPES:  # clips: tubelet embeddings
         return from_huggingface_video(state_dict, config)
+    if model_type == "vjepa2":  # clips: a 3-D rotary embedding and an attentive pooler (huggingface_vjepa2.py)
+        from vitviz.loading.sources.huggingface_vjepa2 import from_huggingface_vjepa2
+
+        return from_huggingface_vjepa2(state_dict, config)
     family = _FAMILIES.get(model_type)
     if family is None:
         raise ModelLoadError(
             f"Hugging Face model_type {echo(model_type)} is not supported; supported: "
             f"{', '.join(SUPPORTED_MODEL_TYPES)}"
         )
-    try:
-        c = ChainMap(dict(config), family.defaults)
-        prefix = re.compile(rf"^{family.prefix}\.")
-        weights = {prefix.sub("", name): t for name, t in state_dict.items()}
-        weights = {name: t for name, t in weights.items() if not re.fullmatch(family.unused, name)}
-        family_fields = family.config(c, weights)
-        activation = family_fields.pop("activation", None) or _ACTIVATIONS.get(c["hidden_act"])
-        if activation is None:
-            supported = ", ".join(_ACTIVATIONS)
-            raise ModelLoadError(f"hidden_act {echo(c['hidden_act'])} is not supported; vitviz has {supported}")
-        fields = dict(
-            image_size=c["image_size"],
-            patch_size=c["patch_size"],
-            num_channels=c["num_channels"],
-            hidden_size=c["hidden_size"],
-            num_layers=c["num_hidden_layers"],
-            num_heads=c["num_attention_heads"],
-            activation=activation,
-            layer_norm_eps=family_fields.pop("layer_norm_eps", c["layer_norm_eps"]),
-            dropout=c.get("hidden_dropout_prob", 0.0),
-            attention_dropout=c.get("attention_probs_dropout_prob", c.get("attention_dropout", 0.0)),
-            **family_fields,
-        )
-        fields["num_classes"] = weights["classifier.weight"].shape[0] if "classifier.weight" in weights else 0
-        vit_config = ViTConfig(**fields)
-        check_model_size(vit_config, f"the Hugging Face {model_type} model")  # before anything is built
-        weights = rename(weights, family.rules + _BLOCK_RULES, source="Hugging Face checkpoint")
-        weights = fuse_qkv(_zero_key_biases(weights))
-        if "head.weight" in weights:
-            vit_config = replace(vit_config, num_classes=weights["head.weight"].shape[0])
-        weights = add_zero_biases(vit_config, _fix_layout(weights, vit_config, family.patch_bias))  # AIMv2 has none
-    except ModelLoadError:
-        raise
-    except (TypeError, ValueError, KeyError, IndexError, AttributeError, RuntimeError) as error:
-        raise ModelLoadError(
-            f"Hugging Face config cannot describe a vitviz ViT ({model_type}): {describe(error)}"
-        ) from None
-    return build_model(vit_config, weights, source="Hugging Face checkpoint")
-
-
-def _zero_key_biases(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """A zero key bias where the query has a bias and the key none (DINOv3's key_bias=False): adding 0 is exact.
-    Empty tensors (DINOv3's register_tokens of a model without registers) are dropped."""
-    out = {name: t for name, t in weights.items() if t.numel() > 0}
-    for name in [n for n in out if n.endswith(".attn.q.bias")]:
-        out.setdefault(name.replace(".attn.q.bias", ".attn.k.bias"), torch.zeros_like(out[name]))
-    return out
+    return convert(state_dict, config, model_type, family)
 
 
 def _fix_layout(weights: dict[str, torch.Tensor], config: ViTConfig, patch_bias: bool) -> dict[str, torch.Tensor]:

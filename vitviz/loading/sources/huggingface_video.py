@@ -1,9 +1,12 @@
-"""Hugging Face video ViTs into vitviz's ViT: tubelet embeddings over clips (B, frames, C, H, W), joint attention.
+"""Hugging Face video ViTs into vitviz's ViT: clips (B, frames, C, H, W) cut into tubelets or per-frame patches.
 
     model_type  classes
     videomae    VideoMAEModel, VideoMAEForVideoClassification (the mean token, then fc_norm), VideoMAEForPreTraining's
                 encoder (a backbone read by its mean token); fixed sine-cosine positions, no [CLS]
     vivit       VivitModel, VivitForVideoClassification ([CLS], learned positions; VivitModel's tanh pooler is left out)
+    timesformer TimesformerModel, TimesformerForVideoClassification ([CLS]; one-frame patches listed patch-major,
+                position and time embeddings; attention_type "divided_space_time" (vitviz.model.divided) or
+                "joint_space_time"; "space_only", whose classifier gives one prediction per frame, is refused)
 
 Weights are read under the names files carry (transformers 4's ``q_bias`` and ``v_bias`` for VideoMAE, whose key has
 no bias) and those of transformers 5's modules. The converted model reads clips of the config's ``num_frames`` at
@@ -12,19 +15,17 @@ its ``image_size`` only, as transformers' does: its positions are for that grid 
 
 from __future__ import annotations
 
-import re
-from collections import ChainMap
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from functools import partial
 
 import torch
 
-from vitviz.loading.build import build_model, check_model_size
-from vitviz.loading.errors import ModelLoadError, describe
-from vitviz.loading.sources.common import fuse_qkv, rename
+from vitviz.loading.errors import ModelLoadError
+from vitviz.loading.sources.huggingface_convert import ACTIVATIONS, Family, convert
 from vitviz.messages import echo
-from vitviz.model import ViT, ViTConfig
+from vitviz.model import ViT
 
-VIDEO_TYPES = ("videomae", "vivit")
+VIDEO_TYPES = ("videomae", "vivit", "timesformer")
 # the config classes' defaults, for keys a config.json leaves out
 _COMMON_DEFAULTS = dict(
     image_size=224,
@@ -50,25 +51,33 @@ DEFAULTS = {
     "vivit": dict(
         _COMMON_DEFAULTS, num_frames=32, tubelet_size=[2, 16, 16], hidden_act="gelu_fast", layer_norm_eps=1e-6
     ),
+    "timesformer": dict(
+        _COMMON_DEFAULTS,
+        patch_size=16,
+        num_frames=8,
+        hidden_act="gelu",
+        layer_norm_eps=1e-6,
+        qkv_bias=True,
+        attention_type="divided_space_time",
+    ),
 }
 _FC_NORM_EPS = 1e-5  # VideoMAEForVideoClassification's fc_norm is a default nn.LayerNorm, whatever the config says
-_ACTIVATIONS = {
-    "gelu": "gelu",
-    "gelu_fast": "gelu_tanh",  # the tanh approximation, written out
-    "gelu_new": "gelu_tanh",
-    "gelu_pytorch_tanh": "gelu_tanh",
-    "quick_gelu": "quick_gelu",
-}
-_BLOCK = r"(?:encoder\.layer|layers)\.(\d+)\."  # VideoMAE's, ViViT's
+_ACTIVATIONS = ACTIVATIONS  # huggingface_vjepa2.py reads it from here (the shared table is huggingface_convert's)
+_BLOCK = r"(?:encoder\.layer|layers)\.(\d+)\."  # VideoMAE's, ViViT's, TimeSformer's
 _RULES = [
     (r"embeddings\.patch_embeddings\.projection\.", r"patch_embed.proj."),
     (r"embeddings\.cls_token", r"cls_token"),
     (r"embeddings\.position_embeddings", r"pos_embed"),
+    (r"embeddings\.time_embeddings", r"time_embed"),  # TimeSformer's
     (r"(?:layernorm|fc_norm)\.", r"norm."),
     (r"classifier\.", r"head."),
     (_BLOCK + r"layernorm_before\.", r"blocks.\1.norm1."),
     (_BLOCK + r"layernorm_after\.", r"blocks.\1.norm2."),
-    (_BLOCK + r"attention\.attention\.(query|key|value)\.", r"blocks.\1.attn.\2."),
+    (_BLOCK + r"attention\.attention\.(query|key|value|qkv)\.", r"blocks.\1.attn.\2."),
+    (_BLOCK + r"temporal_layernorm\.", r"blocks.\1.temporal_norm."),  # TimeSformer's temporal half
+    (_BLOCK + r"temporal_attention\.attention\.qkv\.", r"blocks.\1.temporal_attn.qkv."),
+    (_BLOCK + r"temporal_attention\.output\.dense\.", r"blocks.\1.temporal_attn.proj."),
+    (_BLOCK + r"temporal_dense\.", r"blocks.\1.temporal_dense."),
     (_BLOCK + r"attention\.attention\.(q|v)_bias", r"blocks.\1.attn.\2.bias"),  # transformers 4's VideoMAE
     (_BLOCK + r"attention\.(q|k|v)_proj\.", r"blocks.\1.attn.\2."),
     (_BLOCK + r"attention\.(?:output\.dense|o_proj)\.", r"blocks.\1.attn.proj."),
@@ -80,43 +89,14 @@ _UNUSED = r"encoder_to_decoder\..*|mask_token|decoder\..*|pooler\.dense\..*"
 
 
 def from_huggingface_video(state_dict: Mapping[str, torch.Tensor], config: Mapping) -> ViT:
-    """Convert a Hugging Face VideoMAE or ViViT state dict (``config`` is its config.json as a dict)."""
+    """Convert a Hugging Face VideoMAE, ViViT or TimeSformer state dict (``config`` is its config.json as a dict)."""
     model_type = config.get("model_type")
-    try:
-        c = ChainMap(dict(config), DEFAULTS[model_type])
-        prefix = re.compile(rf"^{model_type}\.")
-        weights = {prefix.sub("", name): t for name, t in state_dict.items()}
-        weights = {name: t for name, t in weights.items() if not re.fullmatch(_UNUSED, name)}
-        activation = _ACTIVATIONS.get(c["hidden_act"])
-        if activation is None:
-            supported = ", ".join(_ACTIVATIONS)
-            raise ModelLoadError(f"hidden_act {echo(c['hidden_act'])} is not supported; vitviz has {supported}")
-        family = _videomae_fields(c, weights) if model_type == "videomae" else _vivit_fields(c)
-        vit_config = ViTConfig(
-            image_size=c["image_size"],
-            num_channels=c["num_channels"],
-            hidden_size=c["hidden_size"],
-            num_layers=c["num_hidden_layers"],
-            num_heads=c["num_attention_heads"],
-            mlp_size=c["intermediate_size"],
-            activation=activation,
-            layer_norm_eps=c["layer_norm_eps"],
-            dropout=c["hidden_dropout_prob"],
-            attention_dropout=c["attention_probs_dropout_prob"],
-            num_frames=c["num_frames"],
-            num_classes=weights["classifier.weight"].shape[0] if "classifier.weight" in weights else 0,
-            **family,
-        )
-        check_model_size(vit_config, f"the Hugging Face {model_type} model")  # before anything is built
-        weights = rename(weights, _RULES, source="Hugging Face checkpoint")
-        weights = fuse_qkv(_zero_key_biases(weights))
-    except ModelLoadError:
-        raise
-    except (TypeError, ValueError, KeyError, IndexError, AttributeError, RuntimeError) as error:
-        raise ModelLoadError(
-            f"Hugging Face config cannot describe a vitviz ViT ({model_type}): {describe(error)}"
-        ) from None
-    return build_model(vit_config, weights, source="Hugging Face checkpoint")
+    return convert(state_dict, config, model_type, _FAMILIES[model_type])
+
+
+def _video_fields(own: Callable[[Mapping, dict], dict], c: Mapping, weights: dict) -> dict:
+    """What every video family reads the same way (its frames, its MLP's width), then the family's own fields."""
+    return dict(num_frames=c["num_frames"], mlp_size=c["intermediate_size"]) | own(c, weights)
 
 
 def _videomae_fields(c: Mapping, weights: dict) -> dict:
@@ -146,7 +126,7 @@ def _videomae_fields(c: Mapping, weights: dict) -> dict:
     )
 
 
-def _vivit_fields(c: Mapping) -> dict:
+def _vivit_fields(c: Mapping, weights: dict) -> dict:
     """[CLS] and learned positions; tubelet_size is (frames, height, width) of each token's block of pixels."""
     tubelet = c["tubelet_size"]
     if not (isinstance(tubelet, (list, tuple)) and len(tubelet) == 3 and tubelet[1] == tubelet[2]):
@@ -156,6 +136,38 @@ def _vivit_fields(c: Mapping) -> dict:
     return dict(patch_size=tubelet[1], tubelet_size=tubelet[0], qkv_bias=c.get("qkv_bias", True))
 
 
+def _timesformer_fields(c: Mapping, weights: dict) -> dict:
+    """[CLS]; each frame cut into patches, listed patch-major (token 1 + n * frames + t); a position table shared by
+    the frames plus a time table shared by the patches; divided or joint space-time attention."""
+    kind = c["attention_type"]
+    if kind == "space_only":
+        raise ModelLoadError(
+            "TimeSformer with attention_type='space_only' is not supported: transformers' classifier then gives one "
+            "prediction per frame, (B * frames, labels), not one per clip"
+        )
+    if kind not in ("divided_space_time", "joint_space_time"):
+        raise ModelLoadError(
+            f"TimeSformer's attention_type must be divided_space_time or joint_space_time; got {echo(kind, 80)}"
+        )
+    return dict(
+        patch_size=_side(c["patch_size"], "patch_size"),
+        qkv_bias=c["qkv_bias"],
+        time_embeddings=True,
+        patch_major=True,
+        attention="divided" if kind == "divided_space_time" else "joint",
+    )
+
+
+_FAMILIES = {
+    model_type: Family(model_type, _RULES, _UNUSED, DEFAULTS[model_type], partial(_video_fields, fields))
+    for model_type, fields in [
+        ("videomae", _videomae_fields),
+        ("vivit", _vivit_fields),
+        ("timesformer", _timesformer_fields),
+    ]
+}
+
+
 def _side(size: object, name: str) -> int:
     """A square patch's side from an int or an (h, w) pair with h == w."""
     if isinstance(size, (list, tuple)) and len(size) == 2 and size[0] == size[1]:
@@ -163,13 +175,3 @@ def _side(size: object, name: str) -> int:
     if isinstance(size, (list, tuple)):
         raise ModelLoadError(f"{name} must be square (vitviz's patches are); got {echo(size, 80)}")
     return size
-
-
-def _zero_key_biases(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """VideoMAE's key has no bias where its query has one: a zero bias is exact."""
-    out = dict(weights)
-    for name in [n for n in out if n.endswith(".attn.q.bias") or n.endswith(".attn.query.bias")]:
-        key = name.replace(".attn.q.bias", ".attn.k.bias").replace(".attn.query.bias", ".attn.key.bias")
-        if key not in out and key.replace(".k.", ".key.") not in out and key.replace(".key.", ".k.") not in out:
-            out[key] = torch.zeros_like(out[name])
-    return out
