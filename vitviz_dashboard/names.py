@@ -109,6 +109,7 @@ class Readout(Enum):
     MEAN = "mean"
     CLS_AND_MEAN = "cls+mean"
     POOLING_HEAD = "map"
+    ATTENTIVE = "attentive"  # V-JEPA 2's pooler: blocks over every token, then a query
     DISTILLED = "distilled"
 
 
@@ -120,6 +121,7 @@ def readout_kind(config: vitviz.ViTConfig) -> Readout:
 
 READOUT_DESCRIPTIONS = {  # a few words for the sidebar
     Readout.POOLING_HEAD: "an attention-pooling head over the patches",
+    Readout.ATTENTIVE: "an attentive pooler: self-attention blocks over every token, then one query",
     Readout.MEAN: "the mean of the patch tokens",
     Readout.CLS_AND_MEAN: "[CLS] and the mean patch token, side by side",
     Readout.DISTILLED: "[CLS] and distillation tokens (two heads, averaged)",
@@ -127,6 +129,7 @@ READOUT_DESCRIPTIONS = {  # a few words for the sidebar
 }
 READOUT_TITLES = {  # the title of the attention rows a readout map shows
     Readout.POOLING_HEAD: "rows weighted by the pooling head",
+    Readout.ATTENTIVE: "rows weighted by the pooler (its query, carried back through its blocks)",
     Readout.MEAN: "mean of the patch rows",
     Readout.CLS_AND_MEAN: "[CLS] row and mean patch row, half each",
     Readout.DISTILLED: "[CLS] and distillation rows, half each",

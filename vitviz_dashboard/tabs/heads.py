@@ -33,6 +33,8 @@ READS = {  # what each head's map is, by what the head reads
     Readout.MEAN: "the mean of every patch's attention row, since the head reads the mean patch token",
     Readout.POOLING_HEAD: "every token's attention row, weighted as the attention-pooling head "
     "weighs the final tokens (its weights averaged over its heads)",
+    Readout.ATTENTIVE: "every token's attention row, weighted as the attentive pooler reads the final tokens (its "
+    "query's weights averaged over its heads, carried back through its blocks by rollout)",
     Readout.CLS_AND_MEAN: "half the [CLS] row and half the mean patch row, as the head reads "
     "[CLS] and the mean patch token",
     Readout.DISTILLED: "the mean of the [CLS] and distillation tokens' rows, whose two heads are averaged",

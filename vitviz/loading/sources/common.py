@@ -35,11 +35,12 @@ def rename(state_dict: dict[str, torch.Tensor], rules: list[tuple[str, str]], so
 
 
 def fuse_qkv(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """blocks.i.attn.{query,key,value}.{weight,bias} -> blocks.i.attn.qkv.{weight,bias} (q, k, v order)."""
+    """blocks.i.attn.{query,key,value}.{weight,bias} -> blocks.i.attn.qkv.{weight,bias} (q, k, v order); a Swin's
+    stages.s.blocks.i.attn likewise."""
     fused: dict[str, list] = {}
     out = {}
     for name, tensor in state_dict.items():
-        match = re.fullmatch(r"(blocks\.\d+\.attn)\.(query|key|value|q|k|v)\.(weight|bias)", name)
+        match = re.fullmatch(r"((?:stages\.\d+\.)?blocks\.\d+\.attn)\.(query|key|value|q|k|v)\.(weight|bias)", name)
         if match:
             parts = fused.setdefault(f"{match[1]}.qkv.{match[3]}", [None, None, None])
             parts[_QKV_PARTS[match[2]]] = tensor

@@ -22,9 +22,10 @@ SWIN_CLASSES = ("SwinTransformer", "SwinTransformerV2")
 # timm's hierarchical families vitviz's Swin does not cover, with the reason
 REFUSED = {
     "SwinTransformerV2Cr": (
-        "timm's swinv2_cr (SwinTransformerV2Cr) is not supported: its blocks carry extra norms on the main branch, a "
-        "two-layer position MLP of its own and a per-head logit scale, which vitviz's Swin does not reproduce; "
-        "load timm:swinv2_* or hf: Swin v2 models instead"
+        "timm's swinv2_cr (SwinTransformerV2Cr) is not supported: besides Swin v2's cosine attention it norms the "
+        "main branch at the end of each stage (every stage in the _ns models), has no final norm, norms the merging "
+        "before its linear map, and reads positions by an MLP of its own (natural-log offsets, no 16 sigmoid); "
+        "vitviz's Swin does not reproduce these: load timm:swinv2_* or hf: Swin v2 models instead"
     ),
     "Hiera": (
         "timm's Hiera is not supported: its mask units and pooled queries make attention whose query and key tokens "

@@ -16,6 +16,8 @@
     swin, swinv2           SwinModel, SwinForImageClassification, Swinv2...: into vitviz's Swin (huggingface_swin.py)
     videomae, vivit        VideoMAE..., Vivit...: video ViTs over clips (huggingface_video.py)
     timesformer            Timesformer...: divided (or joint) space-time attention (huggingface_video.py)
+    vjepa2                 VJEPA2Model (the encoder), VJEPA2ForVideoClassification: 3-D rotary, the attentive pooler
+                           (huggingface_vjepa2.py)
 
 Each family is a table of renaming rules (plus the per-block rules all families share), the
 defaults of its Hugging Face config class (config.json files may leave them out), and a small
@@ -333,7 +335,7 @@ _VISION_HALF = {
     "siglip": "siglip_vision_model",
     "aimv2": "aimv2_vision_model",
 }  # image-text models: vision_config
-SUPPORTED_MODEL_TYPES = tuple(sorted([*_FAMILIES, *_VISION_HALF, *SWIN_TYPES, *VIDEO_TYPES]))
+SUPPORTED_MODEL_TYPES = tuple(sorted([*_FAMILIES, *_VISION_HALF, *SWIN_TYPES, *VIDEO_TYPES, "vjepa2"]))
 
 
 def from_huggingface(state_dict: dict[str, torch.Tensor], config: dict) -> ViT:

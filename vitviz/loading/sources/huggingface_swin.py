@@ -22,7 +22,8 @@ import torch
 
 from vitviz.loading.build_swin import build_swin
 from vitviz.loading.errors import ModelLoadError, describe
-from vitviz.loading.sources.common import rename
+from vitviz.loading.sources.common import fuse_qkv, rename
+from vitviz.loading.sources.huggingface_convert import ACTIVATIONS, zero_key_biases
 from vitviz.messages import echo
 from vitviz.model.swin import Swin, SwinConfig
 
@@ -48,8 +49,8 @@ DEFAULTS = dict(
     layer_norm_eps=1e-5,
     pretrained_window_sizes=[0, 0, 0, 0],
 )
-_ACTIVATIONS = {"gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh", "quick_gelu": "quick_gelu"}
 _BLOCK = r"encoder\.layers\.(\d+)\.blocks\.(\d+)\."
+_QKV_NAMES = (("q", "query"), ("k", "key"), ("v", "value"))  # transformers 5's module names, 4's in files
 _RULES = [
     (r"embeddings\.patch_embeddings\.projection\.", r"patch_embed.proj."),
     (r"embeddings\.norm\.", r"patch_embed.norm."),
@@ -57,7 +58,8 @@ _RULES = [
     (r"merge\.(\d+)\.", r"stages.\1.merge."),  # renamed from encoder.layers.<i>.downsample first (_merge_names)
     (_BLOCK + r"layernorm_before\.", r"stages.\1.blocks.\2.norm1."),
     (_BLOCK + r"layernorm_after\.", r"stages.\1.blocks.\2.norm2."),
-    (_BLOCK + r"attention\.(?:self\.)?(query|key|value|q_proj|k_proj|v_proj)\.", r"stages.\1.blocks.\2.attn.\3."),
+    (_BLOCK + r"attention\.(?:self\.)?(query|key|value)\.", r"stages.\1.blocks.\2.attn.\3."),
+    *((_BLOCK + rf"attention\.{short}_proj\.", rf"stages.\1.blocks.\2.attn.{name}.") for short, name in _QKV_NAMES),
     (_BLOCK + r"attention\.(?:output\.dense|o_proj)\.", r"stages.\1.blocks.\2.attn.proj."),
     (
         _BLOCK + r"attention\.(?:self|relative_position_bias)\.relative_position_bias_table",
@@ -72,7 +74,6 @@ _RULES = [
 ]
 # left out on purpose: buffers older files saved (recomputed by vitviz), SimMIM's mask token and decoder
 _UNUSED = r".*\.(relative_position_index|relative_coords_table)|embeddings\.mask_token|decoder\..*"
-_QKV = {"query": 0, "key": 1, "value": 2, "q_proj": 0, "k_proj": 1, "v_proj": 2}
 
 
 def from_huggingface_swin(state_dict: Mapping[str, torch.Tensor], config: Mapping) -> Swin:
@@ -89,7 +90,8 @@ def from_huggingface_swin(state_dict: Mapping[str, torch.Tensor], config: Mappin
         prefix = re.compile(rf"^{model_type}\.")
         weights = {prefix.sub("", name): t for name, t in state_dict.items()}
         weights = {_merge_names(name): t for name, t in weights.items() if not re.fullmatch(_UNUSED, name)}
-        weights = _fuse_qkv(rename(weights, _RULES, source=f"Hugging Face {model_type} checkpoint"))
+        weights = rename(weights, _RULES, source=f"Hugging Face {model_type} checkpoint")
+        weights = fuse_qkv(zero_key_biases(weights))  # Swin v2's key has no bias: 0
     except ModelLoadError:
         raise
     except (TypeError, ValueError, KeyError, IndexError, AttributeError, RuntimeError) as error:
@@ -103,25 +105,6 @@ def _merge_names(name: str) -> str:
     """transformers merges at the end of a stage, vitviz at the start of the next: encoder.layers.<i>.downsample
     becomes merge.<i + 1>."""
     return re.sub(r"^encoder\.layers\.(\d+)\.downsample\.", lambda m: f"merge.{int(m[1]) + 1}.", name)
-
-
-def _fuse_qkv(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """attn.{query,key,value} -> attn.qkv, in q, k, v order; Swin v2's key has no bias, which is 0."""
-    parts: dict[str, list] = {}
-    out = {}
-    for name, tensor in weights.items():
-        match = re.fullmatch(r"(.+\.attn)\.(query|key|value|q_proj|k_proj|v_proj)\.(weight|bias)", name)
-        if match:
-            parts.setdefault(f"{match[1]}.qkv.{match[3]}", [None, None, None])[_QKV[match[2]]] = tensor
-        else:
-            out[name] = tensor
-    for name, (q, k, v) in parts.items():
-        if name.endswith(".bias") and k is None and q is not None and v is not None:
-            k = torch.zeros_like(q)
-        if q is None or k is None or v is None:
-            raise ModelLoadError(f"incomplete query/key/value weights for {name}")
-        out[name] = torch.cat([q, k, v])
-    return out
 
 
 def _side(value: object, name: str) -> tuple[int, int]:
@@ -141,10 +124,10 @@ def _swin_config(c: Mapping, model_type: str, weights: Mapping) -> SwinConfig:
     patch = _side(c["patch_size"], "patch_size")
     if patch[0] != patch[1]:
         raise ModelLoadError(f"patches of {patch[0]}x{patch[1]} pixels: vitviz's Swin has square patches")
-    activation = _ACTIVATIONS.get(c["hidden_act"])
+    activation = ACTIVATIONS.get(c["hidden_act"]) if isinstance(c["hidden_act"], str) else None
     if activation is None:
         raise ModelLoadError(
-            f"hidden_act {echo(c['hidden_act'])} is not supported; vitviz has {', '.join(_ACTIVATIONS)}"
+            f"hidden_act {echo(c['hidden_act'])} is not supported; vitviz has {', '.join(ACTIVATIONS)}"
         )
     classes = weights.get("classifier.weight")
     fields = dict(
