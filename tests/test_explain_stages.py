@@ -185,3 +185,29 @@ def test_bad_arguments_are_one_clear_error(change, message):
     attentions, layouts = change(attentions, layouts)
     with pytest.raises(ValueError, match=message):
         rollout_across_stages(attentions, layouts)
+
+
+def test_a_patch_major_clip_comes_back_in_grid_order_and_divided_attention_is_refused():
+    """TimeSformer lists its tokens patch by patch (1 + n * frames + t): the map must be read through the layout's
+    grid_order, as grid_view reads it (TimeSformer #76 is the bug of reshaping by the grid), and its divided
+    attention, which is no (T, T) matrix, is refused in one line."""
+    from test_import_timesformer import clips, convert, hf_model
+
+    joint = convert(hf_model(attention_type="joint_space_time"))
+    with torch.no_grad():
+        out = joint(clips(1), output_attentions=True)
+    frames, rows, cols = out.layout.grid
+    token = 1 + (1 * cols + 1) * frames + (frames - 1)  # patch (1, 1) in the last frame
+    readout = torch.zeros(1, len(out.layout))
+    readout[0, token] = 1.0
+    zeros = [torch.zeros_like(a) for a in out.attentions]  # no attention: the map is the readout itself
+    drawn = rollout_across_stages(zeros, out.layouts, readout=readout)
+    assert drawn.shape == (1, frames, rows, cols)
+    assert np.argwhere(drawn[0].numpy() > 0).tolist() == [[frames - 1, 1, 1]]
+    np.testing.assert_array_equal(drawn[0].numpy(), out.layout.grid_view(readout[0].numpy()))
+    divided = convert(hf_model())
+    with torch.no_grad():
+        out = divided(clips(1), output_attentions=True)
+    with pytest.raises(ValueError, match="divided space-time") as refused:
+        rollout_across_stages(out.attentions, out.layouts, readout=out.readout)
+    assert "\n" not in str(refused.value)

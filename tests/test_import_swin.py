@@ -275,7 +275,7 @@ def test_num_parameters_counts_the_built_model():
 
 def test_refused_by_name():
     with torch.device("meta"):
-        for name in ("swinv2_cr_tiny_224", "hiera_tiny_224"):
+        for name in ("swinv2_cr_tiny_224", "swinv2_cr_tiny_ns_224", "hiera_tiny_224"):
             with pytest.raises(ModelLoadError, match="swinv2_cr|Hiera"):
                 timm_config(timm.create_model(name, pretrained=False))
     with pytest.raises(ModelLoadError, match="Hiera"):

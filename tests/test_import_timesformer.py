@@ -84,6 +84,30 @@ def test_logits_and_attentions_match_transformers(attention_type):
     assert model.config.num_parameters == sum(p.numel() for p in model.parameters())
 
 
+@pytest.mark.parametrize("attention_type", ["divided_space_time", "joint_space_time"])
+@pytest.mark.parametrize("size", [(48, 48), (32, 48), (16, 48), (16, 64)])
+def test_other_frame_sizes_match_transformers_resized_position_table(attention_type, size):
+    """transformers' TimesformerEmbeddings resizes the 4 x 4 position table by nearest neighbour where the patch count
+    differs (48 x 48: 6 x 6 patches; 32 x 48: 4 x 6), and uses it as it is where the count is the same (16 x 64: 2 x 8,
+    16 patches): vitviz's logits and attentions are transformers' at every such size."""
+    source = hf_model(attention_type=attention_type)
+    torch.manual_seed(2)
+    x = torch.randn(2, FRAMES, 3, *size)
+    with torch.no_grad():
+        expected = source(x, output_attentions=True)
+        model = convert(source)
+        out = model(x, output_attentions=True)
+    rows, cols = size[0] // PATCH, size[1] // PATCH
+    assert out.grid_size == (FRAMES, rows, cols) and out.layout.image_size == size
+    torch.testing.assert_close(out.logits, expected.logits, atol=ATOL, rtol=0)
+    for ours, theirs in zip(out.attentions, expected.attentions, strict=True):
+        assert ours.shape == theirs.shape
+        torch.testing.assert_close(ours, theirs, atol=ATOL, rtol=0)
+    with pytest.raises(ValueError, match=r"reads clips of shape \(B, 3, 3, H, W\)") as error:
+        model(torch.randn(1, FRAMES + 1, 3, *size))  # other frame counts: refused (the time table is not resized)
+    assert "\n" not in str(error.value)
+
+
 def test_temporal_attention_matches_a_hook_on_transformers_temporal_module():
     source = hf_model()
     seen = []
@@ -224,8 +248,7 @@ def test_attention_sink_gets_both_attentions_and_the_streaming_explainer_refuses
     with torch.no_grad():
         out = model(clips(1), output_attentions=True, attention_sink=lambda index, w: received.append(w))
     assert all(isinstance(w, DividedAttention) for w in received) and len(received) == 2
-    torch.testing.assert_close(received[1].spatial, out.attentions[1], atol=0, rtol=0)
-    torch.testing.assert_close(received[1].temporal, out.temporal_attentions[1], atol=0, rtol=0)
+    assert received[1].spatial is out.attentions[1] and received[1].temporal is out.temporal_attentions[1]
     explainer = StreamingExplainer((FRAMES, ROWS, COLS), PATCH)
     with pytest.raises(ValueError, match="divided space-time"), torch.no_grad():
         model(clips(1), attention_sink=explainer)

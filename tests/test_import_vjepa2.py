@@ -58,6 +58,47 @@ def convert(model: torch.nn.Module) -> vitviz.ViT:
     return from_huggingface(model.state_dict(), model.config.to_dict())
 
 
+def recomputed_weights(module: torch.nn.Module, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """softmax(q k^T / sqrt(d)) written out with a transformers pooler attention's own q_proj and k_proj, (B, heads,
+    Tq, T), from the inputs it received."""
+    heads = module.num_heads
+    q = module.q_proj(queries).unflatten(-1, (heads, -1)).transpose(1, 2)
+    k = module.k_proj(keys).unflatten(-1, (heads, -1)).transpose(1, 2)
+    return (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).softmax(dim=-1)
+
+
+def hook_pooler(pooler: torch.nn.Module) -> dict:
+    """Forward pre-hooks on transformers' pooler attention modules: what each receives, by block index or "cross"."""
+    inputs = {}
+
+    def keep(name):
+        return lambda module, args, kwargs: inputs.__setitem__(name, (args, kwargs))
+
+    for index, layer in enumerate(pooler.self_attention_layers):
+        layer.self_attn.register_forward_pre_hook(keep(index), with_kwargs=True)
+    pooler.cross_attention_layer.cross_attn.register_forward_pre_hook(keep("cross"), with_kwargs=True)
+    return inputs
+
+
+def pooler_reference(pooler: torch.nn.Module, inputs: dict) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """transformers' pooler blocks' weights (B, heads, T, T) each and its query's (B, heads, T), recomputed from the
+    inputs ``hook_pooler`` caught."""
+    blocks = []
+    for index, layer in enumerate(pooler.self_attention_layers):
+        hidden = inputs[index][1]["hidden_states"]
+        blocks.append(recomputed_weights(layer.self_attn, hidden, hidden))
+    args, _ = inputs["cross"]
+    return blocks, recomputed_weights(pooler.cross_attention_layer.cross_attn, args[0], args[1])[:, :, 0]
+
+
+def dense_readout(cross: torch.Tensor, blocks: list[torch.Tensor]) -> torch.Tensor:
+    """The readout, densely: the query's head mean, then r <- 0.5 r + 0.5 r @ mean_h(A), the last block first."""
+    row = cross.mean(dim=1)
+    for attention in reversed(blocks):
+        row = 0.5 * row + 0.5 * (row[:, None, :] @ attention.mean(dim=1))[:, 0]
+    return row
+
+
 @pytest.mark.parametrize("width", HEAD_WIDTHS)
 def test_logits_and_every_attention_match_transformers(width):
     source = hf_model(**HEAD_WIDTHS[width])
@@ -91,44 +132,20 @@ def test_pooler_weights_match_a_recomputation_from_transformers_pooler_inputs(mo
     """Forward hooks capture what transformers' pooler attention modules receive; softmax(q k^T / sqrt(d)) with their
     own q_proj and k_proj is what vitviz returns. The readout is rollout's rule carried back through those weights."""
     source = hf_model()
-    pooler = source.pooler
-    inputs = {}
-
-    def keep(name):
-        return lambda module, args, kwargs: inputs.__setitem__(name, (args, kwargs))
-
-    for index, layer in enumerate(pooler.self_attention_layers):
-        layer.self_attn.register_forward_pre_hook(keep(index), with_kwargs=True)
-    pooler.cross_attention_layer.cross_attn.register_forward_pre_hook(keep("cross"), with_kwargs=True)
+    inputs = hook_pooler(source.pooler)
     x = clips()
     with torch.no_grad():
         expected_logits = source(pixel_values_videos=x).logits
         model = convert(source)
         out = model(x, output_attentions=True)
-
-    def weights(module, queries, keys):  # (B, heads, Tq, T)
-        heads = module.num_heads
-        q = module.q_proj(queries).unflatten(-1, (heads, -1)).transpose(1, 2)
-        k = module.k_proj(keys).unflatten(-1, (heads, -1)).transpose(1, 2)
-        return (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).softmax(dim=-1)
-
-    with torch.no_grad():
-        expected = []
-        for index, layer in enumerate(pooler.self_attention_layers):
-            hidden = inputs[index][1]["hidden_states"]
-            expected.append(weights(layer.self_attn, hidden, hidden))
-        args, kwargs = inputs["cross"]
-        cross = weights(pooler.cross_attention_layer.cross_attn, args[0], args[1])[:, :, 0]  # (B, heads, T)
+        expected, cross = pooler_reference(source.pooler, inputs)
     torch.testing.assert_close(out.logits, expected_logits, atol=ATOL, rtol=0)
     assert len(out.pooler_attentions) == 2
     for ours, theirs in zip(out.pooler_attentions, expected, strict=True):
         assert ours.shape == (2, 4, 32, 32)
         torch.testing.assert_close(ours, theirs, atol=ATOL, rtol=0)
     torch.testing.assert_close(out.pool_attention, cross, atol=ATOL, rtol=0)
-    # the readout, densely: the query's head mean, then r <- 0.5 r + 0.5 r @ mean_h(A) for the last block, the first
-    row = cross.mean(dim=1)
-    for attention in reversed(expected):
-        row = 0.5 * row + 0.5 * (row[:, None, :] @ attention.mean(dim=1))[:, 0]
+    row = dense_readout(cross, expected)
     torch.testing.assert_close(out.readout, row, atol=ATOL, rtol=0)
     torch.testing.assert_close(out.readout.sum(dim=-1), torch.ones(2))
     # without weights the readout is carried back a few query rows at a time: 3 rows here, so 11 chunks of 32
@@ -140,26 +157,93 @@ def test_pooler_weights_match_a_recomputation_from_transformers_pooler_inputs(mo
     torch.testing.assert_close(fused.pool_attention, cross, atol=ATOL, rtol=0)
 
 
-def test_queries_and_keys_of_a_block_and_of_the_pooler_query_give_their_weights_without_attending():
-    """What a bounded-memory map computes its weights from: a block's rotated queries and keys for its normed input
-    (``Attention.queries_keys_values``), the pooler query's (``PoolerCrossAttention.queries_keys``)."""
-    model = convert(hf_model())
+def test_queries_keys_and_values_of_a_block_and_of_the_pooler_query_are_transformers():
+    """What a bounded-memory map computes its weights from: a block's rotated queries, keys and values for its normed
+    input (``Attention.queries_keys_values``, and ``output_qkv``), the pooler query's and keys
+    (``PoolerCrossAttention.queries_keys``), against transformers' own projections and ``apply_rotary_embeddings``
+    on the inputs its modules receive (forward pre-hooks)."""
+    source = hf_model()
+    inputs = {}
+
+    def keep(name):
+        return lambda module, args, kwargs: inputs.__setitem__(name, (args, kwargs))
+
+    for index, layer in enumerate(source.vjepa2.encoder.layer):
+        layer.attention.register_forward_pre_hook(keep(index), with_kwargs=True)
+    source.pooler.cross_attention_layer.register_forward_pre_hook(keep("cross"), with_kwargs=True)
+    model = convert(source)
     x = clips()
     with torch.no_grad():
-        out = model(x, output_attentions=True, output_hidden_states=True)
-        tokens, grid = model.embed(x)
-        controls = model.block_arguments(grid, x.shape[0])
+        source(pixel_values_videos=x)
+        out = model(x, output_qkv=True)
+        controls = model.block_arguments(out.grid_size, x.shape[0])
         for index, block in enumerate(model.blocks):
-            q, k, _ = block.attn.queries_keys_values(block.norm1(tokens), controls[index].rope)
-            expected = (q @ k.transpose(-2, -1) * block.attn.scale).softmax(dim=-1)
-            torch.testing.assert_close(out.attentions[index], expected, atol=ATOL, rtol=0)
-            tokens = out.hidden_states[index]
-        pooled = out.last_hidden_state
-        for block in model.attn_pool.blocks:
-            pooled = block(pooled).hidden
-        q, k = model.attn_pool.cross.queries_keys(model.attn_pool.query, pooled)
-        expected = (q @ k.transpose(-2, -1) * model.attn_pool.cross.scale).softmax(dim=-1)[:, :, 0]
-    torch.testing.assert_close(out.pool_attention, expected, atol=ATOL, rtol=0)
+            args, kwargs = inputs[index]
+            hidden = args[0] if args else kwargs["hidden_states"]  # norm1(x), transformers'
+            attention = source.vjepa2.encoder.layer[index].attention
+            heads = attention.num_attention_heads
+            q, k, v = (
+                part(hidden).unflatten(-1, (heads, -1)).transpose(1, 2)
+                for part in (attention.query, attention.key, attention.value)
+            )
+            positions = attention.get_position_ids(hidden)
+            expected = (
+                attention.apply_rotary_embeddings(q, positions),
+                attention.apply_rotary_embeddings(k, positions),
+                v,
+            )
+            ours = block.attn.queries_keys_values(hidden, controls[index].rope)
+            for mine, returned, theirs in zip(ours, out.qkv[index], expected, strict=True):
+                assert mine.shape == theirs.shape == (2, 4, 32, 16)
+                torch.testing.assert_close(mine, theirs, atol=ATOL, rtol=0)
+                torch.testing.assert_close(returned, theirs, atol=ATOL, rtol=0)
+        (queries, tokens), _ = inputs["cross"]  # the learned query (B, 1, D), the last pooler block's output
+        cross = source.pooler.cross_attention_layer
+        heads = cross.cross_attn.num_heads
+        expected_q = cross.cross_attn.q_proj(queries).unflatten(-1, (heads, -1)).transpose(1, 2)
+        expected_k = cross.cross_attn.k_proj(cross.layer_norm1(tokens)).unflatten(-1, (heads, -1)).transpose(1, 2)
+        q, k = model.attn_pool.cross.queries_keys(model.attn_pool.query, tokens)
+    torch.testing.assert_close(q.expand(2, -1, -1, -1), expected_q, atol=ATOL, rtol=0)
+    torch.testing.assert_close(k, expected_k, atol=ATOL, rtol=0)
+
+
+def test_a_masked_token_leaves_the_pooler_as_if_it_were_not_there(monkeypatch):
+    """A key mask (and a knock-out) takes its tokens out of the attentive pooler too: the pooler's weights, the
+    logits and the readout equal transformers' pooler run densely on the encoder's output without those tokens."""
+    source = hf_model()
+    model = convert(source)
+    x = clips()
+    mask = torch.ones(2, 32, dtype=torch.bool)
+    mask[0, 5] = False
+    mask[1, [0, 20, 21]] = False
+    with torch.no_grad():
+        out = model(x, key_mask=mask, output_attentions=True)
+        plain = model(x)
+        knocked = model.knock_out(tokens=[5])(x[:1], output_attentions=True)
+        monkeypatch.setattr(attentive_pooler, "CHUNK_ELEMENTS", 4 * 32 * 3)  # the readout 3 query rows at a time
+        fused = model(x, key_mask=mask)
+    for b in range(2):
+        keep = mask[b]
+        inputs = hook_pooler(source.pooler)
+        with torch.no_grad():
+            tokens = out.last_hidden_state[b : b + 1, keep]  # the (masked) encoder's normed output, tokens removed
+            expected_logits = source.classifier(source.pooler(tokens))[0]
+            blocks, cross = pooler_reference(source.pooler, inputs)
+        torch.testing.assert_close(out.logits[b], expected_logits, atol=ATOL, rtol=0)
+        torch.testing.assert_close(fused.logits[b], expected_logits, atol=ATOL, rtol=0)
+        for ours, theirs in zip(out.pooler_attentions, blocks, strict=True):
+            torch.testing.assert_close(ours[b][:, keep][:, :, keep], theirs[0], atol=ATOL, rtol=0)
+            torch.testing.assert_close(ours[b][:, :, ~keep], torch.zeros(4, 32, int((~keep).sum())), atol=1e-7, rtol=0)
+        for pool_attention in (out.pool_attention, fused.pool_attention):
+            torch.testing.assert_close(pool_attention[b][:, keep], cross[0], atol=ATOL, rtol=0)
+            assert (pool_attention[b][:, ~keep] == 0).all()
+        expected_readout = torch.zeros(32)
+        expected_readout[keep] = dense_readout(cross, blocks)[0]
+        torch.testing.assert_close(out.readout[b], expected_readout, atol=ATOL, rtol=0)
+        torch.testing.assert_close(fused.readout[b], expected_readout, atol=ATOL, rtol=0)
+    assert (out.logits - plain.logits).abs().amax() > 1e-3  # the mask changed what the classifier read
+    torch.testing.assert_close(knocked.logits[0], out.logits[0], atol=ATOL, rtol=0)  # knock_out: the same mask
+    torch.testing.assert_close(knocked.pool_attention[0], out.pool_attention[0], atol=ATOL, rtol=0)
 
 
 def test_the_returned_pooler_weights_are_those_the_logits_are_computed_from():
@@ -196,7 +280,15 @@ def test_clips_of_other_lengths_match_transformers_and_an_image_is_repeated_into
         out = convert(source)(x)
     torch.testing.assert_close(out.logits, expected, atol=ATOL, rtol=0)
     tubelets = max(1, frames // 2)
-    assert out.grid_size == (tubelets, 4, 4) and out.layout.num_frames == 2 * tubelets
+    assert out.grid_size == (tubelets, 4, 4) and out.layout.num_frames == frames  # the input's frames, not the repeat
+    assert out.layout.frames[:, 1].max() == frames - 1 and out.layouts[0].num_frames == frames
+    if frames == 1:  # the repeated tubelet covers the one frame the input has
+        assert out.layout.frames.tolist() == [[0, 0]] * 16 and out.layout.paint(torch.ones(16).numpy()).shape == (
+            32,
+            32,
+        )
+        with pytest.raises(ValueError, match="frame must be from 0 to 0"):
+            out.layout.paint(torch.ones(16).numpy(), frame=1)
 
 
 def test_another_input_size_or_an_odd_frame_count_is_refused_with_one_line():
@@ -240,6 +332,11 @@ def test_a_config_vitviz_cannot_read_is_refused_with_one_line():
     for overrides, message in [
         (dict(hidden_act="relu"), "hidden_act 'relu' is not supported"),
         (dict(frames_per_clip=3), "num_frames 3 is not a multiple of tubelet_size 2"),
+        (dict(mlp_ratio="4"), "mlp_ratio must be a finite real number; got '4'"),  # not "4" * 64 read as an int
+        (dict(mlp_ratio=True), "mlp_ratio must be a finite real number; got True"),
+        (dict(mlp_ratio=float("inf")), "mlp_ratio must be a finite real number; got inf"),
+        (dict(hidden_size="64"), "hidden_size must be a finite real number; got '64'"),
+        (dict(patch_size=[8, 16]), r"patch_size must be square \(vitviz's patches are\); got \[8, 16\]"),
     ]:
         with pytest.raises(ModelLoadError, match=message) as error:
             from_huggingface(source.state_dict(), source.config.to_dict() | overrides)

@@ -31,7 +31,7 @@ from vitviz.explain import (
 
 SOURCES = [(source, family) for source in ("huggingface", "timm") for family in ("swin", "swinv2")]
 TARGET = 3
-WINDOWED = {"rollout", "relevance", "grad-rollout", "gradcam"}  # the methods that explain a Swin
+WINDOWED = {"rollout", "relevance", "grad-rollout", "gradcam", "lens"}  # the methods that explain a Swin
 
 
 def images(source: str, seed: int = 0) -> torch.Tensor:
@@ -245,12 +245,11 @@ def test_a_tokens_window_attention_is_its_row_of_the_dense_matrix(source, family
 
 
 def test_the_functions_written_for_one_set_of_tokens_refuse_swin_in_one_line():
-    from vitviz.explain import direct_logit_attribution, head_importance, logit_lens, patch_features
+    from vitviz.explain import direct_logit_attribution, logit_lens, patch_features
 
     model = tiny_swin("timm", "swin")
     x = images("timm")
     calls = {
-        "head importance": lambda: head_importance(model, x),
         "direct logit attribution": lambda: direct_logit_attribution(model, x),
         "the logit lens": lambda: logit_lens(model, model(x, output_hidden_states=True).hidden_states, 0),
         "patch features": lambda: patch_features(model, x, -1),

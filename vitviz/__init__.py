@@ -6,6 +6,7 @@
     loading/          load_model(spec): checkpoints, downloads, and one module per source library
     preprocessing.py  bytes in, safe RGB image out (load_image); image in, model tensor out (Preprocessing)
     video.py          a video file in, its sampled RGB frames out (load_video), with PyAV
+    video_clips.py    a video file in, a video model's clip and its maps out (vitviz explain and the Video page)
     explain/          explanation maps and statistics: pure functions of attentions, gradients and the model
     analysis.py       images through a model once, with every map and statistic the page and the index show
     text/             text towers, prompts and zero-shot heads (CLIP, SigLIP)
@@ -14,11 +15,12 @@
     dataset/          the dataset index: one pass over a whole dataset, stored and queried
     sae/              sparse autoencoders on a block's activations
     vlm/              vision-language models (transformers): where an answer's tokens look in the photo
+    notebook/         vitviz.show(...): anywidget views for Jupyter, VS Code, Colab and marimo, and their offline HTML
     commands/         the `vitviz` command: one module per subcommand (`python -m vitviz` runs it too)
 
-Imports flow one way: commands -> everything below; dataset -> analysis -> explain; dataset, sae -> explain, loading,
-model; vlm -> loading, model; explain, text, render, loading -> model -> layout; nothing here imports streamlit or the
-dashboard (tests/test_layout.py checks).
+Imports flow one way: commands, notebook -> everything below; dataset -> analysis -> explain; dataset, sae -> explain,
+loading, model; vlm -> loading, model; explain, text, render, loading -> model -> layout; nothing here imports streamlit
+or the dashboard (tests/test_layout.py checks).
 """
 
 from vitviz.dataset import open_index
@@ -36,6 +38,15 @@ from vitviz.model import ViT, ViTConfig, ViTOutput, autocast
 from vitviz.preprocessing import Preprocessing, load_image
 from vitviz.text import zero_shot
 from vitviz.video import VideoError, load_video
+
+
+def show(*args, **kwargs):
+    """An interactive notebook view (vitviz.notebook.show); imported when first called, so that ``import vitviz``
+    never loads the widget libraries."""
+    from vitviz.notebook import show as notebook_show
+
+    return notebook_show(*args, **kwargs)
+
 
 __all__ = [
     "ModelLoadError",
@@ -55,5 +66,6 @@ __all__ = [
     "load_video",
     "open_index",
     "save_checkpoint",
+    "show",
     "zero_shot",
 ]

@@ -10,7 +10,8 @@ kept only when asked (``keep_attentions``): ViT-L/16 at 512 holds 403 MB of atte
     analyse_image    one photo, preprocessed by the model's own recipe -> ImageAnalysis; the Photo page draws it
     rollout, patch_attention   other settings of one image's views: from its kept attentions, else a streaming pass
     analyse_windowed  a model that attends in windows and merges stages (Swin) -> WindowedAnalysis: its predictions,
-                     every block's window attention and layouts; its maps come from explain.method_maps
+                     every block's window attention and layouts, its head statistics measured inside the windows;
+                     its maps come from explain.method_maps
 
 Class-specific maps and the logit lens need gradients or every block's tokens: explain.method_maps runs their passes
 on an analysis's ``pixel_values``.
@@ -33,7 +34,8 @@ from PIL import Image
 
 from vitviz import explain
 from vitviz.explain.common import HeadFusion
-from vitviz.explain.head_statistics import HEAD_STATISTICS
+from vitviz.explain.head_statistics import DISTANCE_PATCHES, DISTANCE_PX, ENTROPY, HEAD_STATISTICS, PREFIX_SHARES
+from vitviz.explain.statistics import window_head_statistics
 from vitviz.layout import TokenLayout
 from vitviz.model import Precision, Swin, ViT, autocast
 
@@ -111,9 +113,10 @@ class ImageAnalysis:
 @dataclass(frozen=True)
 class WindowedAnalysis:
     """One photo through a model that attends in windows and merges tokens between stages (Swin): what the Photo page
-    draws its tabs from. No readout rows, head statistics or token norms: those read one set of tokens with one
-    (T, T) attention per block, which such a model does not have. Its window attention is small (linear in the
-    tokens), so it is always kept."""
+    draws its tabs from. No readout rows or token norms: those read one set of tokens with one (T, T) attention per
+    block, which such a model does not have; its head statistics are measured inside the windows
+    (explain.statistics.window_head_statistics). Its window attention is small (linear in the tokens), so it is
+    always kept."""
 
     probabilities: np.ndarray  # (num_classes,); empty for a backbone
     grid_size: tuple[int, int]  # (rows, cols) of the first stage: every map is drawn on it
@@ -123,6 +126,8 @@ class WindowedAnalysis:
     attentions: tuple[torch.Tensor, ...]  # per block (nW, heads, S, S) float32, in the block's (shifted) frame
     layouts: tuple[TokenLayout, ...]  # per block: its stage's tokens and windows (explain.window_attention_map)
     stage_grids: tuple[tuple[int, int], ...]  # per stage, its grid (rows, cols)
+    # every HEAD_STATISTICS record by name (window_statistics), (layers, heads[, 1]), NaN past a stage's heads
+    statistics: dict[str, torch.Tensor] = field(default_factory=dict)
     num_prefix_tokens: int = 0  # none: Swin has no [CLS] or registers
 
 
@@ -139,16 +144,37 @@ def analyse_windowed(
     with torch.inference_mode(), autocast(precision, pixels.device.type):
         output = model(pixels, output_attentions=True, attention_sink=sink)
     logits = output.logits
+    attentions = tuple(a.float() for a in output.attentions)
     return WindowedAnalysis(
         probabilities=model.probabilities(logits.float())[0].cpu().numpy() if logits is not None else np.zeros(0),
         grid_size=output.grid_size,
         box=model.transform.crop_box(*image.size),
         pixel_values=pixels,
         precision=precision,
-        attentions=tuple(a.float() for a in output.attentions),
+        attentions=attentions,
         layouts=output.layouts,
         stage_grids=output.stage_grids,
+        statistics={
+            name: values[0].cpu()
+            for name, values in window_statistics(attentions, output.layouts, model.config.patch_size).items()
+        },
     )
+
+
+def window_statistics(
+    attentions: Sequence[torch.Tensor], layouts: Sequence[TokenLayout], patch_size: int
+) -> dict[str, torch.Tensor]:
+    """Every record of HEAD_STATISTICS by name, measured inside the windows (explain.statistics.
+    window_head_statistics): (B, layers, heads), NaN past a block's heads; the distance in patches counts the first
+    stage's patches; the prefix shares (B, layers, heads, 1) hold only "to_patches" (Swin has no prefix tokens), the
+    share of each query's weight on real tokens rather than padding."""
+    measured = window_head_statistics(attentions, layouts)
+    return {
+        ENTROPY.name: measured.entropy,
+        DISTANCE_PX.name: measured.distance,
+        DISTANCE_PATCHES.name: measured.distance / patch_size,
+        PREFIX_SHARES.name: measured.to_tokens[..., None],
+    }
 
 
 def attention_bytes(model: ViT, height: int, width: int) -> int:

@@ -1,5 +1,5 @@
-"""The Streamlit dashboard behind app.py (the entry point: `streamlit run app.py`): three pages, Photo, Dataset
-and Ask.
+"""The Streamlit dashboard behind app.py (the entry point: `streamlit run app.py`): four pages, Photo, Dataset,
+Ask and Video.
 
     app.py           the pages (st.navigation); Photo: the sidebar, the images, the model and its key, and TABS
     page.py          the page's state: Settings, ModelKey, Photo, Page, and the keys that keep tab widgets' values
@@ -16,6 +16,7 @@ and Ask.
     dataset/         the Dataset page: an index opened or built, its table, errors, heads, queries and keys, search,
                      SAE features
     ask/             the Ask page: a vision-language model's answer about a photo, and where each token looks
+    video/           the Video page: a video model's prediction on a clip, and its maps over every frame
 
 Streamlit runs app.py as a fresh ``__main__`` in every session, but these modules are imported once:
 anything st.cache_data pickles must be defined here or in vitviz/, never in app.py. All computation

@@ -12,10 +12,11 @@ from collections.abc import Callable
 import streamlit as st
 
 import vitviz
+from vitviz.explain.common import is_windowed
 from vitviz.preprocessing import ImageError
 from vitviz_dashboard.ask.page import ask_page
 from vitviz_dashboard.cache.budget import BUDGET_ERROR
-from vitviz_dashboard.cache.results import get_model_with_progress, is_windowed, model_input_png, photo_and_analysis
+from vitviz_dashboard.cache.results import get_model_with_progress, model_input_png, photo_and_analysis
 from vitviz_dashboard.dataset.page import dataset_page
 from vitviz_dashboard.images import choose_image
 from vitviz_dashboard.knockout import knocked_out_model
@@ -37,6 +38,7 @@ from vitviz_dashboard.tabs import (
     tokens,
     windowed,
 )
+from vitviz_dashboard.video.page import video_page
 
 # On a narrow page (800 px with the sidebar open) the eight tab names do not fit on one line, and Streamlit
 # would hide the last ones behind a scroll arrow: let them wrap onto a second line instead. (A style element
@@ -60,16 +62,17 @@ WINDOWED_TABS: dict[str, Callable[[Page], None]] = windowed.tabs(TABS)
 
 
 def main() -> None:
-    """Three pages: Photo (one photo at a time), Dataset (an index made by `vitviz index`) and Ask (a
-    vision-language model's answer about a photo)."""
+    """Four pages: Photo (one photo at a time), Dataset (an index made by `vitviz index`), Ask (a
+    vision-language model's answer about a photo) and Video (a video model's maps over a clip's frames)."""
     st.set_page_config(page_title="vitviz", page_icon="🔍", layout="wide")
     st.html(TAB_WRAP)  # before either page draws its tabs, in every run
     keep_widgets()  # each page's kept values survive runs of the other pages
     photo = st.Page(photo_page, title="Photo", default=True)
     dataset = st.Page(lambda: dataset_page(photo), title="Dataset", url_path="dataset")
     ask = st.Page(lambda: ask_page(photo), title="Ask", url_path="ask")
-    PAGES.update(photo=photo, dataset=dataset, ask=ask)
-    st.navigation([photo, dataset, ask]).run()
+    video = st.Page(video_page, title="Video", url_path="video")
+    PAGES.update(photo=photo, dataset=dataset, ask=ask, video=video)
+    st.navigation([photo, dataset, ask, video]).run()
 
 
 def photo_page() -> None:

@@ -3,18 +3,23 @@
     vitviz explain photos/ --model default --methods rollout relevance --out maps/
     vitviz explain photos/ --model open_clip:ViT-B-16/openai --prompts "a dog" "a cat" --out maps/
     vitviz explain photos/ --model timm:vit_small_patch14_reg4_dinov2.lvd142m --features pca --out pca/
+    vitviz explain clips/ --model hf:MCG-NJU/videomae-base-finetuned-kinetics --video-format mp4 --out maps/
 
 For every image: one overlay PNG per method (drawn on the photo at its own resolution), one
 .npz with the raw patch maps and the class probabilities (for "lens" also every block's maps,
 lens_layers and lens_votes), and a row in predictions.csv with the top-5 classes. Unreadable
 images are reported and skipped; the exit status is 1 if any were.
 
-A Swin model gets the methods that read its windows and stages (rollout, relevance, grad-rollout, gradcam), each map
-over its first stage's grid; every other method asked for is skipped with one line that says why.
+A Swin model gets the methods that read its windows and stages (rollout, relevance, grad-rollout, gradcam, lens),
+each map over its first stage's grid; every other method asked for is skipped with one line that says why.
 
 With --features pca, the patch features of every image (--feature-block, --facet) are also coloured by one PCA
 fitted over all of them: pca.png shows them side by side, <image>_pca.png each on its photo, pca.npz holds the
 colours (and the foreground masks). A backbone (no classifier) gives only these.
+
+A video model (VideoMAE, ViViT, TimeSformer, V-JEPA 2) reads videos (MP4, WebM, MOV, MKV, GIF, ...): for each, an
+overlay GIF or MP4 per map (rollout, relevance; --video-format) and an .npz (explain_video.py). An image model given
+a video, or a video model that cannot read an image, skips the file with one line.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ import torch
 from tqdm import tqdm
 
 from vitviz import explain
-from vitviz.commands.common import find_images
+from vitviz.commands.explain_video import add_video_options, explain_videos, find_inputs, video_refusal
 from vitviz.explain.common import check_not_windowed
 from vitviz.explain.facets import FACETS, SWIN_FEATURES
 from vitviz.explain.registry import METHODS
@@ -42,6 +47,7 @@ from vitviz.preprocessing import ImageError, load_image
 from vitviz.render.feature_pictures import paint_patches, side_by_side
 from vitviz.render.overlays import COLORMAPS, overlay
 from vitviz.text.options import add_prompt_options, apply_prompt_options
+from vitviz.video_clips import is_video_model
 
 MAX_FEATURE_IMAGES = 64  # one PCA over every image: their features are held together
 
@@ -50,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="vitviz explain", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("images", nargs="+", type=Path, help="image files and/or folders of images")
+    p.add_argument("images", nargs="+", type=Path, help="image or video files, and/or folders of them")
     p.add_argument("--model", default="default", help="model spec for vitviz.load_model (default: %(default)s)")
     p.add_argument(
         "--methods",
@@ -74,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="inference precision; auto times fp32 against bf16 on this model first",
     )
     add_prompt_options(p)
+    add_video_options(p)
     features = p.add_argument_group("patch features")
     features.add_argument(
         "--features",
@@ -123,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--alpha must be in [0, 1]")
     if not 0 <= args.discard_ratio < 1:
         parser.error("--discard-ratio must be in [0, 1)")
-    paths = find_images(args.images)
+    paths = find_inputs(args.images)
     if args.features and len(paths) > MAX_FEATURE_IMAGES:
         parser.error(f"--features pca fits one PCA over every image, at most {MAX_FEATURE_IMAGES}; got {len(paths)}")
     if args.foreground is not None and not 0 <= args.foreground <= 1:
@@ -138,6 +145,10 @@ def main(argv: list[str] | None = None) -> int:
     except ModelLoadError as error:
         raise SystemExit(f"error: {error}") from None
     model = apply_prompt_options(model, args)
+    if is_video_model(model):
+        if args.features or feature_options:
+            parser.error("--features pca is for images; a video model gets its maps over the frames")
+        return explain_videos(model, paths, args, set(), _unique_name)
     classify = model.config.num_classes > 0
     if not classify and not args.features:
         hint = " (give --prompts or --prompt-set: it has a text tower)" if model.text_tower is not None else ""
@@ -177,6 +188,9 @@ def main(argv: list[str] | None = None) -> int:
         if writer:
             writer.writerow(["image"] + [f"{kind}{rank}" for rank in range(1, 6) for kind in ("class", "probability")])
         for path in tqdm(paths, desc="explaining", unit="image", disable=None, file=sys.stderr):
+            if refusal := video_refusal(path):
+                failures.append(refusal)
+                continue
             try:
                 image = load_image(path.read_bytes())
             except (ImageError, OSError) as error:

@@ -11,6 +11,11 @@ shares, the rollout and the last block's readout attention per head (fp16), high
 and patch features (fp16), and with --activations B the whole output of block B (fp16, for `vitviz sae train`);
 then FAISS indexes over the features and embeddings. Unreadable files get a row with `error` set and the run goes
 on. Open the result with `vitviz.open_index(DIR)`, DuckDB, pandas or polars.
+
+A Swin (give --no-features) is indexed on its first stage's patch grid: the rollout across windows and stages, the
+last block's heads read out by the mean pooling, head statistics measured inside the windows (one row per head a
+block has), the pooled vector as the embedding; no patch features or --activations, since its tokens change grid
+and width at every stage.
 """
 
 from __future__ import annotations

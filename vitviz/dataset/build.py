@@ -20,7 +20,14 @@ import numpy as np
 import torch
 
 from vitviz.dataset import search
-from vitviz.dataset.indexing import IndexOptions, Projection, fit_projection, index_shard, prefix_names
+from vitviz.dataset.indexing import (
+    IndexOptions,
+    Projection,
+    fit_projection,
+    index_shard,
+    prefix_names,
+    windowed_refusal,
+)
 from vitviz.dataset.sources import Source
 from vitviz.dataset.storage import (
     FORMAT,
@@ -50,14 +57,11 @@ def vitviz_version() -> str:
         return "unknown"
 
 
-def check_model(model: ViT) -> tuple[int, int]:
-    """The fixed input size the index needs (every image gets the same grid), or a clear refusal."""
-    if isinstance(model, Swin):
-        raise IndexFormatError(
-            "an index holds per-head statistics, readout attention and patch features over one grid of tokens that "
-            "every block attends globally; Swin attends in windows and merges tokens between stages, which the "
-            "index does not hold yet: explain Swin with vitviz explain or vitviz benchmark"
-        )
+def check_model(model: ViT | Swin, options: IndexOptions | None = None) -> tuple[int, int]:
+    """The fixed input size the index needs (every image gets the same grid), or a clear refusal; for a Swin,
+    also what ``options`` ask that it cannot store (indexing.windowed_refusal)."""
+    if isinstance(model, Swin) and options is not None and (reason := windowed_refusal(options)):
+        raise IndexFormatError(reason)
     size = model.transform.output_size
     if size is None:
         raise IndexFormatError(
@@ -65,14 +69,42 @@ def check_model(model: ViT) -> tuple[int, int]:
             "depend on each image's shape; an index needs one grid: use a model whose "
             "preprocessing crops or resizes to a fixed size"
         )
+    patch = model.config.patch_size
+    if isinstance(model, Swin) and (size[0] % patch or size[1] % patch):
+        raise IndexFormatError(
+            f"this Swin's preprocessing gives {size[0]}x{size[1]} inputs, no multiple of its {patch}-pixel patches, "
+            "so the first stage's grid would hold padding the index cannot place"
+        )
     return size
+
+
+def index_config(model: ViT | Swin) -> dict:
+    """The model's config as the manifest records it. A Swin's is its SwinConfig (per-stage ``num_heads`` kept as
+    ``stage_heads``) with the fields an index reads of any model: ``num_layers`` (every block), ``num_heads`` (the
+    most of any block: the width of its readout and statistics arrays), ``hidden_size`` (the pooled vector's
+    width), no prefix tokens and mean pooling."""
+    if not isinstance(model, Swin):
+        return asdict(model.config)
+    c = model.config
+    return asdict(c) | {
+        "family": "swin",
+        "stage_heads": list(c.num_heads),
+        "num_heads": max(c.num_heads),
+        "num_layers": c.num_layers,
+        "hidden_size": c.hidden_size,
+        "class_token": False,
+        "distillation_token": False,
+        "num_register_tokens": 0,
+        "pooling": "mean",
+    }
 
 
 def new_manifest(model: ViT, model_spec: str, extra: dict, options: IndexOptions, source: Source) -> dict:
     """The manifest at the start of a run (no shards yet)."""
     c = model.config
-    size = check_model(model)
+    size = check_model(model, options)
     grid = [size[0] // c.patch_size, size[1] // c.patch_size]
+    config = index_config(model)
     manifest = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -82,7 +114,7 @@ def new_manifest(model: ViT, model_spec: str, extra: dict, options: IndexOptions
             "spec": model_spec,
             "fingerprint": weight_fingerprint(model),
             "class_names": list(model.class_names),
-            "config": asdict(c),
+            "config": config,
             "preprocessing": model.transform.to_dict(),
             **extra,
         },
@@ -92,8 +124,8 @@ def new_manifest(model: ViT, model_spec: str, extra: dict, options: IndexOptions
             "grid": grid,
             "input_size": list(size),
             "patch_size": c.patch_size,
-            "layers": c.num_layers,
-            "heads": c.num_heads,
+            "layers": config["num_layers"],
+            "heads": config["num_heads"],
             "prefix_tokens": prefix_names(model),
             "shard_size": options.shard_size,
         },

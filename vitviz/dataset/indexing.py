@@ -4,6 +4,16 @@
 picks what the index stores: the head statistics, prefix shares and rollout are folded in block by block, so no
 (B, heads, T, T) tensor outlives its block. ``index_shard`` reads a shard's files, batches the readable ones and lays
 the results out as the shard's tables and arrays.
+
+A model that attends in windows and merges tokens between stages (Swin) goes through ``analyse_windowed_batch``:
+one pass keeping its window attention (linear in the tokens), every map on the first stage's patch grid. The rollout
+and relevance across windows and stages (explain.stages); ``readout``, the last block's heads read out by the mean
+pooling, each carried back to the first stage's patches (explain.stages.last_block_readout); the head statistics
+measured inside the windows (vitviz.analysis.window_statistics: one heads-table row per head a block has; no prefix
+tokens, so the prefix shares hold the share of attention on real tokens rather than padding); high-norm patches from
+the last block's tokens, each first-stage patch marked where its last-stage token is; the pooled vector as the
+embedding. No patch features or block activations: Swin's tokens change grid and width at every stage, so no one
+(rows, cols, D) array holds them (``windowed_refusal`` says so in one line).
 """
 
 from __future__ import annotations
@@ -17,12 +27,13 @@ import pyarrow as pa
 import torch
 
 from vitviz import explain
-from vitviz.analysis import analyse
+from vitviz.analysis import analyse, window_statistics
 from vitviz.dataset.sources import Entry, read_entry
 from vitviz.dataset.storage import ACTIVATIONS, IndexFormatError, activation_name
 from vitviz.explain.facets import Facet
 from vitviz.explain.head_statistics import HEAD_STATISTICS
-from vitviz.model import ViT
+from vitviz.explain.stages import last_block_readout, rollout_across_stages, to_first_tokens
+from vitviz.model import Precision, Swin, ViT, autocast
 from vitviz.preprocessing import ImageError, load_image
 
 HEAD_STATISTIC_NAMES = tuple(statistic.name for statistic in HEAD_STATISTICS)  # stored in the heads table
@@ -80,8 +91,32 @@ def fit_projection(features: torch.Tensor, components: int) -> Projection:
     return Projection(mean.float(), (top * torch.where(signs == 0, 1.0, signs)).float())
 
 
-def prefix_names(model: ViT) -> list[str]:
-    """Names of the prefix tokens in their order: cls, dist, reg0, reg1..."""
+def windowed_refusal(options: IndexOptions) -> str | None:
+    """Why ``options`` cannot index a model that attends in windows and merges tokens (Swin), in one line; None
+    if they can."""
+    if options.features:
+        return (
+            "Swin's tokens change grid and width at every stage, so the index stores no patch features for it "
+            "(its maps are on the first stage's grid, its pooled vector is the embedding for image search): give "
+            "--no-features"
+        )
+    if options.activations:
+        return "--activations stores one grid of tokens per block for a ViT's SAE; Swin's change at every stage"
+    return None
+
+
+def heads_per_layer(model: ViT | Swin) -> list[int]:
+    """The heads of every block, in order: one count for a ViT, the stage's for a Swin."""
+    c = model.config
+    if isinstance(model, Swin):
+        return [heads for depth, heads in zip(c.depths, c.num_heads, strict=True) for _ in range(depth)]
+    return [c.num_heads] * c.num_layers
+
+
+def prefix_names(model: ViT | Swin) -> list[str]:
+    """Names of the prefix tokens in their order: cls, dist, reg0, reg1... (none for Swin)."""
+    if isinstance(model, Swin):
+        return []
     c = model.config
     names = (["cls"] if c.class_token else []) + (["dist"] if c.distillation_token else [])
     names += [f"reg{i}" for i in range(c.num_register_tokens)]
@@ -96,6 +131,8 @@ def analyse_batch(
     (B, layers, heads) or (B, layers, heads, K); rollout (B, rows, cols); readout (B, heads, rows, cols), the last
     block's; high_norm (B, rows * cols) bool; embedding (B, D); features (B, rows, cols, D'); relevance (B, rows, cols)
     and faithfulness (B, 2) when asked; per block of ``options.activations``, its output tokens (B, T, D) in fp16."""
+    if isinstance(model, Swin):
+        return analyse_windowed_batch(model, pixels, options)
     c = model.config
     block = options.features_block % c.num_layers
     from_the_pass = options.features and options.facet == "token"  # the block's output tokens: no other pass
@@ -122,6 +159,36 @@ def analyse_batch(
         results[activation_name(kept)] = analysis.tokens[kept].to(torch.float16)  # (B, T, D), fp16 on device
     if options.relevance or options.faithfulness:
         results |= _per_image_extras(model, analysis.pixel_values, results, options)
+    return {name: value.detach().cpu() for name, value in results.items()}
+
+
+def analyse_windowed_batch(model: Swin, pixels: torch.Tensor, options: IndexOptions) -> dict[str, torch.Tensor]:
+    """What the index stores of one batch through a Swin (the module's docstring), in ``analyse_batch``'s names and
+    shapes: maps (B, rows, cols) and readout (B, heads, rows, cols) on the first stage's grid, heads the most of any
+    block (0 past the last block's own); statistics (B, layers, heads[, 1]), NaN past a block's heads."""
+    if reason := windowed_refusal(options):
+        raise ValueError(reason)
+    pixels = pixels.to(next(model.parameters()).device)
+    precision: Precision = options.precision
+    with torch.inference_mode(), autocast(precision, pixels.device.type):
+        out = model(pixels, output_attentions=True, output_hidden_states=True)
+    attentions = [a.float() for a in out.attentions]
+    statistics = window_statistics(attentions, out.layouts, model.config.patch_size)
+    heads = max(heads_per_layer(model))
+    readout = last_block_readout(attentions[-1], out.layouts)  # (B, heads_last, rows, cols)
+    readout = torch.cat([readout, readout.new_zeros(readout.shape[0], heads - readout.shape[1], *readout.shape[2:])], 1)
+    norms = out.hidden_states[-1].float().norm(dim=-1)  # (B, T_last): the last block's tokens
+    high = explain.high_norm_patches(norms, 0, options.outlier_factor).float()
+    results = statistics | {
+        "rollout": rollout_across_stages(attentions, out.layouts),
+        "readout": readout,
+        "high_norm": to_first_tokens(high, out.layouts) > 0,  # each first-stage patch of a high-norm token
+        "embedding": out.pooled.float(),
+    }
+    if out.logits is not None:
+        results["probabilities"] = model.probabilities(out.logits.float())
+    if options.relevance or options.faithfulness:
+        results |= _per_image_extras(model, pixels, results, options)
     return {name: value.detach().cpu() for name, value in results.items()}
 
 
@@ -311,19 +378,21 @@ def _images_schema(model: ViT, options: IndexOptions) -> pa.Schema:
 
 def _heads_table(heads: list[dict], model: ViT) -> pa.Table:
     """One row per (image, layer, head), in that order."""
-    c = model.config
+    counts = heads_per_layer(model)  # a Swin's blocks have their stage's heads: its arrays have the most, NaN past
+    layers, most = len(counts), max(counts)
+    real = (np.arange(most)[None] < np.asarray(counts)[:, None]).reshape(-1)  # (layers * most,) the heads that exist
     prefix = prefix_names(model)
     columns: dict[str, list[np.ndarray]] = {}
     for part in heads:
         B = len(part["image_id"])
-        per = c.num_layers * c.num_heads
+        kept = np.tile(real, B)  # (B * layers * most,)
         values = {
-            "image_id": np.repeat(part["image_id"].astype(np.int64), per),
-            "layer": np.tile(np.repeat(np.arange(c.num_layers, dtype=np.int16), c.num_heads), B),
-            "head": np.tile(np.arange(c.num_heads, dtype=np.int16), B * c.num_layers),
+            "image_id": np.repeat(part["image_id"].astype(np.int64), layers * most)[kept],
+            "layer": np.tile(np.repeat(np.arange(layers, dtype=np.int16), most), B)[kept],
+            "head": np.tile(np.arange(most, dtype=np.int16), B * layers)[kept],
         }
         for statistic in HEAD_STATISTICS:  # (B * layers * heads, K) per statistic, one column per k
-            table = part[statistic.name].reshape(B * per, -1)
+            table = part[statistic.name].reshape(B * layers * most, -1)[kept]
             values |= {name: table[:, k].astype(np.float32) for k, name in enumerate(statistic.columns(prefix))}
         for name, value in values.items():
             columns.setdefault(name, []).append(value)

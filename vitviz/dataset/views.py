@@ -71,7 +71,8 @@ def head_means(index: DatasetIndex, columns: tuple[str, ...]) -> pd.DataFrame:
 
 def per_image(index: DatasetIndex, column: str) -> np.ndarray:
     """``column`` of the heads table per image of a seeded sample of up to max(SETTLING_SIZES) readable images:
-    (images, layers, heads), for bootstrap intervals and their settling."""
+    (images, layers, heads), for bootstrap intervals and their settling; NaN at a (layer, head) the table has no row
+    for (a Swin's early stages have fewer heads than the layout's most)."""
     ids = index.query("SELECT image_id FROM images WHERE error IS NULL ORDER BY image_id", limit=max(1, index.count))
     ids = ids["image_id"].to_numpy()
     most = max(SETTLING_SIZES)
@@ -80,12 +81,19 @@ def per_image(index: DatasetIndex, column: str) -> np.ndarray:
     layers, heads = index.layout["layers"], index.layout["heads"]
     rows = len(ids) * layers * heads
     listed = ", ".join(str(int(i)) for i in ids)
-    values = index.query(  # a semi join on a list: ten times faster in DuckDB than IN (5,000 literals)
-        f"SELECT h.{column} FROM heads h SEMI JOIN (SELECT unnest([{listed}]) AS image_id) USING (image_id) "
-        "ORDER BY h.image_id, h.layer, h.head",
+    found = index.query(  # a semi join on a list: ten times faster in DuckDB than IN (5,000 literals)
+        f"SELECT h.image_id, h.layer, h.head, h.{column} FROM heads h "
+        f"SEMI JOIN (SELECT unnest([{listed}]) AS image_id) USING (image_id) ORDER BY h.image_id, h.layer, h.head",
         limit=max(1, rows),
-    )[column].to_numpy(np.float64)
-    return values.reshape(len(ids), layers, heads)
+    )
+    values = found[column].to_numpy(np.float64)
+    if len(values) == rows:  # every head of every layer: the rows are in order already
+        return values.reshape(len(ids), layers, heads)
+    out = np.full((len(ids), layers, heads), np.nan)
+    out[np.searchsorted(ids, found["image_id"].to_numpy()), found["layer"].to_numpy(), found["head"].to_numpy()] = (
+        values
+    )
+    return out
 
 
 def query_key_points(

@@ -18,6 +18,11 @@
                      attention), read by streaming, the dataset index's heads table and the Dataset page
     head_importance.py  head importance: each head removed in turn, the target's logit and probability again
     logit_attribution.py  the target's logit split into embeddings, heads, MLPs and biases
+    spacetime.py     maps over space and time for video ViTs: rollout, relevance, a token's attention over every frame,
+                     frames x frames attention and the readout per frame (SpaceTimeMap)
+    long_sequences.py  the bounded-memory engine behind them: an SDPA pass keeping each attention's input, then each
+                     attention recomputed a chunk of query rows at a time and folded into row vectors over the tokens
+                     (joint blocks, TimeSformer's divided ones, V-JEPA 2's pooler): never a block's (heads, T, T)
     facets.py        patch features from any block: tokens, keys, queries or values; one head's queries and keys
     feature_views.py  what patch features show: joint PCA colours, cosine matches, k-means parts
     faithfulness.py  perturbation curves
@@ -79,9 +84,18 @@ from vitviz.explain.head_importance import HeadImportance, head_importance
 from vitviz.explain.legrad import legrad, legrad_gradients
 from vitviz.explain.lens import LogitLens, logit_lens, token_logits
 from vitviz.explain.logit_attribution import LogitAttribution, direct_logit_attribution
+from vitviz.explain.long_sequences import VideoMapError
 from vitviz.explain.method import COSTS, Cost, MapInputs, MapOptions, Method, MethodOutput
 from vitviz.explain.registry import CLASS_SPECIFIC, METHODS, MethodMaps, get_method, method_maps, refusal, refusals
 from vitviz.explain.sanity import MapMethod, SanityCheck, cascading_randomization, spearman_correlation
+from vitviz.explain.spacetime import (
+    SpaceTimeMap,
+    frame_attention,
+    readout_per_frame,
+    video_patch_attention,
+    video_relevance,
+    video_rollout,
+)
 from vitviz.explain.stages import (
     gradient_rollout_across_stages,
     merge_targets,
@@ -132,7 +146,9 @@ __all__ = [
     "PCAColours",
     "Readout",
     "SanityCheck",
+    "SpaceTimeMap",
     "StreamingExplainer",
+    "VideoMapError",
     "WindowAttention",
     "area_under_curve",
     "attention_entropy",
@@ -146,6 +162,7 @@ __all__ = [
     "discard_weakest",
     "faithfulness",
     "feature_clusters",
+    "frame_attention",
     "fraction_replaced",
     "fuse_heads",
     "gaussian_blur",
@@ -176,6 +193,7 @@ __all__ = [
     "position_embedding_similarity",
     "query_attention",
     "readout_attention_all",
+    "readout_per_frame",
     "refusal",
     "refusals",
     "relevance_across_stages",
@@ -187,5 +205,8 @@ __all__ = [
     "token_norms",
     "top_matches",
     "transition_attention_map",
+    "video_patch_attention",
+    "video_relevance",
+    "video_rollout",
     "window_attention_map",
 ]

@@ -8,7 +8,7 @@ from typing import Literal
 
 import torch
 
-from vitviz.model import Swin
+from vitviz.layout import TokenLayout, is_hierarchical
 
 HeadFusion = Literal["mean", "max", "min"]
 # What the classifier reads: for any model, the (B, T) weights it gives each token's final state
@@ -27,10 +27,23 @@ def class_probabilities(model: torch.nn.Module, logits: torch.Tensor) -> torch.T
     return logits.to(torch.promote_types(logits.dtype, torch.float32)).softmax(dim=-1)
 
 
+def model_layouts(model: torch.nn.Module) -> tuple[TokenLayout, ...] | None:
+    """The per-block layouts a model gives its configured input before any pass (its ``input_layouts()``, which
+    a model whose blocks attend in windows or change their tokens has: Swin), or None for a model that says none
+    (a ViT, whose blocks all attend globally over one set of tokens)."""
+    layouts = getattr(model, "input_layouts", None)
+    return layouts() if callable(layouts) else None
+
+
+def is_windowed(model: torch.nn.Module) -> bool:
+    """Whether ``model``'s blocks attend in windows or merge tokens, as its layouts say (``is_hierarchical``)."""
+    return is_hierarchical(model_layouts(model))
+
+
 def check_not_windowed(model: torch.nn.Module, what: str) -> None:
     """Refuse in one line a model that attends in windows and merges tokens (Swin) where ``what`` (a clause saying
     what the function reads) is written for a ViT's one set of tokens."""
-    if isinstance(model, Swin):
+    if is_windowed(model):
         raise ValueError(f"{what}; Swin attends in windows and merges tokens between stages")
 
 

@@ -1,6 +1,10 @@
 """Head importance by knockout: remove one head, re-run the model, and see how much the target's logit and
 probability move (Michel et al. 2019, "Are Sixteen Heads Really Better than One?", ask this question of every head;
-Darcet et al. 2023 take registers out the same way). The model's own ``head_mask`` does the removing."""
+Darcet et al. 2023 take registers out the same way). The model's own ``head_mask`` does the removing.
+
+A model that attends in windows (Swin) has a head mask too, applied in every window of a block
+(``windowed_head_importance``): each head is removed in one forward pass of its own, copies of the image side by
+side; its stages' heads differ in number, so the result's heads are the most of any block, NaN past a block's own."""
 
 from __future__ import annotations
 
@@ -9,8 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
-from vitviz.explain.common import check_not_windowed, class_probabilities, target_indices
-from vitviz.model import ABLATIONS, ViT, autocast
+from vitviz.explain.common import class_probabilities, is_windowed, target_indices
+from vitviz.model import ABLATIONS, Swin, ViT, autocast
 from vitviz.model.layers import Ablation
 
 
@@ -44,7 +48,10 @@ def head_importance(
     """
     if ablation not in ABLATIONS:
         raise ValueError(f"ablation must be 'zero' or 'mean'; got {ablation!r}")
-    check_not_windowed(model, "head importance removes heads through a ViT's head masks")
+    if is_windowed(model):
+        if ablation != "zero":
+            raise ValueError("a Swin's heads are knocked out by zeroing them (ablation='zero'); 'mean' is for a ViT")
+        return windowed_head_importance(model, pixel_values, target, progress, precision, max_batch)
     c = model.config
     if c.num_classes == 0:
         raise ValueError("head importance needs a classifier: this model is a backbone (no logits)")
@@ -78,6 +85,56 @@ def head_importance(
                 ]
             if progress is not None:
                 progress(layer)
+    return HeadImportance(
+        logit_change=(logits - logit).permute(2, 0, 1).cpu(),
+        probability_change=(probabilities - probability).permute(2, 0, 1).cpu(),
+        logit=logit.cpu(),
+        probability=probability.cpu(),
+        target=targets.cpu(),
+    )
+
+
+def windowed_head_importance(
+    model: Swin,
+    pixel_values: torch.Tensor,
+    target: int | Sequence[int] | torch.Tensor | None = None,
+    progress: Callable[[int], None] | None = None,
+    precision: str = "fp32",
+    max_batch: int = 64,
+) -> HeadImportance:
+    """``head_importance`` of a model that attends in windows (Swin): each head zeroed in every window of its block
+    through the model's ``head_mask``, one forward pass per head (copies of the images side by side, at most
+    ``max_batch`` a batch). (B, layers, heads) each, heads the most of any block, NaN past a block's own."""
+    c = model.config
+    if c.num_classes == 0:
+        raise ValueError("head importance needs a classifier: this model is a backbone (no logits)")
+    B, L, H = pixel_values.shape[0], c.num_layers, max(c.num_heads)
+    per_block = [heads for depth, heads in zip(c.depths, c.num_heads, strict=True) for _ in range(depth)]
+    device = next(model.parameters()).device
+    pixels = pixel_values.to(device)
+    logits = torch.full((L, H, B), float("nan"), device=device)
+    probabilities = torch.full((L, H, B), float("nan"), device=device)
+    with torch.inference_mode(), autocast(precision, device.type):
+        output = model(pixels)
+        targets = target_indices(output.logits, target if target is not None else output.logits.argmax(dim=-1))
+        logit = output.logits.float().gather(1, targets[:, None])[:, 0]
+        probability = class_probabilities(model, output.logits.float()).gather(1, targets[:, None])[:, 0]
+        removed = [(layer, head) for layer in range(L) for head in range(per_block[layer])]
+        per_chunk = max(1, max_batch // B)
+        for start in range(0, len(removed), per_chunk):
+            chunk = removed[start : start + per_chunk]
+            mask = torch.ones(len(chunk), B, L, H, device=device)
+            for row, (layer, head) in enumerate(chunk):
+                mask[row, :, layer, head] = 0.0
+            ablated = model(pixels.repeat(len(chunk), 1, 1, 1), head_mask=mask.flatten(0, 1)).logits.float()
+            ablated = ablated.view(len(chunk), B, -1)
+            index = targets.expand(len(chunk), B)[..., None]
+            chosen_logits = ablated.gather(2, index)[..., 0]
+            chosen_probabilities = class_probabilities(model, ablated).gather(2, index)[..., 0]
+            for row, (layer, head) in enumerate(chunk):
+                logits[layer, head], probabilities[layer, head] = chosen_logits[row], chosen_probabilities[row]
+                if progress is not None and head == per_block[layer] - 1:
+                    progress(layer)
     return HeadImportance(
         logit_change=(logits - logit).permute(2, 0, 1).cpu(),
         probability_change=(probabilities - probability).permute(2, 0, 1).cpu(),

@@ -1,6 +1,12 @@
 """A patch-level logit lens: every token of every block read by the model's own final LayerNorm and head, as if
 that block were the last (nostalgebraist 2020, "interpreting GPT: the logit lens", applied to patches). It shows
-where in the image, and from which block on, the class can be read."""
+where in the image, and from which block on, the class can be read.
+
+A model that attends in windows and merges tokens between stages (Swin) is read the same way where its head can
+read: the blocks of its last stage (the earlier stages' tokens are narrower), each token through the final norm and
+the head (Swin pools by the mean after its norm, so the mean of these per-token logits is the model's logit), each
+block's readout its tokens normed, mean-pooled and classified; the maps are drawn on the first stage's patches,
+each patch showing the last-stage token that holds it (``windowed_logit_lens``)."""
 
 from __future__ import annotations
 
@@ -10,6 +16,8 @@ import torch
 
 from vitviz.explain.common import as_map, check_not_windowed, class_probabilities, target_indices
 from vitviz.explain.method import LogitLens, MapInputs, Method, MethodOutput
+from vitviz.explain.stages import first_patch_holders
+from vitviz.layout import TokenLayout, same_tokens
 
 
 def token_logits(model: torch.nn.Module, tokens: torch.Tensor) -> torch.Tensor:
@@ -80,6 +88,41 @@ def logit_lens(
     )
 
 
+def windowed_logit_lens(
+    model: torch.nn.Module,
+    hidden_states: Sequence[torch.Tensor],
+    target: int | Sequence[int] | torch.Tensor,
+    layouts: Sequence[TokenLayout],
+) -> LogitLens:
+    """The logit lens of a model that attends in windows and merges tokens (Swin; the module's docstring): its
+    ``layers`` are the blocks of the last stage, the blocks whose tokens are the last block's (their index is
+    ``len(hidden_states) - layers`` onwards); maps (layers, B, rows, cols) over the first block's patches."""
+    if model.head is None:
+        raise ValueError(
+            "the logit lens reads tokens through the classification head; this model is a backbone "
+            "(num_classes=0) and has none"
+        )
+    if len(hidden_states) != len(layouts) or not hidden_states:
+        raise ValueError(f"{len(hidden_states)} hidden states for {len(layouts)} layouts: give output.layouts")
+    last = [i for i, layout in enumerate(layouts) if same_tokens(layout, layouts[-1])]
+    holders = torch.as_tensor(first_patch_holders(layouts), device=hidden_states[-1].device)
+    first = layouts[0]
+    shape = first.grid[1:] if first.grid is not None and first.grid[0] == 1 else (len(holders),)
+    probability, votes, readout = [], [], []
+    with torch.no_grad():
+        for index in last:
+            hidden = hidden_states[index]  # (B, T_last, D)
+            token_logits_ = _at_least_fp32(model.head(model.norm(hidden)))  # (B, T_last, classes)
+            logits = _at_least_fp32(model.forward_head(hidden).logits)  # (B, classes): normed, mean-pooled, head
+            targets = target_indices(logits, target)
+            readout.append(class_probabilities(model, logits).gather(1, targets[:, None])[:, 0])
+            B, T = token_logits_.shape[:2]
+            chosen = class_probabilities(model, token_logits_).gather(2, targets[:, None, None].expand(B, T, 1))
+            probability.append(chosen[..., 0][:, holders].reshape(B, *shape))
+            votes.append(token_logits_.argmax(dim=-1)[:, holders].reshape(B, *shape))
+    return LogitLens(torch.stack(probability), torch.stack(votes), torch.stack(readout))
+
+
 def _at_least_fp32(logits: torch.Tensor) -> torch.Tensor:
     """bf16/fp16 logits to fp32 before the probabilities; fp64 ones stay fp64."""
     return logits.to(torch.promote_types(logits.dtype, torch.float32))
@@ -87,7 +130,10 @@ def _at_least_fp32(logits: torch.Tensor) -> torch.Tensor:
 
 def _lens_map(inputs: MapInputs) -> MethodOutput:
     with inputs.autocast():
-        lens = logit_lens(inputs.model, inputs.hidden_states, inputs.target, **inputs.layout)
+        if inputs.windowed:
+            lens = windowed_logit_lens(inputs.model, inputs.hidden_states, inputs.target, inputs.layouts)
+        else:
+            lens = logit_lens(inputs.model, inputs.hidden_states, inputs.target, **inputs.layout)
     lens = LogitLens(lens.probability.float(), lens.votes, lens.readout_probability.float())
     return MethodOutput(lens.probability[-1], lens)  # the map: the last block's, the tokens the head reads
 
@@ -102,5 +148,5 @@ LENS = Method(
     cost_note="",
     caption="Bright: patches from which the head, reading them on their own, finds the class likely.",
     needs=("hidden_states",),
-    windowed="reads every block's tokens through the head, which reads only Swin's last stage (other widths before)",
+    windowed=None,  # Swin: the last stage's blocks, the tokens the head can read (windowed_logit_lens)
 )

@@ -49,7 +49,7 @@ def direct_logit_attribution(
     c = model.config
     if c.num_classes == 0:
         raise ValueError("direct logit attribution needs a classifier: this model is a backbone (no logits)")
-    if c.pooling == "map":
+    if c.pooling in ("map", "attentive"):  # SigLIP's head, V-JEPA 2's pooler
         raise ValueError(
             "the attention-pooling head is not linear in the tokens: direct logit attribution cannot split its output"
         )

@@ -15,8 +15,9 @@ maps its one backward pass, the lens its hidden states; LeGrad, TAM and Grad-CAM
 needs.
 
 A model that attends in windows and merges tokens between stages (Swin) gets the methods whose record says they
-handle it (``Method.windowed is None``: rollout, relevance, grad-rollout and Grad-CAM), every map over its first
-stage's grid; any other is refused in one line that says why (``refusal``, ``refusals``).
+handle it (``Method.windowed is None``: rollout, relevance, grad-rollout, Grad-CAM and the logit lens), every map
+over its first stage's grid; any other is refused in one line that says why (``refusal``, ``refusals``). Whether a
+model is one is what its layouts say (``common.is_windowed``: the model's ``input_layouts()``, then the pass's own).
 """
 
 from __future__ import annotations
@@ -28,10 +29,10 @@ from dataclasses import dataclass
 
 import torch
 
-from vitviz.explain.common import HeadFusion, class_probabilities
+from vitviz.explain.common import HeadFusion, class_probabilities, is_windowed
 from vitviz.explain.method import COSTS, LogitLens, MapInputs, MapOptions, Method
 from vitviz.layout import is_hierarchical
-from vitviz.model import Precision, Swin, autocast
+from vitviz.model import Precision, autocast
 
 
 def _declared_methods() -> dict[str, Method]:
@@ -71,7 +72,7 @@ def refusal(name: str, windowed: bool) -> str | None:
 def refusals(model: torch.nn.Module, methods: Sequence[str]) -> dict[str, str]:
     """The methods among ``methods`` that cannot explain ``model``, each with its one-line reason: what the CLI and the
     benchmark skip, and what the dashboard says in their place."""
-    windowed = isinstance(model, Swin)  # the family whose blocks attend in windows and merge tokens
+    windowed = is_windowed(model)  # what its blocks' layouts say: they attend in windows or merge tokens (Swin)
     found = {name: refusal(name, windowed) for name in methods}
     return {name: reason for name, reason in found.items() if reason is not None}
 

@@ -20,6 +20,8 @@ those of stage s. Both rules here read the model's per-block ``layouts`` (``outp
 - **Gradient-weighted rollout** (as ``gradient_weighted_rollout``): the rollout's rule on Ā_l.
 - ``start_layer`` (rollout): the blocks before it count as the identity; the merges between them still apply, so
   the map stays over the first block's patches.
+- ``last_block_readout``: the last block's attention per head read out by the same row (what the index stores as
+  ``readout``), carried back to the first block's patches by ``to_first_tokens``.
 
 The map is the readout row of R: ``readout`` (B, T_last) weights over the last block's tokens, by default the mean
 of its patch tokens (Swin's head pools by the mean). It is never formed as a matrix: the row is carried backwards
@@ -117,6 +119,11 @@ def _checked(attentions: Sequence[torch.Tensor], layouts: Sequence[TokenLayout])
         size = len(layout) if windows is None else windows.shape[1]
         groups = 1 if windows is None else windows.shape[0]
         if attention.ndim != 4 or attention.shape[-2:] != (size, size) or attention.shape[0] % groups:
+            if layout.grid_order is not None and layout.grid is not None and attention.shape[-1] != size:
+                raise ValueError(
+                    f"attentions[{index}] is per-frame (divided space-time) attention, {tuple(attention.shape)}, not "
+                    f"one (T, T) matrix over the clip's {size} tokens: use vitviz.explain.video_rollout"
+                )
             expected = f"(B, heads, {size}, {size})" if windows is None else f"(B * {groups}, heads, {size}, {size})"
             raise ValueError(f"attentions[{index}] has shape {tuple(attention.shape)}; its layout says {expected}")
         if batch is not None and attention.shape[0] // groups != batch:
@@ -150,6 +157,8 @@ def _carried_back(
     first = layouts[0]
     if first.grid is None:
         return values
+    if first.grid_order is not None:  # patch tokens not listed frame by frame, row-major (TimeSformer's order)
+        values = values[:, torch.as_tensor(first.grid_order, device=values.device)]
     view = values.reshape(batch, *first.grid)
     return view[:, 0] if first.grid[0] == 1 else view
 
@@ -264,3 +273,53 @@ def _merged_back(row: torch.Tensor, later: TokenLayout, earlier: TokenLayout) ->
     targets = torch.as_tensor(merge_targets(later, earlier), device=row.device)
     counts = torch.bincount(targets, minlength=len(later)).to(row.dtype)
     return row[:, targets] / counts[targets]
+
+
+def last_block_readout(
+    attention: torch.Tensor, layouts: Sequence[TokenLayout], readout: torch.Tensor | None = None
+) -> torch.Tensor:
+    """What the tokens the head reads attend to in the last block, per head, drawn on the first block's patches:
+    (B, heads, rows, cols) (or (B, heads, N) where the first layout is no grid of one frame). ``attention`` is the
+    last block's (B * nW, heads, S, S) or (B, heads, T, T); ``readout`` (B, T_last) as in ``rollout_across_stages``
+    (None: the mean of the last block's patch tokens, Swin's pooling). Each head's row ``readout @ A`` over the last
+    block's tokens (padded slots dropped) is carried back through the merges as the rollout's is: a first-block
+    patch gets its merged token's value over the number of patches that token holds, so each map keeps its sum."""
+    last = layouts[-1]
+    _checked([attention], [last])
+    groups = 1 if last.windows is None else last.windows.shape[0]
+    batch, heads = attention.shape[0] // groups, attention.shape[1]
+    row = _readout_row(readout, last, batch, attention)  # (B, T_last)
+    # each head as an image of its own: (B * heads) rows through that head's attention
+    per_head = attention.reshape(batch, groups, heads, *attention.shape[-2:]).transpose(1, 2)
+    per_head = per_head.reshape(batch * heads * groups, *attention.shape[-2:])
+    values = _times(row.repeat_interleave(heads, dim=0), per_head, last)  # (B * heads, T_last)
+    return to_first_tokens(values, layouts).reshape(batch, heads, *_first_shape(layouts[0]))
+
+
+def to_first_tokens(values: torch.Tensor, layouts: Sequence[TokenLayout]) -> torch.Tensor:
+    """(n, T_last) values over the last block's tokens -> (n, N_first) over the first block's patch tokens, carried
+    back through every merge between the blocks' layouts as the rollout's row is (each earlier token its later
+    token's value over the number of earlier tokens merged into it)."""
+    for index in range(len(layouts) - 1, 0, -1):
+        if not same_tokens(layouts[index - 1], layouts[index]):
+            values = _merged_back(values, layouts[index], layouts[index - 1])
+    return values[:, layouts[0].patch_indices]
+
+
+def first_patch_holders(layouts: Sequence[TokenLayout]) -> np.ndarray:
+    """int64 (N_first,): for each patch token of the first block, the last block's token that holds it after every
+    merge (``merge_targets`` chained): where a value over the last block's tokens is copied to draw it over the
+    first block's patches."""
+    holders = np.arange(len(layouts[0]))
+    for earlier, later in zip(layouts[:-1], layouts[1:], strict=True):
+        if not same_tokens(earlier, later):
+            holders = merge_targets(later, earlier)[holders]
+    return holders[layouts[0].patch_indices]
+
+
+def _first_shape(first: TokenLayout) -> tuple[int, ...]:
+    """The map shape over the first block's patches: (rows, cols) for one frame's grid, else (frames, rows, cols)
+    or (N,)."""
+    if first.grid is None:
+        return (len(first.patch_indices),)
+    return first.grid[1:] if first.grid[0] == 1 else first.grid

@@ -1,15 +1,19 @@
-"""Model anatomy: attention distance and entropy per head, position-embedding similarity, and the
-principal components of the patch-embedding filters."""
+"""Model anatomy: attention distance and entropy per head (inside each window for a model that attends in windows:
+``window_head_statistics``), position-embedding similarity, and the principal components of the patch-embedding
+filters."""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from typing import NamedTuple
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from vitviz.explain.common import check_attentions
+from vitviz.layout import TokenLayout
 
 
 def patch_distances(grid_size: tuple[int, int], patch_size: int = 1) -> torch.Tensor:
@@ -102,3 +106,67 @@ def patch_embedding_components(weight: torch.Tensor, count: int = 28) -> tuple[t
     variance = singular_values**2
     count = min(count, components.shape[0])
     return components[:count].reshape(count, C, p, q).float(), (variance[:count] / variance.sum()).float()
+
+
+class WindowStatistics(NamedTuple):
+    """Per block and head, inside the windows: (B, layers, heads), NaN past a block's own heads."""
+
+    entropy: torch.Tensor  # nats
+    distance: torch.Tensor  # pixels of the input
+    to_tokens: torch.Tensor  # the share of a query's weight on real tokens (1 but where padding takes attention)
+
+
+def window_head_statistics(attentions: Sequence[torch.Tensor], layouts: Sequence[TokenLayout]) -> WindowStatistics:
+    """Attention entropy (nats), mean attention distance (pixels) and the share of attention on real tokens per block
+    and head of a model that attends in windows (Swin), measured inside each window: (B, layers, heads), heads the
+    most of any block, NaN where a block has fewer (Swin's heads grow by stage).
+
+    ``attentions[l]`` is (B * nW, heads, S, S) with ``layouts[l].windows`` (nW, S) naming each slot's token (-1 for
+    padding), or (B, heads, T, T) for a block that attends globally (its patch tokens then form one window). Padded
+    slots are no token of the input: they are left out as queries, and each query's row is renormalised over the
+    real keys of its window (transformers pads before its softmax, so padding takes some attention). A row's
+    entropy is then -sum p log p over those keys; its distance the p-weighted distance in pixels between the
+    centres of the query's and the keys' boxes (``layout.boxes``: a stage's tokens are 2^stage patches wide, so
+    the distances are on the input's pixels at every stage). Each is the mean over the real queries of every
+    window, the ViT paper's statistics (``attention_entropy``, ``mean_attention_distance``) with the window as the
+    tokens a query can see."""
+    if len(attentions) != len(layouts) or not attentions:
+        raise ValueError(f"{len(layouts)} layouts for {len(attentions)} attention blocks: give output.layouts")
+    entropies, distances, shares = [], [], []
+    for attention, layout in zip(attentions, layouts, strict=True):
+        windows = layout.windows if layout.windows is not None else layout.patch_indices[None]
+        groups, size = windows.shape
+        if attention.ndim != 4 or attention.shape[-2:] != (size, size) or attention.shape[0] % groups:
+            raise ValueError(
+                f"an attention of shape {tuple(attention.shape)} does not fit its layout's {groups} windows of {size}"
+            )
+        if layout.windows is None:  # a global block: keep its patch tokens' rows and columns
+            keep = torch.as_tensor(windows[0], device=attention.device)
+            attention = attention[:, :, keep][..., keep]
+        dtype = torch.promote_types(attention.dtype, torch.float32)
+        weights = attention.to(dtype).reshape(-1, groups, attention.shape[1], size, size)  # (B, nW, heads, S, S)
+        real = torch.as_tensor(windows >= 0, device=attention.device)  # (nW, S)
+        weights = weights * real[None, :, None, None, :]
+        totals = weights.sum(dim=-1, keepdim=True).clamp(min=torch.finfo(dtype).tiny)
+        p = weights / totals
+        entropy = -(p * p.clamp(min=1e-12).log()).sum(dim=-1)  # (B, nW, heads, S)
+        boxes = torch.from_numpy(layout.boxes.astype(np.float64)).to(attention.device)  # a copy: read-only
+        slots = torch.from_numpy(np.maximum(windows, 0)).to(attention.device)  # padded slots at token 0, masked out
+        centres = ((boxes[:, :2] + boxes[:, 2:]) / 2)[slots]
+        apart = torch.cdist(centres, centres).to(dtype)  # (nW, S, S) pixels between slots' centres
+        distance = (p * apart[None, :, None]).sum(dim=-1)  # (B, nW, heads, S)
+        queries = real[None, :, None, :].to(dtype)  # (1, nW, 1, S)
+        count = queries.sum()
+        entropies.append((entropy * queries).sum(dim=(1, 3)) / count)  # (B, heads)
+        distances.append((distance * queries).sum(dim=(1, 3)) / count)
+        shares.append((totals[..., 0] * queries).sum(dim=(1, 3)) / count)
+    return WindowStatistics(_stacked(entropies), _stacked(distances), _stacked(shares))
+
+
+def _stacked(per_block: Sequence[torch.Tensor]) -> torch.Tensor:
+    """(B, heads_l) per block -> (B, layers, max heads), NaN past a block's own heads."""
+    heads = max(values.shape[1] for values in per_block)
+    out = per_block[0].new_full((per_block[0].shape[0], len(per_block), heads), float("nan"))
+    for layer, values in enumerate(per_block):
+        out[:, layer, : values.shape[1]] = values
+    return out

@@ -5,7 +5,8 @@ A windowed block's attention is (B * nW, heads, S, S), one matrix per window, li
 frame; ``layouts[l].windows`` (nW, S) names the token in every slot (-1: padding). The clicked token is found in
 its window's slot, and that slot's row is placed at the window's tokens, so the result is a vector over the block's
 own tokens that ``layout.paint`` draws over the photo without knowing the shift. Weights given to padded slots are
-no token's and are left out (such a row sums to less than 1 over the tokens shown).
+no token's: they are left out of ``values`` (such a row sums to less than 1 over the tokens shown) and returned on
+their own, ``padding`` by slot (vitviz.model.windows.window_cells says where each padded slot is drawn).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ class WindowAttention(NamedTuple):
     values: torch.Tensor  # (B, T_l) the token's weights over block l's tokens; NaN outside its window
     tokens: np.ndarray  # int64 (S',) the tokens of its window in the attention's slot order, padded slots left out
     window: int  # the window's row in layouts[l].windows (0 for a block that attends globally)
+    padded_slots: np.ndarray  # int64 (P,) the window's padded slots (-1 in layouts[l].windows), in slot order
+    padding: torch.Tensor  # (B, P) the token's weights on those slots: what padding took of its row
 
 
 def window_attention_map(
@@ -66,7 +69,8 @@ def window_attention_map(
     rows = attention.reshape(-1, groups, size, size)[:, window, slot]  # (B, S): the token's row in its window
     values = rows.new_full((rows.shape[0], len(layout)), float("nan"))
     values[:, torch.as_tensor(tokens, device=rows.device)] = rows[:, torch.as_tensor(real, device=rows.device)]
-    return WindowAttention(values, tokens, window)
+    padded = np.flatnonzero(~real)
+    return WindowAttention(values, tokens, window, padded, rows[:, torch.as_tensor(padded, device=rows.device)])
 
 
 def _token_index(token: int | tuple[int, int], layout: TokenLayout) -> int:

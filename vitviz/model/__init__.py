@@ -8,6 +8,7 @@
                 preprocessing, text tower); ViTOutput; autocast
     divided.py  TimeSformer's divided space-time block (attention over each patch's frames, then over each frame's
                 patches) and DividedAttention, its two attentions
+    inputs.py   what the ViT checks of its input (images, clips, V-JEPA 2's clips), one clear line per refusal
     interventions.py  heads knocked out and tokens taken out of the attention: the masks, checked
     rotary.py   rotary position embeddings for a 2-D grid of patches (DINOv3, EVA, RoPE-Mixed) or V-JEPA 2's 3-D grid
     attentive_pooler.py  V-JEPA 2's attentive pooler: blocks over every token, then a query; its weights and readout

@@ -14,6 +14,10 @@ What the ViT returns from it (``ViTOutput``, pooling "attentive"):
                        rollout's rule, ``r <- 0.5 r + 0.5 r @ mean_h(A)``: how much of each of the encoder's output
                        tokens the pooled vector reads, so rollout and relevance over the encoder continue from it
 
+A key mask (B, T) (``ViT``'s ``key_mask`` and token knock-outs) takes the tokens marked False out of the pooler too:
+out of every pooler block's view and out of the query's, each row renormalised over the rest, so those tokens reach
+neither the pooled vector nor the readout.
+
 The readout is computed a few query rows at a time from each block's queries and keys when no weights are asked for,
 so a clip of 8,192 tokens never holds a (heads, T, T) matrix for it.
 """
@@ -28,7 +32,7 @@ import torch
 from torch import nn
 
 from vitviz.model.config import ViTConfig
-from vitviz.model.layers import MLP, Block, norm_layer
+from vitviz.model.layers import MLP, AttentionControls, Block, norm_layer, one_query_attention, softmax_fp32
 
 CHUNK_ELEMENTS = 2**24  # score elements (B x heads x query rows x T) computed at once when no weights are kept: 64 MB
 
@@ -84,15 +88,16 @@ class PoolerCrossAttention(nn.Module):
         k = self.k(self.norm1(x)).reshape(B, T, self.num_heads, self.head_dim).transpose(1, 2)
         return q, k
 
-    def forward(self, query: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, query: torch.Tensor, x: torch.Tensor, key_mask: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The learned query (1, 1, D) read over tokens x (B, T, D): the pooled vector (B, D) and the query's
-        weights (B, heads, T), post-softmax (one query row: the explicit softmax costs nothing)."""
+        weights (B, heads, T), post-softmax. ``key_mask`` (B, T) booleans: the tokens marked False are not read."""
         B, T, D = x.shape
         q, k = self.queries_keys(query, x)
         v = self.v(self.norm1(x)).reshape(B, T, self.num_heads, self.head_dim).transpose(1, 2)
-        # (B, heads, T), the very tensor the values are read with: gradients with respect to it exist (relevance)
-        weights = _softmax((q * self.scale) @ k.transpose(-2, -1))[:, :, 0]
-        pooled = query[:, 0] + (weights[:, :, None].to(v.dtype) @ v).transpose(1, 2).reshape(B, D)  # (B, D)
+        attended, weights = one_query_attention(q, k, v, key_mask)  # (B, D), (B, heads, T)
+        pooled = query[:, 0] + attended  # (B, D)
         return pooled + self.mlp(self.norm2(pooled)), weights
 
 
@@ -106,35 +111,44 @@ class AttentivePooler(nn.Module):
         self.blocks = nn.ModuleList(Block(inner) for _ in range(config.pool_layers))
         self.cross = PoolerCrossAttention(inner)
 
-    def forward(self, x: torch.Tensor, need_weights: bool = False) -> PoolerOutput:
+    def forward(
+        self, x: torch.Tensor, need_weights: bool = False, key_mask: torch.Tensor | None = None
+    ) -> PoolerOutput:
         """Pool the encoder's normed output tokens x (B, T, D). ``need_weights`` keeps every block's (B, heads, T, T)
         weights (the explicit softmax); without it the blocks run the fused kernel and the readout is carried back
-        from their queries and keys a few rows at a time."""
+        from their queries and keys a few rows at a time. ``key_mask`` (B, T) booleans: the tokens marked False are
+        taken out of every block's keys and the query's (see the module's docstring)."""
         carriers: list[torch.Tensor | tuple[torch.Tensor, torch.Tensor]] = []
+        controls = AttentionControls(key_mask=key_mask)
         for block in self.blocks:
-            x, weights, qkv = block(x, need_weights=need_weights, need_qkv=not need_weights)
+            x, weights, qkv = block(x, controls, need_weights=need_weights, need_qkv=not need_weights)
             carriers.append(weights if need_weights else (qkv.q, qkv.k))
-        pooled, cross = self.cross(self.query, x)
+        pooled, cross = self.cross(self.query, x, key_mask)
         with torch.no_grad():  # token weights to read maps by: no graph (its chunks' softmaxes would be kept)
-            readout = pooler_readout(cross, carriers)
+            readout = pooler_readout(cross, carriers, key_mask)
         attentions = tuple(carriers) if need_weights else None
         return PoolerOutput(pooled, cross, readout, attentions)
 
 
 def pooler_readout(
-    cross_attention: torch.Tensor, blocks: Sequence[torch.Tensor | tuple[torch.Tensor, torch.Tensor]]
+    cross_attention: torch.Tensor,
+    blocks: Sequence[torch.Tensor | tuple[torch.Tensor, torch.Tensor]],
+    key_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The query's head-mean weights (B, T) carried back through the pooler's blocks, last first, by rollout's rule
     ``r <- 0.5 r + 0.5 r @ mean_h(A)``. Each block is given by its weights (B, heads, T, T) or by its queries and keys
-    (each (B, heads, T, head_dim)), whose softmax is then made a few query rows at a time. fp32 or wider."""
+    (each (B, heads, T, head_dim)), whose softmax is then made a few query rows at a time, with the keys ``key_mask``
+    (B, T) marks False taken out as the block took them out. fp32 or wider."""
     row = cross_attention.mean(dim=1)
     row = row.to(torch.promote_types(row.dtype, torch.float32))
     for block in reversed(blocks):
-        row = 0.5 * row + 0.5 * _row_times_attention(row, block)
+        row = 0.5 * row + 0.5 * _row_times_attention(row, block, key_mask)
     return row
 
 
-def _row_times_attention(row: torch.Tensor, block: torch.Tensor | tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+def _row_times_attention(
+    row: torch.Tensor, block: torch.Tensor | tuple[torch.Tensor, torch.Tensor], key_mask: torch.Tensor | None
+) -> torch.Tensor:
     """row (B, T) @ mean_h(A), A a block's attention given whole (B, heads, T, T) or as its queries and keys."""
     if isinstance(block, torch.Tensor):
         return (row[:, None, None, :] @ block.to(row.dtype)).mean(dim=1)[:, 0]
@@ -143,11 +157,8 @@ def _row_times_attention(row: torch.Tensor, block: torch.Tensor | tuple[torch.Te
     chunk = max(1, CHUNK_ELEMENTS // (B * heads * T))
     total = row.new_zeros(B, heads, 1, T)
     for start in range(0, T, chunk):
-        weights = _softmax((q[:, :, start : start + chunk] * head_dim**-0.5) @ k.transpose(-2, -1))  # (B, h, c, T)
-        total += row[:, None, None, start : start + chunk] @ weights.to(row.dtype)
+        scores = (q[:, :, start : start + chunk] * head_dim**-0.5) @ k.transpose(-2, -1)  # (B, heads, chunk, T)
+        if key_mask is not None:
+            scores.masked_fill_(~key_mask[:, None, None, :], float("-inf"))
+        total += row[:, None, None, start : start + chunk] @ softmax_fp32(scores).to(row.dtype)
     return total.mean(dim=1)[:, 0]
-
-
-def _softmax(scores: torch.Tensor) -> torch.Tensor:
-    """Softmax over the last axis in fp32 or wider, as the blocks' explicit path computes it."""
-    return scores.softmax(dim=-1, dtype=torch.promote_types(scores.dtype, torch.float32))

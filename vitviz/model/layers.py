@@ -137,7 +137,7 @@ class Attention(nn.Module):
             scores = (q * self.scale) @ k.transpose(-2, -1)  # (B, heads, T, T)
             if keys is not None:
                 scores.masked_fill_(~keys, float("-inf"))  # in place: no second T x T tensor
-            weights = _softmax(scores)
+            weights = softmax_fp32(scores)
             del scores
             out = F.dropout(weights, dropout_p, self.training).to(v.dtype) @ v  # (B, heads, T, head_dim)
         else:
@@ -152,9 +152,25 @@ class Attention(nn.Module):
         return AttentionOutput(self.proj(self.norm(out)), weights, QKV(q, k, v) if need_qkv else None)
 
 
-def _softmax(scores: torch.Tensor) -> torch.Tensor:
+def softmax_fp32(scores: torch.Tensor) -> torch.Tensor:
     """Softmax over the last axis in fp32 or wider: fp32 for bf16/fp16 scores, fp64 for a float64 model."""
     return scores.softmax(dim=-1, dtype=torch.promote_types(scores.dtype, torch.float32))
+
+
+def one_query_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One learned query's attention (a pooling head's): q (1 or B, heads, 1, head_dim) over keys and values k, v (B,
+    heads, T, head_dim) -> the heads' outputs side by side (B, heads * head_dim) and the weights (B, heads, T),
+    post-softmax, fp32 or wider: the very tensor the values are read with, so gradients with respect to it exist
+    (relevance). ``key_mask`` (B, T) booleans: a key marked False gets no weight, the rest renormalised. One query
+    row: the explicit softmax costs nothing."""
+    scores = (q * q.shape[-1] ** -0.5) @ k.transpose(-2, -1)  # (B, heads, 1, T)
+    if key_mask is not None:
+        scores = scores.masked_fill(~key_mask[:, None, None, :], float("-inf"))
+    weights = softmax_fp32(scores)[:, :, 0]  # (B, heads, T)
+    out = weights[:, :, None].to(v.dtype) @ v  # (B, heads, 1, head_dim)
+    return out.flatten(1), weights
 
 
 def activation(x: torch.Tensor, kind: Activation) -> torch.Tensor:
@@ -264,8 +280,7 @@ class AttentionPool(nn.Module):
         B, N, D = x.shape
         q = self.q(self.query).reshape(1, 1, self.num_heads, self.head_dim).transpose(1, 2)  # (1, heads, 1, hd)
         k, v = self.kv(x).reshape(B, N, 2, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
-        # one query row: the explicit softmax costs nothing, and its weights are what the page shows
-        weights = _softmax((q * self.head_dim**-0.5) @ k.transpose(-2, -1))  # (B, heads, 1, N)
-        pooled = self.proj((weights.to(v.dtype) @ v).transpose(1, 2).reshape(B, D))  # (B, D)
+        attended, weights = one_query_attention(q, k, v)  # (B, D), (B, heads, N): what the page shows
+        pooled = self.proj(attended)  # (B, D)
         pooled = pooled + self.mlp(self.norm(pooled))
-        return pooled, weights[:, :, 0]
+        return pooled, weights

@@ -25,12 +25,9 @@ coordinate shift, jitter and rescale are not part of inference.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Literal, NamedTuple
+from typing import Literal, NamedTuple
 
 import torch
-
-if TYPE_CHECKING:  # for the annotation only: the config imports this module
-    from vitviz.model.config import ViTConfig
 
 Rotary = Literal["none", "dinov3", "eva", "mixed", "vjepa2"]
 ROTARIES = ("none", "dinov3", "eva", "mixed", "vjepa2")
@@ -94,31 +91,6 @@ def vjepa2_angles(grid: tuple[int, int, int], head_dim: int, temperature: float,
     parts = [(positions[:, axis, None] * omega).repeat(1, 2) for axis in range(3)]  # (N, part) each
     rest = torch.zeros(positions.shape[0], head_dim - 3 * part, device=device)  # not rotated: angle 0
     return torch.cat([*parts, rest], dim=-1)
-
-
-def check_vjepa2_clip(config: ViTConfig, shape: tuple[int, ...]) -> None:
-    """Refuse, in one line, a clip of this shape that a V-JEPA 2 model cannot position. It reads clips (B, frames, C,
-    H, W) of any number of frames in whole tubelets (fewer frames than a tubelet, an image among them, are repeated
-    to fill one, as transformers does), at its crop size only: transformers makes each token's rotary position from
-    its index on the crop's grid, so at another size every token would be read at a wrong position."""
-    c = config
-    frames = shape[1] if len(shape) == 5 else 0
-    if len(shape) != 5 or shape[2] != c.num_channels or frames == 0:
-        raise ValueError(
-            f"V-JEPA 2 reads clips of shape (B, frames, {c.num_channels}, H, W) (an image is a clip of one frame, as "
-            f"its video processor gives it); got {shape}"
-        )
-    if frames > c.tubelet_size and frames % c.tubelet_size:
-        raise ValueError(
-            f"V-JEPA 2 reads frames in tubelets of {c.tubelet_size}: give it a multiple of {c.tubelet_size} frames "
-            f"(it was trained on clips of {c.num_frames}); got {frames}"
-        )
-    if tuple(shape[-2:]) != c.image_hw:
-        height, width = c.image_hw
-        raise ValueError(
-            f"V-JEPA 2's rotary positions are for frames of {height}x{width} pixels (its crop_size); got "
-            f"{shape[-2]}x{shape[-1]}: resize and centre-crop the clip to {height}x{width}, as its video processor does"
-        )
 
 
 def rotary_embedding(

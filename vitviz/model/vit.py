@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -29,6 +30,7 @@ from vitviz.layout import TokenLayout, grid_layout, prefix_kinds
 from vitviz.model.attentive_pooler import AttentivePooler
 from vitviz.model.config import ViTConfig
 from vitviz.model.divided import DividedAttention, DividedBlock
+from vitviz.model.inputs import check_input
 from vitviz.model.interventions import (
     ABLATIONS,
     Interventions,
@@ -38,7 +40,7 @@ from vitviz.model.interventions import (
     key_mask_of,
 )
 from vitviz.model.layers import QKV, Ablation, AttentionControls, AttentionPool, Block, PatchEmbedding, norm_layer
-from vitviz.model.rotary import Rope, check_vjepa2_clip, mixed_angles, rotary_embedding
+from vitviz.model.rotary import Rope, mixed_angles, rotary_embedding
 
 if TYPE_CHECKING:  # for the annotations only: both modules sit above the model and import from it
     from vitviz.preprocessing import Preprocessing
@@ -211,11 +213,7 @@ class ViT(nn.Module):
         if own.heads:
             default = head_mask_of(own.heads, c.num_layers, c.num_heads)[None].to(device)  # (1, layers, heads)
             head_mask = default if head_mask is None else head_mask * default
-        if key_mask is not None:
-            key_mask = check_key_mask(key_mask.to(device), batch, tokens)
-        if own.tokens:
-            default = key_mask_of(own.tokens, batch, tokens, device)
-            key_mask = default if key_mask is None else key_mask & default
+        key_mask = self.token_mask(batch, tokens, key_mask)
         head_ablation = head_ablation or own.ablation
         if head_ablation not in ABLATIONS:
             raise ValueError(f"head_ablation must be one of {ABLATIONS}; got {head_ablation!r}")
@@ -223,6 +221,17 @@ class ViT(nn.Module):
             AttentionControls(rope, None if head_mask is None else head_mask[:, index], key_mask, head_ablation)
             for index, rope in enumerate(self.rotary_embeddings(grid))
         ]
+
+    def token_mask(self, batch: int, tokens: int, key_mask: torch.Tensor | None = None) -> torch.Tensor | None:
+        """The (B, T) key mask of a pass: the one given (checked), combined with the tokens this model knocks out
+        (``interventions``); None when neither takes a token out."""
+        device = self.patch_embed.proj.weight.device
+        if key_mask is not None:
+            key_mask = check_key_mask(key_mask.to(device), batch, tokens)
+        if self.interventions.tokens:
+            default = key_mask_of(self.interventions.tokens, batch, tokens, device)
+            key_mask = default if key_mask is None else key_mask & default
+        return key_mask
 
     def knock_out(
         self, heads: Sequence[tuple[int, int]] = (), tokens: Sequence[int] = (), ablation: Ablation = "zero"
@@ -252,7 +261,9 @@ class ViT(nn.Module):
 
     def position_embeddings(self, rows: int, cols: int, token_frames: int = 1) -> torch.Tensor | None:
         """Position embeddings for a rows x cols patch grid, (1, prefix + rows * cols, D); for a clip of
-        ``token_frames`` tubelets along time, (1, prefix + token_frames * rows * cols, D), at its training size only.
+        ``token_frames`` tubelets along time, (1, prefix + token_frames * rows * cols, D), at its training size only
+        (TimeSformer: at its frame count, any frame size; its table is resized by nearest neighbour, as transformers'
+        ``TimesformerEmbeddings`` does, wherever the patch count differs from the table's).
 
         At another grid than the training one, the patch part is resized with bicubic interpolation
         (align_corners=False, antialiased if ``pos_embed_antialias``, as in timm and Hugging Face); prefix
@@ -260,7 +271,9 @@ class ViT(nn.Module):
         without a position table (``absolute_positions=False``): None.
         """
         c = self.config  # a video model without a position table (V-JEPA 2, rotary) has nothing to refuse here
-        if c.is_video and c.absolute_positions and (token_frames, rows, cols) != (c.token_frames, *c.grid_size):
+        # TimeSformer's table is resized to other frame sizes (as transformers does, below); its frames are fixed
+        fixed = (token_frames,) if self.time_embed is not None else (token_frames, rows, cols)
+        if c.is_video and c.absolute_positions and fixed != (c.token_frames, *c.grid_size)[: len(fixed)]:
             raise ValueError(
                 f"this video model's positions are for {c.num_frames} frames of {c.image_hw[0]}x{c.image_hw[1]} "
                 f"pixels ({c.token_frames}x{c.grid_size[0]}x{c.grid_size[1]} tubelets); got "
@@ -270,6 +283,10 @@ class ViT(nn.Module):
             return sinusoidal_table(token_frames * rows * cols, c.hidden_size).to(self.patch_embed.proj.weight)[None]
         if self.time_embed is not None:  # TimeSformer: patch n in frame t gets position n plus time t
             prefix, patch_pos = self.pos_embed[:, : c.prefix_positions], self.pos_embed[:, c.prefix_positions :]
+            if rows * cols != patch_pos.shape[1]:  # transformers' TimesformerEmbeddings: nearest, from the table's grid
+                D, (train_rows, train_cols) = patch_pos.shape[-1], c.grid_size
+                patch_pos = patch_pos.transpose(1, 2).reshape(1, D, train_rows, train_cols)
+                patch_pos = F.interpolate(patch_pos, size=(rows, cols), mode="nearest").flatten(2).transpose(1, 2)
             if c.patch_major:  # (1, N, frames, D): token n * frames + t
                 patch_pos = patch_pos[:, :, None] + self.time_embed[:, None]
             else:  # (1, frames, N, D): token t * N + n
@@ -302,7 +319,7 @@ class ViT(nn.Module):
         head_ablation: Ablation | None = None,
     ) -> ViTOutput:
         """Classify a batch of images, shape (B, C, H, W) with H and W multiples of the patch size (a video model: clips
-        (B, frames, C, H, W) of its ``num_frames`` at its ``image_size``).
+        (B, frames, C, H, W) of its ``num_frames`` at its ``image_size``; TimeSformer at any frame size).
 
         Any such size works, non-square too: position embeddings are interpolated to the grid.
         ``attention_sink(block_index, weights)``, if given, receives each block's attention
@@ -316,9 +333,10 @@ class ViT(nn.Module):
         Interventions: ``head_mask`` (layers, heads) or (B, layers, heads) multiplies each head's attention weights
         before they reach the values (0 removes the head's output, or with ``head_ablation="mean"`` replaces it by
         its mean over the batch); the returned attentions stay the softmax. ``key_mask`` (B, T) booleans takes
-        the keys marked False out of every query's view, each row renormalised over the rest.
+        the keys marked False out of every query's view (V-JEPA 2's attentive pooler's too), each row renormalised.
         """
         x, grid = self.embed(pixel_values)
+        frames = pixel_values.shape[1] if self.config.is_video else None  # the input's own (V-JEPA 2: maybe 1)
         attentions, temporal, hidden_states, qkvs = [], [], [], []
         need_weights = output_attentions or attention_sink is not None
         if self.attn_implementation not in ("sdpa", "eager"):
@@ -338,12 +356,12 @@ class ViT(nn.Module):
             if output_qkv:
                 qkvs.append(qkv)
         return replace(
-            self.forward_head(x, grid, pooler_weights=output_attentions),
+            self.forward_head(x, grid, output_attentions, controls[0].key_mask, frames),
             attentions=tuple(attentions) if output_attentions else None,
             temporal_attentions=tuple(temporal) if output_attentions and any(t is not None for t in temporal) else None,
             hidden_states=tuple(hidden_states) if output_hidden_states else None,
             qkv=tuple(qkvs) if output_qkv else None,
-            layouts=(self.token_layout(grid),) * len(self.blocks),
+            layouts=(self.token_layout(grid, frames),) * len(self.blocks),
         )
 
     def probabilities(self, logits: torch.Tensor) -> torch.Tensor:
@@ -352,21 +370,28 @@ class ViT(nn.Module):
         logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
         return logits.sigmoid() if self.config.probabilities == "sigmoid" else logits.softmax(dim=-1)
 
-    def token_layout(self, grid_size: tuple[int, ...]) -> TokenLayout:
+    def token_layout(self, grid_size: tuple[int, ...], num_frames: int | None = None) -> TokenLayout:
         """The layout of an input whose patches form ``grid_size`` (rows, cols), or a clip's (frames / tubelet, rows,
         cols): the prefix tokens, then the patches (each tubelet spanning its frames), frame by frame or, for a
-        ``patch_major`` model (TimeSformer), patch by patch."""
+        ``patch_major`` model (TimeSformer), patch by patch. ``num_frames``: the clip's own frame count, where it
+        fills fewer than its tubelets (V-JEPA 2 repeats a 1-frame clip into one tubelet): the layout then has those
+        frames only, each tubelet covering the ones it has."""
         c = self.config
         prefix = prefix_kinds(c.class_token, c.distillation_token, c.num_register_tokens)
-        if len(grid_size) == 3:
-            frames = grid_size[0] * c.tubelet_size
-            return grid_layout(prefix, tuple(grid_size[1:]), c.patch_size, frames, c.tubelet_size, c.patch_major)
-        return grid_layout(prefix, tuple(grid_size), c.patch_size)
+        if len(grid_size) != 3:
+            return grid_layout(prefix, tuple(grid_size), c.patch_size)
+        frames = grid_size[0] * c.tubelet_size
+        layout = grid_layout(prefix, tuple(grid_size[1:]), c.patch_size, frames, c.tubelet_size, c.patch_major)
+        if num_frames is None or not 1 <= num_frames < frames:
+            return layout
+        covered = np.minimum(layout.frames, num_frames - 1)
+        covered.flags.writeable = False  # immutable, as every layout's arrays are
+        return replace(layout, num_frames=num_frames, frames=covered)
 
     def embed(self, pixel_values: torch.Tensor) -> tuple[torch.Tensor, tuple[int, ...]]:
         """Patches, prefix tokens and position embeddings: the first block's input (B, T, D), and the grid ((rows,
         cols), or a clip's (frames / tubelet, rows, cols))."""
-        self._check_input(pixel_values)
+        check_input(self.config, pixel_values)
         c = self.config
         if c.is_video and c.rotary == "vjepa2" and pixel_values.shape[1] < c.tubelet_size:
             pixel_values = pixel_values.repeat(1, c.tubelet_size, 1, 1, 1)  # an image: repeated, as V-JEPA 2 does
@@ -385,16 +410,25 @@ class ViT(nn.Module):
             x = torch.cat([*prefix, x + positions], dim=1)
         return self.norm_pre(self.pos_dropout(x)), grid
 
-    def forward_head(self, x: torch.Tensor, grid_size: tuple[int, ...], pooler_weights: bool = False) -> ViTOutput:
+    def forward_head(
+        self,
+        x: torch.Tensor,
+        grid_size: tuple[int, ...],
+        pooler_weights: bool = False,
+        key_mask: torch.Tensor | None = None,
+        num_frames: int | None = None,
+    ) -> ViTOutput:
         """Final LayerNorm, pooling and head on the last block's output tokens (B, T, D).
 
         ``forward`` ends here. Given an earlier block's output instead, it reads that block as if it were
         the last: the logit lens that LeGrad and ``vitviz.explain.logit_lens`` use. ``pooler_weights``: keep the
-        attentive pooler's block weights (``pooler_attentions``; V-JEPA 2).
+        attentive pooler's block weights (``pooler_attentions``; V-JEPA 2). ``key_mask`` (B, T), with the tokens
+        this model knocks out: the tokens taken out of the attentive pooler's view as out of the blocks'.
+        ``num_frames``: the input's own frame count, for the layout (``token_layout``).
         """
         if not self.config.fc_norm:
             x = self.norm(x)  # (B, T, D)
-        pooled, readout, pool_attention, pooler_attentions = self._pool(x, pooler_weights)
+        pooled, readout, pool_attention, pooler_attentions = self._pool(x, pooler_weights, key_mask)
         if self.config.fc_norm:
             pooled = self.norm(pooled)
         if self.head_dist is not None:  # DeiT at inference: the mean of the [CLS] and distillation heads
@@ -410,23 +444,25 @@ class ViT(nn.Module):
             num_prefix_tokens=self.config.num_prefix_tokens,
             readout=readout,
             pool_attention=pool_attention,
-            layout=self.token_layout(grid_size),
+            layout=self.token_layout(grid_size, num_frames),
             pooler_attentions=pooler_attentions,
         )
 
     def _pool(
-        self, x: torch.Tensor, pooler_weights: bool = False
+        self, x: torch.Tensor, pooler_weights: bool = False, key_mask: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, tuple[torch.Tensor, ...] | None]:
         """(B, T, D) -> the pooled vector, the weight the head gives each token (B, T), for "map" and "attentive"
         pooling the pooling head's attention (B, heads, N), and with ``pooler_weights`` the attentive pooler's block
-        weights (B, heads, T, T) each."""
+        weights (B, heads, T, T) each. ``key_mask``: the tokens the attentive pooler does not read (with the model's
+        knock-outs)."""
         B, T, _ = x.shape
         p = self.config.num_prefix_tokens
         readout = x.new_zeros(B, T, dtype=torch.promote_types(x.dtype, torch.float32))
         patches = x[:, p:]
         pool_attention = None
         if self.config.pooling == "attentive":  # V-JEPA 2: blocks over every token, then a query (attentive_pooler.py)
-            pooled, pool_attention, readout, pooler_attentions = self.attn_pool(x, need_weights=pooler_weights)
+            key_mask = self.token_mask(B, T, key_mask)
+            pooled, pool_attention, readout, pooler_attentions = self.attn_pool(x, pooler_weights, key_mask)
             return pooled, readout, pool_attention[:, :, p:] if p else pool_attention, pooler_attentions
         if self.config.pooling == "map" and self.config.pool_prefix:  # the Perception Encoder's head reads every token
             pooled, pool_attention = self.attn_pool(x)
@@ -448,34 +484,6 @@ class ViT(nn.Module):
             pooled = x[:, 0]
             readout[:, 0] = 1.0
         return pooled, readout, pool_attention, None
-
-    def _check_input(self, pixel_values: torch.Tensor) -> None:
-        c = self.config
-        if c.is_video and c.rotary == "vjepa2":  # rotary positions along time: clips of any length, at one size
-            check_vjepa2_clip(c, tuple(pixel_values.shape))
-            return
-        if c.is_video and pixel_values.ndim == 4:  # an image: its processor would give it as a clip of one frame
-            raise ValueError(
-                f"this video model needs clips of {c.num_frames} frames, (B, {c.num_frames}, {c.num_channels}, H, W); "
-                f"got images {tuple(pixel_values.shape)}: it reads no single image (its positions are for "
-                f"{c.num_frames} frames), so give it {c.num_frames} frames of a video"
-            )
-        if c.is_video and (pixel_values.ndim != 5 or pixel_values.shape[1:3] != (c.num_frames, c.num_channels)):
-            raise ValueError(
-                f"this video model reads clips of shape (B, {c.num_frames}, {c.num_channels}, H, W) (frames, then "
-                f"channels, as transformers' video processors give them); got {tuple(pixel_values.shape)}"
-            )
-        if not c.is_video and (pixel_values.ndim != 4 or pixel_values.shape[1] != c.num_channels):
-            raise ValueError(
-                f"expected pixel_values of shape (B, {c.num_channels}, H, W), got {tuple(pixel_values.shape)}"
-            )
-        H, W = pixel_values.shape[-2:]
-        if H % c.patch_size or W % c.patch_size or H == 0 or W == 0:
-            raise ValueError(
-                f"image {H}x{W} is not a positive multiple of the patch size {c.patch_size}; "
-                f"resize or crop it, e.g. to {max(1, round(H / c.patch_size)) * c.patch_size}x"
-                f"{max(1, round(W / c.patch_size)) * c.patch_size}"
-            )
 
 
 def sinusoidal_table(positions: int, width: int) -> torch.Tensor:

@@ -7,4 +7,6 @@ heads.py         layer x head grids of signed numbers: head importance, logit at
 feature_pictures.py  patch features as pictures: PCA colours and parts painted patch by patch, side by side
 answers.py       a VLM's answer out: answer.json's record, attention.npz's arrays, maps over the photo, share chart
 curves.py        training curves (curves.png) from a run's metrics.jsonl
+video_overlays.py  maps over a clip's frames: painted per frame, blended on one colour scale, as GIF and MP4
+video_figures.py  attention over time: the frames x frames heatmap, the readout per frame
 """

@@ -11,7 +11,9 @@
     faithfulness.py    Faithfulness: perturbation curves on one image
     sae_features.py    SAE features: a sparse autoencoder's top latents on the photo; latents edited in the model
     windowed.py        the same tabs for Swin (windows, merged stages): the rollout, each head over a clicked
-                       patch's window per stage and block, and one line on each tab that does not apply
+                       patch's window per stage and block, head statistics inside windows, and one line on each
+                       tab that does not apply
+    windowed_features.py  Features for Swin: any block's tokens as PCA colours and matches on its stage's grid
 
 Only the open tab runs (Streamlit's lazy tabs); most tabs are fragments, so their own controls re-run
 only that tab."""

@@ -191,18 +191,25 @@ def lens_section(page: Page, target: int) -> dict[str, np.ndarray]:
         )
     lens = logit_lens(page.model_key, page.photo.key, target, _analysis=page.analysis, _model=model)
     layers = range(len(lens["probability"]))
+    first = model.config.num_layers - len(layers)  # a Swin's lens reads its last stage's blocks only
+    if first:
+        st.caption(
+            f"Swin: blocks {first} to {model.config.num_layers - 1}, its last stage (the slider counts them from 0): "
+            "the head reads that stage's tokens, and the earlier stages' are narrower. Each patch of the first "
+            "stage shows the last-stage token that holds it."
+        )
     block = index_slider("Block", len(layers), page.widget_key("lens_block", layers[-1], options=layers))
     # two pictures of the photo in two equal columns: the same size at every width
     left, right = st.columns(2)
     left.image(
         overlay_picture(page.photo, lens["probability"][block], page.analysis.box, settings, (0.0, 1.0)),
         width="stretch",
-        caption=f"block {block}: P('{class_name(model, target)}') read from each patch",
+        caption=f"block {first + block}: P('{class_name(model, target)}') read from each patch",
     )
     with left:
         colour_legend(settings, 0.0, 1.0, "the class's probability, one fixed scale for every block")
     with right:
-        votes_view(page, lens["votes"][block], target, block)
+        votes_view(page, lens["votes"][block], target, first + block)
     share = (lens["votes"] == target).mean(axis=(1, 2))
     st.plotly_chart(cached_figure("lens_depth_figure", lens["readout"], share, block), key="lens_depth", theme=None)
     return lens

@@ -1,14 +1,19 @@
 """Faithfulness: perturbation curves (Chefer et al. 2021's positive and negative tests) for rollout, the
-attention of the tokens the head reads, and the class-specific relevance."""
+attention of the tokens the head reads, and the class-specific relevance; for a model that attends in windows
+(Swin), for the maps that read its windows and stages (``windowed_curves``), all on the first stage's grid."""
 
 from __future__ import annotations
 
 import numpy as np
 import streamlit as st
+import torch
 
 from vitviz import explain
+from vitviz.analysis import WindowedAnalysis
+from vitviz.model import Swin
 from vitviz.render import figures
-from vitviz_dashboard.cache.results import faithfulness_curves
+from vitviz_dashboard.cache.budget import kept
+from vitviz_dashboard.cache.results import class_map, faithfulness_curves
 from vitviz_dashboard.downloads import downloads
 from vitviz_dashboard.names import class_name, has_classifier, without_classes
 from vitviz_dashboard.page import Page
@@ -26,6 +31,27 @@ OFF = (
     "patches replaced, so it runs only when asked. Once on, it stays on for every photo and class you choose."
 )
 SEPARABLE = 0.02  # areas closer than this, on one image in 10 % steps, do not rank the maps
+# the maps of a windowed model (Swin) that the test compares, by its name for them: each over the first stage's grid
+WINDOWED_MAPS = {
+    "rollout": "rollout",
+    "relevance (Chefer et al.)": "relevance",
+    "grad-rollout": "grad-rollout",
+    "Grad-CAM": "gradcam",
+}
+
+
+@kept(spinner="Replacing patches and re-running the model...")
+def windowed_curves(
+    key, image_key: str, target: int, baseline: str, *, _analysis: WindowedAnalysis, _model: Swin
+) -> dict[str, dict]:
+    """``faithfulness_curves`` for a model that attends in windows: the methods that read its windows and stages,
+    each map on the first stage's patches (the patches the test replaces)."""
+    pixels = _analysis.pixel_values
+    curves = {}
+    for name, method in WINDOWED_MAPS.items():
+        relevance = torch.from_numpy(class_map(key, image_key, target, method, _analysis=_analysis, _model=_model))
+        curves[name] = explain.faithfulness(_model, pixels, relevance, target, baseline, precision=key.precision)
+    return curves
 
 
 @st.fragment
@@ -53,7 +79,8 @@ def draw(page: Page) -> None:
     if not st.toggle(RUN, key=page.widget_key("run", False)):
         st.info(OFF)
         return
-    results = faithfulness_curves(page.model_key, page.photo.key, target, baseline, _analysis=analysis, _model=model)
+    curves = windowed_curves if isinstance(analysis, WindowedAnalysis) else faithfulness_curves
+    results = curves(page.model_key, page.photo.key, target, baseline, _analysis=analysis, _model=model)
     x = explain.fraction_replaced()
     st.plotly_chart(
         figures.perturbation_figure(x, {name: (r["most_first"], r["least_first"]) for name, r in results.items()}),

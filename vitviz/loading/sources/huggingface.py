@@ -40,6 +40,7 @@ from vitviz.loading.sources.common import add_zero_biases
 from vitviz.loading.sources.huggingface_convert import Family, convert
 from vitviz.loading.sources.huggingface_swin import HIERARCHICAL_TYPES, SWIN_TYPES, from_huggingface_swin
 from vitviz.loading.sources.huggingface_video import VIDEO_TYPES, from_huggingface_video
+from vitviz.loading.sources.huggingface_vjepa2 import VJEPA2_TYPES, from_huggingface_vjepa2
 from vitviz.messages import echo
 from vitviz.model import ViT, ViTConfig
 
@@ -335,7 +336,7 @@ _VISION_HALF = {
     "siglip": "siglip_vision_model",
     "aimv2": "aimv2_vision_model",
 }  # image-text models: vision_config
-SUPPORTED_MODEL_TYPES = tuple(sorted([*_FAMILIES, *_VISION_HALF, *SWIN_TYPES, *VIDEO_TYPES, "vjepa2"]))
+SUPPORTED_MODEL_TYPES = tuple(sorted([*_FAMILIES, *_VISION_HALF, *SWIN_TYPES, *VIDEO_TYPES, *VJEPA2_TYPES]))
 
 
 def from_huggingface(state_dict: dict[str, torch.Tensor], config: dict) -> ViT:
@@ -361,9 +362,7 @@ def from_huggingface(state_dict: dict[str, torch.Tensor], config: dict) -> ViT:
         return from_huggingface_swin(state_dict, config)
     if model_type in VIDEO_TYPES:  # clips: tubelet embeddings
         return from_huggingface_video(state_dict, config)
-    if model_type == "vjepa2":  # clips: a 3-D rotary embedding and an attentive pooler (huggingface_vjepa2.py)
-        from vitviz.loading.sources.huggingface_vjepa2 import from_huggingface_vjepa2
-
+    if model_type in VJEPA2_TYPES:  # clips: a 3-D rotary embedding and an attentive pooler (huggingface_vjepa2.py)
         return from_huggingface_vjepa2(state_dict, config)
     family = _FAMILIES.get(model_type)
     if family is None:

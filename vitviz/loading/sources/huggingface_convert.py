@@ -9,6 +9,7 @@ and one ``ModelLoadError`` line for any config that cannot describe a vitviz ViT
 
 from __future__ import annotations
 
+import math
 import re
 from collections import ChainMap
 from collections.abc import Callable, Iterator, Mapping
@@ -40,7 +41,9 @@ class Family:
     rules: list[tuple[str, str]]  # every renaming rule, the blocks' included
     unused: str  # weights left out on purpose (full match, after the prefix is stripped)
     defaults: dict  # the Hugging Face config class's defaults
-    fields: Callable[[Mapping, dict], dict]  # (config with defaults, weights) -> the family's own ViTConfig fields
+    # (config with defaults, weights) -> the family's own ViTConfig fields; a common field given here (image_size,
+    # patch_size...) is taken from it and not read from the config under its common name
+    fields: Callable[[Mapping, dict], dict]
     # weights laid out differently from vitviz's, fixed after renaming and fusion: (weights, config) -> weights
     finish: Callable[[dict[str, torch.Tensor], ViTConfig], dict[str, torch.Tensor]] | None = None
 
@@ -55,21 +58,20 @@ def convert(state_dict: Mapping[str, torch.Tensor], config: Mapping, model_type:
         weights = {name: t for name, t in weights.items() if not re.fullmatch(family.unused, name)}
         own = family.fields(c, weights)
         activation = own.pop("activation", None) or _activation(c["hidden_act"])
-        fields = dict(
-            image_size=c["image_size"],
-            num_channels=c["num_channels"],
-            hidden_size=c["hidden_size"],
-            num_layers=c["num_hidden_layers"],
-            num_heads=c["num_attention_heads"],
-            activation=activation,
-            layer_norm_eps=c["layer_norm_eps"],
-            dropout=c.get("hidden_dropout_prob", 0.0),
-            attention_dropout=c.get("attention_probs_dropout_prob", c.get("attention_dropout", 0.0)),
-            num_classes=weights["classifier.weight"].shape[0] if "classifier.weight" in weights else 0,
+        common = dict(  # each read only where the family gives no field of that name
+            image_size=lambda: c["image_size"],
+            num_channels=lambda: c["num_channels"],
+            patch_size=lambda: c["patch_size"],
+            hidden_size=lambda: c["hidden_size"],
+            num_layers=lambda: c["num_hidden_layers"],
+            num_heads=lambda: c["num_attention_heads"],
+            layer_norm_eps=lambda: c["layer_norm_eps"],
+            dropout=lambda: c.get("hidden_dropout_prob", 0.0),
+            attention_dropout=lambda: c.get("attention_probs_dropout_prob", c.get("attention_dropout", 0.0)),
         )
-        if "patch_size" not in own:
-            fields["patch_size"] = c["patch_size"]
-        vit_config = ViTConfig(**(fields | own))
+        fields = {name: read() for name, read in common.items() if name not in own}
+        num_classes = weights["classifier.weight"].shape[0] if "classifier.weight" in weights else 0
+        vit_config = ViTConfig(**(fields | dict(activation=activation, num_classes=num_classes) | own))
         check_model_size(vit_config, f"the Hugging Face {model_type} model")  # before anything is built
         weights = fuse_qkv(zero_key_biases(rename(weights, family.rules, source=SOURCE)))
         if "head.weight" in weights:  # DeiT's cls_classifier too
@@ -86,7 +88,7 @@ def _described(model_type: str) -> Iterator[None]:
         yield
     except ModelLoadError:
         raise
-    except (TypeError, ValueError, KeyError, IndexError, AttributeError, RuntimeError) as error:
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError, RuntimeError, ArithmeticError) as error:
         raise ModelLoadError(
             f"Hugging Face config cannot describe a vitviz ViT ({model_type}): {describe(error)}"
         ) from None
@@ -96,6 +98,25 @@ def _activation(name: object) -> str:
     if not isinstance(name, str) or name not in ACTIVATIONS:
         raise ModelLoadError(f"hidden_act {echo(name)} is not supported; vitviz has {', '.join(ACTIVATIONS)}")
     return ACTIVATIONS[name]
+
+
+def square_side(size: object, name: str) -> object:
+    """A square patch's side from an int or an (h, w) pair with h == w; one ModelLoadError line for a non-square pair
+    (anything else is returned as it is, for ``ViTConfig`` to check)."""
+    if isinstance(size, (list, tuple)) and len(size) == 2 and size[0] == size[1]:
+        return size[0]
+    if isinstance(size, (list, tuple)):
+        raise ModelLoadError(f"{name} must be square (vitviz's patches are); got {echo(size, 80)}")
+    return size
+
+
+def real_number(config: Mapping, key: str) -> int | float:
+    """The config's ``key``, checked to be a finite real number (an int or a float, not a bool): one ModelLoadError
+    line otherwise, before it is computed with (``"4" * 64`` would repeat a string)."""
+    value = config[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(float(value)):
+        raise ModelLoadError(f"{key} must be a finite real number; got {echo(value, 80)}")
+    return value
 
 
 def zero_key_biases(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

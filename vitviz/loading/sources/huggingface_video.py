@@ -9,8 +9,12 @@
                 "joint_space_time"; "space_only", whose classifier gives one prediction per frame, is refused)
 
 Weights are read under the names files carry (transformers 4's ``q_bias`` and ``v_bias`` for VideoMAE, whose key has
-no bias) and those of transformers 5's modules. The converted model reads clips of the config's ``num_frames`` at
-its ``image_size`` only, as transformers' does: its positions are for that grid of tubelets.
+no bias) and those of transformers 5's modules. The converted model reads clips of the config's ``num_frames``.
+VideoMAE and ViViT read them at the config's ``image_size`` only, as transformers' do by default (their positions
+are for that grid of tubelets; ViViT's optional ``interpolate_pos_encoding`` is not reproduced). TimeSformer reads
+any frame size whose sides are multiples of the patch size: its position table is resized by nearest neighbour from
+its square grid wherever the patch count differs, as transformers' ``TimesformerEmbeddings`` does. Other frame counts
+are refused (transformers also resizes TimeSformer's time table to them).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from functools import partial
 import torch
 
 from vitviz.loading.errors import ModelLoadError
-from vitviz.loading.sources.huggingface_convert import ACTIVATIONS, Family, convert
+from vitviz.loading.sources.huggingface_convert import Family, convert, square_side
 from vitviz.messages import echo
 from vitviz.model import ViT
 
@@ -62,7 +66,6 @@ DEFAULTS = {
     ),
 }
 _FC_NORM_EPS = 1e-5  # VideoMAEForVideoClassification's fc_norm is a default nn.LayerNorm, whatever the config says
-_ACTIVATIONS = ACTIVATIONS  # huggingface_vjepa2.py reads it from here (the shared table is huggingface_convert's)
 _BLOCK = r"(?:encoder\.layer|layers)\.(\d+)\."  # VideoMAE's, ViViT's, TimeSformer's
 _RULES = [
     (r"embeddings\.patch_embeddings\.projection\.", r"patch_embed.proj."),
@@ -114,7 +117,7 @@ def _videomae_fields(c: Mapping, weights: dict) -> dict:
             "first tubelet token as if it were a [CLS] token, which vitviz's pooling does not express"
         )
     return dict(
-        patch_size=_side(c["patch_size"], "patch_size"),
+        patch_size=square_side(c["patch_size"], "patch_size"),
         tubelet_size=c["tubelet_size"],
         class_token=False,
         pooling="mean",
@@ -150,7 +153,7 @@ def _timesformer_fields(c: Mapping, weights: dict) -> dict:
             f"TimeSformer's attention_type must be divided_space_time or joint_space_time; got {echo(kind, 80)}"
         )
     return dict(
-        patch_size=_side(c["patch_size"], "patch_size"),
+        patch_size=square_side(c["patch_size"], "patch_size"),
         qkv_bias=c["qkv_bias"],
         time_embeddings=True,
         patch_major=True,
@@ -166,12 +169,3 @@ _FAMILIES = {
         ("timesformer", _timesformer_fields),
     ]
 }
-
-
-def _side(size: object, name: str) -> int:
-    """A square patch's side from an int or an (h, w) pair with h == w."""
-    if isinstance(size, (list, tuple)) and len(size) == 2 and size[0] == size[1]:
-        return size[0]
-    if isinstance(size, (list, tuple)):
-        raise ModelLoadError(f"{name} must be square (vitviz's patches are); got {echo(size, 80)}")
-    return size

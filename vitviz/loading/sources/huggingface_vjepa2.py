@@ -18,8 +18,7 @@ from collections.abc import Mapping
 import torch
 
 from vitviz.loading.sources.common import fuse_qkv
-from vitviz.loading.sources.huggingface_convert import Family, convert
-from vitviz.loading.sources.huggingface_video import _side
+from vitviz.loading.sources.huggingface_convert import Family, convert, real_number, square_side
 from vitviz.model import ViT, ViTConfig
 
 VJEPA2_TYPES = ("vjepa2",)
@@ -78,8 +77,8 @@ def _fields(c: Mapping, weights: dict) -> dict:
     return dict(
         image_size=c["crop_size"],
         num_channels=c["in_chans"],
-        patch_size=_side(c["patch_size"], "patch_size"),
-        mlp_size=int(c["hidden_size"] * c["mlp_ratio"]),
+        patch_size=square_side(c["patch_size"], "patch_size"),
+        mlp_size=int(real_number(c, "hidden_size") * real_number(c, "mlp_ratio")),  # as VJEPA2MLP: int(D * ratio)
         drop_path=c["drop_path_rate"],
         qkv_bias=c["qkv_bias"],
         num_frames=c["frames_per_clip"],
@@ -101,5 +100,5 @@ def _pooler_blocks(weights: dict[str, torch.Tensor], config: ViTConfig) -> dict[
     return rest | {f"attn_pool.{name}": t for name, t in fuse_qkv(pool).items()}
 
 
-# convert reads image_size and num_channels under those names: V-JEPA 2's crop_size and in_chans stand in (_fields)
-FAMILY = Family("vjepa2", _RULES, _UNUSED, DEFAULTS | dict(image_size=None, num_channels=None), _fields, _pooler_blocks)
+# image_size and num_channels are V-JEPA 2's crop_size and in_chans (_fields): convert reads no common name for them
+FAMILY = Family("vjepa2", _RULES, _UNUSED, DEFAULTS, _fields, _pooler_blocks)

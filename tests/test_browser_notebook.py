@@ -1,0 +1,251 @@
+"""The notebook view in a real browser. JupyterLab (``jupyter lab --no-browser``, a token, a free loopback port, a
+temporary folder) opens examples/photo.ipynb in headless Chromium and runs it; a click on a patch of the view and a
+head change redraw the map to the library's values for that patch and head; in examples/vlm_answer.ipynb a click on
+an answer token draws that token's map; no console error, no request leaves localhost. And ``to_html`` files (a photo
+view's, a VLM answer's) opened with the network off draw the map and answer a click on a patch or an answer token.
+Set VITVIZ_NOTEBOOK_SCREENSHOT to a path to save the JupyterLab page there (docs/notebook.png)."""
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import torch
+from browser_harness import CHROMIUM, CHROMIUM_ARGS, ROOT, free_port, require_browser
+from PIL import Image
+from tiny_models import build_tiny_vit
+
+import vitviz
+from vitviz.notebook.packing import pack_maps
+
+require_browser()
+from playwright.sync_api import sync_playwright  # noqa: E402
+
+TOKEN = "vitviz-test-token"
+
+
+@contextlib.contextmanager
+def jupyter_lab(folder: Path):
+    """JupyterLab serving ``folder`` on a free loopback port, its settings and runtime files inside ``folder``."""
+    port = free_port()
+    env = os.environ | {
+        "JUPYTER_CONFIG_DIR": str(folder / ".config"),
+        "JUPYTER_RUNTIME_DIR": str(folder / ".runtime"),
+        "JUPYTERLAB_SETTINGS_DIR": str(folder / ".settings"),
+        "JUPYTERLAB_WORKSPACES_DIR": str(folder / ".workspaces"),
+        "IPYTHONDIR": str(folder / ".ipython"),
+        "XDG_CACHE_HOME": str(folder / ".cache"),
+    }
+    command = [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={port}", "--ip=127.0.0.1"]
+    command += [f"--IdentityProvider.token={TOKEN}", f"--ServerApp.root_dir={folder}", "--allow-root"]
+    command += ["--LabApp.expose_app_in_browser=True", "--LabApp.extension_manager=readonly", "--LabApp.news_url="]
+    command += ["--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+    tracker = folder / ".settings" / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings"
+    tracker.parent.mkdir(parents=True)
+    tracker.write_text('{"windowingMode": "none"}')  # every cell drawn, not only those in view
+    news = folder / ".settings" / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
+    news.parent.mkdir(parents=True)
+    news.write_text('{"fetchNews": "false", "checkForUpdates": false}')  # no question about Jupyter's news
+    log = (folder / "lab.log").open("w")
+    process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/api/status?token={TOKEN}", timeout=2)
+                break
+            except OSError:
+                if time.monotonic() > deadline or process.poll() is not None:
+                    raise RuntimeError((folder / "lab.log").read_text()[-2000:]) from None
+                time.sleep(0.5)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        log.close()
+
+
+# the notebook open in front has its cells and an idle kernel: "run all" now runs them all
+READY = """() => {
+  const panel = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+  const kernel = panel && panel.sessionContext && panel.sessionContext.session && panel.sessionContext.session.kernel;
+  const cells = panel && panel.content && panel.content.widgets ? panel.content.widgets.length : 0;
+  return Boolean(cells > 1 && kernel && kernel.status === "idle");
+}"""
+
+
+def run_all(page) -> None:
+    """Run every cell of the notebook open in front, once it is loaded and its kernel idle."""
+    page.wait_for_function(READY)
+    page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
+
+
+def levels(page, nth: int = 0) -> np.ndarray:
+    text = page.locator(".vitviz-map").nth(nth).get_attribute("data-levels")
+    return np.array([int(v) for v in text.split(",")])
+
+
+def expected_levels(maps: list[np.ndarray]) -> np.ndarray:
+    from vitviz.notebook.packing import decode_bytes
+
+    frame = pack_maps(maps)
+    return decode_bytes(frame["maps"][0], (frame["rows"] * frame["cols"],)).astype(int)
+
+
+def patch_row(model, photo, layer: int, head: int, patch: tuple[int, int]) -> np.ndarray:
+    """The library's own attention of ``patch`` over the patches in block ``layer``, head ``head``: (rows, cols)."""
+    with torch.no_grad():
+        out = model(model.transform(photo)[None], output_attentions=True)
+    p, (rows, cols) = out.num_prefix_tokens, out.grid_size
+    return out.attentions[layer][0, head, p + patch[0] * cols + patch[1], p:].reshape(rows, cols).numpy()
+
+
+def click_patch(page, nth: int, patch: tuple[int, int], grid: tuple[int, int]) -> None:
+    """Click the middle of ``patch`` on the nth photo (its box is the whole photo: the model's input is resized)."""
+    canvas = page.locator(".vitviz-map").nth(nth)
+    canvas.scroll_into_view_if_needed()
+    box = canvas.bounding_box()
+    x, y = (patch[1] + 0.5) / grid[1] * box["width"], (patch[0] + 0.5) / grid[0] * box["height"]
+    canvas.click(position={"x": x, "y": y})
+
+
+def watched(page, origin: str) -> tuple[list[str], list[str]]:
+    """The page's console errors and every request that leaves ``origin`` (data: and blob: stay in the page)."""
+    errors, away = [], []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on(
+        "request",
+        lambda r: away.append(r.url) if not r.url.startswith((origin, "data:", "blob:", "file:")) else None,
+    )
+    return errors, away
+
+
+def notebook_photo() -> Image.Image:
+    """examples/vlm_answer.ipynb's photo: a red square on black."""
+    pixels = np.zeros((96, 128, 3), dtype=np.uint8)
+    pixels[20:70, 30:80] = (200, 30, 30)
+    return Image.fromarray(pixels)
+
+
+NOTEBOOK_PHOTO = notebook_photo()
+
+
+def notebook_answer(folder: Path):
+    """examples/vlm_answer.ipynb's answer, made here the same way (the tiny LLaVA's weights are seeded)."""
+    from tiny_vlms import make_tiny_vlm
+
+    from vitviz.vlm import load_vlm
+
+    vlm = load_vlm(make_tiny_vlm("llava", folder / "reference-llava"))
+    return vlm.answer(NOTEBOOK_PHOTO, "what is in the picture ?", answer="a red cat")
+
+
+def test_jupyterlab_runs_the_example_and_a_click_redraws_the_librarys_values(tmp_path):
+    shutil.copytree(ROOT / "examples", tmp_path / "examples")
+    (tmp_path / "vitviz_dashboard").symlink_to(ROOT / "vitviz_dashboard")
+    (tmp_path / "tests").symlink_to(ROOT / "tests")  # the VLM example builds its tiny folder with tests/tiny_vlms.py
+    model = vitviz.load_model("default")
+    photo = vitviz.load_image(ROOT / "vitviz_dashboard" / "examples" / "Chelsea the cat.jpg")
+    with jupyter_lab(tmp_path) as url, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.set_default_timeout(90_000)
+        errors, away = watched(page, url)
+        page.goto(f"{url}/lab/tree/examples/photo.ipynb?token={TOKEN}")
+        run_all(page)
+        # the notebook's code sets block 3, head 2 and patch (4, 4) on the first view
+        page.wait_for_selector(".vitviz-view[data-key='patch|3|2|4,4']", state="attached")
+        np.testing.assert_allclose(levels(page), expected_levels([patch_row(model, photo, 3, 2, (4, 4))]), atol=1)
+        click_patch(page, 0, (2, 5), (8, 8))
+        page.wait_for_selector(".vitviz-view[data-key='patch|3|2|2,5']", state="attached")
+        np.testing.assert_allclose(levels(page), expected_levels([patch_row(model, photo, 3, 2, (2, 5))]), atol=1)
+        page.locator(".vitviz-view").first.locator(".vitviz-picker", has_text="head").locator("select").select_option(
+            "0"
+        )
+        page.wait_for_selector(".vitviz-view[data-key='patch|3|0|2,5']", state="attached")
+        np.testing.assert_allclose(levels(page), expected_levels([patch_row(model, photo, 3, 0, (2, 5))]), atol=1)
+        if os.environ.get("VITVIZ_NOTEBOOK_SCREENSHOT"):
+            page.locator(".vitviz-view").first.scroll_into_view_if_needed()
+            page.screenshot(path=os.environ["VITVIZ_NOTEBOOK_SCREENSHOT"])
+        # the VLM example: a click on an answer token draws that token's map
+        page.goto(f"{url}/lab/tree/examples/vlm_answer.ipynb?token={TOKEN}")
+        run_all(page)
+        answer_view = page.locator(".vitviz-view:has(.vitviz-token)")
+        page.wait_for_selector(".vitviz-view[data-key='answer|1|1|mean']", state="attached")  # the notebook's token
+        answer_view.locator(".vitviz-token[data-token='2']").click()
+        page.wait_for_selector(".vitviz-view[data-key='answer|2|1|mean']", state="attached")
+        drawn = answer_view.locator(".vitviz-map").get_attribute("data-levels")
+        browser.close()
+    reference = vitviz.show(notebook_answer(tmp_path), NOTEBOOK_PHOTO, layer=1, token=2)
+    np.testing.assert_allclose([int(v) for v in drawn.split(",")], levels_of(reference.frame, 0), atol=1)
+    assert not errors, errors
+    assert not away, away
+
+
+def test_a_to_html_file_draws_offline_and_answers_a_click(tmp_path):
+    model = build_tiny_vit("cls")
+    model.transform = vitviz.Preprocessing(resize=(32, 32), crop=None)
+    image = Image.fromarray(np.random.default_rng(0).integers(0, 256, (48, 64, 3), dtype=np.uint8))
+    view = vitviz.show(model, [image, image.transpose(0)], layer=1, head=2)
+    path = view.to_html(tmp_path / "view.html")
+    drawn = levels_of(view.frame, 0)
+    view.set_state_checked(patch=(1, 3))
+    clicked = levels_of(view.frame, 0)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        context = browser.new_context(offline=True)
+        page = context.new_page()
+        errors, away = watched(page, "file://")
+        page.goto(path.as_uri())
+        page.wait_for_selector(".vitviz-view[data-key='attention|1|2']")
+        np.testing.assert_array_equal(levels(page), drawn)
+        painted = page.evaluate(
+            "() => { const c = document.querySelector('.vitviz-map'); const d = c.getContext('2d')"
+            ".getImageData(0, 0, c.width, c.height).data; let s = 0; for (const v of d) s += v; return s; }"
+        )
+        assert painted > 0 and page.locator(".vitviz-legend-bar").count() == 1
+        click_patch(page, 0, (1, 3), (4, 4))
+        page.wait_for_selector(".vitviz-view[data-key='patch|1|2|1,3']")
+        np.testing.assert_array_equal(levels(page), clicked)
+        browser.close()
+    assert not errors, errors
+    assert not away, away
+
+
+def test_an_answers_html_file_answers_a_token_click_offline(tmp_path):
+    from tiny_vlms import make_tiny_vlm
+    from vlm_harness import photo, red_cat
+
+    from vitviz.vlm import load_vlm
+
+    answer = red_cat(load_vlm(make_tiny_vlm("llava", tmp_path / "llava")))
+    view = vitviz.show(answer, photo(), layer=1)
+    path = view.to_html(tmp_path / "answer.html")
+    view.token = 2
+    clicked = levels_of(view.frame, 0)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_context(offline=True).new_page()
+        errors, away = watched(page, "file://")
+        page.goto(path.as_uri())
+        page.wait_for_selector(".vitviz-view[data-key='answer|0|1|mean']")
+        page.click(".vitviz-token[data-token='2']")
+        page.wait_for_selector(".vitviz-view[data-key='answer|2|1|mean']")
+        np.testing.assert_array_equal(levels(page), clicked)
+        assert page.locator(".vitviz-token.vitviz-chosen").inner_text() == answer.tokens[2]
+        browser.close()
+    assert not errors, errors
+    assert not away, away
+
+
+def levels_of(frame: dict, i: int) -> np.ndarray:
+    from vitviz.notebook.packing import decode_bytes
+
+    return decode_bytes(frame["maps"][i], (frame["rows"] * frame["cols"],)).astype(int)
