@@ -347,3 +347,20 @@ def test_defaults_match_transformers_config_class():
     config = hf.VJEPA2Config()
     for key, value in DEFAULTS.items():
         assert getattr(config, key) == value, key
+
+
+def test_the_logit_lens_reads_each_token_through_the_pooler_alone():
+    """token_logits runs V-JEPA 2's attentive pooler on one token at a time (its blocks and query see only it), as
+    transformers' pooler and classifier do on a one-token sequence; the readout before a pass is image-dependent."""
+    from vitviz.analysis import _readout_before_the_pass
+    from vitviz.explain import token_logits
+
+    source = hf_model()
+    with torch.no_grad():
+        normed = source.vjepa2(pixel_values_videos=clips(1), skip_predictor=True).last_hidden_state  # (1, T, D)
+        expected = torch.stack([source.classifier(source.pooler(normed[:, j : j + 1]))[0] for j in range(3)])
+        model = convert(source)
+        last_block = model(clips(1), output_hidden_states=True).hidden_states[-1]  # before the final norm
+        ours = token_logits(model, last_block[0, :3])
+    torch.testing.assert_close(ours, expected, atol=ATOL, rtol=0)
+    assert _readout_before_the_pass(model, (4, 4)) is None

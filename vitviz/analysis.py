@@ -328,8 +328,9 @@ def patch_attention(
 
 
 def _readout_before_the_pass(model: ViT, grid: tuple[int, int]) -> torch.Tensor | None:
-    """The head's token weights (1, T) when they do not depend on the image (every pooling but "map")."""
-    if model.config.pooling == "map":
+    """The head's token weights (1, T) when they do not depend on the image (every pooling but "map" and V-JEPA 2's
+    "attentive")."""
+    if model.config.pooling in ("map", "attentive"):
         return None
     tokens = torch.zeros(1, model.config.num_prefix_tokens + grid[0] * grid[1], model.config.hidden_size)
     with torch.inference_mode():

@@ -26,7 +26,8 @@ def token_logits(model: torch.nn.Module, tokens: torch.Tensor) -> torch.Tensor:
     The head reads the token as if it were the only one it pools. With [CLS] or mean pooling that is
     head(norm(token)); for mean pooling (without fc_norm) these are exactly the per-patch terms whose mean is
     the model's logit, the head being linear. "cls+mean" reads the token in both halves; "map" (SigLIP) runs
-    the attention-pooling head on the token alone, so its one key gets weight 1; DeiT's two heads both read it
+    the attention-pooling head on the token alone, so its one key gets weight 1, and so does V-JEPA 2's attentive
+    pooler ("attentive": its blocks and query over that one token); DeiT's two heads both read it
     and are averaged; ``fc_norm`` models normalise after pooling, as they do.
     """
     if model.head is None:
@@ -36,7 +37,7 @@ def token_logits(model: torch.nn.Module, tokens: torch.Tensor) -> torch.Tensor:
         )
     config = model.config
     x = tokens if config.fc_norm else model.norm(tokens)
-    if config.pooling == "map":
+    if config.pooling in ("map", "attentive"):
         x = model.attn_pool(x.reshape(-1, 1, x.shape[-1]))[0].reshape(x.shape)
     elif config.pooling == "cls+mean":
         x = torch.cat([x, x], dim=-1)
