@@ -19,7 +19,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image
 from tqdm import tqdm
 
 from vitviz.preprocessing import IMAGE_SUFFIXES, ImageError, image_files, load_image
@@ -29,13 +28,11 @@ from vitviz.video_clips import (
     VIDEO_METHODS,
     VIDEO_SUFFIXES,
     ClipPreprocessing,
-    centre_crop,
     clip_preprocessing,
     clip_tensor,
     is_video_path,
     model_frames,
     probabilities,
-    spec_folder,
     top_classes,
     video_map,
 )
@@ -78,12 +75,9 @@ def video_refusal(path: Path) -> str | None:
 
 def image_clip(model, path: Path, preprocessing: ClipPreprocessing) -> tuple[torch.Tensor, np.ndarray]:
     """An image given to a video model, as a one-frame clip (1, 1, 3, H, W) (how transformers' video processors
-    take an image), and the image as the model sees it, uint8 (1, H, W, 3): the model reads it as its family does,
-    or refuses it in one line."""
-    image = load_image(path.read_bytes())
-    scale = preprocessing.shortest_edge / min(image.size)
-    resized = image.resize((max(1, round(image.width * scale)), max(1, round(image.height * scale))), Image.BILINEAR)
-    frame = centre_crop(np.asarray(resized)[None], *preprocessing.crop)
+    take an image: scaled and cropped as a frame), and the image as the model sees it, uint8 (1, H, W, 3): the model
+    reads it as its family does, or refuses it in one line."""
+    frame = preprocessing.frames(np.asarray(load_image(path.read_bytes()))[None])
     return clip_tensor(model, frame, preprocessing), frame
 
 
@@ -100,6 +94,7 @@ def explain_videos(model, paths: list[Path], args: argparse.Namespace, used_name
     if not 0 < args.fps <= 60:
         raise SystemExit("error: --fps must be in (0, 60]")
     args.out.mkdir(parents=True, exist_ok=True)
+    print(f"clips scaled, cropped and normalised by {clip_preprocessing(model).note}", file=sys.stderr)
     failures = []
     with open(args.out / "predictions.csv", "w", newline="") as file:
         writer = csv.writer(file)
@@ -122,7 +117,7 @@ def explain_videos(model, paths: list[Path], args: argparse.Namespace, used_name
 
 def explain_one(model, path: Path, methods: list[str], args: argparse.Namespace, name: str) -> np.ndarray | None:
     """One file: its maps, overlays and npz; the class probabilities (None for a backbone)."""
-    preprocessing = clip_preprocessing(model, spec_folder(args.model))
+    preprocessing = clip_preprocessing(model)  # the model's own clip transform (its processor file's)
     if path.suffix.lower() in IMAGE_SUFFIXES and not is_video_path(path):
         clip, image = image_clip(model, path, preprocessing)
     else:

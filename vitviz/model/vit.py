@@ -135,6 +135,8 @@ class ViT(nn.Module):
         self.class_names: list[str] = [f"class {i}" for i in range(config.num_classes)]
         # PIL image -> the (C, H, W) input this model was trained on; None until a loader or training sets it
         self.transform: Preprocessing | None = None
+        # a video model's clip transform, uint8 frames (F, H, W, 3) -> (F, C, H, W) (vitviz.video_clips); set by loaders
+        self.clip_transform: Callable | None = None
         # a CLIP or SigLIP model's text half, which turns prompts into classes (``vitviz.zero_shot``); not a
         # module of the ViT, so its weights stay out of the ViT's state dict and parameters
         self.text_tower: TextTower | None = None

@@ -17,7 +17,7 @@ import torch
 
 from vitviz import explain
 from vitviz.layout import TokenLayout
-from vitviz.video_clips import clip_preprocessing, clip_tensor, model_frames, probabilities, spec_folder, video_map
+from vitviz.video_clips import clip_tensor, model_frames, probabilities, video_map
 from vitviz_dashboard.cache.budget import kept
 from vitviz_dashboard.page import ModelKey
 
@@ -39,13 +39,14 @@ def digest(data: bytes) -> str:
 
 @kept()
 def frames(key: ModelKey, video: str, *, _model, _data: bytes) -> np.ndarray:
-    """uint8 (frames, H, W, 3): the clip the model reads, sampled and cropped (vitviz.video_clips.model_frames)."""
-    return model_frames(_model, _data, clip_preprocessing(_model, spec_folder(key.spec)))
+    """uint8 (frames, H, W, 3): the clip the model reads, sampled, scaled and cropped by its own clip transform
+    (vitviz.video_clips.model_frames)."""
+    return model_frames(_model, _data)
 
 
 def _clip(key: ModelKey, model, frames: np.ndarray) -> torch.Tensor:
-    """The clip the model reads: the frames rescaled and normalised as its processor says."""
-    return clip_tensor(model, frames, clip_preprocessing(model, spec_folder(key.spec)))
+    """The clip the model reads: the frames rescaled and normalised as its clip transform (its processor) says."""
+    return clip_tensor(model, frames)
 
 
 def _progress(slot, text: str, blocks: int):

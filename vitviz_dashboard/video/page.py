@@ -11,7 +11,7 @@ import streamlit as st
 import vitviz
 from vitviz.render.video_overlays import DEFAULT_FPS, clip_overlays, display_shape, paint_frames
 from vitviz.video import VideoError
-from vitviz.video_clips import is_video_model, top_classes
+from vitviz.video_clips import clip_preprocessing, is_video_model, top_classes
 from vitviz_dashboard.cache.results import get_model_with_progress
 from vitviz_dashboard.page import ModelKey
 from vitviz_dashboard.state import keep_widgets
@@ -47,7 +47,7 @@ def video_page() -> None:
         st.error(f"The model failed on {name}: {str(error).splitlines()[0][:300]}")
         return
     classes = top_classes(model, rollout.probabilities) if len(rollout.probabilities) else []
-    draw_prediction(classes, len(frames))
+    draw_prediction(classes, len(frames), clip_preprocessing(model).note)
     choice = map_controls(model.config.num_layers, model.config.num_heads, len(frames), classes, (spec, video))
     layout = rollout.layout
     token = clicked_token(spec, video, layout, choice.frame)
@@ -106,16 +106,19 @@ def loaded(spec: str) -> vitviz.ViT | None:
     return model
 
 
-def draw_prediction(classes: list[tuple[int, str, float]], frames: int) -> None:
-    """The top five classes in one line, the first in bold (a backbone: that it has none)."""
+def draw_prediction(classes: list[tuple[int, str, float]], frames: int, preprocessing: str = "") -> None:
+    """The top five classes in one line, the first in bold (a backbone: that it has none); under it, how the frames
+    were sampled and where their preprocessing comes from (the model's processor file, or its family's defaults)."""
+    how = f"From {frames} frames sampled evenly over the whole clip, as the model's video processor samples"
+    caption = how + (f". Scaled, cropped and normalised by {preprocessing}." if preprocessing else ".")
     if not classes:
         st.markdown("**No prediction**: this model is a backbone (no classifier); its maps read what it pools.")
-        st.caption(f"From {frames} frames sampled evenly over the whole clip, as the model's video processor samples.")
+        st.caption(caption)
         return
     (_, first, chance), *others = classes
     rest = " · ".join(f"{name} {p:.1%}" for _, name, p in others)
     st.markdown(f"**Prediction: {first}** ({chance:.1%})" + (f" · {rest}" if rest else ""))
-    st.caption(f"From {frames} frames sampled evenly over the whole clip, as the model's video processor samples.")
+    st.caption(caption)
 
 
 def shown_map(key, video, model, frames, rollout, choice: Choice, token: int, slot) -> tuple[np.ndarray, str]:

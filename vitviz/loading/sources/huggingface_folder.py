@@ -2,13 +2,16 @@
 
 A folder holds config.json, its weights (model.safetensors, shards listed by an index, or pytorch_model.bin) and
 preprocessor_config.json; the state dict is converted by ``huggingface.from_huggingface``. A ``clip`` or ``siglip``
-folder with tokenizer files also gets its text tower (``huggingface_text``).
+folder with tokenizer files also gets its text tower (``huggingface_text``). A video model gets its clip transform
+(``model.clip_transform``) from its video processor's file, fetched from the Hub too, or its family's defaults.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from vitviz.loading.checkpoint import load_torch_file
 from vitviz.loading.download import REPO_ID, hub_file, hub_reachable
@@ -16,11 +19,16 @@ from vitviz.loading.errors import ModelLoadError, describe
 from vitviz.loading.sources.common import read_json
 from vitviz.loading.sources.huggingface import from_huggingface
 from vitviz.loading.sources.huggingface_text import TEXT_TOWER_TYPES, TOKENIZER_FILES, text_tower
+from vitviz.loading.sources.huggingface_video import VIDEO_TYPES
+from vitviz.loading.sources.huggingface_vjepa2 import VJEPA2_TYPES
 from vitviz.loading.sources.source import ModelSource
 from vitviz.loading.sources.weights_files import SHARD_INDEX, read_safetensors, shard_files
 from vitviz.messages import echo
 from vitviz.model import ViT
 from vitviz.preprocessing import Preprocessing
+
+if TYPE_CHECKING:
+    from vitviz.video_clips import ClipPreprocessing
 
 
 def load_huggingface_folder(folder: str | Path) -> ViT:
@@ -28,7 +36,9 @@ def load_huggingface_folder(folder: str | Path) -> ViT:
 
     Reads model.safetensors (preferred) or pytorch_model.bin, and preprocessor_config.json when
     present: resize, centre crop (CLIP, DeiT, DINOv2) and normalisation; otherwise ViTImageProcessor's
-    defaults (224x224, bilinear, mean = std = 0.5).
+    defaults (224x224, bilinear, mean = std = 0.5). A video model (VideoMAE, ViViT, TimeSformer, V-JEPA 2) has no
+    image ``transform`` (None) but a ``clip_transform`` (vitviz.video_clips.ClipPreprocessing), read from its video
+    processor's file, or its family's defaults in transformers with a note saying the folder has none.
     """
     folder = Path(folder)
     config_path = folder / "config.json"
@@ -52,15 +62,14 @@ def load_huggingface_folder(folder: str | Path) -> ViT:
         model.class_names = [
             str(labels.get(str(i), labels.get(i, f"class {i}"))) for i in range(model.config.num_classes)
         ]
-        # a video model's clips are sampled and preprocessed by its family's video processor (issue 46's
-        # load_video); an image transform would only feed it images it refuses, so it has none
-        model.transform = (
-            None
-            if isinstance(model, ViT) and model.config.is_video  # a Swin's config has no frames
-            else _huggingface_preprocessing(
+        if isinstance(model, ViT) and model.config.is_video:  # a Swin's config has no frames
+            # clips, not images: no image transform, and the clip transform its video processor file states
+            model.transform = None
+            model.clip_transform = _video_preprocessing(folder, model, config.get("model_type"))
+        else:
+            model.transform = _huggingface_preprocessing(
                 folder / "preprocessor_config.json", model.config.image_size, config.get("model_type")
             )
-        )
         if config.get("model_type") in TEXT_TOWER_TYPES:
             model.text_tower, model.text_tower_note = text_tower(folder, state_dict, config)
     except ModelLoadError:
@@ -136,9 +145,32 @@ def _huggingface_preprocessing(
         raise ModelLoadError(f"{unusable} ({describe(error)})") from None
 
 
+def _video_preprocessing(folder: Path, model: ViT, model_type: object) -> ClipPreprocessing:
+    """A video model's clip transform, as transformers' video processor of its type reads the folder: the
+    ``video_processor`` of processor_config.json, else video_preprocessor_config.json, else preprocessor_config.json
+    (the Hub's older checkpoints: VideoMAE's states ImageNet's mean and std), over the family's defaults; with none
+    of them, the family's defaults and a note saying so. A value transformers would not read is a ModelLoadError."""
+    from vitviz.video_clips import PROCESSOR_FILES, family_preprocessing
+
+    family = model_type if isinstance(model_type, str) else None
+    for name, key in PROCESSOR_FILES:
+        path = folder / name
+        settings = read_json(path) if path.is_file() else None
+        settings = settings.get(key) if key and isinstance(settings, dict) else settings
+        if isinstance(settings, dict):
+            try:
+                found = family_preprocessing(model, family).with_settings(settings, family)
+            except (ValueError, TypeError) as error:
+                raise ModelLoadError(f"{folder} is not a usable Hugging Face ViT folder: {name}: {error}") from None
+            return replace(found, note=f"the model's {name}" + (f" ({key})" if key else ""))
+    return family_preprocessing(model, family, ": the model has no video processor file")
+
+
 def load_huggingface_hub(repo_id: str) -> ViT:
     """A Hugging Face Hub repository, downloaded once into the Hub cache: config.json, model.safetensors
-    (or its shards, or pytorch_model.bin) and preprocessor_config.json when the repository has one."""
+    (or its shards, or pytorch_model.bin) and preprocessor_config.json when the repository has one; for a video
+    model also processor_config.json and video_preprocessor_config.json, where it has them (offline, what the cache
+    holds: without any, the family's defaults, with a note)."""
     if not REPO_ID.fullmatch(repo_id):
         raise ModelLoadError(
             f"{echo(repo_id)} is not a Hugging Face repository id (org/name, 96 characters each at most)"
@@ -151,6 +183,9 @@ def load_huggingface_hub(repo_id: str) -> ViT:
         for shard in shard_files(weights, weight_limit(read_json(config))):
             fetch([shard])
     fetch(["preprocessor_config.json"], required=False)  # else ViTImageProcessor's defaults
+    if read_json(config).get("model_type") in (*VIDEO_TYPES, *VJEPA2_TYPES):  # where video processors keep settings
+        for name in ("processor_config.json", "video_preprocessor_config.json"):
+            fetch([name], required=False)
     if read_json(config).get("model_type") in TEXT_TOWER_TYPES:  # CLIP, SigLIP: the tokenizer, for the text tower
         for name in TOKENIZER_FILES:
             fetch([name], required=False)
