@@ -6,6 +6,8 @@ The reference attentions are captured in the test only: transformers' eager atte
 (Swin) or hands them to its dropout (Swin v2); timm's, with fused attention off, hands them to attn_drop.
 """
 
+import math
+
 import pytest
 import timm
 import torch
@@ -254,6 +256,8 @@ def test_timm_names_convert_on_the_meta_device_with_their_windows():
         "swin_s3_tiny_224": ((7, 7), (7, 7), (14, 14), (7, 7)),
         "swinv2_tiny_window8_256": ((8, 8),) * 4,
         "swinv2_base_window12to16_192to256": ((16, 16), (16, 16), (16, 16), (8, 8)),
+        "swinv2_cr_tiny_224": ((7, 7),) * 4,
+        "swinv2_cr_tiny_ns_224": ((7, 7),) * 4,
     }
     for name, windows in expected.items():
         with torch.device("meta"):
@@ -264,10 +268,26 @@ def test_timm_names_convert_on_the_meta_device_with_their_windows():
         config = timm_config(timm.create_model("swinv2_base_window12to16_192to256", pretrained=False))
     assert config.pretrained_windows == (12, 12, 12, 6)
     assert 80e6 < config.num_parameters < 95e6
+    for name, main_norms in [("swinv2_cr_tiny_224", (11,)), ("swinv2_cr_tiny_ns_224", (1, 3, 9, 11))]:
+        with torch.device("meta"):
+            reference = timm.create_model(name, pretrained=False)
+        config = timm_config(reference)
+        assert (config.main_norms, config.final_norm, config.merge_norm, config.position_mlp) == (
+            main_norms,
+            False,
+            "before",
+            "cr",
+        )
+        assert config.num_parameters == sum(p.numel() for p in reference.parameters())
 
 
 def test_num_parameters_counts_the_built_model():
-    for config in (SwinConfig(), SwinConfig(version=2, pretrained_windows=(0, 0, 0, 0), num_classes=0)):
+    cr = dict(version=2, position_mlp="cr", merge_norm="before", final_norm=False, main_norms=(1, 3, 9, 11))
+    for config in (
+        SwinConfig(),
+        SwinConfig(version=2, pretrained_windows=(0, 0, 0, 0), num_classes=0),
+        SwinConfig(**cr),
+    ):
         with torch.device("meta"):
             model = Swin(config)
         assert config.num_parameters == sum(p.numel() for p in model.parameters())
@@ -275,9 +295,10 @@ def test_num_parameters_counts_the_built_model():
 
 def test_refused_by_name():
     with torch.device("meta"):
-        for name in ("swinv2_cr_tiny_224", "swinv2_cr_tiny_ns_224", "hiera_tiny_224"):
-            with pytest.raises(ModelLoadError, match="swinv2_cr|Hiera"):
-                timm_config(timm.create_model(name, pretrained=False))
+        with pytest.raises(ModelLoadError, match="Hiera"):
+            timm_config(timm.create_model("hiera_tiny_224", pretrained=False))
+        with pytest.raises(ModelLoadError, match="global_pool='max'"):  # swinv2_cr is read, but pools by the mean
+            timm_config(timm.create_model("swinv2_cr_tiny_224", pretrained=False, global_pool="max"))
     with pytest.raises(ModelLoadError, match="Hiera"):
         vitviz.from_huggingface({}, {"model_type": "hiera"})
     reference = hf_model("swinv2", backbone=True)
@@ -316,10 +337,129 @@ def test_load_model_timm_spec_gives_a_swin_with_class_names_and_preprocessing(mo
     monkeypatch.setattr(timm, "create_model", lambda name, pretrained=False, **kwargs: create(name, **tiny))
     monkeypatch.setattr(timm_source, "hub_file", lambda *args, **kwargs: None)
     monkeypatch.setattr(timm_source, "open_clip_for_timm", lambda name: None)
-    for name in ("swin_tiny_patch4_window7_224", "swinv2_tiny_window8_256"):
+    for name in ("swin_tiny_patch4_window7_224", "swinv2_tiny_window8_256", "swinv2_cr_tiny_ns_224"):
         model = vitviz.load_model(f"timm:{name}")
         assert isinstance(model, Swin) and model.config.version == (2 if "v2" in name else 1)
         assert len(model.class_names) == 1000 and model.class_names[0].startswith("tench")
         assert model.transform is not None
         with torch.no_grad():
             assert model(torch.randn(1, 3, 32, 32)).logits.shape == (1, 1000)
+
+
+# timm's swinv2_cr (SwinTransformerV2Cr): its attention module takes the windows and the shift's mask; the reference
+# weights are recomputed here from those inputs and the module's own weights, written out as timm's forward does
+CR_MODELS = [
+    ("swinv2_cr_tiny_224", {}, None),  # square; the last stage's last block norms the main branch, no final norm
+    ("swinv2_cr_tiny_ns_224", dict(img_size=(40, 24)), None),  # every stage ends with a norm; padded after the shift
+    # a norm every second block, a non-square window per stage on a non-square input
+    (
+        "swinv2_cr_tiny_224",
+        dict(depths=(3, 2), extra_norm_period=2, window_size=((4, 2), (2, 4)), img_size=(40, 24)),
+        None,
+    ),
+    # an 8 x 8 window kept whole (padded, shifted) over the last stage's 6 x 6 grid
+    ("swinv2_cr_tiny_224", dict(img_size=24, window_size=8, always_partition=True), None),
+    ("swinv2_cr_tiny_ns_224", dict(dynamic_img_size=True), (40, 24)),  # another, non-square input than img_size
+]
+
+
+def cr_reference(model: torch.nn.Module, images: torch.Tensor):
+    """timm's logits and each block's attention recomputed from its attention module's inputs (forward pre-hooks);
+    each recomputation checked against the weights timm hands to attn_drop."""
+    recomputed, handed, hooks = [], [], []
+
+    def recompute(attn, args, kwargs):
+        x, mask = args[0], kwargs.get("mask", args[1] if len(args) > 1 else None)
+        Bw, L, C = x.shape
+        heads = attn.num_heads
+        q, k, _ = torch.nn.functional.linear(x, attn.qkv.weight, attn.qkv.bias).view(Bw, L, 3, heads, -1).unbind(2)
+        q, k = (torch.nn.functional.normalize(t.transpose(1, 2), dim=-1) for t in (q, k))  # (Bw, heads, L, hd)
+        scores = q @ k.transpose(-2, -1) * attn.logit_scale.clamp(max=math.log(100.0)).exp().view(1, heads, 1, 1)
+        scores = scores + attn.meta_mlp(attn.relative_coordinates_log).T.reshape(1, heads, L, L)  # raw MLP output
+        if mask is not None:
+            nW = mask.shape[0]
+            scores = (scores.view(Bw // nW, nW, heads, L, L) + mask[None, :, None]).view(Bw, heads, L, L)
+        recomputed.append(scores.softmax(dim=-1))
+
+    for stage in model.stages:
+        for block in stage.blocks:
+            hooks.append(block.attn.register_forward_pre_hook(recompute, with_kwargs=True))
+            hooks.append(block.attn.attn_drop.register_forward_hook(lambda m, i, o: handed.append(i[0])))
+    with torch.no_grad():
+        logits = model(images)
+    for hook in hooks:
+        hook.remove()
+    assert all((a - b).abs().max() <= 1e-6 for a, b in zip(recomputed, handed, strict=True))
+    return logits, recomputed
+
+
+def assert_cr_windows(reference: torch.nn.Module, output) -> None:
+    """Each block's ``layouts[l].windows`` is timm's own partition of the token indices, rolled by the block's shift
+    and padded after it (-1), and its attention has one (heads, S, S) matrix per window of each image."""
+    from timm.models.swin_transformer_v2_cr import window_partition
+
+    blocks = [(s, block) for s, stage in enumerate(reference.stages) for block in stage.blocks]
+    for index, (s, block) in enumerate(blocks):
+        (rows, cols), window = output.stage_grids[s], block.window_size
+        grid = torch.arange(1, rows * cols + 1, dtype=torch.float32).view(1, rows, cols, 1)
+        grid = torch.roll(grid, (-block.shift_size[0], -block.shift_size[1]), (1, 2))
+        grid = torch.nn.functional.pad(grid, (0, 0, 0, -cols % window[1], 0, -rows % window[0]))
+        expected = window_partition(grid, window).reshape(-1, window[0] * window[1]).long() - 1
+        layout = output.layouts[index]
+        assert torch.equal(torch.from_numpy(layout.windows.copy()), expected), index
+        assert output.attentions[index].shape[0] == output.logits.shape[0] * len(expected)
+    assert any(any(block.shift_size) for _, block in blocks)  # some block is shifted
+
+
+@pytest.mark.parametrize("name, kwargs, size", CR_MODELS)
+def test_timm_swinv2_cr_reproduces_logits_attentions_and_windows(name, kwargs, size):
+    reference = timm_model(name, **kwargs)
+    model = vitviz.from_timm(reference)
+    assert model.config.position_mlp == "cr" and isinstance(model.norm, torch.nn.Identity)
+    images = torch.randn(2, 3, *(size or reference.patch_embed.img_size))
+    expected, attentions = cr_reference(reference, images)
+    with torch.no_grad():
+        output = model(images, output_attentions=True)
+    assert_same(output, expected, attentions, blocks=sum(kwargs.get("depths", (2, 2))))
+    assert_cr_windows(reference, output)
+
+
+@pytest.mark.parametrize("name", ["swinv2_cr_tiny_ns_224"])
+def test_timm_swinv2_cr_at_full_size(name):
+    """A registered model itself (28 M parameters, 224 px, twelve blocks), random weights: the "ns" variant, whose
+    every stage ends with a norm (the plain variant's one end norm is covered at a small size in CR_MODELS)."""
+    torch.manual_seed(0)
+    reference = perturbed(timm.create_model(name, pretrained=False), noise=0.05)
+    model = vitviz.from_timm(reference)
+    images = torch.randn(1, 3, 224, 224)
+    expected, attentions = cr_reference(reference, images)
+    with torch.no_grad():
+        output = model(images, output_attentions=True)
+    assert_same(output, expected, attentions, blocks=12)
+    assert_cr_windows(reference, output)
+
+
+def test_maps_across_stages_run_on_swinv2_cr():
+    """Rollout's row stays a distribution over the first stage's patches; every windowed method gives a finite map."""
+    from vitviz.explain import method_maps, rollout_across_stages
+
+    model = vitviz.from_timm(timm_model("swinv2_cr_tiny_ns_224", img_size=(40, 24)))
+    images = torch.randn(1, 3, 40, 24)
+    with torch.no_grad():
+        output = model(images, output_attentions=True)
+    rollout = rollout_across_stages(output.attentions, output.layouts, readout=output.readout)
+    assert rollout.shape == (1, 20, 12) and (rollout >= 0).all()
+    assert abs(rollout.sum().item() - 1) <= 1e-4
+    maps = method_maps(model, images, ["rollout", "relevance", "grad-rollout", "gradcam", "lens"], target=3).maps
+    assert set(maps) == {"rollout", "relevance", "grad-rollout", "gradcam", "lens"}
+    assert all(torch.as_tensor(m).isfinite().all() for m in maps.values())
+    assert torch.allclose(torch.as_tensor(maps["rollout"]).float().flatten(), rollout.flatten(), atol=1e-5)
+
+
+def test_swin_config_refuses_cr_fields_that_do_not_fit():
+    with pytest.raises(ValueError, match="main_norms must be block indices in \\[0, 12\\)"):
+        SwinConfig(version=2, main_norms=(12,))
+    with pytest.raises(ValueError, match="position_mlp 'cr' is a Swin v2 position MLP"):
+        SwinConfig(position_mlp="cr")
+    with pytest.raises(ValueError, match="merge_norm must be one of"):
+        SwinConfig(merge_norm="middle")

@@ -8,7 +8,11 @@ mask that keeps apart the tokens the roll brought together -> final LayerNorm ->
 -> linear head. Window attention adds a learned relative position bias before its softmax. Swin v2 attends by the
 cosine of queries and keys times a learned, clamped scale, takes its bias from a small MLP over log-spaced offsets
 (16 sigmoid(.)), normalises each branch's output before the residual sum, and normalises the merging after its
-linear map.
+linear map. timm's swinv2_cr is Swin v2 with four changes, each a config field: its position MLP reads unscaled
+natural-log offsets and adds its output as is (``position_mlp="cr"``), the merging norms before its map
+(``merge_norm="before"``), some blocks norm the main branch after their MLP (``main_norms``: the last block of the
+last stage, of every stage in the _ns models, every sixth in the huge and giant ones), and no final norm follows
+(``final_norm=False``).
 
 ``out.attentions[l]`` is block l's attention as its source computes it, (B * nW, heads, wh * ww, wh * ww), in the
 shifted frame for shifted blocks; ``out.layouts[l].windows`` names the token in each window's slot (-1: padding).
@@ -41,12 +45,13 @@ from torch import nn
 from vitviz.layout import TokenLayout
 from vitviz.layout.windows import window_layout
 from vitviz.model.layers import activation
-from vitviz.model.swin_config import CPB_HIDDEN, SwinConfig
+from vitviz.model.swin_config import CPB_HIDDEN, CR_HIDDEN, SwinConfig
 from vitviz.model.windows import (
     Padding,
     Pair,
     from_windows,
     log_spaced_offsets,
+    natural_log_offsets,
     relative_position_index,
     shift_mask,
     to_windows,
@@ -72,18 +77,19 @@ def _cached_index(window: Pair) -> torch.Tensor:
 
 
 @lru_cache(maxsize=64)
-def _cached_offsets(window: Pair, pretrained: Pair) -> torch.Tensor:
+def _cached_offsets(window: Pair, pretrained: Pair, kind: str) -> torch.Tensor:
     with torch.inference_mode(False):
-        return log_spaced_offsets(window, pretrained)
+        return natural_log_offsets(window) if kind == "cr" else log_spaced_offsets(window, pretrained)
 
 
 class WindowAttention(nn.Module):
     """Multi-head attention inside each window, with a relative position bias (v1: a learned table; v2: an MLP over
-    log-spaced offsets) added before the softmax; v2 scores by cosine similarity times a learned scale."""
+    log-spaced offsets) added before the softmax; v2 scores by cosine similarity times a learned scale, clamped at
+    100 (swinv2_cr's too: its per-head ``logit_scale`` is this one, shaped (heads,) there)."""
 
     def __init__(self, config: SwinConfig, dim: int, heads: int, window: Pair, pretrained_window: int):
         super().__init__()
-        self.heads, self.window, self.version = heads, window, config.version
+        self.heads, self.window, self.version, self.position_mlp = heads, window, config.version, config.position_mlp
         self.pretrained_window = (pretrained_window, pretrained_window)
         self.scale = (dim // heads) ** -0.5
         self.qkv = nn.Linear(dim, 3 * dim, bias=config.qkv_bias)
@@ -93,15 +99,24 @@ class WindowAttention(nn.Module):
             self.relative_position_bias_table = nn.Parameter(torch.zeros(offsets, heads))
         else:
             self.logit_scale = nn.Parameter(torch.full((heads, 1, 1), math.log(10.0)))
-            self.cpb_mlp = nn.Sequential(nn.Linear(2, CPB_HIDDEN), nn.ReLU(), nn.Linear(CPB_HIDDEN, heads, bias=False))
+            if config.position_mlp == "cr":  # timm swinv2_cr's meta network, biased at both layers
+                self.meta_mlp = nn.ModuleDict(dict(fc1=nn.Linear(2, CR_HIDDEN), fc2=nn.Linear(CR_HIDDEN, heads)))
+            else:
+                self.cpb_mlp = nn.Sequential(
+                    nn.Linear(2, CPB_HIDDEN), nn.ReLU(), nn.Linear(CPB_HIDDEN, heads, bias=False)
+                )
 
     def position_bias(self) -> torch.Tensor:
         """(heads, N, N), N = wh * ww: what each head adds to the score of slot i attending to slot j."""
         if self.version == 1:
             table = self.relative_position_bias_table  # (offsets, heads)
         else:
-            offsets = _cached_offsets(self.window, self.pretrained_window).to(self.logit_scale.device)
-            table = 16 * torch.sigmoid(self.cpb_mlp(offsets.to(self.logit_scale.dtype)))  # (offsets, heads)
+            offsets = _cached_offsets(self.window, self.pretrained_window, self.position_mlp)
+            offsets = offsets.to(self.logit_scale.device, self.logit_scale.dtype)
+            if self.position_mlp == "cr":  # the MLP's output as is
+                table = self.meta_mlp.fc2(F.relu(self.meta_mlp.fc1(offsets)))  # (offsets, heads)
+            else:
+                table = 16 * torch.sigmoid(self.cpb_mlp(offsets))  # (offsets, heads)
         index = _cached_index(self.window).to(table.device)
         return table[index.view(-1)].view(*index.shape, self.heads).permute(2, 0, 1)  # (heads, N, N)
 
@@ -135,9 +150,12 @@ class WindowAttention(nn.Module):
 
 
 class SwinBlock(nn.Module):
-    """Window attention then an MLP, each on a residual branch: pre-norm (v1) or normed after the branch (v2)."""
+    """Window attention then an MLP, each on a residual branch: pre-norm (v1) or normed after the branch (v2); with
+    ``main_norm`` (swinv2_cr), the sum is normed too (``norm3``)."""
 
-    def __init__(self, config: SwinConfig, dim: int, heads: int, window: Pair, pretrained_window: int):
+    def __init__(
+        self, config: SwinConfig, dim: int, heads: int, window: Pair, pretrained_window: int, main_norm: bool = False
+    ):
         super().__init__()
         self.config = config
         self.norm1 = nn.LayerNorm(dim, eps=config.layer_norm_eps)
@@ -145,6 +163,7 @@ class SwinBlock(nn.Module):
         self.norm2 = nn.LayerNorm(dim, eps=config.layer_norm_eps)
         hidden = int(dim * config.mlp_ratio)
         self.mlp = nn.ModuleDict(dict(fc1=nn.Linear(dim, hidden), fc2=nn.Linear(hidden, dim)))
+        self.norm3 = nn.LayerNorm(dim, eps=config.layer_norm_eps) if main_norm else None
 
     def forward(
         self, x: torch.Tensor, shift: Pair, need_weights: bool, head_mask: torch.Tensor | None = None
@@ -163,20 +182,22 @@ class SwinBlock(nn.Module):
         mlp = lambda t: self.mlp.fc2(activation(self.mlp.fc1(t), c.activation))  # noqa: E731
         if c.version == 1:
             x = x + y
-            return x + mlp(self.norm2(x)), weights
-        x = x + self.norm1(y)
-        return x + self.norm2(mlp(x)), weights
+            x = x + mlp(self.norm2(x))
+        else:
+            x = x + self.norm1(y)
+            x = x + self.norm2(mlp(x))
+        return (x if self.norm3 is None else self.norm3(x)), weights
 
 
 class PatchMerging(nn.Module):
     """Each 2 x 2 group of tokens becomes one of twice the width: their features concatenated in the order
-    (top-left, bottom-left, top-right, bottom-right), normed and mapped (v1) or mapped and normed (v2)."""
+    (top-left, bottom-left, top-right, bottom-right), normed and mapped (v1, swinv2_cr) or mapped and normed (v2)."""
 
-    def __init__(self, dim: int, version: int):
+    def __init__(self, dim: int, norm_first: bool):
         super().__init__()
-        self.version = version
+        self.norm_first = norm_first
         self.reduction = nn.Linear(4 * dim, 2 * dim, bias=False)
-        self.norm = nn.LayerNorm(4 * dim if version == 1 else 2 * dim)
+        self.norm = nn.LayerNorm(4 * dim if norm_first else 2 * dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, H, W, C = x.shape
@@ -184,18 +205,19 @@ class PatchMerging(nn.Module):
         H, W = x.shape[1:3]
         # (B, H/2, 2, W/2, 2, C) -> (B, H/2, W/2, col offset, row offset, C): the row offset varies fastest
         x = x.view(B, H // 2, 2, W // 2, 2, C).permute(0, 1, 3, 4, 2, 5).reshape(B, H // 2, W // 2, 4 * C)
-        return self.norm(self.reduction(x)) if self.version == 2 else self.reduction(self.norm(x))
+        return self.reduction(self.norm(x)) if self.norm_first else self.norm(self.reduction(x))
 
 
 class SwinStage(nn.Module):
     def __init__(self, config: SwinConfig, stage: int):
         super().__init__()
         dim = config.width(stage)
-        self.merge = PatchMerging(dim // 2, config.version) if stage else None
+        self.merge = PatchMerging(dim // 2, config.merge_norm_first) if stage else None
         pretrained = config.pretrained_windows[stage] if config.pretrained_windows else 0
-        window = config.windows[stage]
+        window, first = config.windows[stage], sum(config.depths[:stage])
         self.blocks = nn.ModuleList(
-            SwinBlock(config, dim, config.num_heads[stage], window, pretrained) for _ in range(config.depths[stage])
+            SwinBlock(config, dim, config.num_heads[stage], window, pretrained, first + i in config.main_norms)
+            for i in range(config.depths[stage])
         )
 
 
@@ -203,7 +225,7 @@ class SwinStage(nn.Module):
 class SwinOutput:
     logits: torch.Tensor | None  # (B, num_classes), None for a backbone
     pooled: torch.Tensor  # (B, D) the mean of the last stage's tokens after the final norm: what the head reads
-    last_hidden_state: torch.Tensor  # (B, T, D) the last stage's tokens after the final norm, row-major
+    last_hidden_state: torch.Tensor  # (B, T, D) the last stage's tokens after the final norm (if any), row-major
     attentions: tuple[torch.Tensor, ...] | None  # per block (B * nW, heads, wh * ww, wh * ww), rows sum to 1
     grid_size: tuple[int, int]  # the first stage's patch grid (rows, cols) of this input
     num_prefix_tokens: int  # 0: Swin has no [CLS] or registers
@@ -239,7 +261,8 @@ class Swin(nn.Module):
         rows, cols = config.grid_size
         self.pos_embed = nn.Parameter(torch.zeros(1, rows * cols, D)) if config.absolute_positions else None
         self.stages = nn.ModuleList(SwinStage(config, stage) for stage in range(len(config.depths)))
-        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        # swinv2_cr has no final norm (its last block norms the main branch): an identity, so model.norm still reads
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.final_norm else nn.Identity()
         self.head = nn.Linear(config.hidden_size, config.num_classes) if config.num_classes else None
         self.attn_implementation = "sdpa"  # the kernel when no weights are asked for: "sdpa" or "eager"
         self.class_names: list[str] = [f"class {i}" for i in range(config.num_classes)]
@@ -381,8 +404,8 @@ class Swin(nn.Module):
         return head_mask
 
     def forward_head(self, tokens: torch.Tensor) -> SwinOutput:
-        """Final norm, mean pooling and head on the last stage's tokens (B, T, D); given another block's output of
-        the last stage, it reads that block as if it were the last (the logit lens)."""
+        """Final norm (an identity for swinv2_cr), mean pooling and head on the last stage's tokens (B, T, D); given
+        another block's output of the last stage, it reads that block as if it were the last (the logit lens)."""
         x = self.norm(tokens)  # (B, T, D)
         pooled = x.mean(dim=1)
         B, T = x.shape[:2]

@@ -10,6 +10,9 @@ from vitviz.model.config import ACTIVATIONS, Activation
 from vitviz.model.windows import PADDINGS, Padding, Pair
 
 CPB_HIDDEN = 512  # Swin v2's position MLP: 2 -> 512 -> heads
+CR_HIDDEN = 384  # timm's swinv2_cr's position MLP (its meta network): 2 -> 384 -> heads, biases on both
+POSITION_MLPS = ("swinv2", "cr")
+MERGE_NORMS = ("before", "after")
 
 
 @dataclass
@@ -38,10 +41,17 @@ class SwinConfig:
     activation: Activation = "gelu"  # the MLP's activation
     layer_norm_eps: float = 1e-5  # the blocks' and the final norm's (the patch and merging norms keep 1e-5)
     num_classes: int = 1000  # 0: a backbone, logits None
+    # timm's swinv2_cr (SwinTransformerV2Cr) differs from Swin v2 in four places; the defaults are every other Swin's
+    main_norms: tuple[int, ...] = ()  # blocks (indices over all stages) whose output is normed on the main branch
+    final_norm: bool = True  # a norm on the last stage's tokens before pooling (swinv2_cr: none, its last block's)
+    merge_norm: Literal["before", "after"] | None = None  # the merging's norm before or after its linear map;
+    # None: the version's (v1 before, v2 after)
+    position_mlp: Literal["swinv2", "cr"] = "swinv2"  # v2's position MLP: "swinv2" 2 -> 512 -> heads over log2
+    # offsets scaled to the window, 16 sigmoid(.); "cr" 2 -> 384 -> heads (biased) over sign(d) ln(1 + |d|), as is
 
     def __post_init__(self) -> None:
         problems = []
-        tuples = ("depths", "num_heads", "windows", "shifts", "pretrained_windows")
+        tuples = ("depths", "num_heads", "windows", "shifts", "pretrained_windows", "main_norms")
         for name in (*tuples, "image_size", "window_size"):  # lists come back from JSON and checkpoints
             value = getattr(self, name)
             if isinstance(value, (list, tuple)):
@@ -61,13 +71,28 @@ class SwinConfig:
             h < 1 or (self.embed_dim * 2**s) % h for s, h in enumerate(self.num_heads) if isinstance(h, int)
         ):
             problems.append(f"num_heads {self.num_heads} must divide each stage's width (embed_dim x 2^stage)")
-        for name, choices in (("padding", PADDINGS), ("shift_rule", ("fixed", "input")), ("version", (1, 2))):
+        for name, choices in (
+            ("padding", PADDINGS),
+            ("shift_rule", ("fixed", "input")),
+            ("version", (1, 2)),
+            ("merge_norm", (*MERGE_NORMS, None)),
+            ("position_mlp", POSITION_MLPS),
+            ("final_norm", (True, False)),
+        ):
             if getattr(self, name) not in choices:
                 problems.append(f"{name} must be one of {', '.join(map(repr, choices))}; got {getattr(self, name)!r}")
+        if self.position_mlp != "swinv2" and self.version != 2:
+            problems.append(f"position_mlp {self.position_mlp!r} is a Swin v2 position MLP; version is {self.version}")
+        total = sum(self.depths) if stages and all(isinstance(d, int) for d in self.depths) else None
+        if not isinstance(self.main_norms, tuple) or not all(
+            isinstance(i, int) and not isinstance(i, bool) and 0 <= i < (total or 1) for i in self.main_norms
+        ):
+            problems.append(f"main_norms must be block indices in [0, {total}); got {self.main_norms!r}")
         if self.activation not in ACTIVATIONS:
             problems.append(f"activation must be one of {', '.join(ACTIVATIONS)}; got {self.activation!r}")
         if problems:
             raise ValueError("invalid SwinConfig: " + "; ".join(problems))
+        self.main_norms = tuple(sorted(set(self.main_norms)))
         if self.windows is None or self.shifts is None:
             windows, shifts = self._fitted_windows()
             self.windows = self.windows or windows
@@ -106,6 +131,11 @@ class SwinConfig:
         return tuple(math.ceil(side / self.patch_size) for side in self.image_hw)
 
     @property
+    def merge_norm_first(self) -> bool:
+        """Whether the patch merging norms its concatenated tokens before its linear map (else after it)."""
+        return self.merge_norm == "before" if self.merge_norm else self.version == 1
+
+    @property
     def num_layers(self) -> int:
         """Blocks in all stages."""
         return sum(self.depths)
@@ -130,14 +160,24 @@ class SwinConfig:
         )
         for stage, (depth, heads, window) in enumerate(zip(self.depths, self.num_heads, self.windows)):
             d = self.width(stage)
-            if stage:  # the merging: a map from 4 d/2 to d, normed before (v1, 4 d/2) or after (v2, d)
-                count += 2 * d * d + 2 * (2 * d if self.version == 1 else d)
+            if stage:  # the merging: a map from 4 d/2 to d, normed before (4 d/2 wide) or after (d wide)
+                count += 2 * d * d + 2 * (2 * d if self.merge_norm_first else d)
             hidden = int(d * self.mlp_ratio)
             offsets = (2 * window[0] - 1) * (2 * window[1] - 1)
-            bias = offsets * heads if self.version == 1 else heads + 3 * CPB_HIDDEN + CPB_HIDDEN * heads
+            if self.version == 1:
+                bias = offsets * heads
+            elif self.position_mlp == "cr":
+                bias = heads + 3 * CR_HIDDEN + CR_HIDDEN * heads + heads
+            else:
+                bias = heads + 3 * CPB_HIDDEN + CPB_HIDDEN * heads
             block = 4 * d + 3 * d * d + 3 * d * self.qkv_bias + d * d + d + 2 * d * hidden + hidden + d + bias
             count += depth * block
-        return count + 2 * self.hidden_size + (self.hidden_size + 1) * self.num_classes
+        first = 0
+        for stage, depth in enumerate(self.depths):  # the main-branch norms
+            count += 2 * self.width(stage) * sum(first <= i < first + depth for i in self.main_norms)
+            first += depth
+        final = 2 * self.hidden_size if self.final_norm else 0
+        return count + final + (self.hidden_size + 1) * self.num_classes
 
     @classmethod
     def from_dict(cls, values: dict) -> SwinConfig:

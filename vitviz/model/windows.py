@@ -1,5 +1,6 @@
 """Windows for Swin's attention: the grid cut into windows (after the cyclic shift and padding), put back, the
-shift's attention mask, the relative positions inside a window, and which token sits in each window's slot.
+shift's attention mask, the relative positions inside a window (and the log-spaced offsets Swin v2's position
+MLPs read), and which token sits in each window's slot.
 
 One pair of functions moves features into windows and back (``to_windows`` / ``from_windows``); the token layout
 runs the very same ``to_windows`` on a grid of token indices, so a window's slot always names the token whose
@@ -113,6 +114,19 @@ def log_spaced_offsets(window: Pair, pretrained_window: Pair) -> torch.Tensor:
     reference = pretrained_window if pretrained_window[0] > 0 else window
     table = table / torch.tensor([max(reference[0] - 1, 1), max(reference[1] - 1, 1)], dtype=torch.float32) * 8
     return (torch.sign(table) * torch.log2(table.abs() + 1.0) / math.log2(8)).view(-1, 2)
+
+
+def natural_log_offsets(window: Pair) -> torch.Tensor:
+    """timm swinv2_cr's inputs to its position MLP: float32 ((2 wh - 1)(2 ww - 1), 2), each offset (dy, dx) as
+    sign(t) ln(1 + |t|), unscaled, in ``relative_position_index``'s order."""
+    wh, ww = window
+    ys, xs = torch.meshgrid(
+        torch.arange(-(wh - 1), wh, dtype=torch.float32),
+        torch.arange(-(ww - 1), ww, dtype=torch.float32),
+        indexing="ij",
+    )
+    table = torch.stack([ys, xs], dim=-1).view(-1, 2)
+    return torch.sign(table) * torch.log(1.0 + table.abs())
 
 
 def window_cells(grid: Pair, window: Pair, shift: Pair, padding: Padding) -> torch.Tensor:
