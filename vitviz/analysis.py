@@ -61,6 +61,7 @@ class Analysis:
     pool_attention: torch.Tensor | None = None  # (B, heads, N) the attention-pooling head's weights, if any
     attentions: tuple[torch.Tensor, ...] | None = None  # per block (B, heads, T, T) float32, when kept
     tokens: dict[int, torch.Tensor] = field(default_factory=dict)  # block -> its output (B, T, D), for keep_blocks
+    layout: TokenLayout | None = None  # the input's token layout (output.layout): what every map is drawn on
 
     def image(self, i: int, box: tuple[float, float, float, float]) -> ImageAnalysis:
         """Image ``i`` alone, with ``box``, where in the photo its input came from."""
@@ -79,6 +80,7 @@ class Analysis:
             statistics={name: value[i] for name, value in self.statistics.items()},
             pool_attention=self.pool_attention[one] if self.pool_attention is not None else None,
             attentions=tuple(a[one] for a in self.attentions) if self.attentions is not None else None,
+            layout=self.layout,
         )
 
 
@@ -99,9 +101,14 @@ class ImageAnalysis:
     statistics: dict[str, torch.Tensor]  # every HEAD_STATISTICS record by name: (layers, heads[, K])
     pool_attention: torch.Tensor | None = None  # (1, heads, N) the attention-pooling head's weights, if any
     attentions: tuple[torch.Tensor, ...] | None = None  # per block (1, heads, T, T) float32, when kept whole
+    layout: TokenLayout | None = None  # the input's token layout (output.layout): what every map is drawn on
 
     @property
     def maps_args(self) -> dict:
+        """The token layout every map function takes (``f(..., **analysis.maps_args)``): the layout where known,
+        else the pair a plain ViT's layout is built from."""
+        if self.layout is not None:
+            return {"num_prefix_tokens": self.layout}
         return {"num_prefix_tokens": self.num_prefix_tokens, "grid_size": self.grid_size}
 
     @property
@@ -230,11 +237,12 @@ def analyse(
     views = streamer.results()
     readout_attention = views["readout_attention"]  # (B, layers, heads, rows, cols), right when known
     if known is None:  # the head's weights are known now: read the rows again with them
+        tokens = (output.layout,) if output.layout is not None else (p, grid)  # the layout, or what it is built from
         if attentions is not None:
             blocks = attentions if readout_blocks == "all" else attentions[-1:]
-            readout_attention = explain.readout_attention_all(blocks, p, grid, readout=readout)
+            readout_attention = explain.readout_attention_all(blocks, *tokens, readout=readout)
         elif readout_blocks == "last":
-            readout_attention = explain.readout_attention_all(last, p, grid, readout=readout)
+            readout_attention = explain.readout_attention_all(last, *tokens, readout=readout)
         else:
             again = _streamer(model, grid, readout, progress=progress)
             readout_attention = _stream(model, pixels, precision, again)["readout_attention"]
@@ -256,6 +264,7 @@ def analyse(
         pool_attention=output.pool_attention.float() if output.pool_attention is not None else None,
         attentions=attentions,
         tokens={block: output.hidden_states[block] for block in keep_blocks},
+        layout=output.layout,
     )
 
 

@@ -139,10 +139,11 @@ def analyse_batch(
     blocks = sorted({*options.activations, *([block] if from_the_pass else [])})
     analysis = analyse(model, pixels, options.precision, keep_blocks=blocks, readout_blocks="last")
     p, grid = analysis.num_prefix_tokens, analysis.grid_size
+    tokens = analysis.layout if analysis.layout is not None else p  # the token layout, or its prefix count
     results = dict(analysis.statistics) | {
         "rollout": analysis.rollout,
         "readout": analysis.readout_attention[:, -1],
-        "high_norm": explain.high_norm_patches(analysis.token_norms[:, -1], p, options.outlier_factor),
+        "high_norm": explain.high_norm_patches(analysis.token_norms[:, -1], tokens, options.outlier_factor),
         "embedding": analysis.pooled,
     }
     if analysis.probabilities is not None:

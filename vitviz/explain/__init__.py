@@ -33,17 +33,22 @@ Everything is importable from ``vitviz.explain`` itself.
 Conventions shared by every function:
 - ``attentions`` is a sequence with one tensor per block, shape (B, heads, T, T), rows summing
   to 1, as returned by ``ViT(..., output_attentions=True)``.
-- Tokens are ``num_prefix_tokens`` prefix tokens ([CLS] first, then distillation or register
-  tokens) followed by the N = rows * cols patches in row-major order. The grid is passed in
-  (``output.grid_size``); it is never guessed from sqrt(N), so non-square images work.
-- Maps come back as (B, rows, cols) when ``grid_size`` is given, else (B, N). They are not
-  rescaled: display scaling belongs to the plotting code.
-- Token layouts (``output.layout``, ``output.layouts``: vitviz.layout.TokenLayout) say what each token is and which
-  pixels and frames it covers. The maps of ``stages.py`` read them (one per block), so windowed attention and
-  merged tokens need no special case; for a plain ViT the layout is built from the pair below, and the functions
-  that take the pair give the same maps.
+- The tokens are described by the token layout (``output.layout``; ``output.layouts``, one per block:
+  vitviz.layout.TokenLayout): what each token is ([CLS], distillation, register, patch) and which pixels and frames
+  it covers. Every map function takes it: ``attention_rollout(out.attentions, out.layout, readout=...)``. Its prefix
+  count and its grid come from it, and per-patch values become maps through the layout's own order
+  (``grid_view``), so TimeSformer's patch-major tokens come back frame by frame; nothing is guessed from sqrt(N).
+  The maps of ``stages.py`` read the per-block layouts, so windowed attention and merged tokens need no special
+  case; the one-grid functions refuse a windowed layout in one line and name them (``spacetime.py`` for clips of
+  divided attention).
+- ``num_prefix_tokens`` and ``grid_size`` (``output.num_prefix_tokens``, ``output.grid_size``) stay only as what a
+  plain ViT's layout is built from: prefix tokens, then the N = rows * cols patches in row-major order (a clip's
+  frames * rows * cols, frame by frame). In the layout's place a function also takes that pair, and gives the same
+  maps for such a model (``common.token_grid`` reads either).
+- Maps come back as (B, rows, cols) (a clip's (B, frames, rows, cols)) from a layout or a ``grid_size``, else
+  (B, N). They are not rescaled: display scaling belongs to the plotting code.
 - Every map function takes its arguments in one order: the tensors it is computed from, then the token layout
-  (``num_prefix_tokens``, ``grid_size``), then, by keyword only, ``readout`` (what the head reads: "cls", "mean"
+  (``output.layout``, or the pair), then, by keyword only, ``readout`` (what the head reads: "cls", "mean"
   or ``output.readout``), ``start_layer`` and the method's own options. (``pooling`` is the model's config:
   how its head pools.)
 

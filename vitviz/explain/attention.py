@@ -11,29 +11,32 @@ import torch
 from vitviz.explain.common import (
     HEAD_FUSIONS,
     HeadFusion,
+    LayoutArgument,
     Readout,
-    as_map,
+    TokenGrid,
     check_attentions,
     check_readout,
     check_start_layer,
     fuse_heads,
     read_out,
+    token_grid,
 )
 from vitviz.explain.method import MapInputs, Method, MethodOutput
 from vitviz.explain.stages import rollout_across_stages
 
 
-def discard_weakest(fused: torch.Tensor, discard_ratio: float, num_prefix_tokens: int) -> torch.Tensor:
+def discard_weakest(fused: torch.Tensor, discard_ratio: float, num_prefix_tokens: LayoutArgument) -> torch.Tensor:
     """Zero the ``discard_ratio`` fraction of the weakest patch-to-patch weights of each image.
 
     Attention to or from prefix tokens is never discarded ([CLS] included): only the
-    (N x N) patch block competes. Returns a new tensor (B, T, T).
+    (N x N) patch block competes. ``num_prefix_tokens``: the token layout (``output.layout``) or the prefix count.
+    Returns a new tensor (B, T, T).
     """
+    p = token_grid(num_prefix_tokens, None, "discard_weakest").num_prefix_tokens
     if not 0.0 <= discard_ratio < 1.0:
         raise ValueError(f"discard_ratio must be in [0, 1); got {discard_ratio}")
     if discard_ratio == 0.0:
         return fused
-    p = num_prefix_tokens
     patches = fused[:, p:, p:]  # (B, N, N)
     flat = patches.reshape(patches.shape[0], -1)
     k = int(flat.shape[1] * discard_ratio)
@@ -72,8 +75,8 @@ def fused_rollout(
 
 def attention_rollout(
     attentions: Sequence[torch.Tensor],
-    num_prefix_tokens: int = 1,
-    grid_size: tuple[int, int] | None = None,
+    num_prefix_tokens: LayoutArgument = 1,
+    grid_size: tuple[int, ...] | None = None,
     *,
     readout: Readout = "cls",
     start_layer: int = 0,
@@ -88,18 +91,22 @@ def attention_rollout(
     by the mean patch token (``readout="mean"``, e.g. no [CLS] token) the rows of all patch
     queries are averaged instead, since that mean is what the head sees; ``readout=output.readout``
     reads exactly what any model's head reads (DeiT's two tokens, SigLIP's pooling weights).
+    ``num_prefix_tokens``: the token layout (``output.layout``; a clip's maps are (B, frames, rows, cols)), or a
+    plain ViT's prefix count with ``grid_size`` (``vitviz.explain``'s conventions).
     """
-    check_attentions(attentions, num_prefix_tokens, grid_size)
+    grid = token_grid(num_prefix_tokens, grid_size, "attention_rollout")
+    check_attentions(attentions, grid)
+    p = grid.num_prefix_tokens
     fused = torch.stack([fuse_heads(a, head_fusion) for a in attentions])  # (L, B, T, T)
     L, B, T, _ = fused.shape  # discard in all blocks at once: one call instead of L
-    fused = discard_weakest(fused.reshape(L * B, T, T), discard_ratio, num_prefix_tokens).reshape(L, B, T, T)
-    return as_map(fused_rollout(list(fused), start_layer, readout, num_prefix_tokens), grid_size)
+    fused = discard_weakest(fused.reshape(L * B, T, T), discard_ratio, p).reshape(L, B, T, T)
+    return grid.as_map(fused_rollout(list(fused), start_layer, readout, p))
 
 
 def cls_attention(
     attentions: Sequence[torch.Tensor],
-    num_prefix_tokens: int = 1,
-    grid_size: tuple[int, int] | None = None,
+    num_prefix_tokens: LayoutArgument = 1,
+    grid_size: tuple[int, ...] | None = None,
     *,
     layer: int,
     head: int | HeadFusion = "mean",
@@ -108,15 +115,21 @@ def cls_attention(
 
     Token 0 must be the [CLS] token: for a model without one there is no [CLS] row to show.
     """
-    if num_prefix_tokens == 0:
-        raise ValueError("this model has no [CLS] token (num_prefix_tokens=0); use query_attention on a patch")
+    grid = token_grid(num_prefix_tokens, grid_size, "cls_attention")
+    _check_cls(grid)
     return query_attention(attentions, num_prefix_tokens, grid_size, layer=layer, query=0, head=head)
+
+
+def _check_cls(grid: TokenGrid) -> None:
+    """Refuse a layout whose token 0 is not a [CLS] token, in one line."""
+    if grid.num_prefix_tokens == 0 or (grid.layout is not None and grid.layout.kinds[0] != "cls"):
+        raise ValueError("this model has no [CLS] token (num_prefix_tokens=0); use query_attention on a patch")
 
 
 def query_attention(
     attentions: Sequence[torch.Tensor],
-    num_prefix_tokens: int = 1,
-    grid_size: tuple[int, int] | None = None,
+    num_prefix_tokens: LayoutArgument = 1,
+    grid_size: tuple[int, ...] | None = None,
     *,
     layer: int,
     query: int | tuple[int, int],
@@ -124,18 +137,17 @@ def query_attention(
 ) -> torch.Tensor:
     """What one token attends to in one block, over the patches; (B, rows, cols) or (B, N).
 
-    ``query`` is a token index (0 is [CLS]) or a patch position (row, col), which needs the grid.
+    ``query`` is a token index (0 is [CLS]) or a patch position (row, col), a clip's (frame, row, col), which needs
+    the grid: the layout's (whatever order its tokens come in) or ``grid_size``.
     """
-    T = check_attentions(attentions, num_prefix_tokens, grid_size)
+    grid = token_grid(num_prefix_tokens, grid_size, "query_attention")
+    T = check_attentions(attentions, grid)
     if not -len(attentions) <= layer < len(attentions):
         raise ValueError(f"layer must be in [0, {len(attentions) - 1}]; got {layer}")
     if isinstance(query, tuple):
-        if grid_size is None:
-            raise ValueError("a (row, col) query needs grid_size")
-        row, col = query
-        if not (0 <= row < grid_size[0] and 0 <= col < grid_size[1]):
-            raise ValueError(f"patch ({row}, {col}) is outside the {grid_size[0]}x{grid_size[1]} grid")
-        query = num_prefix_tokens + row * grid_size[1] + col
+        if grid.shape is None:
+            raise ValueError("a (row, col) query needs the grid: give the layout or grid_size")
+        query = grid.patch_token(query)
     if not 0 <= query < T:
         raise ValueError(f"query token must be in [0, {T - 1}]; got {query}")
     attention = attentions[layer]  # (B, heads, T, T)
@@ -145,24 +157,24 @@ def query_attention(
         if not 0 <= head < attention.shape[1]:
             raise ValueError(f"head must be in [0, {attention.shape[1] - 1}] or one of {HEAD_FUSIONS}; got {head}")
         rows = attention[:, head, query]  # (B, T)
-    return as_map(rows[:, num_prefix_tokens:], grid_size)
+    return grid.as_map(rows[:, grid.num_prefix_tokens :])
 
 
 def cls_attention_all(
-    attentions: Sequence[torch.Tensor], num_prefix_tokens: int = 1, grid_size: tuple[int, int] | None = None
+    attentions: Sequence[torch.Tensor], num_prefix_tokens: LayoutArgument = 1, grid_size: tuple[int, ...] | None = None
 ) -> torch.Tensor:
     """Every block's and head's [CLS] row over the patches: (B, layers, heads, rows, cols)."""
-    check_attentions(attentions, num_prefix_tokens, grid_size)
-    if num_prefix_tokens == 0:
-        raise ValueError("this model has no [CLS] token (num_prefix_tokens=0)")
-    rows = torch.stack([a[:, :, 0, num_prefix_tokens:] for a in attentions], dim=1)  # (B, L, heads, N)
-    return as_map(rows, grid_size)
+    grid = token_grid(num_prefix_tokens, grid_size, "cls_attention_all")
+    check_attentions(attentions, grid)
+    _check_cls(grid)
+    rows = torch.stack([a[:, :, 0, grid.num_prefix_tokens :] for a in attentions], dim=1)  # (B, L, heads, N)
+    return grid.as_map(rows)
 
 
 def readout_attention_all(
     attentions: Sequence[torch.Tensor],
-    num_prefix_tokens: int = 1,
-    grid_size: tuple[int, int] | None = None,
+    num_prefix_tokens: LayoutArgument = 1,
+    grid_size: tuple[int, ...] | None = None,
     *,
     readout: Readout = "cls",
 ) -> torch.Tensor:
@@ -172,15 +184,14 @@ def readout_attention_all(
     with ``readout=output.readout``, the rows weighted as the head weights the final tokens (DeiT's two
     tokens, SigLIP's pooling weights), so models without a [CLS] token get this view too.
     """
-    check_attentions(attentions, num_prefix_tokens, grid_size)
+    grid = token_grid(num_prefix_tokens, grid_size, "readout_attention_all")
+    check_attentions(attentions, grid)
+    p = grid.num_prefix_tokens
     rows = torch.stack(
-        [
-            read_out(a.flatten(0, 1), per_head(readout, a.shape[1]), num_prefix_tokens).unflatten(0, a.shape[:2])
-            for a in attentions
-        ],
+        [read_out(a.flatten(0, 1), per_head(readout, a.shape[1]), p).unflatten(0, a.shape[:2]) for a in attentions],
         dim=1,
     )  # (B, L, heads, N)
-    return as_map(rows, grid_size)
+    return grid.as_map(rows)
 
 
 def per_head(readout: Readout, heads: int) -> Readout:

@@ -1,11 +1,14 @@
-"""What every explanation shares: argument checks, the patch grid, and how the head's reading
-(``readout``: [CLS], the mean patch row, or ``output.readout``) is applied."""
+"""What every explanation shares: argument checks, the token layout's grid (``token_grid``: the one way from a map
+function's layout argument to its prefix count and its map's shape), and how the head's reading (``readout``: [CLS],
+the mean patch row, or ``output.readout``) is applied."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
 import torch
 
 from vitviz.layout import TokenLayout, is_hierarchical
@@ -17,6 +20,96 @@ HeadFusion = Literal["mean", "max", "min"]
 # ``config.pooling`` is how the head pools, "cls+mean" and "map" included; ``output.readout`` is its result.)
 Readout = Literal["cls", "mean"] | torch.Tensor
 HEAD_FUSIONS = ("mean", "max", "min")
+
+
+# The layout argument of every map function: the token layout (``output.layout``), or a plain ViT's prefix count
+# with its grid (``output.num_prefix_tokens``, ``output.grid_size``), what that layout is built from
+LayoutArgument = TokenLayout | int
+
+
+@dataclass(frozen=True, eq=False)
+class TokenGrid:
+    """What a map function reads of its layout argument (``token_grid``): the prefix tokens before the patches, the
+    map's shape and the order that turns per-patch values into it."""
+
+    num_prefix_tokens: int
+    shape: tuple[int, ...] | None  # a map's trailing axes: (rows, cols), a clip's (frames, rows, cols); None: (N,)
+    order: np.ndarray | None = None  # int64 (N,): the patch of each map cell (TokenLayout.grid_order); None: in order
+    layout: TokenLayout | None = None  # the layout it was read from, if any
+
+    @property
+    def num_patches(self) -> int | None:
+        """N, the patch tokens the grid holds; None when no grid was given."""
+        return None if self.shape is None else int(np.prod(self.shape))
+
+    def check(self, num_tokens: int, function: str = "") -> None:
+        """Refuse in one line a token count T the prefix tokens and the grid do not fit."""
+        p, where = self.num_prefix_tokens, f"{function}: " if function else ""
+        if not 0 <= p < num_tokens:
+            raise ValueError(f"{where}num_prefix_tokens={p} must be in [0, T={num_tokens})")
+        if self.shape is not None and self.num_patches != num_tokens - p:
+            grid = "x".join(map(str, self.shape))
+            raise ValueError(
+                f"{where}grid {grid} has {self.num_patches} patches, but T - num_prefix_tokens = {num_tokens - p}"
+            )
+
+    def as_map(self, values: torch.Tensor) -> torch.Tensor:
+        """Per-patch values (..., N) as the map (..., *shape), through the layout's own order (TokenLayout.grid_view):
+        TimeSformer's patch-major tokens come back frame by frame. (..., N) unchanged without a grid."""
+        if self.shape is None:
+            return values
+        if self.order is not None:
+            values = values[..., torch.tensor(self.order, device=values.device)]  # a copy: the layout's is read-only
+        return values.reshape(*values.shape[:-1], *self.shape)
+
+    def patch_token(self, position: tuple[int, ...]) -> int:
+        """The token index of the patch at a map position: (row, col), or a clip's (frame, row, col)."""
+        if self.shape is None:
+            raise ValueError("a patch position needs the grid: give the layout or grid_size")
+        if len(position) != len(self.shape) or not all(0 <= i < n for i, n in zip(position, self.shape)):
+            raise ValueError(f"patch {tuple(position)} is outside the {'x'.join(map(str, self.shape))} grid")
+        cell = int(np.ravel_multi_index(tuple(position), self.shape))
+        return self.num_prefix_tokens + (cell if self.order is None else int(self.order[cell]))
+
+
+def token_grid(
+    layout: LayoutArgument | TokenGrid, grid_size: tuple[int, ...] | None = None, function: str = "this function"
+) -> TokenGrid:
+    """The one reading of a map function's layout argument (the convention of ``vitviz.explain``).
+
+    ``layout`` is the token layout (``output.layout``; ``grid_size`` then stays None): its prefix count, and its
+    grid, maps (rows, cols) for an image and (frames, rows, cols) for a clip, filled through the layout's own order
+    (``grid_order``). Or it is a plain ViT's prefix count with ``grid_size`` ((rows, cols), a clip's (frames, rows,
+    cols), or None for (..., N) values), the tokens then listed frame by frame, row-major. A layout whose block
+    attends in windows, or whose tokens form no one grid, is refused in one line naming ``function`` and what to
+    use instead."""
+    if isinstance(layout, TokenGrid):
+        return layout
+    if not isinstance(layout, TokenLayout):
+        if isinstance(layout, bool) or not isinstance(layout, (int, np.integer)):
+            raise ValueError(
+                f"{function} takes a token layout (output.layout) or a prefix count (output.num_prefix_tokens); "
+                f"got {type(layout).__name__}"
+            )
+        if grid_size is not None and (len(grid_size) not in (2, 3) or min(grid_size) < 1):
+            raise ValueError(f"grid_size must be (rows, cols) or (frames, rows, cols), positive; got {grid_size}")
+        return TokenGrid(int(layout), None if grid_size is None else tuple(int(n) for n in grid_size))
+    if grid_size is not None:
+        raise ValueError(f"{function} takes a token layout or (num_prefix_tokens, grid_size), not both")
+    if layout.windows is not None:
+        raise ValueError(
+            f"{function} reads one global (T, T) attention per block; this layout's block attends in windows (Swin): "
+            "use vitviz.explain.stages (rollout_across_stages, relevance_across_stages) with output.layouts"
+        )
+    p, patches = layout.num_prefix_tokens, layout.patch_indices
+    if layout.grid is None or not np.array_equal(patches, np.arange(p, layout.num_tokens)):
+        raise ValueError(
+            f"{function} draws on one grid of patches after the prefix tokens; this layout's tokens form none: "
+            "draw per-token values with layout.paint (vitviz.explain.spacetime for video clips)"
+        )
+    frames, rows, cols = layout.grid
+    shape = (rows, cols) if frames == 1 and layout.num_frames == 1 else (frames, rows, cols)
+    return TokenGrid(p, shape, layout.grid_order, layout)
 
 
 def class_probabilities(model: torch.nn.Module, logits: torch.Tensor) -> torch.Tensor:
@@ -60,21 +153,24 @@ def fuse_heads(attention: torch.Tensor, head_fusion: HeadFusion = "mean") -> tor
     return attention.amax(dim=1) if head_fusion == "max" else attention.amin(dim=1)
 
 
-def check_attentions(attentions: Sequence[torch.Tensor], num_prefix_tokens: int, grid_size) -> int:
-    """Validate shapes; return T."""
+def check_attentions(
+    attentions: Sequence[torch.Tensor], num_prefix_tokens: int | TokenGrid, grid_size=None, function: str = ""
+) -> int:
+    """Validate shapes against the token layout (a ``TokenGrid``, or the pair ``token_grid`` reads); return T."""
     if len(attentions) == 0:
         raise ValueError("attentions is empty: run the model with output_attentions=True")
+    for i, a in enumerate(attentions):
+        if not isinstance(a, torch.Tensor):  # a divided block's DividedAttention (vitviz.model.divided)
+            raise ValueError(
+                f"attentions[{i}] is a divided space-time block's (TimeSformer), not one (B, heads, T, T) tensor: "
+                "use vitviz.explain.spacetime (video_rollout, video_relevance) for video clips"
+            )
     T = attentions[0].shape[-1]
     for i, a in enumerate(attentions):
         if a.ndim != 4 or a.shape[-2:] != (T, T) or a.shape[:2] != attentions[0].shape[:2]:
             raise ValueError(f"attentions[{i}] has shape {tuple(a.shape)}; expected (B, heads, {T}, {T}) like block 0")
-    if not 0 <= num_prefix_tokens < T:
-        raise ValueError(f"num_prefix_tokens={num_prefix_tokens} must be in [0, T={T})")
-    if grid_size is not None and grid_size[0] * grid_size[1] != T - num_prefix_tokens:
-        raise ValueError(
-            f"grid {grid_size[0]}x{grid_size[1]} has {grid_size[0] * grid_size[1]} patches, "
-            f"but T - num_prefix_tokens = {T - num_prefix_tokens}"
-        )
+    grid = num_prefix_tokens if isinstance(num_prefix_tokens, TokenGrid) else token_grid(num_prefix_tokens, grid_size)
+    grid.check(T, function)
     return T
 
 
@@ -106,8 +202,9 @@ def target_score(logits: torch.Tensor | None, target: int | Sequence[int] | torc
     return logits.gather(1, targets[:, None]).sum()
 
 
-def as_map(values: torch.Tensor, grid_size: tuple[int, int] | None) -> torch.Tensor:
-    """(..., N) -> (..., rows, cols) when the grid is known."""
+def as_map(values: torch.Tensor, grid_size: tuple[int, ...] | None) -> torch.Tensor:
+    """(..., N) -> (..., rows, cols) (or a clip's (..., frames, rows, cols)) when the grid is known: tokens listed
+    frame by frame, row-major. A layout's own order is ``TokenGrid.as_map``'s."""
     return values if grid_size is None else values.reshape(*values.shape[:-1], *grid_size)
 
 

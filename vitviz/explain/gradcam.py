@@ -16,7 +16,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from vitviz.explain.common import as_map, target_score
+from vitviz.explain.common import LayoutArgument, target_score, token_grid
 from vitviz.explain.method import MapInputs, Method, MethodOutput
 from vitviz.explain.stages import merge_targets
 from vitviz.layout import TokenLayout
@@ -93,10 +93,11 @@ def on_first_stage(values: torch.Tensor, layouts: Sequence[TokenLayout]) -> torc
 def grad_cam(
     activations: torch.Tensor,
     gradients: torch.Tensor,
-    num_prefix_tokens: int = 1,
-    grid_size: tuple[int, int] | None = None,
+    num_prefix_tokens: LayoutArgument = 1,
+    grid_size: tuple[int, ...] | None = None,
 ) -> torch.Tensor:
-    """Grad-CAM's map from ``norm1_gradients``: (B, rows, cols), or (B, N) without a grid.
+    """Grad-CAM's map from ``norm1_gradients``: (B, rows, cols), or (B, N) without a grid. ``num_prefix_tokens``: the
+    token layout (``output.layout``), or a plain ViT's prefix count with ``grid_size``.
 
     Over the patch tokens only (the prefix tokens have no place on the grid): w_c = the mean over the grid of
     dy/dA_c, map = ReLU(sum_c w_c A_c) (Selvaraju et al., Eqs. 1-2), pytorch-grad-cam's ``GradCAM`` with a
@@ -106,14 +107,16 @@ def grad_cam(
         raise ValueError(
             f"activations {tuple(activations.shape)} and gradients {tuple(gradients.shape)} must both be (B, T, D)"
         )
-    if not 0 <= num_prefix_tokens < activations.shape[1]:
-        raise ValueError(f"num_prefix_tokens={num_prefix_tokens} must be in [0, T={activations.shape[1]})")
-    N = activations.shape[1] - num_prefix_tokens
-    if grid_size is not None and grid_size[0] * grid_size[1] != N:
-        raise ValueError(f"grid {grid_size[0]}x{grid_size[1]} does not hold the {N} patch tokens")
-    patches = activations[:, num_prefix_tokens:]  # (B, N, D): channels last
-    weights = gradients[:, num_prefix_tokens:].mean(dim=1, keepdim=True)  # (B, 1, D): one weight per channel
-    return as_map((patches * weights).sum(dim=-1).clamp(min=0), grid_size)
+    grid = token_grid(num_prefix_tokens, grid_size, "grad_cam")
+    p = grid.num_prefix_tokens
+    if not 0 <= p < activations.shape[1]:
+        raise ValueError(f"num_prefix_tokens={p} must be in [0, T={activations.shape[1]})")
+    N = activations.shape[1] - p
+    if grid.shape is not None and grid.num_patches != N:
+        raise ValueError(f"grid {'x'.join(map(str, grid.shape))} does not hold the {N} patch tokens")
+    patches = activations[:, p:]  # (B, N, D): channels last
+    weights = gradients[:, p:].mean(dim=1, keepdim=True)  # (B, 1, D): one weight per channel
+    return grid.as_map((patches * weights).sum(dim=-1).clamp(min=0))
 
 
 def _grad_cam_map(inputs: MapInputs) -> MethodOutput:

@@ -8,7 +8,16 @@ from typing import NamedTuple
 import torch
 
 from vitviz.explain.attention import discard_weakest, fused_rollout
-from vitviz.explain.common import Readout, as_map, check_attentions, check_start_layer, read_out, target_score
+from vitviz.explain.common import (
+    LayoutArgument,
+    Readout,
+    TokenGrid,
+    check_attentions,
+    check_start_layer,
+    read_out,
+    target_score,
+    token_grid,
+)
 from vitviz.explain.method import MapInputs, Method, MethodOutput
 from vitviz.explain.stages import gradient_rollout_across_stages, relevance_across_stages
 from vitviz.model import ViTOutput
@@ -36,13 +45,16 @@ def attention_gradients(
 def _check_pairs(
     attentions: Sequence[torch.Tensor],
     gradients: Sequence[torch.Tensor],
-    num_prefix_tokens: int,
-    grid_size: tuple[int, int] | None,
-) -> None:
-    """One gradient per block's attention, the attentions well formed (check_attentions)."""
-    check_attentions(attentions, num_prefix_tokens, grid_size)
+    num_prefix_tokens: LayoutArgument,
+    grid_size: tuple[int, ...] | None,
+    function: str,
+) -> TokenGrid:
+    """One gradient per block's attention, the attentions well formed (check_attentions); the layout's grid."""
+    grid = token_grid(num_prefix_tokens, grid_size, function)
+    check_attentions(attentions, grid)
     if len(gradients) != len(attentions):
         raise ValueError(f"{len(gradients)} gradients for {len(attentions)} attention blocks")
+    return grid
 
 
 def _positive_weighted(attention: torch.Tensor, gradient: torch.Tensor) -> torch.Tensor:
@@ -55,8 +67,8 @@ def _positive_weighted(attention: torch.Tensor, gradient: torch.Tensor) -> torch
 def gradient_weighted_attention(
     attentions: Sequence[torch.Tensor],
     gradients: Sequence[torch.Tensor],
-    num_prefix_tokens: int = 1,
-    grid_size: tuple[int, int] | None = None,
+    num_prefix_tokens: LayoutArgument = 1,
+    grid_size: tuple[int, ...] | None = None,
     *,
     readout: Readout = "cls",
     start_layer: int = 0,
@@ -66,35 +78,34 @@ def gradient_weighted_attention(
     R = I; for each block l (from ``start_layer``, in [0, L - 1]): R <- R + mean_heads((dy/dA_l * A_l)+) @ R,
     with each block's gradient paired with that same block's attention. Returns the [CLS] row over
     the patches (``readout="mean"``: the mean of the patch rows, for mean-pooled models; ``output.readout``: the
-    rows the head reads, for any model).
+    rows the head reads, for any model). ``num_prefix_tokens``: the token layout (``output.layout``), or a plain
+    ViT's prefix count with ``grid_size``.
     """
-    _check_pairs(attentions, gradients, num_prefix_tokens, grid_size)
+    grid = _check_pairs(attentions, gradients, num_prefix_tokens, grid_size, "gradient_weighted_attention")
     check_start_layer(start_layer, len(attentions))
     B, _, T, _ = attentions[0].shape
     relevance = torch.eye(T, dtype=attentions[0].dtype, device=attentions[0].device).repeat(B, 1, 1)
     for attention, gradient in list(zip(attentions, gradients))[start_layer:]:
         relevance = relevance + _positive_weighted(attention, gradient) @ relevance
-    return as_map(read_out(relevance, readout, num_prefix_tokens), grid_size)
+    return grid.as_map(read_out(relevance, readout, grid.num_prefix_tokens))
 
 
 def gradient_weighted_rollout(
     attentions: Sequence[torch.Tensor],
     gradients: Sequence[torch.Tensor],
-    num_prefix_tokens: int = 1,
-    grid_size: tuple[int, int] | None = None,
+    num_prefix_tokens: LayoutArgument = 1,
+    grid_size: tuple[int, ...] | None = None,
     *,
     readout: Readout = "cls",
     start_layer: int = 0,
     discard_ratio: float = 0.0,
 ) -> torch.Tensor:
     """Rollout of gradient-weighted attention: each block's heads are fused by
-    mean((dy/dA * A)+) (its own gradient), then rolled out as in ``attention_rollout``."""
-    _check_pairs(attentions, gradients, num_prefix_tokens, grid_size)
-    fused = [
-        discard_weakest(_positive_weighted(a, g), discard_ratio, num_prefix_tokens)
-        for a, g in zip(attentions, gradients)
-    ]
-    return as_map(fused_rollout(fused, start_layer, readout, num_prefix_tokens), grid_size)
+    mean((dy/dA * A)+) (its own gradient), then rolled out as in ``attention_rollout``; the layout as there."""
+    grid = _check_pairs(attentions, gradients, num_prefix_tokens, grid_size, "gradient_weighted_rollout")
+    p = grid.num_prefix_tokens
+    fused = [discard_weakest(_positive_weighted(a, g), discard_ratio, p) for a, g in zip(attentions, gradients)]
+    return grid.as_map(fused_rollout(fused, start_layer, readout, p))
 
 
 # Both read the gradients of the shared forward pass (``needs``): one backward pass serves the two. They start at

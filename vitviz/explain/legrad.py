@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import torch
 
-from vitviz.explain.common import as_map, check_attentions, check_start_layer, target_score
+from vitviz.explain.common import LayoutArgument, check_attentions, check_start_layer, target_score, token_grid
 from vitviz.explain.gradients import AttentionGradients
 from vitviz.explain.method import MapInputs, Method, MethodOutput
 
@@ -35,8 +35,8 @@ def legrad_gradients(
 
 def legrad(
     gradients: Sequence[torch.Tensor],
-    num_prefix_tokens: int = 1,
-    grid_size: tuple[int, int] | None = None,
+    num_prefix_tokens: LayoutArgument = 1,
+    grid_size: tuple[int, ...] | None = None,
     *,
     start_layer: int = 0,
 ) -> torch.Tensor:
@@ -50,12 +50,15 @@ def legrad(
     over every row already reads the map out the way the head does, with no ``pooling`` argument.
     The paper aggregates all blocks; the released wrapper defaults to the last two (``start_layer=L - 2``)
     and sums rather than averages (the same map up to a constant). Its final min-max scaling is left to
-    the plots, like every map here.
+    the plots, like every map here. ``num_prefix_tokens``: the token layout (``output.layout``), or a plain ViT's
+    prefix count with ``grid_size``.
     """
-    check_attentions(gradients, num_prefix_tokens, grid_size)
+    grid = token_grid(num_prefix_tokens, grid_size, "legrad")
+    check_attentions(gradients, grid)
     check_start_layer(start_layer, len(gradients))
-    per_layer = [g.clamp(min=0).mean(dim=1).mean(dim=1)[:, num_prefix_tokens:] for g in gradients[start_layer:]]
-    return as_map(torch.stack(per_layer).mean(dim=0), grid_size)  # (B, N) -> (B, rows, cols)
+    p = grid.num_prefix_tokens
+    per_layer = [g.clamp(min=0).mean(dim=1).mean(dim=1)[:, p:] for g in gradients[start_layer:]]
+    return grid.as_map(torch.stack(per_layer).mean(dim=0))  # (B, N) -> (B, rows, cols)
 
 
 def _legrad_map(inputs: MapInputs) -> MethodOutput:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import torch
 
-from vitviz.explain.common import as_map, check_not_windowed, class_probabilities, target_indices
+from vitviz.explain.common import LayoutArgument, check_not_windowed, class_probabilities, target_indices, token_grid
 from vitviz.explain.method import LogitLens, MapInputs, Method, MethodOutput
 from vitviz.explain.stages import first_patch_holders
 from vitviz.layout import TokenLayout, same_tokens
@@ -52,8 +52,8 @@ def logit_lens(
     model: torch.nn.Module,
     hidden_states: Sequence[torch.Tensor],
     target: int | Sequence[int] | torch.Tensor,
-    num_prefix_tokens: int = 1,
-    grid_size: tuple[int, int] | None = None,
+    num_prefix_tokens: LayoutArgument = 1,
+    grid_size: tuple[int, ...] | None = None,
 ) -> LogitLens:
     """The logit lens over ``hidden_states`` (``model(x, output_hidden_states=True)``, one (B, T, D) per block).
 
@@ -61,21 +61,24 @@ def logit_lens(
     sigmoid), the target's probability and the top class,
     as (layers, B, rows, cols) maps ((layers, B, N) without a grid). ``readout_probability`` reads each block's
     output through the model's own pooling and head (``model.forward_head``): for the last block it is the
-    model's probability. ``target`` is one class or one per image.
+    model's probability. ``target`` is one class or one per image. ``num_prefix_tokens``: the token layout
+    (``output.layout``), or a plain ViT's prefix count with ``grid_size``.
     """
     check_not_windowed(model, "the logit lens reads every block's tokens through the one head")
+    grid = token_grid(num_prefix_tokens, grid_size, "logit_lens")
     if len(hidden_states) == 0:
         raise ValueError("hidden_states is empty: run the model with output_hidden_states=True")
     B, T, _ = hidden_states[0].shape
+    num_prefix_tokens = grid.num_prefix_tokens
     N = T - num_prefix_tokens
-    if not 0 <= num_prefix_tokens < T or (grid_size is not None and grid_size[0] * grid_size[1] != N):
-        raise ValueError(f"{num_prefix_tokens} prefix tokens and a grid of {grid_size} do not fit {T} tokens")
+    if not 0 <= num_prefix_tokens < T or (grid.shape is not None and grid.num_patches != N):
+        raise ValueError(f"{num_prefix_tokens} prefix tokens and a grid of {grid.shape} do not fit {T} tokens")
     probability, votes, readout = [], [], []
     with torch.no_grad():
         for hidden in hidden_states:
             patch_logits = _at_least_fp32(token_logits(model, hidden[:, num_prefix_tokens:]))  # (B, N, classes)
             # forward_head only records the grid in its output, so any grid of N patches does when none is given
-            logits = _at_least_fp32(model.forward_head(hidden, grid_size or (1, N)).logits)  # (B, classes)
+            logits = _at_least_fp32(model.forward_head(hidden, grid.shape or (1, N)).logits)
             targets = target_indices(logits, target)
             readout.append(class_probabilities(model, logits).gather(1, targets[:, None])[:, 0])
             probability.append(
@@ -83,8 +86,8 @@ def logit_lens(
             )
             votes.append(patch_logits.argmax(dim=-1))
     return LogitLens(
-        probability=as_map(torch.stack(probability), grid_size),
-        votes=as_map(torch.stack(votes), grid_size),
+        probability=grid.as_map(torch.stack(probability)),
+        votes=grid.as_map(torch.stack(votes)),
         readout_probability=torch.stack(readout),
     )
 

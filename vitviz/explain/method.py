@@ -61,10 +61,14 @@ class MapInputs:
     attention_gradients: tuple[torch.Tensor, ...] | None = None  # per block (1, heads, T, T) float32, if needed
     hidden_states: tuple[torch.Tensor, ...] | None = None  # per block (1, T, D) detached, if needed
     layouts: tuple[TokenLayout, ...] | None = None  # per block, its tokens and windows (output.layouts)
+    token_layout: TokenLayout | None = None  # the tokens maps are drawn on (output.layout)
 
     @property
     def layout(self) -> dict:
-        """The token layout every map function takes: ``f(..., **inputs.layout)``."""
+        """The token layout every map function takes: ``f(..., **inputs.layout)``: ``token_layout`` where it is
+        given (``num_prefix_tokens`` is the parameter's name), else the pair a plain ViT's layout is built from."""
+        if self.token_layout is not None:
+            return {"num_prefix_tokens": self.token_layout}
         return {"num_prefix_tokens": self.num_prefix_tokens, "grid_size": self.grid_size}
 
     @property

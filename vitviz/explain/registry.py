@@ -134,6 +134,7 @@ def method_maps(
         attention_gradients=gradients,
         hidden_states=tuple(h.detach() for h in output.hidden_states) if "hidden_states" in needs else None,
         layouts=output.layouts,
+        token_layout=output.layout,
     )
     outputs = {method.name: method.compute(inputs) for method in chosen}
     lens = next((out.lens for out in outputs.values() if out.lens is not None), None)

@@ -13,14 +13,16 @@ from vitviz.explain.common import (
     HEAD_FUSIONS,
     HeadFusion,
     Readout,
-    as_map,
+    TokenGrid,
     check_attentions,
     check_choice,
     check_readout,
     check_start_layer,
     read_out,
+    token_grid,
 )
 from vitviz.explain.head_statistics import HEAD_STATISTICS, BlockGeometry, block_statistics
+from vitviz.layout import TokenLayout
 
 
 class StreamingExplainer:
@@ -44,13 +46,17 @@ class StreamingExplainer:
     One explainer serves any number of passes: block 0 starts a new pass and clears what the last one
     left, so ``results()`` describes the latest pass; blocks must then come in order (0, 1, 2, ...).
     ``progress``, if given, is called with each block's index once that block is folded in.
+
+    The tokens: the token layout (``StreamingExplainer(output.layout)``, or ``model.token_layout(grid)`` before the
+    pass; its patch size is read from its boxes, ``patch_size`` and ``num_prefix_tokens`` left out), or a plain ViT's
+    ``grid_size`` (rows, cols), ``patch_size`` in pixels and ``num_prefix_tokens`` (1 when left out).
     """
 
     def __init__(
         self,
-        grid_size: tuple[int, int],
-        patch_size: int,
-        num_prefix_tokens: int = 1,
+        grid_size: tuple[int, int] | TokenLayout,
+        patch_size: int | None = None,
+        num_prefix_tokens: int | TokenLayout | None = None,
         head_fusion: HeadFusion = "mean",
         discard_ratio: float = 0.0,
         start_layer: int = 0,
@@ -61,6 +67,9 @@ class StreamingExplainer:
         check_readout(readout)
         if start_layer < 0:  # the block count is unknown until the forward pass, so only the sign is checked here
             raise ValueError(f"start_layer must be in [0, number of blocks - 1]; got {start_layer}")
+        self._grid = _streamed_grid(grid_size, patch_size, num_prefix_tokens)
+        num_prefix_tokens, grid_size = self._grid.num_prefix_tokens, self._grid.shape
+        patch_size = patch_size if self._grid.layout is None else _patch_size(self._grid.layout)
         if isinstance(readout, str) and readout == "cls" and num_prefix_tokens == 0:
             raise ValueError("readout='cls' needs a [CLS] token (num_prefix_tokens >= 1); use readout='mean'")
         self.readout = readout.detach() if isinstance(readout, torch.Tensor) else readout  # "cls", "mean" or (B, T)
@@ -83,6 +92,11 @@ class StreamingExplainer:
                 "the streaming explainer folds joint attention (B, heads, T, T); this model's divided space-time "
                 "blocks (TimeSformer) attend over time and space apart: it cannot stream them"
             )
+        if self.grid_size is None or len(self.grid_size) != 2:
+            raise ValueError(
+                "the streaming explainer measures head statistics on one image's (rows, cols) grid; for video clips "
+                "use vitviz.explain.spacetime"
+            )
         if layer == 0:
             self._reset()
         elif layer != self._num_blocks:
@@ -91,7 +105,7 @@ class StreamingExplainer:
         # at least fp32 before any arithmetic: bf16/fp16 weights would keep the running product in half precision
         attention = attention.detach().to(torch.promote_types(attention.dtype, torch.float32))  # (B, heads, T, T)
         blocks = [attention]
-        T = check_attentions(blocks, self.num_prefix_tokens, self.grid_size)
+        T = check_attentions(blocks, self._grid, function="StreamingExplainer")
         readout, p = self.readout, self.num_prefix_tokens
         if isinstance(readout, torch.Tensor) and readout.shape != (attention.shape[0], T):
             raise ValueError(
@@ -125,8 +139,8 @@ class StreamingExplainer:
         with _autocast_off(self._rollout.device):
             rollout = read_out(self._rollout, self.readout, self.num_prefix_tokens).clone()  # (B, N)
         return {
-            "rollout": as_map(rollout, self.grid_size),
-            "readout_attention": as_map(torch.stack(self._readout_rows, dim=1), self.grid_size),
+            "rollout": self._grid.as_map(rollout),
+            "readout_attention": self._grid.as_map(torch.stack(self._readout_rows, dim=1)),
         } | {name: torch.stack(values, dim=1) for name, values in self._statistics.items()}
 
 
@@ -135,3 +149,31 @@ def _autocast_off(device: torch.device) -> contextlib.AbstractContextManager:
     if torch.amp.is_autocast_available(device.type):
         return torch.autocast(device.type, enabled=False)
     return contextlib.nullcontext()
+
+
+def _streamed_grid(grid_size, patch_size: int | None, num_prefix_tokens) -> TokenGrid:
+    """The explainer's tokens as a TokenGrid: from a layout (first or third argument), or the pair and patch size."""
+    layout = next((a for a in (grid_size, num_prefix_tokens) if isinstance(a, TokenLayout)), None)
+    if layout is None:
+        if patch_size is None:
+            raise ValueError("StreamingExplainer needs the token layout (output.layout), or grid_size and patch_size")
+        grid = token_grid(1 if num_prefix_tokens is None else num_prefix_tokens, grid_size, "StreamingExplainer")
+    else:
+        if (
+            patch_size is not None
+            or (grid_size is not layout and grid_size is not None)
+            or (num_prefix_tokens is not layout and num_prefix_tokens is not None)
+        ):
+            raise ValueError("StreamingExplainer takes the token layout alone, or grid_size, patch_size and the prefix")
+        grid = token_grid(layout, None, "StreamingExplainer")
+    return grid
+
+
+def _patch_size(layout: TokenLayout) -> int:
+    """A layout's patch size in pixels, from its first patch's box: square patches of whole pixels only."""
+    x0, y0, x1, y1 = layout.boxes[layout.patch_indices[0]].tolist()
+    if x1 - x0 != y1 - y0 or (x1 - x0) != int(x1 - x0):
+        raise ValueError(
+            f"StreamingExplainer measures distances in square patches; this layout's are {x1 - x0}x{y1 - y0}"
+        )
+    return int(x1 - x0)

@@ -8,16 +8,19 @@ from collections.abc import Sequence
 import torch
 
 from vitviz.explain.attention import fuse_heads
-from vitviz.explain.common import HEAD_FUSIONS, HeadFusion, as_map, check_attentions, check_choice
+from vitviz.explain.common import HEAD_FUSIONS, HeadFusion, LayoutArgument, check_attentions, check_choice, token_grid
+from vitviz.layout import TokenLayout
 
 
-def attention_to_prefix_tokens(attentions: Sequence[torch.Tensor], num_prefix_tokens: int) -> torch.Tensor:
+def attention_to_prefix_tokens(attentions: Sequence[torch.Tensor], num_prefix_tokens: LayoutArgument) -> torch.Tensor:
     """How much attention the patches give each prefix token ([CLS], distillation, registers), and the
     patches themselves: (B, layers, heads, num_prefix_tokens + 1), the mean over patch queries; the last
     entry is what stays among the patches, so each (layer, head) sums to 1. Registers that soak up most
-    of a head's attention are the "attention sinks" of Darcet et al. (2023)."""
-    check_attentions(attentions, num_prefix_tokens, None)
-    p = num_prefix_tokens
+    of a head's attention are the "attention sinks" of Darcet et al. (2023). ``num_prefix_tokens``: the token
+    layout (``output.layout``) or the prefix count."""
+    grid = token_grid(num_prefix_tokens, None, "attention_to_prefix_tokens")
+    check_attentions(attentions, grid)
+    p = grid.num_prefix_tokens
     per_layer = []
     for attention in attentions:
         rows = attention[:, :, p:]  # (B, heads, N, T): the patch queries
@@ -35,23 +38,28 @@ def token_norms(hidden_states: Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.stack([h.float().norm(dim=-1) for h in hidden_states], dim=1)
 
 
-def high_norm_patches(norms: torch.Tensor, num_prefix_tokens: int, factor: float = 2.0) -> torch.Tensor:
+def high_norm_patches(norms: torch.Tensor, num_prefix_tokens: LayoutArgument, factor: float = 2.0) -> torch.Tensor:
     """Patch tokens whose norm exceeds ``factor`` times the median patch norm of their block: a boolean
-    (..., N) mask from norms (..., T). Darcet et al.'s artifact tokens stand far above the rest (about
-    10x in DINOv2), so the median is a scale that they do not move."""
+    (..., N) mask from norms (..., T), in token order. Darcet et al.'s artifact tokens stand far above the rest
+    (about 10x in DINOv2), so the median is a scale that they do not move. ``num_prefix_tokens``: the token layout
+    (``output.layout``) or the prefix count."""
+    p = token_grid(num_prefix_tokens, None, "high_norm_patches").num_prefix_tokens
     if factor <= 0:
         raise ValueError(f"factor must be positive; got {factor}")
-    patches = norms[..., num_prefix_tokens:]
+    patches = norms[..., p:]
     if patches.shape[-1] == 0:
         raise ValueError("there are no patch tokens after the prefix tokens")
     return patches > factor * patches.median(dim=-1, keepdim=True).values
 
 
 def pooling_attention(
-    pool_attention: torch.Tensor, head: int | HeadFusion = "mean", grid_size: tuple[int, int] | None = None
+    pool_attention: torch.Tensor,
+    head: int | HeadFusion = "mean",
+    grid_size: tuple[int, ...] | TokenLayout | None = None,
 ) -> torch.Tensor:
     """What the attention-pooling head (SigLIP's "map") looks at: one head's weights over the patches, or
-    the heads fused; (B, rows, cols). ``pool_attention`` is ``output.pool_attention``, (B, heads, N)."""
+    the heads fused; (B, rows, cols). ``pool_attention`` is ``output.pool_attention``, (B, heads, N).
+    ``grid_size``: the token layout (``output.layout``) or the grid (rows, cols); None for (B, N)."""
     if pool_attention.ndim != 3:
         raise ValueError(f"pool_attention must be (B, heads, N); got {tuple(pool_attention.shape)}")
     if isinstance(head, str):
@@ -61,6 +69,10 @@ def pooling_attention(
         if not 0 <= head < pool_attention.shape[1]:
             raise ValueError(f"head must be in [0, {pool_attention.shape[1] - 1}] or one of {HEAD_FUSIONS}; got {head}")
         rows = pool_attention[:, head]
-    if grid_size is not None and grid_size[0] * grid_size[1] != rows.shape[-1]:
-        raise ValueError(f"grid {grid_size[0]}x{grid_size[1]} does not hold {rows.shape[-1]} patches")
-    return as_map(rows, grid_size)
+    if isinstance(grid_size, TokenLayout):
+        grid = token_grid(grid_size, None, "pooling_attention")
+    else:
+        grid = token_grid(0, grid_size, "pooling_attention")
+    if grid.shape is not None and grid.num_patches != rows.shape[-1]:
+        raise ValueError(f"grid {'x'.join(map(str, grid.shape))} does not hold {rows.shape[-1]} patches")
+    return grid.as_map(rows)

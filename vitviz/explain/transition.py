@@ -9,7 +9,15 @@ from typing import NamedTuple
 
 import torch
 
-from vitviz.explain.common import Readout, as_map, check_attentions, check_start_layer, read_out, target_score
+from vitviz.explain.common import (
+    LayoutArgument,
+    Readout,
+    check_attentions,
+    check_start_layer,
+    read_out,
+    target_score,
+    token_grid,
+)
 from vitviz.explain.method import MapInputs, Method, MethodOutput
 from vitviz.model import ViTOutput
 
@@ -49,8 +57,8 @@ def integrated_attention_gradient(
 def transition_attention_map(
     attentions: Sequence[torch.Tensor],
     integrated_gradient: torch.Tensor,
-    num_prefix_tokens: int = 1,
-    grid_size: tuple[int, int] | None = None,
+    num_prefix_tokens: LayoutArgument = 1,
+    grid_size: tuple[int, ...] | None = None,
     *,
     readout: Readout = "cls",
     start_layer: int = 0,
@@ -63,8 +71,11 @@ def transition_attention_map(
     It is then weighted token by token by mean_heads(IG)+ read the same way, IG being
     ``integrated_attention_gradient``. The reference code's defaults: ``start_layer=4`` for 12-block models,
     20 steps. ``readout`` reads the rows the head reads: "cls", "mean" (patch rows) or ``output.readout``.
+    ``num_prefix_tokens``: the token layout (``output.layout``), or a plain ViT's prefix count with ``grid_size``.
     """
-    check_attentions(attentions, num_prefix_tokens, grid_size)
+    grid = token_grid(num_prefix_tokens, grid_size, "transition_attention_map")
+    check_attentions(attentions, grid)
+    p = grid.num_prefix_tokens
     check_start_layer(start_layer, len(attentions))
     if integrated_gradient.shape != attentions[-1].shape:
         raise ValueError(
@@ -76,9 +87,9 @@ def transition_attention_map(
     transition = attentions[-1].mean(dim=1)  # (B, T, T): row t is the state that starts from token t
     for attention in reversed(attentions[start_layer:-1]):
         transition = transition @ (attention.mean(dim=1) + identity)  # (B, T, T)
-    states = read_out(transition, readout, num_prefix_tokens)  # (B, N)
-    weights = read_out(integrated_gradient.clamp(min=0).mean(dim=1), readout, num_prefix_tokens)  # (B, N)
-    return as_map(states * weights, grid_size)
+    states = read_out(transition, readout, p)  # (B, N)
+    weights = read_out(integrated_gradient.clamp(min=0).mean(dim=1), readout, p)  # (B, N)
+    return grid.as_map(states * weights)
 
 
 def _tam_map(inputs: MapInputs) -> MethodOutput:
