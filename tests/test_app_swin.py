@@ -22,7 +22,7 @@ from tiny_swins import swin_folder
 
 import vitviz
 from vitviz import explain
-from vitviz.analysis import analyse_windowed
+from vitviz.analysis import analyse_windowed, windowed_block_tokens
 from vitviz.explain import method_maps, window_attention_map
 from vitviz_dashboard.cache import results
 from vitviz_dashboard.tabs import windowed
@@ -155,8 +155,6 @@ def test_a_blocks_tokens_are_transformers_blocks_output(tmp_path):
     import transformers as hf
     from tiny_swins import TINY
 
-    from vitviz_dashboard.tabs import windowed_features
-
     folder = swin_folder(tmp_path / "swin")
     model = vitviz.load_model(str(folder))
     reference = hf.SwinForImageClassification.from_pretrained(folder, attn_implementation="eager").eval()
@@ -167,9 +165,14 @@ def test_a_blocks_tokens_are_transformers_blocks_output(tmp_path):
     with torch.no_grad():
         reference(analysis.pixel_values)
     handle.remove()
-    tokens = windowed_features.block_tokens.__wrapped__(None, "photo", 3, _analysis=analysis, _model=model)
+    tokens = results.block_tokens.__wrapped__(None, "photo", 3, _analysis=analysis, _model=model)
     assert tokens.shape == (64, TINY["embed_dim"] * 2)
     np.testing.assert_allclose(tokens, seen["out"][0].numpy(), rtol=1e-4, atol=1e-5)
+    library = windowed_block_tokens(model, analysis.pixel_values, -3)  # the same block, counted from the end
+    assert library.dtype == torch.float32 and library.shape == (1, 64, TINY["embed_dim"] * 2)
+    np.testing.assert_array_equal(library[0].numpy(), tokens)
+    with pytest.raises(ValueError, match=r"block must be in \[-6, 5\]; got 6"):
+        windowed_block_tokens(model, analysis.pixel_values, 6)
 
 
 def test_heads_tab_knocks_out_each_head_inside_its_windows(tmp_path, monkeypatch):

@@ -3,7 +3,8 @@ processor's file, from a folder or an offline Hub cache; vitviz.video_clips make
 processor in transformers makes (VideoMAE, ViViT, TimeSformer, V-JEPA 2; tiny random models and processors saved
 with transformers' own classes, with settings other than their defaults): the same frames scaled, cropped, rescaled
 and normalised, to 1e-5. Without a processor file the family's defaults are used, with a note; a file transformers
-would not read, frames that are not uint8 (F, H, W, 3) and an image model are refused in one line."""
+would not read, frames that are not uint8 (F, H, W, 3) and an image model are refused in one line. A clip's
+prediction is transformers' own."""
 
 import json
 
@@ -23,6 +24,7 @@ from vitviz.video import VideoError
 from vitviz.video_clips import (
     ClipPreprocessing,
     clip_preprocessing,
+    clip_probabilities,
     clip_tensor,
     family_preprocessing,
     model_frames,
@@ -188,3 +190,18 @@ def test_frames_that_are_not_uint8_rgb_are_refused_in_one_line():
 def test_an_image_model_is_refused_in_one_line():
     with pytest.raises(VideoError, match="is an image model: it reads photos, not videos"):
         model_frames(build_tiny_vit("cls"), moving_clip(12))
+
+
+def test_a_clips_probabilities_are_transformers_prediction_and_a_backbone_has_none():
+    source = hf_model("videomae")
+    model = convert(source)
+    clip = clip_tensor(model, model_frames(model, moving_clip(12)))
+    with torch.no_grad():
+        theirs = torch.softmax(source(pixel_values=clip).logits[0], dim=-1).numpy()
+    chances = clip_probabilities(model, clip)
+    assert chances.dtype == np.float32 and chances.shape == theirs.shape
+    np.testing.assert_allclose(chances, theirs, rtol=1e-4, atol=1e-6)
+    given = torch.tensor([[0.0, 1.0, 2.0]])  # a map's pass gave the logits: no pass of its own
+    np.testing.assert_allclose(clip_probabilities(model, clip, given), torch.softmax(given[0], -1).numpy(), atol=1e-7)
+    backbone = convert(hf_model("videomae", backbone=True))
+    assert clip_probabilities(backbone, clip).shape == (0,)

@@ -17,8 +17,8 @@ from vitviz import explain
 from vitviz.loading import load_model
 from vitviz.render.overlays import colormap_table
 from vitviz.video_clips import clip_tensor, model_frames
+from vitviz_dashboard.cache.video import digest
 from vitviz_dashboard.video import page as video_page
-from vitviz_dashboard.video.compute import digest
 from vitviz_dashboard.video.controls import HEAD, LAYER, MAP, TOKEN
 from vitviz_dashboard.video.downloads import draw_downloads
 from vitviz_dashboard.video.inputs import MODEL, NO_MODEL

@@ -12,6 +12,7 @@ kept only when asked (``keep_attentions``): ViT-L/16 at 512 holds 403 MB of atte
     analyse_windowed  a model that attends in windows and merges stages (Swin) -> WindowedAnalysis: its predictions,
                      every block's window attention and layouts, its head statistics measured inside the windows;
                      its maps come from explain.method_maps
+    windowed_block_tokens  one block's output tokens of such a model, on its stage's grid (its features)
 
 Class-specific maps and the logit lens need gradients or every block's tokens: explain.method_maps runs their passes
 on an analysis's ``pixel_values``.
@@ -33,7 +34,7 @@ import torch
 from PIL import Image
 
 from vitviz import explain
-from vitviz.explain.common import HeadFusion
+from vitviz.explain.common import HeadFusion, token_grid
 from vitviz.explain.head_statistics import DISTANCE_PATCHES, DISTANCE_PX, ENTROPY, HEAD_STATISTICS, PREFIX_SHARES
 from vitviz.explain.statistics import window_head_statistics
 from vitviz.layout import TokenLayout
@@ -184,6 +185,18 @@ def window_statistics(
     }
 
 
+def windowed_block_tokens(model: Swin, pixel_values: torch.Tensor, block: int) -> torch.Tensor:
+    """Block ``block``'s output tokens (B, T_block, D_block) float32 for a model that attends in windows (Swin): the
+    residual stream after the block, before the final norm, row-major on its stage's grid. One pass without
+    gradients, in the weights' own precision; a WindowedAnalysis's ``pixel_values`` is the photo's input."""
+    layers = model.config.num_layers
+    if not -layers <= block < layers:
+        raise ValueError(f"block must be in [{-layers}, {layers - 1}]; got {block}")
+    with torch.inference_mode():
+        out = model(pixel_values, output_hidden_states=True)
+    return out.hidden_states[block].float()
+
+
 def attention_bytes(model: ViT, height: int, width: int) -> int:
     """What every block's fp32 attention takes for one (height, width) input: layers x heads x T x T x 4."""
     c = model.config
@@ -312,20 +325,29 @@ def patch_attention(
     model: ViT, analysis: ImageAnalysis, layer: int, query: tuple[int, int], progress: Progress | None = None
 ) -> torch.Tensor:
     """What patch ``query`` (row, col) attends to in block ``layer``, per head: (heads, rows, cols). From the
-    kept attentions, else by a pass that stops after that block."""
-    rows, cols = analysis.grid_size
-    if not (0 <= layer < model.config.num_layers and 0 <= query[0] < rows and 0 <= query[1] < cols):
-        raise ValueError(f"layer {layer} or patch {query} is outside {model.config.num_layers} blocks of {rows}x{cols}")
-    index, p = analysis.num_prefix_tokens + query[0] * cols + query[1], analysis.num_prefix_tokens
+    kept attentions, else by a pass that stops after that block. The patch's token and the map's cells are the
+    token layout's (``analysis.layout``, through its ``grid_order``), else the row-major grid's."""
+    layout = analysis.layout
+    grid = token_grid(
+        analysis.num_prefix_tokens if layout is None else layout,
+        analysis.grid_size if layout is None else None,
+        "patch_attention",
+    )
+    shape = "x".join(map(str, grid.shape))
+    if not (0 <= layer < model.config.num_layers and len(query) == len(grid.shape)) or not all(
+        0 <= i < n for i, n in zip(query, grid.shape)
+    ):
+        raise ValueError(f"layer {layer} or patch {query} is outside {model.config.num_layers} blocks of {shape}")
+    index, p = grid.patch_token(tuple(query)), grid.num_prefix_tokens
     if analysis.attentions is not None:
-        return analysis.attentions[layer][0, :, index, p:].reshape(-1, rows, cols).clone()  # not a view of the block
+        return grid.as_map(analysis.attentions[layer][0, :, index, p:]).clone()  # not a view of the block
     found = []
 
     def sink(block: int, weights: torch.Tensor) -> None:
         if progress is not None:
             progress(block)
         if block == layer:
-            found.append(weights[0, :, index, p:].float().reshape(-1, rows, cols).clone())
+            found.append(grid.as_map(weights[0, :, index, p:].float()).clone())
             raise _Enough
 
     try:

@@ -11,8 +11,8 @@ transform (``vitviz.Preprocessing``, PIL image in), which a video model has none
 
 ``model_frames`` samples the model's ``num_frames`` with ``load_video`` (transformers' rule), then scales and crops
 them as the transform says; ``clip_tensor`` rescales and normalises those frames into the (1, frames, 3, H, W) clip.
-``video_map`` computes one map over every tubelet (``vitviz.explain``'s space-time maps), and ``top_classes`` reads
-the prediction.
+``video_map`` computes one map over every tubelet (``vitviz.explain``'s space-time maps), ``clip_probabilities``
+gives the prediction (from the map's pass when it made one) and ``top_classes`` reads it.
 """
 
 from __future__ import annotations
@@ -328,6 +328,17 @@ def probabilities(model, logits: torch.Tensor) -> np.ndarray:
     if getattr(model.config, "probabilities", "softmax") == "sigmoid":
         return torch.sigmoid(logits).numpy()
     return torch.softmax(logits, dim=-1).numpy()
+
+
+def clip_probabilities(model, clip: torch.Tensor, logits: torch.Tensor | None = None) -> np.ndarray:
+    """float32 (classes,): the first clip's class probabilities (``probabilities``), from ``logits`` when a map's pass
+    gave them, else from one forward pass of ``clip`` without gradients; empty for a backbone (no classifier)."""
+    if logits is None and model.config.num_classes > 0:
+        with torch.no_grad():
+            logits = model(clip).logits
+    if logits is None:
+        return np.zeros(0, np.float32)
+    return probabilities(model, logits).astype(np.float32)
 
 
 def top_classes(model, chances: np.ndarray, count: int = 5) -> list[tuple[int, str, float]]:

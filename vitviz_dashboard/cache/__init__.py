@@ -8,5 +8,7 @@ models.py        what is built from a loaded model: its zero-shot model of a pro
 dataset.py       the Dataset page's open index and photo reader (shared resources), and what is computed from the
                  index, keyed by its folder and manifest stamp: head means, per-image samples, queries and keys, photos
 sae.py           sparse autoencoders: Hub files fetched, SAEs loaded (shared resources), a photo's codes
+video.py         the Video page's results, keyed by ModelKey and the video's digest: the clip's frames, its maps
+                 with the prediction, a token's attention, the attention between frames; the sample clip
 vlm.py           the Ask page's vision-language model and its answers, relevance and lens, keyed by VLMKey, AnswerKey
 """

@@ -296,6 +296,13 @@ def window_maps(
     return per_head, per_head.mean(axis=0), window
 
 
+@kept(spinner="Running the model for the block's tokens...")
+def block_tokens(key: ModelKey, image_key: str, block: int, *, _analysis: WindowedAnalysis, _model: Swin) -> np.ndarray:
+    """Block ``block``'s output tokens for the photo, (T_block, D_block) float32 (analysis.windowed_block_tokens):
+    the residual stream after the block, before the final norm, row-major on its stage's grid."""
+    return analysis_module.windowed_block_tokens(_model, _analysis.pixel_values, block)[0].cpu().numpy()
+
+
 # --- views every analysis holds: no computation to keep -------------------------------------------------------------
 
 

@@ -8,28 +8,17 @@ time: the PCA is fitted on that block's tokens and each token is painted over th
 
 from __future__ import annotations
 
-import numpy as np
 import streamlit as st
 import torch
 
 from vitviz import explain
-from vitviz.analysis import WindowedAnalysis
 from vitviz.model import Swin
 from vitviz.render import overlays
 from vitviz.render.feature_pictures import paint_patches
-from vitviz_dashboard.cache.budget import kept
+from vitviz_dashboard.cache.results import block_tokens
 from vitviz_dashboard.downloads import chart_download
 from vitviz_dashboard.page import Page
 from vitviz_dashboard.widgets.controls import colour_legend
-
-
-@kept(spinner="Running the model for the block's tokens...")
-def block_tokens(key, image_key: str, block: int, *, _analysis: WindowedAnalysis, _model: Swin) -> np.ndarray:
-    """Block ``block``'s output tokens for the photo, (T_block, D_block) float32: the residual stream after the
-    block, before the final norm, row-major on its stage's grid."""
-    with torch.inference_mode():
-        out = _model(_analysis.pixel_values, output_hidden_states=True)
-    return out.hidden_states[block][0].float().cpu().numpy()
 
 
 def block_label(model: Swin, block: int, grids: tuple[tuple[int, int], ...]) -> str:

@@ -7,10 +7,10 @@ import streamlit as st
 
 from vitviz.render.overlays import COLORMAPS
 from vitviz_dashboard.ask.inputs import model_spec
+from vitviz_dashboard.cache.video import sample_video
 from vitviz_dashboard.sidebar.model_dirs import MODEL_DIRS, ModelRefused
 from vitviz_dashboard.state import kept
 from vitviz_dashboard.video.sample import NAME as SAMPLE_NAME
-from vitviz_dashboard.video.sample import sample_clip
 
 UPLOAD_TYPES = ["mp4", "webm", "mov", "mkv", "gif"]
 EXAMPLE_MODELS = (  # video classifiers on the Hugging Face Hub, each loaded by vitviz
@@ -54,12 +54,6 @@ def display_controls() -> tuple[str, float]:
     return colormap, alpha
 
 
-@st.cache_resource(show_spinner=False)
-def sample() -> bytes:
-    """The sample clip, made once per server (vitviz_dashboard/video/sample.py)."""
-    return sample_clip()
-
-
 def choose_video() -> tuple[str, bytes] | None:
     """The uploaded video, or the sample clip while there is none: (its name, its bytes); None for an upload that
     is refused before it is read (too large: said in one line)."""
@@ -69,7 +63,7 @@ def choose_video() -> tuple[str, bytes] | None:
     )  # fmt: skip
     if upload is None:
         st.caption("Showing the sample clip (moving shapes, made in code). Upload your own video above.")
-        return SAMPLE_NAME, sample()
+        return SAMPLE_NAME, sample_video()
     data = upload.getvalue()
     problem = upload_problem(len(data))
     if problem:

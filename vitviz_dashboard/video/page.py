@@ -1,7 +1,7 @@
 """The Video page: a video model's prediction on a clip, and where it looks in space and time. The inputs
 (inputs.py), the controls (controls.py), the strip of frames with their maps and the large clickable frame
 (strip.py), the attention between frames (timeline.py) and the downloads (downloads.py) are drawn from the cached
-results of compute.py."""
+results of vitviz_dashboard/cache/video.py."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import vitviz
 from vitviz.render.video_overlays import DEFAULT_FPS, clip_overlays, display_shape, paint_frames
 from vitviz.video import VideoError
 from vitviz.video_clips import clip_preprocessing, is_video_model, top_classes
+from vitviz_dashboard.cache import video as cached
 from vitviz_dashboard.cache.results import get_model_with_progress
 from vitviz_dashboard.page import ModelKey
 from vitviz_dashboard.state import keep_widgets
-from vitviz_dashboard.video import compute
 from vitviz_dashboard.video.controls import Choice, clicked_token, map_controls, remember_token
 from vitviz_dashboard.video.downloads import draw_downloads
 from vitviz_dashboard.video.inputs import choose_video, display_controls, model_input
@@ -35,11 +35,11 @@ def video_page() -> None:
     model = loaded(spec)
     if model is None:
         return
-    key, video = ModelKey(spec, "fp32"), compute.digest(data)
+    key, video = ModelKey(spec, "fp32"), cached.digest(data)
     slot = st.empty()  # the progress bar, drawn in every run so that nothing below it moves
     try:
-        frames = compute.frames(key, video, _model=model, _data=data)
-        rollout = compute.clip_map(key, video, "rollout", None, _model=model, _frames=frames, _slot=slot)
+        frames = cached.frames(key, video, _model=model, _data=data)
+        rollout = cached.clip_map(key, video, "rollout", None, _model=model, _frames=frames, _slot=slot)
     except VideoError as error:
         st.error(f"Could not read {name}: {error}")
         return
@@ -68,7 +68,7 @@ def video_page() -> None:
             remember_token(spec, video, clicked)
             st.rerun()
     with timeline:
-        between, readout = compute.time_attention(key, video, choice.layer, _model=model, _frames=frames)
+        between, readout = cached.time_attention(key, video, choice.layer, _model=model, _frames=frames)
         draw_timeline(between, readout, token_spans(layout), choice, colormap)
 
     def arrays() -> dict[str, np.ndarray]:
@@ -126,9 +126,9 @@ def shown_map(key, video, model, frames, rollout, choice: Choice, token: int, sl
     if choice.method == "rollout":
         return rollout.values, "attention rollout"
     if choice.method == "relevance":
-        result = compute.clip_map(key, video, "relevance", choice.target, _model=model, _frames=frames, _slot=slot)
+        result = cached.clip_map(key, video, "relevance", choice.target, _model=model, _frames=frames, _slot=slot)
         return result.values, f"relevance of {model.class_names[result.target]}"
-    per_head = compute.token_attention(key, video, choice.layer, token, _model=model, _frames=frames)
+    per_head = cached.token_attention(key, video, choice.layer, token, _model=model, _frames=frames)
     values = per_head.mean(axis=0) if choice.head is None else per_head[choice.head]
     layout = rollout.layout
     first, last = layout.frames[token]

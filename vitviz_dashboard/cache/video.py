@@ -1,7 +1,8 @@
-"""What the Video page computes, each kept in the page's memory budget (cache/budget.py) and keyed by the model's
+"""What the Video page keeps between runs, each in the page's memory budget (budget.py) and keyed by the model's
 ModelKey, the video's digest and the choices: the clip's frames, a map over the whole clip (rollout or relevance,
-with the prediction), a clicked token's attention per head, and the frames x frames attention of a block. The model
-and the frames pass unhashed (``_model``, ``_frames``), since the key and the digest fix them.
+with the prediction), a clicked token's attention per head, and the frames x frames attention of a block; and the
+sample clip offered before any upload, keyed by its length. The model and the frames pass unhashed (``_model``,
+``_frames``), since the key and the digest fix them.
 
 Everything is a call into vitviz (vitviz.video_clips, vitviz.explain); progress goes to ``_slot``, an st.empty()
 the page draws in every run.
@@ -17,9 +18,10 @@ import torch
 
 from vitviz import explain
 from vitviz.layout import TokenLayout
-from vitviz.video_clips import clip_tensor, model_frames, probabilities, video_map
+from vitviz.video_clips import clip_probabilities, clip_tensor, model_frames, video_map
 from vitviz_dashboard.cache.budget import kept
 from vitviz_dashboard.page import ModelKey
+from vitviz_dashboard.video.sample import FRAMES, sample_clip
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,13 @@ class ClipMap:
 def digest(data: bytes) -> str:
     """The video's key: the SHA-256 of its bytes."""
     return hashlib.sha256(data).hexdigest()
+
+
+@kept()
+def sample_video(frames: int = FRAMES) -> bytes:
+    """The sample clip of ``frames`` frames, made once and kept like every result (vitviz_dashboard/video/sample.py:
+    a few hundred ms, a few hundred kB)."""
+    return sample_clip(frames)
 
 
 @kept()
@@ -63,7 +72,7 @@ def _progress(slot, text: str, blocks: int):
 @kept()
 def clip_map(key: ModelKey, video: str, method: str, target: int | None, *, _model, _frames, _slot=None) -> ClipMap:
     """The ``method`` map (rollout, relevance of ``target``: None for the top class) over the clip, with the
-    model's prediction; progress per block in ``_slot``."""
+    model's prediction (video_clips.clip_probabilities); progress per block in ``_slot``."""
     clip = _clip(key, _model, _frames)
     progress = _progress(_slot, f"Computing the {method} over {len(_frames)} frames", _model.config.num_layers)
     try:
@@ -71,15 +80,12 @@ def clip_map(key: ModelKey, video: str, method: str, target: int | None, *, _mod
     finally:
         if _slot is not None:
             _slot.empty()
-    logits = result.logits
-    if logits is None and _model.config.num_classes > 0:
-        with torch.no_grad():
-            logits = _model(clip).logits
-    if logits is None:  # a backbone (V-JEPA 2's encoder): maps, no prediction
-        return ClipMap(result.values[0].detach().float().numpy(), result.layout, np.zeros(0, np.float32), -1)
-    chances = probabilities(_model, logits).astype(np.float32)
+    values = result.values[0].detach().float().numpy()
+    chances = clip_probabilities(_model, clip, result.logits)
+    if not len(chances):  # a backbone (V-JEPA 2's encoder): maps, no prediction
+        return ClipMap(values, result.layout, chances, -1)
     chosen = int(np.argmax(chances)) if target is None else target
-    return ClipMap(result.values[0].detach().float().numpy(), result.layout, chances, chosen)
+    return ClipMap(values, result.layout, chances, chosen)
 
 
 @kept()
