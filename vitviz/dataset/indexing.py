@@ -30,6 +30,7 @@ from vitviz import explain
 from vitviz.analysis import analyse, window_statistics
 from vitviz.dataset.sources import Entry, read_entry
 from vitviz.dataset.storage import ACTIVATIONS, IndexFormatError, activation_name
+from vitviz.explain.common import token_grid
 from vitviz.explain.facets import Facet
 from vitviz.explain.head_statistics import HEAD_STATISTICS
 from vitviz.explain.stages import last_block_readout, rollout_across_stages, to_first_tokens
@@ -155,7 +156,9 @@ def analyse_batch(
             features = explain.patch_features(model, analysis.pixel_values, block, options.facet, options.precision)
         if projection is not None:
             features = projection(features)
-        results["features"] = features.reshape(features.shape[0], *grid, -1)  # (B, rows, cols, D')
+        # (B, N, D') -> (B, rows, cols, D'), the cells through the layout's own order (TokenLayout.grid_view)
+        cells = token_grid(tokens, None if analysis.layout is not None else grid, "the index's patch features")
+        results["features"] = cells.as_map(features.transpose(1, 2)).movedim(1, -1).contiguous()
     for kept in options.activations:  # the residual stream after the block: prefix tokens first, then patches
         results[activation_name(kept)] = analysis.tokens[kept].to(torch.float16)  # (B, T, D), fp16 on device
     if options.relevance or options.faithfulness:

@@ -77,7 +77,14 @@ from vitviz.explain.faithfulness import (
     gaussian_blur,
     perturbation_curve,
 )
-from vitviz.explain.feature_views import PCAColours, feature_clusters, patch_similarity, pca_rgb, top_matches
+from vitviz.explain.feature_views import (
+    PCAColours,
+    feature_clusters,
+    patch_rows_as_grid,
+    patch_similarity,
+    pca_rgb,
+    top_matches,
+)
 from vitviz.explain.gradcam import Norm1Gradients, grad_cam, norm1_gradients, on_first_stage, stage_norm1_gradients
 from vitviz.explain.gradients import (
     AttentionGradients,
@@ -109,6 +116,7 @@ from vitviz.explain.stages import (
 )
 from vitviz.explain.statistics import (
     attention_entropy,
+    layout_distances,
     mean_attention_distance,
     patch_distances,
     patch_embedding_components,
@@ -183,6 +191,7 @@ __all__ = [
     "legrad",
     "legrad_gradients",
     "logit_lens",
+    "layout_distances",
     "mean_attention_distance",
     "merge_targets",
     "method_maps",
@@ -192,6 +201,7 @@ __all__ = [
     "patch_embedding_components",
     "patch_features",
     "patch_similarity",
+    "patch_rows_as_grid",
     "pca_rgb",
     "perturbation_curve",
     "pooling_attention",

@@ -3,7 +3,9 @@ dinov2 issues #23, #220 and #412), cosine correspondences between patches, and p
 the patches of several images (Amir et al. 2021, "Deep ViT Features as Dense Visual Descriptors").
 
 Every function takes patch features as they come out of the model, one (N_i, D) tensor per image, and fits
-jointly over all images, so that a colour or a cluster label means the same thing in every image."""
+jointly over all images, so that a colour or a cluster label means the same thing in every image. Per-patch
+results are in the model's token order; ``patch_rows_as_grid`` lays them out on the token layout's grid (through
+its ``grid_order``), and ``top_matches`` measures neighbourhoods on it."""
 
 from __future__ import annotations
 
@@ -12,6 +14,9 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+
+from vitviz.explain.common import TokenGrid, token_grid
+from vitviz.layout import TokenLayout
 
 
 @dataclass(frozen=True)
@@ -140,18 +145,45 @@ def patch_similarity(query: torch.Tensor, features: torch.Tensor, eps: float = 1
     return (features @ query) / (features.norm(dim=1).clamp_min(eps) * query.norm().clamp_min(eps))
 
 
+def patch_rows_as_grid(rows: torch.Tensor, layout: TokenLayout | tuple[int, int]) -> torch.Tensor:
+    """One row per patch token, (N, C) (an image's PCA colours, its features), as the grid (*shape, C): (rows, cols, C)
+    for an image, (frames, rows, cols, C) for a clip, through the layout's own order (``TokenLayout.grid_view``), or
+    row-major for a plain ViT's ``grid_size`` (rows, cols)."""
+    grid = _grid(layout, "patch_rows_as_grid")
+    if rows.ndim != 2 or rows.shape[0] != grid.num_patches:
+        raise ValueError(f"expected one row per patch, ({grid.num_patches}, C); got {tuple(rows.shape)}")
+    return grid.as_map(rows.T).movedim(0, -1)
+
+
+def _grid(layout: TokenLayout | tuple[int, ...], function: str) -> TokenGrid:
+    """The grid of per-patch values (no prefix tokens): the layout's, or a plain ViT's ``grid_size``."""
+    if isinstance(layout, TokenLayout):
+        return token_grid(layout, function=function)
+    return token_grid(0, tuple(layout), function=function)
+
+
+def _cells(grid: TokenGrid, device: torch.device) -> torch.Tensor:
+    """(N, axes) long: the map position (row, col), or a clip's (frame, row, col), of each patch in sequence order."""
+    cell_of_patch = torch.arange(grid.num_patches)
+    if grid.order is not None:
+        cell_of_patch[torch.tensor(grid.order)] = torch.arange(grid.num_patches)
+    return torch.stack(torch.unravel_index(cell_of_patch, grid.shape), dim=1).to(device)
+
+
 def top_matches(
     similarity: torch.Tensor,
     k: int,
-    grid_size: tuple[int, int] | None = None,
+    layout: TokenLayout | tuple[int, int] | None = None,
     exclude: int | None = None,
     radius: int = 0,
 ) -> torch.Tensor:
     """Flat indices of the k highest entries of ``similarity`` (M,), highest first (ties: lower index first).
 
-    ``exclude`` (a flat patch index, e.g. the clicked patch) is skipped together with every patch within
-    Chebyshev distance ``radius`` of it on the ``grid_size`` = (rows, cols) grid, so that a patch's own
-    neighbourhood does not count as a match. Returns (min(k, eligible patches),) long indices.
+    ``exclude`` (a patch index in sequence order, e.g. the clicked patch) is skipped together with every patch
+    within Chebyshev distance ``radius`` of it on the grid, so that a patch's own neighbourhood does not count as a
+    match. The grid is the token layout's (``output.layout``: each patch's place read through its ``grid_order``;
+    a clip's distance counts frames too), or a plain ViT's ``grid_size`` = (rows, cols), patches row-major.
+    Returns (min(k, eligible patches),) long indices.
     """
     if similarity.ndim != 1:
         raise ValueError(f"similarity must be (M,); got {tuple(similarity.shape)}")
@@ -162,21 +194,20 @@ def top_matches(
         raise ValueError(f"k must be at least 1; got {k}")
     if radius < 0:
         raise ValueError(f"radius must be non-negative; got {radius}")
-    if grid_size is not None and grid_size[0] * grid_size[1] != M:
-        raise ValueError(f"grid {grid_size[0]}x{grid_size[1]} does not hold {M} patches")
+    grid = None if layout is None else _grid(layout, "top_matches")
+    if grid is not None and grid.num_patches != M:
+        raise ValueError(f"grid {'x'.join(map(str, grid.shape))} does not hold {M} patches")
     eligible = torch.ones(M, dtype=torch.bool, device=similarity.device)
     if exclude is not None:
         if not 0 <= exclude < M:
             raise ValueError(f"exclude must be a patch index in [0, {M - 1}]; got {exclude}")
-        if grid_size is None:
+        if grid is None:
             if radius > 0:
-                raise ValueError("excluding a neighbourhood (radius > 0) needs grid_size")
+                raise ValueError("excluding a neighbourhood (radius > 0) needs grid_size (or the layout)")
             eligible[exclude] = False
         else:
-            cols = grid_size[1]
-            index = torch.arange(M, device=similarity.device)
-            distance = torch.maximum((index // cols - exclude // cols).abs(), (index % cols - exclude % cols).abs())
-            eligible = distance > radius
+            cells = _cells(grid, similarity.device)
+            eligible = (cells - cells[exclude]).abs().amax(dim=1) > radius
     candidates = eligible.nonzero()[:, 0]
     order = similarity[candidates].sort(descending=True, stable=True).indices
     return candidates[order[:k]]

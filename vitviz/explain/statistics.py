@@ -12,7 +12,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from vitviz.explain.common import check_attentions
+from vitviz.explain.common import TokenGrid, check_attentions, token_grid
 from vitviz.layout import TokenLayout
 
 
@@ -30,19 +30,62 @@ def _patch_distances(grid_size: tuple[int, int], patch_size: int) -> torch.Tenso
     return torch.cdist(centres, centres)
 
 
+def layout_distances(layout: TokenLayout) -> torch.Tensor:
+    """(N, N) Euclidean distances in pixels between the centres of the layout's patch tokens' boxes, in sequence
+    order (``layout.patch_indices``; a clip's frames are not counted): a plain ViT's are
+    ``patch_distances(grid_size, patch_size)``, to the bit."""
+    return _layout_distances(layout).clone()
+
+
+def _layout_distances(layout: TokenLayout) -> torch.Tensor:
+    """layout_distances, shared: never modified."""
+    boxes = layout.boxes[layout.patch_indices].astype(np.float64)
+    centres = (boxes[:, :2] + boxes[:, 2:]) / 2
+    # measured from the first centre's corner of the grid: a plain ViT's centres become r p, c p exactly, the
+    # numbers patch_distances measures, so both give the same distances to the last bit
+    centres = np.ascontiguousarray((centres - centres.min(axis=0))[:, ::-1])  # (N, 2) as (y, x), like patch_distances
+    return _centre_distances(centres.tobytes())
+
+
+@functools.lru_cache(maxsize=16)
+def _centre_distances(centres: bytes) -> torch.Tensor:
+    """The distances between (N, 2) float64 centres given as bytes: cached by the centres themselves, not by the
+    layout object, so layouts rebuilt for every pass (a streamed pass asks in every block) share one entry."""
+    points = torch.from_numpy(np.frombuffer(centres, dtype=np.float64).reshape(-1, 2).copy())
+    return torch.cdist(points, points)
+
+
 def mean_attention_distance(
-    attentions: Sequence[torch.Tensor], grid_size: tuple[int, int], patch_size: int, num_prefix_tokens: int = 1
+    attentions: Sequence[torch.Tensor],
+    layout: TokenLayout | tuple[int, int],
+    patch_size: int | None = None,
+    num_prefix_tokens: int | None = None,
 ) -> torch.Tensor:
     """The ViT paper's attention distance: (B, layers, heads), in pixels.
+
+    ``layout`` is the token layout (``output.layout``): the distance between two patches is the one between their
+    boxes' centres in the input's pixels (``layout_distances``; a clip's frames are not counted), whatever order the
+    model lists them in. Or it is a plain ViT's ``grid_size`` (rows, cols) with ``patch_size`` (pixels per step) and
+    ``num_prefix_tokens`` (default 1), the same distances for such a model.
 
     Prefix tokens are dropped and each patch query's row renormalised over the patches;
     the attention-weighted distance to the keys is then averaged over the query patches. The
     renormalisation divides each row's weighted sum by the row's sum, (B, heads, N) divisions,
     rather than every weight of the (B, heads, N, N) block.
     """
-    check_attentions(attentions, num_prefix_tokens, grid_size)
-    p = num_prefix_tokens
-    distances = _patch_distances(tuple(grid_size), patch_size).to(attentions[0].device, attentions[0].dtype)  # (N, N)
+    if isinstance(layout, TokenLayout):
+        if patch_size is not None or num_prefix_tokens is not None:
+            raise ValueError("mean_attention_distance takes a token layout or (grid_size, patch_size), not both")
+        grid = token_grid(layout, function="mean_attention_distance")
+        distances = _layout_distances(layout)
+    else:
+        if patch_size is None:
+            raise ValueError("mean_attention_distance needs patch_size with a grid_size (or give output.layout)")
+        grid = token_grid(1 if num_prefix_tokens is None else num_prefix_tokens, tuple(layout))
+        distances = _patch_distances(tuple(layout), patch_size)
+    check_attentions(attentions, grid, function="mean_attention_distance")
+    p = grid.num_prefix_tokens
+    distances = distances.to(attentions[0].device, attentions[0].dtype)  # (N, N)
     per_layer = []
     for attention in attentions:
         patches = attention[:, :, p:, p:]  # (B, heads, N, N)
@@ -67,30 +110,57 @@ def attention_entropy(attentions: Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.stack(per_layer, dim=1)
 
 
+def _pair_map(similarity: torch.Tensor, grid: TokenGrid) -> torch.Tensor:
+    """(N, N) patch-by-patch values -> (*shape, *shape) through the grid's order: [cell] is that cell's map."""
+    if grid.order is not None:
+        order = torch.tensor(grid.order, device=similarity.device)  # a copy: the layout's is read-only
+        similarity = similarity[order][:, order]
+    return similarity.reshape(*grid.shape, *grid.shape)
+
+
+def _similarity_grid(layout: TokenLayout | tuple[int, int], num_prefix_tokens: int, function: str) -> TokenGrid:
+    """The grid a similarity function draws on: the layout's (its own prefix count), or a plain ViT's
+    (rows, cols) after ``num_prefix_tokens``."""
+    if isinstance(layout, TokenLayout):
+        return token_grid(layout, function=function)
+    if len(layout) != 2:
+        raise ValueError(f"{function}: grid_size must be (rows, cols); got {tuple(layout)}")
+    return token_grid(num_prefix_tokens, tuple(layout), function=function)
+
+
 def position_embedding_similarity(
-    pos_embed: torch.Tensor, grid_size: tuple[int, int], num_prefix_tokens: int = 1
+    pos_embed: torch.Tensor, layout: TokenLayout | tuple[int, int], num_prefix_tokens: int = 1
 ) -> torch.Tensor:
     """Cosine similarity of each patch's position embedding with every other's (ViT paper, Fig. 7
-    centre): (rows, cols, rows, cols); [i, j] is the map for the patch at row i, column j."""
-    patches = pos_embed.reshape(-1, pos_embed.shape[-1])[num_prefix_tokens:]  # (N, D)
-    if patches.shape[0] != grid_size[0] * grid_size[1]:
-        raise ValueError(f"{patches.shape[0]} patch position embeddings for a {grid_size[0]}x{grid_size[1]} grid")
+    centre): (rows, cols, rows, cols); [i, j] is the map for the patch at row i, column j.
+
+    ``layout`` is the token layout (``output.layout``, ``num_prefix_tokens`` then unused: the layout has its own)
+    whose patch tokens the table lists in order, the maps laid out through its ``grid_order``; or a plain ViT's
+    ``grid_size`` (rows, cols) after ``num_prefix_tokens`` prefix rows."""
+    grid = _similarity_grid(layout, num_prefix_tokens, "position_embedding_similarity")
+    patches = pos_embed.reshape(-1, pos_embed.shape[-1])[grid.num_prefix_tokens :]  # (N, D)
+    if patches.shape[0] != grid.num_patches:
+        shape = "x".join(map(str, grid.shape))
+        raise ValueError(f"{patches.shape[0]} patch position embeddings for a {shape} grid")
     unit = F.normalize(patches.float(), dim=-1)
-    return (unit @ unit.T).reshape(*grid_size, *grid_size)
+    return _pair_map(unit @ unit.T, grid)
 
 
-def rotary_similarity(sin: torch.Tensor, cos: torch.Tensor, grid_size: tuple[int, int]) -> torch.Tensor:
+def rotary_similarity(sin: torch.Tensor, cos: torch.Tensor, layout: TokenLayout | tuple[int, int]) -> torch.Tensor:
     """What a rotary model has instead of a position table: how alike two patches' rotations are, the mean over
     channels of cos(angle_i - angle_j) from ``ViT.rotary_embedding`` (sin, cos: (N, head_dim) each). It is the factor
     by which rotation scales the score between a query at patch i and the same key at patch j, averaged over the
     channels (and the heads, for learned per-head frequencies): 1 on the patch itself, falling with distance.
-    (rows, cols, rows, cols), like ``position_embedding_similarity``."""
-    if sin.shape[-2] != grid_size[0] * grid_size[1] or sin.shape != cos.shape:
-        raise ValueError(f"rotary sin/cos of shape {tuple(sin.shape)} do not fit a {grid_size[0]}x{grid_size[1]} grid")
+    (rows, cols, rows, cols), like ``position_embedding_similarity``; ``layout`` as there (the token layout, or a
+    plain ViT's (rows, cols)), the rows of sin and cos being the patch tokens in sequence order."""
+    grid = _similarity_grid(layout, 0, "rotary_similarity")
+    if sin.shape[-2] != grid.num_patches or sin.shape != cos.shape:
+        shape = "x".join(map(str, grid.shape))
+        raise ValueError(f"rotary sin/cos of shape {tuple(sin.shape)} do not fit a {shape} grid")
     sin, cos = sin.double(), cos.double()  # (..., N, head_dim): a leading heads axis (RoPE-Mixed) is averaged over
     similarity = (cos @ cos.transpose(-2, -1) + sin @ sin.transpose(-2, -1)) / sin.shape[-1]  # (..., N, N)
     similarity = similarity.reshape(-1, *similarity.shape[-2:]).mean(dim=0)
-    return similarity.float().reshape(*grid_size, *grid_size)
+    return _pair_map(similarity.float(), grid)
 
 
 def patch_embedding_components(weight: torch.Tensor, count: int = 28) -> tuple[torch.Tensor, torch.Tensor]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image
 
+from vitviz.layout import TokenLayout
 from vitviz.render import overlays
 
 # twelve colours that stay apart for the eye (ColorBrewer's "Paired", light and dark of each hue); parts past the
@@ -30,15 +31,27 @@ PART_COLOURS = np.array(
 
 
 def paint_patches(
-    image: Image.Image, colours, box: tuple[float, float, float, float] | None = None, alpha: float = 1.0
+    image: Image.Image,
+    colours,
+    box: tuple[float, float, float, float] | None = None,
+    alpha: float = 1.0,
+    layout: TokenLayout | None = None,
+    frame: int = 0,
 ) -> Image.Image:
     """The photo with each patch of ``box`` painted in its colour: ``colours`` is (rows, cols, 3), floats in [0, 1]
     or whole numbers in [0, 255]. Patches stay sharp squares (nearest neighbour), since a PCA colour or a part
     label belongs to a whole patch; ``alpha`` below 1 lets the photo show through. Outside the box the photo is
-    dimmed, as in ``overlays.overlay``."""
+    dimmed, as in ``overlays.overlay``.
+
+    With the token layout (``output.layout``), ``colours`` is one colour per token or per patch token, (T, 3) or
+    (N, 3) in the model's token order, drawn through ``layout.paint`` (input frame ``frame`` of a clip): each token
+    over its own box, overlapping boxes averaged, and where no token lies the photo is left as it is. A plain ViT's
+    layout paints the same picture as its (rows, cols, 3) grid."""
     colours = np.asarray(colours)
-    if colours.ndim != 3 or colours.shape[-1] != 3:
+    if layout is None and (colours.ndim != 3 or colours.shape[-1] != 3):
         raise ValueError(f"colours must be (rows, cols, 3); got shape {colours.shape}")
+    if layout is not None and (colours.ndim != 2 or colours.shape[-1] != 3):
+        raise ValueError(f"with a layout, colours must be one per token, (T, 3) or (N, 3); got shape {colours.shape}")
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"alpha must be in [0, 1]; got {alpha}")
     if np.issubdtype(colours.dtype, np.integer) and colours.dtype != np.uint8:
@@ -49,15 +62,22 @@ def paint_patches(
         if not np.isfinite(colours).all():
             raise ValueError("colours hold NaN or infinite values")
         colours = (np.clip(colours, 0.0, 1.0) * 255).round().astype(np.uint8)
-    rows, cols = colours.shape[:2]
-    out = overlays.outline_patches(image, np.zeros((rows, cols), dtype=bool), box)  # the photo, dimmed outside the box
+    out = overlays.outline_patches(image, np.zeros((1, 1), dtype=bool), box)  # the photo, dimmed outside the box
     left, top, right, bottom = box or (0, 0, *image.size)
     x0, y0 = max(0, round(left)), max(0, round(top))
     x1, y1 = min(out.width, round(right)), min(out.height, round(bottom))
+    size = (round(right) - round(left), round(bottom) - round(top))  # (width, height) of the whole box
     # paint the whole box, then keep the part on the photo (a centre crop may reach past it)
-    painted = Image.fromarray(colours).resize((round(right) - round(left), round(bottom) - round(top)), Image.NEAREST)
-    painted = painted.crop((x0 - round(left), y0 - round(top), x1 - round(left), y1 - round(top)))
-    out.paste(Image.blend(out.crop((x0, y0, x1, y1)), painted, alpha), (x0, y0))
+    if layout is None:
+        painted, covered = Image.fromarray(colours).resize(size, Image.NEAREST), None
+    else:
+        planes = np.stack([layout.paint(colours[:, k], frame, (size[1], size[0])) for k in range(3)], axis=-1)
+        drawn = ~np.isnan(planes[..., 0])
+        painted = Image.fromarray(np.where(drawn[..., None], np.rint(np.nan_to_num(planes)), 0).astype(np.uint8))
+        covered = Image.fromarray(drawn.astype(np.uint8) * 255)
+    crop = (x0 - round(left), y0 - round(top), x1 - round(left), y1 - round(top))
+    blended = Image.blend(out.crop((x0, y0, x1, y1)), painted.crop(crop), alpha)
+    out.paste(blended, (x0, y0), None if covered is None else covered.crop(crop))
     return out
 
 

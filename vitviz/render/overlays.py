@@ -3,7 +3,9 @@ scale with the values of its two ends (``scale_strip``; ``with_scale`` draws it 
 
 Maps arrive as (rows, cols) arrays at patch resolution. They are upsampled bilinearly onto
 the original photo at its own resolution (not onto the model's small input), inside the box
-of the photo the model actually saw (``Preprocessing.crop_box``).
+of the photo the model actually saw (``Preprocessing.crop_box``). With the token layout (``output.layout``), a map
+is one value per token instead, laid out by the layout: an image's grid through its ``grid_view``, any other tokens
+(tiles, a clip's frame) through ``layout.paint``, the one drawing path from tokens to pixels.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import plotly.colors
 import torch
 import torch.nn.functional as F
 from PIL import Image, ImageDraw, ImageFont
+
+from vitviz.layout import TokenLayout
 
 COLORMAPS = ("inferno", "viridis", "magma", "plasma", "turbo", "jet", "hot", "greys")
 
@@ -149,6 +153,8 @@ def overlay(
     alpha: float = 0.5,
     box: tuple[float, float, float, float] | None = None,
     value_range: tuple[float, float] | None = None,
+    layout: TokenLayout | None = None,
+    frame: int = 0,
 ) -> Image.Image:
     """Blend a coloured patch map onto the photo at the photo's own resolution.
 
@@ -164,6 +170,12 @@ def overlay(
     matters for a page that redraws it whenever the opacity or colormap changes. tests/test_plots.py
     checks it against the numpy formula with ``upsample``: at most 1 of 255 apart, or one colormap step
     on the rare pixel whose value rounds the other way.
+
+    With the token layout (``output.layout``), ``patch_map`` is one value per token or per patch token, (T,) or
+    (N,), in the model's token order. An image's grid of patches is laid out through the layout's own order
+    (``grid_view``) and drawn as above, the same picture as its (rows, cols) map; tokens that form no one grid
+    (tiles, a clip's frame ``frame``) are drawn through ``layout.paint``: each token over its own box, overlapping
+    boxes averaged, and the photo left as it is where no token lies.
     """
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"alpha must be in [0, 1]; got {alpha}")
@@ -175,22 +187,56 @@ def overlay(
     x0, y0, x1, y1 = max(0, bx0), max(0, by0), min(width, bx1), min(height, by1)
     if x1 <= x0 or y1 <= y0:
         raise ValueError(f"box {box} does not overlap the {width}x{height} image")
+    painted = None  # the layout's painting of the whole box, when its tokens form no one image grid
+    if layout is not None:
+        values = as_array(patch_map)
+        if values.ndim != 1:
+            raise ValueError(f"with a layout, the map is one value per token, (T,) or (N,); got shape {values.shape}")
+        if layout.grid is not None and layout.grid[0] == 1 and layout.num_frames == 1:
+            patch_map = layout.grid_view(values)[0]
+        else:
+            painted = layout.paint(values, frame, (by1 - by0, bx1 - bx0))
+            patch_map = painted[~np.isnan(painted)]
+            if patch_map.size == 0:
+                raise ValueError("no token of the layout covers the box's pixels")
     # PIL's bilinear filter, upsampling, is upsample's: triangle weights around half-pixel centres,
     # edges clamped (PIL drops the weights that fall outside and renormalises: the same values). On a
     # box smaller than the patch grid (a tiny photo) PIL averages neighbouring patches instead of
     # sampling between two of them, which is the better picture there.
-    if value_range is None:
-        scaled = rescale(patch_map)
-    else:
-        low, high = value_range
-        if not high > low:
-            raise ValueError(f"value_range must be (low, high) with high > low; got {value_range}")
-        scaled = np.clip((as_array(patch_map) - low) / (high - low), 0.0, 1.0)
-    values = Image.fromarray(scaled.astype(np.float32), mode="F").resize((bx1 - bx0, by1 - by0), Image.BILINEAR)
-    values = values.crop((x0 - bx0, y0 - by0, x1 - bx0, y1 - by0))
+    low, high = _value_range(patch_map, value_range)
     out = photo.point(_DIMMED)
-    out.paste(Image.blend(photo.crop((x0, y0, x1, y1)), _colour_image(values, colormap), alpha), (x0, y0))
+    if painted is None:
+        scaled = _scaled(as_array(patch_map), low, high)
+        values = Image.fromarray(scaled.astype(np.float32), mode="F").resize((bx1 - bx0, by1 - by0), Image.BILINEAR)
+        covered = None
+    else:
+        drawn = ~np.isnan(painted)
+        values = Image.fromarray(np.where(drawn, _scaled(np.nan_to_num(painted), low, high), 0).astype(np.float32))
+        covered = Image.fromarray(drawn.astype(np.uint8) * 255).crop((x0 - bx0, y0 - by0, x1 - bx0, y1 - by0))
+    values = values.crop((x0 - bx0, y0 - by0, x1 - bx0, y1 - by0))
+    region = photo.crop((x0, y0, x1, y1))
+    if covered is not None:  # the photo itself where no token lies, not dimmed: the model saw those pixels
+        out.paste(region, (x0, y0))
+    out.paste(Image.blend(region, _colour_image(values, colormap), alpha), (x0, y0), covered)
     return out
+
+
+def _value_range(patch_map, value_range: tuple[float, float] | None) -> tuple[float, float]:
+    """The (low, high) a map's colours span: ``value_range``, checked, or the map's own min and max."""
+    if value_range is None:
+        values = as_array(patch_map)
+        return float(values.min()), float(values.max())
+    low, high = value_range
+    if not high > low:
+        raise ValueError(f"value_range must be (low, high) with high > low; got {value_range}")
+    return low, high
+
+
+def _scaled(values: np.ndarray, low: float, high: float) -> np.ndarray:
+    """Values mapped linearly from [low, high] to [0, 1] and clipped (``rescale`` for the map's own range)."""
+    if not high > low:
+        return np.zeros_like(values)
+    return np.clip((values - low) / (high - low), 0.0, 1.0)
 
 
 def top_mass_mask(patch_map, mass: float = 0.6) -> np.ndarray:
@@ -207,17 +253,30 @@ def top_mass_mask(patch_map, mass: float = 0.6) -> np.ndarray:
 
 
 def masked_image(
-    image: Image.Image, mask: np.ndarray, box: tuple[float, float, float, float] | None = None
+    image: Image.Image,
+    mask: np.ndarray,
+    box: tuple[float, float, float, float] | None = None,
+    layout: TokenLayout | None = None,
+    frame: int = 0,
 ) -> Image.Image:
-    """The photo with patches outside ``mask`` (rows, cols) darkened."""
+    """The photo with patches outside ``mask`` (rows, cols) darkened. With the token layout (``output.layout``),
+    ``mask`` is one bool per token or per patch token, (T,) or (N,), in the model's token order, drawn through
+    ``layout.paint`` (input frame ``frame`` of a clip): a pixel is kept where a kept token's box holds it. (The
+    mask is drawn over the part of the box on the photo, as a (rows, cols) mask is.)"""
     photo = np.asarray(image.convert("RGB"), dtype=np.float32)
     height, width = photo.shape[:2]
     left, top, right, bottom = box or (0, 0, width, height)
     keep = np.zeros((height, width), dtype=bool)
     x0, y0, x1, y1 = (int(round(v)) for v in (left, top, right, bottom))
     x0, y0, x1, y1 = max(0, x0), max(0, y0), min(width, x1), min(height, y1)
-    resized = Image.fromarray(mask.astype(np.uint8) * 255).resize((x1 - x0, y1 - y0), Image.NEAREST)
-    keep[y0:y1, x0:x1] = np.asarray(resized) > 0
+    mask = np.asarray(mask)
+    if layout is None:
+        resized = Image.fromarray(mask.astype(np.uint8) * 255).resize((x1 - x0, y1 - y0), Image.NEAREST)
+        keep[y0:y1, x0:x1] = np.asarray(resized) > 0
+    else:
+        if mask.ndim != 1:
+            raise ValueError(f"with a layout, the mask is one bool per token, (T,) or (N,); got shape {mask.shape}")
+        keep[y0:y1, x0:x1] = layout.paint(mask.astype(np.float64), frame, (y1 - y0, x1 - x0)) > 0.5
     return Image.fromarray(np.where(keep[..., None], photo, photo * 0.2).astype(np.uint8))
 
 
