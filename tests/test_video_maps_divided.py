@@ -156,3 +156,29 @@ def test_the_readout_per_frame_is_cls_copies_over_their_frames(model):
     torch.testing.assert_close(readout_per_frame(model, clip, layer=1), expected, atol=ATOL, rtol=1e-4)
     with pytest.raises(VideoMapError, match="part must be 'spatial' or 'temporal'"):
         readout_per_frame(model, clip, layer=1, part="both")
+
+
+def test_cls_in_the_temporal_attention_is_refused_not_drawn_as_zeros(model):
+    """[CLS] takes no part in a divided block's temporal attention: asking for its temporal row, or the readout's, is
+    refused in one line rather than answered with zeros."""
+    clip = clips()
+    for ask in (
+        lambda: video_patch_attention(model, clip, layer=0, token=0, part="temporal"),
+        lambda: readout_per_frame(model, clip, layer=0, part="temporal"),
+    ):
+        with pytest.raises(VideoMapError, match="temporal attention") as refused:
+            ask()
+        assert "\n" not in str(refused.value)
+
+
+def test_image_functions_that_need_one_attention_per_block_refuse_divided_attention(model):
+    """Attention gradients (Chefer's relevance, grad-rollout) and direct logit attribution pair each block's one
+    (T, T) attention with its gradient or its heads: a TimeSformer block has two, so they refuse in one line and
+    name the video maps, instead of quietly reading the spatial half."""
+    from vitviz.explain import attention_gradients, direct_logit_attribution
+
+    clip = clips(1)
+    for ask in (lambda: attention_gradients(model, clip, 0), lambda: direct_logit_attribution(model, clip, 0)):
+        with pytest.raises(ValueError, match="video_rollout") as refused:
+            ask()
+        assert "\n" not in str(refused.value)

@@ -140,6 +140,17 @@ def check_not_windowed(model: torch.nn.Module, what: str) -> None:
         raise ValueError(f"{what}; Swin attends in windows and merges tokens between stages")
 
 
+def check_not_divided(model: torch.nn.Module, what: str) -> None:
+    """Refuse in one line a model whose blocks attend in two parts, space then time (TimeSformer's divided attention),
+    where ``what`` (a clause saying what the function reads) needs one (T, T) attention per block."""
+    config = getattr(model, "config", None)
+    if getattr(config, "attention", "joint") == "divided":
+        raise ValueError(
+            f"{what}; TimeSformer's blocks attend within each frame, then along time, with no (T, T) matrix: "
+            "use vitviz.explain.video_rollout or video_relevance"
+        )
+
+
 def check_choice(name: str, value: str, allowed: Sequence[str]) -> None:
     if value not in allowed:
         raise ValueError(f"{name} must be one of {', '.join(repr(a) for a in allowed)}; got {value!r}")

@@ -13,6 +13,7 @@ from vitviz.explain.common import (
     Readout,
     TokenGrid,
     check_attentions,
+    check_not_divided,
     check_start_layer,
     read_out,
     target_score,
@@ -37,6 +38,7 @@ def attention_gradients(
     ``target`` is one class for all images or one per image (batch > 1 supported: images do not
     interact, so summing the chosen logits gives each image its own gradient).
     """
+    check_not_divided(model, "attention gradients pair each block's one attention with its gradient")
     output = model(pixel_values, output_attentions=True)
     gradients = torch.autograd.grad(target_score(output.logits, target), output.attentions)
     return AttentionGradients(output, tuple(gradients))

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from vitviz.explain.common import check_not_windowed, target_indices
+from vitviz.explain.common import check_not_divided, check_not_windowed, target_indices
 from vitviz.model import ViT
 from vitviz.model.layers import Block
 
@@ -46,6 +46,7 @@ def direct_logit_attribution(
     (``vitviz.sae.with_sae``) adds what its edit writes as a part of its own, ``edits``.
     """
     check_not_windowed(model, "direct logit attribution splits the residual stream of one set of tokens")
+    check_not_divided(model, "direct logit attribution splits each block's one attention into heads")
     c = model.config
     if c.num_classes == 0:
         raise ValueError("direct logit attribution needs a classifier: this model is a backbone (no logits)")

@@ -204,6 +204,11 @@ def video_patch_attention(
     site, captured, layout = _one_block(model, clip, layer, part)
     if not 0 <= token < len(layout):
         raise VideoMapError(f"token must be in [0, {len(layout) - 1}]; got {token}")
+    if part == "temporal" and layout.kinds[token] != "patch":
+        raise VideoMapError(
+            f"token {token} is a {layout.kinds[token]} token, which takes no part in a divided block's temporal "
+            "attention (each patch's frames only): use part='spatial'"
+        )
     B = clip.shape[0]
     one = torch.zeros(B, 1, len(layout), device=clip.device)
     one[:, 0, token] = 1.0
@@ -255,6 +260,11 @@ def readout_per_frame(
     pooler carried back), so the whole forward pass runs; the block's attention is recomputed a chunk of query rows
     at a time. A divided block (TimeSformer): its spatial attention by default, [CLS]'s copies averaged."""
     check_video(model, clip)
+    if part == "temporal":
+        raise VideoMapError(
+            "the readout ([CLS]) takes no part in a divided block's temporal attention (each patch's frames only): "
+            "use part='spatial', or frame_attention for the attention between frames"
+        )
     site = _block_site(model, layer, part)
     store: dict[Site, SiteInput] = {}
     with torch.no_grad(), capture([site], store):
