@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import vitviz  # noqa: E402
-from vitviz.notebook.export import STATE  # noqa: E402
+from vitviz.notebook.export import synced_state  # noqa: E402
 from vitviz.notebook.packing import payload_bytes  # noqa: E402
 
 MODELS = {
@@ -73,8 +73,7 @@ def main() -> None:
             timed("change the head", head=(round_ + 1) % config["num_heads"])
             timed("change the block", layer=round_ % config["num_layers"])
             timed("back to attention (no patch)", patch=None)
-        state = {key: getattr(view, key) for key in STATE}
-        state["patch"] = None
+        state = synced_state(view)
         record = {
             "view_built_s": built,
             "median_ms": {what: 1000 * statistics.median(t) for what, t in times.items()},

@@ -80,3 +80,15 @@ def test_a_long_answer_over_many_image_tokens_sends_little():
     rng = np.random.default_rng(0)
     frames = {f"answer|{t}|all|mean": pack_maps([rng.random((96, 128))]) for t in range(64)}
     assert payload_bytes(frames) < PAYLOAD_LIMIT
+
+
+def test_bad_settings_given_to_show_are_one_line_value_errors(answer):
+    for state, words in [
+        (dict(token=99), "token must be an answer token's index"),
+        (dict(head=True), "head must be one of the 4 heads"),
+        (dict(kind="lens"), "kind must be one of attention, relevance"),
+        (dict(colormap="x"), "colormap must be one of"),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(words)) as caught:
+            vitviz.show(answer, photo(), **state)
+        assert "\n" not in str(caught.value) and not isinstance(caught.value, traitlets.TraitError)

@@ -53,3 +53,16 @@ def test_the_offline_file_holds_every_kind(index, tmp_path):
     assert set(state["offline"]) == {f"index|{kind}" for kind in view.kinds}
     data, _ = view._repr_mimebundle_()
     assert "image/png" in data
+
+
+def test_bad_settings_given_to_show_are_one_line_value_errors(index):
+    for state, words in [
+        (dict(kind="lens"), "kind must be one of rollout"),
+        (dict(image=7), "image must be in [0, 2]"),
+        (dict(image=True), "image must be in [0, 2]"),
+        (dict(colormap="x"), "colormap must be one of"),
+        (dict(limit="3"), "limit must be 1 to 100"),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(words)) as caught:
+            vitviz.show(index, where="true", **({"limit": 3} | state))
+        assert "\n" not in str(caught.value) and not isinstance(caught.value, traitlets.TraitError)

@@ -22,7 +22,6 @@ from vitviz.notebook.packing import (
     decode_bytes,
     pack_maps,
     payload_bytes,
-    photo_data_url,
 )
 
 TOL = dict(rtol=1e-4, atol=1e-6)  # two computations of the same float32 numbers
@@ -161,17 +160,36 @@ def test_to_html_is_self_contained_and_holds_every_attention_frame(tmp_path):
     assert frames["patch|1|3|2,3"]["maps"] == view.frame["maps"]
 
 
-def test_vit_l_grid_payload_stays_under_two_megabytes():
-    """At ViT-L/14's 518-pixel grid (37 x 37 = 1,369 patches): the synced state with the photo and one frame, and a
-    frame of every block and head as the offline file would pack them, from synthetic maps of that size."""
+def test_a_real_view_of_several_big_photos_stays_under_two_megabytes():
+    """Six 400 x 400 noise photos (JPEG's worst case) at ViT-L's 37 x 37 grid: the view's whole synced state, as the
+    kernel sends it, under 2 MB; a click's frame a few kB; and 40 photos are shrunk alike to fit, not refused."""
+    model = model_for(image_size=74, patch_size=2, num_layers=2, num_heads=2)
     rng = np.random.default_rng(0)
-    big = Image.fromarray(rng.integers(0, 256, (518, 700, 3), dtype=np.uint8))  # noise: PNG's worst case
-    maps = [rng.random((37, 37), dtype=np.float32) for _ in range(4)]  # four photos side by side
-    state = {"photos": [{"src": photo_data_url(big), "box": [0, 0, 1, 1]}] * 4, "frame": pack_maps(maps)}
-    assert payload_bytes(state) < PAYLOAD_LIMIT
-    assert payload_bytes({"frame": pack_maps(maps)}) < 10_000  # what a click sends back: a few kB
-    layers = {f"attention|{block}|{h}": pack_maps(maps[:1]) for block in range(24) for h in range(17)}
-    assert payload_bytes(layers) < PAYLOAD_LIMIT  # every block and head of one photo, ViT-L's 24 x (16 + mean)
+    photos = [Image.fromarray(rng.integers(0, 256, (400, 400, 3), dtype=np.uint8)) for _ in range(6)]
+    view = vitviz.show(model, photos)
+    assert view.analyses.grid == (37, 37)
+    assert all(p["src"].startswith("data:image/jpeg;base64,") for p in view.photos)
+    assert payload_bytes(export.synced_state(view)) < PAYLOAD_LIMIT
+    view.patch = (5, 5)
+    assert payload_bytes({"frame": view.frame}) < 20_000  # what a click sends back
+    many = vitviz.show(model_for(), [photos[i % 6].resize((300, 300)) for i in range(40)])
+    assert payload_bytes(export.synced_state(many)) < PAYLOAD_LIMIT
+    sent = Image.open(io.BytesIO(base64.b64decode(many.photos[0]["src"].split(",")[1])))
+    assert max(sent.size) < 300  # shrunk to fit, every photo alike
+
+
+def test_a_view_over_the_bound_is_refused_in_one_line(monkeypatch):
+    monkeypatch.setattr("vitviz.notebook.base.PAYLOAD_LIMIT", 1_000)
+    with pytest.raises(ValueError, match="bound even with its photos shrunk: show fewer photos") as caught:
+        vitviz.show(model_for(), [photo(0), photo(1)])
+    assert "\n" not in str(caught.value)
+
+
+def test_the_offline_packing_of_vit_l_sized_frames_fits():
+    """Every block and head of one photo at ViT-L's grid, 24 x (16 + mean) frames, as the offline file packs them."""
+    maps = [np.random.default_rng(0).random((37, 37), dtype=np.float32)]
+    layers = {f"attention|{block}|{h}": pack_maps(maps) for block in range(24) for h in range(17)}
+    assert payload_bytes(layers) < PAYLOAD_LIMIT
 
 
 def test_to_html_of_a_37_by_37_grid_stays_under_the_limit(tmp_path):
@@ -190,3 +208,142 @@ def test_importing_vitviz_loads_no_widget_library():
     code = "import sys, vitviz; print(sorted(m for m in ('anywidget', 'ipywidgets', 'ipykernel') if m in sys.modules))"
     found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert found == "[]"
+
+
+def state_of(html: str) -> dict:
+    return __import__("json").loads(re.search(r'id="vitviz-state">(.*?)</script>', html, re.S).group(1))
+
+
+def test_text_that_would_end_the_script_is_escaped_in_the_file(tmp_path):
+    """A class name (or prompt, answer token) such as ``<!--<script>`` must not end or comment out the inlined state:
+    the file holds no ``<``, ``>`` or ``&`` of the view's text, and the state reads back to the same names."""
+    model = model_for()
+    hostile = ["<!--<script>", "</script><b>&amp;", "a & b"]
+    model.class_names = hostile + [f"c{i}" for i in range(len(hostile), len(model.class_names))]
+    html = vitviz.show(model, photo(), layer=1).to_html(tmp_path / "view.html").read_text()
+    inlined = re.search(r'id="vitviz-state">(.*?)</script>', html, re.S).group(1)
+    assert not set("<>&") & set(inlined)
+    assert state_of(html)["classes"][:3] == hostile
+
+
+def test_a_class_specific_frame_is_named_by_its_class(tmp_path):
+    """Another class is another frame: the key holds the target, so the offline file says a class it lacks is not in
+    it rather than drawing the first class's map under its name."""
+    model = model_for()
+    view = vitviz.show(model, photo(), method="relevance", target=0)
+    assert view.frame["key"] == "relevance|0"
+    first = view.frame["maps"]
+    html = view.to_html(tmp_path / "view.html").read_text()
+    view.target = 3
+    assert view.frame["key"] == "relevance|3" and view.frame["maps"] != first
+    frames = state_of(html)["offline"]
+    assert frames["relevance|0"]["maps"] == first and "relevance|3" not in frames
+    view.target = None
+    assert view.frame["key"] == "relevance|top"
+    view.set_state_checked(method="rollout", target=2)  # rollout explains no class: one frame for every target
+    assert view.frame["key"] == "rollout"
+
+
+NODE = __import__("shutil").which("node")
+
+
+def run_view_js(tail: str) -> object:
+    """Run view.js (its functions, not render) in node with ``tail`` after it; ``tail`` prints one JSON value."""
+    import json
+    import subprocess
+
+    source = (export.HERE / "view.js").read_text() + "\n" + tail
+    found = subprocess.run(
+        [NODE, "--input-type=module", "-"], input=source, capture_output=True, text=True, check=True, timeout=60
+    )
+    return json.loads(found.stdout)
+
+
+@pytest.mark.skipif(NODE is None, reason="node is not installed")
+def test_the_scripts_frame_keys_are_pythons():
+    """view.js's frameKey builds, from the synced state, the key Python gives each setting's frame."""
+    model = model_for()
+    model.class_names = ["cat", "dog", "bird", "fish", "tree"]
+    view = vitviz.show(model, photo())
+    settings = [
+        dict(method="attention", layer=1, head="mean", patch=None),
+        dict(method="attention", layer=2, head=3, patch=(1, 2)),
+        dict(method="relevance", target=None),
+        dict(method="relevance", target=3),
+        dict(method="gradcam", target="dog"),  # a class by name, as code sets it
+        dict(method="rollout", target=4),
+    ]
+    states, keys = [], []
+    for setting in settings:
+        view.set_state_checked(**({"patch": None} | setting))
+        states.append(export.synced_state(view) | {"frame": {}})
+        keys.append(view.frame["key"])
+    tail = f"console.log(JSON.stringify({__import__('json').dumps(states)}.map(frameKey)));"
+    assert run_view_js(tail) == keys
+
+
+@pytest.mark.skipif(NODE is None, reason="node is not installed")
+def test_the_legend_numbers_keep_their_zeros():
+    numbers = [100, 150, 0.15, 2.5, 0.000123, -2e-7, 0, 123456]
+    found = run_view_js(f"console.log(JSON.stringify({numbers}.map(valueText)));")
+    assert found == ["100", "150", "0.15", "2.5", "0.000123", "-2e-7", "0", "123000"]
+
+
+def test_bad_settings_given_to_show_are_one_line_value_errors():
+    model = model_for()
+    for state, words in [
+        (dict(head=True), "head must be 'mean'"),
+        (dict(layer=True), "layer must be in [0, 2]"),
+        (dict(target=True), "target is a class index"),
+        (dict(colormap="x"), "colormap must be one of"),
+        (dict(patch="ab"), "patch must be (row, col)"),
+        (dict(image=1), "image must be in [0, 0]"),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(words)) as caught:
+            vitviz.show(model, photo(), **state)
+        assert "\n" not in str(caught.value) and not isinstance(caught.value, traitlets.TraitError)
+    view = vitviz.show(model, photo())
+    with pytest.raises(traitlets.TraitError, match="head must be 'mean'"):
+        view.head = True
+    with pytest.raises(ValueError, match="colormap must be one of"):
+        view.set_state_checked(layer=0, colormap="x")
+    assert view.layer == 2  # nothing was set
+
+
+def test_a_video_model_is_pointed_to_the_video_maps():
+    video = build_tiny_vit("cls", num_frames=4, tubelet_size=2)
+    with pytest.raises(ValueError, match="video model: vitviz.explain.video_rollout") as caught:
+        vitviz.show(video, photo())
+    assert "\n" not in str(caught.value) and "model.transform" not in str(caught.value)
+
+
+def test_a_setting_that_draws_nothing_clears_the_maps_and_says_why():
+    backbone = model_for(num_classes=0)
+    view = vitviz.show(backbone, photo())
+    assert view.values and view.frame
+    view.method = "relevance"
+    assert "backbone" in view.error
+    assert view.values == [] and view.frame == {} and list(view.maps) == []
+    assert view.picture().size[0] > 0  # the still picture draws the photo alone
+    view.method = "rollout"
+    assert view.error == "" and len(view.values) == 16
+
+
+def test_the_patch_cache_stays_bounded(monkeypatch):
+    """Every patch of every block asked for: the kept rows stay under the bound, and a row asked for again after it
+    was dropped is the library's own still."""
+    model = model_for()
+    view = vitviz.show(model, [photo(0), photo(1)])
+    photos = view.analyses
+    one = photos._patch(0, 0, (0, 0)).nbytes
+    monkeypatch.setattr("vitviz.notebook.photos.PATCH_CACHE_BYTES", 5 * one)
+    for layer in range(3):
+        for r in range(4):
+            for c in range(4):
+                photos.maps("attention", layer, "mean", (r, c), None)
+                assert photos.patch_cache_bytes <= 5 * one
+    assert len(photos._patch_cache) == 5
+    _, out = reference(model, photo(0))
+    p = out.num_prefix_tokens
+    expected = out.attentions[0][0, 2, p + 0 * 4 + 1, p:].reshape(4, 4).numpy()
+    np.testing.assert_allclose(photos.maps("attention", 0, 2, (0, 1), None)[0], expected, **TOL)

@@ -7,7 +7,7 @@ Colab and marimo (``mo.ui.anywidget``). Python computes; the browser draws; ever
     photos.py      PhotoAnalyses: the analysis a photo view holds and every map read from it, cached
     answers.py     AnswerView: a VLM answer's tokens and the chosen token's map over the photo (show(answer, photo))
     index_view.py  IndexView: a grid of a dataset index's selection with its stored maps (show(index, where=...))
-    packing.py     what goes to the browser, packed small: uint8 maps on one scale, PNG photos, the colour table
+    packing.py     what goes to the browser, packed small: uint8 maps on one scale, JPEG photos, the colour table
     export.py      a view out of the kernel: one offline HTML file and one PNG
     view.js        the views' script: one plain ES module with a mode per view, shipped in the package (no build
                    step, no CDN)

@@ -17,9 +17,9 @@ import numpy as np
 import traitlets as t
 from PIL import Image
 
-from vitviz.notebook.base import MapView
+from vitviz.notebook.base import MapView, check_colormap
 from vitviz.notebook.export import Frames
-from vitviz.notebook.packing import photo_data_url
+from vitviz.notebook.packing import fit_photos
 from vitviz.vlm import Answer, image_relevance, photo_map, tile_maps, token_attention
 from vitviz.vlm.maps import answer_token, head_index, layer_range
 
@@ -36,6 +36,8 @@ def _name(value: object) -> str:
 class AnswerView(MapView):
     """One answer over its photo; see the module's docstring."""
 
+    SETTINGS = SETTINGS
+    SUBJECT = "show(answer)"
     mode = t.Unicode("answer").tag(sync=True)
     token = t.Int(None, allow_none=True).tag(sync=True)
     layer = t.Int(None, allow_none=True).tag(sync=True)
@@ -55,25 +57,25 @@ class AnswerView(MapView):
                 f"the photo is {photo.size[0]}x{photo.size[1]}; the answer was given about a "
                 f"{answer.photo_size[0]}x{answer.photo_size[1]} photo"
             )
-        unknown = set(state) - set(SETTINGS)
-        if unknown:
-            raise ValueError(f"show(answer) takes {', '.join(SETTINGS)}; got {', '.join(sorted(unknown))}")
+        self.refuse_unknown(state)
         self._answer, self._photo = answer, photo.convert("RGB")
         self._relevance: dict[int | None, np.ndarray] = {}
         _, layers, heads, _ = answer.image_attention.shape
+        self._layers, self._heads = layers, heads
+        defaults = {name: self.trait_defaults(name) for name in SETTINGS} | {"token": 0}
+        self.check_settings(defaults | state)  # before anything is made: a bad setting is one line
+        self._batch = True  # the settings below draw once, in set_state_checked
         super().__init__(
-            photos=[{"src": photo_data_url(self._photo), "box": [0.0, 0.0, 1.0, 1.0]}],
+            photos=fit_photos([self._photo], [{"box": [0.0, 0.0, 1.0, 1.0]}]),
             tokens=list(answer.tokens),
             question=answer.question,
             num_layers=layers,
             num_heads=heads,
             token=0,
         )
-        with self.hold_trait_notifications():
-            for name, value in state.items():
-                setattr(self, name, value)
-        if not self.frame:
-            self._redraw()
+        self._batch = False
+        self.set_state_checked(**state)
+        self._check_payload()
 
     @property
     def answer(self) -> Answer:
@@ -81,25 +83,24 @@ class AnswerView(MapView):
 
     @t.validate("token", "layer", "head", "kind")
     def _valid(self, proposal):
-        name, value = proposal["trait"].name, proposal["value"]
-        try:
-            if name == "token":
-                answer_token(self._answer, value)
-            elif name == "layer" and value is not None:
-                layer_range(value, self.num_layers)
-                if value < 0:
-                    raise ValueError(f"layer must be in [0, {self.num_layers - 1}] or None (every layer); got {value}")
-            elif name == "head":
-                head_index(None if value == "mean" else value, self.num_heads)
-            elif name == "kind" and value not in KINDS:
-                raise ValueError(f"kind must be one of {', '.join(KINDS)}; got {value!r}")
-        except ValueError as error:
-            raise t.TraitError(str(error).splitlines()[0]) from None
-        return value
+        return self._validate_setting(proposal)
 
-    @t.observe(*SETTINGS)
-    def _changed(self, change) -> None:
-        self._redraw()
+    def check_settings(self, state: dict) -> None:
+        token, layer, head, kind = state["token"], state["layer"], state["head"], state["kind"]
+        for name, value in (("token", token), ("layer", layer)):
+            if isinstance(value, bool) or not (value is None or isinstance(value, int | np.integer)):
+                raise ValueError(f"{name} is an index or None; got {value!r}")
+        answer_token(self._answer, token)
+        if layer is not None:
+            layer_range(layer, self._layers)
+            if layer < 0:
+                raise ValueError(f"layer must be in [0, {self._layers - 1}] or None (every layer); got {layer}")
+        if head != "mean" and (isinstance(head, bool) or not isinstance(head, int | np.integer)):
+            raise ValueError(f"head must be one of the {self._heads} heads or 'mean'; got {head!r}")
+        head_index(None if head == "mean" else head, self._heads)
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {', '.join(KINDS)}; got {kind!r}")
+        check_colormap(state["colormap"])
 
     def current_values(self, maps: list[np.ndarray]) -> np.ndarray:
         return self._values

@@ -41,12 +41,22 @@ def synced_state(view: MapView) -> dict:
 _MACHINERY = {"comm", "keys", "log", "layout", "tabbable", "tooltip"}
 
 
-def key_of(method: str, layer: int, head: int | str, patch: tuple[int, int] | None) -> str:
-    """``frame_key`` from the settings themselves (view.js: frameKey builds the same string)."""
+def key_of(
+    method: str,
+    layer: int,
+    head: int | str,
+    patch: tuple[int, int] | None,
+    target: int | None = None,
+    class_specific: bool = False,
+) -> str:
+    """``frame_key`` from the settings themselves (view.js: frameKey builds the same string). A class-specific
+    method's key holds its target (a class index, "top" for each image's top class): another class is another frame."""
     if patch is not None:
         return f"patch|{layer}|{head}|{patch[0]},{patch[1]}"
     if method == "attention":
         return f"attention|{layer}|{head}"
+    if class_specific:
+        return f"{method}|{'top' if target is None else int(target)}"
     return method
 
 
@@ -99,7 +109,7 @@ def write_html(view: MapView, path: Path) -> Path:
     state["offline"] = view.offline_frames(PAYLOAD_LIMIT - payload_bytes(state))
     script = (HERE / "view.js").read_text(encoding="utf-8")
     style = (HERE / "view.css").read_text(encoding="utf-8")
-    data = json.dumps(state, separators=(",", ":")).replace("</", "<\\/")
+    data = inline_json(state)
     html = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>vitviz view</title>
 <style>{style}</style></head>
@@ -115,8 +125,18 @@ render({{ model: offlineModel(state), el: document.getElementById("vitviz-view")
     return path
 
 
+def inline_json(state: dict) -> str:
+    """``state`` as JSON safe inside a <script> element: ``<``, ``>`` and ``&`` written as \\u escapes, so that no
+    text of the view (a class name, a prompt, an answer token such as ``<!--<script>``) can end or comment out the
+    element; JSON.parse reads the same strings back."""
+    text = json.dumps(state, separators=(",", ":"))
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
 def static_picture(view: MapView) -> Image.Image:
     """The photos with their maps side by side (each at most PHOTO_SIDE pixels a side), the colour scale below."""
+    if not view.frame.get("maps"):  # this setting draws nothing (view.error says why): the photos as sent, alone
+        return side_by_side([_sent_photo(p["src"]) for p in view.photos])
     low, high = float(view.frame["low"]), float(view.frame["high"])
     pictures = []
     for image, values, box in view.static_layers():
@@ -125,15 +145,23 @@ def static_picture(view: MapView) -> Image.Image:
         values = np.where(np.isnan(values), low, values)  # cells no token covers: the scale's low end
         scaled_box = (box[0] * scale, box[1] * scale, box[2] * scale, box[3] * scale)
         pictures.append(overlay(small, values, view.colormap, 0.6, scaled_box, (low, high) if high > low else None))
-    gap = 8
+    return with_scale(side_by_side(pictures), view.colormap, low, high, view.frame.get("label", ""))
+
+
+def side_by_side(pictures: list[Image.Image], gap: int = 8) -> Image.Image:
     whole = Image.new(
         "RGB", (sum(p.width for p in pictures) + gap * (len(pictures) - 1), max(p.height for p in pictures)), "white"
     )
     x = 0
     for picture in pictures:
-        whole.paste(picture, (x, 0))
+        whole.paste(picture.convert("RGB"), (x, 0))
         x += picture.width + gap
-    return with_scale(whole, view.colormap, low, high, view.frame.get("label", ""))
+    return whole
+
+
+def _sent_photo(src: str) -> Image.Image:
+    """A photo as the view sent it (a base64 data URL) -> the image."""
+    return Image.open(io.BytesIO(base64.b64decode(src.split(",", 1)[1])))
 
 
 def png_base64(picture: Image.Image) -> str:

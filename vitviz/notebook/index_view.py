@@ -15,9 +15,9 @@ import traitlets as t
 
 from vitviz.dataset import DatasetIndex
 from vitviz.dataset.photos import photo_reader
-from vitviz.notebook.base import MapView
+from vitviz.notebook.base import MapView, check_colormap, check_index
 from vitviz.notebook.export import Frames
-from vitviz.notebook.packing import photo_data_url
+from vitviz.notebook.packing import fit_photos
 from vitviz.preprocessing import Preprocessing, load_image
 
 THUMB_SIDE = 160  # pixels: the longest side of a grid's photo as sent
@@ -39,6 +39,8 @@ def map_kinds(index: DatasetIndex, some_id: int) -> list[str]:
 class IndexView(MapView):
     """A grid of an index's selection with its maps; see the module's docstring."""
 
+    SETTINGS = ("kind", "image", "colormap")
+    SUBJECT = "show(index)"
     mode = t.Unicode("index").tag(sync=True)
     kind = t.Unicode("rollout").tag(sync=True)
     image = t.Int(0).tag(sync=True)
@@ -48,34 +50,34 @@ class IndexView(MapView):
     def __init__(self, index: DatasetIndex, where: str = "true", limit: int = 24, **state):
         if not isinstance(where, str) or not where.strip():
             raise ValueError("where is a SQL condition on the images table, e.g. \"label = 'cat'\"")
-        if not 1 <= limit <= MOST:
-            raise ValueError(f"limit must be 1 to {MOST} images; got {limit}")
-        unknown = set(state) - {"kind", "image", "colormap"}
-        if unknown:
-            raise ValueError(
-                f"show(index) takes where, limit, kind, image and colormap; got {', '.join(sorted(unknown))}"
-            )
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MOST:
+            raise ValueError(f"limit must be 1 to {MOST} images; got {limit!r}")
+        self.refuse_unknown(state, "where, limit, kind, image and colormap")
         rows = index.query(f"SELECT * FROM images WHERE {where} ORDER BY image_id", limit=limit)
         if rows.empty:
             raise ValueError(f"no image of the index matches where {where!r}")
         self._index, self._ids = index, [int(i) for i in rows["image_id"]]
         read = photo_reader(index.manifest)
         preprocessing = Preprocessing.from_dict(index.manifest["model"]["preprocessing"])
-        self._photos = []
-        sent = []
+        self._photos, entries = [], []
         for image_id, path, caption in zip(self._ids, rows["path"], _captions(rows), strict=True):
             photo = load_image(read(image_id, str(path)))
             photo.thumbnail((THUMB_SIDE, THUMB_SIDE))
             box = preprocessing.crop_box(*photo.size)
             self._photos.append((photo, box))
             fractions = [box[0] / photo.width, box[1] / photo.height, box[2] / photo.width, box[3] / photo.height]
-            sent.append({"src": photo_data_url(photo, THUMB_SIDE), "box": fractions, "caption": caption})
-        super().__init__(photos=sent, kinds=map_kinds(index, self._ids[0]), where=where)
-        with self.hold_trait_notifications():
-            for name, value in state.items():
-                setattr(self, name, value)
-        if not self.frame:
-            self._redraw()
+            entries.append({"box": fractions, "caption": caption})
+        self._kinds = map_kinds(index, self._ids[0])
+        self.check_settings({"kind": "rollout", "image": 0, "colormap": "inferno"} | state)
+        self._batch = True  # the settings below draw once, in set_state_checked
+        super().__init__(
+            photos=fit_photos([photo for photo, _ in self._photos], entries, THUMB_SIDE),
+            kinds=self._kinds,
+            where=where,
+        )
+        self._batch = False
+        self.set_state_checked(**state)
+        self._check_payload()
 
     @property
     def image_ids(self) -> list[int]:
@@ -84,16 +86,13 @@ class IndexView(MapView):
 
     @t.validate("kind", "image")
     def _valid(self, proposal):
-        name, value = proposal["trait"].name, proposal["value"]
-        if name == "kind" and value not in self.kinds:
-            raise t.TraitError(f"kind must be one of {', '.join(self.kinds)}; got {value!r}")
-        if name == "image" and not 0 <= value < len(self._ids):
-            raise t.TraitError(f"image must be in [0, {len(self._ids) - 1}] (a place in the grid); got {value}")
-        return value
+        return self._validate_setting(proposal)
 
-    @t.observe("kind", "image", "colormap")
-    def _changed(self, change) -> None:
-        self._redraw()
+    def check_settings(self, state: dict) -> None:
+        if state["kind"] not in self._kinds:
+            raise ValueError(f"kind must be one of {', '.join(self._kinds)}; got {state['kind']!r}")
+        check_index("image", state["image"], len(self._ids), " (a place in the grid)")
+        check_colormap(state["colormap"])
 
     def current_maps(self) -> list[np.ndarray]:
         return list(self._index.maps(self._ids, self.kind).astype(np.float32))

@@ -1,10 +1,11 @@
 """What a notebook view sends to the browser, packed small: maps as uint8 bytes on one shared colour scale, photos as
-PNG data URLs no larger than they are drawn, the colour map as one 256-entry table. Pure functions of arrays.
+JPEG data URLs no larger than they are drawn, the colour map as one 256-entry table. Pure functions of arrays.
 
 A map of N patches costs N bytes per image (base64: 4/3 of that), whatever the model: a ViT-L at 518 px
 (37 x 37 = 1,369 patches) sends 1.8 kB per image per change. The photo is sent once, downscaled to at most
-``PHOTO_SIDE`` pixels a side. ``payload_bytes`` counts what a view's synced state weighs; the view keeps it under
-``PAYLOAD_LIMIT`` (tests/test_notebook_view.py checks it at ViT-L's grid).
+``PHOTO_SIDE`` pixels a side, and smaller where many photos would weigh more than ``PHOTO_BUDGET`` together
+(``fit_photos``). ``payload_bytes`` counts what a view's synced state weighs; every view checks it is at most
+``PAYLOAD_LIMIT`` when it is made, and refuses in one line otherwise (tests/test_notebook_view.py).
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from vitviz.render.overlays import colormap_table
 
 PAYLOAD_LIMIT = 2_000_000  # bytes: what one view may send to the browser
 PHOTO_SIDE = 384  # pixels: the longest side of a photo as sent (it is drawn at most this large)
+PHOTO_BUDGET = 1_500_000  # bytes: what a view's photos may weigh together; the rest is left to maps and settings
+MIN_PHOTO_SIDE = 48  # pixels: photos are shrunk to fit PHOTO_BUDGET down to this, no further
+JPEG_QUALITY = 85
 
 
 def scale_of(maps: Sequence[np.ndarray]) -> tuple[float, float]:
@@ -81,15 +85,30 @@ def colormap_base64(name: str) -> str:
     return encode_bytes(colormap_table(name))
 
 
-def photo_data_url(image: Image.Image, side: int = PHOTO_SIDE) -> str:
-    """The photo as a PNG data URL, downscaled so its longest side is at most ``side`` pixels."""
+def photo_data_url(image: Image.Image, side: int = PHOTO_SIDE, quality: int = JPEG_QUALITY) -> str:
+    """The photo as a JPEG data URL (``quality``), downscaled so its longest side is at most ``side`` pixels."""
     photo = image.convert("RGB")
     scale = side / max(photo.size)
     if scale < 1:
         photo = photo.resize((max(1, round(photo.width * scale)), max(1, round(photo.height * scale))), Image.BILINEAR)
     buffer = io.BytesIO()
-    photo.save(buffer, format="PNG", optimize=True)
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+    photo.save(buffer, format="JPEG", quality=quality)
+    return "data:image/jpeg;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def fit_photos(
+    images: Sequence[Image.Image], entries: Sequence[dict], side: int = PHOTO_SIDE, budget: int = PHOTO_BUDGET
+) -> list[dict]:
+    """Each entry with its photo as "src" (photo_data_url), every photo downscaled alike until they weigh at most
+    ``budget`` bytes together, or down to MIN_PHOTO_SIDE pixels a side (the view's own check then refuses it)."""
+    while True:
+        sent = [
+            dict(entry) | {"src": photo_data_url(image, side)} for image, entry in zip(images, entries, strict=True)
+        ]
+        size = payload_bytes({"photos": sent})
+        if size <= budget or side <= MIN_PHOTO_SIDE:
+            return sent
+        side = max(MIN_PHOTO_SIDE, min(side - 1, int(side * (budget / size) ** 0.5 * 0.95)))
 
 
 def payload_bytes(state: dict) -> int:

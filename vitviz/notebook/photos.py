@@ -10,11 +10,13 @@ view can draw read from it, cached, so that a click, a head or a layer answers w
 ``ImageAnalysis.readout_attention``); every other name is a method of explain.registry, drawn as
 ``method_maps`` gives it (its layer and head do not apply). A patch reads the block's kept attentions
 (``analysis.patch_attention``); where the model's attentions were too large to keep (``max_attention_bytes``) it runs
-a pass that stops after that block, once per (layer, patch).
+a pass that stops after that block, once per (layer, patch); the patch rows are kept up to PATCH_CACHE_BYTES (the least
+recently used dropped first).
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 from functools import cached_property
 
@@ -29,6 +31,7 @@ from vitviz.model import Swin, ViT
 ATTENTION = "attention"  # the view's own method: the readout's attention in one block and head
 METHOD_NAMES: tuple[str, ...] = (ATTENTION, *METHODS)
 MAX_ATTENTION_BYTES = 512 * 2**20  # per image: above this the attentions are not kept, a patch click runs a pass
+PATCH_CACHE_BYTES = 64 * 2**20  # the patch rows kept (every image, block and patch together), least recent dropped
 Head = int | str  # a head's index, or "mean"
 
 
@@ -46,6 +49,11 @@ class PhotoAnalyses:
     def __init__(self, model: torch.nn.Module, images: Sequence[Image.Image], precision: str = "fp32"):
         if isinstance(model, Swin) or not isinstance(model, ViT):
             raise ValueError("show draws a vitviz ViT (vitviz.load_model gives one); Swin's window maps are not shown")
+        if getattr(model.config, "is_video", False):
+            raise ValueError(
+                "vitviz.show draws image models; this is a video model: vitviz.explain.video_rollout (and the "
+                "dashboard's Video page) draw its maps over a clip"
+            )
         if model.transform is None:
             raise ValueError("this model has no preprocessing: set model.transform = vitviz.Preprocessing(...)")
         self.model = model.eval()
@@ -55,7 +63,9 @@ class PhotoAnalyses:
             photo_analysis.analyse_image(model, image, precision, MAX_ATTENTION_BYTES) for image in self.images
         ]
         self._method_cache: dict[tuple[int, str, int | None], np.ndarray] = {}  # (image, method, target) -> map
-        self._patch_cache: dict[tuple[int, int, tuple[int, int]], np.ndarray] = {}  # (image, layer, patch) -> heads
+        # (image, layer, patch) -> its heads' rows; least recently used first, at most PATCH_CACHE_BYTES together
+        self._patch_cache: OrderedDict[tuple[int, int, tuple[int, int]], np.ndarray] = OrderedDict()
+        self._patch_bytes = 0
 
     @property
     def grid(self) -> tuple[int, int]:
@@ -96,6 +106,8 @@ class PhotoAnalyses:
 
     def target_index(self, target: int | str | None) -> int | None:
         """A class index, a class name (a prompt) -> its index; None stays None (each image's top class)."""
+        if isinstance(target, bool) or not (target is None or isinstance(target, int | np.integer | str)):
+            raise ValueError(f"target is a class index, a class name or None; got {target!r}")
         if target is None or isinstance(target, int | np.integer):
             if target is not None and not 0 <= int(target) < len(self.class_names):
                 raise ValueError(f"target must be in [0, {len(self.class_names) - 1}]; got {target}")
@@ -108,9 +120,9 @@ class PhotoAnalyses:
         """A one-line ValueError for a method, layer, head or patch this model has not."""
         if method not in METHOD_NAMES:
             raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHOD_NAMES)}")
-        if not 0 <= layer < self.num_layers:
-            raise ValueError(f"layer must be in [0, {self.num_layers - 1}]; got {layer}")
-        if head != "mean" and not (isinstance(head, int) and 0 <= head < self.num_heads):
+        if isinstance(layer, bool) or not isinstance(layer, int | np.integer) or not 0 <= layer < self.num_layers:
+            raise ValueError(f"layer must be in [0, {self.num_layers - 1}]; got {layer!r}")
+        if head != "mean" and not (isinstance(head, int) and not isinstance(head, bool) and 0 <= head < self.num_heads):
             raise ValueError(f"head must be 'mean' or in [0, {self.num_heads - 1}]; got {head!r}")
         rows, cols = self.grid
         if patch is not None and not (0 <= patch[0] < rows and 0 <= patch[1] < cols):
@@ -132,11 +144,21 @@ class PhotoAnalyses:
         return np.stack([self._method(i, method, index) for i in range(len(self.images))])
 
     def _patch(self, i: int, layer: int, patch: tuple[int, int]) -> np.ndarray:
-        key = (i, layer, patch)
-        if key not in self._patch_cache:
-            found = photo_analysis.patch_attention(self.model, self.analyses[i], layer, patch)
-            self._patch_cache[key] = found.cpu().numpy().astype(np.float32)
-        return self._patch_cache[key]
+        key, cache = (i, layer, patch), self._patch_cache
+        if key in cache:
+            cache.move_to_end(key)
+            return cache[key]
+        found = photo_analysis.patch_attention(self.model, self.analyses[i], layer, patch).cpu().numpy()
+        cache[key] = found = found.astype(np.float32)
+        self._patch_bytes += found.nbytes
+        while len(cache) > 1 and self._patch_bytes > PATCH_CACHE_BYTES:
+            self._patch_bytes -= cache.popitem(last=False)[1].nbytes  # the least recently used
+        return found
+
+    @property
+    def patch_cache_bytes(self) -> int:
+        """What the kept patch rows weigh now (at most PATCH_CACHE_BYTES, or one entry)."""
+        return sum(v.nbytes for v in self._patch_cache.values())
 
     def _method(self, i: int, method: str, target: int | None) -> np.ndarray:
         key = (i, method, target)

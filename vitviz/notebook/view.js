@@ -19,6 +19,11 @@ function frameKey(state) {
   const patch = state.patch;
   if (patch !== null && patch !== undefined) return `patch|${state.layer}|${state.head}|${patch[0]},${patch[1]}`;
   if (state.method === "attention") return `attention|${state.layer}|${state.head}`;
+  if ((state.class_methods || []).includes(state.method)) {
+    // a class-specific map is another frame for another class: its key holds the class's index ("top": none chosen)
+    const target = typeof state.target === "string" ? (state.classes || []).indexOf(state.target) : state.target;
+    return `${state.method}|${target === null || target === undefined ? "top" : target}`;
+  }
   return state.method;
 }
 
@@ -29,8 +34,9 @@ function decode(text) {
   return out;
 }
 
+// A legend's number to three significant digits, trailing zeros dropped: 100 -> "100", 0.1500 -> "0.15".
 function valueText(value) {
-  return Number(value).toPrecision(3).replace(/\.?0+(e|$)/, "$1");
+  return String(Number(Number(value).toPrecision(3)));
 }
 
 function element(tag, className, text) {
@@ -108,6 +114,12 @@ function drawLegend(legend, frame, colours) {
   ends.appendChild(element("span", "vitviz-low", valueText(frame.low)));
   ends.appendChild(element("span", "vitviz-high", valueText(frame.high)));
   legend.appendChild(ends);
+}
+
+function drawBare(canvas, photo) {
+  const context = canvas.getContext("2d");
+  context.clearRect(0, 0, canvas.width, canvas.height);
+  context.drawImage(photo.img, 0, 0, canvas.width, canvas.height);
 }
 
 // The (row, col) under a click at (x, y) css pixels of a canvas shown at (width, height), or null outside the box.
@@ -210,10 +222,10 @@ function render({ model, el }) {
       }
       cell.appendChild(list);
       canvas.addEventListener("click", (event) => {
-        const frame = model.get("frame");
+        if (!gridShape) return;
         const rect = canvas.getBoundingClientRect();
         const [x, y] = [event.clientX - rect.left, event.clientY - rect.top];
-        const hit = patchAt(x, y, rect.width, rect.height, photo.box, frame.rows, frame.cols);
+        const hit = patchAt(x, y, rect.width, rect.height, photo.box, gridShape[0], gridShape[1]);
         if (hit) save({ image: i, patch: hit });
       });
     } else {
@@ -233,21 +245,30 @@ function render({ model, el }) {
     return entry;
   });
 
+  let gridShape = null; // the last frame's (rows, cols): where a click lands while no map is drawn
   function draw() {
     const frame = model.get("frame");
-    if (!frame || !frame.maps) return;
+    const drawn = Boolean(frame && frame.maps);
     const colours = decode(model.get("colours"));
     const selected = answer || grid ? null : model.get("patch");
-    root.dataset.key = frame.key || "";
+    root.dataset.key = drawn ? frame.key || "" : "";
+    if (drawn) gridShape = [frame.rows, frame.cols];
     photos.forEach((photo, i) => {
+      photo.canvas.parentElement.classList.toggle("vitviz-opened", grid && i === model.get("image"));
+      if (!drawn) {
+        // this setting draws nothing (the error line says why): the photo alone, no stale map
+        delete photo.canvas.dataset.levels;
+        if (photo.ready) drawBare(photo.canvas, photo);
+        return;
+      }
       const levels = decode(frame.maps[i]);
       const mask = frame.masks ? decode(frame.masks[i]) : null;
       photo.canvas.dataset.levels = levels.join(",");
-      photo.canvas.parentElement.classList.toggle("vitviz-opened", grid && i === model.get("image"));
       const outline = i === model.get("image") ? selected : null;
       if (photo.ready) drawPhoto(photo.canvas, photo, levels, mask, frame, colours, outline);
     });
-    drawLegend(legend, frame, colours);
+    if (drawn) drawLegend(legend, frame, colours);
+    else legend.replaceChildren();
     pickers.sync();
   }
   const showError = () => {
@@ -278,6 +299,7 @@ function offlineModel(state) {
         state.frame = { ...frame, key, label: key.replaceAll("|", " · ") };
         state.error = "";
       } else {
+        state.frame = {}; // not the last setting's map under this one's name: nothing, and the error line says why
         state.error = `not in this file: ${key} (run the notebook for every setting)`;
       }
       for (const name of [...changed, "frame", "error"]) fire(name);

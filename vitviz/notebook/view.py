@@ -17,9 +17,10 @@ import numpy as np
 import traitlets as t
 from PIL import Image
 
+from vitviz.explain.registry import get_method
 from vitviz.notebook import export
-from vitviz.notebook.base import MapView
-from vitviz.notebook.packing import photo_data_url
+from vitviz.notebook.base import MapView, check_colormap, check_index
+from vitviz.notebook.packing import fit_photos
 from vitviz.notebook.photos import ATTENTION, METHOD_NAMES, PhotoAnalyses
 
 SETTINGS = ("method", "layer", "head", "patch", "target", "image", "colormap")
@@ -38,70 +39,72 @@ class PhotoView(MapView):
     # set once: what the script draws the pickers and predictions with
     predictions = t.List().tag(sync=True)  # per image [[class name, probability], ...]
     methods = t.List().tag(sync=True)
+    class_methods = t.List().tag(sync=True)  # the methods whose map depends on ``target`` (its frame key holds it)
     num_layers = t.Int(1).tag(sync=True)
     num_heads = t.Int(1).tag(sync=True)
     classes = t.List().tag(sync=True)
 
+    SETTINGS = SETTINGS
+    SUBJECT = "show"
+
     def __init__(self, photos: PhotoAnalyses, **state):
         self._photos = photos
-        unknown = set(state) - set(SETTINGS)
-        if unknown:
-            raise ValueError(f"show takes {', '.join(SETTINGS)}; got {', '.join(sorted(unknown))}")
+        self.refuse_unknown(state)
+        defaults = {name: self.trait_defaults(name) for name in SETTINGS} | {"layer": photos.num_layers - 1}
+        self.check_settings(defaults | state)  # before anything is made: a bad setting is one line
+        self._batch = True  # the settings below draw once, in set_state_checked
         super().__init__(
-            photos=[
-                {"src": photo_data_url(im), "box": list(box)}
-                for im, box in zip(photos.images, photos.boxes(), strict=True)
-            ],
+            photos=fit_photos(photos.images, [{"box": list(box)} for box in photos.boxes()]),
             predictions=[[list(p) for p in one] for one in photos.predictions()],
             methods=list(METHOD_NAMES),
+            class_methods=[m for m in METHOD_NAMES if m != ATTENTION and get_method(m).class_specific],
             num_layers=photos.num_layers,
             num_heads=photos.num_heads,
             classes=photos.class_names,
             layer=photos.num_layers - 1,
         )
+        self._batch = False
         self.set_state_checked(**state)
-        if not self.frame:  # no setting changed the default layer's map
-            self._redraw()
+        self._check_payload()
 
     @property
     def analyses(self) -> PhotoAnalyses:
         """The analysis the view draws from (the model, the images and every map computed so far)."""
         return self._photos
 
-    def set_state_checked(self, **state) -> None:
-        """Set several settings at once; a bad one is a one-line ValueError and nothing changes."""
-        current = {name: getattr(self, name) for name in SETTINGS}
-        self._check(current | state)
-        with self.hold_trait_notifications():
-            for name, value in state.items():
-                setattr(self, name, value)
-
     @t.validate("method", "layer", "head", "patch", "target", "image")
     def _valid(self, proposal):
-        value = proposal["value"]
-        if proposal["trait"].name == "patch" and value is not None:
-            value = (int(value[0]), int(value[1]))
-        state = {name: getattr(self, name) for name in SETTINGS}
-        try:
-            self._check(state | {proposal["trait"].name: value})
-        except ValueError as error:
-            raise t.TraitError(str(error)) from None
+        return self._validate_setting(proposal)
+
+    def normalized(self, name: str, value):
+        if name == "patch" and isinstance(value, list | tuple) and len(value) == 2:
+            if all(isinstance(v, int | np.integer) and not isinstance(v, bool) for v in value):
+                return (int(value[0]), int(value[1]))
         return value
 
-    def _check(self, state: dict) -> None:
+    def check_settings(self, state: dict) -> None:
         photos = self._photos
-        head = state["head"]
-        if isinstance(head, str) and head != "mean":
+        head, patch = state["head"], state["patch"]
+        if head != "mean" and (
+            isinstance(head, bool) or not isinstance(head, int | np.integer) or not 0 <= head < photos.num_heads
+        ):
             raise ValueError(f"head must be 'mean' or in [0, {photos.num_heads - 1}]; got {head!r}")
-        photos.check(state["method"], state["layer"], head, state["patch"])
+        check_index("layer", state["layer"], photos.num_layers)
+        rows, cols = photos.grid
+        if patch is not None and not (
+            isinstance(patch, list | tuple)
+            and len(patch) == 2
+            and all(isinstance(v, int | np.integer) and not isinstance(v, bool) for v in patch)
+        ):
+            raise ValueError(f"patch must be (row, col) inside the {rows}x{cols} grid, or None; got {patch!r}")
+        if not isinstance(state["method"], str):
+            raise ValueError(f"unknown method {state['method']!r}; choose from {', '.join(METHOD_NAMES)}")
+        photos.check(state["method"], state["layer"], head, None if patch is None else tuple(patch))
+        if isinstance(state["target"], bool):
+            raise ValueError(f"target is a class index, a class name or None; got {state['target']!r}")
         photos.target_index(state["target"])
-        if not 0 <= state["image"] < len(photos.images):
-            raise ValueError(f"image must be in [0, {len(photos.images) - 1}]; got {state['image']}")
-        self._valid_colormap({"value": state["colormap"]})
-
-    @t.observe(*SETTINGS)
-    def _changed(self, change) -> None:
-        self._redraw()
+        check_index("image", state["image"], len(photos.images), " (a photo's place)")
+        check_colormap(state["colormap"])
 
     def current_maps(self) -> list[np.ndarray]:
         return list(self._photos.maps(self.method, self.layer, self.head, self.patch, self.target))
@@ -120,7 +123,9 @@ class PhotoView(MapView):
         return f"{self.method} · {target}"
 
     def frame_key(self) -> str:
-        return export.key_of(self.method, self.layer, self.head, None if self.patch is None else tuple(self.patch))
+        patch = None if self.patch is None else tuple(self.patch)
+        target = self._photos.target_index(self.target)
+        return export.key_of(self.method, self.layer, self.head, patch, target, self.method in self.class_methods)
 
     def offline_frames(self, budget: int) -> dict[str, dict]:
         return export.photo_frames(self, budget)
