@@ -21,7 +21,8 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from vitviz.preprocessing import IMAGE_SUFFIXES, ImageError, image_files, load_image
+from vitviz.commands.common import find_images
+from vitviz.preprocessing import IMAGE_SUFFIXES, ImageError, load_image
 from vitviz.render.video_overlays import clip_overlays, display_shape, gif_bytes, mp4_bytes, paint_frames
 from vitviz.video import VideoError
 from vitviz.video_clips import (
@@ -51,19 +52,7 @@ def add_video_options(parser: argparse.ArgumentParser) -> None:
 
 def find_inputs(paths: list[Path]) -> list[Path]:
     """The image and video files the arguments name: files as given, and the images and videos under folders."""
-    suffixes = IMAGE_SUFFIXES | VIDEO_SUFFIXES
-    found = []
-    for path in paths:
-        if path.is_dir():
-            videos = [p for p in path.rglob("*") if p.suffix.lower() in VIDEO_SUFFIXES and not p.name.startswith(".")]
-            found += sorted(set(image_files(path)) | {p for p in videos if p.is_file()})
-        elif path.is_file():
-            found.append(path)
-        else:
-            raise SystemExit(f"error: {path} does not exist")
-    if not found:
-        raise SystemExit(f"error: no images or videos ({', '.join(sorted(suffixes))}) in {', '.join(map(str, paths))}")
-    return found
+    return find_images(paths, frozenset(VIDEO_SUFFIXES))
 
 
 def video_refusal(path: Path) -> str | None:

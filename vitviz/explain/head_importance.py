@@ -62,8 +62,7 @@ def head_importance(
         output = model(pixel_values.to(device), output_hidden_states=True)
         inputs = [x, *output.hidden_states[:-1]]  # what each block received in the intact model
         targets = target_indices(output.logits, target if target is not None else output.logits.argmax(dim=-1))
-        logit = output.logits.float().gather(1, targets[:, None])[:, 0]
-        probability = class_probabilities(model, output.logits.float()).gather(1, targets[:, None])[:, 0]
+        logit, probability = _chosen(model, output.logits, targets[:, None])
         logits = torch.empty(L, H, B, device=device)
         probabilities = torch.empty(L, H, B, device=device)
         per_chunk = max(1, max_batch // B)  # heads removed side by side in one batch
@@ -79,19 +78,11 @@ def head_importance(
                     hidden = model.blocks[index](hidden, controls[index]).hidden
                 ablated = model.forward_head(hidden, grid).logits.float().view(len(heads), B, -1)
                 index = targets.expand(len(heads), B)[..., None]  # each copy's target class
-                logits[layer, start : start + len(heads)] = ablated.gather(2, index)[..., 0]
-                probabilities[layer, start : start + len(heads)] = class_probabilities(model, ablated).gather(2, index)[
-                    ..., 0
-                ]
+                chosen = _chosen(model, ablated, index)
+                logits[layer, start : start + len(heads)], probabilities[layer, start : start + len(heads)] = chosen
             if progress is not None:
                 progress(layer)
-    return HeadImportance(
-        logit_change=(logits - logit).permute(2, 0, 1).cpu(),
-        probability_change=(probabilities - probability).permute(2, 0, 1).cpu(),
-        logit=logit.cpu(),
-        probability=probability.cpu(),
-        target=targets.cpu(),
-    )
+    return _importance(logits, probabilities, logit, probability, targets)
 
 
 def windowed_head_importance(
@@ -117,8 +108,7 @@ def windowed_head_importance(
     with torch.inference_mode(), autocast(precision, device.type):
         output = model(pixels)
         targets = target_indices(output.logits, target if target is not None else output.logits.argmax(dim=-1))
-        logit = output.logits.float().gather(1, targets[:, None])[:, 0]
-        probability = class_probabilities(model, output.logits.float()).gather(1, targets[:, None])[:, 0]
+        logit, probability = _chosen(model, output.logits, targets[:, None])
         removed = [(layer, head) for layer in range(L) for head in range(per_block[layer])]
         per_chunk = max(1, max_batch // B)
         for start in range(0, len(removed), per_chunk):
@@ -128,13 +118,28 @@ def windowed_head_importance(
                 mask[row, :, layer, head] = 0.0
             ablated = model(pixels.repeat(len(chunk), 1, 1, 1), head_mask=mask.flatten(0, 1)).logits.float()
             ablated = ablated.view(len(chunk), B, -1)
-            index = targets.expand(len(chunk), B)[..., None]
-            chosen_logits = ablated.gather(2, index)[..., 0]
-            chosen_probabilities = class_probabilities(model, ablated).gather(2, index)[..., 0]
+            chosen_logits, chosen_probabilities = _chosen(model, ablated, targets.expand(len(chunk), B)[..., None])
             for row, (layer, head) in enumerate(chunk):
                 logits[layer, head], probabilities[layer, head] = chosen_logits[row], chosen_probabilities[row]
                 if progress is not None and head == per_block[layer] - 1:
                     progress(layer)
+    return _importance(logits, probabilities, logit, probability, targets)
+
+
+def _chosen(model: torch.nn.Module, logits: torch.Tensor, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The target's logit and probability, fp32: ``logits`` (..., classes) read at ``index`` (..., 1)."""
+    logits = logits.float()
+    return logits.gather(-1, index)[..., 0], class_probabilities(model, logits).gather(-1, index)[..., 0]
+
+
+def _importance(
+    logits: torch.Tensor,
+    probabilities: torch.Tensor,
+    logit: torch.Tensor,
+    probability: torch.Tensor,
+    targets: torch.Tensor,
+) -> HeadImportance:
+    """The record from the knocked-out (layers, heads, B) scores and the intact (B,) ones, on the CPU."""
     return HeadImportance(
         logit_change=(logits - logit).permute(2, 0, 1).cpu(),
         probability_change=(probabilities - probability).permute(2, 0, 1).cpu(),

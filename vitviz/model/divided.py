@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from vitviz.model.config import ViTConfig
-from vitviz.model.layers import MLP, Attention, AttentionControls, BlockOutput, DropPath, LayerScale, norm_layer
+from vitviz.model.layers import Attention, AttentionControls, Block, BlockOutput, norm_layer
 
 
 class DividedAttention(NamedTuple):
@@ -35,23 +35,16 @@ class DividedAttention(NamedTuple):
     temporal: torch.Tensor  # (B * HW, heads, frames, frames): row b * HW + n is patch n's frames
 
 
-class DividedBlock(nn.Module):
-    """TimeSformer's block: temporal attention, spatial attention per frame, MLP (see the module's docstring)."""
+class DividedBlock(Block):
+    """TimeSformer's block: temporal attention, spatial attention per frame, MLP (see the module's docstring). A
+    joint block's modules (``norm1``, ``attn``: the spatial attention; ``norm2``, ``mlp``) plus the temporal ones."""
 
     def __init__(self, config: ViTConfig, drop_path: float = 0.0):
-        super().__init__()
+        super().__init__(config, drop_path)
         self.frames = config.token_frames
         self.temporal_norm = norm_layer(config, config.hidden_size)
         self.temporal_attn = Attention(config)
         self.temporal_dense = nn.Linear(config.hidden_size, config.hidden_size)
-        self.norm1 = norm_layer(config, config.hidden_size)
-        self.attn = Attention(config)
-        self.norm2 = norm_layer(config, config.hidden_size)
-        self.mlp = MLP(config)
-        self.dropout = nn.Dropout(config.dropout)
-        self.drop_path = DropPath(drop_path)
-        self.ls1 = LayerScale(config) if config.layer_scale else nn.Identity()
-        self.ls2 = LayerScale(config) if config.layer_scale else nn.Identity()
 
     def forward(
         self,
