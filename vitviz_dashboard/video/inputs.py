@@ -16,16 +16,19 @@ UPLOAD_TYPES = ["mp4", "webm", "mov", "mkv", "gif"]
 EXAMPLE_MODELS = (  # video classifiers on the Hugging Face Hub, each loaded by vitviz
     "MCG-NJU/videomae-base-finetuned-kinetics",
     "google/vivit-b-16x2-kinetics400",
+    "facebook/timesformer-base-finetuned-k400",
+    "facebook/vjepa2-vitl-fpc16-256-ssv2",
 )
 MODEL, COLORMAP, ALPHA = (kept(f"video|{name}") for name in ("model", "colormap", "alpha"))
 MODEL_HELP = (
     "A video classifier: a Hugging Face repository id (org/name; downloaded once when online, then read from the "
     f"cache), or the full path of a folder saved with save_pretrained inside the folders the server allows "
-    f"({MODEL_DIRS}). VideoMAE and ViViT, e.g. " + ", ".join(EXAMPLE_MODELS) + "."
+    f"({MODEL_DIRS}). VideoMAE, ViViT, TimeSformer and V-JEPA 2, e.g. " + ", ".join(EXAMPLE_MODELS) + "."
 )
 NO_MODEL = (
     f"Name a video model in the sidebar: a Hugging Face repository such as `{EXAMPLE_MODELS[0]}` (downloaded "
-    "once, when this machine is online), or the path of a VideoMAE or ViViT folder saved with save_pretrained."
+    "once, when this machine is online), or the path of a VideoMAE, ViViT, TimeSformer or V-JEPA 2 folder saved with "
+    "save_pretrained."
 )
 
 
