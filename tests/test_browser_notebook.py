@@ -72,17 +72,25 @@ def jupyter_lab(folder: Path):
 
 
 # the notebook open in front has its cells and an idle kernel: "run all" now runs them all
-READY = """() => {
+READY = """(name) => {
   const panel = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+  const path = panel && panel.context ? panel.context.path : "";
   const kernel = panel && panel.sessionContext && panel.sessionContext.session && panel.sessionContext.session.kernel;
   const cells = panel && panel.content && panel.content.widgets ? panel.content.widgets.length : 0;
-  return Boolean(cells > 1 && kernel && kernel.status === "idle");
+  return Boolean(path.endsWith(name) && cells > 1 && kernel && kernel.status === "idle");
 }"""
 
 
-def run_all(page) -> None:
-    """Run every cell of the notebook open in front, once it is loaded and its kernel idle."""
-    page.wait_for_function(READY)
+def run_all(page, name: str) -> None:
+    """Open notebook ``name`` (under examples/) in front through JupyterLab's own command, wait until it is the
+    current widget, loaded, with its kernel idle, then run every cell. Opening it by its URL instead lets a restored
+    workspace leave another notebook in front, and run-all would run that one."""
+    page.wait_for_function(
+        "() => Boolean(window.jupyterapp && window.jupyterapp.commands.hasCommand('docmanager:open'))"
+        " && Boolean(window.jupyterapp.commands.hasCommand('notebook:run-all-cells'))"
+    )
+    page.evaluate(f"window.jupyterapp.commands.execute('docmanager:open', {{path: 'examples/{name}'}})")
+    page.wait_for_function(READY, arg=name)
     page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
 
 
@@ -160,8 +168,8 @@ def test_jupyterlab_runs_the_example_and_a_click_redraws_the_librarys_values(tmp
         # the page waits: seconds on an idle machine, over 90 s on two loaded cores, so the wait is generous
         page.set_default_timeout(300_000)
         errors, away = watched(page, url)
-        page.goto(f"{url}/lab/tree/examples/photo.ipynb?token={TOKEN}")
-        run_all(page)
+        page.goto(f"{url}/lab?token={TOKEN}")
+        run_all(page, "photo.ipynb")
         # the notebook's code sets block 3, head 2 and patch (4, 4) on the first view
         page.wait_for_selector(".vitviz-view[data-key='patch|3|2|4,4']", state="attached")
         np.testing.assert_allclose(levels(page), expected_levels([patch_row(model, photo, 3, 2, (4, 4))]), atol=1)
@@ -177,8 +185,7 @@ def test_jupyterlab_runs_the_example_and_a_click_redraws_the_librarys_values(tmp
             page.locator(".vitviz-view").first.scroll_into_view_if_needed()
             page.screenshot(path=os.environ["VITVIZ_NOTEBOOK_SCREENSHOT"])
         # the VLM example: a click on an answer token draws that token's map
-        page.goto(f"{url}/lab/tree/examples/vlm_answer.ipynb?token={TOKEN}")
-        run_all(page)
+        run_all(page, "vlm_answer.ipynb")
         answer_view = page.locator(".vitviz-view:has(.vitviz-token)")
         page.wait_for_selector(".vitviz-view[data-key='answer|1|1|mean']", state="attached")  # the notebook's token
         answer_view.locator(".vitviz-token[data-token='2']").click()
