@@ -24,6 +24,7 @@ or the dashboard (tests/test_layout.py checks).
 """
 
 from vitviz.dataset import open_index
+from vitviz.explain.target import Target
 from vitviz.loading import (
     ModelLoadError,
     from_huggingface,
@@ -51,6 +52,7 @@ def show(*args, **kwargs):
 __all__ = [
     "ModelLoadError",
     "Preprocessing",
+    "Target",
     "ViT",
     "ViTConfig",
     "VideoError",

@@ -11,6 +11,7 @@
     lens.py          the patch-level logit lens: every token of every block read by the head
     method.py        the record each map method declares in its own file (name, caption, cost, compute)
     registry.py      every map method by name, and method_maps: what the CLI, the benchmark and the dashboard compute
+    target.py        Target: what a map explains (a class, a prompt, a VLM answer token), one record for every method
     sanity.py        the model-randomisation sanity check (Adebayo et al. 2018)
     statistics.py    attention distance and entropy, position embeddings (or rotary phases), patch-embedding filters
     tokens.py        attention to prefix tokens, token norms, the attention-pooling head
@@ -124,6 +125,7 @@ from vitviz.explain.statistics import (
     rotary_similarity,
 )
 from vitviz.explain.streaming import StreamingExplainer
+from vitviz.explain.target import Target, as_target
 from vitviz.explain.tokens import attention_to_prefix_tokens, high_norm_patches, pooling_attention, token_norms
 from vitviz.explain.transition import (
     TAM_STEPS,
@@ -134,6 +136,8 @@ from vitviz.explain.transition import (
 from vitviz.explain.window_attention import WindowAttention, window_attention_map
 
 __all__ = [
+    "Target",
+    "as_target",
     "CLASS_SPECIFIC",
     "COSTS",
     "FACETS",

@@ -19,6 +19,7 @@ import torch
 from vitviz.explain.common import LayoutArgument, target_score, token_grid
 from vitviz.explain.method import MapInputs, Method, MethodOutput
 from vitviz.explain.stages import merge_targets
+from vitviz.explain.target import TargetLike, class_target
 from vitviz.layout import TokenLayout
 from vitviz.model import Swin, SwinOutput, ViTOutput
 
@@ -30,7 +31,7 @@ class Norm1Gradients(NamedTuple):
 
 
 def norm1_gradients(
-    model: torch.nn.Module, pixel_values: torch.Tensor, target: int | Sequence[int] | torch.Tensor
+    model: torch.nn.Module, pixel_values: torch.Tensor, target: TargetLike | Sequence[int] | torch.Tensor
 ) -> Norm1Gradients:
     """The last block's norm1 output A (B, T, D) and the gradient of the target logit w.r.t. it.
 
@@ -39,6 +40,7 @@ def norm1_gradients(
     backward pass stops at. Its gradient is the one a hook on norm1's output would see. Returns
     (output, A, dA), ``output`` being the model's own (logits, grid_size, num_prefix_tokens...).
     """
+    target = class_target(model, target)  # a vitviz.Target or a prompt: its class index
     with torch.no_grad():
         x, grid = model.embed(pixel_values)
         controls = model.block_arguments(grid, x.shape[0])  # rotary embeddings, a knocked-out model's masks
@@ -54,7 +56,7 @@ def norm1_gradients(
 
 
 def stage_norm1_gradients(
-    model: Swin, pixel_values: torch.Tensor, target: int | Sequence[int] | torch.Tensor
+    model: Swin, pixel_values: torch.Tensor, target: TargetLike | Sequence[int] | torch.Tensor
 ) -> Norm1Gradients:
     """Swin's ``norm1_gradients``: the last block's norm1 output, (B, T, D) over the last stage's tokens in row-major
     order (``output.layouts[-1]``, ``output.stage_grids[-1]``), and the target logit's gradient w.r.t. it.
@@ -63,6 +65,7 @@ def stage_norm1_gradients(
     returns: Swin v2's norm1 normalises the attention's output inside the block (post-norm), so no block input can
     stand in for it as ``Block.forward(normed=...)`` does for the ViT. A LayerNorm has no fused kernel to bypass a
     hook, and the map is pytorch-grad-cam's, whose hook sits on the same module."""
+    target = class_target(model, target)  # a vitviz.Target or a prompt: its class index
     kept: list[torch.Tensor] = []
 
     def leaf(module: torch.nn.Module, inputs: tuple, output: torch.Tensor) -> torch.Tensor:

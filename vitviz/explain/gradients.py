@@ -21,6 +21,7 @@ from vitviz.explain.common import (
 )
 from vitviz.explain.method import MapInputs, Method, MethodOutput
 from vitviz.explain.stages import gradient_rollout_across_stages, relevance_across_stages
+from vitviz.explain.target import TargetLike, class_target
 from vitviz.model import ViTOutput
 
 
@@ -30,7 +31,7 @@ class AttentionGradients(NamedTuple):
 
 
 def attention_gradients(
-    model: torch.nn.Module, pixel_values: torch.Tensor, target: int | Sequence[int] | torch.Tensor
+    model: torch.nn.Module, pixel_values: torch.Tensor, target: TargetLike | Sequence[int] | torch.Tensor
 ) -> AttentionGradients:
     """Forward with attentions, then the gradient of each image's target logit w.r.t. every block's
     attention. Returns (output, gradients); ``gradients[l]`` belongs to ``output.attentions[l]``.
@@ -38,6 +39,7 @@ def attention_gradients(
     ``target`` is one class for all images or one per image (batch > 1 supported: images do not
     interact, so summing the chosen logits gives each image its own gradient).
     """
+    target = class_target(model, target)  # a vitviz.Target or a prompt: its class index
     check_not_divided(model, "attention gradients pair each block's one attention with its gradient")
     output = model(pixel_values, output_attentions=True)
     gradients = torch.autograd.grad(target_score(output.logits, target), output.attentions)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from vitviz.explain.common import class_probabilities, is_windowed, target_indices
+from vitviz.explain.target import TargetLike, class_target
 from vitviz.model import ABLATIONS, Swin, ViT, autocast
 from vitviz.model.layers import Ablation
 
@@ -30,7 +31,7 @@ class HeadImportance:
 def head_importance(
     model: ViT,
     pixel_values: torch.Tensor,
-    target: int | Sequence[int] | torch.Tensor | None = None,
+    target: TargetLike | Sequence[int] | torch.Tensor | None = None,
     ablation: Ablation = "zero",
     progress: Callable[[int], None] | None = None,
     precision: str = "fp32",
@@ -46,6 +47,7 @@ def head_importance(
     blocks of 78 forward passes instead of 144, and took the time of 61 on a 2-core CPU (bench/bench_heads.py).
     ``progress(layer)`` follows the layers.
     """
+    target = class_target(model, target)  # a vitviz.Target or a prompt: its class index
     if ablation not in ABLATIONS:
         raise ValueError(f"ablation must be 'zero' or 'mean'; got {ablation!r}")
     if is_windowed(model):
@@ -88,7 +90,7 @@ def head_importance(
 def windowed_head_importance(
     model: Swin,
     pixel_values: torch.Tensor,
-    target: int | Sequence[int] | torch.Tensor | None = None,
+    target: TargetLike | Sequence[int] | torch.Tensor | None = None,
     progress: Callable[[int], None] | None = None,
     precision: str = "fp32",
     max_batch: int = 64,
@@ -96,6 +98,7 @@ def windowed_head_importance(
     """``head_importance`` of a model that attends in windows (Swin): each head zeroed in every window of its block
     through the model's ``head_mask``, one forward pass per head (copies of the images side by side, at most
     ``max_batch`` a batch). (B, layers, heads) each, heads the most of any block, NaN past a block's own."""
+    target = class_target(model, target)  # a vitviz.Target or a prompt: its class index
     c = model.config
     if c.num_classes == 0:
         raise ValueError("head importance needs a classifier: this model is a backbone (no logits)")

@@ -10,10 +10,11 @@ import torch
 from vitviz.explain.common import LayoutArgument, check_attentions, check_start_layer, target_score, token_grid
 from vitviz.explain.gradients import AttentionGradients
 from vitviz.explain.method import MapInputs, Method, MethodOutput
+from vitviz.explain.target import TargetLike, class_target
 
 
 def legrad_gradients(
-    model: torch.nn.Module, pixel_values: torch.Tensor, target: int | Sequence[int] | torch.Tensor
+    model: torch.nn.Module, pixel_values: torch.Tensor, target: TargetLike | Sequence[int] | torch.Tensor
 ) -> AttentionGradients:
     """One forward pass, then for every block l the gradient of s_l w.r.t. that block's attention A_l.
 
@@ -22,6 +23,7 @@ def legrad_gradients(
     model's logit. Returns (output, gradients), ``gradients[l]`` (B, heads, T, T) belonging to
     ``output.attentions[l]``. ``target``: one class, or one per image.
     """
+    target = class_target(model, target)  # a vitviz.Target or a prompt: its class index
     with torch.enable_grad():
         output = model(pixel_values, output_attentions=True, output_hidden_states=True)
         target_score(output.logits, target)  # validates the head and the target before L backward passes

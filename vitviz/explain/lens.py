@@ -17,6 +17,7 @@ import torch
 from vitviz.explain.common import LayoutArgument, check_not_windowed, class_probabilities, target_indices, token_grid
 from vitviz.explain.method import LogitLens, MapInputs, Method, MethodOutput
 from vitviz.explain.stages import first_patch_holders
+from vitviz.explain.target import TargetLike, class_target
 from vitviz.layout import TokenLayout, same_tokens
 
 
@@ -51,7 +52,7 @@ def token_logits(model: torch.nn.Module, tokens: torch.Tensor) -> torch.Tensor:
 def logit_lens(
     model: torch.nn.Module,
     hidden_states: Sequence[torch.Tensor],
-    target: int | Sequence[int] | torch.Tensor,
+    target: TargetLike | Sequence[int] | torch.Tensor,
     num_prefix_tokens: LayoutArgument = 1,
     grid_size: tuple[int, ...] | None = None,
 ) -> LogitLens:
@@ -64,6 +65,7 @@ def logit_lens(
     model's probability. ``target`` is one class or one per image. ``num_prefix_tokens``: the token layout
     (``output.layout``), or a plain ViT's prefix count with ``grid_size``.
     """
+    target = class_target(model, target)  # a vitviz.Target or a prompt: its class index
     check_not_windowed(model, "the logit lens reads every block's tokens through the one head")
     grid = token_grid(num_prefix_tokens, grid_size, "logit_lens")
     if len(hidden_states) == 0:
@@ -95,12 +97,13 @@ def logit_lens(
 def windowed_logit_lens(
     model: torch.nn.Module,
     hidden_states: Sequence[torch.Tensor],
-    target: int | Sequence[int] | torch.Tensor,
+    target: TargetLike | Sequence[int] | torch.Tensor,
     layouts: Sequence[TokenLayout],
 ) -> LogitLens:
     """The logit lens of a model that attends in windows and merges tokens (Swin; the module's docstring): its
     ``layers`` are the blocks of the last stage, the blocks whose tokens are the last block's (their index is
     ``len(hidden_states) - layers`` onwards); maps (layers, B, rows, cols) over the first block's patches."""
+    target = class_target(model, target)  # a vitviz.Target or a prompt: its class index
     if model.head is None:
         raise ValueError(
             "the logit lens reads tokens through the classification head; this model is a backbone "

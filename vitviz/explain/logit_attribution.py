@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from vitviz.explain.common import check_not_divided, check_not_windowed, target_indices
+from vitviz.explain.target import TargetLike, class_target
 from vitviz.model import ViT
 from vitviz.model.layers import Block
 
@@ -34,7 +35,7 @@ class LogitAttribution:
 
 
 def direct_logit_attribution(
-    model: ViT, pixel_values: torch.Tensor, target: int | Sequence[int] | torch.Tensor | None = None
+    model: ViT, pixel_values: torch.Tensor, target: TargetLike | Sequence[int] | torch.Tensor | None = None
 ) -> LogitAttribution:
     """The target's logit (default: each image's top prediction) split into the direct contributions of the
     embeddings, each head, each MLP and the biases, with the final norm's scale frozen at its value in this forward
@@ -45,6 +46,7 @@ def direct_logit_attribution(
     heads replaced by their batch mean (``knock_out(..., ablation="mean")``). A block edited through an SAE
     (``vitviz.sae.with_sae``) adds what its edit writes as a part of its own, ``edits``.
     """
+    target = class_target(model, target)  # a vitviz.Target or a prompt: its class index
     check_not_windowed(model, "direct logit attribution splits the residual stream of one set of tokens")
     check_not_divided(model, "direct logit attribution splits each block's one attention into heads")
     c = model.config

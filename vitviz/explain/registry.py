@@ -31,6 +31,7 @@ import torch
 
 from vitviz.explain.common import HeadFusion, class_probabilities, is_windowed
 from vitviz.explain.method import COSTS, LogitLens, MapInputs, MapOptions, Method
+from vitviz.explain.target import Target, TargetLike, as_target, explained_model
 from vitviz.layout import is_hierarchical
 from vitviz.model import Precision, autocast
 
@@ -80,28 +81,34 @@ def refusals(model: torch.nn.Module, methods: Sequence[str]) -> dict[str, str]:
 @dataclass(frozen=True)
 class MethodMaps:
     probabilities: torch.Tensor  # (num_classes,) float32
-    target: int  # the class the class-specific maps explain
+    target: int  # the class the class-specific maps explain (its index in ``probabilities``)
     maps: dict[str, torch.Tensor]  # method -> (rows, cols) float32, detached
     lens: LogitLens | None = None  # with "lens": every block's maps, (layers, 1, rows, cols)
+    explained: Target | None = None  # the target as given (None: the top class); a prompt read by the text tower
+    class_names: tuple[str, ...] = ()  # the classes ``probabilities`` is over (the prompt added, for such a prompt)
 
 
 def method_maps(
     model: torch.nn.Module,
     pixels: torch.Tensor,
     methods: Sequence[str],
-    target: int | None = None,
+    target: TargetLike | None = None,
     precision: Precision = "fp32",
     head_fusion: HeadFusion = "mean",
     discard_ratio: float = 0.0,
     start_layer: int = 0,
 ) -> MethodMaps:
     """The maps of ``methods`` for one image ``pixels`` (1, 3, H, W), each read out through what the head reads
-    (``output.readout``). ``target`` defaults to the top class. ``head_fusion`` and ``discard_ratio`` shape the
-    rollout; ``start_layer`` is the first block of rollout, LeGrad and TAM. A method that cannot explain this model
-    (``refusals``) is a ValueError naming it and why."""
+    (``output.readout``). ``target`` is what the class-specific maps explain (``vitviz.Target``: a class index, a prompt
+    or a Target; ``target=3`` is ``Target.of_class(3)``), by default the top class; a prompt that is none of the
+    model's classes is read through its text tower (``target.explained_model``). ``head_fusion`` and
+    ``discard_ratio`` shape the rollout; ``start_layer`` is the first block of rollout, LeGrad and TAM. A method that
+    cannot explain this model (``refusals``) is a ValueError naming it and why."""
     chosen = [get_method(name) for name in methods]
     if pixels.ndim != 4 or pixels.shape[0] != 1:
         raise ValueError(f"method_maps explains one image: pixels must be (1, 3, H, W); got {tuple(pixels.shape)}")
+    explained = as_target(target)
+    model, target = explained_model(model, explained)
     if refused := refusals(model, methods):
         raise ValueError("; ".join(refused.values()))
     needs = {need for method in chosen for need in method.needs}
@@ -138,4 +145,6 @@ def method_maps(
     )
     outputs = {method.name: method.compute(inputs) for method in chosen}
     lens = next((out.lens for out in outputs.values() if out.lens is not None), None)
-    return MethodMaps(probabilities, target, {name: out.map[0].detach().float() for name, out in outputs.items()}, lens)
+    maps = {name: out.map[0].detach().float() for name, out in outputs.items()}
+    names = tuple(getattr(model, "class_names", ()))
+    return MethodMaps(probabilities, target, maps, lens, explained, names)

@@ -19,6 +19,7 @@ from vitviz.explain.common import (
     token_grid,
 )
 from vitviz.explain.method import MapInputs, Method, MethodOutput
+from vitviz.explain.target import TargetLike, class_target
 from vitviz.model import ViTOutput
 
 TAM_STEPS = 20  # integrated-gradient steps of Transition Attention Maps, the reference code's default
@@ -32,7 +33,7 @@ class IntegratedGradient(NamedTuple):
 def integrated_attention_gradient(
     model: torch.nn.Module,
     pixel_values: torch.Tensor,
-    target: int | Sequence[int] | torch.Tensor,
+    target: TargetLike | Sequence[int] | torch.Tensor,
     steps: int = TAM_STEPS,
 ) -> IntegratedGradient:
     """The last block's attention gradient of the target logit, integrated along the straight path from a black
@@ -43,6 +44,7 @@ def integrated_attention_gradient(
     backward passes; ``target`` is one class or one per image. Returns (output, gradient), ``output`` being the
     last pass's, at alpha = 1: the input's own attentions.
     """
+    target = class_target(model, target)  # a vitviz.Target or a prompt: its class index
     if steps < 2:
         raise ValueError(f"steps must be at least 2 (the black image and the input); got {steps}")
     total = None

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from vitviz.explain.target import Target
 from vitviz.vlm.answer import Answer
 from vitviz.vlm.errors import VLMError
 from vitviz.vlm.tiles import Tile, tiles_layout
@@ -30,11 +31,16 @@ def _is_index(value: object) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
-def answer_token(answer: Answer, token: int | None) -> int | None:
-    """``token`` checked as an answer token's index (None: all of them)."""
+def answer_token(answer: Answer, token: int | Target | None) -> int | None:
+    """``token`` checked as an answer token's index (None: all of them); ``vitviz.Target.answer_token(i)`` is token
+    ``i``, and a Target of another kind is refused in one line."""
     count = len(answer.token_ids)
     if token is None:
         return None
+    if isinstance(token, Target):
+        if token.kind != "answer_token":
+            raise VLMError(f"a VLM's maps explain an answer token (Target.answer_token); got {token.describe()}")
+        token = token.index
     if not _is_index(token) or not 0 <= token < count:
         raise VLMError(f"token must be an answer token's index, 0 to {count - 1} (or None: all); got {token!r}")
     return int(token)
