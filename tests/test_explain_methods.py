@@ -2,9 +2,12 @@
 written out with loops from its paper's definition, on tiny random float64 models of several grids, prefix tokens
 and poolings. Grad-CAM is compared with the pytorch-grad-cam package itself in tests/test_gradcam.py."""
 
+from functools import partial
+
 import numpy as np
 import pytest
 import torch
+from baseline_references import patch_sums, reference_flow, reference_occlusion, reference_rise
 
 from vitviz import ViT, ViTConfig
 from vitviz.explain import (
@@ -29,6 +32,7 @@ from vitviz.explain import (
     token_logits,
     transition_attention_map,
 )
+from vitviz.explain.rise import draw_masks
 
 CONFIGS = {
     "cls 2x3": dict(image_size=(16, 24)),
@@ -374,6 +378,58 @@ def inputs_for(model: ViT, pixels: torch.Tensor, target: int, **options) -> MapI
     )
 
 
+def _captum(kind: str, model: ViT, pixels: torch.Tensor, inputs: MapInputs) -> torch.Tensor:
+    """The gradient baselines by Captum itself, summed per 8 x 8 patch."""
+    from captum.attr import InputXGradient, IntegratedGradients, NoiseTunnel, Saliency
+
+    scores = lambda x: model(x).logits.float()  # noqa: E731
+    x, target = pixels.clone().requires_grad_(True), inputs.target
+    if kind == "input-x-gradient":
+        found = InputXGradient(scores).attribute(x, target=target)
+    elif kind == "integrated-gradients":
+        found = IntegratedGradients(scores).attribute(x, target=target, n_steps=32)
+    else:
+        with torch.random.fork_rng():
+            torch.manual_seed(0)
+            sigma = 0.15 * float(pixels.max() - pixels.min())
+            tunnel = NoiseTunnel(Saliency(scores))
+            found = tunnel.attribute(x, nt_type="smoothgrad", nt_samples=64, stdevs=sigma, target=target, abs=False)
+        found = found.abs()
+    return torch.from_numpy(patch_sums(found.sum(dim=1)[0].detach().double().numpy(), (8, 8)))[None]
+
+
+def _rise(model: ViT, pixels: torch.Tensor, inputs: MapInputs) -> torch.Tensor:
+    masks = draw_masks(64, 7, 0.5, tuple(pixels.shape[-2:]), seed=0).double().numpy()
+    saliency = reference_rise(model, pixels, masks, p1=0.5)[inputs.target]
+    return torch.from_numpy(patch_sums(saliency, (8, 8), mean=True))[None]
+
+
+def _kernel_shap(model: ViT, pixels: torch.Tensor, inputs: MapInputs) -> torch.Tensor:
+    from captum.attr import KernelShap
+
+    rows, cols = model.config.grid_size
+    mask = (torch.arange(rows * 8)[:, None] // 8) * cols + torch.arange(cols * 8)[None, :] // 8
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        found = KernelShap(lambda x: model(x).logits.float()).attribute(
+            pixels, baselines=0.0, target=inputs.target, feature_mask=mask[None, None], n_samples=64
+        )
+    return found[:, 0, ::8, ::8].double()
+
+
+BASELINE_REFERENCES = {
+    "attention-flow": lambda model, pixels, inputs: torch.from_numpy(
+        reference_flow(inputs.attentions, inputs.num_prefix_tokens, inputs.readout, start_layer=1, fusion="max")
+    ).reshape(1, *model.config.grid_size),
+    "occlusion": lambda model, pixels, inputs: torch.from_numpy(
+        reference_occlusion(model, pixels, inputs.target, (8, 8))
+    )[None],
+    "rise": _rise,
+    "kernel-shap": _kernel_shap,
+    **{kind: partial(_captum, kind) for kind in ("input-x-gradient", "integrated-gradients", "smoothgrad")},
+}
+
+
 def expected_map(name: str, model: ViT, pixels: torch.Tensor, inputs: MapInputs) -> torch.Tensor:
     """Each method's map from its paper's reference where this file has one, else from its own function (tested
     against a reference in test_explain.py), with the options of ``inputs`` spelled out."""
@@ -396,6 +452,8 @@ def expected_map(name: str, model: ViT, pixels: torch.Tensor, inputs: MapInputs)
         )
     if name == "cls":
         return cls_attention(inputs.attentions, **layout, layer=-1)
+    if name in BASELINE_REFERENCES:  # tests/test_explain_baselines.py holds each against its reference
+        return BASELINE_REFERENCES[name](model, pixels, inputs)
     function = {"relevance": gradient_weighted_attention, "grad-rollout": gradient_weighted_rollout}[name]
     return function(inputs.attentions, inputs.attention_gradients, **layout, readout=readout)
 
@@ -405,7 +463,7 @@ def expected_map(name: str, model: ViT, pixels: torch.Tensor, inputs: MapInputs)
 def test_each_registered_compute_gives_its_methods_map(config, name):
     model = tiny(**CONFIGS[config])
     pixels = images_for(model, batch=1)
-    inputs = inputs_for(model, pixels, target=3, start_layer=1, head_fusion="max", discard_ratio=0.2)
+    inputs = inputs_for(model, pixels, target=3, start_layer=1, head_fusion="max", discard_ratio=0.2, samples=64)
     if name == "cls" and not model.config.class_token:
         with pytest.raises(ValueError, match="no \\[CLS\\] token"):
             METHODS[name].compute(inputs)
@@ -437,8 +495,8 @@ def test_method_maps_shares_one_pass_and_gives_each_method_what_it_gives_alone()
 def test_method_maps_refuses_unknown_methods_bad_targets_batches_and_backbones():
     model = tiny()
     pixels = images_for(model, batch=1)
-    with pytest.raises(ValueError, match="unknown method 'attention-flow'; choose from rollout, cls"):
-        method_maps(model, pixels, ["rollout", "attention-flow"])
+    with pytest.raises(ValueError, match="unknown method 'deeplift'; choose from rollout, cls"):
+        method_maps(model, pixels, ["rollout", "deeplift"])
     with pytest.raises(ValueError, match=r"target must be in \[0, 4\]; got 5"):
         method_maps(model, pixels, ["relevance"], target=5)
     with pytest.raises(ValueError, match="explains one image"):

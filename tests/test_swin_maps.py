@@ -31,7 +31,9 @@ from vitviz.explain import (
 
 SOURCES = [(source, family) for source in ("huggingface", "timm") for family in ("swin", "swinv2")]
 TARGET = 3
-WINDOWED = {"rollout", "relevance", "grad-rollout", "gradcam", "lens"}  # the methods that explain a Swin
+# the methods that explain a Swin: those that read its windows, and the model-agnostic ones (pixels and logits only)
+BASELINES = {"input-x-gradient", "integrated-gradients", "smoothgrad", "occlusion", "kernel-shap", "rise"}
+WINDOWED = {"rollout", "relevance", "grad-rollout", "gradcam", "lens", *BASELINES}
 
 
 def images(source: str, seed: int = 0) -> torch.Tensor:
@@ -142,7 +144,7 @@ def test_only_the_methods_that_read_windows_run_and_the_others_say_why():
             method_maps(model, images("huggingface"), ["rollout", name])
     with pytest.raises(ValueError, match="discard_ratio.*windows"):
         method_maps(model, images("huggingface"), ["rollout"], discard_ratio=0.5)
-    maps = method_maps(model, images("huggingface"), sorted(WINDOWED)).maps
+    maps = method_maps(model, images("huggingface"), sorted(WINDOWED), samples=16).maps
     assert {tuple(m.shape) for m in maps.values()} == {(17, 13)}  # every map over the first stage's grid
     assert refusals(build_tiny_vit(), list(METHODS)) == {}  # a plain ViT: every method
 

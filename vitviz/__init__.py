@@ -19,8 +19,8 @@
     commands/         the `vitviz` command: one module per subcommand (`python -m vitviz` runs it too)
 
 Imports flow one way: commands, notebook -> everything below; dataset -> analysis -> explain; dataset, sae -> explain,
-loading, model; vlm -> explain (Target), loading, model; explain, text, render, loading -> model -> layout; nothing here imports streamlit
-or the dashboard (tests/test_layout.py checks).
+loading, model; vlm -> explain (Target), loading, model; explain, text, render, loading -> model -> layout; nothing
+here imports streamlit or the dashboard (tests/test_layout.py checks).
 """
 
 from vitviz.dataset import open_index

@@ -1,6 +1,11 @@
 """Explanations: attention tensors in, patch maps and statistics out, one module per kind.
 
     attention.py     rollout, [CLS] / patch / readout rows
+    attention_flow.py  attention flow: the maximum flow from the readout to each patch (Abnar & Zuidema 2020)
+    baselines.py     the model-agnostic baselines through Captum: input x gradient, Integrated Gradients, SmoothGrad,
+                     occlusion and KernelSHAP
+    rise.py          RISE: the class's probability under random masks (Petsiuk et al. 2018)
+    pixels.py        which patch holds each pixel, and pixel-level maps summed or averaged per patch
     streaming.py     the streaming explainer: the attention maps folded in block by block during the forward pass
     stages.py        rollout and relevance across attention windows and stages (Swin), from the blocks' token layouts
     window_attention.py  one token's attention over its own window, per block and head (Swin's per-head view)

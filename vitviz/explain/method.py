@@ -38,12 +38,41 @@ WINDOWED_REFUSAL = (
 )
 
 
+# The options of the sampling and perturbation methods (baselines.py, rise.py) and of attention flow, by the names
+# method_maps and the CLI take them; MapOptions says what each is for, and docs/methods.md states their defaults.
+METHOD_OPTIONS = ("steps", "samples", "noise", "window", "stride", "cells", "keep", "batch", "seed", "flow_limit")
+
+
 @dataclass(frozen=True)
 class MapOptions:
     precision: Precision = "fp32"  # autocast of the passes a method runs itself
     head_fusion: HeadFusion = "mean"  # rollout: how the heads are fused
     discard_ratio: float = 0.0  # rollout: the fraction of the weakest patch-to-patch weights dropped
     start_layer: int = 0  # rollout, LeGrad and TAM: the first block included
+    steps: int = 32  # Integrated Gradients: the Riemann steps from the baseline (Gauss-Legendre, Captum's default)
+    samples: int | None = None  # SmoothGrad 32, KernelSHAP 512, RISE 2000 (None: each method's own default)
+    noise: float = 0.15  # SmoothGrad: the noise's standard deviation, a fraction of the input's range (Smilkov 2017)
+    window: int | None = None  # occlusion: the square's side in pixels (None: the patch)
+    stride: int | None = None  # occlusion: its step in pixels (None: the window, so squares do not overlap)
+    cells: int = 7  # RISE: the coarse mask is cells x cells before upsampling (Petsiuk 2018's s)
+    keep: float = 0.5  # RISE: the probability that a cell is kept (the paper's p)
+    batch: int = 16  # the sampling methods: images per forward pass
+    seed: int = 0  # the sampling methods: their random numbers (the global generator is left alone)
+    flow_limit: int = 1_500_000  # attention flow: the most edges (blocks x tokens^2) its graph may have
+
+    def __post_init__(self) -> None:
+        def whole(name: str, low: int) -> None:
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
+                raise ValueError(f"{name} must be a whole number >= {low}; got {value!r}")
+
+        for name in ("steps", "samples", "window", "stride", "cells", "batch", "flow_limit"):
+            whole(name, 1)
+        whole("seed", 0)
+        for name, low, high in (("noise", 0.0, 10.0), ("keep", 0.0, 1.0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not low < value <= high:
+                raise ValueError(f"{name} must be a number in ({low:g}, {high:g}]; got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -91,6 +120,7 @@ class LogitLens:
 class MethodOutput(NamedTuple):
     map: torch.Tensor  # (1, rows, cols) float32
     lens: LogitLens | None = None  # the logit lens's every block (its map is the last block's)
+    pixels: torch.Tensor | None = None  # (1, H, W) float32: a pixel-level map's every pixel (its map sums patches)
 
 
 @dataclass(frozen=True)

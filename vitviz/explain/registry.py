@@ -25,12 +25,12 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from vitviz.explain.common import HeadFusion, class_probabilities, is_windowed
-from vitviz.explain.method import COSTS, LogitLens, MapInputs, MapOptions, Method
+from vitviz.explain.method import COSTS, METHOD_OPTIONS, LogitLens, MapInputs, MapOptions, Method
 from vitviz.explain.target import Target, TargetLike, as_target, explained_model
 from vitviz.layout import is_hierarchical
 from vitviz.model import Precision, autocast
@@ -86,6 +86,7 @@ class MethodMaps:
     lens: LogitLens | None = None  # with "lens": every block's maps, (layers, 1, rows, cols)
     explained: Target | None = None  # the target as given (None: the top class); a prompt read by the text tower
     class_names: tuple[str, ...] = ()  # the classes ``probabilities`` is over (the prompt added, for such a prompt)
+    pixels: dict[str, torch.Tensor] = field(default_factory=dict)  # pixel-level methods: method -> (H, W) float32
 
 
 def method_maps(
@@ -97,14 +98,21 @@ def method_maps(
     head_fusion: HeadFusion = "mean",
     discard_ratio: float = 0.0,
     start_layer: int = 0,
+    **options,
 ) -> MethodMaps:
     """The maps of ``methods`` for one image ``pixels`` (1, 3, H, W), each read out through what the head reads
     (``output.readout``). ``target`` is what the class-specific maps explain (``vitviz.Target``: a class index, a prompt
     or a Target; ``target=3`` is ``Target.of_class(3)``), by default the top class; a prompt that is none of the
     model's classes is read through its text tower (``target.explained_model``). ``head_fusion`` and
     ``discard_ratio`` shape the rollout; ``start_layer`` is the first block of rollout, LeGrad and TAM. A method that
-    cannot explain this model (``refusals``) is a ValueError naming it and why."""
+    cannot explain this model (``refusals``) is a ValueError naming it and why. ``options`` are the sampling and
+    perturbation methods' own (``MapOptions``: ``steps``, ``samples``, ``noise``, ``window``, ``stride``, ``cells``,
+    ``keep``, ``batch``, ``seed``, ``flow_limit``), each checked in one line."""
     chosen = [get_method(name) for name in methods]
+    if unknown := sorted(set(options) - set(METHOD_OPTIONS)):
+        known = ", ".join(METHOD_OPTIONS)
+        raise ValueError(f"unknown option {', '.join(map(repr, unknown))}; method_maps takes {known}")
+    map_options = MapOptions(precision, head_fusion, discard_ratio, start_layer, **options)
     if pixels.ndim != 4 or pixels.shape[0] != 1:
         raise ValueError(f"method_maps explains one image: pixels must be (1, 3, H, W); got {tuple(pixels.shape)}")
     explained = as_target(target)
@@ -137,7 +145,7 @@ def method_maps(
         readout=output.readout.detach().float(),  # explain what the classifier actually reads
         num_prefix_tokens=output.num_prefix_tokens,
         grid_size=output.grid_size,
-        options=MapOptions(precision, head_fusion, discard_ratio, start_layer),
+        options=map_options,
         attention_gradients=gradients,
         hidden_states=tuple(h.detach() for h in output.hidden_states) if "hidden_states" in needs else None,
         layouts=output.layouts,
@@ -147,4 +155,5 @@ def method_maps(
     lens = next((out.lens for out in outputs.values() if out.lens is not None), None)
     maps = {name: out.map[0].detach().float() for name, out in outputs.items()}
     names = tuple(getattr(model, "class_names", ()))
-    return MethodMaps(probabilities, target, maps, lens, explained, names)
+    pixel_maps = {name: out.pixels[0].detach().float() for name, out in outputs.items() if out.pixels is not None}
+    return MethodMaps(probabilities, target, maps, lens, explained, names, pixel_maps)
