@@ -10,7 +10,10 @@ two protocols (see vitviz.explain.faithfulness):
   top-1 accuracy over the data set, and its area over 0-90 % as the authors compute it, at most 90
   (positive: lower is better; negative: higher is better);
 - Petsiuk et al. 2018's deletion and insertion: the class probability as pixels are removed from the image
-  or put back into a blurred copy, and its area (deletion: lower is better; insertion: higher is better).
+  or put back into a blurred copy, and its area (deletion: lower is better; insertion: higher is better);
+- Wu et al. 2024's SaCo: the pixels in 10 groups by the map, each group removed alone; whether the groups' order
+  of salience is the order of their effect on the class probability, from -1 to 1 (higher is better), the mean
+  over the images.
 A random map is the chance level every method should beat. On a Swin model the methods that cannot read its windows
 and stages are skipped, each with one line that says why (vitviz.explain.refusals).
 
@@ -46,8 +49,8 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from vitviz.commands.common import find_images
-from vitviz.explain.faithfulness import CHEFER_FRACTIONS, chefer_auc, chefer_perturbation, deletion_insertion
+from vitviz.commands.common import add_method_options, check_method_options, find_images
+from vitviz.explain.faithfulness import CHEFER_FRACTIONS, chefer_auc, chefer_perturbation, deletion_insertion, saco
 from vitviz.explain.registry import METHODS, method_maps, refusals
 from vitviz.explain.sanity import cascading_randomization
 from vitviz.loading import ModelLoadError, load_model
@@ -63,6 +66,7 @@ COLUMNS = [
     "negative_auc",
     "deletion_auc",
     "insertion_auc",
+    "saco",
     "ms_per_image",
     "n_images",
     "protocol",
@@ -116,6 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="torch device")
     add_prompt_options(p)
+    add_method_options(p)
     return p
 
 
@@ -190,6 +195,7 @@ def evaluate_image(model: ViT, pixels: torch.Tensor, label: int | None, name: st
         "predicted": predicted,
         "target": target,
         "protocol": args.protocol,
+        "method_options": getattr(args, "method_options", {}),
         "methods": {},
     }
     mean, std = model.transform.mean, model.transform.std
@@ -198,18 +204,21 @@ def evaluate_image(model: ViT, pixels: torch.Tensor, label: int | None, name: st
         if method == RANDOM:
             relevance = random_map(tuple(model.config.grid_size), name, args.seed)
         else:
-            relevance = method_maps(model, pixels, [method], target, args.precision).maps[method]
+            options = getattr(args, "method_options", {})
+            relevance = method_maps(model, pixels, [method], target, args.precision, **options).maps[method]
         ms = 1000 * (time.perf_counter() - start)
         relevance = relevance.to(pixels.device)[None]
         with autocast(args.precision, pixels.device.type):
             positive = chefer_perturbation(model, pixels, relevance, truth, mean, std)
             negative = chefer_perturbation(model, pixels, relevance, truth, mean, std, negative=True)
             curves = deletion_insertion(model, pixels, relevance, target, mean, std, args.steps)
+            coefficient = saco(model, pixels, relevance, target, mean, std)
         record["methods"][method] = {
             "positive": positive[:, 0].int().tolist(),
             "negative": negative[:, 0].int().tolist(),
             "deletion": curves["deletion"].tolist(),
             "insertion": curves["insertion"].tolist(),
+            "saco": None if coefficient != coefficient else coefficient,  # NaN (a flat map) as JSON's null
             "ms": ms,
         }
     return record
@@ -233,6 +242,7 @@ def summarise(records: list[dict], methods: list[str]) -> list[dict]:
                 "negative_auc": chefer_auc(curves["negative"]),
                 "deletion_auc": float(torch.trapezoid(curves["deletion"], dx=1 / steps)),
                 "insertion_auc": float(torch.trapezoid(curves["insertion"], dx=1 / steps)),
+                "saco": mean_saco([r["methods"][method]["saco"] for r in records]),
                 "ms_per_image": sum(r["methods"][method]["ms"] for r in records) / len(records),
                 "n_images": len(records),
                 "protocol": records[0].get("protocol", "model"),
@@ -240,6 +250,13 @@ def summarise(records: list[dict], methods: list[str]) -> list[dict]:
             }
         )
     return rows
+
+
+def mean_saco(values: list[float | None]) -> float:
+    """The mean SaCo over the images where it is defined (None: a flat map, whose groups have no order); NaN if
+    none."""
+    defined = [v for v in values if v is not None]
+    return sum(defined) / len(defined) if defined else float("nan")
 
 
 PROTOCOL_NOTES = {
@@ -258,14 +275,14 @@ def markdown(rows: list[dict], model: str, target: str, precision: str = "fp32",
         "",
         (
             "| method | positive AUC (lower is better) | negative AUC (higher) | deletion AUC (lower) "
-            "| insertion AUC (higher) | ms per image |"
+            "| insertion AUC (higher) | SaCo (higher) | ms per image |"
         ),
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
         lines.append(
             f"| {r['method']} | {r['positive_auc']:.2f} | {r['negative_auc']:.2f} | {r['deletion_auc']:.4f} "
-            f"| {r['insertion_auc']:.4f} | {r['ms_per_image']:.1f} |"
+            f"| {r['insertion_auc']:.4f} | {r['saco']:.3f} | {r['ms_per_image']:.1f} |"
         )
     return "\n".join(lines)
 
@@ -303,6 +320,10 @@ def check_records(done: dict[str, dict], args: argparse.Namespace) -> None:
             problem = f"with --protocol {record.get('protocol', 'model')}"
         elif len(first.get("positive", CHEFER_FRACTIONS)) != len(CHEFER_FRACTIONS):
             problem = "by an older vitviz whose perturbation curves start at 10 % (the area now starts at 0 %)"
+        elif record.get("method_options", {}) != getattr(args, "method_options", {}):
+            problem = f"with other method options ({record.get('method_options', {})})"
+        elif first and "saco" not in first:
+            problem = "by an older vitviz, without SaCo"
         elif len(first.get("deletion", range(args.steps + 1))) != args.steps + 1:
             problem = f"with --steps {len(first['deletion']) - 1}"
         elif missing := [m for m in [*args.methods, RANDOM] if m not in methods]:
@@ -337,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--steps must be at least 1")
     if args.sanity < 0:
         parser.error("--sanity must be 0 or more")
+    args.method_options = check_method_options(parser, args)
     if not args.images.is_dir():
         parser.error(f"{args.images} is not a folder")
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
@@ -403,7 +425,10 @@ def run(args: argparse.Namespace, rank: int, world: int) -> int:
             except (ImageError, OSError) as error:
                 failures.append(f"{path}: {error}")
                 continue
-            records.append(evaluate_image(model, pixels, labels[path] if labels else None, names[path], args))
+            try:
+                records.append(evaluate_image(model, pixels, labels[path] if labels else None, names[path], args))
+            except ValueError as error:  # a method's option this model cannot take: the same for every image
+                raise SystemExit(f"error: {path}: {error}") from None
             partial.write(json.dumps(records[-1]) + "\n")
             partial.flush()  # an interrupted run keeps every finished image
     if world > 1:  # gather every process's records and failures in the first (its disk may be another's)

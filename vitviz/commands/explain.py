@@ -35,6 +35,7 @@ import torch
 from tqdm import tqdm
 
 from vitviz import explain
+from vitviz.commands.common import add_method_options, check_method_options
 from vitviz.commands.explain_video import add_video_options, explain_videos, find_inputs, video_refusal
 from vitviz.explain.common import check_not_windowed
 from vitviz.explain.facets import FACETS, SWIN_FEATURES
@@ -108,6 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="negate the first component (which side is the foreground is arbitrary)",
     )
+    add_method_options(p)
     return p
 
 
@@ -115,7 +117,15 @@ def explain_image(model: ViT, pixels: torch.Tensor, args: argparse.Namespace) ->
     """Class probabilities (num_classes,) and one (rows, cols) map per requested method; with "lens", also its
     (layers, rows, cols) maps "lens_layers" (the target's probability) and "lens_votes" (each patch's top class)."""
     result = explain.method_maps(
-        model, pixels, args.methods, args.target, args.precision, args.head_fusion, args.discard_ratio, args.start_layer
+        model,
+        pixels,
+        args.methods,
+        args.target,
+        args.precision,
+        args.head_fusion,
+        args.discard_ratio,
+        args.start_layer,
+        **getattr(args, "method_options", {}),
     )
     arrays = {name: m.numpy() for name, m in result.maps.items()}
     if result.lens is not None:
@@ -130,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--alpha must be in [0, 1]")
     if not 0 <= args.discard_ratio < 1:
         parser.error("--discard-ratio must be in [0, 1)")
+    args.method_options = check_method_options(parser, args)
     paths = find_inputs(args.images)
     if args.features and len(paths) > MAX_FEATURE_IMAGES:
         parser.error(f"--features pca fits one PCA over every image, at most {MAX_FEATURE_IMAGES}; got {len(paths)}")
@@ -212,7 +223,10 @@ def main(argv: list[str] | None = None) -> int:
                 )
             if not classify:
                 continue
-            probabilities, maps = explain_image(model, pixels, args)
+            try:
+                probabilities, maps = explain_image(model, pixels, args)
+            except ValueError as error:  # a method's option this model or input cannot take: the same for every image
+                raise SystemExit(f"error: {path}: {error}") from None
             for method in args.methods:
                 overlay(image, maps[method], args.colormap, args.alpha, box).save(args.out / f"{name}_{method}.png")
             np.savez_compressed(args.out / f"{name}.npz", probabilities=probabilities, **maps)

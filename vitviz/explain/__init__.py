@@ -82,6 +82,8 @@ from vitviz.explain.faithfulness import (
     fraction_replaced,
     gaussian_blur,
     perturbation_curve,
+    saco,
+    saco_coefficient,
 )
 from vitviz.explain.feature_views import (
     PCAColours,
@@ -213,6 +215,8 @@ __all__ = [
     "patch_rows_as_grid",
     "pca_rgb",
     "perturbation_curve",
+    "saco",
+    "saco_coefficient",
     "pooling_attention",
     "position_embedding_similarity",
     "query_attention",

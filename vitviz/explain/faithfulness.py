@@ -217,3 +217,58 @@ def deletion_insertion(
         "deletion_auc": area_under_curve(deletion),
         "insertion_auc": area_under_curve(insertion),
     }
+
+
+# --- SaCo (Wu et al. 2024) ---------------------------------------------------------------------------------------
+
+SACO_GROUPS = 10
+
+
+def saco_coefficient(salience: torch.Tensor, drops: torch.Tensor) -> float:
+    """The salience-guided faithfulness coefficient of K groups, most salient first: ``salience`` (K,) each group's
+    summed salience s(G_i), ``drops`` (K,) the target probability's fall when that group alone is removed. Every
+    pair i < j adds s(G_i) - s(G_j) when G_i's removal hurts at least as much as G_j's, and subtracts it otherwise;
+    the sum over the pairs' total weight is in [-1, 1], 1 for a map whose order of salience is the order of effect
+    (adreamwu/SaCo's ``compute_SaCo``). A map whose groups all hold the same salience has no order to test: NaN
+    (the reference raises; a benchmark over many images leaves such an image out of the mean)."""
+    if salience.shape != drops.shape or salience.ndim != 1 or salience.numel() < 2:
+        raise ValueError(f"SaCo needs one salience and one drop per group, 2 groups or more; got {salience.shape}")
+    s, d = salience.double(), drops.double()
+    i, j = torch.triu_indices(len(s), len(s), offset=1)
+    weight = s[i] - s[j]
+    signed = torch.where(d[i] >= d[j], weight, -weight)
+    total = signed.abs().sum()
+    return float(signed.sum() / total) if total > 0 else float("nan")
+
+
+def saco(
+    model: torch.nn.Module,
+    pixel_values: torch.Tensor,
+    relevance: torch.Tensor,
+    target: int,
+    mean: tuple[float, ...],
+    std: tuple[float, ...],
+    groups: int = SACO_GROUPS,
+) -> float:
+    """Wu et al. 2024's SaCo for one image (1, C, H, W) and its (rows, cols) map: the pixels ranked by the map
+    (upsampled bilinearly, as ``pixel_order``) and split into ``groups`` groups of equal size (within one pixel),
+    most salient first; each group's salience is the sum of its pixels' values, and its effect the target
+    probability's fall when only its pixels are set to 0 before normalisation (as the other protocols remove
+    them). All groups run in one batch with the intact image. See ``saco_coefficient``."""
+    if pixel_values.ndim != 4 or pixel_values.shape[0] != 1:
+        raise ValueError(f"pixel_values must be one image (1, C, H, W); got {tuple(pixel_values.shape)}")
+    _, _, H, W = pixel_values.shape
+    if isinstance(groups, bool) or not isinstance(groups, int) or not 2 <= groups <= H * W:
+        raise ValueError(f"SaCo's groups must be a whole number from 2 to the {H * W} pixels; got {groups!r}")
+    relevance = relevance.reshape(1, *relevance.shape[-2:]).float()
+    upsampled = F.interpolate(relevance[:, None], size=(H, W), mode="bilinear", align_corners=False).flatten()
+    order = upsampled.argsort(descending=True, stable=True)
+    parts = torch.tensor_split(order, groups)
+    removed = torch.zeros(groups + 1, H * W, dtype=torch.bool, device=pixel_values.device)
+    for k, part in enumerate(parts, start=1):
+        removed[k, part.to(pixel_values.device)] = True
+    batch = torch.where(removed.view(groups + 1, 1, H, W), black(pixel_values, mean, std), pixel_values)
+    with torch.inference_mode():
+        probabilities = class_probabilities(model, model(batch).logits.float())[:, target].double().cpu()
+    salience = torch.stack([upsampled[part].double().sum() for part in parts]).cpu()
+    return saco_coefficient(salience, probabilities[0] - probabilities[1:])
