@@ -32,6 +32,7 @@ from vitviz.explain import (
     token_logits,
     transition_attention_map,
 )
+from vitviz.explain.lrp import lrp_relevance
 from vitviz.explain.rise import draw_masks
 
 CONFIGS = {
@@ -427,6 +428,13 @@ BASELINE_REFERENCES = {
     "rise": _rise,
     "kernel-shap": _kernel_shap,
     **{kind: partial(_captum, kind) for kind in ("input-x-gradient", "integrated-gradients", "smoothgrad")},
+    # tests/test_explain_lrp.py holds lrp_relevance against LXT's rules
+    **{
+        rules: lambda model, pixels, inputs, rules=rules: torch.from_numpy(
+            patch_sums(lrp_relevance(model, pixels, inputs.target, rules)[0].double().numpy(), (8, 8))
+        )[None]
+        for rules in ("attnlrp", "cp-lrp")
+    },
 }
 
 

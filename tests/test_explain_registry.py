@@ -14,7 +14,7 @@ from vitviz.explain import COSTS, METHODS, Method, MethodOutput, get_method
 
 # the methods vitviz has today, by name: a refactor that loses one (or a module the registry fails to read) fails
 BASELINES = {"input-x-gradient", "integrated-gradients", "smoothgrad", "occlusion", "kernel-shap", "rise"}
-CLASS_SPECIFIC = {"relevance", "grad-rollout", "legrad", "tam", "gradcam", "lens", *BASELINES}
+CLASS_SPECIFIC = {"relevance", "grad-rollout", "legrad", "tam", "gradcam", "lens", "attnlrp", "cp-lrp", *BASELINES}
 NAMES = {"rollout", "cls", "attention-flow", *CLASS_SPECIFIC}
 
 

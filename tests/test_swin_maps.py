@@ -33,7 +33,7 @@ SOURCES = [(source, family) for source in ("huggingface", "timm") for family in 
 TARGET = 3
 # the methods that explain a Swin: those that read its windows, and the model-agnostic ones (pixels and logits only)
 BASELINES = {"input-x-gradient", "integrated-gradients", "smoothgrad", "occlusion", "kernel-shap", "rise"}
-WINDOWED = {"rollout", "relevance", "grad-rollout", "gradcam", "lens", *BASELINES}
+WINDOWED = {"rollout", "relevance", "grad-rollout", "gradcam", "lens", "attnlrp", "cp-lrp", *BASELINES}
 
 
 def images(source: str, seed: int = 0) -> torch.Tensor:

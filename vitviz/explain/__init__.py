@@ -12,6 +12,7 @@
     gradients.py     class-specific maps (Chefer et al. 2021)
     legrad.py        LeGrad: each block's own prediction's gradient w.r.t. its attention (Bousselham et al. 2025)
     transition.py    Transition Attention Maps: attention as a Markov chain, integrated gradients (Yuan et al. 2021)
+    lrp.py           AttnLRP and CP-LRP: layer-wise relevance through the blocks' own rules (model/relevance_rules.py)
     gradcam.py       Grad-CAM on the last block's norm1 tokens (Selvaraju et al. 2017, as pytorch-grad-cam does)
     lens.py          the patch-level logit lens: every token of every block read by the head
     method.py        the record each map method declares in its own file (name, caption, cost, compute)

@@ -12,6 +12,8 @@
     interventions.py  heads knocked out and tokens taken out of the attention: the masks, checked
     rotary.py   rotary position embeddings for a 2-D grid of patches (DINOv3, EVA, RoPE-Mixed) or V-JEPA 2's 3-D grid
     attentive_pooler.py  V-JEPA 2's attentive pooler: blocks over every token, then a query; its weights and readout
+    relevance_rules.py  LRP rules in the gradient x input framework (AttnLRP, CP-LRP): norms, non-linearities and
+                attention take the rules' backward pass while the rules are on (a context variable per thread)
     precision.py  precision "auto": the model timed in fp32 and bf16 autocast on this machine, the faster kept
     swin.py     Swin and Swin v2 (Swin, SwinOutput): window attention, the cyclic shift, patch merging
     swin_config.py  SwinConfig: one field per choice of Swin and Swin v2 (windows, shifts, padding convention...)

@@ -11,17 +11,19 @@ import torch.nn.functional as F
 from torch import nn
 
 from vitviz.model.config import Activation, ViTConfig
+from vitviz.model.relevance_rules import LayerNorm, RMSNorm, attention_inputs, gated, nonlinearity
 from vitviz.model.rotary import Rope, rotate
 
 Ablation = Literal["zero", "mean"]  # what a removed head's output becomes: zeros, or its mean over the batch
 
 
 def norm_layer(config: ViTConfig, width: int, eps: float | None = None) -> nn.Module:
-    """The model's kind of norm over ``width`` features: LayerNorm, or RMSNorm (AIMv2), with its epsilon (or eps)."""
+    """The model's kind of norm over ``width`` features: LayerNorm, or RMSNorm (AIMv2), with its epsilon (or eps);
+    torch's own, which hold their standard deviation constant under relevance rules (relevance_rules.py)."""
     eps = eps or config.layer_norm_eps
     if config.norm == "rmsnorm":
-        return nn.RMSNorm(width, eps=eps)
-    return nn.LayerNorm(width, eps=eps)
+        return RMSNorm(width, eps=eps)
+    return LayerNorm(width, eps=eps)
 
 
 class PatchEmbedding(nn.Module):
@@ -125,7 +127,7 @@ class Attention(nn.Module):
         row renormalised over the others (the returned weights are those rows)."""
         rope, head_mask, key_mask, ablation = controls
         B, T, D = x.shape
-        q, k, v = self.queries_keys_values(x, rope)
+        q, k, v = attention_inputs(*self.queries_keys_values(x, rope))  # as they are, unless relevance rules are on
         dropout_p = self.attention_dropout if self.training else 0.0
         keys = None if key_mask is None else key_mask[:, None, None, :]  # (B, 1, 1, T): True takes part
         if need_weights:
@@ -165,6 +167,7 @@ def one_query_attention(
     post-softmax, fp32 or wider: the very tensor the values are read with, so gradients with respect to it exist
     (relevance). ``key_mask`` (B, T) booleans: a key marked False gets no weight, the rest renormalised. One query
     row: the explicit softmax costs nothing."""
+    q, k, v = attention_inputs(q, k, v)  # as they are, unless relevance rules are on
     scores = (q * q.shape[-1] ** -0.5) @ k.transpose(-2, -1)  # (B, heads, 1, T)
     if key_mask is not None:
         scores = scores.masked_fill(~key_mask[:, None, None, :], float("-inf"))
@@ -174,9 +177,11 @@ def one_query_attention(
 
 
 def activation(x: torch.Tensor, kind: Activation) -> torch.Tensor:
+    """The element-wise non-linearity ``kind`` (by the identity rule under relevance rules)."""
     if kind == "quick_gelu":  # OpenAI CLIP: x * sigmoid(1.702 x)
-        return x * torch.sigmoid(1.702 * x)
-    return F.gelu(x, approximate="tanh" if kind == "gelu_tanh" else "none")
+        return nonlinearity(lambda t: t * torch.sigmoid(1.702 * t), x)
+    approximate = "tanh" if kind == "gelu_tanh" else "none"
+    return nonlinearity(lambda t: F.gelu(t, approximate=approximate), x)
 
 
 class MLP(nn.Module):
@@ -194,7 +199,7 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         hidden = self.fc1(x)  # (B, T, mlp_size)
-        hidden = F.silu(self.gate(x)) * hidden if self.gate is not None else activation(hidden, self.activation)
+        hidden = gated(self.gate(x), hidden) if self.gate is not None else activation(hidden, self.activation)
         return self.dropout(self.fc2(self.norm(self.dropout(hidden))))
 
 

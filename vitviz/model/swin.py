@@ -45,6 +45,7 @@ from torch import nn
 from vitviz.layout import TokenLayout
 from vitviz.layout.windows import window_layout
 from vitviz.model.layers import activation
+from vitviz.model.relevance_rules import LayerNorm, attention_inputs
 from vitviz.model.swin_config import CPB_HIDDEN, CR_HIDDEN, SwinConfig
 from vitviz.model.windows import (
     Padding,
@@ -132,6 +133,7 @@ class WindowAttention(nn.Module):
             q, k, scale = F.normalize(q, dim=-1) * scale, F.normalize(k, dim=-1), 1.0
         else:
             scale = self.scale
+        q, k, v = attention_inputs(q, k, v)  # as they are, unless relevance rules are on
         bias = self.position_bias()[None]  # (1, heads, N, N)
         if mask is not None:  # (nW, N, N), the same for every image of the batch
             nW = mask.shape[0]
@@ -158,12 +160,12 @@ class SwinBlock(nn.Module):
     ):
         super().__init__()
         self.config = config
-        self.norm1 = nn.LayerNorm(dim, eps=config.layer_norm_eps)
+        self.norm1 = LayerNorm(dim, eps=config.layer_norm_eps)
         self.attn = WindowAttention(config, dim, heads, window, pretrained_window)
-        self.norm2 = nn.LayerNorm(dim, eps=config.layer_norm_eps)
+        self.norm2 = LayerNorm(dim, eps=config.layer_norm_eps)
         hidden = int(dim * config.mlp_ratio)
         self.mlp = nn.ModuleDict(dict(fc1=nn.Linear(dim, hidden), fc2=nn.Linear(hidden, dim)))
-        self.norm3 = nn.LayerNorm(dim, eps=config.layer_norm_eps) if main_norm else None
+        self.norm3 = LayerNorm(dim, eps=config.layer_norm_eps) if main_norm else None
 
     def forward(
         self, x: torch.Tensor, shift: Pair, need_weights: bool, head_mask: torch.Tensor | None = None
@@ -197,7 +199,7 @@ class PatchMerging(nn.Module):
         super().__init__()
         self.norm_first = norm_first
         self.reduction = nn.Linear(4 * dim, 2 * dim, bias=False)
-        self.norm = nn.LayerNorm(4 * dim if norm_first else 2 * dim)
+        self.norm = LayerNorm(4 * dim if norm_first else 2 * dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, H, W, C = x.shape
@@ -256,13 +258,13 @@ class Swin(nn.Module):
         self.config = config
         D = config.embed_dim
         self.patch_embed = nn.ModuleDict(
-            dict(proj=nn.Conv2d(config.num_channels, D, config.patch_size, config.patch_size), norm=nn.LayerNorm(D))
+            dict(proj=nn.Conv2d(config.num_channels, D, config.patch_size, config.patch_size), norm=LayerNorm(D))
         )
         rows, cols = config.grid_size
         self.pos_embed = nn.Parameter(torch.zeros(1, rows * cols, D)) if config.absolute_positions else None
         self.stages = nn.ModuleList(SwinStage(config, stage) for stage in range(len(config.depths)))
         # swinv2_cr has no final norm (its last block norms the main branch): an identity, so model.norm still reads
-        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.final_norm else nn.Identity()
+        self.norm = LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.final_norm else nn.Identity()
         self.head = nn.Linear(config.hidden_size, config.num_classes) if config.num_classes else None
         self.attn_implementation = "sdpa"  # the kernel when no weights are asked for: "sdpa" or "eager"
         self.class_names: list[str] = [f"class {i}" for i in range(config.num_classes)]
