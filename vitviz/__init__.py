@@ -23,7 +23,6 @@ loading, model; vlm -> explain (Target), loading, model; explain, text, render, 
 here imports streamlit or the dashboard (tests/test_layout.py checks).
 """
 
-from vitviz.dataset import open_index
 from vitviz.explain.target import Target
 from vitviz.loading import (
     ModelLoadError,
@@ -35,10 +34,20 @@ from vitviz.loading import (
     load_model,
     save_checkpoint,
 )
-from vitviz.model import ViT, ViTConfig, ViTOutput, autocast
+from vitviz.model import Swin, SwinConfig, SwinOutput, ViT, ViTConfig, ViTOutput, autocast
 from vitviz.preprocessing import Preprocessing, load_image
 from vitviz.text import zero_shot
 from vitviz.video import VideoError, load_video
+
+
+def __getattr__(name: str):
+    """``vitviz.open_index`` (vitviz.dataset.open_index) is imported when first asked for, so that ``import vitviz``
+    never loads the dataset index's libraries."""
+    if name == "open_index":
+        from vitviz.dataset import open_index
+
+        return open_index
+    raise AttributeError(f"module 'vitviz' has no attribute {name!r}")
 
 
 def show(*args, **kwargs):
@@ -52,6 +61,9 @@ def show(*args, **kwargs):
 __all__ = [
     "ModelLoadError",
     "Preprocessing",
+    "Swin",
+    "SwinConfig",
+    "SwinOutput",
     "Target",
     "ViT",
     "ViTConfig",

@@ -33,7 +33,7 @@ from vitviz.loading.sources import huggingface_folder, open_clip, timm, torchvis
 from vitviz.loading.sources.huggingface_folder import load_huggingface_folder, load_huggingface_hub
 from vitviz.loading.sources.source import ModelSource
 from vitviz.messages import echo
-from vitviz.model import ViT
+from vitviz.model import Swin, ViT
 
 
 def _shipped_default() -> Path:
@@ -81,8 +81,9 @@ def typed_usage() -> str:
     return ", ".join(source.usage for source in SOURCES if source.names_no_path)
 
 
-def load_model(spec: str | Path = "default") -> ViT:
-    """Load a model by spec (see the module docstring); errors are ``ModelLoadError``."""
+def load_model(spec: str | Path = "default") -> ViT | Swin:
+    """Load a model by spec (see the module docstring): a ViT, or a Swin for a Swin or Swin v2 source (the same
+    output contract: logits, attentions, layouts); errors are ``ModelLoadError``."""
     spec = str(spec).strip()
     if spec == "default":
         if not DEFAULT_CHECKPOINT.is_file():
