@@ -7,7 +7,8 @@ import vitviz
 
 
 def test_import_vitviz_leaves_the_dataset_index_unloaded_until_asked():
-    code = "import sys, vitviz; print('vitviz.dataset' in sys.modules); vitviz.open_index; print('vitviz.dataset' in sys.modules)"
+    loaded = "print('vitviz.dataset' in sys.modules)"
+    code = f"import sys, vitviz; {loaded}; vitviz.open_index; {loaded}"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.stdout.split() == ["False", "True"], result.stderr
 
