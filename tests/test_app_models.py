@@ -227,3 +227,18 @@ def test_what_looks_like_a_path_in_the_model_box(tmp_path):
         "vit_small_patch8_224.dino",
     ):
         assert not looks_like_path(spec), spec
+
+
+@pytest.mark.parametrize("family", ["videomae", "vivit"])  # any video config: one check on model.config.is_video
+def test_a_video_model_on_the_photo_page_is_one_line_naming_the_video_page(
+    default_model, tmp_path, monkeypatch, family
+):
+    from tiny_videos import tiny_video_folder
+
+    monkeypatch.setenv("VITVIZ_MODEL_DIRS", str(tmp_path))
+    folder = tiny_video_folder(tmp_path / family, family)
+    at = started_app()
+    at.sidebar.selectbox[0].set_value("path or upload...").run()
+    at.sidebar.text_input[0].set_value(str(folder)).run()
+    assert not at.exception, at.exception
+    assert len(at.error) == 1 and "is a video model" in at.error[0].value and "Video page" in at.error[0].value

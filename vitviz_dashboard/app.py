@@ -14,6 +14,7 @@ import streamlit as st
 import vitviz
 from vitviz.explain.common import is_windowed
 from vitviz.preprocessing import ImageError
+from vitviz.video_clips import is_video_model
 from vitviz_dashboard.ask.page import ask_page
 from vitviz_dashboard.cache.budget import BUDGET_ERROR
 from vitviz_dashboard.cache.results import get_model_with_progress, model_input_png, photo_and_analysis
@@ -75,6 +76,12 @@ def main() -> None:
     st.navigation([photo, dataset, ask, video]).run()
 
 
+VIDEO_MODEL_ON_PHOTO_PAGE = (
+    "`{spec}` is a video model: it reads clips of frames, not photos. Open it on the Video page, or choose an "
+    "image model here."
+)
+
+
 def photo_page() -> None:
     st.title("vitviz: what does the Vision Transformer look at?")
     keep_widgets()  # first: the runs that stop early below must not lose the tabs' settings
@@ -90,6 +97,9 @@ def photo_page() -> None:
         loaded = get_model_with_progress(settings.model_spec)
     except vitviz.ModelLoadError as error:
         st.error(f"Could not load model `{settings.model_spec}`: {error}")
+        return
+    if is_video_model(loaded):  # the mirror of the Video page's refusal of an image model
+        st.error(VIDEO_MODEL_ON_PHOTO_PAGE.format(spec=settings.model_spec))
         return
     describe_model(loaded, settings.model_spec)
     settings = resolve(settings, loaded)  # precision "auto": what timing this model on this machine chose
