@@ -92,16 +92,16 @@ def model_inputs() -> VLMKey | None:
 
 def question_inputs() -> tuple[Question, bool]:
     """The question, an optional answer and the token limit, in a form: (what is asked, whether Ask was pressed).
-    The widgets bound the lengths; a question over MAX_QUESTION (typed through the session state) is refused later."""
+    The question's box has no character limit of its own (a browser's limit drops a longer paste without a word):
+    a question over MAX_QUESTION is refused in one line by ``question_problem``."""
     st.session_state.setdefault(QUESTION, "What is in the picture?")
     st.session_state.setdefault(LIMIT, 16)
     with st.form("ask"):
-        question = st.text_area("Question", key=QUESTION, max_chars=MAX_QUESTION, height=80)
+        question = st.text_area("Question", key=QUESTION, height=80)
         left, right = st.columns([3, 1])
         given = left.text_input(
             "Answer to explain (optional)",
             key=GIVEN,
-            max_chars=MAX_QUESTION,
             help="Leave empty to let the model answer (greedy). Given, its tokens follow the question "
             "(teacher-forced), and the page shows where each of them looks.",
         )

@@ -124,8 +124,9 @@ def describe(answer: Answer) -> None:
     how = "its answer" if answer.generated else "the answer given (teacher-forced)"
     text = readable_text(answer.text)
     if not text and answer.token_ids:  # tokens that decode to nothing: ids with no string, special tokens
-        text = "(no text: `" + " ".join(answer.tokens).replace("`", "'") + "`)"
-    st.markdown(f"**Q:** {answer.question}\n\n**A:** {text or '(no token)'}")
+        text = "(no text: " + " ".join(answer.tokens) + ")"
+    # plain text, never Markdown: a question's $x^2$, [link](...), :dog: and line breaks are shown as typed
+    st.text(f"Q: {answer.question}\nA: {text or '(no token)'}")
     st.caption(
         f"The processor read the {answer.photo_size[0]}x{answer.photo_size[1]} photo as {count:,} image tokens in "
         f"{len(answer.tiles)} tile{'s' if len(answer.tiles) > 1 else ''}; the language model has {layers} layers x "

@@ -158,6 +158,17 @@ def one_patch(page: Page, codes: torch.Tensor) -> None:
         rerun_tab()
 
 
+def apply_sliders(spec: str, path: Path, block: int, sliders: dict[int, str], largest) -> None:
+    """Apply's callback: the sliders' values as they are when it is pressed (read from the session state, not
+    from the run that drew the button: a slider moved just before the click would otherwise be applied at its old
+    value), as multiples of each latent's largest activation, or as factors where none is known."""
+    values = {latent: float(st.session_state.get(key, 0.0)) for latent, key in sliders.items()}
+    if largest is not None:
+        apply(spec, path, block, {j: v * float(largest[j]) for j, v in values.items()}, {})
+    else:
+        apply(spec, path, block, {}, values)
+
+
 def edit(page: Page, sae: TopKSAE, path: Path, block: int, firing: list[int]) -> None:
     """A slider per chosen latent, and a button that makes the edited model the page's."""
     st.subheader("Edit latents")
@@ -178,30 +189,24 @@ def edit(page: Page, sae: TopKSAE, path: Path, block: int, firing: list[int]) ->
         key=page.widget_key(f"sae_latents|{path}", firing[:1], options=None),
         help="The latents above fire most on this photo; any latent of the SAE can be chosen.",
     )
-    set_to, scale = {}, {}
+    sliders = {}  # latent -> its slider's session-state key, read when Apply is pressed
     for latent in chosen:
         if largest is not None:
-            multiple = st.slider(
+            sliders[int(latent)] = key = page.widget_key(f"sae_multiple|{path}|{latent}", 0.0)
+            st.slider(
                 f"Latent {latent}: set to this multiple of its largest activation ({largest[latent]:.3g})",
                 -2.0,
                 2.0,
                 step=0.1,
-                key=page.widget_key(f"sae_multiple|{path}|{latent}", 0.0),
+                key=key,
             )
-            set_to[int(latent)] = float(multiple * largest[latent])
         else:
-            factor = st.slider(
-                f"Latent {latent}: multiply its code by",
-                0.0,
-                2.0,
-                step=0.1,
-                key=page.widget_key(f"sae_factor|{path}|{latent}", 0.0),
-            )
-            scale[int(latent)] = float(factor)
+            sliders[int(latent)] = key = page.widget_key(f"sae_factor|{path}|{latent}", 0.0)
+            st.slider(f"Latent {latent}: multiply its code by", 0.0, 2.0, step=0.1, key=key)
     st.button(
         "Apply to the page's model",
-        on_click=apply,
-        args=(page.model_key.spec, path, block, set_to, scale),
+        on_click=apply_sliders,
+        args=(page.model_key.spec, path, block, sliders, largest),
         disabled=not chosen,
         key="sae_apply",
         help="Every tab then shows the edited model; the banner above the tabs restores it.",
