@@ -155,3 +155,29 @@ def test_a_knocked_out_model_shares_the_weights_and_applies_its_masks_everywhere
 def test_bad_masks_are_refused_with_a_message(call, message):
     with pytest.raises(ValueError, match=message):
         call(build_tiny_vit(), torch.randn(2, 3, 32, 32))
+
+
+@pytest.mark.parametrize("family", ["mean-pooled", "map-pooled"])
+def test_a_knocked_out_patch_is_out_of_the_pooling_heads_view_too(family):
+    """SigLIP's attention-pooling head and mean pooling read the kept tokens only: a knocked-out patch's own final
+    state (which its row still computes) reaches neither the pooled vector nor the readout."""
+    model = build_tiny_vit(family)
+    images = torch.randn(2, 3, 32, 32)
+    p = model.config.num_prefix_tokens
+    knocked_patch = p + 5
+    keep = torch.ones(2, p + 16, dtype=torch.bool)
+    keep[:, knocked_patch] = False
+    with torch.no_grad():
+        output = model(images, key_mask=keep, output_hidden_states=True)
+        final = output.hidden_states[-1] if model.config.fc_norm else model.norm(output.hidden_states[-1])
+        patches = final[:, p:]
+        kept = torch.ones(16, dtype=torch.bool)
+        kept[5] = False
+        if family == "mean-pooled":  # the reference: the mean of the kept patches, through the model's own head
+            pooled = patches[:, kept].mean(dim=1)
+        else:  # the reference: the pooling query over the kept patches alone
+            pooled, _ = model.attn_pool(patches[:, kept])
+        expected = model.head(model.norm(pooled) if model.config.fc_norm else pooled)
+    assert output.readout[:, knocked_patch].abs().max() == 0
+    torch.testing.assert_close(output.readout.sum(-1), torch.ones(2))
+    torch.testing.assert_close(output.logits, expected, rtol=1e-5, atol=1e-5)

@@ -281,11 +281,12 @@ class AttentionPool(nn.Module):
         self.norm = norm_layer(config, D)
         self.mlp = MLP(config)
 
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``key_mask`` (B, N) booleans: the tokens marked False (knocked out) get no weight."""
         B, N, D = x.shape
         q = self.q(self.query).reshape(1, 1, self.num_heads, self.head_dim).transpose(1, 2)  # (1, heads, 1, hd)
         k, v = self.kv(x).reshape(B, N, 2, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
-        attended, weights = one_query_attention(q, k, v)  # (B, D), (B, heads, N): what the page shows
+        attended, weights = one_query_attention(q, k, v, key_mask)  # (B, D), (B, heads, N): what the page shows
         pooled = self.proj(attended)  # (B, D)
         pooled = pooled + self.mlp(self.norm(pooled))
         return pooled, weights

@@ -462,23 +462,29 @@ class ViT(nn.Module):
         readout = x.new_zeros(B, T, dtype=torch.promote_types(x.dtype, torch.float32))
         patches = x[:, p:]
         pool_attention = None
+        # the tokens knocked out (given, or the model's own) are out of the head's view too, as out of the blocks'
+        key_mask = self.token_mask(B, T, key_mask)
         if self.config.pooling == "attentive":  # V-JEPA 2: blocks over every token, then a query (attentive_pooler.py)
-            key_mask = self.token_mask(B, T, key_mask)
             pooled, pool_attention, readout, pooler_attentions = self.attn_pool(x, pooler_weights, key_mask)
             return pooled, readout, pool_attention[:, :, p:] if p else pool_attention, pooler_attentions
         if self.config.pooling == "map" and self.config.pool_prefix:  # the Perception Encoder's head reads every token
-            pooled, pool_attention = self.attn_pool(x)
+            pooled, pool_attention = self.attn_pool(x, key_mask)
             readout[:] = pool_attention.mean(dim=1)
             pool_attention = pool_attention[:, :, p:]  # what the patches get: the map the page draws
         elif self.config.pooling == "map":
-            pooled, pool_attention = self.attn_pool(patches)
+            pooled, pool_attention = self.attn_pool(patches, None if key_mask is None else key_mask[:, p:])
             readout[:, p:] = pool_attention.mean(dim=1)
-        elif self.config.pooling == "mean":
-            pooled = patches.mean(dim=1)
-            readout[:, p:] = 1 / (T - p)
-        elif self.config.pooling == "cls+mean":  # DINOv2's classifier reads both, side by side
-            pooled = torch.cat([x[:, 0], patches.mean(dim=1)], dim=-1)
-            readout[:, 0], readout[:, p:] = 0.5, 0.5 / (T - p)
+        elif self.config.pooling in ("mean", "cls+mean"):
+            weights = patch_weights(key_mask, B, T, p, readout)  # (B, N): 1 / N, or 1 / kept over the kept ones
+            if key_mask is None:
+                mean = patches.mean(dim=1)
+            else:  # the kept patches' mean, summed in fp32 or wider
+                mean = (weights[:, :, None] * patches.to(weights.dtype)).sum(dim=1).to(patches.dtype)
+            if self.config.pooling == "mean":
+                pooled, readout[:, p:] = mean, weights
+            else:  # DINOv2's classifier reads both, side by side
+                pooled = torch.cat([x[:, 0], mean], dim=-1)
+                readout[:, 0], readout[:, p:] = 0.5, 0.5 * weights
         elif self.config.distillation_head:  # DeiT: both tokens, averaged (timm's pre-logits)
             pooled = (x[:, 0] + x[:, 1]) / 2
             readout[:, :2] = 0.5
@@ -486,6 +492,15 @@ class ViT(nn.Module):
             pooled = x[:, 0]
             readout[:, 0] = 1.0
         return pooled, readout, pool_attention, None
+
+
+def patch_weights(key_mask: torch.Tensor | None, B: int, T: int, p: int, like: torch.Tensor) -> torch.Tensor:
+    """(B, N) the weight mean pooling gives each patch token: 1 / N each, or, with tokens knocked out (``key_mask``
+    False), 1 / kept over the patches kept and 0 over the others."""
+    if key_mask is None:
+        return like.new_full((B, T - p), 1 / (T - p))
+    kept = key_mask[:, p:].to(like.dtype)
+    return kept / kept.sum(dim=1, keepdim=True).clamp(min=1)
 
 
 def sinusoidal_table(positions: int, width: int) -> torch.Tensor:
