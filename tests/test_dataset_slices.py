@@ -79,3 +79,33 @@ def test_the_chart_keeps_counts_at_the_bars_feet_clear_of_the_overall_line():
     [line] = figure.layout.shapes
     assert line.y0 == pytest.approx(table["accuracy"].iloc[0])
     assert figure.layout.annotations[0].text.startswith("all images")
+
+
+CIFAR = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
+
+
+def test_the_crossed_chart_draws_every_label_and_prediction_in_order():
+    """label x prediction over ten classes, every pair present: a bar for each (bird x bird included), one group
+    of bars per prediction, the label axis in its values' order (not the order the groups' bars came in)."""
+    from vitviz.dataset.analysis import slice_summary
+    from vitviz_dashboard.dataset.slices import chart, chart_note
+
+    rng = np.random.default_rng(3)
+    label = np.repeat(CIFAR, 30)
+    prediction = np.where(rng.random(300) < 0.5, label, rng.choice(CIFAR, 300))
+    frame = pd.DataFrame(
+        {
+            "label": label,
+            "prediction": prediction,
+            "correct": pd.Series(label == prediction, dtype="boolean"),
+            "probability": rng.random(300),
+        }
+    )
+    table = slice_summary(frame, ["label", "prediction"])
+    figure = chart(table, ["label", "prediction"])
+    assert sorted(trace.name for trace in figure.data) == CIFAR  # every prediction, bird and deer too
+    drawn = {(str(x), trace.name) for trace in figure.data for x in trace.x}
+    assert drawn == set(zip(table["label"].iloc[1:].astype(str), table["prediction"].iloc[1:].astype(str)))
+    assert ("bird", "bird") in drawn
+    assert list(figure.layout.xaxis.categoryarray) == CIFAR and figure.layout.xaxis.categoryorder == "array"
+    assert chart_note(table, ["label", "prediction"]) == ""

@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 
 MAX_ROWS = 2_000_000  # rows of the images table a slice table reads
 MAX_SLICES = 60  # slices drawn in the chart (the table lists them all)
-MAX_GROUPS = 8  # values of the second column drawn as groups of bars (the most frequent)
+MAX_GROUPS = 12  # values of the second column drawn as groups of bars (the most frequent; CIFAR-10's ten all)
+MAX_FIRSTS = 30  # values of the first column along a crossed chart's axis (the most frequent)
 NONE = "(none)"  # the second column's picker: slice by one column
 LEVEL = 0.95
 # measure -> (its column, its interval's columns, its name)
@@ -32,7 +33,20 @@ MEASURES = {
 }
 CHART = dataset_key("slice_chart")
 SEEN = dataset_key("slice_seen")  # the bar clicked in the run before: only a new click replaces the selection
-COLOURS = ("#2a9d8f", "#e76f51", "#264653", "#e9c46a", "#8ab17d", "#9b5de5", "#f4a261", "#577590")
+COLOURS = (
+    "#2a9d8f",
+    "#e76f51",
+    "#264653",
+    "#e9c46a",
+    "#8ab17d",
+    "#9b5de5",
+    "#f4a261",
+    "#577590",
+    "#d62828",
+    "#6a994e",
+    "#bc6c25",
+    "#3a86ff",
+)
 
 
 def slice_columns(images: pd.DataFrame) -> list[str]:
@@ -91,17 +105,19 @@ def chart(table: pd.DataFrame, by: str | list[str], measure: str = "accuracy") -
     value, _, _, words = MEASURES[measure]
     overall = table.iloc[0]
     parts = table.iloc[1:]
+    axis: dict = {}
     if len(columns) == 1:
         traces = [bar(parts.iloc[:MAX_SLICES], measure)]
     else:
         first, second = columns
-        groups = parts.groupby(second)["images"].sum().sort_values(ascending=False).index[:MAX_GROUPS]
-        parts = parts[parts[second].isin(groups)].iloc[:MAX_SLICES]
+        parts = drawn_crossed(parts, first, second)
+        groups = sorted(parts[second].unique(), key=str)
         traces = [
             bar(parts[parts[second] == g].assign(x=lambda f: f[first]), measure, f"{g}", COLOURS[i % len(COLOURS)])
-            for i, g in enumerate(sorted(groups))
-            if (parts[second] == g).any()
+            for i, g in enumerate(groups)
         ]
+        # the axis in the values' own order, whichever group's bars come first
+        axis = dict(categoryorder="array", categoryarray=sorted(parts[first].unique(), key=str))
     figure = go.Figure(traces)
     figure.add_hline(
         y=overall[value],
@@ -110,7 +126,7 @@ def chart(table: pd.DataFrame, by: str | list[str], measure: str = "accuracy") -
         annotation_position="top left",
     )
     figure.update_layout(
-        xaxis_title=columns[0],
+        xaxis=dict(title=columns[0], **axis),
         yaxis=dict(title=words, tickformat=".0%", range=[0, 1.1]),
         height=380,
         margin=dict(l=0, r=0, t=30, b=0),
@@ -119,6 +135,30 @@ def chart(table: pd.DataFrame, by: str | list[str], measure: str = "accuracy") -
         showlegend=len(columns) > 1,
     )
     return figure
+
+
+def drawn_crossed(parts: pd.DataFrame, first: str, second: str) -> pd.DataFrame:
+    """The slices a crossed chart draws: every slice whose first value is among the MAX_FIRSTS most frequent and
+    whose second is among the MAX_GROUPS most frequent (all of them for up to that many values): never a cut that
+    leaves some groups' bars out at random."""
+    firsts = parts.groupby(first)["images"].sum().sort_values(ascending=False, kind="stable").index[:MAX_FIRSTS]
+    groups = parts.groupby(second)["images"].sum().sort_values(ascending=False, kind="stable").index[:MAX_GROUPS]
+    return parts[parts[first].isin(firsts) & parts[second].isin(groups)]
+
+
+def chart_note(table: pd.DataFrame, columns: list[str]) -> str:
+    """What the chart leaves out of the table, in words ("" when it draws every slice)."""
+    parts = table.iloc[1:]
+    drawn = len(parts) if len(columns) == 1 else len(drawn_crossed(parts, *columns))
+    drawn = min(drawn, MAX_SLICES) if len(columns) == 1 else drawn
+    if drawn == len(parts):
+        return ""
+    if len(columns) == 1:
+        return f"the chart shows {MAX_SLICES} slices, the table all {len(parts)}"
+    return (
+        f"the chart shows {drawn} of the {len(parts)} slices (the {MAX_FIRSTS} most frequent values of "
+        f"{columns[0]}, the {MAX_GROUPS} most frequent of {columns[1]}), the table all"
+    )
 
 
 def slice_ids(images: pd.DataFrame, by: list[str], bins: int, name: str) -> list[int]:
@@ -160,12 +200,7 @@ def draw(page: DatasetPage) -> None:
     st.caption(
         f"Error bars: {LEVEL:.0%} intervals, Wilson's score interval for accuracy (a proportion; it stays in 0 to "
         "100 % and is wide for small slices) and Student's t for the mean probability. Click a bar (or tick a row "
-        "of the table) to see its "
-        + (
-            "images."
-            if len(table) - 1 <= MAX_SLICES
-            else f"images; the chart shows {MAX_SLICES} slices, the table all."
-        )
+        "of the table) to see its " + (f"images; {note}." if (note := chart_note(table, chosen)) else "images.")
     )
     event = st.plotly_chart(chart(table, chosen, measure), on_select="rerun", selection_mode="points", key=CHART)
     clicked = [p["customdata"][0] for p in drawing.chart_points(event) if p.get("customdata")]
