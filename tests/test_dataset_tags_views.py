@@ -286,3 +286,26 @@ def test_a_corrupt_views_file_is_one_warning_on_the_page(built):
     at = dataset_app(built / "index")
     [warning] = at.sidebar.warning
     assert warning.value.startswith("Saved views not read: ") and "delete it" in warning.value
+
+
+def test_a_tick_stays_with_its_image_when_the_rows_change_under_it(built):
+    """Tag three images, filter by the tag, keep one ticked and untag it: the table then lists the other two, and
+    neither is ticked (Streamlit's selection is of row positions: under one widget key the tick moved to the image
+    that came to sit in the untagged one's row)."""
+    at = dataset_app(built / "index")
+    ids = tick(at, [1, 4, 6])
+    at.text_input(key=table.TAG_TEXT).set_value("hard_case")
+    at.button(key="dataset|tag_add").click()
+    checked(at.run())
+    at.multiselect(key=str(TABLE_TAGS)).set_value(["hard_case"])
+    checked(at.run())
+    assert at.dataframe[0].value["image_id"].tolist() == sorted(ids)
+    [first] = tick(at, [0])  # the others unticked: only the first image stays ticked
+    at.button(key="dataset|tag_remove").click()
+    checked(at.run())
+    assert any("Took `hard_case` off 1 of the 1 ticked images" in s.value for s in at.success)
+    shown = at.dataframe[0]
+    assert shown.value["image_id"].tolist() == sorted(set(ids) - {first})
+    assert at.session_state[shown.key]["selection"]["rows"] == []  # no other image inherits the tick
+    assert at.button(key="dataset|tag_remove").disabled  # nothing ticked: Untag has nothing to take the tag off
+    assert vitviz.open_index(built / "index").tags()["image_id"].tolist() == sorted(set(ids) - {first})

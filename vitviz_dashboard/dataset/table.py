@@ -5,9 +5,11 @@ button that opens it in the Photo page; and the read-only SQL box (sql_box.py)."
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pandas as pd
 import streamlit as st
 
@@ -115,8 +117,10 @@ def draw(page: DatasetPage) -> None:
         hide_index=True,
         on_select="rerun",
         selection_mode="multi-row",
-        # a new page or filter starts a new selection: of the kept ticks, those it lists
-        key=dataset_key(f"table|{where}|{order}|{down}|{number}"),
+        # other rows listed (a new page, filter or sort, or a tag changed under a tag filter) start a new selection:
+        # of the kept ticks, those it lists. Streamlit's selection is of row positions, so a table whose rows changed
+        # under the same key would tick whatever image came to sit where a ticked one was
+        key=dataset_key(f"table|{rows_digest(listed['image_id'])}"),
         selection_default={"selection": {"rows": [i for i, n in enumerate(listed["image_id"]) if n in before]}},
     )
     selected = listed.iloc[list(event.selection.rows)] if event.selection.rows else listed.iloc[:0]
@@ -124,6 +128,11 @@ def draw(page: DatasetPage) -> None:
     tag_form(index, [int(i) for i in selected["image_id"]])
     thumbnails(index, selected, page.photo_page, page.colormap, page.alpha, "table")
     sql_box(index)
+
+
+def rows_digest(ids: pd.Series) -> str:
+    """A short digest of the image ids a table lists, in their order: the table widget's key."""
+    return hashlib.blake2b(np.asarray(ids, dtype=np.int64).tobytes(), digest_size=8).hexdigest()
 
 
 def known_tags(index: DatasetIndex) -> list[str]:
