@@ -182,3 +182,10 @@ def test_a_backbone_shows_its_maps_without_a_prediction(monkeypatch, folder, dra
     assert any(m.value.startswith("**No prediction**: this model is a backbone") for m in at.markdown)
     assert drawn["pictures"].shape == (4, 320, 320, 3)
     assert at.selectbox(key=MAP).options == ["Rollout", "Clicked patch"]  # no class to take the relevance of
+
+
+def test_a_model_not_found_says_what_this_page_reads(monkeypatch, folder):
+    at = video_app(monkeypatch, folder, model=str(folder.parent / "missing"))
+    found = errors(at)
+    assert len(found) == 1 and "This page reads video models" in found[0] and "\n" not in found[0]
+    assert "'default'" not in found[0] and "torchvision:" not in found[0]  # image specs the page refuses

@@ -18,6 +18,11 @@ class ModelLoadError(ValueError):
         super().__init__(clip_text(message, MAX_MESSAGE))
 
 
+class ModelNotFoundError(ModelLoadError):
+    """A spec that names no model: no source, file, folder or Hub id of that name. A page that reads only some
+    kinds of model (the Video page) says what it reads instead of the message's whole list."""
+
+
 def describe(error: BaseException) -> str:
     """A library's error as a short line for a message of ours: its type and the start of its text."""
     return f"{type(error).__name__}: {clip_text(str(error))}"

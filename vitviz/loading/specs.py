@@ -28,7 +28,7 @@ from pathlib import Path
 
 from vitviz.loading.checkpoint import load_checkpoint
 from vitviz.loading.download import REPO_ID
-from vitviz.loading.errors import ModelLoadError, describe
+from vitviz.loading.errors import ModelLoadError, ModelNotFoundError, describe
 from vitviz.loading.sources import huggingface_folder, open_clip, timm, torchvision
 from vitviz.loading.sources.huggingface_folder import load_huggingface_folder, load_huggingface_hub
 from vitviz.loading.sources.source import ModelSource
@@ -103,7 +103,7 @@ def load_model(spec: str | Path = "default") -> ViT | Swin:
     if REPO_ID.fullmatch(spec):
         return load_huggingface_hub(spec)
     usages = ", ".join(source.usage for source in SOURCES)
-    raise ModelLoadError(
+    raise ModelNotFoundError(
         f"model {echo(spec)} not found: give 'default', {usages}, a vitviz checkpoint file, or a Hugging Face "
         "model folder"
     )

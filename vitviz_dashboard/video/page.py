@@ -9,6 +9,7 @@ import numpy as np
 import streamlit as st
 
 import vitviz
+from vitviz.loading.errors import ModelNotFoundError
 from vitviz.render.video_overlays import DEFAULT_FPS, clip_overlays, display_shape, paint_frames
 from vitviz.video import VideoError
 from vitviz.video_clips import clip_preprocessing, is_video_model, top_classes
@@ -89,11 +90,20 @@ def video_page() -> None:
     draw_downloads(name, pictures, arrays, DEFAULT_FPS)
 
 
+VIDEO_SPECS = (
+    "no such model. This page reads video models: a Hugging Face folder or hf: id of a VideoMAE, ViViT, "
+    "TimeSformer or V-JEPA 2 model (e.g. hf:MCG-NJU/videomae-base-finetuned-kinetics), or a vitviz checkpoint of one."
+)
+
+
 def loaded(spec: str) -> vitviz.ViT | None:
     """The model ``spec`` names, loaded once per server; None when it cannot be loaded or reads no videos (said in
     one line)."""
     try:
         model = get_model_with_progress(spec)
+    except ModelNotFoundError:  # the loader's list names image specs too, which this page refuses
+        st.error(f"Could not load model `{spec}`: {VIDEO_SPECS}")
+        return None
     except vitviz.ModelLoadError as error:
         st.error(f"Could not load model `{spec}`: {error}")
         return None
