@@ -312,9 +312,20 @@ def test_bad_settings_given_to_show_are_one_line_value_errors():
 
 def test_a_video_model_is_pointed_to_the_video_maps():
     video = build_tiny_vit("cls", num_frames=4, tubelet_size=2)
-    with pytest.raises(ValueError, match="video model: vitviz.explain.video_rollout") as caught:
-        vitviz.show(video, photo())
-    assert "\n" not in str(caught.value) and "model.transform" not in str(caught.value)
+    for given in (photo(), "clip.mp4"):  # a clip's path too: told where clips go, not that show takes PIL images
+        with pytest.raises(ValueError, match="video model: its maps over a clip are the dashboard's Video") as caught:
+            vitviz.show(video, given)
+        assert "\n" not in str(caught.value) and "model.transform" not in str(caught.value)
+
+
+def test_a_swin_is_told_where_its_maps_are_not_that_load_model_gives_a_vit():
+    from tiny_swins import tiny_swin
+
+    with pytest.raises(ValueError, match="a Swin's maps across windows and stages are on the dashboard") as caught:
+        vitviz.show(tiny_swin("huggingface", "swin"), photo())
+    assert "vitviz.load_model gives one" not in str(caught.value) and "\n" not in str(caught.value)
+    with pytest.raises(ValueError, match="draws a vitviz ViT .* got Linear"):
+        vitviz.show(torch.nn.Linear(2, 2), photo())
 
 
 def test_a_setting_that_draws_nothing_clears_the_maps_and_says_why():

@@ -43,17 +43,32 @@ def check_images(images: Image.Image | Sequence[Image.Image]) -> list[Image.Imag
     return [image.convert("RGB") for image in found]
 
 
+def check_shown_model(model: torch.nn.Module) -> None:
+    """A one-line ValueError for a model the photo view does not draw: a Swin, a video model, a module of another
+    library; checked before the photos, so a clip given to a video model is told where clips go."""
+    if isinstance(model, Swin):
+        raise ValueError(
+            "vitviz.show draws a ViT's maps; a Swin's maps across windows and stages are on the dashboard's Photo "
+            "page and in vitviz.explain (rollout_across_stages, relevance_across_stages): the view does not draw "
+            "them yet"
+        )
+    if not isinstance(model, ViT):
+        raise ValueError(
+            f"vitviz.show draws a vitviz ViT (vitviz.load_model or vitviz.from_timm etc. make one); got "
+            f"{type(model).__name__}"
+        )
+    if getattr(model.config, "is_video", False):
+        raise ValueError(
+            "vitviz.show draws image models; this is a video model: its maps over a clip are the dashboard's Video "
+            "page and vitviz.explain.video_rollout (vitviz.load_video reads the clip)"
+        )
+
+
 class PhotoAnalyses:
     """Several photos through one ViT, and every map of them the view draws, each computed once."""
 
     def __init__(self, model: torch.nn.Module, images: Sequence[Image.Image], precision: str = "fp32"):
-        if isinstance(model, Swin) or not isinstance(model, ViT):
-            raise ValueError("show draws a vitviz ViT (vitviz.load_model gives one); Swin's window maps are not shown")
-        if getattr(model.config, "is_video", False):
-            raise ValueError(
-                "vitviz.show draws image models; this is a video model: vitviz.explain.video_rollout (and the "
-                "dashboard's Video page) draw its maps over a clip"
-            )
+        check_shown_model(model)
         if model.transform is None:
             raise ValueError("this model has no preprocessing: set model.transform = vitviz.Preprocessing(...)")
         self.model = model.eval()

@@ -10,7 +10,7 @@ from PIL import Image
 
 from vitviz.dataset import DatasetIndex
 from vitviz.notebook.base import MapView
-from vitviz.notebook.photos import PhotoAnalyses, check_images
+from vitviz.notebook.photos import PhotoAnalyses, check_images, check_shown_model
 from vitviz.notebook.view import PhotoView
 
 
@@ -48,6 +48,7 @@ def show(
         raise ValueError(
             f"show takes a vitviz model and photos, or a VLM answer and its photo; got {type(subject).__name__}"
         )
+    check_shown_model(subject)  # before the photos: a clip given to a video model is told where clips go
     if images is None:
         raise ValueError("show(model, images) needs the photos: a PIL image or a list of them")
     model = subject
