@@ -123,6 +123,19 @@ def rescale(patch_map) -> np.ndarray:
     return (values - low) / (high - low) if high > low else np.zeros_like(values)
 
 
+FLAT = 1e-5  # a map whose values all lie within this fraction of its largest magnitude picks out no patch
+
+
+def is_flat(patch_map, relative: float = FLAT) -> bool:
+    """Whether a map is flat: its spread (max - min) at most ``relative`` of its largest magnitude (or 0). Drawn on a
+    scale from 0 it would be one bright wash, as if every patch mattered to the full."""
+    values = as_array(patch_map)
+    if values.size == 0 or not np.isfinite(values).all():
+        return False
+    spread, size = float(values.max() - values.min()), float(np.abs(values).max())
+    return spread <= relative * size
+
+
 def upsample(patch_map, height: int, width: int) -> np.ndarray:
     """(rows, cols) -> (height, width) by bilinear interpolation (align_corners=False)."""
     values = torch.as_tensor(as_array(patch_map))[None, None]

@@ -11,6 +11,7 @@ import streamlit as st
 from vitviz.explain.lens import LENS
 from vitviz.explain.registry import METHODS, refusals
 from vitviz.render import figures
+from vitviz.render.overlays import is_flat
 from vitviz_dashboard.cache.pictures import cached_figure, overlay_picture, vote_picture
 from vitviz_dashboard.cache.results import class_map, logit_lens
 from vitviz_dashboard.downloads import downloads
@@ -153,12 +154,21 @@ def cached_class_map(page: Page, target: int, method: str) -> np.ndarray:
 def draw_map(page: Page, method: str, target: int, value: np.ndarray, value_range, scale: str) -> None:
     """One map over the photo, its colour legend, what it shows and its patch grid, in the current column."""
     settings = page.settings
+    flat = is_flat(value)
+    if flat:  # on a scale from 0 a flat map is one bright wash: draw it on its own (empty) range, dark
+        value_range = None
     st.image(
         overlay_picture(page.photo, value, page.analysis.box, settings, value_range),
         width="stretch",
         caption=f"{method} for '{class_name(page.model, target)}'",
     )
-    if value_range:
+    if flat:
+        spread = float(value.max() - value.min())
+        st.caption(
+            f"Flat map: every patch is {float(value.mean()):.4g} (all within {spread:.2g}), so it picks out no patch; "
+            "drawn dark, not on the shared scale."
+        )
+    elif value_range:
         colour_legend(settings, 0.0, value_range[1], f"{method} {scale}")
     else:
         colour_legend(settings, float(value.min()), float(value.max()), f"{method}, this map's range")
