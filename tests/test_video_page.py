@@ -189,3 +189,43 @@ def test_a_model_not_found_says_what_this_page_reads(monkeypatch, folder):
     found = errors(at)
     assert len(found) == 1 and "This page reads video models" in found[0] and "\n" not in found[0]
     assert "'default'" not in found[0] and "torchvision:" not in found[0]  # image specs the page refuses
+
+
+@pytest.fixture(scope="module")
+def timesformer(tmp_path_factory):
+    import transformers as hf
+
+    torch.manual_seed(0)
+    sizes = dict(image_size=32, patch_size=8, num_frames=4, hidden_size=32, num_hidden_layers=2)
+    config = hf.TimesformerConfig(**sizes, num_attention_heads=4, intermediate_size=64, num_labels=5)
+    model = hf.TimesformerForVideoClassification(config).eval()
+    folder = tmp_path_factory.mktemp("models") / "timesformer"
+    model.save_pretrained(folder)
+    return folder
+
+
+def test_a_divided_models_clicked_patch_has_its_temporal_half_too(monkeypatch, timesformer, drawn):
+    """TimeSformer's spatial half attends within the patch's own frame (every other frame is 0, and the caption says
+    so); "Clicked patch over time" is the temporal half: the patch's position in every frame."""
+    data = moving_clip(12)
+    at = upload(video_app(monkeypatch, timesformer), "walk.mp4", data)
+    model, frames, clip = expected(timesformer, data)
+    layout = model.token_layout(model.config.grid_size, model.config.num_frames)
+    token = int(layout.patch_indices[5])
+    at.session_state[TOKEN] = (str(timesformer), digest(data), token)
+    at.session_state[MAP], at.session_state[LAYER] = "Clicked patch", 1
+    checked(at.run())
+    assert "its own frame" in str(drawn["arrays"]["map_name"])
+    spatial = explain.video_patch_attention(model, clip, layer=1, token=token)[0].mean(0).numpy()
+    np.testing.assert_allclose(drawn["arrays"]["map"], spatial, atol=1e-6)
+    at.session_state[MAP] = "Clicked patch over time"
+    checked(at.run())
+    temporal = explain.video_patch_attention(model, clip, layer=1, token=token, part="temporal")[0].mean(0).numpy()
+    np.testing.assert_allclose(drawn["arrays"]["map"], temporal, atol=1e-6)
+    assert str(drawn["arrays"]["map_name"]).startswith("temporal attention of the patch")
+    assert (temporal > 0).sum() == model.config.num_frames  # its own position in every frame
+
+
+def test_a_joint_model_offers_no_temporal_half(monkeypatch, folder):
+    at = video_app(monkeypatch, folder)
+    assert "Clicked patch over time" not in at.selectbox(key=str(MAP)).options

@@ -89,11 +89,15 @@ def clip_map(key: ModelKey, video: str, method: str, target: int | None, *, _mod
 
 
 @kept()
-def token_attention(key: ModelKey, video: str, layer: int, token: int, *, _model, _frames) -> np.ndarray:
+def token_attention(
+    key: ModelKey, video: str, layer: int, token: int, part: str = "spatial", *, _model, _frames
+) -> np.ndarray:
     """float32 (heads, N): what token ``token`` (its index in the layout) attends to in block ``layer``, per head,
-    over every patch token of the clip."""
+    over every patch token of the clip; a divided block's ``part``: "spatial" (its frame) or "temporal" (its patch
+    in every frame)."""
     clip = _clip(key, _model, _frames)
-    return explain.video_patch_attention(_model, clip, layer=layer, token=token)[0].detach().float().numpy()
+    rows = explain.video_patch_attention(_model, clip, layer=layer, token=token, part=part)
+    return rows[0].detach().float().numpy()
 
 
 @kept()

@@ -11,7 +11,12 @@ import streamlit as st
 from vitviz.layout import TokenLayout
 from vitviz_dashboard.state import kept
 
-MAPS = {"Rollout": "rollout", "Relevance": "relevance", "Clicked patch": "patch"}
+MAPS = {
+    "Rollout": "rollout",
+    "Relevance": "relevance",
+    "Clicked patch": "patch",
+    "Clicked patch over time": "patch_time",  # a divided block's temporal half (TimeSformer): its patch, every frame
+}
 MEAN = "mean of heads"
 MAP, TARGET, LAYER, HEAD, FRAME = (kept(f"video|{name}") for name in ("map", "target", "layer", "head", "frame"))
 SCOPE = "video|scope"  # (model spec, video digest) the class picker was last drawn for
@@ -37,16 +42,23 @@ def _bounded(key: str, default, options) -> None:
         st.session_state[key] = default
 
 
-def map_controls(layers: int, heads: int, frames: int, classes: list[tuple[int, str, float]], scope: tuple) -> Choice:
+def map_controls(
+    layers: int, heads: int, frames: int, classes: list[tuple[int, str, float]], scope: tuple, divided: bool = False
+) -> Choice:
     """The map, class, block, head and frame pickers in one row, then the frame slider; ``classes`` the top
     predictions (index, name, probability) the relevance may be of. The class goes back to the top one when
-    ``scope`` (the model and the video) changes."""
+    ``scope`` (the model and the video) changes. A model of ``divided`` blocks (TimeSformer) attends over space and
+    over time in two halves: its clicked patch has both maps."""
     if st.session_state.pop(CLICKED, False):  # a click on the large frame: show what the patch attends to
         st.session_state[MAP] = "Clicked patch"
     if st.session_state.get(SCOPE) != scope:
         st.session_state[SCOPE] = scope
         st.session_state.pop(TARGET, None)
-    maps = [name for name, method in MAPS.items() if classes or method != "relevance"]  # a backbone: no class
+    maps = [
+        name
+        for name, method in MAPS.items()
+        if (classes or method != "relevance") and (divided or method != "patch_time")  # a backbone: no class
+    ]
     _bounded(MAP, "Rollout", maps)
     _bounded(LAYER, layers - 1, range(layers))
     head_options = [MEAN, *range(heads)]
@@ -76,7 +88,8 @@ def map_controls(layers: int, heads: int, frames: int, classes: list[tuple[int, 
 MAP_HELP = (
     "Rollout: how much each tubelet flows into what the head reads, through every block. Relevance: the class's "
     "relevance (Chefer et al. 2021). Clicked patch: what the patch you click on the large frame attends to, in the "
-    "chosen layer and head, over every frame."
+    "chosen layer and head, over every frame; a divided block (TimeSformer) attends within the patch's own frame "
+    "there, and over its own position in every frame in its other half: Clicked patch over time."
 )
 
 

@@ -49,7 +49,8 @@ def video_page() -> None:
         return
     classes = top_classes(model, rollout.probabilities) if len(rollout.probabilities) else []
     draw_prediction(classes, len(frames), clip_preprocessing(model).note)
-    choice = map_controls(model.config.num_layers, model.config.num_heads, len(frames), classes, (spec, video))
+    divided = model.config.attention == "divided"
+    choice = map_controls(model.config.num_layers, model.config.num_heads, len(frames), classes, (spec, video), divided)
     layout = rollout.layout
     token = clicked_token(spec, video, layout, choice.frame)
     values, label = shown_map(key, video, model, frames, rollout, choice, token, slot)
@@ -138,13 +139,23 @@ def shown_map(key, video, model, frames, rollout, choice: Choice, token: int, sl
     if choice.method == "relevance":
         result = cached.clip_map(key, video, "relevance", choice.target, _model=model, _frames=frames, _slot=slot)
         return result.values, f"relevance of {model.class_names[result.target]}"
-    per_head = cached.token_attention(key, video, choice.layer, token, _model=model, _frames=frames)
-    values = per_head.mean(axis=0) if choice.head is None else per_head[choice.head]
     layout = rollout.layout
+    part = "temporal" if choice.method == "patch_time" else "spatial"
+    if part == "temporal" and layout.kinds[token] != "patch":
+        token = int(layout.patch_indices[0])  # [CLS] takes no part in the temporal half: the first patch instead
+    per_head = cached.token_attention(key, video, choice.layer, token, part, _model=model, _frames=frames)
+    values = per_head.mean(axis=0) if choice.head is None else per_head[choice.head]
     first, last = layout.frames[token]
     x0, y0 = layout.boxes[token, :2]
     size = layout.boxes[token, 2] - x0
     span = f"frame {first}" if first == last else f"frames {first}-{last}"
     where = f"patch at row {int(y0 // size)}, column {int(x0 // size)}, {span}"
     heads = "mean of heads" if choice.head is None else f"head {choice.head}"
-    return values, f"attention of the {where}, layer {choice.layer}, {heads}"
+    if model.config.attention != "divided":
+        return values, f"attention of the {where}, layer {choice.layer}, {heads}"
+    if part == "temporal":
+        return values, f"temporal attention of the {where} (its position in every frame), layer {choice.layer}, {heads}"
+    return values, (
+        f"spatial attention of the {where} (its own frame: the divided block's other half, over time, is Clicked "
+        f"patch over time), layer {choice.layer}, {heads}"
+    )
