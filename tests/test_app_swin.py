@@ -71,6 +71,8 @@ def test_overview_and_class_specific_maps_for_swin(tmp_path, monkeypatch):
     assert len(refusals) == 1 and "'legrad'" in refusals[0] and "'lens'" not in refusals[0]
     assert any(c.value.startswith("Swin: blocks 4 to 5, its last stage") for c in at.caption)  # the logit lens
     assert any(c.startswith("block 5: P(") for c in captions(at))
+    lens = next(s for s in at.slider if s.label == "Block")  # the blocks' own numbers, as the caption names them
+    assert (lens.min, lens.max, lens.value) == (4, 5, 5)
     methods.set_value(["grad-rollout"]).run()
     assert not at.exception and any(c.startswith("grad-rollout for") for c in captions(at))
 
@@ -81,19 +83,19 @@ def test_per_head_tab_picks_stages_and_blocks_and_shows_a_patch_window(tmp_path,
     open_tab(at, "Heads & layers")
     stage = next(r for r in at.radio if r.label == "Stage")
     assert stage.options == [  # as shown
-        "stage 1: 16x16 tokens, windows 4x4, 2 blocks",
-        "stage 2: 8x8 tokens, windows 4x4, 2 blocks",
-        "stage 3: 4x4 tokens, windows 4x4, 2 blocks",
+        "stage 1: 16x16 tokens, windows 4x4, blocks 0 to 1",
+        "stage 2: 8x8 tokens, windows 4x4, blocks 2 to 3",
+        "stage 3: 4x4 tokens, windows 4x4, blocks 4 to 5",
     ]
-    block = next(r for r in at.radio if r.label == "Block")
-    assert block.options == ["block 1 (not shifted)", "block 2 (shifted by 2x2)"]
+    block = next(r for r in at.radio if r.label == "Block")  # numbered from 0 over every stage, as on every tab
+    assert block.options == ["block 0 (not shifted)", "block 1 (shifted by 2x2)"]
     block.set_value(1).run()  # the shifted block of stage 1 (its index among every block)
     next(n for n in at.number_input if n.label == "Row").set_value(0).run()
     next(n for n in at.number_input if n.label == "Column").set_value(0).run()
     assert not at.exception, at.exception
     heads = [c for c in captions(at) if c.startswith("head ")]
     assert heads == ["head 0", "head 1"]
-    assert any("patch (0, 0) of stage 1, block 2 (shifted by 2x2)" in c for c in captions(at))
+    assert any("patch (0, 0) of stage 1, block 1 (shifted by 2x2)" in c for c in captions(at))
     assert any(c.value.startswith("16 tokens in this window (a shifted window can wrap") for c in at.caption)
     next(r for r in at.radio if r.label == "Stage").set_value(
         2

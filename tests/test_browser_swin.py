@@ -64,18 +64,18 @@ def test_swin_page_click_a_patch_on_a_shifted_block_and_switch_stages(server, wi
         page.screenshot(path=str(SCREENSHOTS / f"swin_overview_{width}.png"), full_page=True)
 
         page.get_by_role("tab", name="Heads & layers", exact=True).click()
-        wait_until_drawn(page, "stage 1: 16x16 tokens, windows 4x4, 2 blocks")
-        page.get_by_text("block 2 (shifted by 2x2)", exact=True).click()
-        wait_until_drawn(page, "of stage 1, block 2 (shifted by 2x2)")
+        wait_until_drawn(page, "stage 1: 16x16 tokens, windows 4x4, blocks 0 to 1")
+        page.get_by_text("block 1 (shifted by 2x2)", exact=True).click()
+        wait_until_drawn(page, "of stage 1, block 1 (shifted by 2x2)")
         picture, shown = click_picture_shown(page, "photo.png with stage 1's grid")
         # patch (0, 0) of the 16 x 16 grid: in the shifted block its window wraps round to the far corners
         picture.click(position={"x": shown["width"] / 32, "y": shown["height"] / 32})
-        wait_until_drawn(page, "patch (0, 0) of stage 1, block 2 (shifted by 2x2)")
+        wait_until_drawn(page, "patch (0, 0) of stage 1, block 1 (shifted by 2x2)")
         page.get_by_text("16 tokens in this window (a shifted window can wrap").wait_for(timeout=60_000)
         no_exception(page)
         page.screenshot(path=str(SCREENSHOTS / f"swin_window_shifted_{width}.png"), full_page=True)
 
-        page.get_by_text("stage 2: 8x8 tokens, windows 4x4, 2 blocks", exact=True).click()
+        page.get_by_text("stage 2: 8x8 tokens, windows 4x4, blocks 2 to 3", exact=True).click()
         wait_until_drawn(page, "patch (0, 0) of stage 2")
         no_exception(page)
         page.screenshot(path=str(SCREENSHOTS / f"swin_window_stage2_{width}.png"), full_page=True)

@@ -204,11 +204,13 @@ def lens_section(page: Page, target: int) -> dict[str, np.ndarray]:
     first = model.config.num_layers - len(layers)  # a Swin's lens reads its last stage's blocks only
     if first:
         st.caption(
-            f"Swin: blocks {first} to {model.config.num_layers - 1}, its last stage (the slider counts them from 0): "
+            f"Swin: blocks {first} to {model.config.num_layers - 1}, its last stage (blocks counted from 0 over every "
+            "stage, as on every tab): "
             "the head reads that stage's tokens, and the earlier stages' are narrower. Each patch of the first "
             "stage shows the last-stage token that holds it."
         )
-    block = index_slider("Block", len(layers), page.widget_key("lens_block", layers[-1], options=layers))
+    numbers = range(first, first + len(layers))  # every tab numbers a Swin's blocks from 0 over all its stages
+    block = index_slider("Block", len(layers), page.widget_key("lens_block", numbers[-1], options=numbers), first)
     # two pictures of the photo in two equal columns: the same size at every width
     left, right = st.columns(2)
     left.image(

@@ -111,17 +111,19 @@ def block_names(page: Page) -> list[tuple[int, int, int]]:
 
 
 def stage_line(page: Page, stage: int) -> str:
-    """E.g. "stage 2: 28x28 tokens, windows 7x7, 2 blocks"."""
+    """E.g. "stage 2: 28x28 tokens, windows 7x7, blocks 2 to 3" (blocks counted from 0 over every stage)."""
     c, (rows, cols) = page.model.config, page.analysis.stage_grids[stage]
     window = c.windows[stage]
-    return f"stage {stage + 1}: {rows}x{cols} tokens, windows {window[0]}x{window[1]}, {c.depths[stage]} blocks"
+    first = sum(c.depths[:stage])
+    blocks = f"block {first}" if c.depths[stage] == 1 else f"blocks {first} to {first + c.depths[stage] - 1}"
+    return f"stage {stage + 1}: {rows}x{cols} tokens, windows {window[0]}x{window[1]}, {blocks}"
 
 
 def block_line(page: Page, block: int) -> str:
-    """E.g. "block 4 (shifted by 3x3)" or "block 3 (not shifted)", numbered from 1 within its stage."""
+    """E.g. "block 3 (shifted by 3x3)" or "block 2 (not shifted)": numbered from 0 over every stage, as the
+    Features tab and the logit lens number them."""
     shift = shift_of(page, block)
-    _, index, _ = block_names(page)[block]
-    return f"block {index + 1} ({f'shifted by {shift[0]}x{shift[1]}' if shift else 'not shifted'})"
+    return f"block {block} ({f'shifted by {shift[0]}x{shift[1]}' if shift else 'not shifted'})"
 
 
 def shift_of(page: Page, block: int) -> tuple[int, int] | None:

@@ -19,11 +19,12 @@ def rerun_tab() -> None:
         st.rerun()
 
 
-def index_slider(label: str, count: int, key: str) -> int:
-    """A slider over 0..count-1; with a single choice there is nothing to slide (Streamlit refuses min == max)."""
+def index_slider(label: str, count: int, key: str, start: int = 0) -> int:
+    """A slider over start..start+count-1 (the numbers the page names the choices by), returning the position
+    0..count-1; with a single choice there is nothing to slide (Streamlit refuses min == max)."""
     if count <= 1:
         return 0
-    return st.slider(label, 0, count - 1, key=key)
+    return st.slider(label, start, start + count - 1, key=key) - start
 
 
 def class_picker(page: Page, label: str = "Explain the class", name: str = "class", default: int | None = None) -> int:
