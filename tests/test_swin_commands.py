@@ -21,7 +21,10 @@ from vitviz.explain import METHODS, method_maps
 from vitviz.explain.statistics import window_head_statistics
 from vitviz.preprocessing import load_image
 
-RUN = ["rollout", "relevance", "grad-rollout", "gradcam", "lens"]  # what explains a Swin
+# what explains a Swin: the methods that read its windows, and the LRP rules and model-agnostic baselines
+BASELINES = ["input-x-gradient", "integrated-gradients", "smoothgrad", "occlusion", "kernel-shap", "rise"]
+RUN = ["rollout", "relevance", "grad-rollout", "gradcam", "lens", "attnlrp", "cp-lrp", *BASELINES]
+CHEAP = ["--samples", "16", "--ig-steps", "4"]  # the sampling methods at a few passes each
 REFUSED = sorted(set(METHODS) - set(RUN))
 
 
@@ -49,7 +52,7 @@ def skipped_lines(err: str) -> dict[str, str]:
 def test_explain_writes_the_windowed_maps_and_skips_the_rest_in_one_line_each(model_folder, photos, tmp_path, capsys):
     out = tmp_path / "maps"
     photo = photos / "LABEL_0" / "p1.png"
-    status = explain.main([str(photo), "--model", str(model_folder), "--methods", *METHODS, "--out", str(out)])
+    status = explain.main([str(photo), "--model", str(model_folder), "--methods", *METHODS, *CHEAP, "--out", str(out)])
     assert status == 0
     err = capsys.readouterr().err
     assert set(skipped_lines(err)) == set(REFUSED)
@@ -58,7 +61,7 @@ def test_explain_writes_the_windowed_maps_and_skips_the_rest_in_one_line_each(mo
     assert arrays["lens_layers"].shape == (2, 16, 16)  # the last stage's two blocks, on the first stage's grid
     model = vitviz.load_model(str(model_folder))
     pixels = model.transform(load_image(photo.read_bytes()))[None]
-    expected = method_maps(model, pixels, RUN)
+    expected = method_maps(model, pixels, RUN, samples=16, steps=4)
     for name in RUN:
         assert arrays[name].shape == (16, 16)
         np.testing.assert_allclose(arrays[name], expected.maps[name].numpy(), rtol=1e-5, atol=1e-7)
@@ -79,7 +82,7 @@ def test_explain_refuses_what_cannot_run_on_swin(model_folder, photos, tmp_path)
 
 def test_benchmark_runs_the_methods_that_apply(model_folder, photos, tmp_path, capsys):
     out = tmp_path / "bench"
-    status = benchmark.main([str(photos), "--model", str(model_folder), "--out", str(out), "--steps", "4"])
+    status = benchmark.main([str(photos), "--model", str(model_folder), "--out", str(out), "--steps", "4", *CHEAP])
     assert status == 0
     assert set(skipped_lines(capsys.readouterr().err)) == set(REFUSED)
     rows = (out / "results.csv").read_text().splitlines()
