@@ -134,3 +134,15 @@ def test_a_vlm_reads_an_answer_token_target():
         answer_token(answer, Target.of_class(1))
     with pytest.raises(VLMError, match="0 to 2"):
         answer_token(answer, Target.answer_token(3))
+
+
+@pytest.mark.parametrize("method", CLASS_SPECIFIC)
+def test_a_frozen_model_gets_every_class_specific_map(method):
+    """A model frozen with requires_grad_(False), as users freeze a backbone: the gradients are taken through the
+    pixels, and the maps equal the trainable model's."""
+    model = build_tiny_vit("cls", num_classes=4).eval()
+    pixels = images(model, 1, seed=4)
+    expected = method_maps(model, pixels, [method], target=1, samples=8).maps[method]
+    model.requires_grad_(False)
+    found = method_maps(model, pixels, [method], target=1, samples=8).maps[method]
+    torch.testing.assert_close(found, expected, rtol=1e-5, atol=1e-7)

@@ -193,6 +193,12 @@ def check_start_layer(start_layer: int, num_layers: int) -> None:
         )
 
 
+def traced(pixel_values: torch.Tensor) -> torch.Tensor:
+    """The pixels as a leaf that asks for its gradient: the attentions and hidden states of a pass over them have a
+    gradient whether or not the model's parameters do (a model frozen with ``requires_grad_(False)``)."""
+    return pixel_values.detach().requires_grad_(True)
+
+
 def target_indices(logits: torch.Tensor | None, target: int | Sequence[int] | torch.Tensor) -> torch.Tensor:
     """One class for every image, or one per image, as (B,) indices checked against the head."""
     if logits is None:

@@ -18,6 +18,7 @@ from vitviz.explain.common import (
     read_out,
     target_score,
     token_grid,
+    traced,
 )
 from vitviz.explain.method import MapInputs, Method, MethodOutput
 from vitviz.explain.stages import gradient_rollout_across_stages, relevance_across_stages
@@ -41,7 +42,7 @@ def attention_gradients(
     """
     target = class_target(model, target)  # a vitviz.Target or a prompt: its class index
     check_not_divided(model, "attention gradients pair each block's one attention with its gradient")
-    output = model(pixel_values, output_attentions=True)
+    output = model(traced(pixel_values), output_attentions=True)
     gradients = torch.autograd.grad(target_score(output.logits, target), output.attentions)
     return AttentionGradients(output, tuple(gradients))
 

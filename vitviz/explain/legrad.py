@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import torch
 
-from vitviz.explain.common import LayoutArgument, check_attentions, check_start_layer, target_score, token_grid
+from vitviz.explain.common import LayoutArgument, check_attentions, check_start_layer, target_score, token_grid, traced
 from vitviz.explain.gradients import AttentionGradients
 from vitviz.explain.method import MapInputs, Method, MethodOutput
 from vitviz.explain.target import TargetLike, class_target
@@ -25,7 +25,7 @@ def legrad_gradients(
     """
     target = class_target(model, target)  # a vitviz.Target or a prompt: its class index
     with torch.enable_grad():
-        output = model(pixel_values, output_attentions=True, output_hidden_states=True)
+        output = model(traced(pixel_values), output_attentions=True, output_hidden_states=True)
         target_score(output.logits, target)  # validates the head and the target before L backward passes
         gradients = []
         for hidden, attention in zip(output.hidden_states, output.attentions):

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from vitviz.explain.common import HeadFusion, class_probabilities, is_windowed
+from vitviz.explain.common import HeadFusion, class_probabilities, is_windowed, traced
 from vitviz.explain.method import COSTS, METHOD_OPTIONS, LogitLens, MapInputs, MapOptions, Method
 from vitviz.explain.target import Target, TargetLike, as_target, explained_model
 from vitviz.layout import is_hierarchical
@@ -120,8 +120,12 @@ def method_maps(
     if refused := refusals(model, methods):
         raise ValueError("; ".join(refused.values()))
     needs = {need for method in chosen for need in method.needs}
-    with autocast(precision, pixels.device.type), torch.set_grad_enabled("attention_gradients" in needs):
-        output = model(pixels, output_attentions=True, output_hidden_states="hidden_states" in needs)
+    gradients_needed = "attention_gradients" in needs
+    # the pixels ask for a gradient too, so the attentions have one whether or not the model's parameters do (a
+    # model frozen with requires_grad_(False) still gets its gradient maps)
+    seen = traced(pixels) if gradients_needed else pixels
+    with autocast(precision, pixels.device.type), torch.set_grad_enabled(gradients_needed):
+        output = model(seen, output_attentions=True, output_hidden_states="hidden_states" in needs)
     if output.logits is None and any(method.class_specific for method in chosen):
         raise ValueError("class-specific maps need a classification head; this model is a backbone (num_classes=0)")
     probabilities = (

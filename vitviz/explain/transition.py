@@ -17,6 +17,7 @@ from vitviz.explain.common import (
     read_out,
     target_score,
     token_grid,
+    traced,
 )
 from vitviz.explain.method import MapInputs, Method, MethodOutput
 from vitviz.explain.target import TargetLike, class_target
@@ -50,7 +51,7 @@ def integrated_attention_gradient(
     total = None
     with torch.enable_grad():
         for alpha in torch.linspace(0, 1, steps, dtype=torch.float64).tolist():  # np.linspace, as the reference
-            output = model(pixel_values * alpha, output_attentions=True)
+            output = model(traced(pixel_values) * alpha, output_attentions=True)
             (gradient,) = torch.autograd.grad(target_score(output.logits, target), output.attentions[-1])
             total = gradient if total is None else total + gradient
     return IntegratedGradient(output, total / steps)
