@@ -73,7 +73,7 @@ def test_tagging_ticked_rows_and_filtering_by_the_tag(server, browser):
     wait_until_idle(page)
     click_and_wait(page, "button", "Tag 1 ticked", "Tagged 1 of the 1 ticked images")
     choose(page, "Tag", "keep")
-    wait_until_drawn(page, "1 images match")
+    wait_until_drawn(page, "1 image matches")
     page.wait_for_function("location.search.includes('tag=keep')")
     page.keyboard.press("Escape")  # the tag picker's list closed
     at_widths(page, "tags-table", "Tag the ticked rows")

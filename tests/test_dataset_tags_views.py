@@ -309,3 +309,10 @@ def test_a_tick_stays_with_its_image_when_the_rows_change_under_it(built):
     assert at.session_state[shown.key]["selection"]["rows"] == []  # no other image inherits the tick
     assert at.button(key="dataset|tag_remove").disabled  # nothing ticked: Untag has nothing to take the tag off
     assert vitviz.open_index(built / "index").tags()["image_id"].tolist() == sorted(set(ids) - {first})
+
+
+def test_one_image_is_one_image():
+    from vitviz.messages import counted
+
+    assert [counted(n, "image") for n in (0, 1, 2, 1024)] == ["0 images", "1 image", "2 images", "1,024 images"]
+    assert counted(1, "row") == "1 row" and counted(3, "query", "queries") == "3 queries"

@@ -1,6 +1,6 @@
 """vitviz: see what a Vision Transformer looks at.
 
-    messages.py       one-line message helpers (clip_text, echo): the bottom layer, it imports nothing of vitviz
+    messages.py       one-line message helpers (clip_text, echo, counted): the bottom layer, importing no vitviz
     layout/           TokenLayout: every token's kind, pixels and frames, and painting any per-token vector
     model/            ViTConfig and the ViT that returns its attentions; Swin and Swin v2; interventions, precision
     loading/          load_model(spec): checkpoints, downloads, and one module per source library

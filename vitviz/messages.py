@@ -17,3 +17,9 @@ def clip_text(text: str, limit: int = 200) -> str:
 def echo(value: Any, limit: int = 200) -> str:
     """``repr(value)`` for a message, cut as ``clip_text`` does."""
     return clip_text(repr(value), limit)
+
+
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """ "1 image", "2 images", "1,024 rows": a count with its noun in the right number (``plural`` where adding "s"
+    does not make it)."""
+    return f"{count:,} {noun if count == 1 else plural or noun + 's'}"

@@ -13,6 +13,7 @@ import pandas as pd
 import streamlit as st
 
 from vitviz.dataset import DatasetIndex, QueryError, QuerySession, QueryStopped
+from vitviz.messages import counted
 from vitviz_dashboard.state import SQL_JOB, dataset_key
 
 SESSION = dataset_key("sql_session")
@@ -107,5 +108,5 @@ def show_job(index: DatasetIndex, polling: bool) -> None:
         st.error(str(job.error))
     elif job.result is not None:
         more = " (more on the next page)" if job.result.attrs.get("more") else ""
-        st.caption(f"{len(job.result)} rows of page {job.page}{more}, in {job.seconds:.1f} s")
+        st.caption(f"{counted(len(job.result), 'row')} of page {job.page}{more}, in {job.seconds:.1f} s")
         st.dataframe(job.result, hide_index=True)

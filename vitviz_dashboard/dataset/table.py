@@ -16,6 +16,7 @@ import streamlit as st
 from vitviz.dataset import DatasetIndex
 from vitviz.dataset.tags import MAX_TAG
 from vitviz.dataset.views import quote
+from vitviz.messages import counted
 from vitviz_dashboard.dataset import drawing
 from vitviz_dashboard.dataset.link import SIMILARITY, TABLE_TAGS, similarity_scores, ticked
 from vitviz_dashboard.dataset.opening import open_in_photo_page, photo
@@ -106,7 +107,8 @@ def draw(page: DatasetPage) -> None:
         offset=(int(number) - 1) * PAGE_ROWS,
     )
     st.caption(
-        f"{total:,} images match; rows {(number - 1) * PAGE_ROWS + 1:,} to {(number - 1) * PAGE_ROWS + len(listed):,}"
+        f"{counted(total, 'image')} {'matches' if total == 1 else 'match'}; rows {(number - 1) * PAGE_ROWS + 1:,} to "
+        f"{(number - 1) * PAGE_ROWS + len(listed):,}"
         + (f"; *{SIMILARITY}*: the Grid's selection's ({len(scores)} images)" if scores else "")
     )
     # the ticked rows are kept by image id for each index: back from the Photo page, the table ticks them again
