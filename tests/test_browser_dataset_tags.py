@@ -109,7 +109,7 @@ def test_similar_images_show_their_similarity_and_the_table_sorts_by_it(server, 
     page = open_index(browser, running.url, folder / "index", 1280, 900)
     page.get_by_role("tab", name="Grid", exact=True).click()
     click_and_wait(page, "button", "Show the table's filtered images (25)", "25 images: the Table tab's filters")
-    click_and_wait(page, "button", "Similar", "images nearest to image 0")
+    click_and_wait(page, "button", "Similar", "image 0 and the ")
     captions = page.locator("[data-testid=stImageCaption]", has_text="similarity")  # not the legend's
     eventually(lambda: captions.count() == 12, what="12 captions")
     texts = captions.all_inner_texts()

@@ -110,7 +110,7 @@ def test_a_lasso_on_the_embedding_map_selects_images_into_the_grid_and_similar_s
         first = int(next(c for c in captions if c[:1].isdigit()).split(":")[0])  # after the legend's caption
         page.get_by_role("button", name="Similar").first.click()
         near = index.nearest_images(first, k=12)
-        wait_until_drawn(page, f"the {len(near) - 1} images nearest to image {first}")
+        wait_until_drawn(page, f"image {first} and the {len(near) - 1} images nearest to it")
         assert shown_ids(page, near["image_id"].tolist()) == sorted(near["image_id"])
         for width in (800, 1280, 1920):
             page.set_viewport_size({"width": width, "height": 1000})

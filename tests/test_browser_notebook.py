@@ -24,6 +24,7 @@ import vitviz
 from vitviz.notebook.packing import pack_maps
 
 require_browser()
+from playwright.sync_api import TimeoutError as PlaywrightTimeout  # noqa: E402
 from playwright.sync_api import sync_playwright  # noqa: E402
 
 TOKEN = "vitviz-test-token"
@@ -71,27 +72,50 @@ def jupyter_lab(folder: Path):
         log.close()
 
 
-# the notebook open in front has its cells and an idle kernel: "run all" now runs them all
+# the notebook open in front has its cells and a session connected to its kernel. Not the kernel's status string:
+# the frontend learns "idle" from a status message, and one that came before it listened left it "starting" with
+# the kernel idle and silent, so the wait never ended (the hang of one CI run in several, lab.log showing a kernel
+# started and never asked anything)
 READY = """(name) => {
   const panel = window.jupyterapp && window.jupyterapp.shell.currentWidget;
   const path = panel && panel.context ? panel.context.path : "";
-  const kernel = panel && panel.sessionContext && panel.sessionContext.session && panel.sessionContext.session.kernel;
   const cells = panel && panel.content && panel.content.widgets ? panel.content.widgets.length : 0;
-  return Boolean(path.endsWith(name) && cells > 1 && kernel && kernel.status === "idle");
+  const session = panel && panel.sessionContext;
+  return Boolean(path.endsWith(name) && cells > 1 && panel.context.isReady && session && session.isReady
+    && session.session && session.session.kernel);
 }"""
+
+# the first code cell of the notebook in front has been run or is running: run-all was taken
+STARTED = """() => {
+  const panel = window.jupyterapp.shell.currentWidget;
+  const cells = panel.content.widgets.filter((cell) => cell.model.type === "code");
+  const prompt = cells.length > 0 ? cells[0].node.querySelector(".jp-InputPrompt") : null;
+  const running = Boolean(prompt && prompt.textContent.includes("*"));
+  return cells.length > 0 && (cells[0].model.executionCount !== null || running);
+}"""
+RUN_TRIES = 3  # run-all again if a try starts no cell within a minute: a command sent too early was lost
 
 
 def run_all(page, name: str) -> None:
     """Open notebook ``name`` (under examples/) in front through JupyterLab's own command, wait until it is the
-    current widget, loaded, with its kernel idle, then run every cell. Opening it by its URL instead lets a restored
-    workspace leave another notebook in front, and run-all would run that one."""
+    current widget, loaded, with its session connected to its kernel, then run every cell, again if no cell started.
+    Opening it by its URL instead lets a restored workspace leave another notebook in front, and run-all would run
+    that one."""
     page.wait_for_function(
         "() => Boolean(window.jupyterapp && window.jupyterapp.commands.hasCommand('docmanager:open'))"
         " && Boolean(window.jupyterapp.commands.hasCommand('notebook:run-all-cells'))"
     )
     page.evaluate(f"window.jupyterapp.commands.execute('docmanager:open', {{path: 'examples/{name}'}})")
     page.wait_for_function(READY, arg=name)
-    page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
+    for attempt in range(RUN_TRIES):
+        page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
+        try:
+            page.wait_for_function(STARTED, timeout=60_000)
+            return
+        except PlaywrightTimeout:
+            if attempt == RUN_TRIES - 1:
+                raise
+            print(f"run-all started no cell of {name} within a minute (try {attempt + 1}); running it again")
 
 
 def levels(page, nth: int = 0) -> np.ndarray:

@@ -65,6 +65,8 @@ def test_a_confusion_cell_goes_to_the_grid_and_a_similar_click_selects_the_neare
     near = index.nearest_images(first, k=12)["image_id"].tolist()
     assert list(at.session_state[SELECTION].ids) == near and near[0] == first
     assert shown_ids(at) == sorted(near)
+    # the count is of every image shown, the image itself among them: "12 images: image 7 and the 11 nearest to it"
+    assert any(f"12 images: image {first} and the 11 images nearest to it" in m.value for m in at.markdown)
 
 
 def test_a_sql_result_with_image_ids_is_shown_a_page_at_a_time_and_exported(built):

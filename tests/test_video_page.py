@@ -229,3 +229,11 @@ def test_a_divided_models_clicked_patch_has_its_temporal_half_too(monkeypatch, t
 def test_a_joint_model_offers_no_temporal_half(monkeypatch, folder):
     at = video_app(monkeypatch, folder)
     assert "Clicked patch over time" not in at.selectbox(key=str(MAP)).options
+
+
+def test_the_timeline_speaks_of_cls_only_for_a_model_that_has_one(monkeypatch, folder, timesformer):
+    data = moving_clip(12)
+    for model, has_cls in ((folder, False), (timesformer, True)):  # VideoMAE has no [CLS]; TimeSformer has one
+        at = upload(video_app(monkeypatch, model), "walk.mp4", data)
+        caption = next(c.value for c in at.caption if c.value.startswith("Each row: how the tokens of one frame"))
+        assert ("[CLS]" in caption) == has_cls, caption

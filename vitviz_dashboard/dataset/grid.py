@@ -98,7 +98,7 @@ def similar(index: DatasetIndex, image_id: int) -> None:
     except ValueError as error:  # an index made without an image search
         st.session_state[dataset_key("grid_message")] = f"No similar images: {error}"
         return
-    title = f"the {len(near) - 1} images nearest to image {image_id}"
+    title = f"image {image_id} and the {len(near) - 1} images nearest to it"  # "12 images: image 94 and the 11 ..."
     select(index, near["image_id"].tolist(), title, "similar", scores=near["similarity"].tolist())
 
 

@@ -71,7 +71,7 @@ def video_page() -> None:
             st.rerun()
     with timeline:
         between, readout = cached.time_attention(key, video, choice.layer, _model=model, _frames=frames)
-        draw_timeline(between, readout, token_spans(layout), choice, colormap)
+        draw_timeline(between, readout, token_spans(layout), choice, colormap, layout.num_prefix_tokens > 0)
 
     def arrays() -> dict[str, np.ndarray]:
         return {

@@ -16,8 +16,11 @@ def token_spans(layout: TokenLayout) -> np.ndarray:
     return np.unique(layout.frames[layout.patch_indices], axis=0)
 
 
-def draw_timeline(between: np.ndarray, readout: np.ndarray, spans: np.ndarray, choice: Choice, colormap: str) -> None:
-    """``between`` (heads, F', F') and ``readout`` (heads, F') of one block, for the chosen head or their mean."""
+def draw_timeline(
+    between: np.ndarray, readout: np.ndarray, spans: np.ndarray, choice: Choice, colormap: str, prefix: bool = True
+) -> None:
+    """``between`` (heads, F', F') and ``readout`` (heads, F') of one block, for the chosen head or their mean;
+    ``prefix``: whether the model has a [CLS] token (VideoMAE and V-JEPA 2 have none)."""
     pick = (lambda a: a.mean(axis=0)) if choice.head is None else (lambda a: a[choice.head])
     heads = "mean of heads" if choice.head is None else f"head {choice.head}"
     labels = frame_labels(spans)
@@ -25,7 +28,8 @@ def draw_timeline(between: np.ndarray, readout: np.ndarray, spans: np.ndarray, c
     st.plotly_chart(frames_heatmap_figure(pick(between), labels, colormap=colormap), key="video|frames_heatmap")
     st.markdown(f"**What the head reads, per frame** (layer {choice.layer}, {heads})")
     st.plotly_chart(readout_frames_figure(pick(readout), labels), key="video|readout_frames")
+    left_out = " (what goes to [CLS] is left out)" if prefix else ""
     st.caption(
         "Each row: how the tokens of one frame (a tubelet's frames) split their attention among the frames, on "
-        "average (what goes to [CLS] is left out). The bars: the readout's attention in this block, per frame."
+        f"average{left_out}. The bars: the readout's attention in this block, per frame."
     )
