@@ -72,18 +72,47 @@ def jupyter_lab(folder: Path):
         log.close()
 
 
-# the notebook open in front has its cells and a session connected to its kernel. Not the kernel's status string:
-# the frontend learns "idle" from a status message, and one that came before it listened left it "starting" with
-# the kernel idle and silent, so the wait never ended (the hang of one CI run in several, lab.log showing a kernel
-# started and never asked anything)
-READY = """(name) => {
-  const panel = window.jupyterapp && window.jupyterapp.shell.currentWidget;
-  const path = panel && panel.context ? panel.context.path : "";
-  const cells = panel && panel.content && panel.content.widgets ? panel.content.widgets.length : 0;
+# where notebook ``name`` stands in JupyterLab: open in the main area, in front, its cells loaded, its session
+# connected to a kernel. Found among the main area's widgets by its path, not as the widget in front: a workspace
+# restored after the open command can put another in front, and the wait for "the one in front is ready" then never
+# ended (lab.log: a kernel started and never asked anything; one CI run in several).
+STATE = """(name) => {
+  const app = window.jupyterapp;
+  const panel = Array.from(app.shell.widgets("main")).find((w) => w.context && w.context.path.endsWith(name));
   const session = panel && panel.sessionContext;
-  return Boolean(path.endsWith(name) && cells > 1 && panel.context.isReady && session && session.isReady
-    && session.session && session.session.kernel);
+  return {
+    open: Boolean(panel),
+    id: panel ? panel.id : null,
+    front: Boolean(panel) && app.shell.currentWidget === panel,
+    cells: panel && panel.content && panel.content.widgets ? panel.content.widgets.length : 0,
+    loaded: Boolean(panel && panel.context.isReady),
+    connected: Boolean(session && session.isReady && session.session && session.session.kernel),
+  };
 }"""
+READY_SECONDS = 300  # a kernel imports torch and builds its model meanwhile: over 90 s on two loaded cores
+
+
+def bring_to_front(page, name: str) -> None:
+    """Open ``examples/name`` through JupyterLab's own command and wait until it is in front, loaded, with its
+    session connected; open it again, or bring it to the front, while it is not (each step at most every 20 s)."""
+    opening = f"window.jupyterapp.commands.execute('docmanager:open', {{path: 'examples/{name}'}})"
+    page.evaluate(opening)
+    deadline, last_step = time.monotonic() + READY_SECONDS, time.monotonic()
+    while True:
+        state = page.evaluate(STATE, name)
+        if state["front"] and state["cells"] > 1 and state["loaded"] and state["connected"]:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{name} was never in front and ready in JupyterLab: {state}")
+        if time.monotonic() - last_step > 20:
+            if not state["open"]:
+                page.evaluate(opening)
+            elif not state["front"]:
+                print(f"{name} open but not in front: {state}; bringing it to the front")
+                page.evaluate("(id) => window.jupyterapp.shell.activateById(id)", state["id"])
+            last_step = time.monotonic()
+        time.sleep(0.5)
+
 
 # the first code cell of the notebook in front has been run or is running: run-all was taken
 STARTED = """() => {
@@ -105,8 +134,7 @@ def run_all(page, name: str) -> None:
         "() => Boolean(window.jupyterapp && window.jupyterapp.commands.hasCommand('docmanager:open'))"
         " && Boolean(window.jupyterapp.commands.hasCommand('notebook:run-all-cells'))"
     )
-    page.evaluate(f"window.jupyterapp.commands.execute('docmanager:open', {{path: 'examples/{name}'}})")
-    page.wait_for_function(READY, arg=name)
+    bring_to_front(page, name)
     for attempt in range(RUN_TRIES):
         page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
         try:
