@@ -22,8 +22,9 @@ from collections.abc import Callable, Iterator
 
 import torch
 
+from vitviz.explain.common import traced  # pixels that ask for their gradient (Captum warns otherwise)
 from vitviz.explain.method import MapInputs, Method, MethodOutput
-from vitviz.explain.pixels import PixelCells, per_patch, pixel_cells
+from vitviz.explain.pixels import PixelCells, input_cells, per_patch
 
 SMOOTHGRAD_SAMPLES = 32
 KERNEL_SHAP_SAMPLES = 512
@@ -41,15 +42,6 @@ def score_function(model: torch.nn.Module) -> Callable[[torch.Tensor], torch.Ten
     return scores
 
 
-def leaf(pixels: torch.Tensor) -> torch.Tensor:
-    """A copy of the pixels that asks for their gradient (Captum warns about one that does not, and sets it)."""
-    return pixels.detach().clone().requires_grad_(True)
-
-
-def cells_of(inputs: MapInputs) -> PixelCells:
-    return pixel_cells(tuple(inputs.pixels.shape[-2:]), inputs.token_layout, inputs.grid_size)
-
-
 @contextlib.contextmanager
 def seeded(inputs: MapInputs) -> Iterator[None]:
     """The method's random numbers from ``options.seed``, the global generators restored afterwards."""
@@ -63,7 +55,7 @@ def _gradient_output(inputs: MapInputs, attribution: torch.Tensor, absolute: boo
     """Captum's (1, 3, H, W) attribution -> the pixel map (channels summed) and the per-patch sums."""
     attribution = attribution.detach().float()
     pixels = (attribution.abs() if absolute else attribution).sum(dim=1)
-    return MethodOutput(per_patch(pixels, cells_of(inputs), "sum"), pixels=pixels)
+    return MethodOutput(per_patch(pixels, input_cells(inputs), "sum"), pixels=pixels)
 
 
 def _patch_output(inputs: MapInputs, attribution: torch.Tensor, cells: PixelCells) -> MethodOutput:
@@ -76,7 +68,7 @@ def input_x_gradient_map(inputs: MapInputs) -> MethodOutput:
     from captum.attr import InputXGradient
 
     with inputs.autocast():
-        found = InputXGradient(score_function(inputs.model)).attribute(leaf(inputs.pixels), target=inputs.target)
+        found = InputXGradient(score_function(inputs.model)).attribute(traced(inputs.pixels), target=inputs.target)
     return _gradient_output(inputs, found)
 
 
@@ -86,7 +78,7 @@ def integrated_gradients_map(inputs: MapInputs) -> MethodOutput:
     options = inputs.options
     with inputs.autocast():
         found = IntegratedGradients(score_function(inputs.model)).attribute(
-            leaf(inputs.pixels),
+            traced(inputs.pixels),
             baselines=torch.zeros_like(inputs.pixels),
             target=inputs.target,
             n_steps=options.steps,
@@ -104,7 +96,7 @@ def smoothgrad_map(inputs: MapInputs) -> MethodOutput:
     sigma = float(options.noise * (pixels.max() - pixels.min()).clamp(min=1e-12))
     with seeded(inputs), inputs.autocast():
         found = NoiseTunnel(Saliency(score_function(inputs.model))).attribute(
-            leaf(pixels),
+            traced(pixels),
             nt_type="smoothgrad",
             nt_samples=options.samples or SMOOTHGRAD_SAMPLES,
             nt_samples_batch_size=options.batch,
@@ -130,7 +122,7 @@ def occlusion_window(inputs: MapInputs, cells: PixelCells) -> tuple[tuple[int, i
 def occlusion_map(inputs: MapInputs) -> MethodOutput:
     from captum.attr import Occlusion
 
-    cells = cells_of(inputs)
+    cells = input_cells(inputs)
     window, stride = occlusion_window(inputs, cells)
     channels = inputs.pixels.shape[1]
     with torch.no_grad(), inputs.autocast():
@@ -148,7 +140,7 @@ def occlusion_map(inputs: MapInputs) -> MethodOutput:
 def kernel_shap_map(inputs: MapInputs) -> MethodOutput:
     from captum.attr import KernelShap
 
-    cells = cells_of(inputs)
+    cells = input_cells(inputs)
     with seeded(inputs), torch.no_grad(), inputs.autocast():
         found = KernelShap(score_function(inputs.model)).attribute(
             inputs.pixels,

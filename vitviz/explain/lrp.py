@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import torch
 
-from vitviz.explain.common import target_score
+from vitviz.explain.common import target_score, traced
 from vitviz.explain.method import MapInputs, Method, MethodOutput
-from vitviz.explain.pixels import per_patch, pixel_cells
+from vitviz.explain.pixels import input_cells, per_patch
 from vitviz.explain.target import TargetLike, class_target
-from vitviz.model import autocast
 from vitviz.model.relevance_rules import Rules, relevance_rules
 
 
@@ -29,7 +28,7 @@ def lrp_relevance(
     """(B, H, W) float32: each pixel's relevance for each image's target logit under ``rules`` ("attnlrp" or
     "cp-lrp"), summed over the colour channels. ``target``: one class for every image or one per image."""
     target = class_target(model, target)
-    pixels = pixel_values.detach().clone().requires_grad_(True)
+    pixels = traced(pixel_values)
     with relevance_rules(rules), torch.enable_grad():
         score = target_score(model(pixels).logits, target)
     (gradient,) = torch.autograd.grad(score, pixels)
@@ -38,10 +37,9 @@ def lrp_relevance(
 
 def _lrp_map(rules: Rules):
     def compute(inputs: MapInputs) -> MethodOutput:
-        with autocast(inputs.options.precision, inputs.pixels.device.type):
+        with inputs.autocast():
             pixels = lrp_relevance(inputs.model, inputs.pixels, inputs.target, rules)
-        cells = pixel_cells(tuple(inputs.pixels.shape[-2:]), inputs.token_layout, inputs.grid_size)
-        return MethodOutput(per_patch(pixels, cells, "sum"), pixels=pixels)
+        return MethodOutput(per_patch(pixels, input_cells(inputs), "sum"), pixels=pixels)
 
     return compute
 

@@ -62,6 +62,11 @@ def pixel_cells(
     return PixelCells(r * cols + c, (rows, cols), (ph, pw))
 
 
+def input_cells(inputs) -> PixelCells:
+    """The cells of a method's input (``MapInputs``): its pixels' size, its token layout, its grid."""
+    return pixel_cells(tuple(inputs.pixels.shape[-2:]), inputs.token_layout, inputs.grid_size)
+
+
 def per_patch(values: torch.Tensor, cells: PixelCells, reduce: Literal["sum", "mean"]) -> torch.Tensor:
     """(B, H, W) -> (B, rows, cols): each patch's pixels summed (an attribution's share of the score) or averaged (a
     value every pixel of a patch holds: occlusion's, KernelSHAP's, RISE's); pixels of no patch are left out."""

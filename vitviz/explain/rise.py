@@ -21,7 +21,7 @@ import torch
 
 from vitviz.explain.common import class_probabilities
 from vitviz.explain.method import MapInputs, Method, MethodOutput
-from vitviz.explain.pixels import per_patch, pixel_cells
+from vitviz.explain.pixels import input_cells, per_patch
 
 RISE_SAMPLES = 4000
 
@@ -101,8 +101,7 @@ def rise_map(inputs: MapInputs) -> MethodOutput:
     with inputs.autocast():
         saliency = rise_saliency(inputs.model, inputs.pixels, masks, options.keep, options.batch)
     pixels = saliency[inputs.target][None].to(inputs.pixels.device)
-    cells = pixel_cells(image_size, inputs.token_layout, inputs.grid_size)
-    return MethodOutput(per_patch(pixels, cells, "mean"), pixels=pixels)
+    return MethodOutput(per_patch(pixels, input_cells(inputs), "mean"), pixels=pixels)
 
 
 RISE = Method(
